@@ -1,0 +1,33 @@
+# Target-scoped build settings shared by every ddprun target. Nothing here touches global flags,
+# so ddprun can be embedded with add_subdirectory() without imposing its warnings on the parent.
+
+# ddprun_configure_target(<target>): warnings (as errors unless DDPRUN_WERROR=OFF) and sanitizers.
+function(ddprun_configure_target target)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+                                           -Wold-style-cast -Wcast-align)
+  if(DDPRUN_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(DDPRUN_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=undefined)
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# ddprun_add_library(<name> <alias> SOURCES ... ) : a static library with its module's public
+# include directory and the shared settings above.
+function(ddprun_add_library name alias)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  add_library(${alias} ALIAS ${name})
+  ddprun_configure_target(${name})
+endfunction()
+
+# ddprun_add_executable(<name> SOURCES ...)
+function(ddprun_add_executable name)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  ddprun_configure_target(${name})
+endfunction()

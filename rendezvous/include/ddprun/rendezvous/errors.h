@@ -1,0 +1,35 @@
+// The exceptions Store implementations throw. docs/errors.md describes the whole error model.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ddprun::rendezvous {
+
+// Base of every store failure. what() is one line that names the store (host:port for TCP),
+// the operation and the key where there is one.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A blocking call (get, wait, barrier) gave up after its timeout. The store stays usable.
+class StoreTimeoutError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The store could not be reached, or the connection broke or was closed by the server mid-call.
+// The outcome of the call is unknown; the next call reconnects.
+class StoreConnectionError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+// The operation does not exist in this backend or wire dialect (e.g. listKeys over torch 1.13).
+class StoreUnsupportedError : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,16 @@
+// Size limits on what one request may carry. They are checked as soon as a length or count field
+// has arrived, before anything is allocated for it, so a bogus 9-byte frame cannot make a peer
+// reserve gigabytes. The defaults are those of torch's libuv store server.
+#pragma once
+
+#include <cstddef>
+
+namespace ddprun::rendezvous {
+
+struct ProtocolLimits {
+  std::size_t maxKeyBytes = 8 * 1024;             // one key
+  std::size_t maxValueBytes = 8 * 1024 * 1024;    // one value (SET, APPEND, COMPARE_SET, ...)
+  std::size_t maxKeysPerRequest = 128 * 1024;     // CHECK, WAIT, MULTI_GET, MULTI_SET
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,91 @@
+// RendezvousServer: the TCP key-value store server, wire-compatible with PyTorch's c10d TCPStore.
+//
+// It serves torch 1.13 and torch 2.x clients on the same port, deciding the dialect per connection
+// from its first bytes, and it is built so that no client can hurt another: requests are decoded
+// incrementally without blocking, every length is checked before anything is allocated, a peer
+// that stalls mid-request or stops reading is dropped, and a malformed frame closes only the
+// connection that sent it. It binds only the address it is given (127.0.0.1 by default), where
+// torch's server listens on every interface.
+//
+// One event-loop thread (Boost.Asio) serves every connection; the data needs no locks.
+// The ddprun-rendezvous daemon wraps this class; the ddprun agent embeds it.
+//
+// Thread safety: stop() and stats() may be called from any thread; the rest from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "ddprun/rendezvous/limits.h"
+
+namespace ddprun::rendezvous {
+
+struct ServerOptions {
+  // The one address to listen on (a name is resolved; its first address is used).
+  std::string host = "127.0.0.1";
+  // 0 picks a free port; port() tells which.
+  std::uint16_t port = 29500;
+  // Connections beyond this are accepted and closed at once, with a warning.
+  std::size_t maxConnections = 16384;
+  ProtocolLimits limits;
+  // A connection that sent part of a request and then nothing for this long is closed
+  // (a client never pauses inside a request; a stalled half-frame is a broken or hostile peer).
+  std::chrono::milliseconds partialRequestTimeout = std::chrono::seconds(30);
+  // A connection whose replies make no progress for this long (the peer stopped reading) is closed.
+  std::chrono::milliseconds writeStallTimeout = std::chrono::seconds(60);
+  // Reading from a connection pauses while this many reply bytes wait for it to read them.
+  std::size_t maxPendingReplyBytes = 64 * 1024 * 1024;
+  // TCP keep-alive on every connection: a peer whose host vanished (half-open connection) is
+  // dropped after idle + interval * probes. Idle connections of live peers are never closed:
+  // PyTorch workers hold theirs silently for the whole training run. keepAliveIdle = 0 disables.
+  std::chrono::seconds keepAliveIdle = std::chrono::seconds(30);
+  std::chrono::seconds keepAliveInterval = std::chrono::seconds(5);
+  int keepAliveProbes = 4;
+};
+
+// Listening failed: the message is one line naming the address, the reason and the fix.
+class ServerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RendezvousServer {
+ public:
+  struct Stats {
+    std::size_t connections = 0;       // open now
+    std::uint64_t accepted = 0;        // since start
+    std::uint64_t refused = 0;         // over maxConnections
+    std::uint64_t protocolErrors = 0;  // connections closed for a bad frame or a stall
+  };
+
+  // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.
+  explicit RendezvousServer(ServerOptions options);
+  // Stops and waits for the serving thread.
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  std::uint16_t port() const;
+  // "host:port" as bound, e.g. "127.0.0.1:29500" or "[::1]:29500".
+  std::string address() const;
+
+  // Serves on the calling thread until stop().
+  void run();
+  // Serves on a new background thread.
+  void start();
+  // Closes the listener and every connection, and ends run(). Idempotent; waits for the
+  // background thread when start() was used and the caller is not that thread.
+  void stop();
+
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

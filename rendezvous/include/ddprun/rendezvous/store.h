@@ -1,0 +1,105 @@
+// Store: the key-value contract every ddprun component rendezvouses through.
+//
+// The agent keeps job membership in a Store, the worker runtime publishes its NCCL id and Gloo
+// addresses in one, and PyTorch workers reach the same data through the c10d TCPStore protocol.
+// The semantics are c10d's, so a key written by a PyTorch worker means the same thing here.
+//
+// Keys and values are arbitrary bytes (std::string is used as a byte container; embedded NULs are
+// fine). Implementations: HashStore (in-process), TcpStore (client of ddprun-rendezvous or of
+// torch's own TCPStore server), PrefixStore (namespacing decorator).
+//
+// Thread safety: every implementation may be called from several threads at once; a blocking
+// call in one thread may delay other threads' calls on the same object (TcpStore serialises calls
+// on its one connection), never other objects.
+//
+// Errors: every failure throws a StoreError subclass (errors.h). A StoreTimeoutError leaves the
+// store usable; a StoreConnectionError means the operation's outcome is unknown.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddprun/rendezvous/errors.h"
+
+namespace ddprun::rendezvous {
+
+class Store {
+ public:
+  using Duration = std::chrono::milliseconds;
+  // The default timeout of blocking calls, as in c10d.
+  static constexpr Duration kDefaultTimeout = std::chrono::seconds(300);
+
+  virtual ~Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Stores `value` under `key`, overwriting any previous value. Wakes every waiter on `key`.
+  virtual void set(std::string_view key, std::string_view value) = 0;
+
+  // Returns the value of `key`, blocking until the key exists.
+  // Throws StoreTimeoutError if it does not exist within timeout(); a missing key is never
+  // reported as an empty value.
+  virtual std::string get(std::string_view key) = 0;
+
+  // Adds `delta` to the integer stored under `key` (missing = 0) and returns the new value.
+  // The value is stored as ASCII decimal, so get() of a counter returns e.g. "12". An existing value
+  // is parsed like strtoll (leading whitespace, sign, trailing junk ignored); overflow wraps.
+  // Throws StoreError if the existing value is not a number (TcpStore: the server closes the
+  // connection, which surfaces as StoreConnectionError).
+  virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
+
+  // Atomically: if `key` holds `expected`, replace it with `desired` and return `desired`;
+  // if it holds something else, return that. A missing key is created with `desired` only when
+  // `expected` is empty (and `desired` is returned); otherwise it stays missing and `expected` is
+  // returned, exactly as c10d does.
+  virtual std::string compareSet(std::string_view key, std::string_view expected,
+                                 std::string_view desired) = 0;
+
+  // Blocks until every key in `keys` exists. A key that is created and deleted again while others
+  // are still missing counts as having appeared. Throws StoreTimeoutError after `timeout`.
+  virtual void wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+
+  // True if every key in `keys` exists right now (true for an empty list). Never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+
+  // Removes `key`; true if it existed.
+  virtual bool deleteKey(std::string_view key) = 0;
+
+  // The number of keys in the whole underlying store, every namespace included (a PrefixStore
+  // does not narrow it, as in c10d; a TcpStore counts keys of every client, torch's "init/" too).
+  virtual std::int64_t numKeys() = 0;
+
+  // get() of each key, after waiting (timeout()) for all of them.
+  virtual std::vector<std::string> multiGet(const std::vector<std::string>& keys);
+
+  // set() of each pair. REQUIRES: keys.size() == values.size() (else StoreError).
+  virtual void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+
+  // Appends `value` to the bytes under `key`, creating it if missing. Wakes waiters on `key`.
+  virtual void append(std::string_view key, std::string_view value);
+
+  // The keys visible through this store: in a PrefixStore, those under its prefix with the prefix
+  // removed. Throws StoreUnsupportedError where the backend cannot list (torch 1.13's protocol).
+  virtual std::vector<std::string> listKeys();
+
+  // Blocks until `worldSize` callers have entered the barrier named `key`, then returns in every
+  // one of them. Each key serves one barrier (use a fresh key, e.g. with a round number, per use).
+  // Throws StoreTimeoutError after `timeout`.
+  virtual void barrier(std::string_view key, std::int64_t worldSize, Duration timeout);
+
+  // The timeout of get(), wait() without one and multiGet().
+  Duration timeout() const { return timeout_; }
+  virtual void setTimeout(Duration timeout) { timeout_ = timeout; }
+
+ protected:
+  Store() = default;
+
+ private:
+  Duration timeout_ = kDefaultTimeout;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,94 @@
+// TcpStore: a Store client of a c10d TCPStore server: ddprun-rendezvous, a ddprun agent, or
+// torch's own server (torch 2.x with the kTorch2 dialect, torch 1.13 with kTorch113).
+//
+// One TCP connection (TCP_NODELAY) per object. Connecting retries with exponential backoff and
+// jitter until options.connectTimeout; in the 2.x dialect a connection is accepted only after
+// the VALIDATE + PING handshake. Keys go on the wire with options.keyPrefix ("/" like torch's
+// client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
+//
+// get() and multiGet() are WAIT then GET, as in torch. When a wait times out, the 2.x dialect
+// sends CANCEL_WAIT and keeps the connection; the 1.13 dialect has no cancel, so the connection
+// is dropped (a late STOP_WAITING would otherwise be read as the next reply) and the next call
+// reconnects. A connection that breaks mid-call raises StoreConnectionError and is reopened by
+// the next call; the failed call is never retried behind the caller's back.
+//
+// Thread-safe: calls are serialised on the connection by a mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ddprun/rendezvous/store.h"
+#include "ddprun/rendezvous/wire_dialect.h"
+
+namespace ddprun::rendezvous {
+
+namespace detail {
+class ClientSocket;
+}  // namespace detail
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";  // name or address; IPv6 literals without brackets
+  std::uint16_t port = 29500;
+  WireDialect dialect = WireDialect::kTorch2;
+  // Timeout of get(), wait() and multiGet(), and the bound on any single reply (default 300 s).
+  std::chrono::milliseconds timeout = Store::kDefaultTimeout;
+  // How long to keep trying to connect (and handshake) before giving up.
+  std::chrono::milliseconds connectTimeout = std::chrono::seconds(60);
+  // Retry delays: the first, the cap, the growth factor, and +/- this fraction of random jitter.
+  std::chrono::milliseconds initialBackoff = std::chrono::milliseconds(10);
+  std::chrono::milliseconds maxBackoff = std::chrono::seconds(1);
+  double backoffFactor = 1.6;
+  double backoffJitter = 0.5;
+  // Put in front of every key on the wire; listKeys() shows only keys that carry it.
+  std::string keyPrefix = "/";
+  // The largest value blob accepted in a reply (protects the client from a bogus length).
+  std::size_t maxReplyValueBytes = std::size_t{1} << 30;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects now. Throws StoreConnectionError naming host:port, the attempts and the last error.
+  explicit TcpStore(TcpStoreOptions options);
+  ~TcpStore() override;
+
+  const TcpStoreOptions& options() const { return options_; }
+
+  void set(std::string_view key, std::string_view value) override;
+  std::string get(std::string_view key) override;
+  std::int64_t add(std::string_view key, std::int64_t delta) override;
+  std::string compareSet(std::string_view key, std::string_view expected,
+                         std::string_view desired) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  using Store::wait;
+  bool check(const std::vector<std::string>& keys) override;
+  bool deleteKey(std::string_view key) override;
+  std::int64_t numKeys() override;
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
+  void multiSet(const std::vector<std::string>& keys,
+                const std::vector<std::string>& values) override;
+  void append(std::string_view key, std::string_view value) override;
+  std::vector<std::string> listKeys() override;
+
+ private:
+  // Runs `body` on a connected socket under the mutex, reconnecting first if needed. An I/O
+  // failure drops the connection and becomes StoreConnectionError naming `what` and `key`.
+  template <typename Body>
+  auto call(std::string_view what, std::string_view key, Body&& body);
+  detail::ClientSocket& connected();
+  void connect();
+  // WAIT for `keys` (request_ already holds the WAIT) until `timeout`, cancelling on expiry.
+  void finishWait(const std::vector<std::string>& keys, Duration timeout);
+  [[noreturn]] void throwUnsupported(std::string_view what) const;
+  std::string where() const;
+
+  TcpStoreOptions options_;
+  std::mutex mutex_;
+  std::unique_ptr<detail::ClientSocket> socket_;
+  std::string request_;  // reused request buffer
+};
+
+}  // namespace ddprun::rendezvous

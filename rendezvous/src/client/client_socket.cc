@@ -1,0 +1,206 @@
+#include "client/client_socket.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "protocol/wire.h"
+
+namespace ddprun::rendezvous::detail {
+namespace {
+
+using Clock = ClientSocket::Clock;
+
+std::string errnoText(int error) { return std::strerror(error); }
+
+int remainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// Connects one address without blocking past `deadline`. Returns the fd, or -1 with `error` set.
+int connectAddress(const addrinfo& address, Clock::time_point deadline, int& error) {
+  int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    address.ai_protocol);
+  if (fd < 0) {
+    error = errno;
+    return -1;
+  }
+  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      error = errno;
+      ::close(fd);
+      return -1;
+    }
+    pollfd waiting{fd, POLLOUT, 0};
+    int ready;
+    do {
+      ready = ::poll(&waiting, 1, remainingMs(deadline));
+    } while (ready < 0 && errno == EINTR);
+    if (ready <= 0) {
+      error = ready == 0 ? ETIMEDOUT : errno;
+      ::close(fd);
+      return -1;
+    }
+    socklen_t length = sizeof error;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+    if (error != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
+  // Back to blocking mode: reads and writes are bounded by SO_RCVTIMEO / SO_SNDTIMEO instead.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  // Without TCP_NODELAY every small request would wait ~40 ms for Nagle and delayed ACKs.
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  return fd;
+}
+
+timeval toTimeval(Clock::duration d) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  return timeval{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+}
+
+}  // namespace
+
+std::unique_ptr<ClientSocket> ClientSocket::connect(const std::string& host, std::uint16_t port,
+                                                    Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
+  addrinfo* addresses = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &addresses);
+  if (rc == EAI_NONAME || rc == EAI_ADDRFAMILY) {
+    // AI_ADDRCONFIG hides loopback-only families in network namespaces without other addresses.
+    hints.ai_flags = AI_NUMERICSERV;
+    rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &addresses);
+  }
+  if (rc != 0) {
+    throw SocketError(fmt::format("cannot resolve host '{}': {}", host, ::gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(addresses, &::freeaddrinfo);
+  int error = 0;
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+    int fd = connectAddress(*a, deadline, error);
+    if (fd >= 0) return std::unique_ptr<ClientSocket>(new ClientSocket(fd));
+  }
+  throw SocketError(errnoText(error));
+}
+
+ClientSocket::ClientSocket(int fd) : fd_(fd), buffer_(16 * 1024) {}
+
+ClientSocket::~ClientSocket() { ::close(fd_); }
+
+void ClientSocket::setSendTimeout(std::chrono::milliseconds timeout) {
+  const timeval tv = toTimeval(timeout);
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+void ClientSocket::sendAll(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        throw SocketError("send timed out: the server is not reading");
+      }
+      throw SocketError(fmt::format("send failed: {}", errnoText(errno)));
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(sent));
+  }
+}
+
+void ClientSocket::armReceiveTimeout(Clock::duration remaining) {
+  // Re-arm only when the armed value would overshoot the deadline or is far too short: an
+  // ordinary call finds the previous call's value still right and pays no syscall.
+  if (armedTimeout_ != Clock::duration::zero() &&
+      armedTimeout_ <= remaining + std::chrono::milliseconds(5) && armedTimeout_ * 2 >= remaining) {
+    return;
+  }
+  const timeval tv = toTimeval(std::max<Clock::duration>(remaining, std::chrono::microseconds(1)));
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  armedTimeout_ = remaining;
+}
+
+std::size_t ClientSocket::receiveSome(char* destination, std::size_t size,
+                                      Clock::time_point deadline) {
+  for (;;) {
+    const Clock::duration remaining = deadline - Clock::now();
+    if (remaining <= Clock::duration::zero()) throw SocketTimeout("timed out waiting for a reply");
+    armReceiveTimeout(remaining);
+    const ssize_t got = ::recv(fd_, destination, size, 0);
+    if (got > 0) return static_cast<std::size_t>(got);
+    if (got == 0) throw SocketError("the server closed the connection");
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+    throw SocketError(fmt::format("receive failed: {}", errnoText(errno)));
+  }
+}
+
+void ClientSocket::readExact(void* destination, std::size_t size, Clock::time_point deadline) {
+  char* out = static_cast<char*>(destination);
+  const std::size_t buffered = std::min(size, end_ - begin_);
+  std::memcpy(out, buffer_.data() + begin_, buffered);
+  begin_ += buffered;
+  out += buffered;
+  size -= buffered;
+  while (size > 0) {
+    if (size >= buffer_.size() / 2) {
+      // Large payloads go straight to their destination.
+      const std::size_t got = receiveSome(out, size, deadline);
+      out += got;
+      size -= got;
+      continue;
+    }
+    const std::size_t got = receiveSome(buffer_.data(), buffer_.size(), deadline);
+    begin_ = 0;  // only now: a receive that times out must leave the buffer as it was
+    end_ = got;
+    const std::size_t take = std::min(size, end_);
+    std::memcpy(out, buffer_.data(), take);
+    begin_ = take;
+    out += take;
+    size -= take;
+  }
+}
+
+std::uint8_t ClientSocket::readU8(Clock::time_point deadline) {
+  std::uint8_t value;
+  readExact(&value, 1, deadline);
+  return value;
+}
+
+std::uint32_t ClientSocket::readU32(Clock::time_point deadline) {
+  unsigned char bytes[4];
+  readExact(bytes, sizeof bytes, deadline);
+  return protocol::getU32(bytes);
+}
+
+std::int64_t ClientSocket::readI64(Clock::time_point deadline) {
+  unsigned char bytes[8];
+  readExact(bytes, sizeof bytes, deadline);
+  return static_cast<std::int64_t>(protocol::getU64(bytes));
+}
+
+std::string ClientSocket::readBlob(std::size_t maxBytes, Clock::time_point deadline) {
+  const auto length = static_cast<std::uint64_t>(readI64(deadline));
+  if (length > maxBytes) {
+    throw SocketError(fmt::format("reply value of {} bytes exceeds the {}-byte limit", length, maxBytes));
+  }
+  std::string value(static_cast<std::size_t>(length), '\0');
+  readExact(value.data(), value.size(), deadline);
+  return value;
+}
+
+}  // namespace ddprun::rendezvous::detail

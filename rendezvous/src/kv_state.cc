@@ -1,0 +1,277 @@
+#include "kv_state.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <utility>
+
+namespace ddprun::rendezvous {
+
+using protocol::WatchEvent;
+
+void KvObserver::onWatchEvent(WatchEvent, std::string_view, std::string_view, std::string_view) {}
+
+std::optional<std::int64_t> parseCounter(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(begin, &end, 10);
+  if (end == begin || errno == ERANGE) return std::nullopt;
+  return static_cast<std::int64_t>(value);
+}
+
+const std::string* KvState::find(std::string_view key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &it->second;
+}
+
+bool KvState::present(std::string_view key) const {
+  if (map_.find(key) != map_.end()) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+std::vector<std::string> KvState::keys() const {
+  std::vector<std::string> out;
+  out.reserve(map_.size());
+  for (const auto& [key, value] : map_) out.push_back(key);
+  return out;
+}
+
+void KvState::store(std::string_view key, std::string value) {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    it = map_.emplace(std::string(key), std::move(value)).first;
+    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, {}, it->second);
+  } else if (!watchers_.empty() && watchers_.contains(key)) {
+    std::string old = std::exchange(it->second, std::move(value));
+    notifyWatchers(WatchEvent::kUpdated, key, old, it->second);
+  } else {
+    it->second = std::move(value);
+  }
+  wake(key, /*onlyFirst=*/false);
+}
+
+void KvState::set(std::string_view key, std::string value) { store(key, std::move(value)); }
+
+std::string KvState::compareSet(std::string_view key, std::string_view expected,
+                                std::string_view desired) {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    // c10d: a missing key is created only when the caller expected "no value"; otherwise the
+    // reply echoes `expected` (the source calls this lying) and nothing is created.
+    if (!expected.empty()) return std::string(expected);
+    store(key, std::string(desired));
+    return std::string(desired);
+  }
+  if (it->second != expected) return it->second;
+  store(key, std::string(desired));
+  return std::string(desired);
+}
+
+std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delta) {
+  std::int64_t current = 0;
+  if (const std::string* existing = find(key)) {
+    std::optional<std::int64_t> parsed = parseCounter(*existing);
+    if (!parsed) return std::nullopt;
+    current = *parsed;
+  }
+  // Two's-complement wrap-around, as torch's int64 addition does in practice.
+  const auto sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
+                                             static_cast<std::uint64_t>(delta));
+  store(key, std::to_string(sum));
+  return sum;
+}
+
+void KvState::append(std::string_view key, std::string_view bytes) {
+  const std::string* existing = find(key);
+  std::string value = existing ? *existing : std::string();
+  value.append(bytes);
+  store(key, std::move(value));
+}
+
+bool KvState::erase(std::string_view key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  if (!watchers_.empty() && watchers_.contains(key)) {
+    std::string old = std::move(it->second);
+    map_.erase(it);
+    notifyWatchers(WatchEvent::kDeleted, key, old, {});
+  } else {
+    map_.erase(it);
+  }
+  return true;
+}
+
+void KvState::queuePush(std::string_view key, std::string value) {
+  auto it = queues_.find(key);
+  if (it == queues_.end()) it = queues_.emplace(std::string(key), std::deque<std::string>()).first;
+  it->second.push_back(std::move(value));
+  wake(key, /*onlyFirst=*/true);
+}
+
+std::optional<std::string> KvState::queuePop(std::string_view key, std::int64_t& lengthBefore) {
+  auto it = queues_.find(key);
+  if (it == queues_.end() || it->second.empty()) {
+    lengthBefore = 0;
+    return std::nullopt;
+  }
+  lengthBefore = static_cast<std::int64_t>(it->second.size());
+  std::string value = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) queues_.erase(it);
+  return value;
+}
+
+std::int64_t KvState::queueLength(std::string_view key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size());
+}
+
+bool KvState::wait(KvObserver* observer, std::uint64_t waitId, const std::vector<std::string>& keys) {
+  PendingWait pending{0, {}};
+  for (const std::string& key : keys) {
+    if (!present(key)) {
+      ++pending.missing;
+      pending.keys.push_back(key);
+    }
+  }
+  if (pending.missing == 0) return true;
+  for (const std::string& key : pending.keys) {
+    auto it = waiters_.find(key);
+    if (it == waiters_.end()) it = waiters_.emplace(key, std::vector<WaitRef>()).first;
+    it->second.push_back({observer, waitId});
+  }
+  observers_[observer].waits.emplace(waitId, std::move(pending));
+  return false;
+}
+
+void KvState::wake(std::string_view key, bool onlyFirst) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  std::vector<WaitRef> woken;
+  if (onlyFirst) {
+    woken.push_back(it->second.front());
+    it->second.erase(it->second.begin());
+    if (it->second.empty()) waiters_.erase(it);
+  } else {
+    woken = std::move(it->second);
+    waiters_.erase(it);
+  }
+  for (const WaitRef& ref : woken) {
+    auto state = observers_.find(ref.observer);
+    if (state == observers_.end()) continue;
+    auto pending = state->second.waits.find(ref.waitId);
+    if (pending == state->second.waits.end()) continue;
+    if (--pending->second.missing == 0) {
+      state->second.waits.erase(pending);
+      dropIfIdle(state);
+      ref.observer->onWaitDone(ref.waitId);
+    }
+  }
+}
+
+std::optional<bool> KvState::barrier(KvObserver* observer, std::uint64_t waitId,
+                                     std::string_view key, std::int64_t worldSize) {
+  std::optional<std::int64_t> count = add(key, 1);
+  if (!count) return std::nullopt;
+  if (*count >= worldSize) {
+    releaseBarrier(key, *count);
+    return true;
+  }
+  auto it = barriers_.find(key);
+  if (it == barriers_.end()) it = barriers_.emplace(std::string(key), std::vector<BarrierRef>()).first;
+  it->second.push_back({observer, waitId, worldSize});
+  observers_[observer].barrierKeys.emplace_back(key);
+  return false;
+}
+
+void KvState::releaseBarrier(std::string_view key, std::int64_t count) {
+  auto it = barriers_.find(key);
+  if (it == barriers_.end()) return;
+  std::vector<BarrierRef> released;
+  auto& parked = it->second;
+  auto keep = std::partition(parked.begin(), parked.end(),
+                             [count](const BarrierRef& ref) { return ref.worldSize > count; });
+  released.assign(keep, parked.end());
+  parked.erase(keep, parked.end());
+  if (parked.empty()) barriers_.erase(it);
+  for (const BarrierRef& ref : released) {
+    auto state = observers_.find(ref.observer);
+    if (state != observers_.end()) {
+      auto& keys = state->second.barrierKeys;
+      if (auto k = std::find(keys.begin(), keys.end(), key); k != keys.end()) keys.erase(k);
+      dropIfIdle(state);
+    }
+    ref.observer->onWaitDone(ref.waitId);
+  }
+}
+
+std::size_t KvState::cancelWaits(KvObserver* observer) {
+  auto state = observers_.find(observer);
+  if (state == observers_.end()) return 0;
+  std::size_t cancelled = 0;
+  auto dropRefs = [observer](auto& lists, const std::string& key) {
+    auto it = lists.find(key);
+    if (it == lists.end()) return;
+    std::erase_if(it->second, [observer](const auto& ref) { return ref.observer == observer; });
+    if (it->second.empty()) lists.erase(it);
+  };
+  for (auto& [waitId, pending] : state->second.waits) {
+    for (const std::string& key : pending.keys) dropRefs(waiters_, key);
+    ++cancelled;
+  }
+  state->second.waits.clear();
+  for (const std::string& key : state->second.barrierKeys) {
+    auto it = barriers_.find(key);
+    if (it != barriers_.end()) {
+      cancelled += static_cast<std::size_t>(std::count_if(
+          it->second.begin(), it->second.end(),
+          [observer](const BarrierRef& ref) { return ref.observer == observer; }));
+    }
+    dropRefs(barriers_, key);
+  }
+  state->second.barrierKeys.clear();
+  dropIfIdle(state);
+  return cancelled;
+}
+
+bool KvState::hasWaits(const KvObserver* observer) const {
+  auto state = observers_.find(observer);
+  return state != observers_.end() &&
+         (!state->second.waits.empty() || !state->second.barrierKeys.empty());
+}
+
+void KvState::dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::iterator state) {
+  const ObserverState& s = state->second;
+  if (s.waits.empty() && s.barrierKeys.empty() && s.watchedKeys.empty()) observers_.erase(state);
+}
+
+void KvState::watch(KvObserver* observer, std::string_view key) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) it = watchers_.emplace(std::string(key), std::vector<KvObserver*>()).first;
+  it->second.push_back(observer);
+  observers_[observer].watchedKeys.emplace_back(key);
+}
+
+void KvState::notifyWatchers(WatchEvent event, std::string_view key, std::string_view oldValue,
+                             std::string_view newValue) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  for (KvObserver* observer : it->second) observer->onWatchEvent(event, key, oldValue, newValue);
+}
+
+void KvState::forget(KvObserver* observer) {
+  cancelWaits(observer);
+  auto state = observers_.find(observer);
+  if (state == observers_.end()) return;
+  for (const std::string& key : state->second.watchedKeys) {
+    auto it = watchers_.find(key);
+    if (it == watchers_.end()) continue;
+    std::erase(it->second, observer);
+    if (it->second.empty()) watchers_.erase(it);
+  }
+  observers_.erase(state);
+}
+
+}  // namespace ddprun::rendezvous

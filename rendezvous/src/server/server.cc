@@ -1,0 +1,229 @@
+// The listener, the connection registry and the deadline sweep of RendezvousServer.
+#include "ddprun/rendezvous/server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "server/session.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+std::string formatEndpoint(const tcp::endpoint& endpoint) {
+  const auto address = endpoint.address();
+  return address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
+                         : fmt::format("{}:{}", address.to_string(), endpoint.port());
+}
+
+// One line that names the address, what went wrong and what to do about it.
+std::string bindErrorMessage(const std::string& where, const boost::system::error_code& error) {
+  if (error == boost::system::errc::address_in_use) {
+    return fmt::format("cannot listen on {}: the address is already in use (another process "
+                       "listens there; choose another port, or port 0 for a free one)",
+                       where);
+  }
+  if (error == boost::system::errc::address_not_available) {
+    return fmt::format("cannot listen on {}: no network interface of this host has that address "
+                       "(use one of this host's addresses, e.g. 127.0.0.1)",
+                       where);
+  }
+  if (error == boost::system::errc::permission_denied) {
+    return fmt::format("cannot listen on {}: permission denied (ports below 1024 need privileges; "
+                       "choose a port above 1023)",
+                       where);
+  }
+  return fmt::format("cannot listen on {}: {}", where, error.message());
+}
+
+// Socket options every accepted connection gets.
+void tuneConnection(tcp::socket& socket, const ServerOptions& options) {
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  if (options.keepAliveIdle.count() > 0) {
+    socket.set_option(asio::socket_base::keep_alive(true), ignored);
+    const int fd = socket.native_handle();
+    const int idle = static_cast<int>(options.keepAliveIdle.count());
+    const int interval = static_cast<int>(std::max<long>(1, options.keepAliveInterval.count()));
+    const int probes = std::max(1, options.keepAliveProbes);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+    // Also bound how long unacknowledged replies may sit with a vanished peer.
+    const unsigned userTimeout = static_cast<unsigned>((idle + interval * probes) * 1000);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
+  }
+}
+
+}  // namespace
+
+class RendezvousServer::Impl {
+ public:
+  explicit Impl(ServerOptions options)
+      : options_(std::move(options)),
+        io_(1),  // one thread: lets Asio skip its cross-thread locking
+        acceptor_(io_),
+        peerSocket_(io_),
+        retryTimer_(io_),
+        sweepTimer_(io_),
+        context_(options_) {
+    listen();
+  }
+
+  ~Impl() { stop(); }
+
+  std::uint16_t port() const { return boundEndpoint_.port(); }
+  std::string address() const { return formatEndpoint(boundEndpoint_); }
+
+  void run() {
+    acceptNext();
+    scheduleSweep();
+    io_.run();
+  }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  void stop() {
+    if (!stopRequested_.exchange(true)) {
+      asio::post(io_, [this] { shutdown(); });
+    }
+    if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  }
+
+  Stats stats() const {
+    return Stats{context_.connections.load(), context_.accepted.load(), context_.refused.load(),
+                 context_.protocolErrors.load()};
+  }
+
+ private:
+  void listen() {
+    const std::string where = options_.host.find(':') != std::string::npos
+                                  ? fmt::format("[{}]:{}", options_.host, options_.port)
+                                  : fmt::format("{}:{}", options_.host, options_.port);
+    boost::system::error_code error;
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(options_.host, std::to_string(options_.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, error);
+    if (error || results.empty()) {
+      throw ServerError(fmt::format("cannot listen on {}: cannot resolve host '{}' ({})", where,
+                                    options_.host, error ? error.message() : "no address"));
+    }
+    const tcp::endpoint endpoint = results.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), error);
+    if (!error) acceptor_.set_option(tcp::acceptor::reuse_address(true), error);
+    if (!error && endpoint.address().is_v6()) acceptor_.set_option(asio::ip::v6_only(true), error);
+    if (!error) acceptor_.bind(endpoint, error);
+    // The kernel caps the backlog at net.core.somaxconn; ask for plenty so that thousands of
+    // ranks connecting at once are queued instead of refused.
+    if (!error) acceptor_.listen(65535, error);
+    if (error) throw ServerError(bindErrorMessage(where, error));
+    boundEndpoint_ = acceptor_.local_endpoint();
+  }
+
+  void acceptNext() {
+    acceptor_.async_accept(peerSocket_, peerEndpoint_,
+                           [this](const boost::system::error_code& error) { onAccept(error); });
+  }
+
+  void onAccept(const boost::system::error_code& error) {
+    if (error == asio::error::operation_aborted || stopRequested_) return;
+    if (error) {
+      // Typically EMFILE: out of file descriptors. Back off instead of spinning on the error.
+      spdlog::error("accept failed on {}: {}; retrying in 100 ms", address(), error.message());
+      retryTimer_.expires_after(std::chrono::milliseconds(100));
+      retryTimer_.async_wait([this](const boost::system::error_code& e) {
+        if (!e) acceptNext();
+      });
+      return;
+    }
+    const std::string peer = formatEndpoint(peerEndpoint_);
+    if (context_.sessions.size() >= options_.maxConnections) {
+      context_.refused.fetch_add(1, std::memory_order_relaxed);
+      if (context_.refused.load() == 1 || context_.refused.load() % 1000 == 0) {
+        spdlog::warn("refusing connection from {}: {} connections open, the limit (refusals so "
+                     "far: {})",
+                     peer, context_.sessions.size(), context_.refused.load());
+      }
+      boost::system::error_code ignored;
+      peerSocket_.close(ignored);
+    } else {
+      tuneConnection(peerSocket_, options_);
+      auto session = std::make_shared<Session>(std::move(peerSocket_), peer, context_);
+      context_.sessions.emplace(session.get(), session);
+      context_.accepted.fetch_add(1, std::memory_order_relaxed);
+      context_.connections.fetch_add(1, std::memory_order_relaxed);
+      session->start();
+    }
+    peerSocket_ = tcp::socket(io_);
+    acceptNext();
+  }
+
+  // Closes stalled connections. Runs a few times per timeout period, not per connection, so
+  // idle connections cost nothing between sweeps.
+  void scheduleSweep() {
+    const auto period = std::clamp<std::chrono::milliseconds>(
+        std::min(options_.partialRequestTimeout, options_.writeStallTimeout) / 4,
+        std::chrono::milliseconds(20), std::chrono::seconds(1));
+    sweepTimer_.expires_after(period);
+    sweepTimer_.async_wait([this](const boost::system::error_code& error) {
+      if (error || stopRequested_) return;
+      const auto now = Session::Clock::now();
+      for (const auto& session : snapshot()) session->checkDeadlines(now);
+      scheduleSweep();
+    });
+  }
+
+  std::vector<std::shared_ptr<Session>> snapshot() const {
+    std::vector<std::shared_ptr<Session>> sessions;
+    sessions.reserve(context_.sessions.size());
+    for (const auto& entry : context_.sessions) sessions.push_back(entry.second);
+    return sessions;
+  }
+
+  void shutdown() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    retryTimer_.cancel();
+    sweepTimer_.cancel();
+    for (const auto& session : snapshot()) session->close("server shutting down", false);
+  }
+
+  ServerOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  tcp::socket peerSocket_;
+  tcp::endpoint peerEndpoint_;
+  tcp::endpoint boundEndpoint_;
+  asio::steady_timer retryTimer_;
+  asio::steady_timer sweepTimer_;
+  ServerContext context_;
+  std::atomic<bool> stopRequested_{false};
+  std::thread thread_;
+};
+
+RendezvousServer::RendezvousServer(ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+RendezvousServer::~RendezvousServer() = default;
+std::uint16_t RendezvousServer::port() const { return impl_->port(); }
+std::string RendezvousServer::address() const { return impl_->address(); }
+void RendezvousServer::run() { impl_->run(); }
+void RendezvousServer::start() { impl_->start(); }
+void RendezvousServer::stop() { impl_->stop(); }
+RendezvousServer::Stats RendezvousServer::stats() const { return impl_->stats(); }
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,48 @@
+// Default implementations of the optional Store operations in terms of the core ones, for backends
+// (and wire dialects) that have no native form of them.
+#include "ddprun/rendezvous/store.h"
+
+#include <fmt/format.h>
+
+namespace ddprun::rendezvous {
+
+std::vector<std::string> Store::multiGet(const std::vector<std::string>& keys) {
+  wait(keys, timeout());
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) values.push_back(get(key));
+  return values;
+}
+
+void Store::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) {
+    throw StoreError(fmt::format("multiSet: {} keys but {} values", keys.size(), values.size()));
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+}
+
+void Store::append(std::string_view key, std::string_view value) {
+  // Optimistic read-modify-write through compareSet. Guessing "" first creates a missing key in
+  // one round trip. compareSet answers `expected` back only when the key is missing (or holds
+  // exactly that, in which case it would have swapped), so that answer means "start over".
+  std::string current;
+  for (;;) {
+    std::string desired = current + std::string(value);
+    std::string seen = compareSet(key, current, desired);
+    if (seen == desired) return;
+    current = seen == current ? std::string() : std::move(seen);
+  }
+}
+
+std::vector<std::string> Store::listKeys() {
+  throw StoreUnsupportedError("listKeys is not supported by this store");
+}
+
+void Store::barrier(std::string_view key, std::int64_t worldSize, Duration timeout) {
+  // Portable form (any c10d server): count arrivals, the last one opens the door.
+  const std::string doneKey = std::string(key) + "/done";
+  if (add(key, 1) >= worldSize) set(doneKey, "1");
+  wait({doneKey}, timeout);
+}
+
+}  // namespace ddprun::rendezvous

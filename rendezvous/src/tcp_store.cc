@@ -1,0 +1,337 @@
+#include "ddprun/rendezvous/tcp_store.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "client/client_socket.h"
+#include "protocol/wire.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using detail::ClientSocket;
+using detail::SocketError;
+using detail::SocketTimeout;
+using protocol::Op;
+using Clock = std::chrono::steady_clock;
+
+// Longest we wait for CANCEL_WAIT's answer or a handshake reply from a server that is up.
+constexpr auto kControlReplyTimeout = std::chrono::seconds(30);
+
+void putOp(std::string& out, WireDialect dialect, Op op) {
+  protocol::putU8(out, *protocol::wireCode(dialect, op));
+}
+
+void putKey(std::string& out, std::string_view prefix, std::string_view key) {
+  protocol::putU64(out, prefix.size() + key.size());
+  out.append(prefix).append(key);
+}
+
+void putKeys(std::string& out, std::string_view prefix, const std::vector<std::string>& keys) {
+  protocol::putU64(out, keys.size());
+  for (const std::string& key : keys) putKey(out, prefix, key);
+}
+
+// Exponential backoff with +/- jitter, so that a thousand clients of a restarting server do not
+// knock in lockstep.
+class Backoff {
+ public:
+  explicit Backoff(const TcpStoreOptions& options)
+      : next_(options.initialBackoff),
+        max_(options.maxBackoff),
+        factor_(options.backoffFactor),
+        jitter_(std::clamp(options.backoffJitter, 0.0, 1.0)),
+        random_(std::random_device{}()) {}
+
+  std::chrono::milliseconds nextDelay() {
+    std::uniform_real_distribution<double> spread(1.0 - jitter_, 1.0 + jitter_);
+    const auto delay = std::chrono::milliseconds(
+        static_cast<std::int64_t>(static_cast<double>(next_.count()) * spread(random_)));
+    next_ = std::min(max_, std::chrono::milliseconds(static_cast<std::int64_t>(
+                               static_cast<double>(next_.count()) * factor_ + 1)));
+    return delay;
+  }
+
+ private:
+  std::chrono::milliseconds next_;
+  std::chrono::milliseconds max_;
+  double factor_;
+  double jitter_;
+  std::mt19937 random_;
+};
+
+std::string quoted(std::string_view key) {
+  return key.empty() ? std::string() : fmt::format(" '{}'", key);
+}
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  Store::setTimeout(options_.timeout);
+  std::lock_guard lock(mutex_);
+  connect();
+}
+
+TcpStore::~TcpStore() = default;
+
+std::string TcpStore::where() const {
+  const bool ipv6 = options_.host.find(':') != std::string::npos;
+  return ipv6 ? fmt::format("store [{}]:{}", options_.host, options_.port)
+              : fmt::format("store {}:{}", options_.host, options_.port);
+}
+
+void TcpStore::connect() {
+  socket_.reset();
+  const auto started = Clock::now();
+  const auto deadline = started + options_.connectTimeout;
+  Backoff backoff(options_);
+  std::string lastError;
+  bool handshakeFailed = false;
+  int attempts = 0;
+  for (;;) {
+    ++attempts;
+    try {
+      auto socket = ClientSocket::connect(options_.host, options_.port, deadline);
+      socket->setSendTimeout(options_.timeout);
+      if (options_.dialect == WireDialect::kTorch2) {
+        // VALIDATE, then PING with a random nonce that must come back unchanged. Separate writes,
+        // as torch's client does: the libuv server rejects a VALIDATE split from its magic, and
+        // one frame per send is the layout every server has been tested with.
+        handshakeFailed = true;
+        std::string frame;
+        putOp(frame, options_.dialect, Op::kValidate);
+        protocol::putU32(frame, protocol::kValidationMagic);
+        socket->sendAll(frame);
+        const auto nonce = static_cast<std::uint32_t>(std::random_device{}());
+        frame.clear();
+        putOp(frame, options_.dialect, Op::kPing);
+        protocol::putU32(frame, nonce);
+        socket->sendAll(frame);
+        const std::uint32_t echoed =
+            socket->readU32(std::min(deadline, Clock::now() + kControlReplyTimeout));
+        if (echoed != nonce) {
+          throw SocketError(fmt::format("PING returned 0x{:08x} instead of 0x{:08x}", echoed, nonce));
+        }
+        handshakeFailed = false;
+      }
+      socket_ = std::move(socket);
+      return;
+    } catch (const SocketError& error) {
+      lastError = error.what();
+    }
+    const auto delay = backoff.nextDelay();
+    if (Clock::now() + delay >= deadline) break;
+    std::this_thread::sleep_for(delay);
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+  std::string hint;
+  if (handshakeFailed) {
+    hint = "; the server dropped the torch 2.x handshake (a torch 1.13 TCPStore server needs the "
+           "torch-1.13 dialect)";
+  } else if (lastError.find("refused") != std::string::npos) {
+    hint = "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?";
+  }
+  throw StoreConnectionError(fmt::format("{}: cannot connect after {} ms and {} attempts: {}{}",
+                                         where(), waited.count(), attempts, lastError, hint));
+}
+
+template <typename Body>
+auto TcpStore::call(std::string_view what, std::string_view key, Body&& body) {
+  std::lock_guard lock(mutex_);
+  if (!socket_) connect();
+  try {
+    request_.clear();
+    return body(*socket_);
+  } catch (const SocketError& error) {
+    socket_.reset();
+    throw StoreConnectionError(
+        fmt::format("{}: {}{} failed: {}", where(), what, quoted(key), error.what()));
+  }
+}
+
+void TcpStore::throwUnsupported(std::string_view what) const {
+  throw StoreUnsupportedError(fmt::format("{}: {} is not part of the {} protocol", where(), what,
+                                          dialectName(options_.dialect)));
+}
+
+void TcpStore::set(std::string_view key, std::string_view value) {
+  call("set", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kSet);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putBlob(request_, value);
+    socket.sendAll(request_);
+  });
+}
+
+void TcpStore::finishWait(const std::vector<std::string>& keys, Duration timeout) {
+  ClientSocket& socket = *socket_;
+  socket.sendAll(request_);
+  try {
+    socket.readU8(Clock::now() + timeout);
+    return;
+  } catch (const SocketTimeout&) {
+  }
+  if (options_.dialect == WireDialect::kTorch2) {
+    // The server may have sent STOP_WAITING just before it saw the cancel: then `00 01` arrives.
+    request_.clear();
+    putOp(request_, options_.dialect, Op::kCancelWait);
+    socket.sendAll(request_);
+    const auto deadline = Clock::now() + kControlReplyTimeout;
+    if (socket.readU8(deadline) == protocol::kStopWaiting) socket.readU8(deadline);
+  } else {
+    // 1.13 cannot cancel: a late STOP_WAITING would be taken as the next reply. Start afresh.
+    socket_.reset();
+  }
+  throw StoreTimeoutError(fmt::format("{}: wait timed out after {} ms, keys: {}", where(),
+                                      timeout.count(), fmt::join(keys, ", ")));
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  call("wait", {}, [&](ClientSocket&) {
+    putOp(request_, options_.dialect, Op::kWait);
+    putKeys(request_, options_.keyPrefix, keys);
+    finishWait(keys, timeout);
+  });
+}
+
+std::string TcpStore::get(std::string_view key) {
+  return call("get", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kWait);
+    putKeys(request_, options_.keyPrefix, {std::string(key)});
+    finishWait({std::string(key)}, timeout());
+    request_.clear();
+    putOp(request_, options_.dialect, Op::kGet);
+    putKey(request_, options_.keyPrefix, key);
+    socket.sendAll(request_);
+    return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+  });
+}
+
+std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
+  return call("add", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kAdd);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putI64(request_, delta);
+    socket.sendAll(request_);
+    try {
+      return socket.readI64(Clock::now() + options_.timeout);
+    } catch (const SocketTimeout&) {
+      throw;
+    } catch (const SocketError& error) {
+      throw SocketError(std::string(error.what()) +
+                        " (a server closes the connection when the value is not an integer)");
+    }
+  });
+}
+
+std::string TcpStore::compareSet(std::string_view key, std::string_view expected,
+                                 std::string_view desired) {
+  return call("compareSet", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kCompareSet);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putBlob(request_, expected);
+    protocol::putBlob(request_, desired);
+    socket.sendAll(request_);
+    return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+  });
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  return call("check", {}, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kCheck);
+    putKeys(request_, options_.keyPrefix, keys);
+    socket.sendAll(request_);
+    return socket.readU8(Clock::now() + options_.timeout) == protocol::kCheckReady;
+  });
+}
+
+bool TcpStore::deleteKey(std::string_view key) {
+  return call("deleteKey", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kDeleteKey);
+    putKey(request_, options_.keyPrefix, key);
+    socket.sendAll(request_);
+    return socket.readI64(Clock::now() + options_.timeout) != 0;
+  });
+}
+
+std::int64_t TcpStore::numKeys() {
+  return call("numKeys", {}, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kNumKeys);
+    socket.sendAll(request_);
+    return socket.readI64(Clock::now() + options_.timeout);
+  });
+}
+
+std::vector<std::string> TcpStore::multiGet(const std::vector<std::string>& keys) {
+  if (options_.dialect == WireDialect::kTorch113) return Store::multiGet(keys);
+  return call("multiGet", {}, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kWait);
+    putKeys(request_, options_.keyPrefix, keys);
+    finishWait(keys, timeout());
+    request_.clear();
+    putOp(request_, options_.dialect, Op::kMultiGet);
+    putKeys(request_, options_.keyPrefix, keys);
+    socket.sendAll(request_);
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    const auto deadline = Clock::now() + options_.timeout;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      values.push_back(socket.readBlob(options_.maxReplyValueBytes, deadline));
+    }
+    return values;
+  });
+}
+
+void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (options_.dialect == WireDialect::kTorch113 || keys.size() != values.size()) {
+    Store::multiSet(keys, values);  // also reports the size mismatch
+    return;
+  }
+  call("multiSet", {}, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kMultiSet);
+    protocol::putU64(request_, keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      putKey(request_, options_.keyPrefix, keys[i]);
+      protocol::putBlob(request_, values[i]);
+    }
+    socket.sendAll(request_);
+  });
+}
+
+void TcpStore::append(std::string_view key, std::string_view value) {
+  if (options_.dialect == WireDialect::kTorch113) {
+    Store::append(key, value);
+    return;
+  }
+  call("append", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kAppend);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putBlob(request_, value);
+    socket.sendAll(request_);
+  });
+}
+
+std::vector<std::string> TcpStore::listKeys() {
+  if (options_.dialect == WireDialect::kTorch113) throwUnsupported("listKeys");
+  return call("listKeys", {}, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kListKeys);
+    socket.sendAll(request_);
+    const auto deadline = Clock::now() + options_.timeout;
+    const std::int64_t count = socket.readI64(deadline);
+    std::vector<std::string> keys;
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::string key = socket.readBlob(options_.maxReplyValueBytes, deadline);
+      // Like torch's client: keys of other namespaces (e.g. "init/") are not shown.
+      if (key.starts_with(options_.keyPrefix)) keys.push_back(key.substr(options_.keyPrefix.size()));
+    }
+    return keys;
+  });
+}
+
+}  // namespace ddprun::rendezvous

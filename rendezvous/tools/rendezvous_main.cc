@@ -1,0 +1,181 @@
+// ddprun-rendezvous: the rendezvous store as a standalone daemon.
+//
+// Prints one line "listening on HOST:PORT" on stdout once it accepts connections (with --port 0
+// that is how callers learn the port), logs to stderr, and exits 0 on SIGTERM or SIGINT after
+// closing every connection. Bad arguments and addresses it cannot listen on exit 2 with one line.
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/rendezvous/server.h"
+
+namespace po = boost::program_options;
+using ddprun::rendezvous::RendezvousServer;
+using ddprun::rendezvous::ServerError;
+using ddprun::rendezvous::ServerOptions;
+
+namespace {
+
+constexpr const char* kProgram = "ddprun-rendezvous";
+constexpr int kUsageError = 2;
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::chrono::milliseconds seconds(double value, const char* option) {
+  if (!(value > 0)) throw UsageError(fmt::format("--{} must be a positive number of seconds", option));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000));
+}
+
+// Each connection holds a descriptor; the default soft limit (often 1024) would cap the store far
+// below what a large job needs, so use everything the hard limit allows.
+void raiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+struct Parsed {
+  ServerOptions server;
+  spdlog::level::level_enum logLevel = spdlog::level::info;
+  bool exitNow = false;
+};
+
+Parsed parse(int argc, char** argv) {
+  Parsed parsed;
+  ServerOptions& o = parsed.server;
+  int port = o.port;
+  std::string logLevel = "info";
+  double partialTimeout = static_cast<double>(o.partialRequestTimeout.count()) / 1000;
+  double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
+  long keepAliveIdle = o.keepAliveIdle.count();
+  long keepAliveInterval = o.keepAliveInterval.count();
+
+  po::options_description options(fmt::format(
+      "Usage: {} [--host H] [--port P] [options]\n\n"
+      "The ddprun rendezvous store: a TCP key-value store that speaks PyTorch's c10d TCPStore\n"
+      "protocol (torch 1.13 and 2.x clients on the same port). Prints \"listening on HOST:PORT\"\n"
+      "when ready; SIGTERM or SIGINT stops it cleanly.\n\nOptions",
+      kProgram));
+  // clang-format off
+  options.add_options()
+      ("help,h", "show this help and exit")
+      ("version", "show the version and exit")
+      ("host", po::value(&o.host)->default_value(o.host),
+       "the one address to listen on (0.0.0.0 for every IPv4 interface)")
+      ("port", po::value(&port)->default_value(port), "TCP port; 0 picks a free one")
+      ("max-connections", po::value(&o.maxConnections)->default_value(o.maxConnections),
+       "connections beyond this are closed at once")
+      ("max-key-bytes", po::value(&o.limits.maxKeyBytes)->default_value(o.limits.maxKeyBytes),
+       "longest key a request may carry")
+      ("max-value-bytes", po::value(&o.limits.maxValueBytes)->default_value(o.limits.maxValueBytes),
+       "largest value a request may carry")
+      ("max-keys-per-request",
+       po::value(&o.limits.maxKeysPerRequest)->default_value(o.limits.maxKeysPerRequest),
+       "most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
+      ("partial-request-timeout", po::value(&partialTimeout)->default_value(partialTimeout),
+       "seconds a connection may sit on half a request before it is closed")
+      ("write-stall-timeout", po::value(&writeStallTimeout)->default_value(writeStallTimeout),
+       "seconds a connection may leave its replies unread before it is closed")
+      ("keepalive-idle", po::value(&keepAliveIdle)->default_value(keepAliveIdle),
+       "seconds of silence before TCP keep-alive probes check that the peer still exists (0: off)")
+      ("keepalive-interval", po::value(&keepAliveInterval)->default_value(keepAliveInterval),
+       "seconds between keep-alive probes")
+      ("keepalive-probes", po::value(&o.keepAliveProbes)->default_value(o.keepAliveProbes),
+       "unanswered probes after which the connection is dropped")
+      ("log-level", po::value(&logLevel)->default_value(logLevel),
+       "trace, debug, info, warn, error or off");
+  // clang-format on
+
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
+    po::notify(values);
+  } catch (const po::error& error) {
+    throw UsageError(error.what());
+  }
+  if (values.count("help")) {
+    std::cout << options << "\n";
+    parsed.exitNow = true;
+    return parsed;
+  }
+  if (values.count("version")) {
+    std::cout << kProgram << " " << DDPRUN_VERSION << "\n";
+    parsed.exitNow = true;
+    return parsed;
+  }
+  if (port < 0 || port > 65535) throw UsageError(fmt::format("--port {} is not in 0..65535", port));
+  o.port = static_cast<std::uint16_t>(port);
+  if (o.maxConnections == 0) throw UsageError("--max-connections must be at least 1");
+  o.partialRequestTimeout = seconds(partialTimeout, "partial-request-timeout");
+  o.writeStallTimeout = seconds(writeStallTimeout, "write-stall-timeout");
+  if (keepAliveIdle < 0 || keepAliveInterval < 1 || o.keepAliveProbes < 1) {
+    throw UsageError("--keepalive-idle must be >= 0, --keepalive-interval and --keepalive-probes >= 1");
+  }
+  o.keepAliveIdle = std::chrono::seconds(keepAliveIdle);
+  o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
+  parsed.logLevel = spdlog::level::from_str(logLevel);
+  if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
+    throw UsageError(fmt::format("--log-level '{}' is not one of trace, debug, info, warn, error, off",
+                                 logLevel));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Parsed parsed;
+  try {
+    parsed = parse(argc, argv);
+  } catch (const UsageError& error) {
+    std::cerr << kProgram << ": error: " << error.what() << " (see --help)\n";
+    return kUsageError;
+  }
+  if (parsed.exitNow) return 0;
+
+  auto logger = spdlog::stderr_color_mt(kProgram);
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%l] %v");
+  logger->set_level(parsed.logLevel);
+  spdlog::set_default_logger(logger);
+
+  // Signals are taken synchronously by this thread; the serving thread inherits the blocked mask.
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGINT);
+  sigaddset(&stopSignals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  raiseDescriptorLimit();
+
+  try {
+    RendezvousServer server(parsed.server);
+    server.start();
+    std::printf("listening on %s\n", server.address().c_str());
+    std::fflush(stdout);
+    spdlog::info("listening on {} (max {} connections)", server.address(),
+                 parsed.server.maxConnections);
+    int signal = 0;
+    sigwait(&stopSignals, &signal);
+    spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+  } catch (const ServerError& error) {
+    std::cerr << kProgram << ": error: " << error.what() << "\n";
+    return kUsageError;
+  } catch (const std::exception& error) {
+    std::cerr << kProgram << ": error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

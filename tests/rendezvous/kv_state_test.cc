@@ -1,0 +1,131 @@
+// KvState: the store's semantics without any I/O.
+#include <catch2/catch.hpp>
+
+#include "kv_state.h"
+
+using ddprun::rendezvous::KvObserver;
+using ddprun::rendezvous::KvState;
+using ddprun::rendezvous::parseCounter;
+using ddprun::rendezvous::protocol::WatchEvent;
+
+namespace {
+
+struct Recorder final : KvObserver {
+  std::vector<std::uint64_t> done;
+  std::vector<std::string> events;
+  void onWaitDone(std::uint64_t id) override { done.push_back(id); }
+  void onWatchEvent(WatchEvent event, std::string_view key, std::string_view oldValue,
+                    std::string_view newValue) override {
+    events.push_back(std::to_string(static_cast<int>(event)) + ":" + std::string(key) + ":" +
+                     std::string(oldValue) + ">" + std::string(newValue));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("counters parse like std::stoll", "[kv]") {
+  CHECK(parseCounter("12") == 12);
+  CHECK(parseCounter(" 12abc") == 12);
+  CHECK(parseCounter("-7") == -7);
+  CHECK(parseCounter("+7") == 7);
+  CHECK_FALSE(parseCounter("abc"));
+  CHECK_FALSE(parseCounter(""));
+  CHECK_FALSE(parseCounter("99999999999999999999"));
+}
+
+TEST_CASE("add wraps around int64 and refuses non-integers without changing them", "[kv]") {
+  KvState kv;
+  kv.set("max", "9223372036854775807");
+  CHECK(kv.add("max", 1) == std::numeric_limits<std::int64_t>::min());
+  kv.set("text", "abc");
+  CHECK_FALSE(kv.add("text", 1));
+  CHECK(*kv.find("text") == "abc");
+}
+
+TEST_CASE("a wait counts the keys missing when it starts", "[kv]") {
+  KvState kv;
+  Recorder r;
+  kv.set("have", "1");
+  CHECK(kv.wait(&r, 1, {"have"}));
+  CHECK_FALSE(kv.wait(&r, 2, {"have", "a", "b"}));
+  kv.set("a", "1");
+  CHECK(r.done.empty());
+  kv.erase("a");   // appeared once: still counts
+  kv.append("b", "x");
+  CHECK(r.done == std::vector<std::uint64_t>{2});
+  CHECK_FALSE(kv.hasWaits(&r));
+}
+
+TEST_CASE("the same missing key twice in one wait needs one appearance", "[kv]") {
+  KvState kv;
+  Recorder r;
+  CHECK_FALSE(kv.wait(&r, 7, {"k", "k"}));
+  kv.set("k", "v");
+  CHECK(r.done == std::vector<std::uint64_t>{7});
+}
+
+TEST_CASE("cancelWaits and forget drop every registration of an observer", "[kv]") {
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  CHECK_FALSE(kv.wait(&a, 1, {"x"}));
+  CHECK_FALSE(kv.wait(&a, 2, {"y"}));
+  CHECK_FALSE(kv.wait(&b, 3, {"x"}));
+  CHECK(kv.barrier(&a, 4, "bar", 2) == false);
+  CHECK(kv.cancelWaits(&a) == 3);
+  kv.set("x", "1");
+  kv.set("y", "1");
+  CHECK(a.done.empty());
+  CHECK(b.done == std::vector<std::uint64_t>{3});
+  kv.watch(&b, "w");
+  kv.forget(&b);
+  kv.set("w", "1");
+  CHECK(b.events.empty());
+}
+
+TEST_CASE("a queue push wakes only the first waiter; pops are FIFO", "[kv]") {
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  CHECK_FALSE(kv.wait(&a, 1, {"q"}));
+  CHECK_FALSE(kv.wait(&b, 2, {"q"}));
+  kv.queuePush("q", "first");
+  CHECK(a.done.size() == 1);
+  CHECK(b.done.empty());
+  kv.queuePush("q", "second");
+  CHECK(b.done.size() == 1);
+  std::int64_t length = 0;
+  CHECK(kv.queuePop("q", length) == "first");
+  CHECK(length == 2);
+  CHECK(kv.queueLength("q") == 1);
+  CHECK(kv.numKeys() == 0);
+}
+
+TEST_CASE("barrier releases members whose world size is reached", "[kv]") {
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  Recorder c;
+  CHECK(kv.barrier(&a, 1, "bar", 3) == false);
+  CHECK(kv.barrier(&b, 2, "bar", 3) == false);
+  CHECK(kv.barrier(&c, 3, "bar", 3) == true);
+  CHECK(a.done == std::vector<std::uint64_t>{1});
+  CHECK(b.done == std::vector<std::uint64_t>{2});
+  CHECK(*kv.find("bar") == "3");
+  CHECK_FALSE(kv.hasWaits(&a));
+}
+
+TEST_CASE("watchers see created, updated and deleted with old and new values", "[kv]") {
+  KvState kv;
+  Recorder w;
+  kv.watch(&w, "k");
+  kv.set("k", "v1");
+  kv.set("k", "v2");
+  kv.erase("k");
+  kv.add("k", 5);
+  CHECK(kv.compareSet("k", "5", "6") == "6");
+  CHECK(kv.compareSet("k", "nope", "7") == "6");
+  kv.set("other", "x");
+  CHECK(w.events == std::vector<std::string>{"1:k:>v1", "0:k:v1>v2", "2:k:v2>", "1:k:>5",
+                                             "0:k:5>6"});
+}
