@@ -111,3 +111,14 @@ void RawClient::handshake2x() {
 }
 
 }  // namespace ddprun::test
+
+namespace ddprun::test {
+
+std::uint16_t RawClient::localPort() const {
+  sockaddr_in address{};
+  socklen_t length = sizeof address;
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+  return ntohs(address.sin_port);
+}
+
+}  // namespace ddprun::test

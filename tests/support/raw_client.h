@@ -34,6 +34,8 @@ class RawClient {
   bool closedWithin(std::chrono::milliseconds timeout);
   // Sends the 2.x handshake: VALIDATE and a PING whose echo is checked.
   void handshake2x();
+  // This end's port, as the server sees it in "127.0.0.1:<port>".
+  std::uint16_t localPort() const;
 
  private:
   int fd_;

@@ -49,7 +49,11 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::vector<std::string> e
   sigemptyset(&none);
   posix_spawnattr_setsigdefault(&attributes, &all);
   posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  // Its own process group, so that the whole tree (a shell pipeline, a launcher's workers) can
+  // be killed when the test ends.
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   const int rc = ::posix_spawnp(&pid_, args[0], &actions, &attributes, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
@@ -67,10 +71,8 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::vector<std::string> e
 }
 
 Subprocess::~Subprocess() {
-  if (!wait(std::chrono::milliseconds(0))) {
-    ::kill(pid_, SIGKILL);
-    wait(std::chrono::seconds(10));
-  }
+  ::kill(-pid_, SIGKILL);  // whatever of the group is left, the child itself included
+  wait(std::chrono::seconds(10));
   out_.reader.join();
   err_.reader.join();
   ::close(out_.fd);
@@ -131,6 +133,9 @@ std::optional<int> Subprocess::wait(std::chrono::milliseconds timeout) {
     const pid_t done = ::waitpid(pid_, &raw, WNOHANG);
     if (done == pid_) {
       status_ = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+      // Let the readers collect the last output (unless a grandchild still holds the pipes).
+      std::unique_lock lock(mutex_);
+      changed_.wait_for(lock, std::chrono::seconds(2), [this] { return out_.closed && err_.closed; });
       return status_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
@@ -146,6 +151,23 @@ int portFromListeningLine(const std::string& line) {
   } catch (...) {
     return 0;
   }
+}
+
+}  // namespace ddprun::test
+
+#include <fstream>
+
+#include "log_capture.h"
+
+namespace ddprun::test {
+
+std::size_t residentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
 }
 
 }  // namespace ddprun::test

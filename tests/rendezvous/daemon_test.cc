@@ -1,0 +1,138 @@
+// ddprun-rendezvous as users run it: the real binary, its output, its signals and its errors.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ddprun/rendezvous/tcp_store.h"
+#include "subprocess.h"
+
+using namespace ddprun::rendezvous;
+using ddprun::test::portFromListeningLine;
+using ddprun::test::Subprocess;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Starts the daemon with `args` and returns it once it printed its listening line.
+std::unique_ptr<Subprocess> startDaemon(std::vector<std::string> args, int& port) {
+  args.insert(args.begin(), DDPRUN_RENDEZVOUS_BIN);
+  auto daemon = std::make_unique<Subprocess>(args);
+  const auto line = daemon->readLine(10s);
+  REQUIRE(line.has_value());
+  port = portFromListeningLine(*line);
+  REQUIRE(port > 0);
+  return daemon;
+}
+
+bool tcpConnects(const char* address, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, address, &target.sin_addr);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Runs the daemon expecting it to refuse to start; returns (exit status, stderr).
+std::pair<int, std::string> refusedStart(std::vector<std::string> args) {
+  args.insert(args.begin(), DDPRUN_RENDEZVOUS_BIN);
+  Subprocess daemon(args);
+  const auto status = daemon.wait(10s);
+  REQUIRE(status.has_value());
+  return {*status, daemon.errors()};
+}
+
+int countLines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+}  // namespace
+
+TEST_CASE("with port 0 it prints the port it got, serves it, and SIGTERM stops it cleanly", "[daemon]") {
+  int port = 0;
+  auto daemon = startDaemon({"--port", "0"}, port);
+  TcpStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  {
+    TcpStore store(options);
+    store.set("k", "v");
+    CHECK(store.get("k") == "v");
+    const int signal = GENERATE(SIGTERM, SIGINT);
+    daemon->signal(signal);
+    CHECK(daemon->wait(5s) == 0);
+    CHECK_THAT(daemon->errors(),
+               Catch::Contains(signal == SIGTERM ? "received SIGTERM, shutting down"
+                                                 : "received SIGINT, shutting down"));
+  }
+  CHECK_FALSE(tcpConnects("127.0.0.1", port));
+}
+
+TEST_CASE("it listens only on the address it is given", "[daemon]") {
+  int port = 0;
+  auto daemon = startDaemon({"--host", "127.0.0.1", "--port", "0"}, port);
+  CHECK(tcpConnects("127.0.0.1", port));
+  // 127.0.0.2 is this host too (all of 127/8 is loopback): a server bound to every interface,
+  // as torch's is, would answer there.
+  CHECK_FALSE(tcpConnects("127.0.0.2", port));
+  std::ifstream table("/proc/net/tcp");
+  std::stringstream text;
+  text << table.rdbuf();
+  CHECK_THAT(text.str(), Catch::Contains(fmt::format("0100007F:{:04X} 00000000:0000 0A", port)));
+  CHECK_THAT(text.str(), !Catch::Contains(fmt::format("00000000:{:04X} 00000000:0000 0A", port)));
+  daemon->signal(SIGTERM);
+  CHECK(daemon->wait(5s) == 0);
+}
+
+TEST_CASE("a port in use is one clear line and exit code 2", "[daemon]") {
+  int port = 0;
+  auto first = startDaemon({"--port", "0"}, port);
+  const auto [status, errors] = refusedStart({"--port", std::to_string(port)});
+  CHECK(status == 2);
+  CHECK(countLines(errors) == 1);
+  CHECK_THAT(errors, Catch::Contains(fmt::format("cannot listen on 127.0.0.1:{}", port)));
+  CHECK_THAT(errors, Catch::Contains("already in use"));
+  CHECK_THAT(errors, Catch::Contains("port 0"));
+  first->signal(SIGTERM);
+  CHECK(first->wait(5s) == 0);
+}
+
+TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[daemon]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case which = GENERATE(
+      Case{{"--host", "192.0.2.55", "--port", "0"}, "no network interface of this host has that address"},
+      Case{{"--host", "no-such-host.invalid"}, "cannot resolve host 'no-such-host.invalid'"},
+      Case{{"--port", "70000"}, "--port 70000 is not in 0..65535"},
+      Case{{"--port", "http"}, "the argument ('http') for option '--port' is invalid"},
+      Case{{"--log-level", "loud"}, "--log-level 'loud' is not one of"},
+      Case{{"--max-connections", "0"}, "--max-connections must be at least 1"},
+      Case{{"--bogus"}, "unrecognised option '--bogus'"},
+      Case{{"--partial-request-timeout", "-1"}, "must be a positive number of seconds"});
+  INFO(fmt::format("{}", fmt::join(which.args, " ")));
+  const auto [status, errors] = refusedStart(which.args);
+  CHECK(status == 2);
+  CHECK(countLines(errors) == 1);
+  CHECK_THAT(errors, Catch::StartsWith("ddprun-rendezvous: error: "));
+  CHECK_THAT(errors, Catch::Contains(which.says));
+}
+
+TEST_CASE("help and version exit 0", "[daemon]") {
+  Subprocess help({DDPRUN_RENDEZVOUS_BIN, "--help"});
+  CHECK(help.wait(5s) == 0);
+  CHECK_THAT(help.output(), Catch::Contains("--max-connections"));
+  Subprocess version({DDPRUN_RENDEZVOUS_BIN, "--version"});
+  CHECK(version.wait(5s) == 0);
+  CHECK_THAT(version.output(), Catch::StartsWith("ddprun-rendezvous "));
+}

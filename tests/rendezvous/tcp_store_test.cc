@@ -1,0 +1,183 @@
+// TcpStore, the client: connecting with retries, errors that say where and what, surviving
+// timeouts and server restarts, and many threads on one counter.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ddprun/rendezvous/server.h"
+#include "ddprun/rendezvous/tcp_store.h"
+#include "test_server.h"
+
+using namespace ddprun::rendezvous;
+using ddprun::test::TestServer;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A port nobody listens on (taken from the kernel, then released).
+std::uint16_t unusedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+ServerOptions serverOn(std::uint16_t port) {
+  ServerOptions options;
+  options.port = port;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("a client started before its server connects once the server is up", "[tcp_store]") {
+  const std::uint16_t port = unusedPort();
+  std::unique_ptr<RendezvousServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(300ms);
+    server = std::make_unique<RendezvousServer>(serverOn(port));
+    server->start();
+  });
+  TcpStoreOptions options;
+  options.port = port;
+  options.connectTimeout = 10s;
+  const auto started = Clock::now();
+  TcpStore store(options);
+  const auto waited = Clock::now() - started;
+  starter.join();
+  CHECK(waited >= 250ms);
+  CHECK(waited < 3s);  // backoff is capped: no long sleep after the server appears
+  store.set("k", "v");
+  CHECK(store.get("k") == "v");
+}
+
+TEST_CASE("a connect that cannot succeed says where, how long and why", "[tcp_store]") {
+  const std::uint16_t port = unusedPort();
+  TcpStoreOptions options;
+  options.port = port;
+  options.connectTimeout = 400ms;
+  try {
+    TcpStore store(options);
+    FAIL("connected to a port nobody listens on");
+  } catch (const StoreConnectionError& error) {
+    const std::string text = error.what();
+    CHECK_THAT(text, Catch::Contains(fmt::format("store 127.0.0.1:{}", port)));
+    CHECK_THAT(text, Catch::Contains("attempts"));
+    CHECK_THAT(text, Catch::Contains("refused"));
+    CHECK_THAT(text, Catch::Contains("is ddprun-rendezvous"));
+  }
+}
+
+TEST_CASE("an unresolvable host is reported by name", "[tcp_store]") {
+  TcpStoreOptions options;
+  options.host = "no-such-host.invalid";
+  options.connectTimeout = 200ms;
+  CHECK_THROWS_WITH(TcpStore(options), Catch::Contains("cannot resolve host 'no-such-host.invalid'"));
+}
+
+TEST_CASE("a timed-out wait names the store, the keys and the time, and the client stays usable",
+          "[tcp_store]") {
+  TestServer server;
+  for (WireDialect dialect : {WireDialect::kTorch2, WireDialect::kTorch113}) {
+    TcpStore store(server.clientOptions(dialect));
+    try {
+      store.wait({"never", "nor-this"}, 150ms);
+      FAIL("wait did not time out");
+    } catch (const StoreTimeoutError& error) {
+      CHECK_THAT(error.what(), Catch::Contains(fmt::format("store 127.0.0.1:{}", server.port())));
+      CHECK_THAT(error.what(), Catch::Contains("after 150 ms"));
+      CHECK_THAT(error.what(), Catch::Contains("never, nor-this"));
+    }
+    // The key appearing now must not confuse the next reply.
+    TcpStore other(server.clientOptions());
+    other.set("never", "1");
+    CHECK(store.add("after-timeout", 1) >= 1);
+    CHECK(store.get("never") == "1");
+    other.deleteKey("never");
+  }
+}
+
+TEST_CASE("a server restart costs one failed call, then the client reconnects", "[tcp_store]") {
+  const std::uint16_t port = unusedPort();
+  auto server = std::make_unique<RendezvousServer>(serverOn(port));
+  server->start();
+  TcpStoreOptions options;
+  options.port = port;
+  options.connectTimeout = 5s;
+  TcpStore store(options);
+  store.set("k", "v");
+  server.reset();  // everything is gone, connections included
+  CHECK_THROWS_AS(store.get("k"), StoreConnectionError);
+  server = std::make_unique<RendezvousServer>(serverOn(port));
+  server->start();
+  store.set("k", "again");
+  CHECK(store.get("k") == "again");
+}
+
+TEST_CASE("a failed add names the key and the likely reason", "[tcp_store]") {
+  TestServer server;
+  TcpStore store(server.clientOptions());
+  store.set("text", "not a number");
+  try {
+    store.add("text", 1);
+    FAIL("add on text succeeded");
+  } catch (const StoreConnectionError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("add 'text' failed"));
+    CHECK_THAT(error.what(), Catch::Contains("not an integer"));
+  }
+  CHECK(store.get("text") == "not a number");  // reconnected
+}
+
+TEST_CASE("many threads hammering one counter get an exact count", "[tcp_store]") {
+  TestServer server;
+  constexpr int kThreads = 16;
+  constexpr int kAdds = 2000;
+  SECTION("one connection per thread") {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        TcpStore store(server.clientOptions());
+        for (int i = 0; i < kAdds; ++i) store.add("counter", 1);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  SECTION("one connection shared by every thread") {
+    TcpStore shared(server.clientOptions());
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kAdds; ++i) shared.add("counter", 1);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  TcpStore check(server.clientOptions());
+  CHECK(check.get("counter") == std::to_string(kThreads * kAdds));
+}
+
+TEST_CASE("keys carry torch's '/' prefix on the wire and listKeys hides other namespaces",
+          "[tcp_store]") {
+  TestServer server;
+  TcpStore store(server.clientOptions());
+  store.set("k", "v");
+  TcpStoreOptions raw = server.clientOptions();
+  raw.keyPrefix = "";
+  TcpStore unprefixed(raw);
+  CHECK(unprefixed.get("/k") == "v");
+  unprefixed.add("init/", 1);  // what torch's workers register, without a slash
+  CHECK(store.numKeys() == 2);
+  CHECK(store.listKeys() == std::vector<std::string>{"k"});
+}
