@@ -70,16 +70,22 @@ std::string KvState::compareSet(std::string_view key, std::string_view expected,
 }
 
 std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delta) {
+  auto it = map_.find(key);
   std::int64_t current = 0;
-  if (const std::string* existing = find(key)) {
-    std::optional<std::int64_t> parsed = parseCounter(*existing);
+  if (it != map_.end()) {
+    std::optional<std::int64_t> parsed = parseCounter(it->second);
     if (!parsed) return std::nullopt;
     current = *parsed;
   }
   // Two's-complement wrap-around, as torch's int64 addition does in practice.
   const auto sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
                                              static_cast<std::uint64_t>(delta));
-  store(key, std::to_string(sum));
+  if (it != map_.end() && watchers_.empty()) {
+    it->second = std::to_string(sum);  // the hot path of every counter: one lookup, no wake-ups
+    wake(key, /*onlyFirst=*/false);
+  } else {
+    store(key, std::to_string(sum));
+  }
   return sum;
 }
 
@@ -147,6 +153,7 @@ bool KvState::wait(KvObserver* observer, std::uint64_t waitId, const std::vector
 }
 
 void KvState::wake(std::string_view key, bool onlyFirst) {
+  if (waiters_.empty()) return;  // the common case: nobody waits on anything
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
   std::vector<WaitRef> woken;

@@ -166,7 +166,89 @@ RequestDecoder::Status RequestDecoder::nextField() {
   return beginField();
 }
 
+bool RequestDecoder::decodeWhole(const unsigned char*& data, const unsigned char* end) {
+  const std::optional<Op> op = opFromWire(*dialect_, *data);
+  if (!op) return false;
+  const Layout& layout = layoutOf(*op);
+  const unsigned char* cursor = data + 1;
+  std::size_t keyCount = 0;
+  std::size_t valueCount = 0;
+  // Pass 1: is it all here, and within the limits? Nothing is written yet.
+  auto walk = [&](Field field) -> bool {
+    const std::size_t available = static_cast<std::size_t>(end - cursor);
+    if (field == Field::kWord) {
+      if (available < 4) return false;
+      cursor += 4;
+      return true;
+    }
+    if (available < 8) return false;
+    const std::uint64_t n = getU64(cursor);
+    cursor += 8;
+    if (field == Field::kInteger || field == Field::kCount) return true;
+    const bool isKey = field == Field::kKey;
+    if (n > (isKey ? limits_.maxKeyBytes : limits_.maxValueBytes) || n > available - 8) return false;
+    cursor += n;
+    ++(isKey ? keyCount : valueCount);
+    return true;
+  };
+  std::uint64_t items = 0;
+  for (std::uint8_t i = 0; i < layout.headSize; ++i) {
+    if (!walk(layout.head[i])) return false;
+    if (layout.head[i] == Field::kCount) items = getU64(cursor - 8);
+  }
+  if (layout.itemSize > 0) {
+    if (items > limits_.maxKeysPerRequest) return false;
+    for (std::uint64_t n = 0; n < items; ++n) {
+      for (std::uint8_t i = 0; i < layout.itemSize; ++i) {
+        if (!walk(layout.item[i])) return false;
+      }
+    }
+  }
+  // Pass 2: fill the request, reusing the strings' storage from the previous request.
+  request_.op = *op;
+  request_.integer = 0;
+  request_.word = 0;
+  request_.keys.resize(keyCount);
+  request_.values.resize(valueCount);
+  keyCount = 0;
+  valueCount = 0;
+  cursor = data + 1;
+  auto fill = [&](Field field) {
+    switch (field) {
+      case Field::kWord:
+        request_.word = getU32(cursor);
+        cursor += 4;
+        return;
+      case Field::kInteger:
+        request_.integer = static_cast<std::int64_t>(getU64(cursor));
+        cursor += 8;
+        return;
+      case Field::kCount:
+        cursor += 8;
+        return;
+      case Field::kKey:
+      case Field::kValue: {
+        const std::size_t n = static_cast<std::size_t>(getU64(cursor));
+        std::string& target =
+            field == Field::kKey ? request_.keys[keyCount++] : request_.values[valueCount++];
+        target.assign(reinterpret_cast<const char*>(cursor + 8), n);
+        cursor += 8 + n;
+        return;
+      }
+    }
+  };
+  for (std::uint8_t i = 0; i < layout.headSize; ++i) fill(layout.head[i]);
+  for (std::uint64_t n = 0; n < items; ++n) {
+    for (std::uint8_t i = 0; i < layout.itemSize; ++i) fill(layout.item[i]);
+  }
+  data = cursor;
+  return true;
+}
+
 RequestDecoder::Status RequestDecoder::decode(const unsigned char*& data, const unsigned char* end) {
+  if (stage_ == Stage::kOpByte && dialect_ && data < end && decodeWhole(data, end)) {
+    return Status::kRequest;
+  }
   while (data < end) {
     Status status = Status::kNeedMore;
     switch (stage_) {

@@ -82,6 +82,10 @@ class RequestDecoder {
   };
 
   static const Layout& layoutOf(Op op);
+  // The common case in one pass: a whole, well-formed request already in [data, end). Returns
+  // false (consuming nothing) when it is incomplete or needs a closer look; the state machine
+  // then takes over from the op byte.
+  bool decodeWhole(const unsigned char*& data, const unsigned char* end);
   Status startOp(std::uint8_t code);
   Status beginField();
   Status finishFixedField();

@@ -1,6 +1,8 @@
 #include "protocol/wire.h"
 
 #include <array>
+#include <bit>
+#include <cstring>
 
 namespace ddprun::rendezvous {
 
@@ -74,16 +76,29 @@ std::optional<std::uint8_t> wireCode(WireDialect dialect, Op op) {
 
 void putU8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }
 
+namespace {
+
+// The wire is little-endian; on the (little-endian) hosts ddprun runs on this is a plain copy.
+std::uint32_t toLittleEndian(std::uint32_t v) {
+  if constexpr (std::endian::native == std::endian::big) return __builtin_bswap32(v);
+  return v;
+}
+
+std::uint64_t toLittleEndian(std::uint64_t v) {
+  if constexpr (std::endian::native == std::endian::big) return __builtin_bswap64(v);
+  return v;
+}
+
+}  // namespace
+
 void putU32(std::string& out, std::uint32_t v) {
-  char bytes[4];
-  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  out.append(bytes, sizeof bytes);
+  v = toLittleEndian(v);
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 void putU64(std::string& out, std::uint64_t v) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  out.append(bytes, sizeof bytes);
+  v = toLittleEndian(v);
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 void putBlob(std::string& out, std::string_view bytes) {
@@ -92,15 +107,15 @@ void putBlob(std::string& out, std::string_view bytes) {
 }
 
 std::uint32_t getU32(const unsigned char* p) {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return toLittleEndian(v);
 }
 
 std::uint64_t getU64(const unsigned char* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return toLittleEndian(v);
 }
 
 }  // namespace protocol

@@ -3,13 +3,17 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -49,16 +53,18 @@ std::string bindErrorMessage(const std::string& where, const boost::system::erro
   return fmt::format("cannot listen on {}: {}", where, error.message());
 }
 
-// Socket options every accepted connection gets.
-void tuneConnection(tcp::socket& socket, const ServerOptions& options) {
-  boost::system::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
+// The socket options every connection gets. Linux copies them from the listening socket to each
+// accepted one, so they are set once on the listener (thousands of ranks connecting at once then
+// cost no extra syscalls each); tuneConnection() checks the first connection and sets them per
+// connection only on a kernel that does not copy them.
+void applyConnectionOptions(int fd, const ServerOptions& options) {
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   if (options.keepAliveIdle.count() > 0) {
-    socket.set_option(asio::socket_base::keep_alive(true), ignored);
-    const int fd = socket.native_handle();
     const int idle = static_cast<int>(options.keepAliveIdle.count());
     const int interval = static_cast<int>(std::max<long>(1, options.keepAliveInterval.count()));
     const int probes = std::max(1, options.keepAliveProbes);
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
@@ -68,19 +74,35 @@ void tuneConnection(tcp::socket& socket, const ServerOptions& options) {
   }
 }
 
+bool optionsInherited(int fd, const ServerOptions& options) {
+  int value = 0;
+  socklen_t length = sizeof value;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &value, &length) != 0 || value == 0) return false;
+  if (options.keepAliveIdle.count() == 0) return true;
+  length = sizeof value;
+  return ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &value, &length) == 0 &&
+         value == static_cast<int>(options.keepAliveIdle.count());
+}
+
 }  // namespace
 
 class RendezvousServer::Impl {
  public:
   explicit Impl(ServerOptions options)
       : options_(std::move(options)),
-        io_(1),  // one thread: lets Asio skip its cross-thread locking
+        // Every Asio object of this server is used by the serving thread only (stop() reaches it
+        // through an eventfd, not through Asio), so Asio may skip all of its internal locking.
+        io_(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE),
         acceptor_(io_),
         peerSocket_(io_),
         retryTimer_(io_),
         sweepTimer_(io_),
+        stopEvent_(io_),
         context_(options_) {
     listen();
+    const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) throw ServerError(fmt::format("cannot create an eventfd: {}", std::strerror(errno)));
+    stopEvent_.assign(fd);
   }
 
   ~Impl() { stop(); }
@@ -89,8 +111,11 @@ class RendezvousServer::Impl {
   std::string address() const { return formatEndpoint(boundEndpoint_); }
 
   void run() {
+    if (stopRequested_) return;
     acceptNext();
     scheduleSweep();
+    stopEvent_.async_wait(asio::posix::stream_descriptor::wait_read,
+                          [this](const boost::system::error_code&) { shutdown(); });
     io_.run();
   }
 
@@ -100,7 +125,7 @@ class RendezvousServer::Impl {
 
   void stop() {
     if (!stopRequested_.exchange(true)) {
-      asio::post(io_, [this] { shutdown(); });
+      ::eventfd_write(stopEvent_.native_handle(), 1);  // wakes run()'s loop from any thread
     }
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
@@ -132,6 +157,7 @@ class RendezvousServer::Impl {
     // ranks connecting at once are queued instead of refused.
     if (!error) acceptor_.listen(65535, error);
     if (error) throw ServerError(bindErrorMessage(where, error));
+    applyConnectionOptions(acceptor_.native_handle(), options_);
     boundEndpoint_ = acceptor_.local_endpoint();
   }
 
@@ -162,7 +188,11 @@ class RendezvousServer::Impl {
       boost::system::error_code ignored;
       peerSocket_.close(ignored);
     } else {
-      tuneConnection(peerSocket_, options_);
+      if (!inheritanceChecked_) {
+        inheritanceChecked_ = true;
+        optionsInherited_ = optionsInherited(peerSocket_.native_handle(), options_);
+      }
+      if (!optionsInherited_) applyConnectionOptions(peerSocket_.native_handle(), options_);
       auto session = std::make_shared<Session>(std::move(peerSocket_), peer, context_);
       context_.sessions.emplace(session.get(), session);
       context_.accepted.fetch_add(1, std::memory_order_relaxed);
@@ -200,6 +230,7 @@ class RendezvousServer::Impl {
     acceptor_.close(ignored);
     retryTimer_.cancel();
     sweepTimer_.cancel();
+    stopEvent_.close(ignored);
     for (const auto& session : snapshot()) session->close("server shutting down", false);
   }
 
@@ -211,8 +242,11 @@ class RendezvousServer::Impl {
   tcp::endpoint boundEndpoint_;
   asio::steady_timer retryTimer_;
   asio::steady_timer sweepTimer_;
+  asio::posix::stream_descriptor stopEvent_;  // an eventfd written by stop()
   ServerContext context_;
   std::atomic<bool> stopRequested_{false};
+  bool inheritanceChecked_ = false;
+  bool optionsInherited_ = false;
   std::thread thread_;
 };
 

@@ -29,7 +29,12 @@ Session::Session(boost::asio::ip::tcp::socket socket, std::string peer, ServerCo
       readBuffer_(kInitialReadBuffer),
       lastReadAt_(Clock::now()) {}
 
-void Session::start() { readMore(); }
+void Session::start() {
+  // Non-blocking for flush()'s direct writes: a full socket buffer must not block the loop.
+  boost::system::error_code ignored;
+  socket_.non_blocking(true, ignored);
+  readMore();
+}
 
 void Session::readMore() {
   if (closed_ || reading_) return;
@@ -64,34 +69,46 @@ void Session::onRead(const boost::system::error_code& error, std::size_t bytes) 
 }
 
 void Session::processInput() {
-  processing_ = true;
-  while (readBegin_ < readEnd_ && !closed_) {
-    if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
-      pausedForBackpressure_ = true;
-      break;
-    }
-    const unsigned char* cursor = readBuffer_.data() + readBegin_;
-    const auto status = decoder_.decode(cursor, readBuffer_.data() + readEnd_);
-    readBegin_ = static_cast<std::size_t>(cursor - readBuffer_.data());
-    if (status == protocol::RequestDecoder::Status::kError) {
-      close(decoder_.error(), /*isError=*/true);
-      break;
-    }
-    if (status == protocol::RequestDecoder::Status::kRequest) {
-      bool keep;
-      try {
-        keep = handle(decoder_.request());
-      } catch (const std::exception& e) {  // e.g. bad_alloc: costs this connection, not the server
-        close(fmt::format("internal error handling {}: {}", opName(decoder_.request().op), e.what()),
-              /*isError=*/true);
-        keep = false;
+  for (;;) {
+    processing_ = true;
+    while (readBegin_ < readEnd_ && !closed_) {
+      if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
+        pausedForBackpressure_ = true;
+        break;
       }
-      if (!keep) break;
+      const unsigned char* cursor = readBuffer_.data() + readBegin_;
+      const auto status = decoder_.decode(cursor, readBuffer_.data() + readEnd_);
+      readBegin_ = static_cast<std::size_t>(cursor - readBuffer_.data());
+      if (status == protocol::RequestDecoder::Status::kError) {
+        close(decoder_.error(), /*isError=*/true);
+        break;
+      }
+      if (status == protocol::RequestDecoder::Status::kRequest) {
+        bool keep;
+        try {
+          keep = handle(decoder_.request());
+        } catch (const std::exception& e) {  // e.g. bad_alloc: costs this connection only
+          close(fmt::format("internal error handling {}: {}", opName(decoder_.request().op),
+                            e.what()),
+                /*isError=*/true);
+          keep = false;
+        }
+        if (!keep) break;
+      }
     }
+    processing_ = false;
+    if (closed_) return;
+    flush();
+    if (closed_) return;
+    // flush() may have handed everything to the kernel at once; then nothing will call back
+    // (onWritten) to resume a paused connection, so resume here.
+    if (pausedForBackpressure_ && !writing_ &&
+        replyBytesQueued() <= context_.options.maxPendingReplyBytes / 2) {
+      pausedForBackpressure_ = false;
+      continue;
+    }
+    break;
   }
-  processing_ = false;
-  if (closed_) return;
-  flush();
   if (!pausedForBackpressure_) readMore();
 }
 
@@ -229,6 +246,24 @@ void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
 
 void Session::flush() {
   if (closed_ || writing_ || pending_.empty()) return;
+  // Replies are small and the socket buffer is almost always free: write now, in place, and
+  // only fall back to an asynchronous write for what the kernel did not take. This saves the
+  // completion's trip through the event loop on nearly every reply.
+  boost::system::error_code writeError;
+  const std::size_t written = socket_.write_some(boost::asio::buffer(pending_), writeError);
+  if (writeError && writeError != boost::asio::error::would_block) {
+    close(fmt::format("write failed: {}", writeError.message()), /*isError=*/false);
+    return;
+  }
+  if (written == pending_.size()) {
+    if (pending_.capacity() > kRetainedWriteBuffer) {
+      std::string().swap(pending_);
+    } else {
+      pending_.clear();
+    }
+    return;
+  }
+  pending_.erase(0, written);
   std::swap(pending_, inFlight_);
   writing_ = true;
   writeStartedAt_ = Clock::now();
@@ -281,7 +316,6 @@ void Session::close(std::string_view reason, bool isError) {
   }
   context_.kv.forget(this);
   boost::system::error_code ignored;
-  socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   context_.connections.fetch_sub(1, std::memory_order_relaxed);
   // Last: this may drop the final owning reference when no handler is in flight.
