@@ -1,11 +1,15 @@
 #!/usr/bin/python3
 """Side-by-side benchmark of ddprun-rendezvous against torch 1.13's TCPStore server.
 
-Both servers are started by this script and driven, one after the other and alternating per
-measurement, by the same C++ client (ddprun-store-bench, torch 1.13 wire dialect, which torch's
-server requires). Prints a markdown table with the ratio of each figure.
+Both servers run at once; every measurement is repeated, alternating which server goes first,
+and the median of each is reported with the ratio. The same load generator drives both
+(ddprun-store-bench, torch 1.13 wire dialect, which torch's server requires), in two engines:
 
-  bench_store.py --bench BUILD/tests/bench/ddprun-store-bench --daemon BUILD/rendezvous/ddprun-rendezvous
+  threads  one thread and one TcpStore (ddprun's C++ client) per client: what a worker sees;
+           on 2 cores the client threads' own cost dominates and compresses every ratio
+  evented  one thread drives every connection (as redis-benchmark does): the server's capacity
+
+Usage: bench_store.py --bench ddprun-store-bench --daemon ddprun-rendezvous [--repeats N]
 """
 import argparse
 import datetime
@@ -13,9 +17,9 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
-import time
 
 TORCH_PYTHON = "/usr/bin/python3"
 TORCH_SERVER = """
@@ -36,12 +40,18 @@ class Server:
             raise SystemExit(f"{name} did not start: {line!r}")
         self.port = int(line.rsplit(":", 1)[1])
 
-    def rss_mib(self, field="VmRSS"):
+    def memory_mib(self, field):
         with open(f"/proc/{self.process.pid}/status") as status:
             for line in status:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
         return 0.0
+
+    def cpu_seconds(self):
+        """User + system CPU time the server process has used so far."""
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -51,79 +61,91 @@ class Server:
             self.process.kill()
 
 
-def start_servers(daemon):
-    ddprun = Server("ddprun-rendezvous", [daemon, "--port", "0", "--log-level", "warn"])
-    torch = Server("torch 1.13 TCPStore", [TORCH_PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE)
-    return ddprun, torch
+class Bench:
+    def __init__(self, binary, servers, repeats):
+        self.binary = binary
+        self.servers = servers
+        self.repeats = repeats
 
+    def run(self, server, args):
+        cpu_before = server.cpu_seconds()
+        out = subprocess.run([self.binary, "--port", str(server.port), "--dialect", "torch113",
+                              *args], capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"bench failed against {server.name}: {out.stderr.strip()}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if "ops" in result:
+            # What the server itself spent per op: independent of how much CPU the load
+            # generator leaves it on a 2-core machine.
+            result["server_cpu_us"] = (server.cpu_seconds() - cpu_before) * 1e6 / result["ops"]
+        return result
 
-def run(bench, port, *args):
-    out = subprocess.run([bench, "--port", str(port), "--dialect", "torch113", *args],
-                         capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"bench failed: {out.stderr.strip()}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def best_of(repeats, measure, key, better):
-    results = [measure() for _ in range(repeats)]
-    return better(results, key=lambda r: r[key])
+    def median(self, args, key):
+        """Median of `key` per server over the repeats, alternating the order of the servers."""
+        samples = {s.name: [] for s in self.servers}
+        for rep in range(self.repeats):
+            order = self.servers if rep % 2 == 0 else list(reversed(self.servers))
+            for server in order:
+                samples[server.name].append(self.run(server, args))
+        return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]
+                       if isinstance(runs[0][k], (int, float))}
+                for name, runs in samples.items()}
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bench", required=True)
     parser.add_argument("--daemon", required=True)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    servers = start_servers(args.daemon)
-    ddprun, torch = servers
-    rss_idle = {s.name: s.rss_mib() for s in servers}
+
+    ddprun = Server("ddprun", [args.daemon, "--port", "0", "--log-level", "warn"])
+    torch = Server("torch", [TORCH_PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE)
+    servers = [ddprun, torch]
+    bench = Bench(args.bench, servers, args.repeats)
+    idle_rss = {s.name: s.memory_mib("VmRSS") for s in servers}
     rows = []
     try:
-        for clients, rounds in ((1, 3000), (16, 600), (256, 60)):
-            result = {}
-            for s in servers:
-                result[s.name] = best_of(args.repeats, lambda: run(args.bench, s.port, "--mode", "ops",
-                                                                    "--clients", str(clients),
-                                                                    "--rounds", str(rounds)),
-                                         "ops_per_s", max)
-            d, t = result[ddprun.name], result[torch.name]
-            rows.append((f"set/get/add, {clients} client{'s' if clients > 1 else ''}: ops/s",
-                         f"{d['ops_per_s']:,.0f}", f"{t['ops_per_s']:,.0f}",
-                         f"{d['ops_per_s'] / t['ops_per_s']:.2f}x"))
-            rows.append((f"  p50 / p99 per op (us)", f"{d['p50_us']:.0f} / {d['p99_us']:.0f}",
-                         f"{t['p50_us']:.0f} / {t['p99_us']:.0f}", ""))
-        for clients in (1024, 4096):
-            result = {}
-            for s in servers:
-                result[s.name] = best_of(args.repeats, lambda: run(args.bench, s.port, "--mode",
-                                                                    "barrier", "--clients",
-                                                                    str(clients)),
-                                         "seconds", min)
-            d, t = result[ddprun.name], result[torch.name]
-            rows.append((f"init barrier, {clients} connections: seconds", f"{d['seconds']:.3f}",
-                         f"{t['seconds']:.3f}", f"{t['seconds'] / d['seconds']:.1f}x faster"))
-        result = {}
-        for s in servers:
-            result[s.name] = run(args.bench, s.port, "--mode", "idle", "--idle", "2000",
-                                 "--rounds", "2000")
-        d, t = result[ddprun.name], result[torch.name]
-        rows.append(("add p50 with 2,000 idle connections open: slowdown",
-                     f"{d['slowdown']:.2f}x ({d['p50_us_before']:.0f} -> {d['p50_us_with']:.0f} us)",
-                     f"{t['slowdown']:.2f}x ({t['p50_us_before']:.0f} -> {t['p50_us_with']:.0f} us)",
-                     ""))
-        rows.append(("server RSS idle / peak (MiB)",
-                     f"{rss_idle[ddprun.name]:.1f} / {ddprun.rss_mib('VmHWM'):.1f}",
-                     f"{rss_idle[torch.name]:.1f} / {torch.rss_mib('VmHWM'):.1f}", ""))
+        for engine in ("evented", "threads"):
+            for clients, rounds in ((1, 3000), (16, 1000), (256, 100)):
+                r = bench.median(["--mode", "ops", "--engine", engine, "--clients", str(clients),
+                                  "--rounds", str(rounds)], "ops_per_s")
+                d, t = r["ddprun"], r["torch"]
+                rows.append((f"set/get/add ops/s, {clients} client{'s' * (clients > 1)}, {engine}",
+                             f"{d['ops_per_s']:,.0f}", f"{t['ops_per_s']:,.0f}",
+                             f"**{d['ops_per_s'] / t['ops_per_s']:.2f}x**"))
+                rows.append(("&nbsp;&nbsp;p50 / p99 latency per request (us)",
+                             f"{d['p50_us']:.0f} / {d['p99_us']:.0f}",
+                             f"{t['p50_us']:.0f} / {t['p99_us']:.0f}", ""))
+                rows.append(("&nbsp;&nbsp;server CPU per op (us)", f"{d['server_cpu_us']:.1f}",
+                             f"{t['server_cpu_us']:.1f}",
+                             f"{t['server_cpu_us'] / d['server_cpu_us']:.2f}x less"))
+        for engine in ("evented", "threads"):
+            for clients in (1024, 4096):
+                r = bench.median(["--mode", "barrier", "--engine", engine, "--clients",
+                                  str(clients)], "seconds")
+                d, t = r["ddprun"], r["torch"]
+                rows.append((f"init barrier (connect, add, wait), {clients} connections, {engine}: s",
+                             f"{d['seconds']:.3f}", f"{t['seconds']:.3f}",
+                             f"**{t['seconds'] / d['seconds']:.1f}x faster**"))
+        r = bench.median(["--mode", "idle", "--idle", "2000", "--rounds", "2000"], "slowdown")
+        d, t = r["ddprun"], r["torch"]
+        rows.append(("add p50 before -> with 2,000 idle connections (us)",
+                     f"{d['p50_us_before']:.0f} -> {d['p50_us_with']:.0f} "
+                     f"(**{d['slowdown']:.2f}x**)",
+                     f"{t['p50_us_before']:.0f} -> {t['p50_us_with']:.0f} "
+                     f"(**{t['slowdown']:.2f}x**)", ""))
+        rows.append(("server RSS: idle / peak (MiB)",
+                     f"{idle_rss['ddprun']:.1f} / {ddprun.memory_mib('VmHWM'):.1f}",
+                     f"{idle_rss['torch']:.1f} / {torch.memory_mib('VmHWM'):.1f}", ""))
     finally:
         for s in servers:
             s.stop()
 
     print(f"Store benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
-          f"best of {args.repeats} per figure; client: ddprun TcpStore, torch-1.13 dialect")
+          f"median of {args.repeats} alternating runs per figure")
     print()
-    print("| measurement | ddprun-rendezvous | torch 1.13 TCPStore | ratio |")
+    print("| measurement | ddprun-rendezvous | torch 1.13 TCPStore | ddprun vs torch |")
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

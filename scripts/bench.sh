@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Benchmarks, each side by side with its anchor in one run (figures go to docs/benchmarks.md).
+#
+#   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh > /dev/null
+scripts/build.sh --release > /dev/null
+case "${1:-store}" in
+  store)
+    /usr/bin/python3 tests/bench/bench_store.py --bench build-release/tests/bench/ddprun-store-bench \
+      --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
+  *) echo "bench: unknown benchmark '$1' (store)" >&2; exit 2 ;;
+esac
