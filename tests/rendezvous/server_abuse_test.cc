@@ -11,7 +11,9 @@
 #include "test_server.h"
 
 using namespace ddprun::rendezvous;
+using ddprun::test::blob;
 using ddprun::test::hex;
+using ddprun::test::u64;
 using ddprun::test::LogCapture;
 using ddprun::test::RawClient;
 using ddprun::test::residentBytes;
@@ -21,12 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string u64(std::uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return out;
-}
-std::string blob(std::string_view bytes) { return u64(bytes.size()) + std::string(bytes); }
 
 struct Latencies {
   std::vector<double> ms;

@@ -7,7 +7,9 @@
 #include "raw_client.h"
 #include "test_server.h"
 
+using ddprun::test::blob;
 using ddprun::test::hex;
+using ddprun::test::u64;
 using ddprun::test::RawClient;
 using ddprun::test::TestServer;
 using ddprun::test::toHex;
@@ -15,12 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string u64(std::uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-  return out;
-}
-std::string blob(std::string_view bytes) { return u64(bytes.size()) + std::string(bytes); }
 
 // Receives exactly `expected.size()` bytes and compares them in hex (readable failures).
 void expectReply(RawClient& client, const std::string& expected) {

@@ -42,6 +42,14 @@ std::string toHex(std::string_view bytes) {
   return out;
 }
 
+std::string u64(std::uint64_t v) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  return out;
+}
+
+std::string blob(std::string_view bytes) { return u64(bytes.size()) + std::string(bytes); }
+
 RawClient::RawClient(const std::string& host, std::uint16_t port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};

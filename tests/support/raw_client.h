@@ -16,6 +16,9 @@ using namespace std::chrono_literals;
 std::string hex(std::string_view text);
 // Bytes -> lowercase hex without spaces, for readable assertion failures.
 std::string toHex(std::string_view bytes);
+// Wire fields: a little-endian uint64, and a blob (length, then the bytes).
+std::string u64(std::uint64_t v);
+std::string blob(std::string_view bytes);
 
 class RawClient {
  public:
