@@ -1,0 +1,103 @@
+// LaunchConfig: everything one `ddprun` invocation asks for, after the command line and the
+// PET_* environment have been parsed and validated (cli.h). Plain data with torchrun 2.x's
+// defaults; every other part of the agent reads its settings from here.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+enum class RdzvBackend {
+  kStatic,  // --node-rank / --master-addr / --master-port; node rank 0 hosts the store
+  kC10d,    // --rdzv-endpoint host:port; a store on the endpoint (agent-hosted or a daemon)
+};
+
+// How the training script is started (torchrun's four modes, plus executables run directly).
+enum class EntryKind {
+  kPythonScript,  // <python> -u script.py args
+  kPythonModule,  // <python> -u -m module args            (-m)
+  kExecutable,    // script args                            (--no-python, or any executable file)
+  kRunPath,       // <python> -u -c <runpy.run_path(script)> args   (--run-path)
+};
+
+// Which of a worker's standard streams a setting applies to.
+struct StdStreams {
+  bool out = false;
+  bool err = false;
+  bool operator==(const StdStreams&) const = default;
+};
+
+// torchrun's -r/--redirects and -t/--tee value: "0".."3" for every local rank, or a per-rank map
+// such as "0:1,1:3" (ranks not listed: nothing). ddprun accepts multi-digit ranks.
+struct StreamSelection {
+  StdStreams all;
+  std::map<int, StdStreams> perRank;
+  bool perRankGiven = false;
+  StdStreams forRank(int localRank) const {
+    if (!perRankGiven) return all;
+    auto it = perRank.find(localRank);
+    return it == perRank.end() ? StdStreams{} : it->second;
+  }
+  bool operator==(const StreamSelection&) const = default;
+};
+
+struct LaunchConfig {
+  // --- nodes and processes ---
+  int minNodes = 1;                 // --nnodes N or MIN:MAX
+  int maxNodes = 1;
+  int nprocPerNode = 1;             // --nproc-per-node: resolved count (cpu/gpu/auto resolved)
+  std::string nprocPerNodeSpec = "1";  // as given, for messages and logs
+
+  // --- rendezvous ---
+  RdzvBackend rdzvBackend = RdzvBackend::kStatic;
+  std::string rdzvEndpoint;         // as given ("" = none)
+  std::string rdzvHost;             // parsed endpoint host (brackets removed for IPv6)
+  std::uint16_t rdzvPort = 0;       // parsed endpoint port (c10d default 29400)
+  std::string rdzvId = "none";      // --rdzv-id; becomes TORCHELASTIC_RUN_ID
+  std::map<std::string, std::string> rdzvConf;  // --rdzv-conf k=v,... (known keys only)
+  bool standalone = false;          // --standalone: c10d on 127.0.0.1:0, random run id
+
+  // --- restarts and timing ---
+  int maxRestarts = 0;                                     // for the whole job, not per node
+  double monitorInterval = 0.1;      // accepted for compatibility; ddprun is event-driven
+  std::chrono::milliseconds shutdownTimeout{30000};        // SIGTERM -> SIGKILL grace
+  std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+
+  // --- what runs ---
+  EntryKind entryKind = EntryKind::kPythonScript;
+  std::string python;               // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
+  std::string trainingScript;       // script path, module name or executable (as given)
+  std::vector<std::string> trainingScriptArgs;  // passed through untouched
+  std::string role = "default";     // --role
+  std::string startMethod = "spawn";        // accepted; only meaningful for --run-path
+  std::string eventLogHandler = "null";     // --event-log-handler
+  std::string numaBinding;          // --numa-binding ("" = none)
+  bool virtualLocalRank = false;    // --virtual-local-rank
+
+  // --- static rendezvous ---
+  int nodeRank = 0;                 // --node-rank
+  std::string masterAddr = "127.0.0.1";     // --master-addr
+  std::optional<std::uint16_t> masterPort;  // --master-port (nothing = 29500)
+  std::string localAddr;            // --local-addr ("" = detect)
+
+  // --- logs ---
+  std::string logDir;               // --log-dir ("" = none)
+  StreamSelection redirects;        // -r/--redirects
+  StreamSelection tee;              // -t/--tee
+  std::optional<std::set<int>> localRanksFilter;  // --local-ranks-filter (nothing = all)
+  std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters
+  std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
+};
+
+// The static backend's default port, and c10d's default endpoint port.
+inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+inline constexpr std::uint16_t kDefaultC10dPort = 29400;
+
+}  // namespace ddprun::launcher

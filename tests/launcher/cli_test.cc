@@ -1,0 +1,3 @@
+// (placeholder: being written)
+#include <catch2/catch.hpp>
+TEST_CASE("cli placeholder", "[placeholder]") { SUCCEED(); }
