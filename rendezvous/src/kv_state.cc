@@ -251,7 +251,9 @@ bool KvState::hasWaits(const KvObserver* observer) const {
 
 void KvState::dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::iterator state) {
   const ObserverState& s = state->second;
-  if (s.waits.empty() && s.barrierKeys.empty() && s.watchedKeys.empty()) observers_.erase(state);
+  if (s.waits.empty() && s.barrierKeys.empty() && s.watchedKeys.empty() && s.heldKeys.empty()) {
+    observers_.erase(state);
+  }
 }
 
 void KvState::watch(KvObserver* observer, std::string_view key) {
@@ -272,6 +274,11 @@ void KvState::forget(KvObserver* observer) {
   cancelWaits(observer);
   auto state = observers_.find(observer);
   if (state == observers_.end()) return;
+  // Copy: dropHolder() edits the list, and notifications may touch the observers map.
+  const std::vector<std::string> held = state->second.heldKeys;
+  for (const std::string& key : held) dropHolder(key, observer, /*forCause=*/true);
+  state = observers_.find(observer);
+  if (state == observers_.end()) return;
   for (const std::string& key : state->second.watchedKeys) {
     auto it = watchers_.find(key);
     if (it == watchers_.end()) continue;
@@ -279,6 +286,73 @@ void KvState::forget(KvObserver* observer) {
     if (it->second.empty()) watchers_.erase(it);
   }
   observers_.erase(state);
+}
+
+std::string KvState::hold(KvObserver* observer, std::string_view key, std::string_view value,
+                          std::chrono::milliseconds ttl, std::string_view notifyKey,
+                          std::string_view notifyValue, TimePoint now) {
+  auto it = holds_.find(key);
+  if (it == holds_.end()) {
+    // Not held yet: a plain key of another value belongs to someone else.
+    if (const std::string* existing = find(key); existing && *existing != value) return *existing;
+    it = holds_.emplace(std::string(key), Hold{std::string(value), {}}).first;
+    if (find(key) == nullptr) store(key, std::string(value));
+  } else if (it->second.value != value) {
+    return it->second.value;
+  }
+  const TimePoint deadline = ttl.count() > 0 ? now + ttl : TimePoint::max();
+  auto& holders = it->second.holders;
+  auto mine = std::find_if(holders.begin(), holders.end(),
+                           [observer](const Holder& h) { return h.observer == observer; });
+  if (mine == holders.end()) {
+    holders.push_back({observer, deadline, std::string(notifyKey), std::string(notifyValue)});
+    observers_[observer].heldKeys.emplace_back(key);
+  } else {
+    mine->deadline = deadline;
+    mine->notifyKey = notifyKey;
+    mine->notifyValue = notifyValue;
+  }
+  return it->second.value;
+}
+
+bool KvState::release(KvObserver* observer, std::string_view key) {
+  return dropHolder(key, observer, /*forCause=*/false);
+}
+
+bool KvState::dropHolder(std::string_view key, const KvObserver* observer, bool forCause) {
+  auto it = holds_.find(key);
+  if (it == holds_.end()) return false;
+  auto& holders = it->second.holders;
+  auto mine = std::find_if(holders.begin(), holders.end(),
+                           [observer](const Holder& h) { return h.observer == observer; });
+  if (mine == holders.end()) return false;
+  const Holder gone = *mine;
+  holders.erase(mine);
+  if (auto state = observers_.find(observer); state != observers_.end()) {
+    auto& keys = state->second.heldKeys;
+    if (auto k = std::find(keys.begin(), keys.end(), key); k != keys.end()) keys.erase(k);
+    dropIfIdle(state);
+  }
+  const std::string value = it->second.value;
+  if (holders.empty()) {
+    holds_.erase(it);
+    if (const std::string* current = find(key); current && *current == value) erase(key);
+  }
+  // Report after the key is gone, so that a woken reader already sees it missing.
+  if (forCause && !gone.notifyKey.empty() && !present(gone.notifyKey)) {
+    store(gone.notifyKey, gone.notifyValue);
+  }
+  return true;
+}
+
+void KvState::expireHolds(TimePoint now) {
+  std::vector<std::pair<std::string, const KvObserver*>> expired;
+  for (const auto& [key, held] : holds_) {
+    for (const Holder& holder : held.holders) {
+      if (holder.deadline <= now) expired.emplace_back(key, holder.observer);
+    }
+  }
+  for (const auto& [key, observer] : expired) dropHolder(key, observer, /*forCause=*/true);
 }
 
 }  // namespace ddprun::rendezvous

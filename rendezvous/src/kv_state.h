@@ -15,6 +15,7 @@
 // Not thread-safe: callers serialise access. Observers must call forget() before they go away.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -43,6 +44,8 @@ class KvObserver {
 
 class KvState {
  public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
   // --- reads ---
   // The value of `key`, or nullptr. The pointer is valid until the next mutation.
   const std::string* find(std::string_view key) const;
@@ -80,8 +83,24 @@ class KvState {
   bool hasWaits(const KvObserver* observer) const;
   // Reports every later change of `key` to `observer` until forget().
   void watch(KvObserver* observer, std::string_view key);
-  // Drops everything registered for `observer`.
+  // Drops everything registered for `observer`: waits, watches, and its holds (with notification:
+  // for a connection this is how a peer that died announces itself).
   void forget(KvObserver* observer);
+
+  // --- holds (a ddprun extension: liveness without polling) ---
+  // `observer` holds `key` at `value`; the key exists while at least one holder remains. A holder
+  // that goes away for cause (forget(), or no renewal within `ttl` when ttl > 0) writes
+  // `notifyValue` to `notifyKey` unless that key already exists (the first report wins), which
+  // wakes whoever WAITs on it. Holding again renews (and may change the notify key). Returns the
+  // key's held value: `value` when granted, else the value others hold it at (nothing changes).
+  std::string hold(KvObserver* observer, std::string_view key, std::string_view value,
+                   std::chrono::milliseconds ttl, std::string_view notifyKey,
+                   std::string_view notifyValue, TimePoint now);
+  // Drops `observer`'s hold on `key` without notification. True if it held it.
+  bool release(KvObserver* observer, std::string_view key);
+  // Drops every holder whose time-to-live has passed, with notification.
+  void expireHolds(TimePoint now);
+  bool hasHolds() const { return !holds_.empty(); }
 
  private:
   struct Hash {
@@ -108,6 +127,17 @@ class KvState {
     std::unordered_map<std::uint64_t, PendingWait> waits;
     std::vector<std::string> barrierKeys;
     std::vector<std::string> watchedKeys;
+    std::vector<std::string> heldKeys;
+  };
+  struct Holder {
+    KvObserver* observer;
+    TimePoint deadline;  // TimePoint::max() when the hold has no time-to-live
+    std::string notifyKey;
+    std::string notifyValue;
+  };
+  struct Hold {
+    std::string value;
+    std::vector<Holder> holders;
   };
 
   // Inserts or overwrites, then notifies watchers and waiters.
@@ -116,6 +146,8 @@ class KvState {
   void notifyWatchers(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
                       std::string_view newValue);
   void releaseBarrier(std::string_view key, std::int64_t count);
+  // Removes `observer` as a holder of `key`; with `forCause`, reports it to its notify key.
+  bool dropHolder(std::string_view key, const KvObserver* observer, bool forCause);
   // Erases an observer's bookkeeping once nothing is registered for it any more.
   void dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::iterator state);
 
@@ -124,6 +156,7 @@ class KvState {
   Map<std::vector<WaitRef>> waiters_;
   Map<std::vector<BarrierRef>> barriers_;
   Map<std::vector<KvObserver*>> watchers_;
+  Map<Hold> holds_;
   std::unordered_map<const KvObserver*, ObserverState> observers_;
 };
 

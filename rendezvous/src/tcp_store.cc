@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -331,6 +332,37 @@ std::vector<std::string> TcpStore::listKeys() {
       if (key.starts_with(options_.keyPrefix)) keys.push_back(key.substr(options_.keyPrefix.size()));
     }
     return keys;
+  });
+}
+
+std::string TcpStore::hold(std::string_view key, std::string_view value,
+                           std::chrono::milliseconds ttl, std::string_view notifyKey,
+                           std::string_view notifyValue) {
+  if (options_.dialect == WireDialect::kTorch113) throwUnsupported("hold");
+  return call("hold", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kHold);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putBlob(request_, value);
+    protocol::putU32(request_, static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+                                   ttl.count(), 0, std::numeric_limits<std::uint32_t>::max())));
+    if (notifyKey.empty()) {
+      protocol::putBlob(request_, {});  // no notification: the key, not the prefix alone
+    } else {
+      putKey(request_, options_.keyPrefix, notifyKey);
+    }
+    protocol::putBlob(request_, notifyValue);
+    socket.sendAll(request_);
+    return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+  });
+}
+
+bool TcpStore::release(std::string_view key) {
+  if (options_.dialect == WireDialect::kTorch113) throwUnsupported("release");
+  return call("release", key, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kRelease);
+    putKey(request_, options_.keyPrefix, key);
+    socket.sendAll(request_);
+    return socket.readI64(Clock::now() + options_.timeout) != 0;
   });
 }
 

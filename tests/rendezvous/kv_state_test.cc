@@ -129,3 +129,56 @@ TEST_CASE("watchers see created, updated and deleted with old and new values", "
   CHECK(w.events == std::vector<std::string>{"1:k:>v1", "0:k:v1>v2", "2:k:v2>", "1:k:>5",
                                              "0:k:5>6"});
 }
+
+TEST_CASE("a held key lives while someone holds it; a holder lost for cause reports it", "[kv][hold]") {
+  using namespace std::chrono_literals;
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  Recorder waiter;
+  const auto t0 = KvState::TimePoint{} + 1h;
+  CHECK(kv.hold(&a, "alive/1", "node-1", 0ms, "stop", "lost node-1", t0) == "node-1");
+  CHECK(*kv.find("alive/1") == "node-1");
+  // Someone else cannot take it with another value; the same value adds a holder.
+  CHECK(kv.hold(&b, "alive/1", "intruder", 0ms, "", "", t0) == "node-1");
+  CHECK(kv.hold(&b, "alive/1", "node-1", 0ms, "", "", t0) == "node-1");
+  CHECK_FALSE(kv.wait(&waiter, 9, {"stop"}));
+  kv.forget(&a);  // a's connection closed: it reports, the key stays (b still holds it)
+  CHECK(*kv.find("stop") == "lost node-1");
+  CHECK(waiter.done == std::vector<std::uint64_t>{9});
+  CHECK(kv.find("alive/1") != nullptr);
+  CHECK(kv.release(&b, "alive/1"));  // quietly: no report, and the key goes with its last holder
+  CHECK(kv.find("alive/1") == nullptr);
+  CHECK_FALSE(kv.release(&b, "alive/1"));
+}
+
+TEST_CASE("a hold that is not renewed within its time-to-live lapses", "[kv][hold]") {
+  using namespace std::chrono_literals;
+  KvState kv;
+  Recorder a;
+  const auto t0 = KvState::TimePoint{} + 1h;
+  kv.hold(&a, "alive/2", "n2", 1000ms, "round/3/stop", "lost n2", t0);
+  kv.expireHolds(t0 + 900ms);
+  CHECK(kv.find("alive/2") != nullptr);
+  kv.hold(&a, "alive/2", "n2", 1000ms, "round/4/stop", "lost n2 in round 4", t0 + 900ms);  // renew
+  kv.expireHolds(t0 + 1800ms);
+  CHECK(kv.find("alive/2") != nullptr);
+  kv.expireHolds(t0 + 1901ms);
+  CHECK(kv.find("alive/2") == nullptr);
+  CHECK(kv.find("round/3/stop") == nullptr);
+  CHECK(*kv.find("round/4/stop") == "lost n2 in round 4");
+  CHECK_FALSE(kv.hasHolds());
+}
+
+TEST_CASE("the first report wins the notify key", "[kv][hold]") {
+  using namespace std::chrono_literals;
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  const auto t0 = KvState::TimePoint{} + 1h;
+  kv.hold(&a, "alive/a", "a", 0ms, "stop", "lost a", t0);
+  kv.hold(&b, "alive/b", "b", 0ms, "stop", "lost b", t0);
+  kv.forget(&b);
+  kv.forget(&a);
+  CHECK(*kv.find("stop") == "lost b");
+}

@@ -181,3 +181,39 @@ TEST_CASE("keys carry torch's '/' prefix on the wire and listKeys hides other na
   CHECK(store.numKeys() == 2);
   CHECK(store.listKeys() == std::vector<std::string>{"k"});
 }
+
+TEST_CASE("a holder whose connection closes wakes whoever waits on its notify key",
+          "[tcp_store][hold]") {
+  TestServer server;
+  TcpStore watcher(server.clientOptions());
+  std::string stop;
+  std::thread waiting([&] { stop = watcher.get("round/1/stop"); });
+  {
+    TcpStore agent(server.clientOptions());
+    CHECK(agent.hold("alive/7", "node 7", 0ms, "round/1/stop", "node 7 lost") == "node 7");
+    TcpStore other(server.clientOptions());
+    CHECK(other.hold("alive/7", "someone else", 0ms, "", "") == "node 7");  // not granted
+    CHECK(other.check({"alive/7"}));
+  }  // the agent's connection closes as if the process had died
+  waiting.join();
+  CHECK(stop == "node 7 lost");
+  CHECK_FALSE(watcher.check({"alive/7"}));
+}
+
+TEST_CASE("a hold lapses without renewals, and a release is quiet", "[tcp_store][hold]") {
+  TestServer server;
+  TcpStore agent(server.clientOptions());
+  TcpStore watcher(server.clientOptions());
+  agent.hold("alive/1", "n1", 300ms, "stop", "n1 lapsed");
+  const auto started = Clock::now();
+  CHECK(watcher.get("stop") == "n1 lapsed");
+  const auto took = Clock::now() - started;
+  CHECK(took >= 250ms);
+  CHECK(took < 2s);
+  agent.hold("alive/2", "n2", 0ms, "stop2", "n2 lost");
+  CHECK(agent.release("alive/2"));
+  CHECK_FALSE(watcher.check({"alive/2"}));
+  CHECK_FALSE(watcher.check({"stop2"}));
+  TcpStore old(server.clientOptions(WireDialect::kTorch113));
+  CHECK_THROWS_AS(old.hold("k", "v", 0ms, "", ""), StoreUnsupportedError);
+}

@@ -247,6 +247,22 @@ TEST_CASE("torch 2.x dialect: queues, BARRIER and ADD edge cases", "[wire][torch
   }
 }
 
+TEST_CASE("ddprun extension ops HOLD and RELEASE on a 2.x connection", "[wire][torch2]") {
+  TestServer server;
+  RawClient c("127.0.0.1", server.port());
+  c.handshake2x();
+  c.send(hex("d0") + blob("/alive/1") + blob("n1") + hex("00000000") + blob("/stop") + blob("lost"));
+  expectReply(c, blob("n1"));
+  c.send(hex("d1") + blob("/alive/1"));
+  expectReply(c, u64(1));
+  c.send(hex("d1") + blob("/alive/1"));
+  expectReply(c, u64(0));
+  // A 1.13 connection does not know them.
+  RawClient old("127.0.0.1", server.port());
+  old.send(hex("d0"));
+  CHECK(old.closedWithin(2s));
+}
+
 TEST_CASE("torch 1.13 dialect: the observed 1.13 bytes", "[wire][torch113]") {
   TestServer server;
   RawClient c("127.0.0.1", server.port());

@@ -27,6 +27,7 @@ const RequestDecoder::Layout& RequestDecoder::layoutOf(Op op) {
   static const Layout kCompareSet{{F::kKey, F::kValue, F::kValue}, 3, {}, 0};
   static const Layout kKeys{{F::kCount}, 1, {F::kKey}, 1};
   static const Layout kPairs{{F::kCount}, 1, {F::kKey, F::kValue}, 2};
+  static const Layout kHold{{F::kKey, F::kValue, F::kWord, F::kKey, F::kValue}, 5, {}, 0};
   switch (op) {
     case Op::kValidate:
     case Op::kPing:
@@ -42,7 +43,10 @@ const RequestDecoder::Layout& RequestDecoder::layoutOf(Op op) {
     case Op::kDeleteKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
+    case Op::kRelease:
       return kKey;
+    case Op::kHold:
+      return kHold;
     case Op::kAdd:
     case Op::kBarrier:
       return kKeyInteger;

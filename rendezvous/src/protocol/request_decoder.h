@@ -28,11 +28,12 @@
 namespace ddprun::rendezvous::protocol {
 
 // One decoded request. Which fields an op fills:
-//   keys      every key the op names, in wire order (one for single-key ops)
+//   keys      every key the op names, in wire order (one for single-key ops);
+//             HOLD: {key, notify key}
 //   values    SET/APPEND/QUEUE_PUSH: {value}; COMPARE_SET: {expected, desired};
-//             MULTI_SET: one per key
+//             MULTI_SET: one per key; HOLD: {value, notify value}
 //   integer   ADD delta, BARRIER world size
-//   word      VALIDATE magic, PING nonce
+//   word      VALIDATE magic, PING nonce, HOLD time-to-live in milliseconds
 struct Request {
   Op op = Op::kNumKeys;
   std::vector<std::string> keys;
@@ -75,7 +76,7 @@ class RequestDecoder {
     kBlobBytes,   // copying a blob's bytes
   };
   struct Layout {
-    Field head[3];
+    Field head[5];
     std::uint8_t headSize;
     Field item[2];  // repeated `count` times after a kCount head field
     std::uint8_t itemSize;

@@ -57,6 +57,8 @@ std::string_view opName(Op op) {
     case Op::kQueueLen: return "QUEUE_LEN";
     case Op::kListKeys: return "LIST_KEYS";
     case Op::kBarrier: return "BARRIER";
+    case Op::kHold: return "HOLD";
+    case Op::kRelease: return "RELEASE";
   }
   return "?";
 }
@@ -64,14 +66,19 @@ std::string_view opName(Op op) {
 std::optional<Op> opFromWire(WireDialect dialect, std::uint8_t code) {
   if (dialect == WireDialect::kTorch113) {
     if (code < kTorch113Ops.size()) return kTorch113Ops[code];
-  } else if (code < kTorch2Ops.size()) {
-    return kTorch2Ops[code];
+    return std::nullopt;
   }
+  if (code < kTorch2Ops.size()) return kTorch2Ops[code];
+  if (code == ddprun_ext::kHold) return Op::kHold;
+  if (code == ddprun_ext::kRelease) return Op::kRelease;
   return std::nullopt;
 }
 
 std::optional<std::uint8_t> wireCode(WireDialect dialect, Op op) {
-  return dialect == WireDialect::kTorch113 ? findCode(kTorch113Ops, op) : findCode(kTorch2Ops, op);
+  if (dialect == WireDialect::kTorch113) return findCode(kTorch113Ops, op);
+  if (op == Op::kHold) return ddprun_ext::kHold;
+  if (op == Op::kRelease) return ddprun_ext::kRelease;
+  return findCode(kTorch2Ops, op);
 }
 
 void putU8(std::string& out, std::uint8_t v) { out.push_back(static_cast<char>(v)); }

@@ -39,6 +39,9 @@ enum class Op : std::uint8_t {
   kQueueLen,    // 2.x: key; reply int64
   kListKeys,    // 2.x: nothing; reply int64 n, n key blobs
   kBarrier,     // 2.x: key, int64 world size; reply STOP_WAITING once the count reaches it
+  // ddprun extensions (2.x dialect, ddprun's server only; torch's clients never send them):
+  kHold,        // key, value, uint32 ttl ms, notify key, notify value; reply the key's value blob
+  kRelease,     // key; reply int64 1 if this connection held it, else 0
 };
 
 std::string_view opName(Op op);
@@ -59,6 +62,12 @@ enum Code : std::uint8_t {
   kPing = 13, kQueuePush = 14, kQueuePop = 15, kQueueLen = 16, kListKeys = 17, kBarrier = 18,
 };
 }  // namespace torch2
+
+// ddprun's own ops, on 2.x connections. Far above torch's append-only numbering (18 today) so a
+// future torch op cannot collide with them.
+namespace ddprun_ext {
+enum Code : std::uint8_t { kHold = 0xD0, kRelease = 0xD1 };
+}  // namespace ddprun_ext
 
 // The op a wire code means in `dialect`, or nothing for a code the dialect does not have.
 std::optional<Op> opFromWire(WireDialect dialect, std::uint8_t code);

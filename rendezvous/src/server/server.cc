@@ -203,17 +203,20 @@ class RendezvousServer::Impl {
     acceptNext();
   }
 
-  // Closes stalled connections. Runs a few times per timeout period, not per connection, so
-  // idle connections cost nothing between sweeps.
+  // Closes stalled connections and expires holds whose holders stopped renewing. Runs a few
+  // times per timeout period, not per connection, so idle connections cost nothing between
+  // sweeps; while holds exist it runs every 50 ms, which bounds how late a lapsed hold is seen.
   void scheduleSweep() {
-    const auto period = std::clamp<std::chrono::milliseconds>(
+    auto period = std::clamp<std::chrono::milliseconds>(
         std::min(options_.partialRequestTimeout, options_.writeStallTimeout) / 4,
-        std::chrono::milliseconds(20), std::chrono::seconds(1));
+        std::chrono::milliseconds(20), std::chrono::milliseconds(250));
+    if (context_.kv.hasHolds()) period = std::min(period, std::chrono::milliseconds(50));
     sweepTimer_.expires_after(period);
     sweepTimer_.async_wait([this](const boost::system::error_code& error) {
       if (error || stopRequested_) return;
       const auto now = Session::Clock::now();
       for (const auto& session : snapshot()) session->checkDeadlines(now);
+      context_.kv.expireHolds(now);
       scheduleSweep();
     });
   }

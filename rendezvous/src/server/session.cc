@@ -216,6 +216,14 @@ bool Session::handle(Request& request) {
       for (const std::string& key : keys) protocol::putBlob(out, key);
       return true;
     }
+    case Op::kHold:
+      protocol::putBlob(out, kv.hold(this, request.keys[0], request.values[0],
+                                     std::chrono::milliseconds(request.word), request.keys[1],
+                                     request.values[1], Clock::now()));
+      return true;
+    case Op::kRelease:
+      protocol::putI64(out, kv.release(this, request.keys[0]) ? 1 : 0);
+      return true;
     case Op::kBarrier: {
       const auto released = kv.barrier(this, ++nextWaitId_, request.keys[0], request.integer);
       if (!released) {

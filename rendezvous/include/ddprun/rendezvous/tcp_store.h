@@ -73,6 +73,19 @@ class TcpStore final : public Store {
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
 
+  // --- ddprun extensions: only ddprun's own server (daemon or agent) has these ops ---
+
+  // Holds `key` at `value` on this connection: the key exists while someone holds it. If this
+  // connection closes, or (ttl > 0) does not hold it again within `ttl`, the server writes
+  // `notifyValue` to `notifyKey` unless that key already exists, waking whoever waits on it: a
+  // dead agent announces itself without anyone polling. Holding again renews. Returns the held
+  // value: `value` when granted, otherwise the value someone else holds the key at.
+  // Throws StoreUnsupportedError in the 1.13 dialect; a torch server closes the connection.
+  std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
+                   std::string_view notifyKey, std::string_view notifyValue);
+  // Gives up this connection's hold on `key` without notification. True if it held it.
+  bool release(std::string_view key);
+
  private:
   // Runs `body` on a connected socket under the mutex, reconnecting first if needed. An I/O
   // failure drops the connection and becomes StoreConnectionError naming `what` and `key`.
