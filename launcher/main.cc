@@ -1,1 +1,73 @@
-int main() { return 0; }
+// ddprun: the per-node launcher. Parses the command line (torchrun's), starts the guardian while
+// the process is still single-threaded, and runs the agent to the end of the job.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli.h"
+#include "ddprun/launcher/agent.h"
+#include "process_group.h"
+
+extern char** environ;
+
+namespace {
+
+std::map<std::string, std::string> currentEnvironment() {
+  std::map<std::string, std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const auto equals = text.find('=');
+    if (equals != std::string::npos) environment[text.substr(0, equals)] = text.substr(equals + 1);
+  }
+  return environment;
+}
+
+// torchrun reads LOGLEVEL (default WARNING); so does ddprun.
+spdlog::level::level_enum logLevel(const std::map<std::string, std::string>& environment) {
+  auto it = environment.find("LOGLEVEL");
+  if (it == environment.end()) return spdlog::level::warn;
+  std::string name = it->second;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "warning") name = "warn";
+  if (name == "critical" || name == "fatal") name = "critical";
+  return spdlog::level::from_str(name);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::launcher;
+  const std::map<std::string, std::string> environment = currentEnvironment();
+  CommandLine commandLine;
+  try {
+    commandLine = parseCommandLine(argc, argv, environment);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "ddprun: error: %s\n", error.what());
+    return 2;
+  }
+  if (commandLine.helpRequested) {
+    std::fputs(commandLine.helpText.c_str(), stdout);
+    return 0;
+  }
+  if (commandLine.versionRequested) {
+    std::printf("%s\n", versionText().c_str());
+    return 0;
+  }
+  auto logger = spdlog::stderr_color_mt("ddprun");
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
+  logger->set_level(logLevel(environment));
+  spdlog::set_default_logger(logger);
+  for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
+
+  // Before any thread exists: the guardian is a fork of this process and runs ordinary code.
+  // (spdlog's logger above starts no thread.)
+  auto guardian = Guardian::start();
+  if (!guardian) spdlog::warn("could not start the guardian process; workers still die with the agent");
+  const int code = runAgent(commandLine.config, environment, guardian.get());
+  guardian.reset();
+  return code;
+}

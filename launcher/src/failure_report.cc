@@ -1,1 +1,410 @@
-// (placeholder: being written)
+#include "failure_report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace ddprun::launcher {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kNotAvailable = "<N/A>";
+constexpr const char* kNoTracebackHint =
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+constexpr std::size_t kMaxSummaryWidth = 60;  // torchrun caps its borders at 60 columns
+
+// Error files write the timestamp as a string of whole seconds ("1763776719"); older writers and
+// other tools use a number. Anything else counts as absent.
+std::optional<double> parseTimestamp(const json& value) {
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text.empty()) return std::nullopt;
+    char* end = nullptr;
+    errno = 0;
+    const double seconds = std::strtod(text.c_str(), &end);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(seconds)) {
+      return std::nullopt;
+    }
+    return seconds;
+  }
+  return std::nullopt;
+}
+
+std::string textOf(const json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// Python's len(): what torchrun measures its border width with.
+std::size_t codePoints(std::string_view line) {
+  return static_cast<std::size_t>(std::count_if(line.begin(), line.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+// Replaces every "\n" with "\n  ", as torchrun does to indent a traceback under its entry.
+std::string indentContinuation(const std::string& text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
+
+std::string localTimeText(double epochSeconds) {
+  // torchrun truncates to whole seconds before formatting (its timestamps are ints).
+  const std::time_t seconds = static_cast<std::time_t>(epochSeconds);
+  std::tm parts{};
+  if (localtime_r(&seconds, &parts) == nullptr) return kNotAvailable;
+  char buffer[64];
+  if (std::strftime(buffer, sizeof buffer, "%Y-%m-%d_%H:%M:%S", &parts) == 0) return kNotAvailable;
+  return buffer;
+}
+
+// The "traceback :" value of a summary entry (torchrun's ProcessFailure.message rules).
+std::string tracebackText(const WorkerFailure& failure) {
+  if (!failure.traceback.empty()) return indentContinuation(failure.traceback);
+  if (!failure.message.empty()) return indentContinuation(failure.message);
+  if (failure.errorFileFound) return kNotAvailable;  // a file without message or callstack
+  if (failure.signal != 0) {
+    return "Signal " + std::to_string(failure.signal) + " (" + signalName(failure.signal) +
+           ") received by PID " + std::to_string(failure.pid);
+  }
+  return kNoTracebackHint;
+}
+
+// torchrun's exit code column: negative for a signal (Python's Popen.returncode).
+int torchExitCode(const WorkerFailure& failure) {
+  return failure.signal != 0 ? -failure.signal : failure.exitCode;
+}
+
+std::string formatEntry(std::size_t index, const WorkerFailure& failure) {
+  std::ostringstream out;
+  out << '[' << index << "]:\n"
+      << "  time      : " << localTimeText(failureTime(failure)) << '\n'
+      << "  host      : " << failure.host << '\n'
+      << "  rank      : " << failure.rank << " (local_rank: " << failure.localRank << ")\n"
+      << "  exitcode  : " << torchExitCode(failure) << " (pid: " << failure.pid << ")\n"
+      << "  error_file: "
+      << (failure.errorFileFound && !failure.errorFile.empty() ? failure.errorFile : kNotAvailable)
+      << '\n'
+      << "  traceback : " << tracebackText(failure);
+  return out.str();
+}
+
+std::size_t widestLine(const std::string& text) {
+  std::size_t widest = 0;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    widest = std::max(widest, codePoints(std::string_view(text).substr(start, end - start)));
+    start = end + 1;
+  }
+  return widest;
+}
+
+// nlohmann::json::dump() throws on invalid UTF-8, and a message may hold raw bytes from a path or
+// a worker; such bytes become U+FFFD so a failure can always be sent.
+std::string validUtf8(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t length = 0;
+    if (lead < 0x80) length = 1;
+    else if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+    else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+    else if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+    bool ok = length != 0 && i + length <= text.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (ok && length == 3) {
+      const auto second = static_cast<unsigned char>(text[i + 1]);
+      ok = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);  // overlong, surrogates
+    } else if (ok && length == 4) {
+      const auto second = static_cast<unsigned char>(text[i + 1]);
+      ok = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);
+    }
+    if (ok) {
+      out.append(text, i, length);
+      i += length;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+// Keeps the tail (where a traceback names the exception), cut on a character boundary.
+std::string capped(const std::string& text) {
+  if (text.size() <= kMaxJsonText) return text;
+  const std::string marker =
+      "[ddprun: " + std::to_string(text.size()) + " bytes, only the last ones kept]\n";
+  std::size_t start = text.size() - (kMaxJsonText - marker.size());
+  while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+  return marker + text.substr(start);
+}
+
+std::string readWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open: " + std::string(std::strerror(errno)));
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read");
+  return content.str();
+}
+
+// The synthesized message of a failure that left no error file behind.
+std::string synthesizedMessage(const WorkerFailure& failure) {
+  if (!failure.message.empty()) return failure.message;
+  if (failure.signal != 0) return tracebackText(failure);  // "Signal N (SIG...) received by PID p"
+  return "worker rank " + std::to_string(failure.rank) + " (local_rank " +
+         std::to_string(failure.localRank) + ", pid " + std::to_string(failure.pid) + ") on " +
+         (failure.host.empty() ? std::string("?") : failure.host) + " failed with " +
+         statusText(failure);
+}
+
+void writeFileAtomically(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".ddprun-" + std::to_string(::getpid()) + ".tmp";
+  std::FILE* file = std::fopen(temporary.c_str(), "w");
+  if (file == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "cannot write " + temporary);
+  }
+  const bool written = std::fwrite(content.data(), 1, content.size(), file) == content.size();
+  const int writeErrno = errno;
+  if (std::fclose(file) != 0 || !written) {
+    const int code = written ? errno : writeErrno;
+    std::remove(temporary.c_str());
+    throw std::system_error(code, std::generic_category(), "cannot write " + temporary);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int code = errno;
+    std::remove(temporary.c_str());
+    throw std::system_error(code, std::generic_category(), "cannot write " + path);
+  }
+}
+
+}  // namespace
+
+WorkerFailure fromWaitStatus(int waitStatus, const WorkerIdentity& who, double observedAt) {
+  WorkerFailure failure;
+  failure.rank = who.rank;
+  failure.localRank = who.localRank;
+  failure.groupRank = who.groupRank;
+  failure.host = who.host;
+  failure.pid = who.pid;
+  failure.errorFile = who.errorFile;
+  failure.observedAt = observedAt;
+  if (WIFEXITED(waitStatus)) {
+    failure.exitCode = WEXITSTATUS(waitStatus);
+  } else if (WIFSIGNALED(waitStatus)) {
+    failure.signal = WTERMSIG(waitStatus);
+  } else {
+    throw std::invalid_argument("wait status " + std::to_string(waitStatus) +
+                                " is not a termination");
+  }
+  return failure;
+}
+
+bool loadErrorFile(WorkerFailure& failure) {
+  if (failure.errorFile.empty()) return false;
+  std::error_code ignored;
+  // torchrun checks os.path.isfile: a directory or a dangling name is "no file".
+  if (!std::filesystem::is_regular_file(failure.errorFile, ignored)) return false;
+  failure.errorFileFound = true;
+  failure.message.clear();
+  failure.traceback.clear();
+  failure.errorTimestamp.reset();
+  try {
+    const json data = json::parse(readWholeFile(failure.errorFile));
+    if (!data.is_object() || !data.contains("message")) {
+      throw std::runtime_error("no \"message\" key");
+    }
+    const json& message = data["message"];
+    if (message.is_object()) {
+      if (message.contains("message")) failure.message = textOf(message["message"]);
+      if (auto info = message.find("extraInfo"); info != message.end() && info->is_object()) {
+        if (auto stack = info->find("py_callstack"); stack != info->end() && !stack->is_null()) {
+          failure.traceback = textOf(*stack);
+        }
+        if (auto stamp = info->find("timestamp"); stamp != info->end()) {
+          failure.errorTimestamp = parseTimestamp(*stamp);
+        }
+      }
+    } else {
+      // Legacy schema: the message is the text, the timestamp sits beside it.
+      failure.message = textOf(message);
+      if (auto stamp = data.find("timestamp"); stamp != data.end()) {
+        failure.errorTimestamp = parseTimestamp(*stamp);
+      }
+    }
+  } catch (const std::exception& error) {
+    failure.message = "<error file " + failure.errorFile + " could not be parsed: " +
+                      error.what() + ">";
+  }
+  return true;
+}
+
+double failureTime(const WorkerFailure& failure) {
+  return failure.errorTimestamp.value_or(failure.observedAt);
+}
+
+int exitCodeOf(const WorkerFailure& failure) {
+  return failure.signal != 0 ? 128 + failure.signal : failure.exitCode;
+}
+
+std::string signalName(int signal) {
+  if (signal >= SIGRTMIN && signal <= SIGRTMAX) {
+    return signal == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signal - SIGRTMIN);
+  }
+  if (const char* abbreviation = sigabbrev_np(signal); abbreviation != nullptr) {
+    return std::string("SIG") + abbreviation;
+  }
+  return "SIG" + std::to_string(signal);
+}
+
+std::string statusText(const WorkerFailure& failure) {
+  if (failure.signal != 0) {
+    return "Signal " + std::to_string(failure.signal) + " (" + signalName(failure.signal) + ")";
+  }
+  return "exitcode " + std::to_string(failure.exitCode);
+}
+
+std::size_t rootCauseIndex(const std::vector<WorkerFailure>& failures) {
+  if (failures.empty()) throw std::invalid_argument("rootCauseIndex: no failures");
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    const double time = failureTime(failures[i]);
+    const double bestTime = failureTime(failures[best]);
+    if (time < bestTime || (time == bestTime && failures[i].rank < failures[best].rank)) best = i;
+  }
+  return best;
+}
+
+std::string formatSummary(const std::string& entrypoint, const std::vector<WorkerFailure>& failures,
+                          std::optional<std::size_t> rootCause) {
+  if (failures.empty()) throw std::invalid_argument("formatSummary: no failures");
+  const std::size_t root = rootCause.value_or(rootCauseIndex(failures));
+  if (root >= failures.size()) throw std::invalid_argument("formatSummary: bad root cause index");
+
+  std::vector<std::size_t> order(failures.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return failures[a].rank < failures[b].rank;
+  });
+
+  const std::string title = entrypoint + " FAILED";
+  std::size_t width = codePoints(title);
+  std::string rootText;
+  std::string others;
+  for (std::size_t position = 0; position < order.size(); ++position) {
+    const std::string entry = formatEntry(position, failures[order[position]]);
+    width = std::max(width, widestLine(entry));
+    if (order[position] == root) {
+      rootText = entry;
+    } else {
+      if (!others.empty()) others += '\n';
+      others += entry;
+    }
+  }
+  if (others.empty()) others = "  <NO_OTHER_FAILURES>";
+  width = std::min(width, kMaxSummaryWidth);
+
+  const std::string border(width, '=');
+  const std::string section(width, '-');
+  return border + '\n' + title + '\n' + section + "\nFailures:\n" + others + '\n' + section +
+         "\nRoot Cause (first observed failure):\n" + rootText + '\n' + border;
+}
+
+json toJson(const WorkerFailure& failure) {
+  json value{
+      {"rank", failure.rank},
+      {"localRank", failure.localRank},
+      {"groupRank", failure.groupRank},
+      {"host", validUtf8(failure.host)},
+      {"pid", failure.pid},
+      {"exitCode", failure.exitCode},
+      {"signal", failure.signal},
+      {"observedAt", failure.observedAt},
+      {"errorFile", validUtf8(failure.errorFile)},
+      {"errorFileFound", failure.errorFileFound},
+      {"message", capped(validUtf8(failure.message))},
+      {"traceback", capped(validUtf8(failure.traceback))},
+      {"errorTimestamp", nullptr},
+  };
+  if (failure.errorTimestamp) value["errorTimestamp"] = *failure.errorTimestamp;
+  return value;
+}
+
+WorkerFailure failureFromJson(const json& value) {
+  if (!value.is_object()) throw std::invalid_argument("a worker failure must be a JSON object");
+  WorkerFailure failure;
+  failure.rank = value.value("rank", failure.rank);
+  failure.localRank = value.value("localRank", failure.localRank);
+  failure.groupRank = value.value("groupRank", failure.groupRank);
+  failure.host = value.value("host", failure.host);
+  failure.pid = value.value("pid", failure.pid);
+  failure.exitCode = value.value("exitCode", failure.exitCode);
+  failure.signal = value.value("signal", failure.signal);
+  failure.observedAt = value.value("observedAt", failure.observedAt);
+  failure.errorFile = value.value("errorFile", failure.errorFile);
+  failure.errorFileFound = value.value("errorFileFound", failure.errorFileFound);
+  failure.message = value.value("message", failure.message);
+  failure.traceback = value.value("traceback", failure.traceback);
+  if (auto stamp = value.find("errorTimestamp"); stamp != value.end() && stamp->is_number()) {
+    failure.errorTimestamp = stamp->get<double>();
+  }
+  return failure;
+}
+
+void propagateErrorFile(const WorkerFailure& rootCause, const std::string& parentErrorFile) {
+  if (parentErrorFile.empty()) return;
+  const int errorCode = torchExitCode(rootCause);
+
+  // Prefer the worker's own file, copied whole (unknown keys included), as torchrun does.
+  std::optional<json> data;
+  if (rootCause.errorFileFound && !rootCause.errorFile.empty()) {
+    try {
+      json parsed = json::parse(readWholeFile(rootCause.errorFile));
+      if (parsed.is_object() && parsed.contains("message")) data = std::move(parsed);
+    } catch (const std::exception&) {
+      // Unreadable here (or written on another node): synthesize below.
+    }
+  }
+  if (data) {
+    // torchrun leaves the legacy string schema alone (nowhere to put the code).
+    if ((*data)["message"].is_object() && errorCode != 0) {
+      (*data)["message"]["errorCode"] = errorCode;
+    }
+  } else {
+    json extraInfo{{"timestamp", std::to_string(static_cast<long long>(failureTime(rootCause)))}};
+    if (!rootCause.traceback.empty()) extraInfo["py_callstack"] = validUtf8(rootCause.traceback);
+    data = json{{"message",
+                 {{"message", validUtf8(synthesizedMessage(rootCause))},
+                  {"extraInfo", extraInfo},
+                  {"errorCode", errorCode}}}};
+  }
+  writeFileAtomically(parentErrorFile, data->dump());
+}
+
+}  // namespace ddprun::launcher

@@ -1,1 +1,504 @@
-// (placeholder: being written)
+#include "log_router.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::launcher {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr int kFileMode = 0644;
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Fd openForAppend(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path);
+  return Fd(fd);
+}
+
+// Writes everything, looping over partial writes and EINTR. A descriptor somebody made
+// non-blocking (the agent's console is shared with its parent) is waited for with poll(), up to
+// LogRouter::kStallLimit without progress. Returns false when the data could not all be written.
+bool writeAll(int fd, const char* data, std::size_t size) {
+  auto lastProgress = Clock::now();
+  while (size > 0) {
+    const ssize_t written = ::write(fd, data, size);
+    if (written > 0) {
+      data += written;
+      size -= static_cast<std::size_t>(written);
+      lastProgress = Clock::now();
+      continue;
+    }
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const auto waited = Clock::now() - lastProgress;
+      if (waited >= LogRouter::kStallLimit) return false;
+      pollfd wait{fd, POLLOUT, 0};
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(LogRouter::kStallLimit - waited);
+      ::poll(&wait, 1, static_cast<int>(std::max<std::int64_t>(1, left.count())));
+      continue;
+    }
+    return false;  // EPIPE, EIO, ENOSPC...: this batch is lost
+  }
+  return true;
+}
+
+// Python's string.Template.safe_substitute: "$$" -> "$", "$name" / "${name}" -> the value when
+// known, left as written otherwise. Identifiers are [_a-zA-Z][_a-zA-Z0-9]*.
+std::string safeSubstitute(const std::string& text, const std::map<std::string, std::string>& values) {
+  auto identifierStart = [](char c) {
+    return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
+  };
+  auto identifierChar = [](char c) {
+    return c == '_' || std::isalnum(static_cast<unsigned char>(c)) != 0;
+  };
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] != '$' || i + 1 == text.size()) {
+      out += text[i++];
+      continue;
+    }
+    const char next = text[i + 1];
+    if (next == '$') {
+      out += '$';
+      i += 2;
+    } else if (next == '{') {
+      const std::size_t close = text.find('}', i + 2);
+      const std::string name =
+          close == std::string::npos ? std::string() : text.substr(i + 2, close - i - 2);
+      const bool valid = !name.empty() && identifierStart(name[0]) &&
+                         std::all_of(name.begin(), name.end(), identifierChar);
+      auto it = valid ? values.find(name) : values.end();
+      if (it != values.end()) {
+        out += it->second;
+        i = close + 1;
+      } else {
+        out += text[i++];
+      }
+    } else if (identifierStart(next)) {
+      std::size_t end = i + 1;
+      while (end < text.size() && identifierChar(text[end])) ++end;
+      auto it = values.find(text.substr(i + 1, end - i - 1));
+      if (it != values.end()) {
+        out += it->second;
+        i = end;
+      } else {
+        out += text[i++];
+      }
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
+// Where one stream of one worker goes (see the table in log_router.h).
+struct StreamPlan {
+  bool file = false;
+  bool console = false;
+  bool filtered = false;
+  bool needsPipe() const { return console || filtered; }
+};
+
+// Reads one worker stream from its pipe and fans the bytes out.
+class Reader {
+ public:
+  Reader(asio::io_context& io, int readFd, std::string prefix, int consoleFd, Fd file, Fd filtered,
+         std::vector<std::string> filters, std::string name)
+      : pipe_(io, readFd),
+        prefix_(std::move(prefix)),
+        consoleFd_(consoleFd),
+        file_(std::move(file)),
+        filtered_(std::move(filtered)),
+        filters_(std::move(filters)),
+        name_(std::move(name)) {}
+
+  bool open() const { return open_; }
+
+  // Reads until EOF, then calls `closed`. Handlers hold the Reader alive; `closed` is only called
+  // for an EOF or error seen while the Reader is still open (not after finish()).
+  static void start(const std::shared_ptr<Reader>& self, std::function<void()> closed) {
+    self->closed_ = std::move(closed);
+    readMore(self);
+  }
+
+  // Flushes the partial line and closes the pipe and files. Pending reads end with
+  // operation_aborted and do nothing.
+  void finish() {
+    if (!open_) return;
+    open_ = false;
+    if (!pending_.empty()) {
+      std::string console;
+      std::string filtered;
+      emitLine(pending_, console, filtered);
+      pending_.clear();
+      writeOut(console, filtered);
+    }
+    boost::system::error_code ignored;
+    pipe_.close(ignored);
+    file_.reset();
+    filtered_.reset();
+  }
+
+ private:
+  static void readMore(const std::shared_ptr<Reader>& self) {
+    self->pipe_.async_read_some(
+        asio::buffer(self->buffer_),
+        [self](const boost::system::error_code& error, std::size_t size) {
+          if (!self->open_) return;  // finished meanwhile (drain grace, closeAll)
+          if (size > 0) self->consume(self->buffer_.data(), size);
+          if (error) {
+            if (error != asio::error::eof) {
+              spdlog::warn("ddprun: reading {}: {}", self->name_, error.message());
+            }
+            self->finish();
+            if (self->closed_) std::exchange(self->closed_, nullptr)();
+            return;
+          }
+          readMore(self);
+        });
+  }
+
+  void consume(const char* data, std::size_t size) {
+    if (file_.get() >= 0 && !writeAll(file_.get(), data, size)) warnOnce("its log file");
+    // What was pending holds no newline: search only the new bytes (a long line arriving a few
+    // bytes at a time must not be rescanned from its start on every read).
+    std::size_t searchFrom = pending_.size();
+    pending_.append(data, size);
+    std::string console;
+    std::string filtered;
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t newline = pending_.find('\n', searchFrom);
+      if (newline == std::string::npos) break;
+      std::string_view line = std::string_view(pending_).substr(start, newline - start);
+      while (line.size() > LogRouter::kMaxLineBytes) {
+        const std::size_t piece = pieceLength(line);
+        emitLine(line.substr(0, piece), console, filtered);
+        line.remove_prefix(piece);
+      }
+      emitLine(line, console, filtered);
+      start = newline + 1;
+      searchFrom = start;
+    }
+    // A line without end is not buffered without bound: its first bytes go out as lines.
+    while (pending_.size() - start > LogRouter::kMaxLineBytes) {
+      const std::size_t piece = pieceLength(std::string_view(pending_).substr(start));
+      emitLine(std::string_view(pending_).substr(start, piece), console, filtered);
+      start += piece;
+    }
+    pending_.erase(0, start);
+    writeOut(console, filtered);
+  }
+
+  // How much of an over-long line goes out as one piece: kMaxLineBytes, moved back to the start
+  // of a UTF-8 character when the cut would split one.
+  static std::size_t pieceLength(std::string_view line) {
+    const std::size_t cut = LogRouter::kMaxLineBytes;
+    auto continuation = [&](std::size_t i) {
+      return (static_cast<unsigned char>(line[i]) & 0xC0) == 0x80;
+    };
+    std::size_t back = cut;
+    while (back > cut - 3 && continuation(back)) --back;
+    return continuation(back) ? cut : back;
+  }
+
+  void emitLine(std::string_view line, std::string& console, std::string& filtered) const {
+    if (consoleFd_ >= 0) {
+      console += prefix_;
+      console += line;
+      console += '\n';
+    }
+    if (filtered_.get() >= 0 &&
+        std::any_of(filters_.begin(), filters_.end(), [&](const std::string& filter) {
+          return line.find(filter) != std::string_view::npos;
+        })) {
+      filtered += line;
+      filtered += '\n';
+    }
+  }
+
+  // One write(2) per destination: the console never sees half of a batch of lines.
+  void writeOut(const std::string& console, const std::string& filtered) {
+    if (!console.empty()) writeAll(consoleFd_, console.data(), console.size());
+    if (!filtered.empty() && !writeAll(filtered_.get(), filtered.data(), filtered.size())) {
+      warnOnce("its filtered log file");
+    }
+  }
+
+  void warnOnce(const char* what) {
+    if (warned_) return;
+    warned_ = true;
+    spdlog::warn("ddprun: cannot write {} to {}: {} (output is lost)", name_, what,
+                 std::generic_category().message(errno));
+  }
+
+  asio::posix::stream_descriptor pipe_;
+  std::array<char, kReadChunk> buffer_{};
+  std::string pending_;  // bytes after the last newline
+  std::string prefix_;
+  int consoleFd_;        // -1: not to the console (not owned)
+  Fd file_;              // raw copy (-t, or -r with duplicate filters)
+  Fd filtered_;          // lines matching filters_
+  std::vector<std::string> filters_;
+  std::string name_;     // "local rank 3 stdout", for messages
+  bool open_ = true;
+  bool warned_ = false;
+  std::function<void()> closed_;
+};
+
+}  // namespace
+
+std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank) {
+  const std::string& pattern =
+      options.prefixTemplate.empty() ? std::string("[${role_name}${local_rank}]:")
+                                     : options.prefixTemplate;
+  return safeSubstitute(pattern, {{"role_name", options.role},
+                                  {"local_rank", std::to_string(localRank)},
+                                  {"rank", std::to_string(rank)},
+                                  {"group_rank", std::to_string(groupRank)},
+                                  {"hostname", options.hostname}});
+}
+
+std::string rankLogDir(const std::string& attemptDir, int localRank) {
+  return (std::filesystem::path(attemptDir) / std::to_string(localRank)).string();
+}
+
+struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
+  struct Worker {
+    Fd childOut;
+    Fd childErr;
+    std::shared_ptr<Reader> out;  // null: no pipe (the child writes to a file or /dev/null)
+    std::shared_ptr<Reader> err;
+    bool started = false;
+  };
+  struct Drain {
+    std::function<void()> done;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+
+  Impl(asio::io_context& context, LogRouterOptions routerOptions)
+      : io(context), options(std::move(routerOptions)) {}
+
+  StreamPlan plan(bool stdoutStream, int localRank, bool haveDir) const {
+    const StdStreams redirect = options.redirects.forRank(localRank);
+    const StdStreams tee = options.tee.forRank(localRank);
+    const bool r = stdoutStream ? redirect.out : redirect.err;
+    const bool t = stdoutStream ? tee.out : tee.err;
+    const bool consoleAllowed =
+        !options.localRanksFilter || options.localRanksFilter->count(localRank) > 0;
+    const auto& filters = stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters;
+    StreamPlan result;
+    result.file = haveDir && (r || t);
+    result.console = consoleAllowed && (t || !r || !haveDir);
+    result.filtered = haveDir && !filters.empty();
+    return result;
+  }
+
+  // The child's descriptor for one stream; `reader` gets the pipe's reading side when there is one.
+  Fd openStream(bool stdoutStream, int localRank, const std::string& prefix, const std::string& dir,
+                std::shared_ptr<Reader>& reader) {
+    const StreamPlan streamPlan = plan(stdoutStream, localRank, !dir.empty());
+    const std::string stream = stdoutStream ? "stdout" : "stderr";
+    Fd file;
+    if (streamPlan.file) file = openForAppend(dir + "/" + stream + ".log");
+    if (!streamPlan.needsPipe()) {
+      if (streamPlan.file) return file;
+      return openForAppend("/dev/null");
+    }
+    Fd filtered;
+    if (streamPlan.filtered) filtered = openForAppend(dir + "/filtered_" + stream + ".log");
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "cannot create a pipe for local rank " + std::to_string(localRank) +
+                                  " " + stream);
+    }
+    Fd readEnd(ends[0]);
+    Fd writeEnd(ends[1]);
+    const int console = streamPlan.console ? (stdoutStream ? options.consoleOut : options.consoleErr) : -1;
+    reader = std::make_shared<Reader>(
+        io, readEnd.get(), prefix, console, std::move(file), std::move(filtered),
+        stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters,
+        "local rank " + std::to_string(localRank) + " " + stream);
+    readEnd.release();  // the Reader's stream_descriptor owns it now
+    return writeEnd;
+  }
+
+  void closeWorker(Worker& worker) {
+    worker.childOut.reset();
+    worker.childErr.reset();
+    if (worker.out) worker.out->finish();
+    if (worker.err) worker.err->finish();
+  }
+
+  bool allDrained() const {
+    for (const auto& [localRank, worker] : workers) {
+      if (!worker.started) continue;
+      if ((worker.out && worker.out->open()) || (worker.err && worker.err->open())) return false;
+    }
+    return true;
+  }
+
+  void completeDrains() {
+    auto pending = std::exchange(drains, {});
+    for (auto& [id, drain] : pending) {
+      drain.timer->cancel();
+      asio::post(io, std::move(drain.done));
+    }
+  }
+
+  void checkDrained() {
+    if (!drains.empty() && allDrained()) completeDrains();
+  }
+
+  void startReading(const std::shared_ptr<Reader>& reader) {
+    if (!reader) return;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    Reader::start(reader, [weak] {
+      if (auto self = weak.lock()) self->checkDrained();
+    });
+  }
+
+  asio::io_context& io;
+  LogRouterOptions options;
+  std::map<int, Worker> workers;  // by local rank
+  std::map<std::uint64_t, Drain> drains;
+  std::uint64_t nextDrainId = 0;
+};
+
+LogRouter::LogRouter(asio::io_context& io, LogRouterOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {}
+
+LogRouter::~LogRouter() {
+  for (auto& [id, drain] : impl_->drains) drain.timer->cancel();
+  impl_->drains.clear();
+  closeAll();
+}
+
+ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const std::string& attemptDir) {
+  if (auto old = impl_->workers.find(localRank); old != impl_->workers.end()) {
+    impl_->closeWorker(old->second);
+    impl_->workers.erase(old);
+  }
+  std::string dir;
+  if (!attemptDir.empty()) {
+    dir = rankLogDir(attemptDir, localRank);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) throw std::system_error(error, "cannot create " + dir);
+  }
+  const std::string prefix = linePrefix(impl_->options, localRank, rank, groupRank);
+  Impl::Worker worker;
+  try {
+    worker.childOut = impl_->openStream(true, localRank, prefix, dir, worker.out);
+    worker.childErr = impl_->openStream(false, localRank, prefix, dir, worker.err);
+  } catch (...) {
+    impl_->closeWorker(worker);
+    throw;
+  }
+  const ChildStreams streams{worker.childOut.get(), worker.childErr.get()};
+  impl_->workers.emplace(localRank, std::move(worker));
+  impl_->checkDrained();  // closing an old attempt of this rank may have ended a drain
+  return streams;
+}
+
+void LogRouter::started(int localRank) {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end() || it->second.started) return;
+  Impl::Worker& worker = it->second;
+  // The agent must not keep the writing ends open, or EOF would never come.
+  worker.childOut.reset();
+  worker.childErr.reset();
+  worker.started = true;
+  impl_->startReading(worker.out);
+  impl_->startReading(worker.err);
+}
+
+void LogRouter::abandon(int localRank) {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end()) return;
+  impl_->closeWorker(it->second);
+  impl_->workers.erase(it);
+  impl_->checkDrained();
+}
+
+void LogRouter::drain(std::chrono::milliseconds grace, std::function<void()> done) {
+  if (impl_->allDrained()) {
+    asio::post(impl_->io, std::move(done));
+    return;
+  }
+  const std::uint64_t id = impl_->nextDrainId++;
+  Impl::Drain& entry = impl_->drains[id];
+  entry.done = std::move(done);
+  entry.timer = std::make_unique<asio::steady_timer>(impl_->io, grace);
+  std::weak_ptr<Impl> weak = impl_;
+  entry.timer->async_wait([weak, id](const boost::system::error_code& error) {
+    if (error) return;
+    auto self = weak.lock();
+    if (!self || self->drains.count(id) == 0) return;
+    // Grace is over: whatever still holds a pipe open (a grandchild) loses its console.
+    for (auto& [localRank, worker] : self->workers) {
+      if (worker.started) self->closeWorker(worker);
+    }
+    self->completeDrains();
+  });
+}
+
+void LogRouter::closeAll() {
+  for (auto& [localRank, worker] : impl_->workers) impl_->closeWorker(worker);
+  impl_->workers.clear();
+  impl_->completeDrains();
+}
+
+}  // namespace ddprun::launcher

@@ -94,6 +94,7 @@ void TcpStore::connect() {
   Backoff backoff(options_);
   std::string lastError;
   bool handshakeFailed = false;
+  int handshakeFailures = 0;
   int attempts = 0;
   for (;;) {
     ++attempts;
@@ -125,6 +126,10 @@ void TcpStore::connect() {
       return;
     } catch (const SocketError& error) {
       lastError = error.what();
+      // Something answers there but drops the handshake: not a 2.x store (e.g. torch 1.13's).
+      // A few tries cover a server shedding load; beyond that, say so instead of retrying for
+      // the whole connect timeout.
+      if (handshakeFailed && ++handshakeFailures >= 3) break;
     }
     const auto delay = backoff.nextDelay();
     if (Clock::now() + delay >= deadline) break;
@@ -183,7 +188,8 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Duration timeout
     request_.clear();
     putOp(request_, options_.dialect, Op::kCancelWait);
     socket.sendAll(request_);
-    const auto deadline = Clock::now() + kControlReplyTimeout;
+    const auto deadline =
+        Clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, kControlReplyTimeout);
     if (socket.readU8(deadline) == protocol::kStopWaiting) socket.readU8(deadline);
   } else {
     // 1.13 cannot cancel: a late STOP_WAITING would be taken as the next reply. Start afresh.

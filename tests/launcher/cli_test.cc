@@ -1,3 +1,974 @@
-// (placeholder: being written)
+// The ddprun command line: torchrun 2.x options and defaults, PET_ fallbacks, pass-through of
+// script arguments, entry-point detection, and one-line UsageErrors for every bad input.
+#include "cli.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
-TEST_CASE("cli placeholder", "[placeholder]") { SUCCEED(); }
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using ddprun::launcher::CommandLine;
+using ddprun::launcher::EntryKind;
+using ddprun::launcher::LaunchConfig;
+using ddprun::launcher::parseCommandLine;
+using ddprun::launcher::RdzvBackend;
+using ddprun::launcher::StdStreams;
+using ddprun::launcher::StreamSelection;
+using ddprun::launcher::UsageError;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Environment = std::map<std::string, std::string>;
+
+void writeFile(const fs::path& path, const std::string& content, mode_t mode) {
+  std::ofstream(path) << content;
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+}
+
+// Files the tests point ddprun at, created once under a fresh temporary directory:
+//   bin/python3, bin/mytool   executables found through PATH=bin
+//   numabin/numactl           a stand-in numactl (PATH=bin:numabin)
+//   nopython/                 a PATH without python3
+//   train.py (0644), exec.py (0755), tool (0755 shell script), data.txt (0644)
+//   pkg/__main__.py, emptydir/
+struct Sandbox {
+  fs::path root;
+  fs::path bin;
+
+  Sandbox() {
+    std::string pattern = (fs::temp_directory_path() / "ddprun-cli-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    root = pattern;
+    bin = root / "bin";
+    fs::create_directories(bin);
+    fs::create_directories(root / "numabin");
+    fs::create_directories(root / "nopython");
+    fs::create_directories(root / "pkg");
+    fs::create_directories(root / "emptydir");
+    const std::string shell = "#!/bin/sh\nexit 0\n";
+    writeFile(bin / "python3", shell, 0755);
+    writeFile(bin / "mytool", shell, 0755);
+    writeFile(root / "numabin" / "numactl", shell, 0755);
+    writeFile(root / "train.py", "print('hi')\n", 0644);
+    writeFile(root / "exec.py", "#!/usr/bin/env python3\n", 0755);
+    writeFile(root / "tool", shell, 0755);
+    writeFile(root / "data.txt", "print('hi')\n", 0644);
+    writeFile(root / "pkg" / "__main__.py", "\n", 0644);
+  }
+  ~Sandbox() {
+    std::error_code ignored;
+    fs::remove_all(root, ignored);
+  }
+
+  std::string path(const std::string& name) const { return (root / name).string(); }
+  std::string python() const { return (bin / "python3").string(); }
+  Environment environment() const { return {{"PATH", bin.string()}}; }
+};
+
+const Sandbox& sandbox() {
+  static const Sandbox instance;
+  return instance;
+}
+
+std::string script() { return sandbox().path("train.py"); }
+
+CommandLine parse(const std::vector<std::string>& args,
+                  const Environment& environment = sandbox().environment()) {
+  std::vector<const char*> argv{"ddprun"};
+  for (const auto& arg : args) argv.push_back(arg.c_str());
+  return parseCommandLine(static_cast<int>(argv.size()), argv.data(), environment);
+}
+
+LaunchConfig config(const std::vector<std::string>& args,
+                    const Environment& environment = sandbox().environment()) {
+  return parse(args, environment).config;
+}
+
+// The UsageError message for args; fails the test when there is none or it spans lines.
+std::string usageError(const std::vector<std::string>& args,
+                       const Environment& environment = sandbox().environment()) {
+  try {
+    parse(args, environment);
+  } catch (const UsageError& error) {
+    const std::string message = error.what();
+    INFO(message);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK_FALSE(message.empty());
+    return message;
+  }
+  FAIL("no UsageError for: " << Catch::Detail::stringify(args));
+  return {};
+}
+
+Environment with(Environment environment, const std::string& name, const std::string& value) {
+  environment[name] = value;
+  return environment;
+}
+
+// Runs a test body in another working directory (for bare script names).
+class WorkingDirectory {
+ public:
+  explicit WorkingDirectory(const fs::path& directory) : previous_(fs::current_path()) {
+    fs::current_path(directory);
+  }
+  ~WorkingDirectory() { fs::current_path(previous_); }
+  WorkingDirectory(const WorkingDirectory&) = delete;
+  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
+
+ private:
+  fs::path previous_;
+};
+
+int onlineCpus() { return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)); }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+TEST_CASE("defaults are torchrun 2.x's", "[cli]") {
+  const CommandLine line = parse({script()});
+  const LaunchConfig& c = line.config;
+  CHECK_FALSE(line.helpRequested);
+  CHECK_FALSE(line.versionRequested);
+  CHECK(line.warnings.empty());
+  CHECK(c.minNodes == 1);
+  CHECK(c.maxNodes == 1);
+  CHECK(c.nprocPerNode == 1);
+  CHECK(c.nprocPerNodeSpec == "1");
+  CHECK(c.rdzvBackend == RdzvBackend::kStatic);
+  CHECK(c.rdzvEndpoint.empty());
+  CHECK(c.rdzvHost == "127.0.0.1");  // static: --master-addr:--master-port
+  CHECK(c.rdzvPort == 29500);
+  CHECK(c.rdzvId == "none");
+  CHECK(c.rdzvConf.empty());
+  CHECK_FALSE(c.standalone);
+  CHECK(c.maxRestarts == 0);
+  CHECK(c.monitorInterval == Approx(0.1));
+  CHECK(c.shutdownTimeout == std::chrono::seconds(30));
+  CHECK(c.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.entryKind == EntryKind::kPythonScript);
+  CHECK(c.python == sandbox().python());
+  CHECK(c.trainingScript == script());
+  CHECK(c.trainingScriptArgs.empty());
+  CHECK(c.role == "default");
+  CHECK(c.startMethod == "spawn");
+  CHECK(c.eventLogHandler == "null");
+  CHECK(c.numaBinding.empty());
+  CHECK_FALSE(c.virtualLocalRank);
+  CHECK(c.nodeRank == 0);
+  CHECK(c.masterAddr == "127.0.0.1");
+  CHECK_FALSE(c.masterPort.has_value());
+  CHECK(c.localAddr.empty());
+  CHECK(c.logDir.empty());
+  CHECK(c.redirects == StreamSelection{});
+  CHECK(c.tee == StreamSelection{});
+  CHECK_FALSE(c.localRanksFilter.has_value());
+  CHECK(c.duplicateStdoutFilters.empty());
+  CHECK(c.duplicateStderrFilters.empty());
+}
+
+namespace {
+
+// One value option: its dashed name, a valid value, and how that value shows in the config.
+struct ValueCase {
+  std::string name;
+  std::string value;
+  std::function<bool(const LaunchConfig&)> applied;
+  std::vector<std::string> context = {};  // other options the value needs
+};
+
+std::vector<std::string> argsFor(const ValueCase& option, std::vector<std::string> tail) {
+  std::vector<std::string> args = option.context;
+  args.insert(args.end(), tail.begin(), tail.end());
+  return args;
+}
+
+std::vector<ValueCase> valueCases() {
+  return {
+      {"nnodes", "2:3", [](const LaunchConfig& c) { return c.minNodes == 2 && c.maxNodes == 3; }},
+      {"nproc-per-node", "3", [](const LaunchConfig& c) { return c.nprocPerNode == 3; }},
+      {"rdzv-backend", "c10d",
+       [](const LaunchConfig& c) { return c.rdzvBackend == RdzvBackend::kC10d; }},
+      {"rdzv-endpoint", "127.0.0.1:1234",
+       [](const LaunchConfig& c) { return c.rdzvHost == "127.0.0.1" && c.rdzvPort == 1234; }},
+      {"rdzv-id", "job7", [](const LaunchConfig& c) { return c.rdzvId == "job7"; }},
+      {"rdzv-conf", "join_timeout=5",
+       [](const LaunchConfig& c) { return c.rdzvConf.count("join_timeout") == 1; }},
+      {"max-restarts", "4", [](const LaunchConfig& c) { return c.maxRestarts == 4; }},
+      {"monitor-interval", "0.5", [](const LaunchConfig& c) { return c.monitorInterval == 0.5; }},
+      {"start-method", "fork", [](const LaunchConfig& c) { return c.startMethod == "fork"; }},
+      {"event-log-handler", "console",
+       [](const LaunchConfig& c) { return c.eventLogHandler == "console"; }},
+      {"role", "trainer", [](const LaunchConfig& c) { return c.role == "trainer"; }},
+      {"log-dir", sandbox().path("logs"),
+       [](const LaunchConfig& c) { return c.logDir == sandbox().path("logs"); }},
+      {"redirects", "3",
+       [](const LaunchConfig& c) {
+         return c.redirects.all == StdStreams{true, true};
+       }},
+      {"tee", "1",
+       [](const LaunchConfig& c) {
+         return c.tee.all == StdStreams{true, false};
+       }},
+      {"local-ranks-filter", "0",
+       [](const LaunchConfig& c) { return c.localRanksFilter == std::set<int>{0}; }},
+      {"duplicate-stdout-filters", "loss",
+       [](const LaunchConfig& c) {
+         return c.duplicateStdoutFilters == std::vector<std::string>{"loss"};
+       }},
+      {"duplicate-stderr-filters", "NCCL",
+       [](const LaunchConfig& c) {
+         return c.duplicateStderrFilters == std::vector<std::string>{"NCCL"};
+       }},
+      {"node-rank", "1", [](const LaunchConfig& c) { return c.nodeRank == 1; }, {"--nnodes", "2"}},
+      {"master-addr", "localhost",
+       [](const LaunchConfig& c) { return c.masterAddr == "localhost"; }},
+      {"master-port", "1234",
+       [](const LaunchConfig& c) { return c.masterPort == 1234 && c.rdzvPort == 1234; }},
+      {"local-addr", "node7", [](const LaunchConfig& c) { return c.localAddr == "node7"; }},
+      {"signals-to-handle", "SIGUSR1",
+       [](const LaunchConfig& c) { return c.signalsToHandle == std::vector<int>{SIGUSR1}; }},
+      {"shutdown-timeout", "2.5",
+       [](const LaunchConfig& c) { return c.shutdownTimeout == std::chrono::milliseconds(2500); }},
+  };
+}
+
+std::string underscored(std::string name) {
+  for (auto& c : name) c = c == '-' ? '_' : c;
+  return name;
+}
+
+std::string environmentName(const std::string& name) {
+  std::string out = "PET_";
+  for (const char c : underscored(name)) out += static_cast<char>(std::toupper(c));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every value option works in both spellings, as --opt value and --opt=value", "[cli]") {
+  for (const auto& option : valueCases()) {
+    for (const auto& spelling : {option.name, underscored(option.name)}) {
+      INFO("--" << spelling << " " << option.value);
+      CHECK(option.applied(config(argsFor(option, {"--" + spelling, option.value, script()}))));
+      CHECK(option.applied(
+          config(argsFor(option, {"--" + spelling + "=" + option.value, script()}))));
+    }
+  }
+}
+
+TEST_CASE("every value option falls back to its PET_ variable, the command line wins", "[cli]") {
+  for (const auto& option : valueCases()) {
+    const std::string variable = environmentName(option.name);
+    INFO(variable << "=" << option.value);
+    const Environment environment = with(sandbox().environment(), variable, option.value);
+    CHECK(option.applied(config(argsFor(option, {script()}), environment)));
+    CHECK_FALSE(option.applied(config(argsFor(option, {script()}))));
+  }
+  const Environment three = with(sandbox().environment(), "PET_NPROC_PER_NODE", "3");
+  CHECK(config({"--nproc-per-node", "1", script()}, three).nprocPerNode == 1);
+  CHECK(config({"--nproc_per_node=2", script()}, three).nprocPerNode == 2);
+  CHECK(config({script()}, three).nprocPerNode == 3);
+  // A bad PET_ value is never looked at when the command line gives the option.
+  const Environment bad = with(sandbox().environment(), "PET_MAX_RESTARTS", "lots");
+  CHECK(config({"--max-restarts", "2", script()}, bad).maxRestarts == 2);
+}
+
+TEST_CASE("option --logs-specs and --numa-binding have no PET_ fallback", "[cli]") {
+  Environment environment = sandbox().environment();
+  environment["PET_LOGS_SPECS"] = "custom";
+  environment["PET_NUMA_BINDING"] = "bogus";
+  CHECK(config({script()}, environment).numaBinding.empty());
+}
+
+TEST_CASE("flags in both spellings and short forms", "[cli]") {
+  CHECK(config({"-m", "pkg.train"}).entryKind == EntryKind::kPythonModule);
+  CHECK(config({"--module", "pkg.train"}).entryKind == EntryKind::kPythonModule);
+  CHECK(config({"--no-python", sandbox().path("tool")}).entryKind == EntryKind::kExecutable);
+  CHECK(config({"--no_python", sandbox().path("tool")}).entryKind == EntryKind::kExecutable);
+  CHECK(config({"--run-path", script()}).entryKind == EntryKind::kRunPath);
+  CHECK(config({"--run_path", script()}).entryKind == EntryKind::kRunPath);
+  CHECK(config({"--virtual-local-rank", script()}).virtualLocalRank);
+  CHECK(config({"--virtual_local_rank", script()}).virtualLocalRank);
+  CHECK(config({"--standalone", script()}).standalone);
+  CHECK(config({"-r", "2", script()}).redirects.all == StdStreams{false, true});
+  CHECK(config({"-r2", script()}).redirects.all == StdStreams{false, true});
+  CHECK(config({"-r=2", script()}).redirects.all == StdStreams{false, true});
+  CHECK(config({"-t", "3", script()}).tee.all == StdStreams{true, true});
+  CHECK(parse({"-h"}).helpRequested);
+}
+
+TEST_CASE("boolean PET_ variables accept 1/0/true/false/yes/no and empty (true)", "[cli]") {
+  for (const std::string value : {"", "1", "true", "TRUE", "Yes", " 1 "}) {
+    INFO("PET_STANDALONE='" << value << "'");
+    CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).standalone);
+    CHECK(config({script()}, with(sandbox().environment(), "PET_VIRTUAL_LOCAL_RANK", value))
+              .virtualLocalRank);
+  }
+  for (const std::string value : {"0", "false", "No", "NO"}) {
+    INFO("PET_STANDALONE='" << value << "'");
+    CHECK_FALSE(
+        config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).standalone);
+  }
+  // The command line turns a flag on whatever PET_ says.
+  CHECK(config({"--standalone", script()}, with(sandbox().environment(), "PET_STANDALONE", "0"))
+            .standalone);
+  CHECK(config({"pkg.train"}, with(sandbox().environment(), "PET_MODULE", "")).entryKind ==
+        EntryKind::kPythonModule);
+  CHECK(config({sandbox().path("tool")}, with(sandbox().environment(), "PET_NO_PYTHON", "yes"))
+            .entryKind == EntryKind::kExecutable);
+  CHECK(config({script()}, with(sandbox().environment(), "PET_RUN_PATH", "true")).entryKind ==
+        EntryKind::kRunPath);
+
+  for (const std::string variable : {"PET_STANDALONE", "PET_MODULE", "PET_NO_PYTHON",
+                                     "PET_RUN_PATH", "PET_VIRTUAL_LOCAL_RANK"}) {
+    const std::string message =
+        usageError({script()}, with(sandbox().environment(), variable, "maybe"));
+    CHECK_THAT(message, Catch::Contains(variable) && Catch::Contains("not a boolean"));
+  }
+}
+
+TEST_CASE("everything from the training script on is passed through untouched", "[cli]") {
+  const std::vector<std::string> args = {
+      "--nproc-per-node", "9", "-m", "x", "--lr=3", "--", "-h", "--nproc", "--standalone=1", ""};
+  std::vector<std::string> argv = {"--nproc-per-node", "2", script()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const LaunchConfig c = config(argv);
+  CHECK(c.nprocPerNode == 2);
+  CHECK(c.entryKind == EntryKind::kPythonScript);
+  CHECK(c.trainingScript == script());
+  CHECK(c.trainingScriptArgs == args);
+}
+
+TEST_CASE("a bare -- ends ddprun's options", "[cli]") {
+  const LaunchConfig c = config({"--nproc-per-node", "2", "--", script(), "--", "--nnodes", "5"});
+  CHECK(c.nprocPerNode == 2);
+  CHECK(c.trainingScript == script());
+  CHECK(c.trainingScriptArgs == std::vector<std::string>{"--", "--nnodes", "5"});
+  CHECK(config({"--", script()}).trainingScriptArgs.empty());
+  CHECK_THAT(usageError({"--nnodes", "1", "--"}), Catch::Contains("missing the training script"));
+}
+
+TEST_CASE("the last of a repeated option wins, as with argparse", "[cli]") {
+  CHECK(config({"--nproc-per-node", "2", "--nproc_per_node", "3", script()}).nprocPerNode == 3);
+}
+
+TEST_CASE("no prefix abbreviations, unknown options are errors with a suggestion", "[cli]") {
+  CHECK_THAT(usageError({"--nproc", "2", script()}),
+             Catch::Contains("unknown option --nproc") &&
+                 Catch::Contains("did you mean --nproc-per-node?"));
+  CHECK_THAT(usageError({"--monitor=0.1", script()}), Catch::Contains("unknown option --monitor"));
+  CHECK_THAT(usageError({"--max_restart", "2", script()}),
+             Catch::Contains("did you mean --max_restarts?"));
+  CHECK_THAT(usageError({"--log", "x", script()}), Catch::Contains("unknown option --log"));
+  CHECK_THAT(usageError({"--zzzzzzzz", script()}), Catch::Contains("unknown option --zzzzzzzz"));
+  CHECK_THAT(usageError({"-x", script()}), Catch::Contains("unknown option -x"));
+}
+
+TEST_CASE("option syntax errors", "[cli]") {
+  CHECK_THAT(usageError({"--nnodes"}), Catch::Contains("--nnodes needs a value"));
+  CHECK_THAT(usageError({"-r"}), Catch::Contains("-r needs a value"));
+  CHECK_THAT(usageError({"--log-dir", "--nproc-per-node", "2", script()}),
+             Catch::Contains("--log-dir needs a value") && Catch::Contains("--log-dir=VALUE"));
+  CHECK_THAT(usageError({"--standalone=1", script()}),
+             Catch::Contains("--standalone takes no value"));
+  CHECK_THAT(usageError({"-mh", script()}), Catch::Contains("-m takes no value"));
+  // A negative number is a value, as in argparse; it is then refused for what it is.
+  CHECK_THAT(usageError({"--max-restarts", "-1", script()}), Catch::Contains("cannot be negative"));
+  // An empty value given with '=' stays empty.
+  CHECK(config({"--rdzv-endpoint=", "--rdzv-backend=c10d", script()}).rdzvHost == "localhost");
+}
+
+TEST_CASE("the training script is required", "[cli]") {
+  CHECK_THAT(usageError({}),
+             Catch::Contains("missing the training script: ddprun [options] script.py [args]"));
+  CHECK_THAT(usageError({"--nproc-per-node", "2"}), Catch::Contains("missing the training script"));
+  CHECK_THAT(usageError({""}), Catch::Contains("empty"));
+}
+
+TEST_CASE("option --nnodes: N or MIN:MAX with 0 < MIN <= MAX", "[cli]") {
+  CHECK(config({"--nnodes", "2", "--node-rank", "1", script()}).maxNodes == 2);
+  const LaunchConfig elastic = config(
+      {"--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1", script()});
+  CHECK(elastic.minNodes == 1);
+  CHECK(elastic.maxNodes == 4);
+  for (const std::string bad : {"abc", "", "0", "1:", ":2", "-1", "1:2:3", "0:2", "1.5", "2:x"}) {
+    INFO("--nnodes '" << bad << "'");
+    CHECK_THAT(usageError({"--nnodes", bad, script()}),
+               Catch::Contains("--nnodes '" + bad + "'") && Catch::Contains("MIN:MAX"));
+  }
+  CHECK(usageError({"--nnodes", "3:2", script()}) ==
+        "--nnodes '3:2': MIN (3) is larger than MAX (2); use --nnodes MIN:MAX with MIN <= MAX");
+  CHECK_THAT(usageError({"--nnodes=2:1", script()}),
+             Catch::Contains("MIN (2) is larger than MAX (1)"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_NNODES", "2:1")),
+             Catch::Contains("PET_NNODES '2:1'") && Catch::Contains("PET_NNODES=MIN:MAX"));
+  // Static rendezvous cannot be elastic: it waits for MAX nodes, which is worth a warning.
+  const CommandLine staticRange = parse({"--nnodes", "1:2", script()});
+  REQUIRE(staticRange.warnings.size() == 1);
+  CHECK_THAT(staticRange.warnings[0], Catch::Contains("exactly 2 nodes"));
+}
+
+TEST_CASE("option --max-restarts, --node-rank, --master-port must be integers in range", "[cli]") {
+  CHECK_THAT(usageError({"--max-restarts", "-2", script()}),
+             Catch::Contains("--max-restarts '-2'") && Catch::Contains("negative"));
+  CHECK_THAT(usageError({"--max-restarts", "abc", script()}),
+             Catch::Contains("--max-restarts 'abc' is not a whole number"));
+  CHECK_THAT(usageError({"--max-restarts", "1.5", script()}),
+             Catch::Contains("not a whole number"));
+  CHECK_THAT(usageError({"--max-restarts", "99999999999", script()}),
+             Catch::Contains("not a whole number"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_MAX_RESTARTS", "")),
+             Catch::Contains("PET_MAX_RESTARTS ''") && Catch::Contains("PET_MAX_RESTARTS=1"));
+  CHECK(config({"--max-restarts", " 3 ", script()}).maxRestarts == 3);
+
+  CHECK_THAT(usageError({"--node-rank", "x", script()}),
+             Catch::Contains("--node-rank 'x' is not a whole number"));
+  CHECK_THAT(usageError({"--node-rank", "-1", script()}), Catch::Contains("negative"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--node-rank", "2", script()}),
+             Catch::Contains("--node-rank '2' is outside 0..1"));
+  CHECK_THAT(usageError({"--node-rank", "1", script()}), Catch::Contains("outside 0..0"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_NODE_RANK", "3")),
+             Catch::Contains("PET_NODE_RANK '3' is outside"));
+  // c10d assigns group ranks itself and ignores --node-rank, as torchrun does.
+  CHECK(config({"--rdzv-backend", "c10d", "--node-rank", "5", script()}).nodeRank == 5);
+
+  CHECK_THAT(usageError({"--master-port", "70000", script()}), Catch::Contains("0..65535"));
+  CHECK_THAT(usageError({"--master-port", "http", script()}),
+             Catch::Contains("--master-port 'http' is not a whole number"));
+}
+
+TEST_CASE("option --monitor-interval must be a positive number", "[cli]") {
+  CHECK_THAT(usageError({"--monitor-interval", "0", script()}), Catch::Contains("positive"));
+  CHECK_THAT(usageError({"--monitor-interval", "nan", script()}),
+             Catch::Contains("--monitor-interval"));
+  CHECK_THAT(usageError({"--monitor-interval", "fast", script()}), Catch::Contains("not a number"));
+}
+
+TEST_CASE("option --nproc-per-node: integer >= 1, cpu, gpu, auto, xpu", "[cli]") {
+  for (const std::string bad : {"0", "-1", "abc", "2.5", "", "GPU", "1e3"}) {
+    INFO("--nproc-per-node '" << bad << "'");
+    CHECK_THAT(usageError({"--nproc-per-node", bad, script()}),
+               Catch::Contains("--nproc-per-node '" + bad + "'"));
+  }
+  CHECK_THAT(usageError({"--nproc-per-node", "abc", script()}),
+             Catch::Contains("auto, cpu, gpu, xpu"));
+  const LaunchConfig cpu = config({"--nproc-per-node", "cpu", script()});
+  CHECK(cpu.nprocPerNode == onlineCpus());
+  CHECK(cpu.nprocPerNodeSpec == "cpu");
+
+  // CUDA_VISIBLE_DEVICES="" hides every GPU, whether this machine has any or not.
+  const Environment noGpu = with(sandbox().environment(), "CUDA_VISIBLE_DEVICES", "");
+  CHECK_THAT(usageError({"--nproc-per-node", "gpu", script()}, noGpu),
+             Catch::Contains("--nproc-per-node 'gpu': no NVIDIA GPU is visible") &&
+                 Catch::Contains("give a number of workers instead"));
+  CHECK(config({"--nproc-per-node", "auto", script()}, noGpu).nprocPerNode == onlineCpus());
+  CHECK(config({"--nproc_per_node=auto", script()}, noGpu).nprocPerNodeSpec == "auto");
+  // xpu is a known value: Intel GPUs if the machine has any, else a clear error.
+  std::string xpuError;
+  int xpus = 0;
+  try {
+    xpus = config({"--nproc-per-node", "xpu", script()}).nprocPerNode;
+  } catch (const UsageError& error) {
+    xpuError = error.what();
+  }
+  if (xpuError.empty()) {
+    CHECK(xpus >= 1);
+  } else {
+    CHECK_THAT(xpuError, Catch::Contains("--nproc-per-node 'xpu': no Intel XPU is visible"));
+  }
+  // Without the mask: the GPUs the driver lists, if any.
+  if (!fs::exists("/proc/driver/nvidia/gpus")) {
+    CHECK_THAT(usageError({"--nproc-per-node", "gpu", script()}), Catch::Contains("no NVIDIA GPU"));
+  } else {
+    CHECK(config({"--nproc-per-node", "gpu", script()}).nprocPerNode >= 1);
+  }
+}
+
+TEST_CASE("CUDA_VISIBLE_DEVICES is read like the CUDA runtime does", "[cli]") {
+  using ddprun::launcher::detail::visibleGpuCount;
+  CHECK(visibleGpuCount(4, std::nullopt) == 4);
+  CHECK(visibleGpuCount(0, std::nullopt) == 0);
+  CHECK(visibleGpuCount(4, "") == 0);
+  CHECK(visibleGpuCount(4, "0,2") == 2);
+  CHECK(visibleGpuCount(4, " 3 , 1 ") == 2);
+  CHECK(visibleGpuCount(4, "1,7,2") == 1);  // stops at the first invalid index
+  CHECK(visibleGpuCount(4, "-1") == 0);
+  CHECK(visibleGpuCount(4, "0,0,1") == 1);  // a repeated index is invalid
+  CHECK(visibleGpuCount(2, "GPU-aaa,GPU-bbb,GPU-ccc") == 2);
+  CHECK(visibleGpuCount(4, "MIG-xyz") == 1);
+  CHECK(visibleGpuCount(0, "0") == 0);
+}
+
+TEST_CASE("option --rdzv-backend: static and c10d only", "[cli]") {
+  for (const std::string etcd : {"etcd", "etcd-v2"}) {
+    CHECK_THAT(usageError({"--rdzv-backend", etcd, script()}),
+               Catch::Contains("not supported by ddprun; use --rdzv-backend c10d"));
+  }
+  CHECK_THAT(usageError({"--rdzv-backend", "zookeeper", script()}),
+             Catch::Contains("--rdzv-backend 'zookeeper' is not a rendezvous backend") &&
+                 Catch::Contains("static or c10d"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd")),
+             Catch::Contains("PET_RDZV_BACKEND 'etcd'"));
+}
+
+TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "[cli]") {
+  const auto endpoint = [](const std::string& value) {
+    return config({"--rdzv-backend", "c10d", "--rdzv-endpoint", value, script()});
+  };
+  CHECK(endpoint("127.0.0.1:1234").rdzvHost == "127.0.0.1");
+  CHECK(endpoint("127.0.0.1:1234").rdzvPort == 1234);
+  CHECK(endpoint("127.0.0.1:1234").rdzvEndpoint == "127.0.0.1:1234");
+  CHECK(endpoint("localhost").rdzvPort == 29400);
+  CHECK(endpoint("localhost").rdzvHost == "localhost");
+  CHECK(endpoint("[::1]:5000").rdzvHost == "::1");
+  CHECK(endpoint("[::1]:5000").rdzvPort == 5000);
+  CHECK(endpoint("[::1]").rdzvPort == 29400);
+  CHECK(endpoint("[fe80::1]:0").rdzvPort == 0);
+  CHECK(endpoint("127.0.0.1:65535").rdzvPort == 65535);
+
+  const auto error = [](const std::string& value) {
+    return usageError({"--rdzv-backend", "c10d", "--rdzv-endpoint", value, script()});
+  };
+  CHECK_THAT(error("::1:5000"),
+             Catch::Contains("needs brackets") && Catch::Contains("[::1]:29400"));
+  CHECK_THAT(error("localhost:"), Catch::Contains("port '' is not a number in 0..65535"));
+  CHECK_THAT(error("localhost:70000"), Catch::Contains("0..65535"));
+  CHECK_THAT(error("localhost:-1"), Catch::Contains("0..65535"));
+  CHECK_THAT(error("localhost:http"), Catch::Contains("port 'http'"));
+  CHECK_THAT(error(":29400"), Catch::Contains("the host is missing"));
+  CHECK_THAT(error("[::1"), Catch::Contains("no ']'"));
+  CHECK_THAT(error("[::1]5000"), Catch::Contains("after ']'"));
+  CHECK_THAT(error("[]:5000"), Catch::Contains("the host is missing"));
+  CHECK(error("no-such-host.invalid:29400")
+            .starts_with("cannot resolve host 'no-such-host.invalid' in --rdzv-endpoint"));
+  CHECK_THAT(usageError({"--rdzv-backend", "c10d", script()},
+                        with(sandbox().environment(), "PET_RDZV_ENDPOINT", "no-such-host.invalid")),
+             Catch::Contains("cannot resolve host 'no-such-host.invalid' in PET_RDZV_ENDPOINT"));
+}
+
+TEST_CASE("c10d without an endpoint is localhost:29400, --master-addr then warns", "[cli]") {
+  const CommandLine line = parse({"--rdzv-backend", "c10d", script()});
+  CHECK(line.config.rdzvHost == "localhost");
+  CHECK(line.config.rdzvPort == 29400);
+  CHECK(line.warnings.empty());
+  const CommandLine master =
+      parse({"--rdzv-backend", "c10d", "--master-addr", "127.0.0.2", script()});
+  REQUIRE(master.warnings.size() == 1);
+  CHECK_THAT(master.warnings[0],
+             Catch::Contains("--master-addr '127.0.0.2' is only used by the static backend"));
+  CHECK(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:5", "--master-addr",
+               "127.0.0.2", script()})
+            .warnings.empty());
+  const CommandLine multi = parse({"--rdzv-backend", "c10d", "--nnodes", "2", script()});
+  REQUIRE(multi.warnings.size() == 1);
+  CHECK_THAT(multi.warnings[0], Catch::Contains("localhost:29400"));
+}
+
+TEST_CASE("static rendezvous: the endpoint is --master-addr:--master-port unless given", "[cli]") {
+  const LaunchConfig defaults = config({script()});
+  CHECK(defaults.rdzvHost == "127.0.0.1");
+  CHECK(defaults.rdzvPort == 29500);
+  const LaunchConfig master =
+      config({"--master-addr", "localhost", "--master-port", "1234", script()});
+  CHECK(master.rdzvHost == "localhost");
+  CHECK(master.rdzvPort == 1234);
+  CHECK(master.masterPort == 1234);
+  const LaunchConfig endpoint = config({"--rdzv-endpoint", "127.0.0.2:777", script()});
+  CHECK(endpoint.rdzvHost == "127.0.0.2");
+  CHECK(endpoint.rdzvPort == 777);
+  CHECK(config({"--rdzv-endpoint", "127.0.0.2", script()}).rdzvPort == 29500);
+  CHECK(config({"--master-addr", "[::1]", script()}).rdzvHost == "::1");
+  CHECK_THAT(usageError({"--master-addr", "no-such-host.invalid", script()}),
+             Catch::Contains("cannot resolve host 'no-such-host.invalid' in --master-addr"));
+  CHECK_THAT(usageError({"--master_addr=", script()}),
+             Catch::Contains("--master_addr '' is empty"));
+}
+
+TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn", "[cli]") {
+  const auto conf = [](const std::string& value) {
+    return parse({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()});
+  };
+  const CommandLine good = conf(
+      " join_timeout = 5 , last_call_timeout=2.5,keep_alive_max_attempt=3,is_host=YES,"
+      "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,timeout=900,"
+      "close_timeout=1,heartbeat_timeout=5,keep_alive_interval=5,");
+  CHECK(good.warnings.empty());
+  const auto& c = good.config.rdzvConf;
+  CHECK(c.at("join_timeout") == "5");
+  CHECK(c.at("last_call_timeout") == "2.5");
+  CHECK(c.at("keep_alive_max_attempt") == "3");
+  CHECK(c.at("is_host") == "true");
+  CHECK(c.at("store_type") == "tcp");
+  CHECK(c.at("use_libuv") == "1");
+  CHECK(c.at("exit_barrier_timeout") == "30");
+  CHECK(c.size() == 12);
+  CHECK(conf("is_host=0").config.rdzvConf.at("is_host") == "false");
+  CHECK(conf("").config.rdzvConf.empty());
+
+  const CommandLine unknown = conf("join_timout=5,join_timeout=7");
+  REQUIRE(unknown.warnings.size() == 1);
+  CHECK_THAT(unknown.warnings[0], Catch::Contains("unknown key 'join_timout' ignored"));
+  CHECK(unknown.config.rdzvConf == std::map<std::string, std::string>{{"join_timeout", "7"}});
+
+  const auto error = [](const std::string& value) {
+    return usageError({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()});
+  };
+  CHECK_THAT(error("join_timeout"), Catch::Contains("key 'join_timeout' has no value"));
+  CHECK_THAT(error("join_timeout= "), Catch::Contains("has no value"));
+  CHECK_THAT(error("=5"), Catch::Contains("has no key"));
+  CHECK_THAT(error("join_timeout=abc"),
+             Catch::Contains("'join_timeout=abc' is not a positive number"));
+  CHECK_THAT(error("join_timeout=0"), Catch::Contains("not a positive number"));
+  CHECK_THAT(error("read_timeout=-1"), Catch::Contains("not a positive number"));
+  CHECK_THAT(error("keep_alive_max_attempt=2.5"), Catch::Contains("not a whole number"));
+  CHECK_THAT(error("is_host=maybe"), Catch::Contains("not a boolean"));
+  CHECK_THAT(error("store_type=file"), Catch::Contains("store_type=file") &&
+                                           Catch::Contains("not supported by ddprun") &&
+                                           Catch::Contains("store_type=tcp"));
+  CHECK_THAT(error("store_type=redis"), Catch::Contains("unknown store_type 'redis'"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_CONF", "x")),
+             Catch::Contains("PET_RDZV_CONF: key 'x' has no value"));
+}
+
+TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single node only",
+          "[cli]") {
+  const CommandLine line = parse({"--standalone", "--nproc-per-node", "2", script()});
+  const LaunchConfig& c = line.config;
+  CHECK(c.standalone);
+  CHECK(c.rdzvBackend == RdzvBackend::kC10d);
+  CHECK(c.rdzvHost == "127.0.0.1");
+  CHECK(c.rdzvPort == 0);
+  CHECK(c.rdzvId.size() == 16);
+  CHECK(c.rdzvId.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(c.rdzvId != config({"--standalone", script()}).rdzvId);
+  CHECK(line.warnings.empty());
+
+  // Other rendezvous settings are ignored, with a warning; --rdzv-conf still applies.
+  const CommandLine ignoring =
+      parse({"--standalone", "--rdzv-backend", "zookeeper", "--rdzv-endpoint", "nowhere.invalid:1",
+             "--rdzv-id", "job", "--rdzv-conf", "join_timeout=5", script()});
+  CHECK(ignoring.warnings.size() == 3);
+  CHECK_THAT(ignoring.warnings[0], Catch::Contains("--standalone ignores"));
+  CHECK(ignoring.config.rdzvHost == "127.0.0.1");
+  CHECK(ignoring.config.rdzvId != "job");
+  CHECK(ignoring.config.rdzvConf.at("join_timeout") == "5");
+
+  CHECK_THAT(usageError({"--standalone", "--nnodes", "2", script()}),
+             Catch::Contains("--standalone is single-node"));
+  CHECK_THAT(usageError({"--standalone", "--nnodes", "1:2", script()}),
+             Catch::Contains("single-node"));
+
+  // Kubeflow's elastic env: PET_STANDALONE="" means on.
+  Environment kubeflow = sandbox().environment();
+  kubeflow["PET_STANDALONE"] = "";
+  kubeflow["PET_NPROC_PER_NODE"] = "2";
+  const LaunchConfig fromEnvironment = config({script()}, kubeflow);
+  CHECK(fromEnvironment.standalone);
+  CHECK(fromEnvironment.rdzvPort == 0);
+  CHECK(fromEnvironment.nprocPerNode == 2);
+}
+
+TEST_CASE("entry kind: what runs, and how", "[cli]") {
+  const Sandbox& box = sandbox();
+  SECTION(".py files run under Python, executable or not") {
+    CHECK(config({box.path("train.py")}).entryKind == EntryKind::kPythonScript);
+    CHECK(config({box.path("exec.py")}).entryKind == EntryKind::kPythonScript);
+    CHECK(config({box.path("exec.py")}).python == box.python());
+  }
+  SECTION("other executable files run directly, without --no-python") {
+    const LaunchConfig c = config({box.path("tool"), "--x"});
+    CHECK(c.entryKind == EntryKind::kExecutable);
+    CHECK(c.executable == box.path("tool"));
+    CHECK(c.trainingScript == box.path("tool"));
+    CHECK(c.python.empty());
+  }
+  SECTION("a non-executable file that is not .py runs under Python, as with torchrun") {
+    CHECK(config({box.path("data.txt")}).entryKind == EntryKind::kPythonScript);
+  }
+  SECTION("a directory with __main__.py runs under Python; one without is an error") {
+    CHECK(config({box.path("pkg")}).entryKind == EntryKind::kPythonScript);
+    CHECK_THAT(usageError({box.path("emptydir")}), Catch::Contains("without __main__.py"));
+  }
+  SECTION("a bare name found on PATH runs directly") {
+    const LaunchConfig c = config({"mytool"});
+    CHECK(c.entryKind == EntryKind::kExecutable);
+    CHECK(c.executable == (box.bin / "mytool").string());
+    CHECK(c.trainingScript == "mytool");
+  }
+  SECTION("bare names in the working directory are files there, kept as given") {
+    const WorkingDirectory cwd(box.root);
+    const LaunchConfig tool = config({"tool"});
+    CHECK(tool.entryKind == EntryKind::kExecutable);
+    CHECK(tool.executable == "./tool");  // execvp("tool") would search PATH instead
+    CHECK(tool.trainingScript == "tool");
+    const LaunchConfig train = config({"train.py"});
+    CHECK(train.entryKind == EntryKind::kPythonScript);
+    CHECK(train.trainingScript == "train.py");
+    CHECK(config({"data.txt"}).entryKind == EntryKind::kPythonScript);
+    CHECK(config({"pkg"}).entryKind == EntryKind::kPythonScript);
+    CHECK_THAT(usageError({"--no-python", "tool"}), Catch::Contains("write ./tool"));
+    CHECK_THAT(usageError({"--no-python", "data.txt"}),
+               Catch::Contains("not executable; chmod +x it and write ./data.txt"));
+    CHECK(config({"--no-python", "./tool"}).executable == "./tool");
+  }
+  SECTION("-m runs a module without looking for a file") {
+    const LaunchConfig c = config({"-m", "no.such.module", "--lr", "1"});
+    CHECK(c.entryKind == EntryKind::kPythonModule);
+    CHECK(c.trainingScript == "no.such.module");
+    CHECK(c.trainingScriptArgs == std::vector<std::string>{"--lr", "1"});
+    CHECK(c.python == box.python());
+  }
+  SECTION("--no-python: executables only, PATH lookup like execvp") {
+    CHECK(config({"--no-python", box.path("tool")}).executable == box.path("tool"));
+    CHECK(config({"--no-python", "mytool"}).executable == (box.bin / "mytool").string());
+    CHECK_THAT(usageError({"--no-python", box.path("data.txt")}),
+               Catch::Contains("is not executable; chmod +x it or drop --no-python"));
+    CHECK_THAT(usageError({"--no-python", "no-such-tool"}), Catch::Contains("not found on PATH"));
+    CHECK_THAT(usageError({"--no-python", box.path("missing")}), Catch::Contains("does not exist"));
+    CHECK_THAT(usageError({"--no-python", box.path("emptydir")}),
+               Catch::Contains("is a directory"));
+    // No Python needed to run an executable.
+    const Environment bare{{"PATH", box.path("nopython")}};
+    CHECK(config({"--no-python", box.path("tool")}, bare).entryKind == EntryKind::kExecutable);
+    CHECK(config({box.path("tool")}, bare).entryKind == EntryKind::kExecutable);
+  }
+  SECTION("-m with --no-python is an error") {
+    CHECK_THAT(usageError({"-m", "--no-python", "mod"}),
+               Catch::Contains("-m and --no-python cannot be used together"));
+    CHECK_THAT(usageError({"--no-python", "mod"}, with(box.environment(), "PET_MODULE", "1")),
+               Catch::Contains("PET_MODULE and --no-python"));
+  }
+  SECTION("--run-path needs Python and an existing path; it wins over --no-python") {
+    const CommandLine line = parse({"--run-path", "--no-python", script()});
+    CHECK(line.config.entryKind == EntryKind::kRunPath);
+    CHECK(line.config.python == box.python());
+    REQUIRE(line.warnings.size() == 1);
+    CHECK_THAT(line.warnings[0], Catch::Contains("--no-python is ignored with --run-path"));
+    CHECK_THAT(usageError({"--run-path", box.path("missing.py")}),
+               Catch::Contains("does not exist"));
+  }
+  SECTION("a script that does not exist") {
+    CHECK_THAT(usageError({box.path("missing.py")}),
+               Catch::Contains("training script '" + box.path("missing.py") + "' does not exist"));
+    CHECK_THAT(usageError({"no-such-command"}), Catch::Contains("is not a command on PATH"));
+  }
+  SECTION("the Python interpreter: PYTHON_EXEC, else python3 on PATH") {
+    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool"))).python ==
+          box.path("tool"));
+    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", "mytool")).python ==
+          (box.bin / "mytool").string());
+    CHECK_THAT(usageError({script()}, with(box.environment(), "PYTHON_EXEC", box.path("data.txt"))),
+               Catch::Contains("PYTHON_EXEC") && Catch::Contains("is not an executable file"));
+    CHECK_THAT(
+        usageError({script()}, with(box.environment(), "PYTHON_EXEC", "/nonexistent/python")),
+        Catch::Contains("PYTHON_EXEC '/nonexistent/python'"));
+    CHECK_THAT(usageError({script()}, with(box.environment(), "PYTHON_EXEC", "nopython9")),
+               Catch::Contains("not found on PATH"));
+    const Environment bare{{"PATH", box.path("nopython")}};
+    CHECK_THAT(usageError({script()}, bare), Catch::Contains("no python3 on PATH"));
+    CHECK_THAT(usageError({"-m", "mod"}, bare), Catch::Contains("no python3 on PATH"));
+    CHECK_THAT(usageError({"--run-path", script()}, bare), Catch::Contains("no python3 on PATH"));
+    // A relative PATH entry still gives an absolute interpreter path.
+    const WorkingDirectory cwd(box.root);
+    CHECK(config({script()}, {{"PATH", "bin"}}).python == box.python());
+  }
+}
+
+TEST_CASE("option --shutdown-timeout: command line, PET_, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s",
+          "[cli]") {
+  using std::chrono::milliseconds;
+  Environment environment = with(sandbox().environment(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5");
+  CHECK(config({script()}, environment).shutdownTimeout == milliseconds(5000));
+  environment["PET_SHUTDOWN_TIMEOUT"] = "2.5";
+  CHECK(config({script()}, environment).shutdownTimeout == milliseconds(2500));
+  CHECK(config({"--shutdown-timeout", "0.25", script()}, environment).shutdownTimeout ==
+        milliseconds(250));
+  CHECK(config({"--shutdown-timeout=0", script()}).shutdownTimeout == milliseconds(0));
+  CHECK_THAT(usageError({"--shutdown-timeout", "-1", script()}),
+             Catch::Contains("--shutdown-timeout '-1'") && Catch::Contains(">= 0"));
+  CHECK_THAT(usageError({"--shutdown-timeout", "soon", script()}), Catch::Contains("not a number"));
+  CHECK_THAT(usageError({"--shutdown-timeout", "inf", script()}), Catch::Contains(">= 0"));
+  CHECK_THAT(
+      usageError({script()}, with(sandbox().environment(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "x")),
+      Catch::Contains("TORCH_ELASTIC_SHUTDOWN_TIMEOUT 'x'"));
+}
+
+TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numbers", "[cli]") {
+  const auto signals = [](const std::string& value) {
+    return config({"--signals-to-handle", value, script()}).signalsToHandle;
+  };
+  CHECK(signals("SIGTERM,SIGUSR1") == std::vector<int>{SIGTERM, SIGUSR1});
+  CHECK(signals("TERM") == std::vector<int>{SIGTERM});
+  CHECK(signals(" usr2 , SIGINT,SIGINT") == std::vector<int>{SIGUSR2, SIGINT});
+  CHECK_THAT(usageError({"--signals-to-handle", "SIGTERM,SIGFOO", script()}),
+             Catch::Contains("unknown signal 'SIGFOO'"));
+  CHECK_THAT(usageError({"--signals-to-handle", "", script()}), Catch::Contains("unknown signal"));
+  CHECK_THAT(usageError({"--signals-to-handle", "SIGKILL", script()}),
+             Catch::Contains("cannot be caught"));
+}
+
+TEST_CASE("option -r/--redirects and -t/--tee: 0-3 or per-rank maps", "[cli]") {
+  const StreamSelection all = config({"-r", "3", script()}).redirects;
+  CHECK_FALSE(all.perRankGiven);
+  CHECK(all.forRank(5) == StdStreams{true, true});
+  CHECK(config({"--redirects", "0", script()}).redirects.forRank(0) == StdStreams{});
+
+  const StreamSelection map = config({"--tee", "0:1,1:3, 12:2", script()}).tee;
+  CHECK(map.perRankGiven);
+  CHECK(map.forRank(0) == StdStreams{true, false});
+  CHECK(map.forRank(1) == StdStreams{true, true});
+  CHECK(map.forRank(12) == StdStreams{false, true});  // multi-digit ranks, unlike torchrun
+  CHECK(map.forRank(2) == StdStreams{});
+  CHECK(config({"-r", "0:3", script()}).redirects.perRank.size() == 1);
+
+  for (const std::string bad : {"4", "a", "0:4", "0:1,", "", "1:", ":1", "0:1,0:2", "0:1;1:2"}) {
+    INFO("--redirects '" << bad << "'");
+    CHECK_THAT(usageError({"--redirects", bad, script()}),
+               Catch::Contains("--redirects '" + bad + "'"));
+  }
+  CHECK_THAT(usageError({"--redirects=-1:2", script()}), Catch::Contains("--redirects '-1:2'"));
+  CHECK_THAT(usageError({"-t", "9", script()}), Catch::Contains("-t '9' is not 0-3"));
+  CHECK_THAT(usageError({"-r", "0:1,0:2", script()}), Catch::Contains("listed twice"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_TEE", "x")),
+             Catch::Contains("PET_TEE 'x'"));
+}
+
+TEST_CASE("option --local-ranks-filter: comma list of local ranks", "[cli]") {
+  CHECK(
+      config({"--nproc-per-node", "3", "--local-ranks-filter", "0,2", script()}).localRanksFilter ==
+      std::set<int>{0, 2});
+  CHECK_FALSE(config({"--local-ranks-filter", "", script()}).localRanksFilter.has_value());
+  for (const std::string bad : {"a", "-1", "0,,1", "1.5", "0,"}) {
+    CHECK_THAT(usageError({"--local-ranks-filter", bad, script()}),
+               Catch::Contains("--local-ranks-filter '" + bad + "'") && Catch::Contains("e.g."));
+  }
+  const CommandLine beyond =
+      parse({"--nproc-per-node", "2", "--local-ranks-filter", "0,5", script()});
+  REQUIRE(beyond.warnings.size() == 1);
+  CHECK_THAT(beyond.warnings[0], Catch::Contains("local rank 5 does not exist with 2 workers"));
+}
+
+TEST_CASE("option --duplicate-stdout/stderr-filters: comma list with ,, for a literal comma",
+          "[cli]") {
+  const LaunchConfig c = config(
+      {"--duplicate-stdout-filters", "a,,b,c,,", "--duplicate_stderr_filters", "x", script()});
+  CHECK(c.duplicateStdoutFilters == std::vector<std::string>{"a,b", "c,"});
+  CHECK(c.duplicateStderrFilters == std::vector<std::string>{"x"});
+}
+
+TEST_CASE("option --log-dir must be, or be creatable as, a writable directory", "[cli]") {
+  const Sandbox& box = sandbox();
+  CHECK(config({"--log-dir", box.root.string(), script()}).logDir == box.root.string());
+  CHECK(config({"--log-dir", box.path("new/deeper"), script()}).logDir == box.path("new/deeper"));
+  CHECK_FALSE(fs::exists(box.path("new")));  // checked, not created
+  CHECK_THAT(usageError({"--log-dir", box.path("data.txt"), script()}),
+             Catch::Contains("exists but is not a directory"));
+  CHECK_THAT(usageError({"--log-dir", box.path("data.txt/sub"), script()}),
+             Catch::Contains("cannot be created"));
+  if (::geteuid() != 0) {  // root may write anywhere
+    const fs::path locked = box.root / "locked";
+    fs::create_directories(locked);
+    ::chmod(locked.c_str(), 0555);
+    CHECK_THAT(usageError({"--log-dir", locked.string(), script()}),
+               Catch::Contains("not writable"));
+    ::chmod(locked.c_str(), 0755);
+  }
+}
+
+TEST_CASE("option --logs-specs is refused: it names a Python plugin", "[cli]") {
+  CHECK_THAT(usageError({"--logs-specs", "custom", script()}),
+             Catch::Contains("--logs-specs 'custom'") && Catch::Contains("no Python plugin host"));
+  CHECK_THAT(usageError({"--logs_specs=custom", script()}), Catch::Contains("--logs_specs"));
+}
+
+TEST_CASE("option --numa-binding: a known policy, and numactl on PATH", "[cli]") {
+  const Environment withNumactl{{"PATH", sandbox().bin.string() + ":" + sandbox().path("numabin")}};
+  for (const std::string policy : {"node", "socket", "exclusive", "core-complex"}) {
+    CHECK(config({"--numa-binding", policy, script()}, withNumactl).numaBinding == policy);
+  }
+  CHECK_THAT(usageError({"--numa-binding", "node", script()}),
+             Catch::Contains("needs numactl on PATH"));
+  CHECK_THAT(usageError({"--numa_binding", "cores", script()}, withNumactl),
+             Catch::Contains(
+                 "--numa_binding 'cores' is not one of node, socket, exclusive, core-complex"));
+}
+
+TEST_CASE("option --start-method and --event-log-handler take fixed choices", "[cli]") {
+  CHECK(config({"--start-method", "forkserver", script()}).startMethod == "forkserver");
+  CHECK_THAT(usageError({"--start-method", "thread", script()}),
+             Catch::Contains("--start-method 'thread' is not one of spawn, fork, forkserver"));
+  CHECK(config({"--event_log_handler", "dynamic_rendezvous", script()}).eventLogHandler ==
+        "dynamic_rendezvous");
+  CHECK_THAT(usageError({"--event-log-handler", "file", script()}),
+             Catch::Contains("null, console, dynamic_rendezvous"));
+}
+
+TEST_CASE("user text in errors is escaped so that a message stays one line", "[cli]") {
+  CHECK_THAT(usageError({"--nnodes", "1\n2", script()}), Catch::Contains("'1\\n2'"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_STANDALONE", "a\nb")),
+             Catch::Contains("'a\\nb'"));
+}
+
+TEST_CASE("option --help lists every option in both spellings, --version", "[cli]") {
+  const CommandLine help = parse({"--help"});
+  CHECK(help.helpRequested);
+  CHECK(parse({"--nproc-per-node", "2", "-h"}).helpRequested);  // no script needed
+  const std::string& text = help.helpText;
+  CHECK_THAT(text, Catch::StartsWith("usage: ddprun"));
+  CHECK_THAT(text, Catch::Contains("-h, --help"));
+  CHECK_THAT(text, Catch::Contains("-m, --module"));
+  CHECK_THAT(text, Catch::Contains("-r REDIRECTS, --redirects REDIRECTS"));
+  CHECK_THAT(text, Catch::Contains("-t TEE, --tee TEE"));
+  CHECK_THAT(text,
+             Catch::Contains("--nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE"));
+  CHECK_THAT(text, Catch::Contains("--standalone"));
+  CHECK_THAT(text, Catch::Contains("[env PET_NPROC_PER_NODE]"));
+  for (const std::string name : {"nnodes",
+                                 "nproc-per-node",
+                                 "rdzv-backend",
+                                 "rdzv-endpoint",
+                                 "rdzv-id",
+                                 "rdzv-conf",
+                                 "standalone",
+                                 "max-restarts",
+                                 "monitor-interval",
+                                 "start-method",
+                                 "event-log-handler",
+                                 "role",
+                                 "module",
+                                 "no-python",
+                                 "run-path",
+                                 "log-dir",
+                                 "redirects",
+                                 "tee",
+                                 "local-ranks-filter",
+                                 "duplicate-stdout-filters",
+                                 "duplicate-stderr-filters",
+                                 "node-rank",
+                                 "master-addr",
+                                 "master-port",
+                                 "local-addr",
+                                 "logs-specs",
+                                 "numa-binding",
+                                 "signals-to-handle",
+                                 "shutdown-timeout",
+                                 "virtual-local-rank",
+                                 "version"}) {
+    CHECK_THAT(text, Catch::Contains("--" + name));
+    CHECK_THAT(text, Catch::Contains("--" + underscored(name)));
+  }
+
+  const CommandLine version = parse({"--version"});
+  CHECK(version.versionRequested);
+  CHECK_FALSE(version.helpRequested);
+  CHECK_THAT(ddprun::launcher::versionText(), Catch::StartsWith("ddprun "));
+}

@@ -1,3 +1,524 @@
-// (placeholder: being written)
+// log_router: real /bin/sh workers, the LogRouter on a real io_context, and console "terminals"
+// that are pipes read by threads of the test.
+#include "log_router.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
-TEST_CASE("log_router placeholder", "[placeholder]") { SUCCEED(); }
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace ddprun::launcher;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under /tmp, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ddprun-logs-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string path(const std::string& name = "") const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// The agent's console: a pipe whose reading side a thread empties into a string.
+class Console {
+ public:
+  explicit Console(bool nonBlocking = false) {
+    int ends[2];
+    REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+    read_ = ends[0];
+    write_ = ends[1];
+    if (nonBlocking) REQUIRE(::fcntl(write_, F_SETFL, O_NONBLOCK) == 0);
+    reader_ = std::thread([this] {
+      char buffer[4096];
+      for (;;) {
+        const ssize_t n = ::read(read_, buffer, sizeof buffer);
+        if (n > 0) {
+          text_.append(buffer, static_cast<std::size_t>(n));
+          // A slow terminal, now and then, so the agent's writes meet a full pipe.
+          if (++reads_ % 64 == 0) std::this_thread::sleep_for(1ms);
+        } else if (n == 0 || errno != EINTR) {
+          break;
+        }
+      }
+    });
+  }
+  ~Console() { text(); }
+  int fd() const { return write_; }
+  // Everything written, once the writing side is closed.
+  const std::string& text() {
+    if (write_ >= 0) {
+      ::close(write_);
+      write_ = -1;
+      reader_.join();
+      ::close(read_);
+    }
+    return text_;
+  }
+
+ private:
+  int read_ = -1;
+  int write_ = -1;
+  std::thread reader_;
+  std::string text_;
+  int reads_ = 0;
+};
+
+// A LogRouter, its io_context, two consoles and the workers started through them.
+class Harness {
+ public:
+  explicit Harness(LogRouterOptions options, bool nonBlockingConsole = false)
+      : out_(nonBlockingConsole), err_(nonBlockingConsole) {
+    options.consoleOut = out_.fd();
+    options.consoleErr = err_.fd();
+    router_ = std::make_unique<LogRouter>(io_, options);
+  }
+  ~Harness() {
+    for (pid_t pid : pids_) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+
+  LogRouter& router() { return *router_; }
+  boost::asio::io_context& io() { return io_; }
+
+  // Starts `/bin/sh -c script` as worker `localRank`, as the agent would.
+  pid_t spawn(int localRank, const std::string& script, const std::string& attemptDir = "",
+              int rank = -1, int groupRank = 0) {
+    const ChildStreams streams =
+        router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank, attemptDir);
+    REQUIRE(streams.out >= 0);
+    REQUIRE(streams.err >= 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(streams.out, 1);
+      ::dup2(streams.err, 2);
+      ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids_.push_back(pid);
+    router_->started(localRank);
+    return pid;
+  }
+
+  // Runs the loop until drain() completes; returns how long that took.
+  std::chrono::milliseconds drain(std::chrono::milliseconds grace) {
+    bool drained = false;
+    boost::asio::steady_timer watchdog(io_, 60s);
+    watchdog.async_wait([this](const boost::system::error_code& error) {
+      if (!error) io_.stop();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    router_->drain(grace, [&] {
+      drained = true;
+      watchdog.cancel();
+    });
+    io_.restart();
+    io_.run();
+    REQUIRE(drained);
+    const auto took = std::chrono::steady_clock::now() - start;
+    // A worker without pipes (writing to its files itself) is only done when it has exited.
+    reapAll();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(took);
+  }
+
+  void reapAll() {
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+    pids_.clear();
+  }
+
+  // Closes the router and the consoles; returns what each console received.
+  std::pair<std::string, std::string> finish() {
+    router_->closeAll();
+    io_.restart();
+    io_.poll();
+    router_.reset();
+    return {out_.text(), err_.text()};
+  }
+
+ private:
+  boost::asio::io_context io_;
+  Console out_;
+  Console err_;
+  std::unique_ptr<LogRouter> router_;
+  std::vector<pid_t> pids_;
+};
+
+StreamSelection every(bool out, bool err) {
+  StreamSelection selection;
+  selection.all = StdStreams{out, err};
+  return selection;
+}
+
+bool fdIsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+// "[defaultW]:wW <kind> N<tail>" -> (W, N, tail); nothing when the line is not of that shape
+// (a torn line, a wrong prefix, or a prefix naming another worker than the text).
+std::optional<std::tuple<int, int, std::string>> parseLine(const std::string& line,
+                                                           const std::string& kind) {
+  for (int worker : {0, 1}) {
+    const std::string head = "[default" + std::to_string(worker) + "]:w" +
+                             std::to_string(worker) + " " + kind + " ";
+    if (line.compare(0, head.size(), head) != 0) continue;
+    std::size_t end = head.size();
+    while (end < line.size() && std::isdigit(static_cast<unsigned char>(line[end])) != 0) ++end;
+    if (end == head.size()) return std::nullopt;
+    return std::make_tuple(worker, std::stoi(line.substr(head.size(), end - head.size())),
+                           line.substr(end));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("prefixes: torchrun's default and the template with its macros", "[log_router]") {
+  LogRouterOptions options;
+  CHECK(linePrefix(options, 3, 11, 1) == "[default3]:");
+  options.role = "trainer";
+  options.hostname = "nodeA";
+  options.prefixTemplate = "${hostname}:${role_name}-${rank}/${local_rank}@${group_rank}|";
+  CHECK(linePrefix(options, 1, 5, 2) == "nodeA:trainer-5/1@2|");
+  // Python's Template.safe_substitute: $name, $$, unknown names and stray '$' left alone.
+  options.prefixTemplate = "$rank$$ ${nope} $nope $ ${rank";
+  CHECK(linePrefix(options, 1, 5, 2) == "5$ ${nope} $nope $ ${rank");
+  CHECK(rankLogDir("/logs/run/attempt_0", 3) == "/logs/run/attempt_0/3");
+}
+
+TEST_CASE("worker lines reach the matching console, prefixed", "[log_router]") {
+  SECTION("default prefix") {
+    Harness harness(LogRouterOptions{});
+    harness.spawn(0, "echo hello; echo oops >&2; echo bye");
+    harness.drain(10s);
+    const auto [out, err] = harness.finish();
+    CHECK(out == "[default0]:hello\n[default0]:bye\n");
+    CHECK(err == "[default0]:oops\n");
+  }
+  SECTION("template") {
+    LogRouterOptions options;
+    options.role = "trainer";
+    options.hostname = "nodeA";
+    options.prefixTemplate = "${hostname}/${rank}/${local_rank}> ";
+    Harness harness(options);
+    harness.spawn(1, "echo hello", "", 7);
+    harness.drain(10s);
+    CHECK(harness.finish().first == "nodeA/7/1> hello\n");
+  }
+}
+
+TEST_CASE("two chatty workers: every console line is whole, prefixed and in order",
+          "[log_router]") {
+  const bool nonBlocking = GENERATE(false, true);
+  CAPTURE(nonBlocking);
+  Harness harness(LogRouterOptions{}, nonBlocking);
+  // 2000 lines each, every 50th one 20000 bytes long (more than a pipe's atomic write), on both
+  // streams, from both workers at once.
+  const std::string body =
+      "long=$(head -c 20000 /dev/zero | tr '\\0' x); i=0; while [ $i -lt 2000 ]; do "
+      "if [ $((i % 50)) -eq 0 ]; then echo \"$W line $i $long\"; else echo \"$W line $i\"; fi; "
+      "if [ $((i % 10)) -eq 0 ]; then echo \"$W err $i\" >&2; fi; i=$((i+1)); done";
+  harness.spawn(0, "W=w0; " + body);
+  harness.spawn(1, "W=w1; " + body);
+  harness.drain(30s);
+  const auto [out, err] = harness.finish();
+
+  // (Parsed by hand: std::regex recurses per character and would overflow on 20000 bytes.)
+  std::map<int, int> next;
+  for (const std::string& line : splitLines(out)) {
+    const auto parsed = parseLine(line, "line");
+    REQUIRE(parsed.has_value());
+    const auto [worker, number, tail] = *parsed;
+    REQUIRE(number == next[worker]);
+    REQUIRE(tail == (number % 50 == 0 ? " " + std::string(20000, 'x') : std::string()));
+    ++next[worker];
+  }
+  CHECK(next[0] == 2000);
+  CHECK(next[1] == 2000);
+
+  std::map<int, int> errors;
+  for (const std::string& line : splitLines(err)) {
+    const auto parsed = parseLine(line, "err");
+    REQUIRE(parsed.has_value());
+    const auto [worker, number, tail] = *parsed;
+    REQUIRE(tail.empty());
+    REQUIRE(number == errors[worker] * 10);
+    ++errors[worker];
+  }
+  CHECK(errors[0] == 200);
+  CHECK(errors[1] == 200);
+}
+
+TEST_CASE("a final line without newline is flushed with one at EOF", "[log_router]") {
+  Harness harness(LogRouterOptions{});
+  harness.spawn(0, "printf 'a\\nno newline'; printf 'half' >&2");
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:a\n[default0]:no newline\n");
+  CHECK(err == "[default0]:half\n");
+}
+
+TEST_CASE("a line longer than 64 KiB is cut into 64 KiB pieces", "[log_router]") {
+  Harness harness(LogRouterOptions{});
+  harness.spawn(0, "head -c 150000 /dev/zero | tr '\\0' y; echo; echo after");
+  harness.drain(10s);
+  const std::vector<std::string> lines = splitLines(harness.finish().first);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "[default0]:" + std::string(LogRouter::kMaxLineBytes, 'y'));
+  CHECK(lines[1] == "[default0]:" + std::string(LogRouter::kMaxLineBytes, 'y'));
+  CHECK(lines[2] == "[default0]:" + std::string(150000 - 2 * LogRouter::kMaxLineBytes, 'y'));
+  CHECK(lines[3] == "[default0]:after");
+}
+
+TEST_CASE("long lines are cut on UTF-8 character boundaries", "[log_router]") {
+  Harness harness(LogRouterOptions{});
+  // 30000 three-byte characters: 64 KiB would fall inside one, so the first piece is 65535 bytes.
+  harness.spawn(0, "yes '\xE2\x82\xAC' | head -n 30000 | tr -d '\\n'; echo");
+  harness.drain(10s);
+  const std::vector<std::string> lines = splitLines(harness.finish().first);
+  std::string euros;
+  for (int i = 0; i < 30000; ++i) euros += "\xE2\x82\xAC";
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == "[default0]:" + euros.substr(0, 65535));
+  CHECK(lines[1] == "[default0]:" + euros.substr(65535));
+}
+
+TEST_CASE("redirect: the stream goes to its file only", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.redirects = every(true, false);
+  Harness harness(options);
+  harness.spawn(0, "echo out; printf 'raw'; echo err >&2", dir.path("attempt_0"));
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out.empty());
+  CHECK(err == "[default0]:err\n");
+  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "out\nraw");
+  CHECK_FALSE(fs::exists(dir.path("attempt_0/0/stderr.log")));
+}
+
+TEST_CASE("redirect per rank: only the ranks listed", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.redirects.perRankGiven = true;
+  options.redirects.perRank[1] = StdStreams{false, true};
+  Harness harness(options);
+  harness.spawn(0, "echo zero >&2", dir.path("a"));
+  harness.spawn(1, "echo one >&2", dir.path("a"));
+  harness.drain(10s);
+  CHECK(harness.finish().second == "[default0]:zero\n");
+  CHECK(readFile(dir.path("a/1/stderr.log")) == "one\n");
+  CHECK(fs::is_directory(dir.path("a/0")));  // made for error.json even without log files
+  CHECK_FALSE(fs::exists(dir.path("a/0/stderr.log")));
+}
+
+TEST_CASE("tee: raw to the file and prefixed to the console", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.tee = every(true, true);
+  Harness harness(options);
+  harness.spawn(0, "echo out; printf 'partial'; echo err >&2", dir.path("attempt_0"));
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:out\n[default0]:partial\n");
+  CHECK(err == "[default0]:err\n");
+  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "out\npartial");
+  CHECK(readFile(dir.path("attempt_0/0/stderr.log")) == "err\n");
+}
+
+TEST_CASE("without a log dir, redirect falls back to the console and no file is made",
+          "[log_router]") {
+  LogRouterOptions options;
+  options.redirects = every(true, true);
+  options.duplicateStdoutFilters = {"x"};
+  Harness harness(options);
+  harness.spawn(0, "echo x1; echo e >&2");
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:x1\n");
+  CHECK(err == "[default0]:e\n");
+}
+
+TEST_CASE("local-ranks-filter: other ranks stay off the console", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.localRanksFilter = std::set<int>{0};
+  options.tee = every(true, false);
+  Harness harness(options);
+  harness.spawn(0, "echo zero; echo zero-err >&2", dir.path("a"));
+  harness.spawn(1, "echo one; echo one-err >&2", dir.path("a"));
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:zero\n");
+  CHECK(err == "[default0]:zero-err\n");
+  // Rank 1's tee'd stdout still reaches its file; its stderr (not tee'd) goes nowhere.
+  CHECK(readFile(dir.path("a/1/stdout.log")) == "one\n");
+  CHECK_FALSE(fs::exists(dir.path("a/1/stderr.log")));
+}
+
+TEST_CASE("duplicate filters copy matching lines to filtered_*.log", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.duplicateStdoutFilters = {"loss", "WARN"};
+  options.duplicateStderrFilters = {"ERR"};
+  SECTION("console streams") {
+    Harness harness(options);
+    harness.spawn(0,
+                  "echo 'step 1 loss 0.5'; echo hello; echo 'WARN x'; echo 'ERR y' >&2; "
+                  "echo other >&2; printf 'last loss'",
+                  dir.path("a"));
+    harness.drain(10s);
+    const auto [out, err] = harness.finish();
+    CHECK(out == "[default0]:step 1 loss 0.5\n[default0]:hello\n[default0]:WARN x\n"
+                 "[default0]:last loss\n");
+    CHECK(err == "[default0]:ERR y\n[default0]:other\n");
+    CHECK(readFile(dir.path("a/0/filtered_stdout.log")) == "step 1 loss 0.5\nWARN x\nlast loss\n");
+    CHECK(readFile(dir.path("a/0/filtered_stderr.log")) == "ERR y\n");
+  }
+  SECTION("with a redirected stream") {
+    options.redirects = every(true, false);
+    Harness harness(options);
+    harness.spawn(0, "echo 'a loss'; echo plain", dir.path("a"));
+    harness.drain(10s);
+    CHECK(harness.finish().first.empty());
+    CHECK(readFile(dir.path("a/0/stdout.log")) == "a loss\nplain\n");
+    CHECK(readFile(dir.path("a/0/filtered_stdout.log")) == "a loss\n");
+  }
+}
+
+TEST_CASE("a reused attempt directory is appended to, never truncated", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.redirects = every(true, false);
+  options.tee = every(false, true);
+  Harness harness(options);
+  harness.spawn(0, "echo first; echo first-err >&2", dir.path("attempt_0"));
+  harness.drain(10s);
+  harness.spawn(0, "echo second; echo second-err >&2", dir.path("attempt_0"));
+  harness.drain(10s);
+  harness.finish();
+  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "first\nsecond\n");
+  CHECK(readFile(dir.path("attempt_0/0/stderr.log")) == "first-err\nsecond-err\n");
+}
+
+TEST_CASE("drain: at EOF at once, or after the grace when a grandchild holds the pipe",
+          "[log_router]") {
+  SECTION("EOF") {
+    Harness harness(LogRouterOptions{});
+    harness.spawn(0, "echo done");
+    harness.spawn(1, "sleep 0.2; echo later");
+    const auto took = harness.drain(20s);
+    CHECK(took < 5s);
+    const auto [out, err] = harness.finish();
+    CHECK(out.find("[default0]:done\n") != std::string::npos);
+    CHECK(out.find("[default1]:later\n") != std::string::npos);
+  }
+  SECTION("grace") {
+    TempDir dir;
+    Harness harness(LogRouterOptions{});
+    const std::string pidFile = dir.path("sleeper.pid");
+    harness.spawn(0, "sleep 5 & echo $! > " + pidFile + "; printf bye");
+    const auto took = harness.drain(300ms);
+    CHECK(took >= 300ms);
+    CHECK(took < 4s);
+    const auto [out, err] = harness.finish();
+    CHECK(out == "[default0]:bye\n");
+    const pid_t sleeper = std::stoi(readFile(pidFile));
+    CHECK(::kill(sleeper, SIGKILL) == 0);
+  }
+  SECTION("nothing started") {
+    Harness harness(LogRouterOptions{});
+    CHECK(harness.drain(10s) < 1s);
+  }
+}
+
+TEST_CASE("closeAll flushes a partial line of a worker still running", "[log_router]") {
+  Harness harness(LogRouterOptions{});
+  harness.spawn(0, "printf 'partial'; exec sleep 30");
+  harness.io().run_for(500ms);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:partial\n");
+}
+
+TEST_CASE("abandon closes what prepare opened; prepare errors name the path", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.tee = every(true, true);
+  Harness harness(options);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"));
+  CHECK(fdIsOpen(streams.out));
+  CHECK(fdIsOpen(streams.err));
+  CHECK((::fcntl(streams.out, F_GETFD) & FD_CLOEXEC) != 0);
+  harness.router().abandon(0);
+  CHECK_FALSE(fdIsOpen(streams.out));
+  CHECK_FALSE(fdIsOpen(streams.err));
+
+  std::ofstream(dir.path("file")) << "x";
+  try {
+    harness.router().prepare(0, 0, 0, dir.path("file/attempt_0"));
+    FAIL("prepare did not throw");
+  } catch (const std::system_error& error) {
+    CHECK(std::string(error.what()).find(dir.path("file/attempt_0")) != std::string::npos);
+  }
+  harness.finish();
+}
+
+TEST_CASE("a redirected, filtered-out rank writes straight to its file", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.redirects = every(true, true);
+  Harness harness(options);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"));
+  struct stat info {};
+  REQUIRE(::fstat(streams.out, &info) == 0);
+  CHECK(S_ISREG(info.st_mode));  // no pipe, no copying by the agent
+  harness.router().abandon(0);
+  harness.finish();
+}

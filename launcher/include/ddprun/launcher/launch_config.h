@@ -74,6 +74,10 @@ struct LaunchConfig {
   EntryKind entryKind = EntryKind::kPythonScript;
   std::string python;               // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
   std::string trainingScript;       // script path, module name or executable (as given)
+  // kExecutable only: the file to exec, resolved at parse time the way execvp would (PATH
+  // lookup for a bare name) except that an executable found in the working directory under a
+  // bare name becomes "./name" (execvp would search PATH instead). argv[0] stays trainingScript.
+  std::string executable;
   std::vector<std::string> trainingScriptArgs;  // passed through untouched
   std::string role = "default";     // --role
   std::string startMethod = "spawn";        // accepted; only meaningful for --run-path

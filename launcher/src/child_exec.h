@@ -1,0 +1,61 @@
+// The only code of ddprun that runs between fork() and exec().
+//
+// The agent is multi-threaded (store clients, the embedded store server), so in the child only
+// async-signal-safe calls are allowed: everything the child needs is prepared by the parent into
+// plain arrays (ExecPlan) before fork(), and the child never allocates, locks or logs.
+//
+// In the child, in order (tini and dumb-init's rules, torchrun 2.2+'s session per worker):
+//   1. setsid(): the worker leads its own session and process group, so the agent can signal the
+//      whole group (grandchildren included) and a terminal's Ctrl-C reaches workers only through
+//      the agent's forwarding;
+//   2. PR_SET_PDEATHSIG(SIGKILL), then a check that the agent is still its parent: the worker
+//      dies with the agent even when the agent is killed with SIGKILL;
+//   3. default dispositions for every signal and an empty signal mask (the agent ignores SIGPIPE
+//      and blocks signals; exec would keep both);
+//   4. into the agent's worker cgroup when there is one (a descendant that leaves the worker's
+//      session is still found there), stdout/stderr from the log router, every other
+//      descriptor closed on exec;
+//   5. execve() of an absolute path. On failure the errno goes to the parent through a
+//      close-on-exec pipe and the child exits 127 (not found) or 126 (not executable).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// Everything the child needs, laid out before fork() so the child only reads it.
+class ExecPlan {
+ public:
+  ExecPlan(std::string path, std::vector<std::string> argv, std::vector<std::string> environment,
+           int stdoutFd, int stderrFd, std::string workingDirectory = {});
+
+  const char* path() const { return path_.c_str(); }
+  char* const* argv() const { return argvPointers_.data(); }
+  char* const* envp() const { return envPointers_.data(); }
+  int stdoutFd() const { return stdoutFd_; }
+  int stderrFd() const { return stderrFd_; }
+  const char* workingDirectory() const {
+    return workingDirectory_.empty() ? nullptr : workingDirectory_.c_str();
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> argv_;
+  std::vector<std::string> environment_;
+  std::vector<char*> argvPointers_;
+  std::vector<char*> envPointers_;
+  int stdoutFd_;
+  int stderrFd_;
+  std::string workingDirectory_;
+};
+
+// Runs in the child after fork(); never returns. `errorPipe` is the write end of the pipe the
+// parent reads to learn whether exec succeeded (EOF) or failed (an errno). `parent` is the
+// agent's pid, to detect that it died before the death signal was armed. `cgroupProcs` is an
+// open cgroup.procs file to join, or -1.
+[[noreturn]] void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,111 @@
+// LogRouter: where each worker's stdout and stderr go (torchrun-contract §3.9).
+//
+//   worker stdout ──pipe──> reader ──whole lines, prefixed──> agent stdout   (console)
+//                                  ├─raw bytes─────────────> <attempt>/<lr>/stdout.log   (-t)
+//                                  └─matching lines────────> <attempt>/<lr>/filtered_stdout.log
+//   worker stderr ── the same, to the agent's stderr and stderr.log / filtered_stderr.log
+//
+// Per stream and local rank, with D = attemptDir != "" and the settings -r/--redirects (R),
+// -t/--tee (T), --local-ranks-filter (C: the rank may reach the console) and the duplicate
+// filters for that stream (F: non-empty):
+//   file      = D && (R || T)
+//   console   = C && (T || !R || !D)     (redirect without a log dir falls back to the console)
+//   filtered  = D && F
+//   file only (no console, no filters): the child writes to the file itself (no pipe);
+//   nothing at all: the child writes to /dev/null; otherwise: a pipe read on the io_context.
+// With no log dir nothing is ever created on disk; with one, <attempt>/<local_rank>/ is always
+// created (it is also where the worker's error.json goes). Files are opened for appending and
+// never truncated, so an attempt directory reused by a later round keeps the earlier output.
+//
+// Console output is written with one write(2) per batch of whole lines, from one thread, so no
+// two workers' lines ever interleave inside a line (as long as the agent writes its own console
+// output from the same thread). A line longer than kMaxLineBytes is cut into pieces of that size;
+// a final line without '\n' gets one when the stream ends. Writes block while the console is
+// full (a stalled reader of the agent's output stalls the agent, as it would stall torchrun);
+// a console that stays non-writable for kStallLimit loses that batch. The agent should ignore
+// SIGPIPE: a closed console then only loses output.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ddprun/launcher/launch_config.h"
+
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
+namespace ddprun::launcher {
+
+struct LogRouterOptions {
+  std::string role = "default";  // ${role_name}
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("" = "[${role_name}${local_rank}]:"). Substituted like
+  // Python's string.Template.safe_substitute: ${name} or $name, "$$" is "$", unknown names stay.
+  // Names: role_name, local_rank, rank, and (ddprun extensions) hostname, group_rank.
+  std::string prefixTemplate;
+  std::string hostname;  // ${hostname}
+  StreamSelection redirects;  // -r/--redirects
+  StreamSelection tee;        // -t/--tee
+  std::optional<std::set<int>> localRanksFilter;  // --local-ranks-filter (nothing = all ranks)
+  std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters (substrings)
+  std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
+  int consoleOut = 1;  // where workers' stdout lines go (not owned)
+  int consoleErr = 2;  // where workers' stderr lines go (not owned)
+};
+
+// The descriptors a worker gets as its fd 1 and 2 (the child dup2()s them). They are O_CLOEXEC,
+// so other workers never inherit them; they stay owned by the LogRouter.
+struct ChildStreams {
+  int out = -1;
+  int err = -1;
+};
+
+// The console prefix of one worker's lines (options.prefixTemplate substituted).
+std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank);
+
+// "<attemptDir>/<localRank>": the worker's log directory (stdout.log, stderr.log, error.json).
+std::string rankLogDir(const std::string& attemptDir, int localRank);
+
+// Thread safety: not thread-safe. Use it from the io_context's thread only (the one running
+// io_context::run()); its callbacks run there too.
+class LogRouter {
+ public:
+  static constexpr std::size_t kMaxLineBytes = 64 * 1024;
+  static constexpr std::chrono::seconds kStallLimit{30};
+
+  // `io` must outlive the LogRouter.
+  LogRouter(boost::asio::io_context& io, LogRouterOptions options);
+  // Closes everything like closeAll(), but a pending drain's callback is dropped, not called.
+  ~LogRouter();
+  LogRouter(const LogRouter&) = delete;
+  LogRouter& operator=(const LogRouter&) = delete;
+
+  // Before spawning worker `localRank` (global `rank`, node `groupRank`) of an attempt.
+  // attemptDir: "<log-dir>/<run-id>/attempt_<n>", or "" for no files at all. Creates the rank's
+  // directory and files and the pipes. A rank still open from an earlier attempt is closed first
+  // (its partial line flushed). Throws std::system_error naming the path on failure (nothing of
+  // this rank stays open then).
+  ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir);
+  // After fork: closes the child's ends in the agent and starts reading. No-op for an unknown rank.
+  void started(int localRank);
+  // Spawn failed: closes everything prepared for this worker. No-op for an unknown rank.
+  void abandon(int localRank);
+  // Calls `done` (posted to the io_context, never from inside drain()) once every started
+  // worker's streams have reached EOF, or after `grace` (a grandchild may hold a pipe open after
+  // the worker died): the streams still open are then flushed (partial lines included) and
+  // closed. Several drains may be pending; all complete together.
+  void drain(std::chrono::milliseconds grace, std::function<void()> done);
+  // Flushes and closes everything now (agent exiting); pending drains complete (posted).
+  void closeAll();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared: asynchronous handlers hold weak references to it
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark of ddprun against torchrun 1.13 (Debian's, via torchrun-py311.py).
+
+  launch    --nproc-per-node 8 of a no-op binary (`true`): wall time and the launcher's peak RSS
+  restart   one node, 4 workers: the last rank dies (SIGKILL); time until every worker of the
+            new attempt has started
+  restart2  two nodes (c10d on 127.0.0.1), 2 workers each: the same, across both nodes
+
+torchrun runs twice: with 1.13's default --monitor_interval (5 s) and with 0.1 s (2.x's default).
+Each figure is the median of --repeats runs, the launchers alternating.
+"""
+import argparse
+import datetime
+import glob
+import os
+import platform
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(HERE, "restart_probe.sh")
+TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
+                                             "tools", "torchrun-py311.py")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launcher:
+    def __init__(self, name, kind, binary=None, monitor=None):
+        self.name, self.kind, self.binary, self.monitor = name, kind, binary, monitor
+
+    def argv(self, nodes_spec, nproc, script, extra=()):
+        """nodes_spec: ("standalone",) or ("c10d", endpoint, run_id)."""
+        if self.kind == "ddprun":
+            head = [self.binary, "--nproc-per-node", str(nproc)]
+            opt = lambda s: s  # noqa: E731 (dashed spellings)
+        else:
+            head = TORCHRUN + ["--nproc_per_node", str(nproc), "--monitor_interval", str(self.monitor)]
+            opt = lambda s: s.replace("-", "_").replace("__", "--", 1)  # noqa: E731
+        if nodes_spec[0] == "standalone":
+            head += ["--standalone"]
+        else:
+            _, endpoint, run_id = nodes_spec
+            head += [opt("--nnodes"), "2", opt("--rdzv-backend"), "c10d", opt("--rdzv-endpoint"),
+                     endpoint, opt("--rdzv-id"), run_id]
+        return head + list(extra) + script
+
+
+def run_timed(argv, env=None):
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.monotonic() - start, usage.ru_maxrss / 1024, proc.returncode
+
+
+def launch(launcher):
+    seconds, rss, code = run_timed(launcher.argv(("standalone",), 8, ["true"],
+                                                 extra=[("--no-python" if launcher.kind == "ddprun" else "--no_python")]))
+    assert code == 0, f"{launcher.name} launch exited {code}"
+    return {"seconds": seconds, "rss_mib": rss}
+
+
+def restart(launcher, nodes):
+    work = tempfile.mkdtemp(prefix="ddprun-bench-restart-")
+    script = [PROBE, work]
+    extra = (["--max-restarts", "1", "--no-python"] if launcher.kind == "ddprun"
+             else ["--max_restarts", "1", "--no_python"])
+    if nodes == 1:
+        agents = [subprocess.Popen(launcher.argv(("standalone",), 4, script, extra),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        world = 4
+    else:
+        spec = ("c10d", f"127.0.0.1:{free_port()}", f"bench{os.getpid()}{time.monotonic_ns()}")
+        agents = [subprocess.Popen(launcher.argv(spec, 2, script, extra), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for _ in range(2)]
+        world = 4
+    codes = [a.wait(timeout=300) for a in agents]
+    assert codes == [0] * len(agents), f"{launcher.name} restart run exited {codes}"
+    death = float(open(os.path.join(work, "death")).read())
+    starts = [float(open(f).read()) for f in glob.glob(os.path.join(work, "start.1.*"))]
+    assert len(starts) == world, f"{launcher.name}: {len(starts)} workers restarted, wanted {world}"
+    subprocess.run(["rm", "-rf", work])
+    return {"seconds": max(starts) - death}
+
+
+def median_of(repeats, launchers, measure):
+    samples = {l.name: [] for l in launchers}
+    for rep in range(repeats):
+        order = launchers if rep % 2 == 0 else list(reversed(launchers))
+        for launcher in order:
+            samples[launcher.name].append(measure(launcher))
+    return {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]}
+            for name, runs in samples.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    ddprun = Launcher("ddprun", "ddprun", binary=os.path.abspath(args.ddprun))
+    slow = Launcher("torchrun 1.13 (monitor 5 s, its default)", "torchrun", monitor=5)
+    fast = Launcher("torchrun 1.13 (monitor 0.1 s, 2.x's default)", "torchrun", monitor=0.1)
+    launchers = [ddprun, slow, fast]
+
+    rows = []
+    r = median_of(args.repeats, launchers, launch)
+    for t in (slow, fast):
+        rows.append((f"launch 8 no-op workers, wall (vs {t.name})", f"{r['ddprun']['seconds'] * 1000:.1f} ms",
+                     f"{r[t.name]['seconds'] * 1000:.0f} ms",
+                     f"**{r[t.name]['seconds'] / r['ddprun']['seconds']:.0f}x faster**"))
+    rows.append(("launcher peak RSS", f"{r['ddprun']['rss_mib']:.1f} MiB", f"{r[fast.name]['rss_mib']:.0f} MiB",
+                 f"{r[fast.name]['rss_mib'] / r['ddprun']['rss_mib']:.0f}x less"))
+    for nodes, label in ((1, "one node, 4 workers"), (2, "two nodes x 2 workers")):
+        r = median_of(args.repeats, launchers, lambda l: restart(l, nodes))
+        for t in (slow, fast):
+            rows.append((f"worker death -> all new workers running, {label} (vs {t.name})",
+                         f"{r['ddprun']['seconds'] * 1000:.1f} ms", f"{r[t.name]['seconds'] * 1000:.0f} ms",
+                         f"**{r[t.name]['seconds'] / r['ddprun']['seconds']:.0f}x faster**"))
+
+    print(f"Launcher benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
+          f"median of {args.repeats} alternating runs per figure")
+    print()
+    print("| measurement | ddprun | torchrun 1.13 | ddprun vs torchrun |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+// The ddprun agent as users run it: the real binary, real worker processes, real signals.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "subprocess.h"
+
+using ddprun::test::Subprocess;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kWorkers = std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/workers/";
+
+std::vector<std::string> ddprunCommand(std::vector<std::string> args) {
+  args.insert(args.begin(), DDPRUN_BIN);
+  return args;
+}
+
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/ddprun-test-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  std::string path;
+};
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+int countMatching(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  int n = 0;
+  for (const auto& line : lines(text)) n += std::regex_search(line, re) ? 1 : 0;
+  return n;
+}
+
+// Alive and not a zombie.
+bool running(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
+std::vector<pid_t> readPids(const std::string& dir) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("pids.", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    for (pid_t pid; in >> pid;) pids.push_back(pid);
+  }
+  return pids;
+}
+
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+}  // namespace
+
+TEST_CASE("a standalone job runs its workers with torchrun's ranks and every line prefixed",
+          "[agent]") {
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "4", kWorkers + "report.sh"}));
+  REQUIRE(job.wait(30s) == 0);
+  const std::string out = job.output();
+  INFO(out << job.errors());
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(countMatching(out, fmt::format("^\\[default{}\\]:rank={} local_rank={} world=4 "
+                                         "group_rank=0 group_world=1 restart=0 generation=0 "
+                                         "master=127\\.0\\.0\\.1:[0-9]+$",
+                                         rank, rank, rank)) == 1);
+  }
+}
+
+TEST_CASE("the agent exits with the root cause's exit code and prints torchrun's summary",
+          "[agent]") {
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "3", kWorkers + "report.sh",
+                         "--fail-rank", "1", "--exit", "7"}));
+  REQUIRE(job.wait(30s) == 7);
+  const std::string errors = job.errors();
+  INFO(errors);
+  CHECK_THAT(errors, Catch::Contains("report.sh FAILED"));
+  CHECK_THAT(errors, Catch::Contains("Root Cause (first observed failure):"));
+  CHECK_THAT(errors, Catch::Matches("[\\s\\S]*rank\\s*:\\s*1 \\(local_rank: 1\\)[\\s\\S]*"));
+  CHECK_THAT(errors, Catch::Matches("[\\s\\S]*exitcode\\s*:\\s*7[\\s\\S]*"));
+  CHECK_THAT(job.output(), Catch::Contains("[default1]:rank=1"));
+}
+
+TEST_CASE("a worker killed by a signal makes the agent exit 128+signal", "[agent]") {
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "2", kWorkers + "report.sh",
+                         "--fail-rank", "0", "--exit", "SIGKILL"}));
+  REQUIRE(job.wait(30s) == 128 + SIGKILL);
+  CHECK_THAT(job.errors(), Catch::Contains("Signal 9 (SIGKILL)"));
+}
+
+TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts are right",
+          "[agent]") {
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "4", "--max-restarts", "2",
+                         kWorkers + "report.sh", "--fail-rank", "2", "--fail-restart", "0",
+                         "--exit", "SIGKILL", "--touch", dir.path, "--sleep", "0.2"}));
+  REQUIRE(job.wait(60s) == 0);
+  const std::string out = job.output();
+  INFO(out << job.errors());
+  // Round 0 (restart 0) ran all four, rank 2 died; round 1 (restart 1) ran all four again.
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK(fs::exists(fmt::format("{}/ran.0.{}", dir.path, rank)));
+    CHECK(fs::exists(fmt::format("{}/ran.1.{}", dir.path, rank)));
+    CHECK_FALSE(fs::exists(fmt::format("{}/ran.2.{}", dir.path, rank)));
+  }
+  CHECK(countMatching(out, "restart=0 generation=0") == 4);
+  CHECK(countMatching(out, "restart=1 generation=1") == 4);
+}
+
+TEST_CASE("restarts stop at --max-restarts and the job fails with the cause's code", "[agent]") {
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+                         kWorkers + "report.sh", "--fail-rank", "0", "--exit", "3", "--touch",
+                         dir.path}));
+  REQUIRE(job.wait(60s) == 3);
+  for (int generation = 0; generation < 3; ++generation) {
+    CHECK(fs::exists(fmt::format("{}/ran.{}.0", dir.path, generation)));
+  }
+  CHECK_FALSE(fs::exists(fmt::format("{}/ran.3.0", dir.path)));
+  CHECK_THAT(job.errors(), Catch::Contains("after 2 restart(s)"));
+}
+
+TEST_CASE("kill -9 of the agent leaves nothing behind, grandchildren that ignore SIGTERM included",
+          "[agent]") {
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "3", kWorkers + "stubborn.sh", dir.path}));
+  REQUIRE(eventually([&] { return countMatching(job.output(), "rank [0-9] ready") == 3; }, 20s));
+  const auto pids = readPids(dir.path);
+  REQUIRE(pids.size() == 9);  // per worker: itself, a grandchild, a grandchild in its own session
+  for (pid_t pid : pids) REQUIRE(running(pid));
+  job.signal(SIGKILL);
+  REQUIRE(job.wait(5s) == 128 + SIGKILL);
+  const auto killedAt = Clock::now();
+  CHECK(eventually([&] {
+    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+  }, 1s));
+  INFO("gone after " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killedAt).count() << " ms");
+  for (pid_t pid : pids) CHECK_FALSE(running(pid));
+}
+
+TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-timeout",
+          "[agent]") {
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "2", "--shutdown-timeout", "1",
+                         kWorkers + "stubborn.sh", dir.path}));
+  REQUIRE(eventually([&] { return countMatching(job.output(), "rank [0-9] ready") == 2; }, 20s));
+  const auto pids = readPids(dir.path);
+  const auto sent = Clock::now();
+  job.signal(SIGTERM);
+  const auto status = job.wait(10s);
+  const double took = std::chrono::duration<double>(Clock::now() - sent).count();
+  CHECK(status == 128 + SIGTERM);
+  CHECK(took >= 0.9);
+  CHECK(took < 2.5);
+  for (int rank = 0; rank < 2; ++rank) CHECK(fs::exists(fmt::format("{}/term.{}", dir.path, rank)));
+  for (pid_t pid : pids) CHECK_FALSE(running(pid));
+  CHECK_THAT(job.errors(), Catch::Contains("received SIGTERM"));
+}
+
+TEST_CASE("the log directory keeps every attempt", "[agent]") {
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                         "--log-dir", dir.path, "--rdzv-id", "logjob", "--tee", "3",
+                         kWorkers + "report.sh", "--fail-rank", "0", "--fail-restart", "0",
+                         "--sleep", "0.3"}));  // everyone has reported before rank 0 fails
+  REQUIRE(job.wait(30s) == 0);
+  // --standalone replaces the run id with a random one: find it.
+  std::vector<fs::path> runs(fs::directory_iterator(dir.path), fs::directory_iterator());
+  REQUIRE(runs.size() == 1);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int local = 0; local < 2; ++local) {
+      const fs::path out = runs[0] / fmt::format("attempt_{}/{}/stdout.log", attempt, local);
+      REQUIRE(fs::exists(out));
+      std::ifstream in(out);
+      std::string line;
+      std::getline(in, line);
+      CHECK_THAT(line, Catch::Contains(fmt::format("rank={} ", local)));
+      CHECK_THAT(line, Catch::Contains(fmt::format("restart={}", attempt)));
+    }
+  }
+  CHECK(fs::exists(runs[0] / "attempt_0/0/stderr.log"));
+}
+
+TEST_CASE("two standalone jobs on one host never meet", "[agent]") {
+  Subprocess first(ddprunCommand({"--standalone", "--nproc-per-node", "2", kWorkers + "report.sh",
+                           "--sleep", "1"}));
+  Subprocess second(ddprunCommand({"--standalone", "--nproc-per-node", "3", kWorkers + "report.sh",
+                            "--sleep", "1"}));
+  REQUIRE(first.wait(30s) == 0);
+  REQUIRE(second.wait(30s) == 0);
+  CHECK(countMatching(first.output(), "world=2 ") == 2);
+  CHECK(countMatching(second.output(), "world=3 ") == 3);
+}
+
+TEST_CASE("a static rank 0 whose port is taken says so and exits 2", "[agent]") {
+  // Take a port with a first static job, then point a second one at it.
+  Subprocess first(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", "29871",
+                           "--rdzv-conf", "join_timeout=20", kWorkers + "report.sh"}));
+  std::this_thread::sleep_for(300ms);
+  Subprocess second(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", "29871",
+                            kWorkers + "report.sh"}));
+  REQUIRE(second.wait(10s) == 2);
+  CHECK_THAT(second.errors(), Catch::Contains("29871"));
+  CHECK_THAT(second.errors(), Catch::Contains("already in use"));
+  first.signal(SIGTERM);
+  CHECK(first.wait(10s) == 128 + SIGTERM);
+}

@@ -1,0 +1,190 @@
+// Several agents on 127.0.0.1 forming one job: static and dynamic rendezvous, a node lost, a
+// node joining late, the store's host lost, a foreign run refused. (The same across network
+// namespaces, with real separate addresses: tests/netns/multinode_test.sh.)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "subprocess.h"
+
+using ddprun::test::Subprocess;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kReport = std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/workers/report.sh";
+
+std::uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/ddprun-multinode-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  std::string path;
+};
+
+// A c10d agent of job `id` on `port`, running report.sh until `until` exists.
+std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port, const std::string& id,
+                                  const std::string& until, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {DDPRUN_BIN, "--nnodes", nnodes, "--nproc-per-node", "2",
+                                   "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                   fmt::format("127.0.0.1:{}", port), "--rdzv-id", id,
+                                   "--rdzv-conf", "last_call_timeout=1,join_timeout=20"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {kReport, "--until", until});
+  return std::make_unique<Subprocess>(argv, std::vector<std::string>{"LOGLEVEL=INFO"});
+}
+
+int count(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  int n = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) n += std::regex_search(line, re) ? 1 : 0;
+  return n;
+}
+
+template <typename Condition>
+bool eventually(Condition condition, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return condition();
+}
+
+void finishJob(const std::string& until) { std::ofstream(until).put('\n'); }
+
+}  // namespace
+
+TEST_CASE("static rendezvous: node ranks become group ranks; rank 0 hosts the store", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::string port = std::to_string(freePort());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (const char* rank : {"1", "0"}) {  // rank 1 first: it waits for rank 0's store
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        DDPRUN_BIN, "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", rank,
+        "--master-addr", "127.0.0.1", "--master-port", port, kReport, "--until", until}));
+  }
+  REQUIRE(eventually([&] {
+    return count(nodes[0]->output() + nodes[1]->output(), "world=4 ") == 4;
+  }, 20s));
+  finishJob(until);
+  for (auto& node : nodes) REQUIRE(node->wait(20s) == 0);
+  const std::string rank1 = nodes[0]->output();
+  CHECK(count(rank1, "^\\[default0\\]:rank=2 local_rank=0 world=4 group_rank=1 group_world=2 "
+                     "restart=0 generation=0 master=127\\.0\\.0\\.1:" + port + "$") == 1);
+  CHECK(count(rank1, "^\\[default1\\]:rank=3 local_rank=1 world=4 group_rank=1") == 1);
+  CHECK(count(nodes[1]->output(), "rank=0 local_rank=0 world=4 group_rank=0") == 1);
+}
+
+TEST_CASE("three agents: one killed mid-run is noticed at once and the others re-form; a late "
+          "one joins and everyone re-forms again", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  auto a = agent("2:3", port, "elastic", until);
+  REQUIRE(a->waitForError("hosting the rendezvous store", 10s));
+  auto b = agent("2:3", port, "elastic", until);
+  auto c = agent("2:3", port, "elastic", until);
+  auto all = [&] { return a->output() + b->output() + c->output(); };
+  REQUIRE(eventually([&] { return count(all(), "world=6 .*generation=0") == 6; }, 20s));
+
+  // C dies without a word. Its connection drops, its hold lapses at once, the store writes the
+  // round's stop key, and A and B re-form without it.
+  const auto killed = Clock::now();
+  c->signal(SIGKILL);
+  REQUIRE(eventually([&] { return count(all(), "world=4 .*generation=1") == 4; }, 10s));
+  const auto reformed = std::chrono::duration<double>(Clock::now() - killed).count();
+  INFO("re-formed " << reformed << " s after the kill");
+  CHECK(reformed < 5.0);
+  CHECK_THAT(a->errors() + b->errors(), Catch::Contains("was lost"));
+
+  // D arrives while the job runs with 2 of at most 3 nodes: everyone re-forms with 3.
+  auto d = agent("2:3", port, "elastic", until);
+  REQUIRE(eventually([&] { return count(all() + d->output(), "world=6 .*generation=2") == 6; }, 20s));
+  CHECK_THAT(a->errors(), Catch::Contains("joins the job"));
+  // The job's restart budget was not touched by membership changes.
+  CHECK(count(all() + d->output(), "restart=0 generation=2") == 6);
+
+  finishJob(until);
+  for (auto* node : {a.get(), b.get(), d.get()}) CHECK(node->wait(20s) == 0);
+}
+
+TEST_CASE("when fewer than MIN nodes remain, the survivor says why and exits non-zero",
+          "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  auto a = agent("2:3", port, "shrink", until, {"--rdzv-conf", "join_timeout=3,last_call_timeout=1"});
+  REQUIRE(a->waitForError("hosting the rendezvous store", 10s));
+  auto b = agent("2:3", port, "shrink", until);
+  REQUIRE(eventually([&] { return count(a->output() + b->output(), "world=4 ") == 4; }, 20s));
+  b->signal(SIGKILL);
+  const auto status = a->wait(20s);
+  REQUIRE(status.has_value());
+  CHECK(*status == 1);
+  CHECK_THAT(a->errors(), Catch::Contains("1 of at least 2 nodes joined"));
+}
+
+TEST_CASE("losing the agent that hosts the store ends every other agent quickly", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  auto host = agent("2", port, "hostloss", until);
+  REQUIRE(host->waitForError("hosting the rendezvous store", 10s));
+  auto other = agent("2", port, "hostloss", until);
+  REQUIRE(eventually([&] { return count(host->output() + other->output(), "world=4 ") == 4; }, 20s));
+  const auto killed = Clock::now();
+  host->signal(SIGKILL);
+  const auto status = other->wait(15s);
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  REQUIRE(status.has_value());
+  CHECK(*status != 0);
+  CHECK(took < 5.0);
+  CHECK_THAT(other->errors(), Catch::Contains("lost the rendezvous store") ||
+                                   Catch::Contains("rendezvous failed"));
+}
+
+TEST_CASE("an agent of another run is refused by the store, never merged", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  auto mine = agent("2", port, "job-x", until);
+  REQUIRE(mine->waitForError("hosting the rendezvous store", 10s));
+  auto foreign = agent("2", port, "job-y", until);
+  REQUIRE(foreign->wait(20s) == 1);
+  CHECK_THAT(foreign->errors(), Catch::Contains("belongs to run 'job-x'"));
+  CHECK_THAT(foreign->errors(), Catch::Contains("job-y"));
+  mine->signal(SIGTERM);
+  CHECK(mine->wait(10s) == 128 + SIGTERM);
+}

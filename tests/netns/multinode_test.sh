@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Three ddprun agents on three "hosts" (network namespaces with their own addresses, joined by a
+# bridge) form one elastic job (--nnodes 2:3). Then one host's network is cut (no FIN, no RST:
+# only the store's hold time-to-live can tell) and the other two must re-form within seconds,
+# while the cut-off agent stops its workers and exits non-zero. Finally a fourth host joins late
+# and the job re-forms with three nodes again.
+#
+#   multinode_test.sh DDPRUN REPORT_SH     (exit 77 = skipped: needs root and `ip netns`)
+set -euo pipefail
+ddprun=$1
+report=$2
+tag="dm$$"
+hub="${tag}h"
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ns in "$hub" "${tag}1" "${tag}2" "${tag}3" "${tag}4"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+if [[ $EUID -ne 0 ]] || ! ip netns add "$hub" 2>/dev/null; then
+  echo "skipped: needs root and network namespaces (ip netns add)"
+  exit 77
+fi
+ip -n "$hub" link add br0 type bridge
+ip -n "$hub" link set br0 up
+for i in 1 2 3 4; do
+  ns="${tag}$i"
+  ip netns add "$ns"
+  ip link add "v$i" netns "$ns" type veth peer name "b$i" netns "$hub"
+  ip -n "$hub" link set "b$i" master br0 up
+  ip -n "$ns" addr add "10.233.0.$i/24" dev "v$i"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "v$i" up
+done
+
+port=29412
+until_file="$dir/stop"
+start_agent() {  # start_agent N
+  ip netns exec "${tag}$1" env LOGLEVEL=INFO "$ddprun" --nnodes 2:3 --nproc-per-node 2 \
+    --rdzv-backend c10d --rdzv-endpoint "10.233.0.1:$port" --rdzv-id netjob \
+    --rdzv-conf last_call_timeout=1,join_timeout=30 \
+    "$report" --until "$until_file" > "$dir/out.$1" 2> "$dir/err.$1" &
+  pids+=($!)
+  eval "agent$1=$!"
+}
+count() { cat "$dir"/out.* 2>/dev/null | grep -cE "$1" || true; }
+wait_for() {  # wait_for SECONDS PATTERN N
+  local deadline=$((SECONDS + $1))
+  while (( SECONDS < deadline )); do
+    [[ $(count "$2") -ge $3 ]] && return 0
+    sleep 0.1
+  done
+  echo "FAIL: after $1 s only $(count "$2") lines match '$2' (wanted $3)"
+  tail -n 20 "$dir"/out.* "$dir"/err.*
+  exit 1
+}
+
+start_agent 1
+for _ in $(seq 100); do grep -q "hosting the rendezvous store" "$dir/err.1" && break; sleep 0.05; done
+start_agent 2
+start_agent 3
+wait_for 30 "world=6 .*generation=0" 6
+# Group rank 0 (the lowest address) hosts the workers' store; every worker points there.
+[[ $(count "group_world=3 .*generation=0 master=10\.233\.0\.1:") -eq 6 ]] || { echo "FAIL: MASTER_ADDR"; cat "$dir"/out.*; exit 1; }
+for i in 1 2 3; do
+  grep -q "group_rank=$((i - 1)) " "$dir/out.$i" || { echo "FAIL: node $i is not group rank $((i - 1))"; exit 1; }
+done
+echo "3 hosts formed one job: world 6, MASTER_ADDR 10.233.0.1"
+
+# Cut host 3 off the network: nothing tells the others but its lapsing hold.
+ip -n "${tag}3" link set v3 down
+cut=$SECONDS
+wait_for 15 "world=4 .*generation=1" 4
+echo "hosts 1 and 2 re-formed $((SECONDS - cut)) s after host 3 was cut off"
+for _ in $(seq 150); do kill -0 "$agent3" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$agent3" 2>/dev/null; then echo "FAIL: the cut-off agent is still running"; exit 1; fi
+set +e; wait "$agent3"; code=$?; set -e
+[[ $code -ne 0 ]] || { echo "FAIL: the cut-off agent exited 0"; exit 1; }
+grep -q "lost the rendezvous store" "$dir/err.3" || { echo "FAIL: no clear message on host 3"; cat "$dir/err.3"; exit 1; }
+echo "host 3's agent stopped its workers and exited $code: $(grep -o 'lost the rendezvous store[^(]*' "$dir/err.3" | head -1)"
+
+# Host 4 arrives late: the job grows back to 3 nodes.
+start_agent 4
+wait_for 30 "world=6 .*generation=2" 6
+echo "host 4 joined: world 6 again"
+
+: > "$until_file"
+for a in "$agent1" "$agent2" "$agent4"; do
+  set +e; wait "$a"; code=$?; set -e
+  [[ $code -eq 0 ]] || { echo "FAIL: an agent exited $code"; tail -n 30 "$dir"/err.*; exit 1; }
+done
+echo "job finished: every remaining agent exited 0"
