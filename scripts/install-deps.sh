@@ -11,7 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   python3-torch                                         # torch 1.13: anchors and real clients
   debootstrap                                           # the torch 2.6 chroot
-  iproute2 procps psmisc util-linux                     # network namespaces, ps, fuser, flock
+  iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
 )
 
 missing=()
