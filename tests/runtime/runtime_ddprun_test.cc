@@ -1,0 +1,151 @@
+// The worker runtime under the real ddprun: C++ workers with no Python, 2 and 4 ranks on Gloo.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "subprocess.h"
+
+using ddprun::test::Subprocess;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/ddprun-runtime-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  std::string path;
+};
+
+std::vector<std::string> ddprunCommand(int nproc, std::vector<std::string> rest) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};
+  argv.insert(argv.end(), rest.begin(), rest.end());
+  return argv;
+}
+
+int countMatches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
+                                        std::sregex_iterator()));
+}
+
+std::vector<double> readNumbers(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> values;
+  for (double v; in >> v;) values.push_back(v);
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("every collective, op and data type is exact under ddprun (gloo, 2 and 4 ranks)") {
+  for (int ranks : {2, 4}) {
+    TempDir dir;
+    Subprocess job(ddprunCommand(ranks, {RUNTIME_COLLECTIVES_CHECK}),
+                   {"DDPRUN_CHECK_DIR=" + dir.path, "DDPRUN_BACKEND=gloo", "DDPRUN_TIMEOUT=60"});
+    const auto status = job.wait(240s);
+    INFO(job.output() << job.errors());
+    REQUIRE(status == 0);
+    CHECK(countMatches(job.output(), R"(rank \d+: \d+ checks passed \(backend gloo, world )" +
+                                         std::to_string(ranks) + "\\)") == ranks);
+  }
+}
+
+TEST_CASE("the data-parallel example ends with the weights of a single full-batch process") {
+  TempDir dir;
+  Subprocess reference({EXAMPLE_DP_TRAINER, "--reference", "--steps", "60", "--out",
+                        dir.path + "/reference.txt"});
+  REQUIRE(reference.wait(120s) == 0);
+  const auto expected = readNumbers(dir.path + "/reference.txt");
+  REQUIRE(expected.size() > 100);
+  for (int ranks : {1, 2, 4}) {
+    const std::string out = fmt::format("{}/weights{}.txt", dir.path, ranks);
+    Subprocess job(ddprunCommand(ranks, {EXAMPLE_DP_TRAINER, "--steps", "60", "--out", out}));
+    const auto status = job.wait(180s);
+    INFO(job.output() << job.errors());
+    REQUIRE(status == 0);
+    CHECK(countMatches(job.output(), R"(\[default0\]:step 60 loss)") == 1);
+    const auto weights = readNumbers(out);
+    REQUIRE(weights.size() == expected.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      worst = std::max(worst, std::abs(weights[i] - expected[i]) / std::max(1.0, std::abs(expected[i])));
+    }
+    INFO(ranks << " ranks: largest relative difference " << worst);
+    CHECK(worst < 1e-10);  // only the summation order differs
+  }
+}
+
+// Sum over iterations of the all-reduced value (world * it + world * (world - 1) / 2).
+long long expectedChecksum(int world, int iterations) {
+  long long sum = 0;
+  for (int it = 0; it < iterations; ++it) sum += world * it + world * (world - 1) / 2;
+  return sum;
+}
+
+TEST_CASE("a rank killed mid-loop: the group is restarted and the job ends with the right checksum") {
+  Subprocess job(ddprunCommand(4, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations", "60",
+                            "--fault", "kill", "--fault-rank", "1", "--fault-at", "20"}),
+                 {"DDPRUN_TIMEOUT=10"});
+  const auto status = job.wait(120s);
+  INFO(job.output() << job.errors());
+  REQUIRE(status == 0);
+  CHECK(countMatches(job.errors(), "injecting 'kill'") == 1);
+  CHECK(countMatches(job.output(), fmt::format("checksum {} attempt 1", expectedChecksum(4, 60))) == 1);
+}
+
+TEST_CASE("a rank that hangs: its peers fail within DDPRUN_TIMEOUT, the group restarts and finishes") {
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--shutdown-timeout", "1", RUNTIME_RESILIENCE_WORKER,
+                            "--iterations", "40", "--fault", "hang", "--fault-rank", "1",
+                            "--fault-at", "10"}),
+                 {"DDPRUN_TIMEOUT=2"});
+  const auto status = job.wait(120s);
+  INFO(job.output() << job.errors());
+  REQUIRE(status == 0);
+  // Rank 0 waited on the stopped rank and gave up after the 2 s timeout, no later.
+  std::smatch match;
+  const std::string errors = job.errors();
+  REQUIRE(std::regex_search(errors, match,
+                            std::regex(R"(rank 0: collective failed: gloo all_reduce failed on rank 0 of 2 after (\d+) ms)")));
+  const int waited = std::stoi(match[1]);
+  CHECK(waited >= 1900);
+  CHECK(waited < 4000);
+  CHECK(countMatches(job.output(), fmt::format("checksum {} attempt 1", expectedChecksum(2, 40))) == 1);
+}
+
+TEST_CASE("without an agent to stop them, the peers of a killed rank error out at once") {
+  // Three processes started by hand (rank 0 hosts the store): nobody but the runtime notices the
+  // death, and the survivors must fail fast rather than wait for the 60 s timeout.
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < 3; ++rank) {
+    ranks.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{RUNTIME_RESILIENCE_WORKER, "--iterations", "100000", "--fault", "kill",
+                                 "--fault-rank", "2", "--fault-at", "10"},
+        std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=" + port, "TORCHELASTIC_RESTART_COUNT=0",
+                                 "TORCHELASTIC_USE_AGENT_STORE=False", "DDPRUN_TIMEOUT=60"}));
+  }
+  CHECK(ranks[2]->wait(30s) == 128 + SIGKILL);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank << ": " << ranks[static_cast<std::size_t>(rank)]->errors());
+    CHECK(ranks[static_cast<std::size_t>(rank)]->wait(10s) == 1);
+    CHECK(countMatches(ranks[static_cast<std::size_t>(rank)]->errors(), "collective failed: gloo") == 1);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 20s);  // far below the 60 s timeout
+}

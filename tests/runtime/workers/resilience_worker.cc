@@ -1,0 +1,70 @@
+// A worker for the runtime's failure tests, run under ddprun: `--iterations` all-reduces of
+// known values, each checked, summed into a checksum rank 0 prints at the end. In attempt 0
+// (TORCHELASTIC_RESTART_COUNT=0) rank `--fault-rank` fails at iteration `--fault-at`:
+//   kill  SIGKILL itself (its sockets close: peers see a broken connection)
+//   hang  SIGSTOP itself (its sockets stay open: peers see nothing until their timeout)
+// A rank whose collective fails prints the error and exits 1, so the agent restarts the group.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddprun/runtime/process_group.h"
+
+int main(int argc, char** argv) {
+  int iterations = 100;
+  int faultRank = 1;
+  int faultAt = -1;
+  std::string fault = "none";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--iterations") iterations = std::atoi(argv[i + 1]);
+    else if (arg == "--fault") fault = argv[i + 1];
+    else if (arg == "--fault-rank") faultRank = std::atoi(argv[i + 1]);
+    else if (arg == "--fault-at") faultAt = std::atoi(argv[i + 1]);
+  }
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const int attempt = restarts != nullptr ? std::atoi(restarts) : 0;
+
+  int rank = -1;
+  try {
+    auto group = ddprun::ProcessGroup::init();
+    rank = group->rank();
+    const int world = group->worldSize();
+    std::int64_t checksum = 0;
+    std::vector<std::int64_t> buffer(4096);
+    for (int it = 0; it < iterations; ++it) {
+      if (attempt == 0 && rank == faultRank && it == faultAt) {
+        std::fprintf(stderr, "rank %d: injecting '%s' at iteration %d\n", rank, fault.c_str(), it);
+        std::fflush(stderr);
+        if (fault == "kill") ::raise(SIGKILL);
+        if (fault == "hang") ::raise(SIGSTOP);
+      }
+      std::fill(buffer.begin(), buffer.end(), rank + it);
+      group->allReduce(buffer.data(), buffer.size());
+      const std::int64_t expected = std::int64_t{world} * it + std::int64_t{world} * (world - 1) / 2;
+      for (std::int64_t v : buffer) {
+        if (v != expected) {
+          std::fprintf(stderr, "rank %d: iteration %d: got %lld, expected %lld\n", rank, it,
+                       static_cast<long long>(v), static_cast<long long>(expected));
+          return 1;
+        }
+      }
+      checksum += buffer[0];
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    group->barrier();
+    if (rank == 0) {
+      std::printf("checksum %lld attempt %d\n", static_cast<long long>(checksum), attempt);
+      std::fflush(stdout);
+    }
+  } catch (const ddprun::RuntimeError& error) {
+    std::fprintf(stderr, "rank %d: collective failed: %s\n", rank, error.what());
+    return 1;
+  }
+  return 0;
+}

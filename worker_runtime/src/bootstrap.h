@@ -1,0 +1,31 @@
+// Bootstrap: the store connection every backend exchanges its addresses through.
+//
+// Keys live under "ddprun/runtime/<run id>/<generation>/<group name>/" so that a restarted or
+// re-formed group (new generation) never reads what an earlier one wrote, and two jobs sharing a
+// daemon never meet. When options.hostStore is set, rank 0 also runs the store server itself.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ddprun/rendezvous/server.h"
+#include "ddprun/rendezvous/store.h"
+#include "ddprun/runtime/process_group.h"
+
+namespace ddprun::detail {
+
+struct Bootstrap {
+  std::unique_ptr<rendezvous::RendezvousServer> server;  // rank 0 with hostStore only
+  std::shared_ptr<rendezvous::Store> store;              // namespaced as described above
+  std::string keyPrefix;                                 // that namespace, for messages
+
+  // Connects (and on rank 0 with hostStore, listens first). Throws RuntimeError naming
+  // MASTER_ADDR:MASTER_PORT: kTimeout when nobody answers within options.timeout.
+  static Bootstrap connect(const RuntimeOptions& options);
+};
+
+// The local address this host uses to reach host:port (no packet is sent): the address peers on
+// other hosts or network namespaces can reach us at. Empty if it cannot be determined.
+std::string localAddressToward(const std::string& host, int port);
+
+}  // namespace ddprun::detail

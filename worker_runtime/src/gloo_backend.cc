@@ -1,0 +1,212 @@
+// The Gloo backend: CPU collectives over Gloo's TCP transport (Debian's libgloo).
+//
+// Rendezvous goes through GlooStore, an adapter from ddprun's Store to gloo's store interface,
+// under the bootstrap's namespaced prefix. Every operation carries the group's timeout, so a peer
+// that hangs is reported after at most that long; a peer that dies closes its sockets and is
+// reported at once. Gloo's exceptions become RuntimeError here and nowhere else.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "backend.h"
+#include "ddprun/rendezvous/errors.h"
+#include "host_reduce.h"
+
+namespace ddprun::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// gloo::rendezvous::Store on top of a ddprun Store. Blocking reads honour the group's timeout.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  GlooStore(std::shared_ptr<rendezvous::Store> store, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    store_->wait({key}, timeout_);
+    const std::string value = store_->get(key);
+    return {value.begin(), value.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<rendezvous::Store> store_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Gloo's option setters are templates on the element type but only use its size.
+template <typename Options>
+void setOutput(Options& options, void* data, std::size_t count, DataType type) {
+  switch (sizeOf(type)) {
+    case 2: options.setOutput(static_cast<std::uint16_t*>(data), count); break;
+    case 4: options.setOutput(static_cast<std::uint32_t*>(data), count); break;
+    default: options.setOutput(static_cast<std::uint64_t*>(data), count); break;
+  }
+}
+template <typename Options>
+void setInput(Options& options, const void* data, std::size_t count, DataType type) {
+  // Gloo takes non-const pointers but does not write through an input buffer.
+  void* input = const_cast<void*>(data);
+  switch (sizeOf(type)) {
+    case 2: options.setInput(static_cast<std::uint16_t*>(input), count); break;
+    case 4: options.setInput(static_cast<std::uint32_t*>(input), count); break;
+    default: options.setInput(static_cast<std::uint64_t*>(input), count); break;
+  }
+}
+
+class GlooBackend final : public Backend {
+ public:
+  GlooBackend(const RuntimeOptions& options, Bootstrap bootstrap)
+      : rank_(options.rank), worldSize_(options.worldSize), timeout_(options.timeout),
+        bootstrap_(std::move(bootstrap)) {
+    gloo::transport::tcp::attr attr;
+    if (!options.glooInterface.empty()) {
+      attr.iface = options.glooInterface;
+    } else {
+      attr.hostname = !options.glooAddress.empty()
+                          ? options.glooAddress
+                          : localAddressToward(options.masterAddr, options.masterPort);
+    }
+    const auto start = Clock::now();
+    guarded("bootstrap", start, [&] {
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      context_ = std::make_shared<gloo::rendezvous::Context>(rank_, worldSize_);
+      context_->setTimeout(timeout_);
+      GlooStore store(bootstrap_.store, timeout_);
+      context_->connectFullMesh(store, device_);
+    });
+  }
+
+  ddprun::Backend kind() const override { return ddprun::Backend::kGloo; }
+  int rank() const override { return rank_; }
+  int worldSize() const override { return worldSize_; }
+
+  void allReduce(void* data, std::size_t count, DataType type, ReduceOp op) override {
+    guarded("all_reduce", Clock::now(), [&] {
+      gloo::AllreduceOptions options(context_);
+      setOutput(options, data, count, type);
+      options.setReduceFunction(hostReduceFunction(type, op));
+      options.setTag(nextTag());
+      options.setTimeout(timeout_);
+      gloo::allreduce(options);
+    });
+    if (op == ReduceOp::kAvg) divideElements(data, count, type, worldSize_);
+  }
+
+  void broadcast(void* data, std::size_t count, DataType type, int root) override {
+    guarded("broadcast", Clock::now(), [&] {
+      gloo::BroadcastOptions options(context_);
+      setOutput(options, data, count, type);
+      options.setRoot(root);
+      options.setTag(nextTag());
+      options.setTimeout(timeout_);
+      gloo::broadcast(options);
+    });
+  }
+
+  void allGather(const void* input, void* output, std::size_t count, DataType type) override {
+    guarded("all_gather", Clock::now(), [&] {
+      gloo::AllgatherOptions options(context_);
+      const std::size_t bytes = count * sizeOf(type);
+      // Without an input buffer gloo works in place: this rank's block of output is its input.
+      if (input != static_cast<const char*>(output) + static_cast<std::size_t>(rank_) * bytes) {
+        setInput(options, input, count, type);
+      }
+      setOutput(options, output, count * static_cast<std::size_t>(worldSize_), type);
+      options.setTag(nextTag());
+      options.setTimeout(timeout_);
+      gloo::allgather(options);
+    });
+  }
+
+  void barrier() override {
+    guarded("barrier", Clock::now(), [&] {
+      gloo::BarrierOptions options(context_);
+      options.setTag(nextTag());
+      options.setTimeout(timeout_);
+      gloo::barrier(options);
+    });
+  }
+
+  void shutdown() override {
+    context_.reset();
+    device_.reset();
+    bootstrap_.store.reset();
+    if (bootstrap_.server) bootstrap_.server->stop();
+  }
+
+ private:
+  std::uint32_t nextTag() { return tag_++; }
+
+  // Runs one gloo call; its failures become RuntimeError naming the operation, the rank and how
+  // long it waited.
+  template <typename Body>
+  void guarded(const char* what, Clock::time_point start, Body&& body) {
+    auto fail = [&](RuntimeError::Kind kind, const std::string& cause) -> RuntimeError {
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      return RuntimeError(kind, fmt::format("gloo {} failed on rank {} of {} after {} ms: {}", what,
+                                            rank_, worldSize_, waited, cause));
+    };
+    try {
+      body();
+    } catch (const rendezvous::StoreTimeoutError& error) {
+      throw fail(RuntimeError::Kind::kTimeout,
+                 fmt::format("{} (not every rank reached the bootstrap in time)", error.what()));
+    } catch (const rendezvous::StoreError& error) {
+      throw fail(RuntimeError::Kind::kPeerFailure, fmt::format("store: {}", error.what()));
+    } catch (const gloo::IoException& error) {
+      const std::string cause = oneLine(error.what());
+      const bool timedOut = cause.find("Timed out") != std::string::npos ||
+                            cause.find("timed out") != std::string::npos;
+      throw fail(timedOut ? RuntimeError::Kind::kTimeout : RuntimeError::Kind::kPeerFailure,
+                 cause + (timedOut ? " (a peer hung: raise DDPRUN_TIMEOUT if it was only slow)"
+                                   : " (a peer died or was cut off)"));
+    } catch (const gloo::Exception& error) {
+      throw fail(RuntimeError::Kind::kPeerFailure, oneLine(error.what()));
+    } catch (const gloo::EnforceNotMet& error) {
+      throw fail(RuntimeError::Kind::kPeerFailure, oneLine(error.what()));
+    }
+  }
+
+  static std::string oneLine(std::string text) {
+    for (char& c : text) {
+      if (c == '\n') c = ' ';
+    }
+    return text;
+  }
+
+  int rank_;
+  int worldSize_;
+  std::chrono::milliseconds timeout_;
+  Bootstrap bootstrap_;  // kept: rank 0 may host the store other ranks still read from
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::uint32_t tag_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeGlooBackend(const RuntimeOptions& options, Bootstrap bootstrap) {
+  return std::make_unique<GlooBackend>(options, std::move(bootstrap));
+}
+
+}  // namespace ddprun::detail

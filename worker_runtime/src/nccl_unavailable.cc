@@ -1,0 +1,14 @@
+// The NCCL entry points of a build without CUDA/NCCL: the backend reports itself unusable.
+#include "backend.h"
+
+namespace ddprun::detail {
+
+bool builtWithNccl() { return false; }
+
+std::string ncclUnusableReason() { return "this build of ddprun has no NCCL (CUDA/NCCL not found)"; }
+
+std::unique_ptr<Backend> makeNcclBackend(const RuntimeOptions&, Bootstrap) {
+  throw RuntimeError(RuntimeError::Kind::kUnavailable, ncclUnusableReason());
+}
+
+}  // namespace ddprun::detail
