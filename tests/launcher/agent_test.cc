@@ -14,8 +14,10 @@
 #include <fmt/format.h>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 using ddprun::test::Subprocess;
+using ddprun::test::TempDir;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -28,18 +30,6 @@ std::vector<std::string> ddprunCommand(std::vector<std::string> args) {
   args.insert(args.begin(), DDPRUN_BIN);
   return args;
 }
-
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/ddprun-test-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string path;
-};
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

@@ -17,8 +17,10 @@
 #include <fmt/format.h>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 using ddprun::test::Subprocess;
+using ddprun::test::TempDir;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -38,18 +40,6 @@ std::uint16_t freePort() {
   ::close(fd);
   return ntohs(address.sin_port);
 }
-
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/ddprun-multinode-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string path;
-};
 
 // A c10d agent of job `id` on `port`, running report.sh until `until` exists.
 std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port, const std::string& id,

@@ -10,32 +10,9 @@ set -euo pipefail
 ddprun=$1
 report=$2
 tag="dm$$"
-hub="${tag}h"
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for ns in "$hub" "${tag}1" "${tag}2" "${tag}3" "${tag}4"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-if [[ $EUID -ne 0 ]] || ! ip netns add "$hub" 2>/dev/null; then
-  echo "skipped: needs root and network namespaces (ip netns add)"
-  exit 77
-fi
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for i in 1 2 3 4; do
-  ns="${tag}$i"
-  ip netns add "$ns"
-  ip link add "v$i" netns "$ns" type veth peer name "b$i" netns "$hub"
-  ip -n "$hub" link set "b$i" master br0 up
-  ip -n "$ns" addr add "10.233.0.$i/24" dev "v$i"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "v$i" up
-done
+subnet=10.233.0
+source "$(dirname "$0")/hosts.sh"
+make_hosts 4
 
 port=29412
 until_file="$dir/stop"

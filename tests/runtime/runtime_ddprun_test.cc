@@ -12,24 +12,14 @@
 #include <fmt/format.h>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 using ddprun::test::Subprocess;
+using ddprun::test::TempDir;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/ddprun-runtime-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string path;
-};
 
 std::vector<std::string> ddprunCommand(int nproc, std::vector<std::string> rest) {
   std::vector<std::string> argv{DDPRUN_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};

@@ -73,7 +73,10 @@ RuntimeOptions RuntimeOptions::fromEnvironment() {
     options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
   }
   if (const auto text = variable("DDPRUN_GLOO_ADDR")) options.glooAddress = *text;
-  if (const auto text = variable("GLOO_SOCKET_IFNAME")) options.glooInterface = *text;
+  // torch accepts a comma-separated list (one Gloo device per interface); one device is used here.
+  if (const auto text = variable("GLOO_SOCKET_IFNAME")) {
+    options.glooInterface = text->substr(0, text->find(','));
+  }
   if (const auto text = variable("DDPRUN_DEVICE")) options.device = integer("DDPRUN_DEVICE", *text, 0);
   return options;
 }
