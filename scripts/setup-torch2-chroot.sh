@@ -6,7 +6,8 @@
 # Usage: scripts/setup-torch2-chroot.sh [--rebuild | --umount | --help]
 #   (no option)  build the chroot unless it is already built; print its path
 #   --rebuild    unmount and delete the existing chroot, then build it again
-#   --umount     only remove the bind mounts scripts/torch2-python left behind
+#   --umount     only remove mounts left below the chroot (an interrupted build,
+#                or an older torch2-python that left its binds in place)
 #
 # Environment:
 #   DDPRUN_TORCH2_ROOT     chroot location (default /var/cache/ddprun/torch2-trixie)
@@ -79,7 +80,9 @@ unmount_all() {
 }
 
 # Delete a chroot directory, but never while anything (host /tmp, the repo,
-# /dev ...) is still bind-mounted inside it.
+# /dev ...) is still bind-mounted inside it (torch2-python's binds live in
+# private namespaces, but an interrupted build or an older version may have
+# left some on the host).
 safe_remove() {
   [[ -e $1 ]] || return 0
   unmount_all "$1" || die "cannot unmount everything below $1 (busy?); stop processes using it and retry"
@@ -94,9 +97,6 @@ if ! flock -n 9; then
 fi
 
 if [[ $mode == umount ]]; then
-  # Take the mount lock of torch2-python too, so we do not race with it.
-  exec 8>"$ROOT.mount.lock"
-  flock 8
   unmount_all "$ROOT" || die "some mounts below $ROOT are busy; stop processes using it and retry"
   log "unmounted everything below $ROOT"
   exit 0
@@ -104,10 +104,7 @@ fi
 
 if [[ $mode == rebuild && -e $ROOT ]]; then
   log "removing existing chroot $ROOT"
-  exec 8>"$ROOT.mount.lock"
-  flock 8
   safe_remove "$ROOT"
-  exec 8>&-
 elif [[ -f "$ROOT/$STAMP_NAME" ]]; then
   # Someone else built it while we waited for the lock.
   printf 'torch 2.x chroot ready at %s (%s)\n' "$ROOT" "$(<"$ROOT/$STAMP_NAME")"

@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", choices=["standalone", "2nodes"], required=True)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
 
     probe = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
@@ -58,7 +59,18 @@ def main():
         world = 4
     agents = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for c in commands]
-    results = [a.communicate(timeout=600) for a in agents]
+    try:
+        results = [a.communicate(timeout=args.timeout) for a in agents]
+    except subprocess.TimeoutExpired:
+        # Show where it stands before stopping it: the process tree, then everything printed.
+        print(subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args", "--forest"],
+                             capture_output=True, text=True).stdout, file=sys.stderr)
+        for a in agents:
+            a.terminate()  # ddprun forwards SIGTERM to its workers
+        for a in agents:
+            out, err = a.communicate()
+            print(out, err, file=sys.stderr)
+        sys.exit(f"torch {version}: the job did not finish within {args.timeout} s")
     out = "".join(r[0] for r in results)
     err = "".join(r[1] for r in results)
     print(out)
