@@ -208,7 +208,7 @@ TEST_CASE("the legacy error file schema is read", "[failure_report]") {
   CHECK_FALSE(failure.errorTimestamp.has_value());
 }
 
-TEST_CASE("a missing error file changes nothing; a broken one is reported", "[failure_report]") {
+TEST_CASE("a missing error file changes nothing and a broken one is reported", "[failure_report]") {
   TempDir dir;
   WorkerFailure failure;
   failure.errorFile = dir.file("absent.json");
@@ -402,7 +402,7 @@ TEST_CASE("a failure without an error file gets a synthesized one", "[failure_re
         "worker rank 2 (local_rank 0, pid 9) on h failed with exitcode 7");
 }
 
-TEST_CASE("propagation: legacy files are copied as they are; no parent, nothing; errors throw",
+TEST_CASE("propagation: legacy files are copied as they are, nothing without a parent file, errors throw",
           "[failure_report]") {
   TempDir dir;
   WorkerFailure cause = raisedRank1();

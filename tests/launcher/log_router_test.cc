@@ -487,7 +487,7 @@ TEST_CASE("closeAll flushes a partial line of a worker still running", "[log_rou
   CHECK(out == "[default0]:partial\n");
 }
 
-TEST_CASE("abandon closes what prepare opened; prepare errors name the path", "[log_router]") {
+TEST_CASE("abandon closes what prepare opened and prepare errors name the path", "[log_router]") {
   TempDir dir;
   LogRouterOptions options;
   options.tee = every(true, true);

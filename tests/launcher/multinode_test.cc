@@ -75,7 +75,7 @@ void finishJob(const std::string& until) { std::ofstream(until).put('\n'); }
 
 }  // namespace
 
-TEST_CASE("static rendezvous: node ranks become group ranks; rank 0 hosts the store", "[multinode]") {
+TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the store", "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::string port = std::to_string(freePort());
@@ -97,7 +97,7 @@ TEST_CASE("static rendezvous: node ranks become group ranks; rank 0 hosts the st
   CHECK(count(nodes[1]->output(), "rank=0 local_rank=0 world=4 group_rank=0") == 1);
 }
 
-TEST_CASE("three agents: one killed mid-run is noticed at once and the others re-form; a late "
+TEST_CASE("three agents: one killed mid-run is noticed at once and the others re-form, then a late "
           "one joins and everyone re-forms again", "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";

@@ -83,7 +83,7 @@ TEST_CASE("cancelWaits and forget drop every registration of an observer", "[kv]
   CHECK(b.events.empty());
 }
 
-TEST_CASE("a queue push wakes only the first waiter; pops are FIFO", "[kv]") {
+TEST_CASE("a queue push wakes only the first waiter and pops are FIFO", "[kv]") {
   KvState kv;
   Recorder a;
   Recorder b;
@@ -130,7 +130,7 @@ TEST_CASE("watchers see created, updated and deleted with old and new values", "
                                              "0:k:5>6"});
 }
 
-TEST_CASE("a held key lives while someone holds it; a holder lost for cause reports it", "[kv][hold]") {
+TEST_CASE("a held key lives while someone holds it and a holder lost for cause reports it", "[kv][hold]") {
   using namespace std::chrono_literals;
   KvState kv;
   Recorder a;

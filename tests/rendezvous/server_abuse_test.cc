@@ -175,7 +175,7 @@ TEST_CASE("a malformed frame closes only its connection, with a log line naming 
   CHECK(bystander.numKeys() == 1);
 }
 
-TEST_CASE("a stalled half request is closed after the timeout; an idle connection is not",
+TEST_CASE("a stalled half request is closed after the timeout and an idle connection is not",
           "[abuse]") {
   ServerOptions options;
   options.partialRequestTimeout = 300ms;
