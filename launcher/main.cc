@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("ddprun");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
   logger->set_level(logLevel(environment));
+  // --event-log-handler console: the agent's events (rounds, failures, restarts) on stderr.
+  if (commandLine.config.eventLogHandler == "console" && logger->level() > spdlog::level::info) {
+    logger->set_level(spdlog::level::info);
+  }
   spdlog::set_default_logger(logger);
   for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
 

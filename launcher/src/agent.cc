@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
@@ -152,6 +153,35 @@ std::string addressTowards(const std::string& host, std::uint16_t port) {
   return address;
 }
 
+// True for a host name (not "localhost", not an IP literal) that resolves here to loopback
+// addresses only: Debian's "127.0.1.1 <hostname>" line in /etc/hosts does that to a machine's own
+// name, while the other nodes resolve the name to the machine's real address.
+bool namesThisHostThroughLoopback(const std::string& host) {
+  if (host == "localhost") return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) == 0) {  // an IP literal
+    ::freeaddrinfo(found);
+    return false;
+  }
+  hints.ai_flags = 0;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool loopbackOnly = true;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopbackOnly = loopbackOnly && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopbackOnly = loopbackOnly && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+  }
+  ::freeaddrinfo(found);
+  return loopbackOnly;
+}
+
 double epochSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -173,6 +203,7 @@ class Agent {
         Guardian* guardian)
       : config_(config),
         environment_(environment),
+        guardian_(guardian),
         workers_(guardian),
         signals_(io_),
         graceTimer_(io_),
@@ -187,6 +218,8 @@ class Agent {
   void hostOrFindStore();
   void startMembership();
   void join(int round);
+  // A join failed for good: exit 2 for a wrong endpoint (bad input), else 1.
+  void onRendezvousFailed(std::exception_ptr error);
   void onRoundFormed(Round round);
   void startWorkers();
   void watch(int round);
@@ -208,6 +241,7 @@ class Agent {
   LaunchConfig config_;
   std::map<std::string, std::string> environment_;
   asio::io_context io_;
+  Guardian* guardian_;  // may be null
   WorkerProcesses workers_;
   asio::signal_set signals_;
   asio::steady_timer graceTimer_;
@@ -222,7 +256,8 @@ class Agent {
   std::unique_ptr<rendezvous::RendezvousServer> rendezvousStore_;
   std::unique_ptr<rendezvous::RendezvousServer> workerStore_;
   rendezvous::TcpStoreOptions storeOptions_;
-  std::string address_;
+  std::string address_;           // where the other nodes reach this one (MASTER_ADDR if rank 0)
+  bool listenEverywhere_ = false;  // see hostOrFindStore
 
   State state_ = State::kJoining;
   Round round_;
@@ -234,6 +269,7 @@ class Agent {
   std::string pendingExitMessage_;
   int exitCode_ = 0;
   fs::path scratch_;                         // error files when there is no --log-dir
+  std::string agentToken_;                   // DDPRUN_AGENT of this agent's workers
 };
 
 std::string Agent::attemptDirectory(int round) const {
@@ -252,14 +288,24 @@ void Agent::hostOrFindStore() {
                          (isHost->second == "1" || isHost->second == "true" || isHost->second == "True"));
   const bool mayHost = mustHost || (config_.rdzvBackend == RdzvBackend::kC10d &&
                                     (isHost == config_.rdzvConf.end()));
+  // A multi-node job's endpoint named through loopback here: listen on every interface (as
+  // torchrun always does) and advertise the name, which the other nodes resolve for themselves.
+  listenEverywhere_ = mayHost && config_.maxNodes > 1 && config_.localAddr.empty() &&
+                      namesThisHostThroughLoopback(config_.rdzvHost);
   if (mayHost) {
     rendezvous::ServerOptions options;
-    options.host = config_.rdzvHost;
+    options.host = listenEverywhere_ ? "0.0.0.0" : config_.rdzvHost;
     options.port = config_.rdzvPort;
     try {
       rendezvousStore_ = std::make_unique<rendezvous::RendezvousServer>(options);
       rendezvousStore_->start();
       storeOptions_.port = rendezvousStore_->port();
+      if (listenEverywhere_) {
+        spdlog::warn("the rendezvous endpoint {} resolves to a loopback address on this host, "
+                     "which other nodes cannot reach: listening on all interfaces instead; give "
+                     "--rdzv-endpoint this host's network address to listen on it alone",
+                     config_.rdzvHost);
+      }
       spdlog::info("hosting the rendezvous store on {}", rendezvousStore_->address());
     } catch (const rendezvous::ServerError& error) {
       const std::string text = error.what();
@@ -270,10 +316,12 @@ void Agent::hostOrFindStore() {
       if (mustHost || !(taken || foreign)) {
         throw std::runtime_error(text);
       }
+      listenEverywhere_ = false;  // another process hosts it
     }
   }
   address_ = !config_.localAddr.empty() ? config_.localAddr
              : config_.standalone       ? std::string("127.0.0.1")
+             : listenEverywhere_        ? config_.rdzvHost
                                         : addressTowards(config_.rdzvHost, config_.rdzvPort);
 }
 
@@ -281,7 +329,7 @@ std::uint16_t Agent::hostWorkerStore(const std::string& address) {
   // Runs on the control thread while the event loop does not touch workerStore_ (it is set
   // before onRoundFormed is posted, and reset only after the round's workers are gone).
   rendezvous::ServerOptions options;
-  options.host = address;
+  options.host = listenEverywhere_ ? "0.0.0.0" : address;
   options.port = 0;
   workerStore_ = std::make_unique<rendezvous::RendezvousServer>(options);
   workerStore_->start();
@@ -307,10 +355,18 @@ void Agent::startMembership() {
         Round round = membership_->join(-1);
         asio::post(io_, [this, round] { onRoundFormed(round); });
       },
-      [this](std::exception_ptr error) {
-        if (state_ == State::kFinished) return;
-        finish(kRendezvousFailed, fmt::format("ddprun: error: rendezvous failed: {}", describe(error)));
-      });
+      [this](std::exception_ptr error) { onRendezvousFailed(error); });
+}
+
+void Agent::onRendezvousFailed(std::exception_ptr error) {
+  if (state_ == State::kFinished) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const EndpointError& bad) {
+    finish(kUsageError, fmt::format("ddprun: error: {}", bad.what()));
+  } catch (...) {
+    finish(kRendezvousFailed, fmt::format("ddprun: error: rendezvous failed: {}", describe(error)));
+  }
 }
 
 void Agent::join(int round) {
@@ -321,10 +377,7 @@ void Agent::join(int round) {
         Round formed = membership_->join(round);
         asio::post(io_, [this, formed] { onRoundFormed(formed); });
       },
-      [this](std::exception_ptr error) {
-        if (state_ == State::kFinished) return;
-        finish(kRendezvousFailed, fmt::format("ddprun: error: rendezvous failed: {}", describe(error)));
-      });
+      [this](std::exception_ptr error) { onRendezvousFailed(error); });
 }
 
 void Agent::onRoundFormed(Round round) {
@@ -345,7 +398,7 @@ void Agent::onRoundFormed(Round round) {
 
 void Agent::startWorkers() {
   const RoundEnvironment roundEnvironment{round_.masterAddr, round_.masterPort, round_.restartCount,
-                                          round_.number, config_.rdzvId};
+                                          round_.number, config_.rdzvId, agentToken_};
   const std::string attempt = attemptDirectory(round_.number);
   const auto spawnStart = Clock::now();
   local_.clear();
@@ -357,6 +410,9 @@ void Agent::startWorkers() {
     worker.errorFile = fmt::format("{}/{}/error.json", attempt, localRank);
     std::error_code ignored;
     fs::create_directories(fs::path(worker.errorFile).parent_path(), ignored);
+    // An earlier job with the same run id and --log-dir may have left one: it must not be
+    // taken for this worker's.
+    fs::remove(worker.errorFile, ignored);
     const WorkerPlacement placement{localRank,       worker.rank, round_.worldSize,
                                     config_.nprocPerNode, round_.groupRank,
                                     static_cast<int>(round_.members.size())};
@@ -528,6 +584,12 @@ void Agent::judgeWorkers() {
     barrierTimer_.expires_after(barrier);
     barrierTimer_.async_wait([this](const boost::system::error_code& error) {
       if (error || state_ != State::kLocalDone) return;
+      if (rendezvousStore_) {
+        // Leaving would take the store from under the nodes still at work and kill their workers.
+        spdlog::warn("not every node has finished after the exit barrier's timeout; this agent "
+                     "hosts the rendezvous store, so it stays until they finish or are lost");
+        return;
+      }
       spdlog::warn("the exit barrier timed out: not every node finished; exiting 0 as this node did");
       finish(0);
     });
@@ -666,8 +728,12 @@ void Agent::finish(int code, const std::string& message) {
 int Agent::run() {
   std::signal(SIGPIPE, SIG_IGN);
   if (setsOmpNumThreads(environment_, config_)) spdlog::warn("{}", ompNumThreadsWarning());
+  agentToken_ = fmt::format("{}-{:016x}", ::getpid(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^
+                                                          std::random_device{}());
+  if (guardian_) guardian_->killHoldersOf(fmt::format("{}={}", kAgentTokenVariable, agentToken_));
   if (config_.logDir.empty()) {
     scratch_ = fs::temp_directory_path() / fmt::format("ddprun-{}-{}", config_.rdzvId, ::getpid());
+    if (guardian_) guardian_->removeOnDeath(scratch_.string());  // even after kill -9
   }
   signals_.add(SIGCHLD);
   for (int signal : config_.signalsToHandle) signals_.add(signal);
@@ -701,7 +767,7 @@ int Agent::run() {
   if (membership_) membership_->cancel();
   control_.reset();
   if (watchThread_.joinable()) watchThread_.join();
-  if (membership_) membership_->close(rendezvousStore_ ? std::chrono::milliseconds(10000) : 0ms);
+  if (membership_) membership_->close(/*hostsStore=*/rendezvousStore_ != nullptr);
   membership_.reset();
   logs_->closeAll();
   workerStore_.reset();

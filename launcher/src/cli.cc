@@ -166,9 +166,12 @@ constexpr OptionSpec kOptions[] = {
   {.name = "rdzv-id",
    .help = "Job id shared by every node; becomes TORCHELASTIC_RUN_ID. Default: none."},
   {.name = "rdzv-conf",
-   .help = "Extra rendezvous settings as key=value,key=value (join_timeout, last_call_timeout, "
-           "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, "
-           "timeout, read_timeout, is_host, store_type, use_libuv, exit_barrier_timeout)."},
+   .help = "Extra rendezvous settings as key=value,key=value, in seconds: join_timeout (600), "
+           "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
+           "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
+           "keep_alive_max_attempt (3), timeout (static: the join timeout), read_timeout (60; "
+           "also how long to wait for the endpoint), exit_barrier_timeout (300); and is_host, "
+           "store_type (tcp), use_libuv (ignored)."},
   {.name = "standalone", .kind = ValueKind::kFlag,
    .help = "Single-node job with its own rendezvous on 127.0.0.1, a free port and a random "
            "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},
@@ -180,8 +183,8 @@ constexpr OptionSpec kOptions[] = {
   {.name = "start-method", .metavar = "{spawn,fork,forkserver}",
    .help = "How --run-path starts its Python child. Default: spawn."},
   {.name = "event-log-handler",
-   .help = "Where agent and rendezvous events go: null, console or dynamic_rendezvous. "
-           "Default: null."},
+   .help = "Where agent and rendezvous events go: null, console (the agent's log on stderr "
+           "at info level, as LOGLEVEL=INFO) or dynamic_rendezvous (null). Default: null."},
   {.name = "role",
    .help = "Role name of the workers, shown in the [<role><local_rank>]: prefix. "
            "Default: default."},
@@ -1275,6 +1278,12 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
         config.maxNodes - 1, config.maxNodes, config.maxNodes == 1 ? "" : "s"));
   }
   const std::uint16_t port = config.masterPort.value_or(kDefaultMasterPort);
+  if (port == 0 && config.maxNodes > 1) {
+    throw UsageError(fmt::format(
+        "{} picks a free port, which the other {} nodes cannot know; give every node the same "
+        "port, e.g. --master-port 29500",
+        label(arguments.givenOr("master-port", "0")), config.maxNodes - 1));
+  }
   if (hasEndpoint) {
     const HostPort parsed = parseEndpoint(*endpoint);
     checkResolvable(parsed.host, *endpoint);

@@ -59,6 +59,12 @@ MembershipSettings MembershipSettings::from(const LaunchConfig& config) {
     s.keepAliveMaxAttempts = std::max(1, std::stoi(it->second));
   }
   s.storeTimeout = seconds(config, "read_timeout", s.storeTimeout);
+  s.heartbeatTimeout = seconds(config, "heartbeat_timeout", s.heartbeatTimeout);
+  s.closeTimeout = seconds(config, "close_timeout", s.closeTimeout);
+  // torchrun's static rendezvous waits `timeout` (its TCPStore timeout) for the nodes to come.
+  if (config.rdzvBackend == RdzvBackend::kStatic && !config.rdzvConf.count("join_timeout")) {
+    s.joinTimeout = seconds(config, "timeout", s.joinTimeout);
+  }
   return s;
 }
 
@@ -72,7 +78,7 @@ Membership::Membership(const LaunchConfig& config, rendezvous::TcpStoreOptions s
       onStoreLost_(std::move(onStoreLost)),
       prefix_(fmt::format("ddprun/{}/", config.rdzvId)) {}
 
-Membership::~Membership() { close(0ms); }
+Membership::~Membership() { close(/*hostsStore=*/false); }
 
 std::string Membership::key(const std::string& suffix) const { return prefix_ + suffix; }
 
@@ -81,13 +87,13 @@ std::string Membership::roundKey(int round, const std::string& suffix) const {
 }
 
 void Membership::open() {
-  // The first connection waits for the store to come up (another node may host it and start
-  // later); the others follow at once.
-  // Tried in one-second attempts so that cancel() is noticed.
+  // The first connection waits up to read_timeout for the store to come up (the node hosting it
+  // may start a little later, as with torchrun); the others follow at once. Tried in one-second
+  // attempts so that cancel() is noticed.
   rendezvous::TcpStoreOptions first = storeOptions_;
   first.connectTimeout = std::chrono::seconds(1);
   first.timeout = settings_.storeTimeout;
-  const auto deadline = Clock::now() + settings_.joinTimeout;
+  const auto start = Clock::now();
   for (;;) {
     try {
       control_ = std::make_unique<TcpStore>(first);
@@ -96,13 +102,26 @@ void Membership::open() {
       if (cancelled_) throw MembershipCancelled();
       const std::string text = error.what();
       // Something answered but is not a ddprun store: no point in waiting for it.
-      if (Clock::now() > deadline || text.find("handshake") != std::string::npos) throw;
+      if (text.find("handshake") != std::string::npos) {
+        throw EndpointError(fmt::format(
+            "{}: what listens at the rendezvous endpoint is not a ddprun or TCPStore rendezvous "
+            "store; check --rdzv-endpoint",
+            text));
+      }
+      if (Clock::now() - start > settings_.storeTimeout) {
+        throw EndpointError(fmt::format(
+            "cannot reach the rendezvous store at {}:{} within read_timeout ({} s): {}; start the "
+            "agent that hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint",
+            storeOptions_.host, storeOptions_.port, settings_.storeTimeout.count() / 1000, text));
+      }
     }
   }
   // The watch and heartbeat connections must notice a silent store quickly (a cut network
-  // sends nothing): their calls time out as fast as a hold lapses.
+  // sends nothing): their calls time out as fast as a hold lapses, or after heartbeat_timeout.
   rendezvous::TcpStoreOptions options = storeOptions_;
-  options.timeout = std::max(settings_.holdTimeToLive(), std::chrono::milliseconds(1000));
+  options.timeout = settings_.heartbeatTimeout.count() > 0
+                        ? settings_.heartbeatTimeout
+                        : std::max(settings_.holdTimeToLive(), std::chrono::milliseconds(1000));
   watch_ = std::make_unique<TcpStore>(options);
   heartbeatStore_ = std::make_unique<TcpStore>(options);
 
@@ -173,31 +192,32 @@ bool Membership::roundClosed(int round, json* record) {
   return true;
 }
 
-bool Membership::previousMembersRejoined(int round, int joined) {
-  if (round == 0) return false;
+std::optional<int> Membership::previousMembersStillAway(int round, int joined) {
+  if (round == 0) return std::nullopt;
   json previous;
-  if (!roundClosed(round - 1, &previous)) return false;
+  if (!roundClosed(round - 1, &previous)) return std::nullopt;
   const int members = previous.value("members", 0);
   std::vector<std::string> before;
   std::vector<std::string> now;
   for (int k = 1; k <= members; ++k) before.push_back(roundKey(round - 1, fmt::format("member/{}", k)));
   for (int k = 1; k <= joined; ++k) now.push_back(roundKey(round, fmt::format("member/{}", k)));
-  if (!control().check(now)) return false;  // a joiner has counted itself but not written its id yet
+  if (!control().check(now)) return std::nullopt;  // a joiner has counted itself, not written its id
   std::vector<std::string> previousIds = control().multiGet(before);
   std::vector<std::string> joinedIds = control().multiGet(now);
+  int away = 0;
   for (const std::string& id : previousIds) {
     if (std::find(joinedIds.begin(), joinedIds.end(), id) != joinedIds.end()) continue;
     // Not back yet: only worth waiting for if it is still alive.
-    if (control().check({key("alive/" + id)})) return false;
+    if (control().check({key("alive/" + id)})) ++away;
   }
-  return true;
+  return away;
 }
 
 bool Membership::maybeClose(int round, Clock::time_point& lastCallStart) {
   const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
   bool complete = joined >= config_.maxNodes;
   if (!complete && joined >= config_.minNodes) {
-    if (previousMembersRejoined(round, joined)) {
+    if (previousMembersStillAway(round, joined) == 0) {
       complete = true;
     } else {
       if (lastCallStart == Clock::time_point{}) lastCallStart = Clock::now();
@@ -239,12 +259,33 @@ int Membership::takeSlot(int round) {
 
 std::optional<Round> Membership::waitForClose(int round, int slot, Clock::time_point deadline) {
   Clock::time_point lastCallStart{};
+  Clock::time_point shortSince{};  // since when the known nodes are fewer than MIN
   int reportedJoined = -1;
   json record;
   while (!roundClosed(round, &record)) {
     if (cancelled_) throw MembershipCancelled();
     if (maybeClose(round, lastCallStart)) continue;
     const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+    // After losses, the nodes that can still come back may be fewer than MIN: then only new
+    // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
+    const auto away = joined < config_.minNodes ? previousMembersStillAway(round, joined) : std::nullopt;
+    if (away && joined + *away < config_.minNodes) {
+      if (shortSince == Clock::time_point{}) {
+        shortSince = Clock::now();
+        spdlog::warn("only {} node(s) remain of the at least {} this job needs; waiting up to {} s "
+                     "(last_call_timeout) for others to join",
+                     joined + *away, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
+      } else if (Clock::now() - shortSince >= settings_.lastCallTimeout) {
+        throw MembershipError(fmt::format(
+            "only {} node(s) remain of the at least {} this job needs (--nnodes {}:{}): the others "
+            "were lost and none joined within last_call_timeout ({} s); restart the lost nodes or "
+            "lower the minimum of --nnodes",
+            joined + *away, config_.minNodes, config_.minNodes, config_.maxNodes,
+            settings_.lastCallTimeout.count() / 1000.0));
+      }
+    } else {
+      shortSince = {};
+    }
     if (Clock::now() > deadline) {
       throw MembershipError(fmt::format(
           "rendezvous round {} did not complete within join_timeout ({} s): {} of at least {} "
@@ -360,7 +401,8 @@ Round Membership::readRound(int number, const json& record) {
       for (const std::string& k : rawStore.listKeys()) {
         if (!k.starts_with("/ddprun/")) rawStore.deleteKey(k);
       }
-      master = fmt::format("{}:{}", config_.masterAddr, config_.masterPort.value_or(kDefaultMasterPort));
+      // The store itself, where it really listens (--master-port 0: a free port).
+      master = fmt::format("{}:{}", storeOptions_.host, storeOptions_.port);
     } else {
       master = fmt::format("{}:{}", self_.address, hostWorkerStore_(self_.address));
     }
@@ -416,7 +458,7 @@ int Membership::nextRestartCount(const Round& round, const json& stop) {
   return round.restartCount + (stop.value("kind", std::string()) == stop_kind::kFailure ? 1 : 0);
 }
 
-void Membership::close(std::chrono::milliseconds waitForOthers) {
+void Membership::close(bool hostsStore) {
   {
     std::lock_guard lock(heartbeatMutex_);
     if (heartbeatStop_ && !heartbeatThread_.joinable()) return;
@@ -428,10 +470,10 @@ void Membership::close(std::chrono::milliseconds waitForOthers) {
   try {
     heartbeatStore_->release(key(fmt::format("alive/{}", self_.id)));
     heartbeatStore_->release(kActiveRunKey);
-    if (waitForOthers.count() > 0) {
+    if (hostsStore) {
       // This agent hosts the store: the others read the final state from it, so let them leave
       // first (bounded: one that died is gone with its connection anyway).
-      const auto deadline = Clock::now() + waitForOthers;
+      const auto deadline = Clock::now() + settings_.closeTimeout;
       const std::string alive = prefix_ + "alive/";
       while (Clock::now() < deadline) {
         const auto keys = control().listKeys();

@@ -80,18 +80,29 @@ class MembershipError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
+// store answers there: the endpoint given is wrong or its host is not up (bad input, exit 2).
+class EndpointError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
 // A blocking call gave up because cancel() was called (the agent is shutting down).
 class MembershipCancelled : public std::runtime_error {
  public:
   MembershipCancelled() : std::runtime_error("cancelled") {}
 };
 
+// --rdzv-conf, with torchrun's names. Differences from torchrun: keep-alives every second (not
+// 5), and the static backend's `timeout` is its join timeout.
 struct MembershipSettings {
-  std::chrono::milliseconds joinTimeout{600000};
-  std::chrono::milliseconds lastCallTimeout{30000};
-  std::chrono::milliseconds keepAliveInterval{1000};
-  int keepAliveMaxAttempts = 3;
-  std::chrono::milliseconds storeTimeout{60000};   // any single store call
+  std::chrono::milliseconds joinTimeout{600000};     // join_timeout: a round must form in this
+  std::chrono::milliseconds lastCallTimeout{30000};  // last_call_timeout: wait for more nodes
+  std::chrono::milliseconds keepAliveInterval{1000};  // keep_alive_interval
+  int keepAliveMaxAttempts = 3;                       // keep_alive_max_attempt
+  std::chrono::milliseconds storeTimeout{60000};     // read_timeout: reaching the store, any call
+  std::chrono::milliseconds heartbeatTimeout{0};     // heartbeat_timeout (0: the hold's lifetime)
+  std::chrono::milliseconds closeTimeout{10000};     // close_timeout: the host waits for the others
   static MembershipSettings from(const LaunchConfig& config);
   std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
 };
@@ -116,7 +127,8 @@ class Membership {
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
-  // job is in now), and blocks until it closes. Throws MembershipError.
+  // job is in now), and blocks until it closes. Throws MembershipError: join_timeout passed, or
+  // fewer than MIN nodes are left after losses and none came within last_call_timeout.
   Round join(int round);
 
   // Writes `stop` into round `round`'s stop key unless something is there already; returns
@@ -139,8 +151,9 @@ class Membership {
   std::string storeLostReason() const;
 
   // Stops heartbeats and gives up the holds quietly (a clean exit is not a lost node). When this
-  // agent hosts the rendezvous store, waits up to `waitForOthers` for the other agents to leave.
-  void close(std::chrono::milliseconds waitForOthers);
+  // agent hosts the rendezvous store (`hostsStore`), waits up to close_timeout for the other
+  // agents to leave.
+  void close(bool hostsStore);
 
  private:
   std::string key(const std::string& suffix) const;
@@ -155,7 +168,9 @@ class Membership {
   bool roundClosed(int round, nlohmann::json* record);
   // Tries to close `round`; true once it is closed (by anyone).
   bool maybeClose(int round, std::chrono::steady_clock::time_point& lastCallStart);
-  bool previousMembersRejoined(int round, int joined);
+  // The members of round-1 that have not joined `round` yet but are still alive; nothing when
+  // round-1 is not known (round 0).
+  std::optional<int> previousMembersStillAway(int round, int joined);
   Round readRound(int round, const nlohmann::json& record);
   void heartbeat();
 

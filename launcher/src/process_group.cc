@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -21,8 +22,41 @@
 namespace ddprun::launcher {
 namespace {
 
-// Guardian commands are text lines ("+<pgid>", "-<pgid>", "c<cgroup path>", "x"), each sent in
-// one write() shorter than PIPE_BUF, so they arrive whole.
+// Whether /proc/<pid>/environ holds `entry` ("NAME=value") as one whole entry. Processes of
+// other users cannot be read, and are not ours anyway.
+bool environmentHolds(const char* pid, const std::string& entry) {
+  std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  for (std::string item; std::getline(in, item, '\0');) {
+    if (item == entry) return true;
+  }
+  return false;
+}
+
+// SIGKILLs every process (but this one) whose environment holds `entry`, until none is left
+// (those being killed may still fork) or `patience` runs out.
+void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
+  const std::string self = std::to_string(::getpid());
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    int found = 0;
+    if (DIR* proc = ::opendir("/proc")) {
+      while (dirent* process = ::readdir(proc)) {
+        const char* name = process->d_name;
+        if (name[0] < '1' || name[0] > '9' || self == name) continue;
+        if (environmentHolds(name, entry)) {
+          ::kill(static_cast<pid_t>(std::atol(name)), SIGKILL);
+          ++found;
+        }
+      }
+      ::closedir(proc);
+    }
+    if (found == 0 || std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Guardian commands are text lines ("+<pgid>", "-<pgid>", "c<cgroup path>", "d<directory>",
+// "e<NAME=value>", "x"), each sent in one write() shorter than PIPE_BUF, so they arrive whole.
 [[noreturn]] void runGuardian(int commandFd) {
   // Out of the terminal's process group: a Ctrl-C is for the agent to forward, not for us.
   ::setsid();
@@ -38,6 +72,8 @@ namespace {
   }
   std::set<pid_t> groups;
   std::string cgroup;
+  std::string directory;
+  std::string environmentEntry;
   std::string pending;
   char buffer[512];
   for (;;) {
@@ -50,6 +86,8 @@ namespace {
       if (line.empty()) continue;
       if (line[0] == 'x') ::_exit(0);
       if (line[0] == 'c') cgroup = line.substr(1);
+      if (line[0] == 'd') directory = line.substr(1);
+      if (line[0] == 'e') environmentEntry = line.substr(1);
       if (line[0] == '+') groups.insert(static_cast<pid_t>(std::atol(line.c_str() + 1)));
       if (line[0] == '-') groups.erase(static_cast<pid_t>(std::atol(line.c_str() + 1)));
     }
@@ -58,6 +96,11 @@ namespace {
   if (!cgroup.empty()) {
     killCgroup(cgroup, std::chrono::seconds(2));
     ::rmdir(cgroup.c_str());
+  }
+  if (!environmentEntry.empty()) killHolders(environmentEntry, std::chrono::seconds(2));
+  if (!directory.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
   }
   ::_exit(0);
 }
@@ -122,6 +165,8 @@ void Guardian::send(const std::string& line) {
 void Guardian::track(pid_t processGroup) { send(fmt::format("+{}", processGroup)); }
 void Guardian::untrack(pid_t processGroup) { send(fmt::format("-{}", processGroup)); }
 void Guardian::guardCgroup(const std::string& path) { send("c" + path); }
+void Guardian::removeOnDeath(const std::string& directory) { send("d" + directory); }
+void Guardian::killHoldersOf(const std::string& entry) { send("e" + entry); }
 
 std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
   const auto parent = ownCgroup();
@@ -208,22 +253,40 @@ pid_t WorkerProcesses::spawn(const ExecPlan& plan) {
 
 void WorkerProcesses::signalAll(int signal) {
   for (pid_t pid : running_) ::kill(-pid, signal);
+  for (pid_t pid : lingering_) ::kill(-pid, signal);
 }
 
 std::vector<ExitedWorker> WorkerProcesses::reap() {
   std::vector<ExitedWorker> exited;
   int status = 0;
   pid_t pid;
+  bool anyReaped = false;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    anyReaped = true;
     if (running_.erase(pid) > 0) {
-      if (guardian_) guardian_->untrack(pid);
+      // Its process group outlives it while its descendants do: keep it guarded till then.
+      lingering_.insert(pid);
       exited.push_back({pid, status});
     } else if (guardian_ && pid == guardian_->pid()) {
       spdlog::warn("the guardian process exited; workers still die with the agent through "
                    "their death signal");
     }
   }
+  // Descendants of exited workers come back to this subreaper, so their last exit is reaped
+  // here too: that is when their group stops existing and may be forgotten.
+  if (anyReaped) forgetEmptyGroups();
   return exited;
+}
+
+void WorkerProcesses::forgetEmptyGroups() {
+  for (auto it = lingering_.begin(); it != lingering_.end();) {
+    if (::kill(-*it, 0) == 0 || errno != ESRCH) {
+      ++it;
+      continue;
+    }
+    if (guardian_) guardian_->untrack(*it);
+    it = lingering_.erase(it);
+  }
 }
 
 namespace {
@@ -260,6 +323,7 @@ std::vector<pid_t> childrenOf(pid_t parent) {
 
 void WorkerProcesses::killStrays() {
   if (cgroup_) cgroup_->killAll();
+  for (pid_t group : lingering_) ::kill(-group, SIGKILL);
   // Killing a stray reparents its own children to us: go round until nothing is left (bounded).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {

@@ -8,10 +8,14 @@
 //     `-- worker 1 ...
 //
 // Workers die with the agent through independent mechanisms: their own death signal, the
-// guardian killing their process groups and, where cgroup v2 is writable (root, or a delegated
-// subtree), the guardian killing the agent's worker cgroup, which also holds descendants that
-// left their worker's session. While the agent lives it is a subreaper: orphaned descendants come
-// back to it, so it reaps them (no zombies) and kills them with the rest.
+// guardian killing their process groups (each guarded until its last process is gone, so the
+// descendants of a worker that already exited are covered too), the guardian killing every
+// process that carries the agent's DDPRUN_AGENT token in its environment (descendants that left
+// their worker's session included) and, where cgroup v2 is writable (root, or a delegated
+// subtree), the guardian killing the agent's worker cgroup, which holds every descendant. While
+// the agent lives it is a subreaper: orphaned descendants come back to it, so it reaps them (no
+// zombies) and kills them with the rest. (Only a descendant that both leaves its session and
+// clears its environment escapes, where no cgroup v2 is writable.)
 //
 // Thread safety: WorkerProcesses is used from the agent's main thread only. That matters:
 // PR_SET_PDEATHSIG fires when the *thread* that forked the worker exits, and the main thread
@@ -79,6 +83,11 @@ class Guardian {
   void untrack(pid_t processGroup);
   // The cgroup to kill (and remove) too if the agent dies.
   void guardCgroup(const std::string& path);
+  // A directory of the agent's to delete if it dies (its scratch files).
+  void removeOnDeath(const std::string& directory);
+  // If the agent dies, also SIGKILL every process whose environment holds `entry` ("NAME=value"):
+  // the workers' descendants that left their process group, where no cgroup holds them.
+  void killHoldersOf(const std::string& entry);
 
  private:
   Guardian(pid_t pid, int commandFd) : pid_(pid), commandFd_(commandFd) {}
@@ -102,7 +111,8 @@ class WorkerProcesses {
   // exec'd or failed to. Throws SpawnError.
   pid_t spawn(const ExecPlan& plan);
 
-  // Sends `signal` to the process group of every worker still running.
+  // Sends `signal` to the process group of every worker still running, and to the groups of
+  // exited workers whose descendants still run.
   void signalAll(int signal);
   bool anyRunning() const { return !running_.empty(); }
   std::size_t runningCount() const { return running_.size(); }
@@ -117,10 +127,14 @@ class WorkerProcesses {
   void killStrays();
 
  private:
+  // Drops (and untracks in the guardian) the groups in lingering_ that have no process left.
+  void forgetEmptyGroups();
+
   Guardian* guardian_;
   std::unique_ptr<WorkerCgroup> cgroup_;
   pid_t self_;
-  std::set<pid_t> running_;  // workers started and not reaped yet
+  std::set<pid_t> running_;    // workers started and not reaped yet
+  std::set<pid_t> lingering_;  // groups of reaped workers that may still have members
 };
 
 // Resolves `name` like execvp (PATH search when it has no '/'); nothing if not found.

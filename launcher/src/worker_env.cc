@@ -141,6 +141,10 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
   // ddprun's own: a job-global, monotonic round number (torch's restart count is not enough to
   // tell rounds apart: a membership change re-forms the job without a restart).
   env["DDPRUN_GENERATION"] = std::to_string(round.generation);
+  // ddprun's own: inherited by every descendant, whatever session it makes, so the guardian can
+  // find them all if the agent is killed where no cgroup can hold them (Guardian in
+  // process_group.h).
+  if (!round.agentToken.empty()) env[kAgentTokenVariable] = round.agentToken;
   if (config.virtualLocalRank) {
     // Each worker sees only its own device, as LOCAL_RANK 0.
     std::string device = std::to_string(placement.localRank);

@@ -29,7 +29,11 @@ struct RoundEnvironment {
   int restartCount = 0;       // failure restarts of the whole job so far
   int generation = 0;         // rendezvous round: grows on every re-form, restarts included
   std::string runId;
+  std::string agentToken;     // DDPRUN_AGENT: marks this agent's workers and what they start
 };
+
+// The variable that carries RoundEnvironment::agentToken.
+inline constexpr const char* kAgentTokenVariable = "DDPRUN_AGENT";
 
 // The complete environment ("NAME=value" entries) of one worker: `inherited` (the agent's
 // environment) with the contract's variables added or replaced.

@@ -162,6 +162,42 @@ TEST_CASE("kill -9 of the agent leaves nothing behind, grandchildren that ignore
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
 }
 
+TEST_CASE("kill -9 of the agent where no cgroup can hold the workers: descendants of an exited "
+          "worker and ones in their own session die too",
+          "[agent]") {
+  // The same agent in a mount namespace without cgroup2 (what an unprivileged user gets on most
+  // hosts): only process groups, the death signal and the DDPRUN_AGENT token are left.
+  if (::geteuid() != 0) {
+    WARN("needs root for unshare -m; skipped");
+    return;
+  }
+  TempDir dir;
+  const std::string withoutCgroup =
+      "for m in $(awk '$9 == \"cgroup2\" { print $5 }' /proc/self/mountinfo); do "
+      "umount -l \"$m\" || exit 1; done; exec \"$@\"";
+  Subprocess job({"unshare", "--mount", "--propagation", "private", "sh", "-c", withoutCgroup, "sh",
+                  DDPRUN_BIN, "--standalone", "--nproc-per-node", "3", kWorkers + "stubborn.sh",
+                  dir.path, "--exit-rank", "0"},
+                 {"LOGLEVEL=DEBUG"});
+  REQUIRE(eventually([&] { return countMatching(job.output(), "rank [0-9] ready") == 3; }, 20s));
+  // Rank 0 has exited, its two grandchildren (one in its own session) live on.
+  REQUIRE(eventually([&] { return countMatching(job.errors(), "every local worker|failed") == 0 &&
+                                  readPids(dir.path).size() == 8; }, 5s));
+  const auto pids = readPids(dir.path);
+  REQUIRE(eventually([&] {
+    return std::all_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+  }, 2s));
+  job.signal(SIGKILL);
+  REQUIRE(job.wait(5s) == 128 + SIGKILL);
+  CHECK(eventually([&] {
+    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+  }, 1s));
+  for (pid_t pid : pids) {
+    CHECK_FALSE(running(pid));
+    if (running(pid)) ::kill(pid, SIGKILL);
+  }
+}
+
 TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-timeout",
           "[agent]") {
   TempDir dir;
@@ -203,6 +239,33 @@ TEST_CASE("the log directory keeps every attempt", "[agent]") {
     }
   }
   CHECK(fs::exists(runs[0] / "attempt_0/0/stderr.log"));
+}
+
+TEST_CASE("an error file left by an earlier job with the same --log-dir and run id is not "
+          "taken for a new failure",
+          "[agent]") {
+  TempDir dir;
+  const std::string script = dir.path + "/fail.sh";
+  // The first job's worker writes an error file as @record would, then fails.
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "if [ \"$1\" = record ]; then\n"
+                           "  printf '{\"message\": {\"message\": \"ValueError: stale\", "
+                           "\"extraInfo\": {\"py_callstack\": \"old traceback\", "
+                           "\"timestamp\": \"1\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                           "fi\n"
+                           "exit 5\n";
+  fs::permissions(script, fs::perms::owner_all);
+  for (const std::string mode : {"record", "plain"}) {
+    Subprocess job(ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir",
+                                  dir.path, "--rdzv-id", "samejob", script, mode}));
+    REQUIRE(job.wait(30s) == 5);
+    if (mode == "record") {
+      CHECK_THAT(job.errors(), Catch::Contains("old traceback"));
+    } else {
+      CHECK_THAT(job.errors(), !Catch::Contains("old traceback"));
+      CHECK_THAT(job.errors(), !Catch::Contains("ValueError: stale"));
+    }
+  }
 }
 
 TEST_CASE("two standalone jobs on one host never meet", "[agent]") {

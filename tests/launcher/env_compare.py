@@ -129,6 +129,11 @@ DELIBERATE_DIFFERENCES = {
         ALL, ABSENT, r"[0-9]+",
         "ddprun's own: the job-global rendezvous round, incremented on every re-form (torch's "
         "per-node TORCHELASTIC_RESTART_COUNT cannot tell rounds apart, pytorch#135712)."),
+    "DDPRUN_AGENT": Deliberate(
+        ALL, ABSENT, r"[0-9]+-[0-9a-f]{16}",
+        "ddprun's own: a token unique to the agent (pid and random bits), inherited by everything "
+        "the workers start, so that the agent's guardian can find and kill even descendants that "
+        "left their session if the agent is killed where no cgroup holds them."),
     "process: session / process group": Deliberate(
         ALL, "sid=launcher's pgid=launcher's", "sid=own pgid=own",
         "torch 1.13 leaves workers in torchrun's session and process group; ddprun starts each "

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -41,15 +42,19 @@ std::uint16_t freePort() {
   return ntohs(address.sin_port);
 }
 
-// A c10d agent of job `id` on `port`, running report.sh until `until` exists.
+// A c10d agent of job `id` on `port`, running report.sh until `until` exists (or with
+// `reportArgs` instead). A later --rdzv-conf in `extra` replaces the default one.
 std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port, const std::string& id,
-                                  const std::string& until, std::vector<std::string> extra = {}) {
+                                  const std::string& until, std::vector<std::string> extra = {},
+                                  std::vector<std::string> reportArgs = {}) {
   std::vector<std::string> argv = {DDPRUN_BIN, "--nnodes", nnodes, "--nproc-per-node", "2",
                                    "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                    fmt::format("127.0.0.1:{}", port), "--rdzv-id", id,
                                    "--rdzv-conf", "last_call_timeout=1,join_timeout=20"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  argv.insert(argv.end(), {kReport, "--until", until});
+  argv.push_back(kReport);
+  if (reportArgs.empty()) reportArgs = {"--until", until};
+  argv.insert(argv.end(), reportArgs.begin(), reportArgs.end());
   return std::make_unique<Subprocess>(argv, std::vector<std::string>{"LOGLEVEL=INFO"});
 }
 
@@ -135,15 +140,92 @@ TEST_CASE("when fewer than MIN nodes remain, the survivor says why and exits non
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::uint16_t port = freePort();
-  auto a = agent("2:3", port, "shrink", until, {"--rdzv-conf", "join_timeout=3,last_call_timeout=1"});
+  // join_timeout is 20 s: the survivor must not wait for it, only last_call_timeout (1 s).
+  auto a = agent("2:3", port, "shrink", until);
   REQUIRE(a->waitForError("hosting the rendezvous store", 10s));
   auto b = agent("2:3", port, "shrink", until);
   REQUIRE(eventually([&] { return count(a->output() + b->output(), "world=4 ") == 4; }, 20s));
+  const auto killed = Clock::now();
   b->signal(SIGKILL);
   const auto status = a->wait(20s);
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
   REQUIRE(status.has_value());
   CHECK(*status == 1);
-  CHECK_THAT(a->errors(), Catch::Contains("1 of at least 2 nodes joined"));
+  CHECK(took < 8.0);
+  CHECK_THAT(a->errors(), Catch::Contains("only 1 node(s) remain of the at least 2"));
+  CHECK_THAT(a->errors(), Catch::Contains("lower the minimum of --nnodes"));
+}
+
+TEST_CASE("a node whose workers finished exits non-zero soon when its only peer is lost",
+          "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  auto host = agent("2", port, "finished", until);
+  REQUIRE(host->waitForError("hosting the rendezvous store", 10s));
+  auto done = agent("2", port, "finished", until, {}, {"--sleep", "0"});  // finishes at once
+  REQUIRE(eventually([&] { return count(host->output() + done->output(), "world=4 ") == 4; }, 20s));
+  std::this_thread::sleep_for(500ms);  // its workers are done; it waits in the exit barrier
+  const auto killed = Clock::now();
+  host->signal(SIGKILL);
+  const auto status = done->wait(20s);
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  REQUIRE(status.has_value());
+  CHECK(*status == 1);
+  CHECK(took < 8.0);
+}
+
+TEST_CASE("the agent hosting the store stays until every node finished, past the exit barrier's "
+          "timeout",
+          "[multinode]") {
+  TempDir dir;
+  const std::uint16_t port = freePort();
+  const std::vector<std::string> conf = {"--rdzv-conf",
+                                         "last_call_timeout=1,join_timeout=20,exit_barrier_timeout=1"};
+  auto host = agent("2", port, "uneven", "", conf, {"--sleep", "0"});
+  REQUIRE(host->waitForError("hosting the rendezvous store", 10s));
+  auto slow = agent("2", port, "uneven", "", conf, {"--sleep", "3"});
+  CHECK(slow->wait(30s) == 0);
+  CHECK(host->wait(30s) == 0);
+  CHECK(count(host->output() + slow->output(), "world=4 ") == 4);
+  CHECK_THAT(host->errors(), Catch::Contains("stays until they finish"));
+}
+
+TEST_CASE("an endpoint that never answers, or where something else answers, is exit code 2",
+          "[multinode]") {
+  const std::uint16_t port = freePort();  // nothing listens there; is_host=false: do not host
+  auto nobody = agent("2", port, "nobody", "", {"--rdzv-conf", "is_host=false,read_timeout=1"});
+  CHECK(nobody->wait(20s) == 2);
+  CHECK_THAT(nobody->errors(), Catch::Contains("cannot reach the rendezvous store at 127.0.0.1"));
+  CHECK_THAT(nobody->errors(), Catch::Contains("--rdzv-endpoint"));
+  CHECK(count(nobody->output(), "rank=") == 0);  // nothing was started
+
+  // Something that is not a store: it answers every connection with a line of text.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener, 16) == 0);
+  socklen_t length = sizeof address;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop) {
+      const int peer = ::accept(listener, nullptr, nullptr);
+      if (peer < 0) break;
+      (void)!::write(peer, "HTTP/1.1 400 Bad Request\r\n\r\n", 28);
+      ::close(peer);
+    }
+  });
+  auto foreign = agent("2", ntohs(address.sin_port), "foreign", "",
+                       {"--rdzv-conf", "is_host=false,read_timeout=5"});
+  CHECK(foreign->wait(20s) == 2);
+  CHECK_THAT(foreign->errors(), Catch::Contains("not a ddprun or TCPStore rendezvous store"));
+  stop = true;
+  ::shutdown(listener, SHUT_RDWR);
+  ::close(listener);
+  server.join();
 }
 
 TEST_CASE("losing the agent that hosts the store ends every other agent quickly", "[multinode]") {

@@ -2,8 +2,9 @@
 # Three ddprun agents on three "hosts" (network namespaces with their own addresses, joined by a
 # bridge) form one elastic job (--nnodes 2:3). Then one host's network is cut (no FIN, no RST:
 # only the store's hold time-to-live can tell) and the other two must re-form within seconds,
-# while the cut-off agent stops its workers and exits non-zero. Finally a fourth host joins late
-# and the job re-forms with three nodes again.
+# while the cut-off agent stops its workers and exits non-zero. A fourth host joins late and the
+# job re-forms with three nodes again; then one agent is killed and the other two re-form. Last, a
+# 2-host job whose endpoint name resolves to loopback on the host that serves it.
 #
 #   multinode_test.sh DDPRUN REPORT_SH     (exit 77 = skipped: needs root and `ip netns`)
 set -euo pipefail
@@ -65,9 +66,40 @@ start_agent 4
 wait_for 30 "world=6 .*generation=2" 6
 echo "host 4 joined: world 6 again"
 
+# Host 2's agent is killed outright: its connection drops and hosts 1 and 4 re-form at once.
+kill -9 "$agent2"
+killed=$SECONDS
+wait_for 10 "world=4 .*generation=3" 4
+echo "hosts 1 and 4 re-formed $((SECONDS - killed)) s after host 2's agent was killed"
+
 : > "$until_file"
-for a in "$agent1" "$agent2" "$agent4"; do
+for a in "$agent1" "$agent4"; do
   set +e; wait "$a"; code=$?; set -e
   [[ $code -eq 0 ]] || { echo "FAIL: an agent exited $code"; tail -n 30 "$dir"/err.*; exit 1; }
 done
 echo "job finished: every remaining agent exited 0"
+
+# The endpoint is a host name that its own host resolves to loopback (Debian's "127.0.1.1
+# <hostname>" line) while the other host resolves it to the real address: the agent hosting the
+# store must still be reachable. `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts.
+name="ddprun-test-$tag"
+for i in 1 2; do mkdir -p "/etc/netns/${tag}$i"; done
+cleanup_etc() { rm -rf "/etc/netns/${tag}1" "/etc/netns/${tag}2"; delete_hosts; }
+trap cleanup_etc EXIT
+echo "127.0.1.1 $name" > "/etc/netns/${tag}1/hosts"
+echo "10.233.0.1 $name" > "/etc/netns/${tag}2/hosts"
+for i in 1 2; do
+  ip netns exec "${tag}$i" env LOGLEVEL=INFO "$ddprun" --nnodes 2 --nproc-per-node 2 \
+    --rdzv-backend c10d --rdzv-endpoint "$name:$((port + 1))" --rdzv-id namejob \
+    --rdzv-conf read_timeout=20 "$report" > "$dir/name.out.$i" 2> "$dir/name.err.$i" &
+  pids+=($!)
+  eval "named$i=$!"
+  [[ $i -eq 1 ]] && for _ in $(seq 100); do grep -q "hosting the rendezvous store" "$dir/name.err.1" && break; sleep 0.05; done
+done
+for a in "$named1" "$named2"; do
+  set +e; wait "$a"; code=$?; set -e
+  [[ $code -eq 0 ]] || { echo "FAIL: an agent of the named endpoint exited $code"; tail -n 20 "$dir"/name.*; exit 1; }
+done
+[[ $(cat "$dir"/name.out.* | grep -c "world=4 ") -eq 4 ]] || { echo "FAIL: no world of 4"; cat "$dir"/name.*; exit 1; }
+grep -q "listening on all interfaces" "$dir/name.err.1" || { echo "FAIL: no notice"; cat "$dir/name.err.1"; exit 1; }
+echo "an endpoint name that is loopback on its own host still forms a 2-host job"
