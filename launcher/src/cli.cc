@@ -22,6 +22,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -1025,12 +1026,16 @@ void checkLogDir(const GivenValue& given) {
   while (!pathExists(ancestor.string()) && ancestor.has_relative_path()) {
     ancestor = ancestor.parent_path();
   }
-  if (!isDirectory(ancestor.string()) || ::access(ancestor.c_str(), W_OK | X_OK) != 0) {
+  // Only trying tells whether a directory can be made there (root passes access() even in
+  // /proc): make one and remove it, so that parsing leaves nothing behind.
+  std::string probe = (ancestor / ".ddprun-log-dir-XXXXXX").string();
+  if (!isDirectory(ancestor.string()) || ::mkdtemp(probe.data()) == nullptr) {
     throw UsageError(
         fmt::format("{} cannot be created: {} is not a writable directory; choose "
                     "another --log-dir",
                     label(given), quote(ancestor.string())));
   }
+  ::rmdir(probe.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1104,9 +1109,26 @@ std::string resolveExplicitExecutable(const std::string& script, const GivenValu
   return script;
 }
 
+// What a file that is not executable is meant for, from its first bytes: a program or a script
+// of another language ("a program", "a /bin/sh script"), or nothing when it may be Python.
+std::optional<std::string> notPythonKind(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(256, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head.starts_with("\x7f" "ELF")) return "a program";
+  if (head.starts_with("#!")) {
+    const std::string interpreter = head.substr(2, head.find('\n') - 2);
+    if (interpreter.find("python") == std::string::npos) {
+      return fmt::format("a script for {}", std::string(trim(interpreter)));
+    }
+  }
+  return std::nullopt;
+}
+
 // No flag: a .py file runs under Python; any other executable file (an ELF binary, a shebang
 // script) runs directly, so existing training binaries work without --no-python; a
-// non-executable file runs under Python, as torchrun would.
+// non-executable file runs under Python, as torchrun would, unless it plainly is not Python.
 void detectEntry(LaunchConfig& config, const Environment& environment) {
   const std::string& script = config.trainingScript;
   const bool bareName = script.find('/') == std::string::npos;
@@ -1124,6 +1146,9 @@ void detectEntry(LaunchConfig& config, const Environment& environment) {
     if (!script.ends_with(".py") && isExecutableFile(script)) {
       config.entryKind = EntryKind::kExecutable;
       config.executable = bareName ? "./" + script : script;
+    } else if (const auto kind = script.ends_with(".py") ? std::nullopt : notPythonKind(script)) {
+      throw UsageError(fmt::format("training script {} is {} but not executable; chmod +x it",
+                                   quote(script), *kind));
     }
     return;
   }

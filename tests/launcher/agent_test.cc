@@ -279,6 +279,50 @@ TEST_CASE("two standalone jobs on one host never meet", "[agent]") {
   CHECK(countMatching(second.output(), "world=3 ") == 3);
 }
 
+TEST_CASE("bad input is one line naming the fix, exit code 2, and nothing started", "[agent]") {
+  TempDir dir;
+  const std::string report = kWorkers + "report.sh";
+  const std::string shellScript = dir.path + "/job.sh";  // a script that is not Python
+  std::ofstream(shellScript) << "#!/bin/sh\necho hello\n";
+  fs::permissions(shellScript, fs::perms::owner_read | fs::perms::owner_write);
+  const std::vector<std::vector<std::string>> cases = {
+      {"--nnodes", "two", report},
+      {"--nnodes", "3:2", report},
+      {"--nnodes", "1:2:3", report},
+      {"--max-restarts", "-1", report},
+      {"--rdzv-backend", "etcd-v3", report},
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:99999", report},
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", report},
+      {"--nproc", "2", report},
+      {"--nproc-per-node", "0", report},
+      {"--standalone", "--nnodes", "2", report},
+      {"--nnodes", "2", "--master-port", "0", report},
+      {"-m", "--no-python", "json.tool"},
+      {"--no-python", shellScript},
+      {shellScript},
+      {dir.path + "/missing.py"},
+      {"--log-dir", "/proc/ddprun-cannot-be-here", report},
+      {"--redirects", "7", report},
+  };
+  for (std::vector<std::string> args : cases) {
+    args.insert(args.end(), {"--touch", dir.path});  // report.sh's argument: it would leave a mark
+    Subprocess job(ddprunCommand(args));
+    const auto status = job.wait(20s);
+    std::string command;
+    for (const auto& arg : args) command += " " + arg;
+    INFO("ddprun" << command << "\nstderr: " << job.errors());
+    CHECK(status == 2);
+    const auto errorLines = lines(job.errors());
+    CHECK(errorLines.size() == 1);
+    if (!errorLines.empty()) CHECK_THAT(errorLines[0], Catch::StartsWith("ddprun: error: "));
+    CHECK(job.output().empty());
+  }
+  std::vector<fs::path> marks(fs::directory_iterator(dir.path), fs::directory_iterator());
+  CHECK(std::none_of(marks.begin(), marks.end(), [](const fs::path& p) {
+    return p.filename().string().starts_with("ran.");
+  }));
+}
+
 TEST_CASE("a static rank 0 whose port is taken says so and exits 2", "[agent]") {
   // Take a port with a first static job, then point a second one at it.
   Subprocess first(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", "29871",
