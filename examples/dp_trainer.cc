@@ -8,6 +8,9 @@
 //
 //   ddprun --standalone --nproc-per-node 4 dp_trainer --steps 200 --out weights.txt
 //   dp_trainer --reference --steps 200 --out reference.txt
+//
+// The buffers are host memory, so either backend works; on a host with fewer GPUs than workers,
+// DDPRUN_BACKEND=gloo keeps `auto` from choosing NCCL (one GPU per rank).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>

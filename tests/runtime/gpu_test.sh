@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The NCCL backend on a real GPU (world size 1 per GPU): every collective and data type with host
-# buffers and with device buffers, then the all-reduce benchmark on device buffers.
+# buffers and with device buffers, then the all-reduce benchmark on device buffers; and the Gloo
+# backend refusing a device buffer with a message instead of crashing.
 # Exits 77 (skipped) without an NVIDIA GPU or without NCCL in the build.
 #
 #   gpu_test.sh DDPRUN COLLECTIVES_CHECK ALLREDUCE_BENCH HAVE_NCCL(ON|OFF)
@@ -22,4 +23,12 @@ echo "--- device buffers"
 "$ddprun" --standalone --nproc-per-node 1 "$check" --device | tee /dev/stderr | grep -q "checks passed (backend nccl"
 echo "--- all-reduce, device buffers"
 "$ddprun" --standalone --nproc-per-node 1 "$bench" --device --max-bytes 256M
+echo "--- gloo refuses device buffers"
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
+if DDPRUN_BACKEND=gloo "$ddprun" --standalone --nproc-per-node 1 "$check" --device 2> "$errors"; then
+  echo "gpu_test: gloo accepted a device buffer" >&2
+  exit 1
+fi
+grep "is CUDA device memory, which the Gloo backend cannot use" "$errors"
 echo "gpu_test: ok"

@@ -1,35 +1,24 @@
 // Process groups formed in one test process (one thread per rank, rank 0 hosting the store, as
 // torch's env:// does without an agent): bootstrap, collectives, and what a caller sees when a
 // peer closes, hangs, or the store is not there.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <future>
 #include <thread>
 
 #include <catch2/catch.hpp>
 
+#include "ddprun/rendezvous/prefix_store.h"
+#include "ddprun/rendezvous/tcp_store.h"
 #include "ddprun/runtime/process_group.h"
+#include "free_port.h"
+#include "test_server.h"
 
 using ddprun::ProcessGroup;
 using ddprun::RuntimeError;
+using ddprun::test::freePort;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 ddprun::RuntimeOptions optionsFor(int rank, int world, int port,
                                   std::chrono::milliseconds timeout = 10s) {
@@ -151,6 +140,32 @@ TEST_CASE("a missing store is a timeout naming MASTER_ADDR:MASTER_PORT") {
     CHECK_THAT(error.what(), Catch::Contains("cannot reach the store at 127.0.0.1:" +
                                              std::to_string(options.masterPort)));
   }
+}
+
+TEST_CASE("ranks that chose different backends all fail at once, naming the split and the fix") {
+  // Only Gloo can be chosen without a GPU, so rank 1 is played by hand: it votes as a rank that
+  // picked NCCL would (the keys are the runtime's, under its bootstrap namespace).
+  ddprun::test::TestServer server;
+  auto options = optionsFor(0, 2, server.port());
+  options.hostStore = false;
+  auto rank0 = std::async(std::launch::async, [&] { ProcessGroup::init(options); });
+  ddprun::rendezvous::PrefixStore rank1(
+      std::make_shared<ddprun::rendezvous::TcpStore>(server.clientOptions()),
+      "ddprun/runtime/group-test/0/default");
+  const auto start = Clock::now();
+  rank1.add("backend/nccl", 1);
+  rank1.barrier("backend/voted", 2, 10s);
+  CHECK(rank1.add("backend/nccl", 0) == 1);  // what rank 1 sees: not everyone chose NCCL
+  try {
+    rank0.get();
+    FAIL("rank 0 formed a group with a rank on another backend");
+  } catch (const RuntimeError& error) {
+    CHECK(error.kind() == RuntimeError::Kind::kUnavailable);
+    CHECK_THAT(error.what(), Catch::Contains("the ranks do not agree on the backend: rank 0 uses "
+                                             "gloo (asked for) but 1 of the 2 ranks use nccl") &&
+                                 Catch::Contains("set DDPRUN_BACKEND to the same value"));
+  }
+  CHECK(Clock::now() - start < 5s);  // not the 10 s bootstrap timeout
 }
 
 TEST_CASE("bad options and an unusable NCCL are refused before anything connects") {

@@ -35,4 +35,9 @@ bool builtWithNccl();
 std::string ncclUnusableReason();
 std::unique_ptr<Backend> makeNcclBackend(const RuntimeOptions& options, Bootstrap bootstrap);
 
+// Whether `pointer` is CUDA device memory the CPU cannot read (managed memory it can). Never
+// creates a CUDA context: false unless the process has loaded the CUDA driver; always false in a
+// build without CUDA (device_memory.cc, nccl_unavailable.cc).
+bool isDeviceMemory(const void* pointer);
+
 }  // namespace ddprun::detail

@@ -3,7 +3,10 @@
 // Rendezvous goes through GlooStore, an adapter from ddprun's Store to gloo's store interface,
 // under the bootstrap's namespaced prefix. Every operation carries the group's timeout, so a peer
 // that hangs is reported after at most that long; a peer that dies closes its sockets and is
-// reported at once. Gloo's exceptions become RuntimeError here and nowhere else.
+// reported at once. Gloo's exceptions become RuntimeError here and nowhere else. Gloo touches
+// buffers from the CPU, so a CUDA device pointer is refused before it gets one (isDeviceMemory).
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -52,6 +55,18 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE once a peer is gone, and SIGPIPE's
+// default action ends the process before the failed write can fail the collective. Python ignores
+// SIGPIPE in every PyTorch program; a C++ program gets the same here, unless it chose a
+// disposition of its own.
+void ignoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 // Gloo's option setters are templates on the element type but only use its size.
 template <typename Options>
 void setOutput(Options& options, void* data, std::size_t count, DataType type) {
@@ -85,6 +100,7 @@ class GlooBackend final : public Backend {
                           ? options.glooAddress
                           : localAddressToward(options.masterAddr, options.masterPort);
     }
+    ignoreSigpipeUnlessHandled();
     const auto start = Clock::now();
     guarded("bootstrap", start, [&] {
       device_ = gloo::transport::tcp::CreateDevice(attr);
@@ -100,6 +116,7 @@ class GlooBackend final : public Backend {
   int worldSize() const override { return worldSize_; }
 
   void allReduce(void* data, std::size_t count, DataType type, ReduceOp op) override {
+    requireHostMemory("all_reduce", data);
     guarded("all_reduce", Clock::now(), [&] {
       gloo::AllreduceOptions options(context_);
       setOutput(options, data, count, type);
@@ -112,6 +129,7 @@ class GlooBackend final : public Backend {
   }
 
   void broadcast(void* data, std::size_t count, DataType type, int root) override {
+    requireHostMemory("broadcast", data);
     guarded("broadcast", Clock::now(), [&] {
       gloo::BroadcastOptions options(context_);
       setOutput(options, data, count, type);
@@ -123,6 +141,8 @@ class GlooBackend final : public Backend {
   }
 
   void allGather(const void* input, void* output, std::size_t count, DataType type) override {
+    requireHostMemory("all_gather", input);
+    requireHostMemory("all_gather", output);
     guarded("all_gather", Clock::now(), [&] {
       gloo::AllgatherOptions options(context_);
       const std::size_t bytes = count * sizeOf(type);
@@ -155,6 +175,16 @@ class GlooBackend final : public Backend {
 
  private:
   std::uint32_t nextTag() { return tag_++; }
+
+  // Gloo reads and writes buffers from the CPU: a GPU pointer would crash the process.
+  void requireHostMemory(const char* what, const void* pointer) const {
+    if (!isDeviceMemory(pointer)) return;
+    throw RuntimeError(RuntimeError::Kind::kInvalidArgument,
+                       fmt::format("gloo {} on rank {}: {} is CUDA device memory, which the Gloo "
+                                   "backend cannot use: pass a host buffer, or use the NCCL "
+                                   "backend (DDPRUN_BACKEND=nccl)",
+                                   what, rank_, pointer));
+  }
 
   // Runs one gloo call; its failures become RuntimeError naming the operation, the rank and how
   // long it waited.

@@ -8,10 +8,19 @@
 // Rank 0 creates the ncclUniqueId and publishes it in the store under the bootstrap's prefix,
 // which carries the run id and the restart generation: a restarted group never reads the id of
 // an earlier one. Host buffers are staged through a device buffer; device buffers are used as is.
+//
+// Ordering: the runtime's stream is non-blocking, so each collective first makes it wait for an
+// event recorded on the legacy default stream. That orders it after everything the caller issued
+// before the call on the default stream (legacy or per-thread) and on every blocking stream, since
+// the legacy default stream itself waits for those. Work on the caller's cudaStreamNonBlocking
+// streams is the caller's to synchronize (documented in process_group.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -25,6 +34,62 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kUniqueIdKey = "nccl/unique_id";
+// How long shutdown lets a healthy communicator finalize. ncclCommFinalize waits until every peer
+// has finalized too, so a dead peer would stall it; every collective has completed by then, so
+// this only covers peers that are a little later to shut down, and then it is aborted.
+constexpr std::chrono::milliseconds kFinalizeGrace = std::chrono::seconds(5);
+
+// Owners of CUDA and NCCL handles, so that a constructor that throws halfway leaks nothing.
+struct StreamDestroy {
+  void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+};
+struct EventDestroy {
+  void operator()(cudaEvent_t event) const { cudaEventDestroy(event); }
+};
+struct DeviceFree {
+  void operator()(void* memory) const { cudaFree(memory); }
+};
+struct CommAbort {
+  void operator()(ncclComm_t comm) const { ncclCommAbort(comm); }
+};
+using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
+using DeviceMemory = std::unique_ptr<void, DeviceFree>;
+using Comm = std::unique_ptr<std::remove_pointer_t<ncclComm_t>, CommAbort>;
+
+// Makes `device` current on the calling thread for one call and restores the caller's device:
+// collectives may come from another thread than init(), and the event, the staging buffer and the
+// default stream the collective waits for must all be on the communicator's device.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) {
+      previous_ = -1;
+      return;
+    }
+    cudaSetDevice(device);
+  }
+  ~CurrentDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Polling: spin briefly (small operations finish in microseconds), then sleep, longer as the wait
+// grows (bootstrap and large collectives take milliseconds to seconds), so as not to burn a core.
+void backoff(int spins) {
+  if (spins < 1000) {
+    std::this_thread::yield();
+  } else if (spins < 10000) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 ncclDataType_t ncclTypeOf(DataType type) {
   switch (type) {
@@ -70,8 +135,17 @@ class NcclBackend final : public Backend {
                                      rank_, device_, count, visibleDevices(), count, count));
     }
     cudaCheck(cudaSetDevice(device_), "cudaSetDevice", RuntimeError::Kind::kUnavailable);
-    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
+    cudaStream_t stream = nullptr;
+    cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate",
               RuntimeError::Kind::kUnavailable);
+    stream_.reset(stream);
+    cudaEvent_t event = nullptr;
+    cudaCheck(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate",
+              RuntimeError::Kind::kUnavailable);
+    callerWork_.reset(event);
+    void* scratch = nullptr;
+    cudaCheck(cudaMalloc(&scratch, sizeof(float)), "cudaMalloc", RuntimeError::Kind::kUnavailable);
+    scratch_.reset(scratch);
 
     const auto start = Clock::now();
     ncclUniqueId id{};
@@ -102,10 +176,11 @@ class NcclBackend final : public Backend {
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclCheck(ncclCommInitRankConfig(&comm_, worldSize_, id, rank_, &config), "ncclCommInitRank",
-              start);
+    ncclComm_t comm = nullptr;
+    const ncclResult_t result = ncclCommInitRankConfig(&comm, worldSize_, id, rank_, &config);
+    comm_.reset(comm);
+    ncclCheck(result, "ncclCommInitRank", start);
     settle("ncclCommInitRank", start);
-    cudaCheck(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc", RuntimeError::Kind::kUnavailable);
   }
 
   ~NcclBackend() override { shutdown(); }
@@ -118,14 +193,15 @@ class NcclBackend final : public Backend {
   void allReduce(void* data, std::size_t count, DataType type, ReduceOp op) override {
     const std::size_t bytes = count * sizeOf(type);
     inDeviceMemory(data, bytes, data, bytes, "all_reduce", [&](const void* in, void* out) {
-      return ncclAllReduce(in, out, count, ncclTypeOf(type), ncclOpOf(op), comm_, stream_);
+      return ncclAllReduce(in, out, count, ncclTypeOf(type), ncclOpOf(op), comm_.get(),
+                           stream_.get());
     });
   }
 
   void broadcast(void* data, std::size_t count, DataType type, int root) override {
     const std::size_t bytes = count * sizeOf(type);
     inDeviceMemory(data, bytes, data, bytes, "broadcast", [&](const void* in, void* out) {
-      return ncclBroadcast(in, out, count, ncclTypeOf(type), root, comm_, stream_);
+      return ncclBroadcast(in, out, count, ncclTypeOf(type), root, comm_.get(), stream_.get());
     });
   }
 
@@ -133,39 +209,41 @@ class NcclBackend final : public Backend {
     const std::size_t bytes = count * sizeOf(type);
     inDeviceMemory(input, bytes, output, bytes * static_cast<std::size_t>(worldSize_), "all_gather",
                    [&](const void* in, void* out) {
-                     return ncclAllGather(in, out, count, ncclTypeOf(type), comm_, stream_);
+                     return ncclAllGather(in, out, count, ncclTypeOf(type), comm_.get(),
+                                          stream_.get());
                    });
   }
 
   void barrier() override {
     const auto start = Clock::now();
-    ncclCheck(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier",
-              start);
+    const CurrentDevice current(device_);
+    ncclCheck(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat32, ncclSum, comm_.get(),
+                            stream_.get()),
+              "barrier", start);
     settle("barrier", start);
     complete("barrier", start);
   }
 
   void shutdown() override {
+    const CurrentDevice current(device_);
     if (comm_ != nullptr) {
-      // A healthy communicator is finalized (flushing its work) within the timeout, else aborted.
+      // Every collective has completed; finalizing flushes NCCL's last network operations, but
+      // waits for every peer, so a dead one is given up on after a short grace: aborted instead.
       const auto start = Clock::now();
-      ncclResult_t state = ncclCommFinalize(comm_);
-      while (state == ncclInProgress && Clock::now() - start < timeout_) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-        ncclCommGetAsyncError(comm_, &state);
+      const auto grace = std::min(timeout_, kFinalizeGrace);
+      ncclResult_t state = ncclCommFinalize(comm_.get());
+      for (int spins = 0; state == ncclInProgress && Clock::now() - start < grace; ++spins) {
+        backoff(spins);
+        ncclCommGetAsyncError(comm_.get(), &state);
       }
-      if (state == ncclSuccess) {
-        ncclCommDestroy(comm_);
-      } else {
-        ncclCommAbort(comm_);
-      }
-      comm_ = nullptr;
+      if (state == ncclSuccess) ncclCommDestroy(comm_.release());
+      comm_.reset();  // aborts one that did not finalize
     }
-    if (staging_ != nullptr) cudaFree(staging_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    staging_ = scratch_ = nullptr;
-    stream_ = nullptr;
+    staging_.reset();
+    stagingBytes_ = 0;
+    scratch_.reset();
+    callerWork_.reset();
+    stream_.reset();
     bootstrap_.store.reset();
     if (bootstrap_.server) bootstrap_.server->stop();
   }
@@ -182,10 +260,17 @@ class NcclBackend final : public Backend {
 
   // Runs `launch(in, out)` on device memory: device buffers as given, host buffers staged
   // (input copied in before, output copied back after the collective completed).
+  // The whole operation runs on stream_ after the caller's default-stream work (see the top of
+  // this file) and has completed when this returns.
   template <typename Launch>
   void inDeviceMemory(const void* input, std::size_t inBytes, void* output, std::size_t outBytes,
                       const char* what, Launch&& launch) {
     const auto start = Clock::now();
+    const CurrentDevice current(device_);
+    cudaCheck(cudaEventRecord(callerWork_.get(), cudaStreamLegacy), "cudaEventRecord",
+              RuntimeError::Kind::kPeerFailure);
+    cudaCheck(cudaStreamWaitEvent(stream_.get(), callerWork_.get(), 0), "cudaStreamWaitEvent",
+              RuntimeError::Kind::kPeerFailure);
     const bool onDevice = isDevicePointer(input) && isDevicePointer(output);
     if (onDevice) {
       ncclCheck(launch(input, output), what, start);
@@ -193,8 +278,10 @@ class NcclBackend final : public Backend {
       complete(what, start);
       return;
     }
+    // Staged: either buffer may still be device memory (a host input with a device output, or
+    // the reverse), so the copies let CUDA tell the direction from the addresses.
     reserveStaging(inBytes + outBytes);
-    char* stagedIn = static_cast<char*>(staging_);
+    char* stagedIn = static_cast<char*>(staging_.get());
     char* stagedOut = stagedIn + inBytes;
     // The same offset of the same buffer stays aliased (in-place and in-place all-gather).
     const char* outBase = static_cast<const char*>(output);
@@ -202,10 +289,10 @@ class NcclBackend final : public Backend {
     if (in >= outBase && in + inBytes <= outBase + outBytes) {
       stagedOut = stagedIn;
       stagedIn = stagedOut + (in - outBase);
-      cudaCheck(cudaMemcpyAsync(stagedOut, output, outBytes, cudaMemcpyHostToDevice, stream_),
+      cudaCheck(cudaMemcpyAsync(stagedOut, output, outBytes, cudaMemcpyDefault, stream_.get()),
                 "cudaMemcpyAsync", RuntimeError::Kind::kPeerFailure);
     } else {
-      cudaCheck(cudaMemcpyAsync(stagedIn, input, inBytes, cudaMemcpyHostToDevice, stream_),
+      cudaCheck(cudaMemcpyAsync(stagedIn, input, inBytes, cudaMemcpyDefault, stream_.get()),
                 "cudaMemcpyAsync", RuntimeError::Kind::kPeerFailure);
     }
     ncclCheck(launch(stagedIn, stagedOut), what, start);
@@ -213,37 +300,38 @@ class NcclBackend final : public Backend {
     complete(what, start);
     // Only after the collective is done: a copy into pageable memory blocks the thread, and the
     // timeout must keep running while peers are awaited.
-    cudaCheck(cudaMemcpyAsync(output, stagedOut, outBytes, cudaMemcpyDeviceToHost, stream_),
+    cudaCheck(cudaMemcpyAsync(output, stagedOut, outBytes, cudaMemcpyDefault, stream_.get()),
               "cudaMemcpyAsync", RuntimeError::Kind::kPeerFailure);
     complete(what, start);
   }
 
   void reserveStaging(std::size_t bytes) {
     if (bytes <= stagingBytes_) return;
-    if (staging_ != nullptr) cudaFree(staging_);
-    staging_ = nullptr;
+    staging_.reset();
     stagingBytes_ = 0;
-    cudaCheck(cudaMalloc(&staging_, bytes), "cudaMalloc (host buffer staging)",
+    void* staging = nullptr;
+    cudaCheck(cudaMalloc(&staging, bytes), "cudaMalloc (host buffer staging)",
               RuntimeError::Kind::kUnavailable);
+    staging_.reset(staging);
     stagingBytes_ = bytes;
   }
 
   // Waits until a non-blocking NCCL call has been fully enqueued.
   void settle(const char* what, Clock::time_point start) {
-    for (;;) {
+    for (int spins = 0;; ++spins) {
       ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
+      ncclCommGetAsyncError(comm_.get(), &state);
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail(what, start, state);
       if (Clock::now() - start > timeout_) timedOut(what, start);
-      std::this_thread::yield();
+      backoff(spins);
     }
   }
 
   // Waits until the stream has run everything enqueued, watching for NCCL's async errors.
   void complete(const char* what, Clock::time_point start) {
     for (int spins = 0;; ++spins) {
-      const cudaError_t query = cudaStreamQuery(stream_);
+      const cudaError_t query = cudaStreamQuery(stream_.get());
       if (query == cudaSuccess) return;
       if (query != cudaErrorNotReady) {
         abort();
@@ -252,15 +340,10 @@ class NcclBackend final : public Backend {
                                        cudaGetErrorString(query)));
       }
       ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &state);
+      ncclCommGetAsyncError(comm_.get(), &state);
       if (state != ncclSuccess && state != ncclInProgress) fail(what, start, state);
       if (Clock::now() - start > timeout_) timedOut(what, start);
-      // Spin briefly (small collectives finish in microseconds), then stop burning the CPU.
-      if (spins < 1000) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      backoff(spins);
     }
   }
 
@@ -275,7 +358,7 @@ class NcclBackend final : public Backend {
   }
 
   [[noreturn]] void fail(const char* what, Clock::time_point start, ncclResult_t result) {
-    const std::string last = comm_ != nullptr ? ncclGetLastError(comm_) : "";
+    const std::string last = comm_ != nullptr ? ncclGetLastError(comm_.get()) : "";
     abort();
     throw RuntimeError(RuntimeError::Kind::kPeerFailure,
                        fmt::format("nccl {} failed on rank {} of {} after {} ms: {}{}{}", what, rank_,
@@ -292,10 +375,7 @@ class NcclBackend final : public Backend {
                                    what, rank_, worldSize_, elapsedMs(start)));
   }
 
-  void abort() {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
+  void abort() { comm_.reset(); }
 
   static long long elapsedMs(Clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -306,11 +386,12 @@ class NcclBackend final : public Backend {
   std::chrono::milliseconds timeout_;
   Bootstrap bootstrap_;
   int device_ = -1;
-  cudaStream_t stream_ = nullptr;
-  ncclComm_t comm_ = nullptr;
-  void* staging_ = nullptr;
+  Stream stream_;
+  Event callerWork_;  // recorded on the legacy default stream; stream_ waits for it
+  DeviceMemory scratch_;
+  DeviceMemory staging_;
   std::size_t stagingBytes_ = 0;
-  void* scratch_ = nullptr;
+  Comm comm_;  // last: aborted before the memory and the stream it uses are released
 };
 
 }  // namespace

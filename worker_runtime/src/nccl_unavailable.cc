@@ -1,4 +1,5 @@
-// The NCCL entry points of a build without CUDA/NCCL: the backend reports itself unusable.
+// The NCCL and CUDA entry points of a build without CUDA/NCCL: the backend reports itself
+// unusable, and no pointer can be device memory.
 #include "backend.h"
 
 namespace ddprun::detail {
@@ -10,5 +11,7 @@ std::string ncclUnusableReason() { return "this build of ddprun has no NCCL (CUD
 std::unique_ptr<Backend> makeNcclBackend(const RuntimeOptions&, Bootstrap) {
   throw RuntimeError(RuntimeError::Kind::kUnavailable, ncclUnusableReason());
 }
+
+bool isDeviceMemory(const void*) { return false; }
 
 }  // namespace ddprun::detail

@@ -1,9 +1,14 @@
 // ProcessGroup: argument checks, backend choice, and the broken-after-failure rule; the backends
 // do the communication.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "backend.h"
 #include "bootstrap.h"
+#include "ddprun/rendezvous/errors.h"
 
 namespace ddprun {
 namespace {
@@ -30,8 +35,13 @@ void validate(const RuntimeOptions& options) {
   }
 }
 
-Backend chooseBackend(const RuntimeOptions& options) {
-  if (options.backend == Backend::kGloo) return Backend::kGloo;
+struct Choice {
+  Backend backend;
+  std::string reason;  // for the message when ranks disagree
+};
+
+Choice chooseBackend(const RuntimeOptions& options) {
+  if (options.backend == Backend::kGloo) return {Backend::kGloo, "asked for"};
   const std::string whyNot = detail::ncclUnusableReason();
   if (options.backend == Backend::kNccl) {
     if (!whyNot.empty()) {
@@ -40,19 +50,73 @@ Backend chooseBackend(const RuntimeOptions& options) {
                                      "a build that has NCCL, or use DDPRUN_BACKEND=gloo",
                                      whyNot));
     }
-    return Backend::kNccl;
+    return {Backend::kNccl, "asked for"};
   }
-  return whyNot.empty() ? Backend::kNccl : Backend::kGloo;
+  if (whyNot.empty()) return {Backend::kNccl, "auto: a GPU is visible"};
+  return {Backend::kGloo, "auto: " + whyNot};
+}
+
+// Every rank must run the same backend, but `auto` decides per host (a node without a GPU picks
+// Gloo), and a rank waiting for peers on another backend would only time out. So each rank votes
+// for its backend before the backend bootstraps: after all have voted, a rank whose count is not
+// the world size knows at once, and says which way the others went.
+void agreeOnBackend(const RuntimeOptions& options, const Choice& choice,
+                    detail::Bootstrap& bootstrap) {
+  if (options.worldSize == 1) return;
+  const std::string mine(toString(choice.backend));
+  std::int64_t same = 0;
+  try {
+    bootstrap.store->add("backend/" + mine, 1);
+    bootstrap.store->barrier("backend/voted", options.worldSize, options.timeout);
+    same = bootstrap.store->add("backend/" + mine, 0);
+  } catch (const rendezvous::StoreTimeoutError&) {
+    throw RuntimeError(
+        RuntimeError::Kind::kTimeout,
+        fmt::format("rank {} of {}: not every rank reached the bootstrap under {} within {} ms: a "
+                    "rank was not started, failed before it, or uses another MASTER_ADDR/"
+                    "MASTER_PORT or run id",
+                    options.rank, options.worldSize, bootstrap.keyPrefix, options.timeout.count()));
+  } catch (const rendezvous::StoreError& error) {
+    throw RuntimeError(RuntimeError::Kind::kPeerFailure,
+                       fmt::format("rank {}: the bootstrap through the store failed: {}",
+                                   options.rank, error.what()));
+  }
+  if (same == options.worldSize) return;
+  // Every rank throws now. Where rank 0 hosts the store, it waits (briefly) until the others have
+  // read the votes, so that they report this rather than a closed connection.
+  try {
+    if (bootstrap.server) {
+      std::vector<std::string> seen;
+      for (int rank = 1; rank < options.worldSize; ++rank) {
+        seen.push_back(fmt::format("backend/seen/{}", rank));
+      }
+      bootstrap.store->wait(seen, std::min(options.timeout, std::chrono::milliseconds(5000)));
+    } else if (options.hostStore) {
+      bootstrap.store->set(fmt::format("backend/seen/{}", options.rank), "");
+    }
+  } catch (const rendezvous::StoreError&) {
+    // The message below is what matters.
+  }
+  const Backend other = choice.backend == Backend::kNccl ? Backend::kGloo : Backend::kNccl;
+  throw RuntimeError(
+      RuntimeError::Kind::kUnavailable,
+      fmt::format("the ranks do not agree on the backend: rank {} uses {} ({}) but {} of the {} "
+                  "ranks use {}: set DDPRUN_BACKEND to the same value on every node (gloo works "
+                  "everywhere; nccl needs a GPU for every rank)",
+                  options.rank, mine, choice.reason, options.worldSize - same, options.worldSize,
+                  toString(other)));
 }
 
 }  // namespace
 
 std::unique_ptr<ProcessGroup> ProcessGroup::init(const RuntimeOptions& options) {
   validate(options);
-  const Backend backend = chooseBackend(options);
+  const Choice choice = chooseBackend(options);
   auto bootstrap = detail::Bootstrap::connect(options);
-  auto impl = backend == Backend::kNccl ? detail::makeNcclBackend(options, std::move(bootstrap))
-                                        : detail::makeGlooBackend(options, std::move(bootstrap));
+  agreeOnBackend(options, choice, bootstrap);
+  auto impl = choice.backend == Backend::kNccl
+                  ? detail::makeNcclBackend(options, std::move(bootstrap))
+                  : detail::makeGlooBackend(options, std::move(bootstrap));
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 

@@ -4,6 +4,9 @@
 //   kill  SIGKILL itself (its sockets close: peers see a broken connection)
 //   hang  SIGSTOP itself (its sockets stay open: peers see nothing until their timeout)
 // A rank whose collective fails prints the error and exits 1, so the agent restarts the group.
+// With --ignore-sigterm the agent's stop signal is ignored, so that a test sees every surviving
+// rank fail its collective by itself instead of being stopped first (the agent's SIGKILL after
+// --shutdown-timeout still ends a rank that would not fail).
 #include <signal.h>
 
 #include <chrono>
@@ -20,12 +23,18 @@ int main(int argc, char** argv) {
   int faultRank = 1;
   int faultAt = -1;
   std::string fault = "none";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--iterations") iterations = std::atoi(argv[i + 1]);
-    else if (arg == "--fault") fault = argv[i + 1];
-    else if (arg == "--fault-rank") faultRank = std::atoi(argv[i + 1]);
-    else if (arg == "--fault-at") faultAt = std::atoi(argv[i + 1]);
+    if (arg == "--ignore-sigterm") {
+      ::signal(SIGTERM, SIG_IGN);
+      continue;
+    }
+    if (i + 1 == argc) break;
+    const char* value = argv[++i];
+    if (arg == "--iterations") iterations = std::atoi(value);
+    else if (arg == "--fault") fault = value;
+    else if (arg == "--fault-rank") faultRank = std::atoi(value);
+    else if (arg == "--fault-at") faultAt = std::atoi(value);
   }
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const int attempt = restarts != nullptr ? std::atoi(restarts) : 0;

@@ -10,8 +10,19 @@
 // does) and exchanges its addresses under keys namespaced by run id and restart generation, so a
 // restarted group never reads a stale entry of an earlier one.
 //
-// Backends: NCCL (GPU; host or device pointers) and Gloo (CPU, TCP; host pointers). `kAuto` picks
-// NCCL when the library was built with it and a GPU is visible, else Gloo.
+// Backends: NCCL (GPU; host or device pointers) and Gloo (CPU, TCP; host pointers: a device
+// pointer is refused with kInvalidArgument). `kAuto` picks NCCL when the library was built with it
+// and a GPU is visible, else Gloo. Every rank must end up with the same backend; init() checks
+// that they do and otherwise throws kUnavailable on every rank (set DDPRUN_BACKEND on every node).
+// The Gloo backend sets SIGPIPE to ignored if the program left it at its default (which would end
+// the process when a peer dies, instead of failing the collective), as Python does for PyTorch.
+//
+// Device buffers (NCCL): a collective runs after all work issued before the call on the default
+// stream (legacy or per-thread) and on any stream created without cudaStreamNonBlocking, since
+// the legacy default stream waits for those. Work on the program's own cudaStreamNonBlocking
+// streams is not waited for: synchronize it first (cudaStreamSynchronize, or an event the default
+// stream waits on). Every call returns only once its result is in the buffer, so whatever the
+// program issues afterwards, on any stream, sees it.
 //
 // Errors: every failure throws ddprun::RuntimeError. A collective that cannot complete because a
 // peer died, hung or was cut off throws kPeerFailure or kTimeout within RuntimeOptions::timeout;
@@ -150,8 +161,10 @@ class DDPRUN_RUNTIME_API ProcessGroup {
   void allGather(const void* input, void* output, std::size_t count, DataType type);
   // Returns on every rank only after every rank has called it.
   void barrier();
-  // Closes the connections. Collective in spirit (call it on every rank) but never blocks on a
-  // dead peer. Idempotent; the destructor calls it.
+  // Closes the connections. Collective in spirit (call it on every rank). Gloo returns at once;
+  // NCCL gives its communicator at most 5 s (less if the timeout is shorter) to finalize with the
+  // peers, then aborts it, so a dead peer delays shutdown by at most that. Idempotent; the
+  // destructor calls it.
   void shutdown();
 
   template <typename T>
