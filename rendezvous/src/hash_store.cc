@@ -28,8 +28,14 @@ void HashStore::set(std::string_view key, std::string_view value) {
 
 std::string HashStore::get(std::string_view key) {
   std::unique_lock lock(mutex_);
-  waitLocked(lock, {std::string(key)}, timeout(), "get");
-  return *state_->find(key);
+  const Duration limit = timeout();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  // A wait ends once the key has appeared, but it may be gone again (set, then deleted) by the
+  // time this thread holds the mutex: then wait for it to come back, within the same deadline.
+  for (;;) {
+    waitLocked(lock, {std::string(key)}, deadline, limit, "get");
+    if (const std::string* value = state_->find(key)) return *value;
+  }
 }
 
 std::int64_t HashStore::add(std::string_view key, std::int64_t delta) {
@@ -52,14 +58,15 @@ std::string HashStore::compareSet(std::string_view key, std::string_view expecte
 
 void HashStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   std::unique_lock lock(mutex_);
-  waitLocked(lock, keys, timeout, "wait");
+  waitLocked(lock, keys, std::chrono::steady_clock::now() + timeout, timeout, "wait");
 }
 
 void HashStore::waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                           Duration timeout, std::string_view what) {
+                           std::chrono::steady_clock::time_point deadline, Duration timeout,
+                           std::string_view what) {
   BlockedCall call;
   if (state_->wait(&call, nextWaitId_++, keys)) return;
-  const bool done = changed_.wait_for(lock, timeout, [&call] { return call.done; });
+  const bool done = changed_.wait_until(lock, deadline, [&call] { return call.done; });
   state_->forget(&call);
   if (!done) {
     throw StoreTimeoutError(fmt::format("in-process store: {} timed out after {} ms, keys: {}",

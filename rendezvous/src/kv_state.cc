@@ -267,7 +267,17 @@ void KvState::notifyWatchers(WatchEvent event, std::string_view key, std::string
                              std::string_view newValue) {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
-  for (KvObserver* observer : it->second) observer->onWatchEvent(event, key, oldValue, newValue);
+  // Iterate over a copy: a watcher whose write fails (or who lags too far behind) closes from
+  // inside onWatchEvent and forget()s itself, which edits, and may erase, this very list. The
+  // copy is checked against the live list so that a watcher forgotten meanwhile, whose object
+  // may be gone, is not called.
+  const std::vector<KvObserver*> snapshot = it->second;
+  for (KvObserver* observer : snapshot) {
+    it = watchers_.find(key);
+    if (it == watchers_.end()) return;
+    if (std::find(it->second.begin(), it->second.end(), observer) == it->second.end()) continue;
+    observer->onWatchEvent(event, key, oldValue, newValue);
+  }
 }
 
 void KvState::forget(KvObserver* observer) {

@@ -22,14 +22,20 @@ void Store::multiSet(const std::vector<std::string>& keys, const std::vector<std
 }
 
 void Store::append(std::string_view key, std::string_view value) {
-  // Optimistic read-modify-write through compareSet. Guessing "" first creates a missing key in
-  // one round trip. compareSet answers `expected` back only when the key is missing (or holds
-  // exactly that, in which case it would have swapped), so that answer means "start over".
-  std::string current;
+  // A read-modify-write through compareSet. compareSet answers `desired` both when it swapped and
+  // when the key already held `desired`, so the value must be read first, not guessed: guessing
+  // "" and appending "x" to a key holding "x" would look done. This compareSet only reads (its
+  // expected value is one nobody stores; were it stored, the swap would rewrite it unchanged) and
+  // answers the value, or kProbe itself for a missing key.
+  static constexpr std::string_view kProbe = "<ddprun append probe 7f3c>";
+  std::string current = compareSet(key, kProbe, kProbe);
+  if (current == kProbe) current.clear();
   for (;;) {
     std::string desired = current + std::string(value);
     std::string seen = compareSet(key, current, desired);
+    // Exact, unless another client wrote this very `desired` between the read and the swap.
     if (seen == desired) return;
+    // The key changed meanwhile; `expected` echoed back means it is missing now.
     current = seen == current ? std::string() : std::move(seen);
   }
 }

@@ -67,16 +67,33 @@ class Backoff {
   std::mt19937 random_;
 };
 
-std::string quoted(std::string_view key) {
-  return key.empty() ? std::string() : fmt::format(" '{}'", key);
+// " 'k'", the key as error messages show it.
+std::string quoted(std::string_view key) { return fmt::format(" '{}'", key); }
+
+// " 'a', 'b'": the first few keys of a call, then how many there were.
+std::string quoted(const std::vector<std::string>& keys) {
+  constexpr std::size_t kShown = 8;
+  std::string out;
+  for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
+    out += fmt::format("{} '{}'", i == 0 ? "" : ",", keys[i]);
+  }
+  if (keys.size() > kShown) out += fmt::format(", ... ({} keys)", keys.size());
+  return out;
 }
+
+std::int64_t millisecondsSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// Two values nobody stores, for reading a key with compareSet (see readLocked()).
+constexpr std::string_view kProbes[] = {"<ddprun get probe 1>", "<ddprun get probe 2>"};
 
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   Store::setTimeout(options_.timeout);
   std::lock_guard lock(mutex_);
-  connect();
+  connect({});
 }
 
 TcpStore::~TcpStore() = default;
@@ -87,7 +104,7 @@ std::string TcpStore::where() const {
               : fmt::format("store {}:{}", options_.host, options_.port);
 }
 
-void TcpStore::connect() {
+void TcpStore::connect(std::string_view context) {
   socket_.reset();
   const auto started = Clock::now();
   const auto deadline = started + options_.connectTimeout;
@@ -143,21 +160,23 @@ void TcpStore::connect() {
   } else if (lastError.find("refused") != std::string::npos) {
     hint = "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?";
   }
-  throw StoreConnectionError(fmt::format("{}: cannot connect after {} ms and {} attempts: {}{}",
-                                         where(), waited.count(), attempts, lastError, hint));
+  throw StoreConnectionError(fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
+                                         where(), context, waited.count(), attempts, lastError,
+                                         hint));
 }
 
 template <typename Body>
-auto TcpStore::call(std::string_view what, std::string_view key, Body&& body) {
+auto TcpStore::call(std::string_view what, std::string_view keys, Body&& body) {
   std::lock_guard lock(mutex_);
-  if (!socket_) connect();
+  const auto started = Clock::now();
+  if (!socket_) connect(fmt::format("{}{}: ", what, keys));
   try {
     request_.clear();
     return body(*socket_);
   } catch (const SocketError& error) {
     socket_.reset();
-    throw StoreConnectionError(
-        fmt::format("{}: {}{} failed: {}", where(), what, quoted(key), error.what()));
+    throw StoreConnectionError(fmt::format("{}: {}{} failed after {} ms: {}", where(), what, keys,
+                                           millisecondsSince(started), error.what()));
   }
 }
 
@@ -167,7 +186,7 @@ void TcpStore::throwUnsupported(std::string_view what) const {
 }
 
 void TcpStore::set(std::string_view key, std::string_view value) {
-  call("set", key, [&](ClientSocket& socket) {
+  call("set", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kSet);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -175,11 +194,12 @@ void TcpStore::set(std::string_view key, std::string_view value) {
   });
 }
 
-void TcpStore::finishWait(const std::vector<std::string>& keys, Duration timeout) {
+void TcpStore::finishWait(const std::vector<std::string>& keys, Clock::time_point deadline,
+                          Duration timeout) {
   ClientSocket& socket = *socket_;
   socket.sendAll(request_);
   try {
-    socket.readU8(Clock::now() + timeout);
+    socket.readU8(deadline);
     return;
   } catch (const SocketTimeout&) {
   }
@@ -188,9 +208,9 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Duration timeout
     request_.clear();
     putOp(request_, options_.dialect, Op::kCancelWait);
     socket.sendAll(request_);
-    const auto deadline =
+    const auto cancelDeadline =
         Clock::now() + std::min<std::chrono::milliseconds>(options_.timeout, kControlReplyTimeout);
-    if (socket.readU8(deadline) == protocol::kStopWaiting) socket.readU8(deadline);
+    if (socket.readU8(cancelDeadline) == protocol::kStopWaiting) socket.readU8(cancelDeadline);
   } else {
     // 1.13 cannot cancel: a late STOP_WAITING would be taken as the next reply. Start afresh.
     socket_.reset();
@@ -200,28 +220,63 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Duration timeout
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  call("wait", {}, [&](ClientSocket&) {
+  call("wait", quoted(keys), [&](ClientSocket&) {
     putOp(request_, options_.dialect, Op::kWait);
     putKeys(request_, options_.keyPrefix, keys);
-    finishWait(keys, timeout);
+    finishWait(keys, Clock::now() + timeout, timeout);
   });
 }
 
 std::string TcpStore::get(std::string_view key) {
-  return call("get", key, [&](ClientSocket& socket) {
-    putOp(request_, options_.dialect, Op::kWait);
-    putKeys(request_, options_.keyPrefix, {std::string(key)});
-    finishWait({std::string(key)}, timeout());
-    request_.clear();
-    putOp(request_, options_.dialect, Op::kGet);
-    putKey(request_, options_.keyPrefix, key);
-    socket.sendAll(request_);
-    return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+  return call("get", quoted(key), [&](ClientSocket& socket) {
+    return getLocked(socket, key, Clock::now() + timeout());
   });
 }
 
+std::string TcpStore::getLocked(ClientSocket& socket, std::string_view key,
+                                Clock::time_point deadline) {
+  const std::vector<std::string> keys = {std::string(key)};
+  for (;;) {
+    request_.clear();
+    putOp(request_, options_.dialect, Op::kWait);
+    putKeys(request_, options_.keyPrefix, keys);
+    finishWait(keys, deadline, timeout());
+    if (options_.dialect == WireDialect::kTorch2) {
+      request_.clear();
+      putOp(request_, options_.dialect, Op::kGet);
+      putKey(request_, options_.keyPrefix, key);
+      socket.sendAll(request_);
+      std::string value =
+          socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+      if (!value.empty()) return value;
+    }
+    // The key was there at the WAIT but may have been deleted since: a 2.x GET then answers ""
+    // like a stored "", and a 1.13 GET costs the connection. Read it in a way that tells, and
+    // wait again if it is gone.
+    if (std::optional<std::string> value = readLocked(socket, key)) return *std::move(value);
+  }
+}
+
+std::optional<std::string> TcpStore::readLocked(ClientSocket& socket, std::string_view key) {
+  // A compareSet whose expected value nobody stores changes nothing (were it stored, the swap
+  // would rewrite it unchanged) and answers, atomically, the value, or that expected value when
+  // the key is missing. A second probe with another value tells a key holding the first apart.
+  for (std::string_view probe : kProbes) {
+    request_.clear();
+    putOp(request_, options_.dialect, Op::kCompareSet);
+    putKey(request_, options_.keyPrefix, key);
+    protocol::putBlob(request_, probe);
+    protocol::putBlob(request_, probe);
+    socket.sendAll(request_);
+    std::string value =
+        socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+    if (value != probe) return value;
+  }
+  return std::nullopt;
+}
+
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
-  return call("add", key, [&](ClientSocket& socket) {
+  return call("add", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kAdd);
     putKey(request_, options_.keyPrefix, key);
     protocol::putI64(request_, delta);
@@ -239,7 +294,7 @@ std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
 
 std::string TcpStore::compareSet(std::string_view key, std::string_view expected,
                                  std::string_view desired) {
-  return call("compareSet", key, [&](ClientSocket& socket) {
+  return call("compareSet", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kCompareSet);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, expected);
@@ -250,7 +305,7 @@ std::string TcpStore::compareSet(std::string_view key, std::string_view expected
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  return call("check", {}, [&](ClientSocket& socket) {
+  return call("check", quoted(keys), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kCheck);
     putKeys(request_, options_.keyPrefix, keys);
     socket.sendAll(request_);
@@ -259,7 +314,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 }
 
 bool TcpStore::deleteKey(std::string_view key) {
-  return call("deleteKey", key, [&](ClientSocket& socket) {
+  return call("deleteKey", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kDeleteKey);
     putKey(request_, options_.keyPrefix, key);
     socket.sendAll(request_);
@@ -277,10 +332,10 @@ std::int64_t TcpStore::numKeys() {
 
 std::vector<std::string> TcpStore::multiGet(const std::vector<std::string>& keys) {
   if (options_.dialect == WireDialect::kTorch113) return Store::multiGet(keys);
-  return call("multiGet", {}, [&](ClientSocket& socket) {
+  return call("multiGet", quoted(keys), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kWait);
     putKeys(request_, options_.keyPrefix, keys);
-    finishWait(keys, timeout());
+    finishWait(keys, Clock::now() + timeout(), timeout());
     request_.clear();
     putOp(request_, options_.dialect, Op::kMultiGet);
     putKeys(request_, options_.keyPrefix, keys);
@@ -291,6 +346,13 @@ std::vector<std::string> TcpStore::multiGet(const std::vector<std::string>& keys
     for (std::size_t i = 0; i < keys.size(); ++i) {
       values.push_back(socket.readBlob(options_.maxReplyValueBytes, deadline));
     }
+    // "" also stands for a key deleted since the WAIT: read it again in a way that tells, and get
+    // one that is gone as get() would (Store::multiGet's way, a timeout per key).
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!values[i].empty()) continue;
+      std::optional<std::string> value = readLocked(socket, keys[i]);
+      values[i] = value ? *std::move(value) : getLocked(socket, keys[i], Clock::now() + timeout());
+    }
     return values;
   });
 }
@@ -300,7 +362,7 @@ void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<
     Store::multiSet(keys, values);  // also reports the size mismatch
     return;
   }
-  call("multiSet", {}, [&](ClientSocket& socket) {
+  call("multiSet", quoted(keys), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kMultiSet);
     protocol::putU64(request_, keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -316,7 +378,7 @@ void TcpStore::append(std::string_view key, std::string_view value) {
     Store::append(key, value);
     return;
   }
-  call("append", key, [&](ClientSocket& socket) {
+  call("append", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kAppend);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -345,7 +407,7 @@ std::string TcpStore::hold(std::string_view key, std::string_view value,
                            std::chrono::milliseconds ttl, std::string_view notifyKey,
                            std::string_view notifyValue) {
   if (options_.dialect == WireDialect::kTorch113) throwUnsupported("hold");
-  return call("hold", key, [&](ClientSocket& socket) {
+  return call("hold", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kHold);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -364,7 +426,7 @@ std::string TcpStore::hold(std::string_view key, std::string_view value,
 
 bool TcpStore::release(std::string_view key) {
   if (options_.dialect == WireDialect::kTorch113) throwUnsupported("release");
-  return call("release", key, [&](ClientSocket& socket) {
+  return call("release", quoted(key), [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kRelease);
     putKey(request_, options_.keyPrefix, key);
     socket.sendAll(request_);

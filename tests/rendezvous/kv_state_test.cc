@@ -130,6 +130,38 @@ TEST_CASE("watchers see created, updated and deleted with old and new values", "
                                              "0:k:5>6"});
 }
 
+TEST_CASE("a watcher that goes away while being notified does not disturb the others", "[kv]") {
+  // What a server session does when writing the event fails: it closes and forget()s itself.
+  struct Leaving final : KvObserver {
+    explicit Leaving(KvState& state) : kv(state) {}
+    void onWaitDone(std::uint64_t) override {}
+    void onWatchEvent(WatchEvent, std::string_view, std::string_view, std::string_view) override {
+      ++events;
+      kv.forget(this);
+    }
+    KvState& kv;
+    int events = 0;
+  };
+  KvState kv;
+  Leaving leaving(kv);
+  Recorder second;
+  Recorder third;
+  kv.watch(&leaving, "k");
+  kv.watch(&second, "k");
+  kv.watch(&third, "k");
+  kv.set("k", "v1");
+  kv.set("k", "v2");
+  CHECK(leaving.events == 1);
+  CHECK(second.events == std::vector<std::string>{"1:k:>v1", "0:k:v1>v2"});
+  CHECK(third.events == std::vector<std::string>{"1:k:>v1", "0:k:v1>v2"});
+  // The only watcher leaving erases the very list being notified.
+  Leaving alone(kv);
+  kv.watch(&alone, "solo");
+  kv.set("solo", "x");
+  kv.erase("solo");
+  CHECK(alone.events == 1);
+}
+
 TEST_CASE("a held key lives while someone holds it and a holder lost for cause reports it", "[kv][hold]") {
   using namespace std::chrono_literals;
   KvState kv;

@@ -104,6 +104,39 @@ TEST_CASE("get of a missing key blocks until the timeout, then the store still w
   CHECK(store->add("counter", 1) == 1);
 }
 
+TEST_CASE("a get whose key is set and deleted again before it reads waits for the key to return",
+          "[store][conformance]") {
+  const Backend backend = anyBackend();
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  auto reader = fixture.connect();
+  auto writer = fixture.connect();
+  reader->setTimeout(5s);
+  for (int round = 0; round < 10; ++round) {
+    const std::string key = "flicker" + std::to_string(round);
+    std::string got;
+    std::string error;
+    std::thread waiting([&] {
+      try {
+        got = reader->get(key);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    std::this_thread::sleep_for(20ms);  // the reader is parked on the key
+    // Set and delete back to back: the reader's wait is satisfied, but the key is usually gone
+    // by the time it reads. It must neither crash, nor see "", nor lose its connection.
+    writer->set(key, "gone");
+    writer->deleteKey(key);
+    std::this_thread::sleep_for(20ms);
+    writer->set(key, "final");
+    waiting.join();
+    INFO("round " << round);
+    CHECK(error.empty());
+    CHECK((got == "final" || got == "gone"));
+  }
+}
+
 TEST_CASE("a blocking get is woken by another client's set", "[store][conformance]") {
   const Backend backend = anyBackend();
   INFO(backendName(backend));
@@ -202,6 +235,14 @@ TEST_CASE("multiGet, multiSet and append", "[store][conformance]") {
   store->append("log", "ab");
   store->append("log", "c");
   CHECK(store->get("log") == "abc");
+  // The key already holds exactly the bytes appended (a compareSet loop that guesses "" first
+  // would take the answer "x" for its own swap).
+  store->set("same", "x");
+  store->append("same", "x");
+  CHECK(store->get("same") == "xx");
+  store->append("created", "x");
+  store->append("created", "x");
+  CHECK(store->get("created") == "xx");
   store->setTimeout(150ms);
   CHECK_THROWS_AS(store->multiGet({"m1", "absent"}), StoreTimeoutError);
 }

@@ -100,13 +100,83 @@ TEST_CASE("a timed-out wait names the store, the keys and the time, and the clie
       CHECK_THAT(error.what(), Catch::Contains("after 150 ms"));
       CHECK_THAT(error.what(), Catch::Contains("never, nor-this"));
     }
-    // The key appearing now must not confuse the next reply.
+    // The keys appearing now, which completes the wait on the server unless it was cancelled,
+    // must not confuse the next replies: a stale STOP_WAITING in front of them would shift every
+    // later reply by one byte, which exact values catch.
     TcpStore other(server.clientOptions());
     other.set("never", "1");
-    CHECK(store.add("after-timeout", 1) >= 1);
+    other.set("nor-this", "2");
+    REQUIRE(other.check({"never", "nor-this"}));  // applied before the next request below
+    const std::string counter = fmt::format("after-timeout-{}", dialectName(dialect));
+    CHECK(store.add(counter, 1) == 1);
+    CHECK(store.add(counter, 41) == 42);
+    const std::string marker("\x01\x02 distinctive \xff", 16);
+    store.set("marker", marker);
+    CHECK(store.get("marker") == marker);
     CHECK(store.get("never") == "1");
+    CHECK(store.numKeys() == (dialect == WireDialect::kTorch2 ? 4 : 5));
     other.deleteKey("never");
+    other.deleteKey("nor-this");
   }
+}
+
+TEST_CASE("a connection that breaks mid-call names the store, the keys and how long",
+          "[tcp_store]") {
+  const std::uint16_t port = unusedPort();
+  auto server = std::make_unique<RendezvousServer>(serverOn(port));
+  server->start();
+  TcpStoreOptions options;
+  options.port = port;
+  options.connectTimeout = 300ms;
+  TcpStore store(options);
+  store.set("k", "v");
+  server.reset();  // the connection breaks under the client
+  const std::string where = fmt::format("store 127.0.0.1:{}: ", port);
+  try {
+    store.wait({"a", "b"}, 5s);
+    FAIL("wait on a closed connection succeeded");
+  } catch (const StoreConnectionError& error) {
+    CHECK_THAT(error.what(), Catch::StartsWith(where + "wait 'a', 'b' failed after "));
+    CHECK_THAT(error.what(), Catch::Matches(".* failed after [0-9]+ ms: .*"));
+  }
+  // The next call reconnects, and a failure to do so names the call too.
+  try {
+    store.check({"c", "d"});
+    FAIL("check without a server succeeded");
+  } catch (const StoreConnectionError& error) {
+    CHECK_THAT(error.what(), Catch::StartsWith(where + "check 'c', 'd': cannot connect after "));
+    CHECK_THAT(error.what(), Catch::Contains("refused"));
+  }
+}
+
+TEST_CASE("a server that does not answer is reported with the key and the time waited",
+          "[tcp_store]") {
+  // A listener that never accepts: the kernel completes the connection, nobody ever answers.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(fd, 8) == 0);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  TcpStoreOptions options;
+  options.port = ntohs(address.sin_port);
+  options.dialect = WireDialect::kTorch113;  // no handshake: connecting succeeds
+  options.timeout = 200ms;
+  TcpStore store(options);
+  const auto started = Clock::now();
+  try {
+    store.add("counter", 1);
+    FAIL("add without an answer succeeded");
+  } catch (const StoreConnectionError& error) {
+    const std::string text = error.what();
+    CHECK(Clock::now() - started >= 190ms);
+    CHECK_THAT(text, Catch::StartsWith(
+                         fmt::format("store 127.0.0.1:{}: add 'counter' failed after ", options.port)));
+    CHECK_THAT(text, Catch::Matches(".* failed after [0-9]{3,} ms: timed out waiting for a reply"));
+  }
+  ::close(fd);
 }
 
 TEST_CASE("a server restart costs one failed call, then the client reconnects", "[tcp_store]") {

@@ -290,6 +290,54 @@ TEST_CASE("torch 1.13 dialect: the observed 1.13 bytes", "[wire][torch113]") {
   CHECK(c.closedWithin(2s));
 }
 
+TEST_CASE("torch 1.13 dialect: compare_set, CHECK and DELETE_KEY on missing keys",
+          "[wire][torch113]") {
+  TestServer server;
+  RawClient c("127.0.0.1", server.port());
+  // compare_set('cs', '', 'new') on a missing key creates it.
+  c.sendHex("01 0300000000000000 2f6373 0000000000000000 0300000000000000 6e6577");
+  expectReply(c, hex("0300000000000000 6e6577"));
+  // compare_set('cs2', 'x', 'y') on a missing key echoes 'x' and creates nothing.
+  c.sendHex("01 0400000000000000 2f637332 0100000000000000 78 0100000000000000 79");
+  expectReply(c, hex("0100000000000000 78"));
+  c.sendHex("04 0100000000000000 0400000000000000 2f637332");
+  expectReply(c, hex("01"));
+  // Mismatch answers the current value; a match swaps.
+  c.sendHex("01 0300000000000000 2f6373 0500000000000000 77726f6e67 0100000000000000 7a");
+  expectReply(c, hex("0300000000000000 6e6577"));
+  c.sendHex("01 0300000000000000 2f6373 0300000000000000 6e6577 0100000000000000 7a");
+  expectReply(c, hex("0100000000000000 7a"));
+  // CHECK: READY when all exist, NOT_READY when one is missing.
+  c.sendHex("00 0200000000000000 2f61 0100000000000000 31");
+  c.sendHex("04 0100000000000000 0200000000000000 2f61");
+  expectReply(c, hex("00"));
+  c.sendHex("04 0200000000000000 0200000000000000 2f61 0800000000000000 2f6d697373696e67");
+  expectReply(c, hex("01"));
+  // delete_key('nope'): 0, and the connection stays.
+  c.sendHex("08 0500000000000000 2f6e6f7065");
+  expectReply(c, hex("0000000000000000"));
+  c.sendHex("06");
+  expectReply(c, hex("0200000000000000"));  // /cs and /a
+}
+
+TEST_CASE("torch 1.13 dialect: a parked WAIT answers only when its last missing key appears",
+          "[wire][torch113]") {
+  TestServer server;
+  RawClient waiter("127.0.0.1", server.port());
+  RawClient writer("127.0.0.1", server.port());
+  // wait(['k1', 'k2']), both missing.
+  waiter.sendHex("05 0200000000000000 0300000000000000 2f6b31 0300000000000000 2f6b32");
+  CHECK(waiter.silentFor(100ms));
+  writer.sendHex("00 0300000000000000 2f6b31 0100000000000000 76");  // SET /k1
+  writer.sendHex("06");
+  expectReply(writer, hex("0100000000000000"));  // the SET has been applied
+  CHECK(waiter.silentFor(100ms));
+  writer.sendHex("03 0300000000000000 2f6b32 0100000000000000");  // ADD /k2 += 1 creates it
+  expectReply(writer, hex("0100000000000000"));
+  expectReply(waiter, hex("00"));
+  CHECK(waiter.silentFor(50ms));  // exactly one STOP_WAITING
+}
+
 TEST_CASE("torch 1.13 dialect: WATCH_KEY pushes torch's event bytes", "[wire][torch113]") {
   TestServer server;
   RawClient watcher("127.0.0.1", server.port());

@@ -175,16 +175,44 @@ bool Session::handle(Request& request) {
     case Op::kDeleteKey:
       protocol::putI64(out, kv.erase(request.keys[0]) ? 1 : 0);
       return true;
-    case Op::kAppend:
+    case Op::kAppend: {
+      // Every stored value stays within the value limit, so that a single-value reply (GET,
+      // COMPARE_SET, ...) is bounded by the limits too, whatever was appended before.
+      const std::string* existing = kv.find(request.keys[0]);
+      const std::size_t total = (existing ? existing->size() : 0) + request.values[0].size();
+      if (total > context_.options.limits.maxValueBytes) {
+        close(fmt::format("APPEND to key '{}' would make a {}-byte value, over the {}-byte limit",
+                          request.keys[0], total, context_.options.limits.maxValueBytes),
+              /*isError=*/true);
+        return false;
+      }
       kv.append(request.keys[0], request.values[0]);
       return true;
-    case Op::kMultiGet:
+    }
+    case Op::kMultiGet: {
+      // Size the reply before building it: a few hundred bytes naming one large value many times
+      // would otherwise make the server allocate up to 128 Ki times the value limit at once (the
+      // backpressure check only runs between requests, so it cannot stop this one).
+      std::uint64_t replyBytes = 0;
+      for (const std::string& key : request.keys) {
+        const std::string* value = kv.find(key);
+        replyBytes += 8 + (value ? value->size() : 0);
+      }
+      if (replyBytes > context_.options.maxPendingReplyBytes) {
+        close(fmt::format("MULTI_GET of {} keys would need a {}-byte reply, over the {}-byte "
+                          "pending-reply limit",
+                          request.keys.size(), replyBytes, context_.options.maxPendingReplyBytes),
+              /*isError=*/true);
+        return false;
+      }
+      out.reserve(out.size() + replyBytes);
       for (const std::string& key : request.keys) {
         // Like torch's libuv server (the 2.x default): a missing key reads as an empty value.
         const std::string* value = kv.find(key);
         protocol::putBlob(out, value ? std::string_view(*value) : std::string_view());
       }
       return true;
+    }
     case Op::kMultiSet:
       for (std::size_t i = 0; i < request.keys.size(); ++i) {
         kv.set(request.keys[i], std::move(request.values[i]));
@@ -245,6 +273,14 @@ void Session::onWaitDone(std::uint64_t) {
 
 void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
                            std::string_view oldValue, std::string_view newValue) {
+  // Other clients' writes produce these events, so pausing this peer's reads cannot bound them.
+  if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
+    close(fmt::format("has {} bytes of unread WATCH_KEY events, over the {}-byte pending-reply "
+                      "limit",
+                      replyBytesQueued(), context_.options.maxPendingReplyBytes),
+          /*isError=*/true);
+    return;
+  }
   protocol::putU8(pending_, static_cast<std::uint8_t>(event));
   protocol::putBlob(pending_, key);
   protocol::putBlob(pending_, oldValue);
@@ -273,22 +309,40 @@ void Session::flush() {
   }
   pending_.erase(0, written);
   std::swap(pending_, inFlight_);
+  inFlightSent_ = 0;
   writing_ = true;
-  writeStartedAt_ = Clock::now();
-  boost::asio::async_write(
-      socket_, boost::asio::buffer(inFlight_),
-      [self = shared_from_this()](const boost::system::error_code& error, std::size_t) {
-        self->onWritten(error);
+  lastWriteProgressAt_ = Clock::now();
+  writeInFlight();
+}
+
+void Session::writeInFlight() {
+  // One write_some per completion rather than async_write: each completion is progress, and the
+  // write-stall timeout is about progress (a slow reader still reading a large reply is fine).
+  socket_.async_write_some(
+      boost::asio::buffer(inFlight_.data() + inFlightSent_, inFlight_.size() - inFlightSent_),
+      [self = shared_from_this()](const boost::system::error_code& error, std::size_t bytes) {
+        self->onWritten(error, bytes);
       });
 }
 
-void Session::onWritten(const boost::system::error_code& error) {
-  writing_ = false;
-  if (closed_) return;
+void Session::onWritten(const boost::system::error_code& error, std::size_t bytes) {
+  if (closed_) {
+    writing_ = false;
+    return;
+  }
   if (error) {
+    writing_ = false;
     close(fmt::format("write failed: {}", error.message()), /*isError=*/false);
     return;
   }
+  lastWriteProgressAt_ = Clock::now();
+  inFlightSent_ += bytes;
+  if (inFlightSent_ < inFlight_.size()) {
+    writeInFlight();
+    return;
+  }
+  writing_ = false;
+  inFlightSent_ = 0;
   if (inFlight_.capacity() > kRetainedWriteBuffer) {
     std::string().swap(inFlight_);
   } else {
@@ -307,7 +361,7 @@ void Session::checkDeadlines(Clock::time_point now) {
     close(fmt::format("sent part of a request, then nothing for {} ms",
                       options.partialRequestTimeout.count()),
           /*isError=*/true);
-  } else if (writing_ && now - writeStartedAt_ > options.writeStallTimeout) {
+  } else if (writing_ && now - lastWriteProgressAt_ > options.writeStallTimeout) {
     close(fmt::format("has not read its replies for {} ms", options.writeStallTimeout.count()),
           /*isError=*/true);
   }

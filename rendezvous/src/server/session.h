@@ -8,14 +8,17 @@
 //                          |  flush()               ^ onWaitDone / onWatchEvent
 //                          v                        | (other sessions' writes)
 //                 +----------------------------------------------+
-//   socket <----  | writer: async_write(inFlight_), one at a time|
+//   socket <----  | writer: async_write_some(inFlight_) until all|
 //                 +----------------------------------------------+
 //                 deadlines: checked by the server's sweep timer
 //
 // Replies leave in request order, except STOP_WAITING of a parked WAIT or BARRIER, which leaves
 // when the wait is satisfied (torch's servers behave the same; CANCEL_WAIT relies on it).
 // Backpressure: when more than maxPendingReplyBytes wait to be written, decoding stops (even in
-// the middle of a read buffer) until the peer has read enough.
+// the middle of a read buffer) until the peer has read enough. What pausing cannot bound closes
+// the connection instead: a MULTI_GET whose reply alone would exceed the limit (one large value
+// named many times), an APPEND past the value limit (every stored value then fits the limits),
+// and a watcher whose unread events exceed the limit (other clients' writes produce them).
 //
 // Errors are values inside the event loop: a bad frame, a stall or an I/O error closes this
 // session, logs one line naming the peer, and never reaches io_context::run().
@@ -81,8 +84,12 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   // Applies one request; false when the connection must close (reason already given).
   bool handle(protocol::Request& request);
   void flush();
-  void onWritten(const boost::system::error_code& error);
-  std::size_t replyBytesQueued() const { return pending_.size() + inFlight_.size(); }
+  // Hands the unsent rest of inFlight_ to one async_write_some.
+  void writeInFlight();
+  void onWritten(const boost::system::error_code& error, std::size_t bytes);
+  std::size_t replyBytesQueued() const {
+    return pending_.size() + inFlight_.size() - inFlightSent_;
+  }
 
   boost::asio::ip::tcp::socket socket_;
   std::string peer_;
@@ -94,11 +101,12 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   std::size_t readEnd_ = 0;
 
   std::string pending_;   // replies not yet handed to the socket
-  std::string inFlight_;  // the buffer async_write is sending
+  std::string inFlight_;  // the buffer being written asynchronously
+  std::size_t inFlightSent_ = 0;  // how much of inFlight_ the kernel has taken
 
   std::uint64_t nextWaitId_ = 0;
   Clock::time_point lastReadAt_;
-  Clock::time_point writeStartedAt_;
+  Clock::time_point lastWriteProgressAt_;  // while writing_: start, or the last bytes taken
   bool reading_ = false;
   bool writing_ = false;
   bool processing_ = false;

@@ -32,9 +32,11 @@ class HashStore final : public Store {
   std::vector<std::string> listKeys() override;
 
  private:
-  // Blocks until `keys` all exist; `what` names the call for the timeout message.
+  // Blocks until `keys` have all appeared or `deadline` passes; `what` and `timeout` are for the
+  // timeout message.
   void waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                  Duration timeout, std::string_view what);
+                  std::chrono::steady_clock::time_point deadline, Duration timeout,
+                  std::string_view what);
 
   std::mutex mutex_;
   std::condition_variable changed_;

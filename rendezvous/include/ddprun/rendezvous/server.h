@@ -36,8 +36,10 @@ struct ServerOptions {
   // (a client never pauses inside a request; a stalled half-frame is a broken or hostile peer).
   std::chrono::milliseconds partialRequestTimeout = std::chrono::seconds(30);
   // A connection whose replies make no progress for this long (the peer stopped reading) is closed.
+  // Progress is any byte taken by the kernel: a slow but steady reader of a large reply stays.
   std::chrono::milliseconds writeStallTimeout = std::chrono::seconds(60);
-  // Reading from a connection pauses while this many reply bytes wait for it to read them.
+  // Reading from a connection pauses while this many reply bytes wait for it to read them. A
+  // MULTI_GET whose reply alone is larger, and a WATCH_KEY watcher this far behind, are closed.
   std::size_t maxPendingReplyBytes = 64 * 1024 * 1024;
   // TCP keep-alive on every connection: a peer whose host vanished (half-open connection) is
   // dropped after idle + interval * probes. Idle connections of live peers are never closed:

@@ -6,7 +6,9 @@
 // the VALIDATE + PING handshake. Keys go on the wire with options.keyPrefix ("/" like torch's
 // client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
 //
-// get() and multiGet() are WAIT then GET, as in torch. When a wait times out, the 2.x dialect
+// get() and multiGet() are WAIT then GET, as in torch; a key deleted between the two is waited for
+// again, never returned as "" (1.13 reads with a compareSet that changes nothing, since its
+// server closes the connection on a GET of a missing key). When a wait times out, the 2.x dialect
 // sends CANCEL_WAIT and keeps the connection; the 1.13 dialect has no cancel, so the connection
 // is dropped (a late STOP_WAITING would otherwise be read as the next reply) and the next call
 // reconnects. A connection that breaks mid-call raises StoreConnectionError and is reopened by
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ddprun/rendezvous/store.h"
@@ -87,14 +90,25 @@ class TcpStore final : public Store {
   bool release(std::string_view key);
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   // Runs `body` on a connected socket under the mutex, reconnecting first if needed. An I/O
-  // failure drops the connection and becomes StoreConnectionError naming `what` and `key`.
+  // failure drops the connection and becomes StoreConnectionError naming `what`, `keys` (as
+  // quoted() formats them) and how long the call had run.
   template <typename Body>
-  auto call(std::string_view what, std::string_view key, Body&& body);
-  detail::ClientSocket& connected();
-  void connect();
-  // WAIT for `keys` (request_ already holds the WAIT) until `timeout`, cancelling on expiry.
-  void finishWait(const std::vector<std::string>& keys, Duration timeout);
+  auto call(std::string_view what, std::string_view keys, Body&& body);
+  // `context` ("get 'k': ") goes in front of the reason when connecting fails.
+  void connect(std::string_view context);
+  // WAIT for `keys` (request_ already holds the WAIT) until `deadline`, cancelling on expiry;
+  // `timeout` is what the StoreTimeoutError reports.
+  void finishWait(const std::vector<std::string>& keys, Clock::time_point deadline,
+                  Duration timeout);
+  // get() on the locked connection: waits until `deadline` for `key` to be there when it is read.
+  std::string getLocked(detail::ClientSocket& socket, std::string_view key,
+                        Clock::time_point deadline);
+  // The value of `key`, or nothing if it is missing, read atomically without ever costing the
+  // connection (unlike a GET, which cannot tell "" from missing in 2.x and closes it in 1.13).
+  std::optional<std::string> readLocked(detail::ClientSocket& socket, std::string_view key);
   [[noreturn]] void throwUnsupported(std::string_view what) const;
   std::string where() const;
 
