@@ -5,8 +5,10 @@
 // cudaPointerGetAttributes would create a CUDA context on the current GPU as a side effect, which
 // a Gloo rank on a GPU host must not pay for (memory on GPU 0, startup time) on every collective.
 #include <dlfcn.h>
+#include <link.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda.h>
@@ -18,16 +20,33 @@ namespace {
 
 using PointerGetAttributes = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
 
+// The number of objects the dynamic linker has loaded so far (dl_phdr_info::dlpi_adds): it
+// changes only when a library is loaded, so an unchanged count means "still no libcuda" without
+// asking the loader again (a failed dlopen searches the file system: ~20 syscalls a call).
+unsigned long long loadsSoFar() {
+  unsigned long long adds = 0;
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // the first object carries the count: stop there
+      },
+      &adds);
+  return adds;
+}
+
 // The driver's entry point once some library (the CUDA runtime, usually) has loaded libcuda;
 // null until then. The handle is kept open, so the function stays valid.
 PointerGetAttributes loadedDriver() {
   static std::atomic<PointerGetAttributes> cached{nullptr};
+  static std::atomic<unsigned long long> loadsWhenAbsent{0};
   if (PointerGetAttributes found = cached.load(std::memory_order_acquire)) return found;
+  const unsigned long long loads = loadsSoFar();
+  if (loads == loadsWhenAbsent.load(std::memory_order_relaxed)) return nullptr;
   void* library = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (library == nullptr) return nullptr;
-  void* symbol = ::dlsym(library, "cuPointerGetAttributes");
+  void* symbol = library != nullptr ? ::dlsym(library, "cuPointerGetAttributes") : nullptr;
   if (symbol == nullptr) {
-    ::dlclose(library);
+    if (library != nullptr) ::dlclose(library);
+    loadsWhenAbsent.store(loads, std::memory_order_relaxed);
     return nullptr;
   }
   const auto found = reinterpret_cast<PointerGetAttributes>(symbol);

@@ -67,6 +67,14 @@ void ignoreSigpipeUnlessHandled() {
   }
 }
 
+// Up to this size all_reduce uses Gloo's bcube algorithm (recursive halving and doubling: about
+// log2(n) exchange steps), above it Gloo's ring (2n segments passed along n ranks; what torch's
+// ProcessGroupGloo uses at every size). Small messages are all latency, and every step costs a
+// round trip plus a wake-up of Gloo's I/O thread: on the 2-core bench VM bcube was 1.2-2.6x
+// faster than ring from 64 KiB to 1 MiB at 2 and 4 ranks, while ring won from 32 MiB up (bcube
+// does not pipeline large messages). docs/benchmarks.md has the side-by-side figures.
+constexpr std::size_t kBcubeMaxBytes = std::size_t{1} << 20;
+
 // Gloo's option setters are templates on the element type but only use its size.
 template <typename Options>
 void setOutput(Options& options, void* data, std::size_t count, DataType type) {
@@ -121,6 +129,9 @@ class GlooBackend final : public Backend {
       gloo::AllreduceOptions options(context_);
       setOutput(options, data, count, type);
       options.setReduceFunction(hostReduceFunction(type, op));
+      options.setAlgorithm(count * sizeOf(type) <= kBcubeMaxBytes
+                               ? gloo::AllreduceOptions::Algorithm::BCUBE
+                               : gloo::AllreduceOptions::Algorithm::RING);
       options.setTag(nextTag());
       options.setTimeout(timeout_);
       gloo::allreduce(options);

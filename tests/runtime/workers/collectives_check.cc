@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
                             ReduceOp::kProduct};
     for (DataType type : types) {
       for (ReduceOp op : ops) {
-        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}}) {
+        // 600011 elements pass 1 MiB in every type: all_reduce switches from bcube to ring there.
+        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}, std::size_t{600011}}) {
           checkAllReduce(group.operator*(), type, op, count);
         }
       }
