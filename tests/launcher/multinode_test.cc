@@ -228,6 +228,28 @@ TEST_CASE("an endpoint that never answers, or where something else answers, is e
   server.join();
 }
 
+TEST_CASE("agents rendezvous through a ddprun-rendezvous daemon already on the endpoint",
+          "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  Subprocess daemon({DDPRUN_RENDEZVOUS_BIN, "--port", "0"});
+  const auto listening = daemon.readLine(10s);
+  REQUIRE(listening.has_value());
+  const int port = ddprun::test::portFromListeningLine(*listening);
+  REQUIRE(port > 0);
+  auto a = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
+  auto b = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
+  REQUIRE(eventually([&] { return count(a->output() + b->output(), "world=4 ") == 4; }, 20s));
+  finishJob(until);
+  CHECK(a->wait(20s) == 0);
+  CHECK(b->wait(20s) == 0);
+  // Neither agent hosted the store: the daemon did, and outlives the job.
+  CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("hosting the rendezvous store"));
+  CHECK_FALSE(daemon.wait(0ms).has_value());
+  daemon.signal(SIGTERM);
+  CHECK(daemon.wait(10s) == 0);
+}
+
 TEST_CASE("losing the agent that hosts the store ends every other agent quickly", "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
