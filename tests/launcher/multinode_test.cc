@@ -17,9 +17,11 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "ports.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
+using ddprun::test::freePort;
 using ddprun::test::Subprocess;
 using ddprun::test::TempDir;
 using namespace std::chrono_literals;
@@ -29,18 +31,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 const std::string kReport = std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/workers/report.sh";
-
-std::uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // A c10d agent of job `id` on `port`, running report.sh until `until` exists (or with
 // `reportArgs` instead). A later --rdzv-conf in `extra` replaces the default one.
@@ -201,14 +191,9 @@ TEST_CASE("an endpoint that never answers, or where something else answers, is e
   CHECK(count(nobody->output(), "rank=") == 0);  // nothing was started
 
   // Something that is not a store: it answers every connection with a line of text.
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::listen(listener, 16) == 0);
-  socklen_t length = sizeof address;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  std::uint16_t foreignPort = 0;
+  const int listener = ddprun::test::listenOnLoopback(foreignPort);
+  REQUIRE(listener >= 0);
   std::atomic<bool> stop{false};
   std::thread server([&] {
     while (!stop) {
@@ -218,7 +203,7 @@ TEST_CASE("an endpoint that never answers, or where something else answers, is e
       ::close(peer);
     }
   });
-  auto foreign = agent("2", ntohs(address.sin_port), "foreign", "",
+  auto foreign = agent("2", foreignPort, "foreign", "",
                        {"--rdzv-conf", "is_host=false,read_timeout=5"});
   CHECK(foreign->wait(20s) == 2);
   CHECK_THAT(foreign->errors(), Catch::Contains("not a ddprun or TCPStore rendezvous store"));

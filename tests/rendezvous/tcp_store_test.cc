@@ -12,27 +12,16 @@
 
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/tcp_store.h"
+#include "ports.h"
 #include "test_server.h"
 
 using namespace ddprun::rendezvous;
+using ddprun::test::freePort;
 using ddprun::test::TestServer;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A port nobody listens on (taken from the kernel, then released).
-std::uint16_t unusedPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 ServerOptions serverOn(std::uint16_t port) {
   ServerOptions options;
@@ -43,7 +32,7 @@ ServerOptions serverOn(std::uint16_t port) {
 }  // namespace
 
 TEST_CASE("a client started before its server connects once the server is up", "[tcp_store]") {
-  const std::uint16_t port = unusedPort();
+  const std::uint16_t port = freePort();
   std::unique_ptr<RendezvousServer> server;
   std::thread starter([&] {
     std::this_thread::sleep_for(300ms);
@@ -64,7 +53,7 @@ TEST_CASE("a client started before its server connects once the server is up", "
 }
 
 TEST_CASE("a connect that cannot succeed says where, how long and why", "[tcp_store]") {
-  const std::uint16_t port = unusedPort();
+  const std::uint16_t port = freePort();
   TcpStoreOptions options;
   options.port = port;
   options.connectTimeout = 400ms;
@@ -122,7 +111,7 @@ TEST_CASE("a timed-out wait names the store, the keys and the time, and the clie
 
 TEST_CASE("a connection that breaks mid-call names the store, the keys and how long",
           "[tcp_store]") {
-  const std::uint16_t port = unusedPort();
+  const std::uint16_t port = freePort();
   auto server = std::make_unique<RendezvousServer>(serverOn(port));
   server->start();
   TcpStoreOptions options;
@@ -152,16 +141,11 @@ TEST_CASE("a connection that breaks mid-call names the store, the keys and how l
 TEST_CASE("a server that does not answer is reported with the key and the time waited",
           "[tcp_store]") {
   // A listener that never accepts: the kernel completes the connection, nobody ever answers.
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::listen(fd, 8) == 0);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  std::uint16_t port = 0;
+  const int fd = ddprun::test::listenOnLoopback(port, 8);
+  REQUIRE(fd >= 0);
   TcpStoreOptions options;
-  options.port = ntohs(address.sin_port);
+  options.port = port;
   options.dialect = WireDialect::kTorch113;  // no handshake: connecting succeeds
   options.timeout = 200ms;
   TcpStore store(options);
@@ -180,7 +164,7 @@ TEST_CASE("a server that does not answer is reported with the key and the time w
 }
 
 TEST_CASE("a server restart costs one failed call, then the client reconnects", "[tcp_store]") {
-  const std::uint16_t port = unusedPort();
+  const std::uint16_t port = freePort();
   auto server = std::make_unique<RendezvousServer>(serverOn(port));
   server->start();
   TcpStoreOptions options;

@@ -13,7 +13,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "free_port.h"
+#include "ports.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 

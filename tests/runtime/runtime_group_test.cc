@@ -9,7 +9,7 @@
 #include "ddprun/rendezvous/prefix_store.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "ddprun/runtime/process_group.h"
-#include "free_port.h"
+#include "ports.h"
 #include "test_server.h"
 
 using ddprun::ProcessGroup;
