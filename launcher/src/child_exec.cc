@@ -9,6 +9,10 @@
 
 #include <cerrno>
 
+// The child runs on a stack AddressSanitizer does not know, sharing the agent's memory: no
+// instrumentation there (glibc's own posix_spawn child is not instrumented either).
+#define DDPRUN_CHILD_CODE __attribute__((no_sanitize("address")))
+
 namespace ddprun::launcher {
 
 ExecPlan::ExecPlan(std::string path, std::vector<std::string> argv,
@@ -29,7 +33,7 @@ ExecPlan::ExecPlan(std::string path, std::vector<std::string> argv,
 namespace {
 
 // write() until done or failure; async-signal-safe.
-void writeAll(int fd, const void* data, size_t size) {
+DDPRUN_CHILD_CODE void writeAll(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
@@ -40,14 +44,15 @@ void writeAll(int fd, const void* data, size_t size) {
   }
 }
 
-[[noreturn]] void fail(int errorPipe, int error) {
+DDPRUN_CHILD_CODE [[noreturn]] void fail(int errorPipe, int error) {
   writeAll(errorPipe, &error, sizeof error);
   _exit(error == ENOENT ? 127 : 126);
 }
 
 }  // namespace
 
-void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs) {
+DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t parent,
+                                 int cgroupProcs) {
   if (::setsid() < 0) fail(errorPipe, errno);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errorPipe, errno);
   // The agent may have died before the death signal was armed: then nobody would send it.

@@ -1,8 +1,12 @@
-// The only code of ddprun that runs between fork() and exec().
+// The only code of ddprun that runs between the clone of a worker and its exec().
 //
-// The agent is multi-threaded (store clients, the embedded store server), so in the child only
-// async-signal-safe calls are allowed: everything the child needs is prepared by the parent into
-// plain arrays (ExecPlan) before fork(), and the child never allocates, locks or logs.
+// Workers are started like posix_spawn does: clone(CLONE_VM | CLONE_VFORK) on a stack of their
+// own, with every signal blocked around it. The child shares the agent's memory until it execs
+// (no page tables copied, no copy-on-write faults: a fork cost ~5 ms per worker on the bench VM)
+// while the agent's thread waits. So the child must not write anything the agent owns, and since
+// the agent is multi-threaded (store clients, the embedded store server), only async-signal-safe
+// calls are allowed: everything the child needs is prepared by the parent into plain arrays
+// (ExecPlan), and the child never allocates, locks or logs.
 //
 // In the child, in order (tini and dumb-init's rules, torchrun 2.2+'s session per worker):
 //   1. setsid(): the worker leads its own session and process group, so the agent can signal the
@@ -52,7 +56,7 @@ class ExecPlan {
   std::string workingDirectory_;
 };
 
-// Runs in the child after fork(); never returns. `errorPipe` is the write end of the pipe the
+// Runs in the child after clone(); never returns. `errorPipe` is the write end of the pipe the
 // parent reads to learn whether exec succeeded (EOF) or failed (an errno). `parent` is the
 // agent's pid, to detect that it died before the death signal was armed. `cgroupProcs` is an
 // open cgroup.procs file to join, or -1.

@@ -284,7 +284,7 @@ class Reader {
   }
 
   asio::posix::stream_descriptor pipe_;
-  std::array<char, kReadChunk> buffer_{};
+  std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
   std::string pending_;  // bytes after the last newline
   std::string prefix_;
   int consoleFd_;        // -1: not to the console (not owned)

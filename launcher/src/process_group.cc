@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -219,21 +221,56 @@ WorkerProcesses::WorkerProcesses(Guardian* guardian)
   if (cgroup_ && guardian_) guardian_->guardCgroup(cgroup_->path());
 }
 
+namespace {
+
+struct ChildStart {
+  const ExecPlan* plan;
+  int errorPipe;
+  pid_t parent;
+  int cgroupProcs;
+};
+
+__attribute__((no_sanitize("address"))) int childMain(void* argument) {
+  const auto* start = static_cast<const ChildStart*>(argument);
+  execChild(*start->plan, start->errorPipe, start->parent, start->cgroupProcs);
+}
+
+}  // namespace
+
+WorkerProcesses::~WorkerProcesses() {
+  if (childStack_ != nullptr) ::munmap(childStack_, kChildStackBytes);
+}
+
 pid_t WorkerProcesses::spawn(const ExecPlan& plan) {
+  if (childStack_ == nullptr) {
+    void* stack = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+      throw SpawnError(fmt::format("cannot start {}: mmap: {}", plan.path(), std::strerror(errno)));
+    }
+    childStack_ = static_cast<char*>(stack);
+  }
   int errorPipe[2];
   if (::pipe2(errorPipe, O_CLOEXEC) != 0) {
     throw SpawnError(fmt::format("cannot start {}: pipe: {}", plan.path(), std::strerror(errno)));
   }
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(errorPipe[0]);
-    execChild(plan, errorPipe[1], self_, cgroup_ ? cgroup_->procsFd() : -1);
-  }
-  const int forkError = errno;
+  // The child shares our memory until it execs: a signal handled there would run the agent's
+  // handler in it. So every signal stays blocked until the child has reset them all to default
+  // (execChild) and we are back from clone.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  ChildStart start{&plan, errorPipe[1], self_, cgroup_ ? cgroup_->procsFd() : -1};
+  // CLONE_VFORK: this thread resumes once the child has exec'd or exited.
+  const pid_t pid = ::clone(childMain, childStack_ + kChildStackBytes,
+                            CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+  const int cloneError = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(errorPipe[1]);
   if (pid < 0) {
     ::close(errorPipe[0]);
-    throw SpawnError(fmt::format("cannot start {}: fork: {}", plan.path(), std::strerror(forkError)));
+    throw SpawnError(fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)));
   }
   // EOF: exec succeeded (the pipe closed on exec). An int: the errno of the failed step.
   int childError = 0;

@@ -106,6 +106,9 @@ class WorkerProcesses {
  public:
   // Makes this process a child subreaper. `guardian` may be null.
   explicit WorkerProcesses(Guardian* guardian);
+  ~WorkerProcesses();
+  WorkerProcesses(const WorkerProcesses&) = delete;
+  WorkerProcesses& operator=(const WorkerProcesses&) = delete;
 
   // Starts a worker; returns its pid (also its process group). Blocks only until the child has
   // exec'd or failed to. Throws SpawnError.
@@ -130,6 +133,9 @@ class WorkerProcesses {
   // Drops (and untracks in the guardian) the groups in lingering_ that have no process left.
   void forgetEmptyGroups();
 
+  // The stack a child runs on between clone and exec (child_exec.h); made at the first spawn.
+  static constexpr std::size_t kChildStackBytes = 256 * 1024;
+  char* childStack_ = nullptr;
   Guardian* guardian_;
   std::unique_ptr<WorkerCgroup> cgroup_;
   pid_t self_;
