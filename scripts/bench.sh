@@ -3,6 +3,7 @@
 #
 #   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
 #   scripts/bench.sh launcher  ddprun vs torchrun 1.13: launch, peak RSS, restart (1 and 2 nodes)
+#   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh > /dev/null
@@ -13,5 +14,8 @@ case "${1:-store}" in
       --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
   launcher)
     /usr/bin/python3 tests/bench/bench_launcher.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, launcher)" >&2; exit 2 ;;
+  allreduce)
+    /usr/bin/python3 tests/bench/bench_allreduce.py --ddprun build-release/launcher/ddprun \
+      --allreduce-bench build-release/examples/allreduce_bench "${@:2}" ;;
+  *) echo "bench: unknown benchmark '$1' (store, launcher, allreduce)" >&2; exit 2 ;;
 esac
