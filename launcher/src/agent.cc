@@ -728,8 +728,8 @@ void Agent::finish(int code, const std::string& message) {
 int Agent::run() {
   std::signal(SIGPIPE, SIG_IGN);
   if (setsOmpNumThreads(environment_, config_)) spdlog::warn("{}", ompNumThreadsWarning());
-  agentToken_ = fmt::format("{}-{:016x}", ::getpid(), std::random_device{}() * 0x9E3779B97F4A7C15ull ^
-                                                          std::random_device{}());
+  std::random_device random;
+  agentToken_ = fmt::format("{}-{:08x}{:08x}", ::getpid(), random(), random());
   if (guardian_) guardian_->killHoldersOf(fmt::format("{}={}", kAgentTokenVariable, agentToken_));
   if (config_.logDir.empty()) {
     scratch_ = fs::temp_directory_path() / fmt::format("ddprun-{}-{}", config_.rdzvId, ::getpid());
