@@ -3,6 +3,7 @@
 // (TORCHELASTIC_RESTART_COUNT=0) rank `--fault-rank` fails at iteration `--fault-at`:
 //   kill  SIGKILL itself (its sockets close: peers see a broken connection)
 //   hang  SIGSTOP itself (its sockets stay open: peers see nothing until their timeout)
+//   exit-after-init  exit 1 right after init, before any collective (--fault-at is not used)
 // A rank whose collective fails prints the error and exits 1, so the agent restarts the group.
 // With --ignore-sigterm the agent's stop signal is ignored, so that a test sees every surviving
 // rank fail its collective by itself instead of being stopped first (the agent's SIGKILL after
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
     auto group = ddprun::ProcessGroup::init();
     rank = group->rank();
     const int world = group->worldSize();
+    if (attempt == 0 && rank == faultRank && fault == "exit-after-init") {
+      std::fprintf(stderr, "rank %d: injecting 'exit-after-init'\n", rank);
+      return 1;
+    }
     std::int64_t checksum = 0;
     std::vector<std::int64_t> buffer(4096);
     for (int it = 0; it < iterations; ++it) {

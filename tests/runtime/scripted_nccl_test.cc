@@ -1,0 +1,233 @@
+// The NCCL backend's own logic under the real ddprun, on a machine without a GPU: a scripted
+// libcudart and libnccl (runtime/scripted_nccl/scripted.h) come first on LD_LIBRARY_PATH, and the
+// script decides whether the communicator comes up, which collective hangs or fails, and whether
+// finalizing hangs. What is checked is what the backend does about it: every call polled to
+// completion, an error within DDPRUN_TIMEOUT, the communicator aborted, the group restarted, the
+// unique id namespaced by restart, host buffers staged. NCCL itself runs in gpu_test.sh.
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "subprocess.h"
+#include "temp_dir.h"
+
+using ddprun::test::Subprocess;
+using ddprun::test::TempDir;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Job {
+  int status = -1;
+  std::string output;
+  std::string errors;
+  std::string log;  // what the scripted libraries logged, a line per event
+};
+
+// Runs `ddprun --standalone --nproc-per-node N args...` with the scripted libraries and `env`.
+Job runScripted(int nproc, std::vector<std::string> args, std::vector<std::string> env) {
+  TempDir dir;
+  std::vector<std::string> argv{DDPRUN_BIN, "--standalone", "--nproc-per-node",
+                                std::to_string(nproc)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  env.push_back(std::string("LD_LIBRARY_PATH=") + SCRIPTED_NCCL_DIR);
+  env.push_back("DDPRUN_SCRIPTED_NCCL_LOG=" + dir.path + "/log");
+  env.push_back("DDPRUN_CHECK_DIR=" + dir.path);
+  Subprocess process(argv, env);
+  Job job;
+  const auto status = process.wait(120s);
+  job.status = status.value_or(-1);
+  job.output = process.output();
+  job.errors = process.errors();
+  std::ifstream log(dir.path + "/log");
+  std::stringstream text;
+  text << log.rdbuf();
+  job.log = text.str();
+  return job;
+}
+
+int countMatches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
+                                        std::sregex_iterator()));
+}
+
+// The milliseconds in every match of `pattern`'s first group.
+std::vector<int> millisecondsIn(const std::string& text, const std::string& pattern) {
+  std::vector<int> found;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    found.push_back(std::stoi((*it)[1]));
+  }
+  return found;
+}
+
+long long checksum(int iterations) {  // one rank: the all-reduced value is the iteration
+  return static_cast<long long>(iterations) * (iterations - 1) / 2;
+}
+
+}  // namespace
+
+TEST_CASE("scripted NCCL: every collective and data type through the NCCL backend, host buffers "
+          "staged and device buffers as given") {
+  for (const bool device : {false, true}) {
+    std::vector<std::string> args{RUNTIME_COLLECTIVES_CHECK};
+    if (device) args.push_back("--device");
+    const Job job = runScripted(1, args, {"DDPRUN_BACKEND=nccl", "DDPRUN_TIMEOUT=30"});
+    INFO((device ? "device" : "host") << " buffers\n" << job.output << job.errors << job.log);
+    REQUIRE(job.status == 0);
+    CHECK(countMatches(job.output, R"(rank 0: \d+ checks passed \(backend nccl, world 1\))") == 1);
+    CHECK(countMatches(job.log, "BUG") == 0);  // no call while in progress, no host pointer
+    CHECK(countMatches(job.log, "init rank=0 ranks=1 device=0 attempt=0 blocking=0 ") == 1);
+    CHECK(countMatches(job.log, "finalize rank=0") == 1);
+    CHECK(countMatches(job.log, "destroy rank=0") == 1);
+    CHECK(countMatches(job.log, "abort") == 0);
+  }
+}
+
+TEST_CASE("scripted NCCL: backend auto takes NCCL where a GPU is visible and Gloo where none is") {
+  const Job withGpu = runScripted(1, {RUNTIME_COLLECTIVES_CHECK}, {"DDPRUN_TIMEOUT=30"});
+  INFO(withGpu.output << withGpu.errors);
+  CHECK(withGpu.status == 0);
+  CHECK(countMatches(withGpu.output, R"(checks passed \(backend nccl, world 1\))") == 1);
+  const Job without = runScripted(1, {RUNTIME_COLLECTIVES_CHECK},
+                                  {"DDPRUN_TIMEOUT=30", "DDPRUN_SCRIPTED_GPUS=0"});
+  INFO(without.output << without.errors);
+  CHECK(without.status == 0);
+  CHECK(countMatches(without.output, R"(checks passed \(backend gloo, world 1\))") == 1);
+  // Asked for by name, NCCL without a GPU is a one-line error that names the way out.
+  const Job refused = runScripted(1, {RUNTIME_RESILIENCE_WORKER, "--iterations", "1"},
+                                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=0"});
+  INFO(refused.errors);
+  CHECK(refused.status != 0);
+  CHECK(countMatches(refused.errors, "the NCCL backend was asked for but no GPU is usable "
+                                     R"(\(no CUDA-capable device is detected \(scripted\)\): run )"
+                                     "on a GPU host with a build that has NCCL, or use "
+                                     "DDPRUN_BACKEND=gloo") == 1);
+}
+
+TEST_CASE("scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers than GPUs is a "
+          "clear error") {
+  const Job job = runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "0"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2"});
+  INFO(job.output << job.errors << job.log);
+  CHECK(job.status == 0);
+  CHECK(countMatches(job.log, "init rank=0 ranks=2 device=0 ") == 1);
+  CHECK(countMatches(job.log, "init rank=1 ranks=2 device=1 ") == 1);
+  const Job tooMany = runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "0"},
+                                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=1",
+                                   "DDPRUN_TIMEOUT=10"});
+  INFO(tooMany.errors);
+  CHECK(tooMany.status != 0);
+  CHECK(countMatches(tooMany.errors,
+                     R"(rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 GPU\(s\) )"
+                     R"(are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 workers per )"
+                     R"(node \(--nproc-per-node 1\))") == 1);
+}
+
+TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the attempt before") {
+  // Attempt 0: rank 1 exits after init, the agent restarts both; every rank of an attempt must
+  // have initialized with the id rank 0 published for that attempt.
+  const Job job = runScripted(2, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
+                                  "0", "--fault", "exit-after-init", "--fault-rank", "1"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2",
+                               "DDPRUN_TIMEOUT=10"});
+  INFO(job.output << job.errors << job.log);
+  REQUIRE(job.status == 0);
+  CHECK(countMatches(job.output, "checksum 0 attempt 1") == 1);
+  std::map<std::string, std::set<std::string>> idsByAttempt;
+  std::map<std::string, int> initsByAttempt;
+  const std::regex init(R"(init rank=\d ranks=2 device=\d attempt=(\d) blocking=0 id=([0-9a-f]+))");
+  for (auto it = std::sregex_iterator(job.log.begin(), job.log.end(), init);
+       it != std::sregex_iterator(); ++it) {
+    idsByAttempt[(*it)[1]].insert((*it)[2]);
+    ++initsByAttempt[(*it)[1]];
+  }
+  REQUIRE(initsByAttempt["0"] == 2);
+  REQUIRE(initsByAttempt["1"] == 2);
+  REQUIRE(idsByAttempt["0"].size() == 1);  // both ranks of attempt 0 used one id
+  REQUIRE(idsByAttempt["1"].size() == 1);
+  CHECK(*idsByAttempt["0"].begin() != *idsByAttempt["1"].begin());
+}
+
+TEST_CASE("scripted NCCL: ranks whose peer never joins fail ncclCommInitRank within "
+          "DDPRUN_TIMEOUT and abort the communicator") {
+  const Job job = runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "5"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2",
+                               "DDPRUN_SCRIPTED_NCCL=init-hang", "DDPRUN_TIMEOUT=2"});
+  INFO(job.output << job.errors << job.log);
+  CHECK(job.status != 0);
+  const auto waited = millisecondsIn(
+      job.errors, R"(nccl ncclCommInitRank on rank \d of 2 did not complete within (\d+) ms \(a )"
+                  R"(peer hung or died\): the communicator was aborted; raise DDPRUN_TIMEOUT)");
+  REQUIRE(!waited.empty());
+  for (const int ms : waited) {
+    CHECK(ms >= 2000);
+    CHECK(ms < 4000);
+  }
+  CHECK(countMatches(job.log, "abort rank=") == static_cast<int>(waited.size()));
+  CHECK(countMatches(job.log, "destroy") == 0);
+  CHECK(countMatches(job.log, "BUG") == 0);
+}
+
+TEST_CASE("scripted NCCL: a collective that never completes (a hung peer) fails within "
+          "DDPRUN_TIMEOUT, is aborted, and the restarted group finishes") {
+  const Job job = runScripted(1, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
+                                  "10"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=hang-at:3",
+                               "DDPRUN_TIMEOUT=2"});
+  INFO(job.output << job.errors << job.log);
+  REQUIRE(job.status == 0);
+  const auto waited = millisecondsIn(
+      job.errors, R"(collective failed: nccl all_reduce on rank 0 of 1 did not complete within )"
+                  R"((\d+) ms)");
+  REQUIRE(waited.size() == 1);
+  CHECK(waited[0] >= 2000);
+  CHECK(waited[0] < 4000);
+  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 1", checksum(10))) == 1);
+  CHECK(countMatches(job.log, "abort rank=0") == 1);  // attempt 0's communicator
+  CHECK(countMatches(job.log, "destroy rank=0") == 1);  // attempt 1's, finalized
+  CHECK(countMatches(job.log, "BUG") == 0);
+}
+
+TEST_CASE("scripted NCCL: an asynchronous NCCL error (a peer's connection closed) fails the "
+          "collective at once with NCCL's message, and the restarted group finishes") {
+  const Job job = runScripted(1, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
+                                  "10"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=remote-error-at:3",
+                               "DDPRUN_TIMEOUT=30"});
+  INFO(job.output << job.errors << job.log);
+  REQUIRE(job.status == 0);
+  const auto waited = millisecondsIn(
+      job.errors, R"(collective failed: nccl all_reduce failed on rank 0 of 1 after (\d+) ms: )"
+                  R"(remote process exited or there was a network error: scripted: rank 1 )"
+                  R"(closed its connection)");
+  REQUIRE(waited.size() == 1);
+  CHECK(waited[0] < 1000);  // not the 30 s timeout
+  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 1", checksum(10))) == 1);
+  CHECK(countMatches(job.log, "abort rank=0") == 1);
+  CHECK(countMatches(job.log, "BUG") == 0);
+}
+
+TEST_CASE("scripted NCCL: a shutdown whose peer never finalizes aborts after the grace instead "
+          "of hanging") {
+  const auto start = std::chrono::steady_clock::now();
+  const Job job = runScripted(1, {RUNTIME_RESILIENCE_WORKER, "--iterations", "3"},
+                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=finalize-hang",
+                               "DDPRUN_TIMEOUT=2"});
+  INFO(job.output << job.errors << job.log);
+  CHECK(job.status == 0);  // every collective completed: the job's result stands
+  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 0", checksum(3))) == 1);
+  CHECK(countMatches(job.log, "finalize rank=0") == 1);
+  CHECK(countMatches(job.log, "abort rank=0") == 1);
+  CHECK(countMatches(job.log, "destroy") == 0);
+  CHECK(countMatches(job.log, "BUG") == 0);
+  CHECK(std::chrono::steady_clock::now() - start < 20s);  // the grace is min(timeout, 5 s)
+}
