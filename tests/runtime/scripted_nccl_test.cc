@@ -134,7 +134,7 @@ TEST_CASE("scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers th
 
 TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the attempt before") {
   // Attempt 0: rank 1 exits after init, the agent restarts both; every rank of an attempt must
-  // have initialized with the id rank 0 published for that attempt.
+  // have initialized with the id rank 0 published for that attempt, not an earlier one.
   const Job job = runScripted(2, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
                                   "0", "--fault", "exit-after-init", "--fault-rank", "1"},
                               {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2",
@@ -150,9 +150,11 @@ TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the att
     idsByAttempt[(*it)[1]].insert((*it)[2]);
     ++initsByAttempt[(*it)[1]];
   }
-  REQUIRE(initsByAttempt["0"] == 2);
+  // Rank 1 of attempt 0 initialized with attempt 0's id; rank 0 may have been stopped by the
+  // agent before it reached ncclCommInitRank (rank 1 fails as soon as it is up).
+  REQUIRE(initsByAttempt["0"] >= 1);
   REQUIRE(initsByAttempt["1"] == 2);
-  REQUIRE(idsByAttempt["0"].size() == 1);  // both ranks of attempt 0 used one id
+  REQUIRE(idsByAttempt["0"].size() == 1);  // the ranks of attempt 0 that got there used one id
   REQUIRE(idsByAttempt["1"].size() == 1);
   CHECK(*idsByAttempt["0"].begin() != *idsByAttempt["1"].begin());
 }
