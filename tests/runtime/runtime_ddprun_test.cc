@@ -13,10 +13,14 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "job_helpers.h"
 #include "ports.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
+using ddprun::test::countMatches;
+using ddprun::test::ddprunCommand;
+using ddprun::test::expectedChecksum;
 using ddprun::test::freePort;
 using ddprun::test::Subprocess;
 using ddprun::test::TempDir;
@@ -24,18 +28,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> ddprunCommand(int nproc, std::vector<std::string> rest) {
-  std::vector<std::string> argv{DDPRUN_BIN, "--standalone", "--nproc-per-node", std::to_string(nproc)};
-  argv.insert(argv.end(), rest.begin(), rest.end());
-  return argv;
-}
-
-int countMatches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                                        std::sregex_iterator()));
-}
 
 std::vector<double> readNumbers(const std::string& path) {
   std::ifstream in(path);
@@ -84,13 +76,6 @@ TEST_CASE("the data-parallel example ends with the weights of a single full-batc
     INFO(ranks << " ranks: largest relative difference " << worst);
     CHECK(worst < 1e-10);  // only the summation order differs
   }
-}
-
-// Sum over iterations of the all-reduced value (world * it + world * (world - 1) / 2).
-long long expectedChecksum(int world, int iterations) {
-  long long sum = 0;
-  for (int it = 0; it < iterations; ++it) sum += world * it + world * (world - 1) / 2;
-  return sum;
 }
 
 TEST_CASE("a rank killed mid-loop: its peers error out within the timeout, the group restarts and "

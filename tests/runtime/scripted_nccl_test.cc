@@ -14,9 +14,13 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "job_helpers.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 
+using ddprun::test::countMatches;
+using ddprun::test::ddprunCommand;
+using ddprun::test::expectedChecksum;
 using ddprun::test::Subprocess;
 using ddprun::test::TempDir;
 using namespace std::chrono_literals;
@@ -33,13 +37,10 @@ struct Job {
 // Runs `ddprun --standalone --nproc-per-node N args...` with the scripted libraries and `env`.
 Job runScripted(int nproc, std::vector<std::string> args, std::vector<std::string> env) {
   TempDir dir;
-  std::vector<std::string> argv{DDPRUN_BIN, "--standalone", "--nproc-per-node",
-                                std::to_string(nproc)};
-  argv.insert(argv.end(), args.begin(), args.end());
   env.push_back(std::string("LD_LIBRARY_PATH=") + SCRIPTED_NCCL_DIR);
   env.push_back("DDPRUN_SCRIPTED_NCCL_LOG=" + dir.path + "/log");
   env.push_back("DDPRUN_CHECK_DIR=" + dir.path);
-  Subprocess process(argv, env);
+  Subprocess process(ddprunCommand(nproc, args), env);
   Job job;
   const auto status = process.wait(120s);
   job.status = status.value_or(-1);
@@ -52,12 +53,6 @@ Job runScripted(int nproc, std::vector<std::string> args, std::vector<std::strin
   return job;
 }
 
-int countMatches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                                        std::sregex_iterator()));
-}
-
 // The milliseconds in every match of `pattern`'s first group.
 std::vector<int> millisecondsIn(const std::string& text, const std::string& pattern) {
   std::vector<int> found;
@@ -67,10 +62,6 @@ std::vector<int> millisecondsIn(const std::string& text, const std::string& patt
     found.push_back(std::stoi((*it)[1]));
   }
   return found;
-}
-
-long long checksum(int iterations) {  // one rank: the all-reduced value is the iteration
-  return static_cast<long long>(iterations) * (iterations - 1) / 2;
 }
 
 }  // namespace
@@ -127,9 +118,9 @@ TEST_CASE("scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers th
   INFO(tooMany.errors);
   CHECK(tooMany.status != 0);
   CHECK(countMatches(tooMany.errors,
-                     R"(rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 GPU\(s\) )"
-                     R"(are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 workers per )"
-                     R"(node \(--nproc-per-node 1\))") == 1);
+                     R"(rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 )"
+                     R"(GPU\(s\) are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 )"
+                     R"(workers per node \(--nproc-per-node 1\))") == 1);
 }
 
 TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the attempt before") {
@@ -196,7 +187,8 @@ int failedThenRestarted(const std::string& scenario, const std::string& timeoutS
   REQUIRE(job.status == 0);
   const auto waited = millisecondsIn(job.errors, message);
   REQUIRE(waited.size() == 1);
-  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 1", checksum(10))) == 1);
+  CHECK(countMatches(job.output,
+                     fmt::format("checksum {} attempt 1", expectedChecksum(1, 10))) == 1);
   CHECK(countMatches(job.log, "abort rank=0") == 1);
   CHECK(countMatches(job.log, "destroy rank=0") == 1);
   CHECK(countMatches(job.log, "BUG") == 0);
@@ -229,7 +221,8 @@ TEST_CASE("scripted NCCL: a shutdown whose peer never finalizes aborts after the
                                "DDPRUN_TIMEOUT=2"});
   INFO(job.output << job.errors << job.log);
   CHECK(job.status == 0);  // every collective completed: the job's result stands
-  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 0", checksum(3))) == 1);
+  CHECK(countMatches(job.output,
+                     fmt::format("checksum {} attempt 0", expectedChecksum(1, 3))) == 1);
   CHECK(countMatches(job.log, "finalize rank=0") == 1);
   CHECK(countMatches(job.log, "abort rank=0") == 1);
   CHECK(countMatches(job.log, "destroy") == 0);
