@@ -70,6 +70,10 @@ class Backoff {
 // " 'k'", the key as error messages show it.
 std::string quoted(std::string_view key) { return fmt::format(" '{}'", key); }
 
+// A call about no key in particular (numKeys, listKeys).
+struct NoKey {};
+std::string quoted(NoKey) { return {}; }
+
 // " 'a', 'b'": the first few keys of a call, then how many there were.
 std::string quoted(const std::vector<std::string>& keys) {
   constexpr std::size_t kShown = 8;
@@ -165,18 +169,19 @@ void TcpStore::connect(std::string_view context) {
                                          hint));
 }
 
-template <typename Body>
-auto TcpStore::call(std::string_view what, std::string_view keys, Body&& body) {
+// The keys are formatted only for a message (connecting, failing), not on every call.
+template <typename Keys, typename Body>
+auto TcpStore::call(std::string_view what, const Keys& keys, Body&& body) {
   std::lock_guard lock(mutex_);
   const auto started = Clock::now();
-  if (!socket_) connect(fmt::format("{}{}: ", what, keys));
+  if (!socket_) connect(fmt::format("{}{}: ", what, quoted(keys)));
   try {
     request_.clear();
     return body(*socket_);
   } catch (const SocketError& error) {
     socket_.reset();
-    throw StoreConnectionError(fmt::format("{}: {}{} failed after {} ms: {}", where(), what, keys,
-                                           millisecondsSince(started), error.what()));
+    throw StoreConnectionError(fmt::format("{}: {}{} failed after {} ms: {}", where(), what,
+                                           quoted(keys), millisecondsSince(started), error.what()));
   }
 }
 
@@ -186,7 +191,7 @@ void TcpStore::throwUnsupported(std::string_view what) const {
 }
 
 void TcpStore::set(std::string_view key, std::string_view value) {
-  call("set", quoted(key), [&](ClientSocket& socket) {
+  call("set", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kSet);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -197,6 +202,9 @@ void TcpStore::set(std::string_view key, std::string_view value) {
 void TcpStore::finishWait(const std::vector<std::string>& keys, Clock::time_point deadline,
                           Duration timeout) {
   ClientSocket& socket = *socket_;
+  request_.clear();
+  putOp(request_, options_.dialect, Op::kWait);
+  putKeys(request_, options_.keyPrefix, keys);
   socket.sendAll(request_);
   try {
     socket.readU8(deadline);
@@ -220,15 +228,13 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Clock::time_poin
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  call("wait", quoted(keys), [&](ClientSocket&) {
-    putOp(request_, options_.dialect, Op::kWait);
-    putKeys(request_, options_.keyPrefix, keys);
+  call("wait", keys, [&](ClientSocket&) {
     finishWait(keys, Clock::now() + timeout, timeout);
   });
 }
 
 std::string TcpStore::get(std::string_view key) {
-  return call("get", quoted(key), [&](ClientSocket& socket) {
+  return call("get", key, [&](ClientSocket& socket) {
     return getLocked(socket, key, Clock::now() + timeout());
   });
 }
@@ -237,9 +243,6 @@ std::string TcpStore::getLocked(ClientSocket& socket, std::string_view key,
                                 Clock::time_point deadline) {
   const std::vector<std::string> keys = {std::string(key)};
   for (;;) {
-    request_.clear();
-    putOp(request_, options_.dialect, Op::kWait);
-    putKeys(request_, options_.keyPrefix, keys);
     finishWait(keys, deadline, timeout());
     if (options_.dialect == WireDialect::kTorch2) {
       request_.clear();
@@ -262,21 +265,14 @@ std::optional<std::string> TcpStore::readLocked(ClientSocket& socket, std::strin
   // would rewrite it unchanged) and answers, atomically, the value, or that expected value when
   // the key is missing. A second probe with another value tells a key holding the first apart.
   for (std::string_view probe : kProbes) {
-    request_.clear();
-    putOp(request_, options_.dialect, Op::kCompareSet);
-    putKey(request_, options_.keyPrefix, key);
-    protocol::putBlob(request_, probe);
-    protocol::putBlob(request_, probe);
-    socket.sendAll(request_);
-    std::string value =
-        socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+    std::string value = compareSetLocked(socket, key, probe, probe);
     if (value != probe) return value;
   }
   return std::nullopt;
 }
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
-  return call("add", quoted(key), [&](ClientSocket& socket) {
+  return call("add", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kAdd);
     putKey(request_, options_.keyPrefix, key);
     protocol::putI64(request_, delta);
@@ -294,18 +290,24 @@ std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
 
 std::string TcpStore::compareSet(std::string_view key, std::string_view expected,
                                  std::string_view desired) {
-  return call("compareSet", quoted(key), [&](ClientSocket& socket) {
-    putOp(request_, options_.dialect, Op::kCompareSet);
-    putKey(request_, options_.keyPrefix, key);
-    protocol::putBlob(request_, expected);
-    protocol::putBlob(request_, desired);
-    socket.sendAll(request_);
-    return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+  return call("compareSet", key, [&](ClientSocket& socket) {
+    return compareSetLocked(socket, key, expected, desired);
   });
 }
 
+std::string TcpStore::compareSetLocked(ClientSocket& socket, std::string_view key,
+                                       std::string_view expected, std::string_view desired) {
+  request_.clear();
+  putOp(request_, options_.dialect, Op::kCompareSet);
+  putKey(request_, options_.keyPrefix, key);
+  protocol::putBlob(request_, expected);
+  protocol::putBlob(request_, desired);
+  socket.sendAll(request_);
+  return socket.readBlob(options_.maxReplyValueBytes, Clock::now() + options_.timeout);
+}
+
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  return call("check", quoted(keys), [&](ClientSocket& socket) {
+  return call("check", keys, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kCheck);
     putKeys(request_, options_.keyPrefix, keys);
     socket.sendAll(request_);
@@ -314,7 +316,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 }
 
 bool TcpStore::deleteKey(std::string_view key) {
-  return call("deleteKey", quoted(key), [&](ClientSocket& socket) {
+  return call("deleteKey", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kDeleteKey);
     putKey(request_, options_.keyPrefix, key);
     socket.sendAll(request_);
@@ -323,7 +325,7 @@ bool TcpStore::deleteKey(std::string_view key) {
 }
 
 std::int64_t TcpStore::numKeys() {
-  return call("numKeys", {}, [&](ClientSocket& socket) {
+  return call("numKeys", NoKey{}, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kNumKeys);
     socket.sendAll(request_);
     return socket.readI64(Clock::now() + options_.timeout);
@@ -332,9 +334,7 @@ std::int64_t TcpStore::numKeys() {
 
 std::vector<std::string> TcpStore::multiGet(const std::vector<std::string>& keys) {
   if (options_.dialect == WireDialect::kTorch113) return Store::multiGet(keys);
-  return call("multiGet", quoted(keys), [&](ClientSocket& socket) {
-    putOp(request_, options_.dialect, Op::kWait);
-    putKeys(request_, options_.keyPrefix, keys);
+  return call("multiGet", keys, [&](ClientSocket& socket) {
     finishWait(keys, Clock::now() + timeout(), timeout());
     request_.clear();
     putOp(request_, options_.dialect, Op::kMultiGet);
@@ -362,7 +362,7 @@ void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<
     Store::multiSet(keys, values);  // also reports the size mismatch
     return;
   }
-  call("multiSet", quoted(keys), [&](ClientSocket& socket) {
+  call("multiSet", keys, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kMultiSet);
     protocol::putU64(request_, keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -378,7 +378,7 @@ void TcpStore::append(std::string_view key, std::string_view value) {
     Store::append(key, value);
     return;
   }
-  call("append", quoted(key), [&](ClientSocket& socket) {
+  call("append", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kAppend);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -388,7 +388,7 @@ void TcpStore::append(std::string_view key, std::string_view value) {
 
 std::vector<std::string> TcpStore::listKeys() {
   if (options_.dialect == WireDialect::kTorch113) throwUnsupported("listKeys");
-  return call("listKeys", {}, [&](ClientSocket& socket) {
+  return call("listKeys", NoKey{}, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kListKeys);
     socket.sendAll(request_);
     const auto deadline = Clock::now() + options_.timeout;
@@ -407,7 +407,7 @@ std::string TcpStore::hold(std::string_view key, std::string_view value,
                            std::chrono::milliseconds ttl, std::string_view notifyKey,
                            std::string_view notifyValue) {
   if (options_.dialect == WireDialect::kTorch113) throwUnsupported("hold");
-  return call("hold", quoted(key), [&](ClientSocket& socket) {
+  return call("hold", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kHold);
     putKey(request_, options_.keyPrefix, key);
     protocol::putBlob(request_, value);
@@ -426,7 +426,7 @@ std::string TcpStore::hold(std::string_view key, std::string_view value,
 
 bool TcpStore::release(std::string_view key) {
   if (options_.dialect == WireDialect::kTorch113) throwUnsupported("release");
-  return call("release", quoted(key), [&](ClientSocket& socket) {
+  return call("release", key, [&](ClientSocket& socket) {
     putOp(request_, options_.dialect, Op::kRelease);
     putKey(request_, options_.keyPrefix, key);
     socket.sendAll(request_);

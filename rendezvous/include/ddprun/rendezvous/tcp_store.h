@@ -95,17 +95,20 @@ class TcpStore final : public Store {
   // Runs `body` on a connected socket under the mutex, reconnecting first if needed. An I/O
   // failure drops the connection and becomes StoreConnectionError naming `what`, `keys` (as
   // quoted() formats them) and how long the call had run.
-  template <typename Body>
-  auto call(std::string_view what, std::string_view keys, Body&& body);
+  template <typename Keys, typename Body>
+  auto call(std::string_view what, const Keys& keys, Body&& body);
   // `context` ("get 'k': ") goes in front of the reason when connecting fails.
   void connect(std::string_view context);
-  // WAIT for `keys` (request_ already holds the WAIT) until `deadline`, cancelling on expiry;
+  // WAIT for `keys` until `deadline`, cancelling on expiry;
   // `timeout` is what the StoreTimeoutError reports.
   void finishWait(const std::vector<std::string>& keys, Clock::time_point deadline,
                   Duration timeout);
   // get() on the locked connection: waits until `deadline` for `key` to be there when it is read.
   std::string getLocked(detail::ClientSocket& socket, std::string_view key,
                         Clock::time_point deadline);
+  // compareSet() on the locked connection.
+  std::string compareSetLocked(detail::ClientSocket& socket, std::string_view key,
+                               std::string_view expected, std::string_view desired);
   // The value of `key`, or nothing if it is missing, read atomically without ever costing the
   // connection (unlike a GET, which cannot tell "" from missing in 2.x and closes it in 1.13).
   std::optional<std::string> readLocked(detail::ClientSocket& socket, std::string_view key);
