@@ -25,7 +25,6 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
@@ -36,6 +35,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli.h"
 #include "ddprun/rendezvous/server.h"
 #include "failure_report.h"
 #include "log_router.h"
@@ -728,8 +728,7 @@ void Agent::finish(int code, const std::string& message) {
 int Agent::run() {
   std::signal(SIGPIPE, SIG_IGN);
   if (setsOmpNumThreads(environment_, config_)) spdlog::warn("{}", ompNumThreadsWarning());
-  std::random_device random;
-  agentToken_ = fmt::format("{}-{:08x}{:08x}", ::getpid(), random(), random());
+  agentToken_ = fmt::format("{}-{}", ::getpid(), randomRunId());
   if (guardian_) guardian_->killHoldersOf(fmt::format("{}={}", kAgentTokenVariable, agentToken_));
   if (config_.logDir.empty()) {
     scratch_ = fs::temp_directory_path() / fmt::format("ddprun-{}-{}", config_.rdzvId, ::getpid());

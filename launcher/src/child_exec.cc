@@ -9,10 +9,6 @@
 
 #include <cerrno>
 
-// The child runs on a stack AddressSanitizer does not know, sharing the agent's memory: no
-// instrumentation there (glibc's own posix_spawn child is not instrumented either).
-#define DDPRUN_CHILD_CODE __attribute__((no_sanitize("address")))
-
 namespace ddprun::launcher {
 
 ExecPlan::ExecPlan(std::string path, std::vector<std::string> argv,

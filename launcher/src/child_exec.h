@@ -28,6 +28,10 @@
 #include <string>
 #include <vector>
 
+// The child runs on a stack AddressSanitizer does not know, sharing the agent's memory: no
+// instrumentation there (glibc's own posix_spawn child is not instrumented either).
+#define DDPRUN_CHILD_CODE __attribute__((no_sanitize("address")))
+
 namespace ddprun::launcher {
 
 // Everything the child needs, laid out before fork() so the child only reads it.

@@ -614,19 +614,6 @@ void checkResolvable(std::string_view host, const GivenValue& source) {
   }
 }
 
-// 16 hex characters for --standalone's run id (torchrun uses a UUID; any unique string works).
-std::string randomRunId() {
-  unsigned char bytes[8] = {};
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes)) {
-    std::random_device device;
-    for (auto& byte : bytes) byte = static_cast<unsigned char>(device());
-  }
-  std::string id;
-  for (const auto byte : bytes) id += fmt::format("{:02x}", byte);
-  return id;
-}
-
 // ------------------------------------------------------------------------------------------------
 // Stage 3: value parsers and validators
 
@@ -1518,6 +1505,18 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
 }
 
 }  // namespace
+
+std::string randomRunId() {
+  unsigned char bytes[8] = {};
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes)) {
+    std::random_device device;
+    for (auto& byte : bytes) byte = static_cast<unsigned char>(device());
+  }
+  std::string id;
+  for (const auto byte : bytes) id += fmt::format("{:02x}", byte);
+  return id;
+}
 
 CommandLine parseCommandLine(int argc, const char* const* argv,
                              const std::map<std::string, std::string>& environment) {

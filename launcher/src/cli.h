@@ -42,6 +42,10 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
 // "ddprun <version>", for --version.
 std::string versionText();
 
+// 16 random hex characters, from /dev/urandom: --standalone's run id (torchrun uses a UUID; any
+// unique string works) and the agent's DDPRUN_AGENT token.
+std::string randomRunId();
+
 namespace detail {
 
 // How many of `physicalGpus` NVIDIA GPUs CUDA would enumerate under CUDA_VISIBLE_DEVICES

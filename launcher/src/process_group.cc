@@ -230,7 +230,7 @@ struct ChildStart {
   int cgroupProcs;
 };
 
-__attribute__((no_sanitize("address"))) int childMain(void* argument) {
+DDPRUN_CHILD_CODE int childMain(void* argument) {
   const auto* start = static_cast<const ChildStart*>(argument);
   execChild(*start->plan, start->errorPipe, start->parent, start->cgroupProcs);
 }
