@@ -11,7 +11,8 @@
 #
 # Environment:
 #   DDPRUN_TORCH2_ROOT     chroot location (default /var/cache/ddprun/torch2-trixie)
-#   DDPRUN_DEBIAN_MIRROR   Debian mirror (default http://deb.debian.org/debian)
+#   DDPRUN_DEBIAN_MIRROR   Debian mirror (default: the machine's own Debian archive, read from
+#                          /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list)
 #
 # The chroot is built in "$ROOT.tmp.<pid>", verified, stamped, and only then
 # renamed to "$ROOT", so an interrupted build is never taken for a good one.
@@ -19,7 +20,7 @@
 set -euo pipefail
 
 ROOT="${DDPRUN_TORCH2_ROOT:-/var/cache/ddprun/torch2-trixie}"
-MIRROR="${DDPRUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+MIRROR="${DDPRUN_DEBIAN_MIRROR:-}"
 SUITE=trixie
 STAMP_NAME=.ddprun-torch2-ok
 PACKAGES=(python3-torch python3-numpy)
@@ -51,6 +52,31 @@ if [[ $mode == build && -f "$ROOT/$STAMP_NAME" ]]; then
 fi
 
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount); re-run with sudo"
+
+# The machine's own Debian archive: the first URI of a `deb` source that is not the security
+# archive, in deb822 (.sources) or one-line (sources.list) form. The project names no host of its
+# own: whatever mirror this machine is set up to use is the one the chroot uses.
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -f $f ]] || continue
+    awk 'BEGIN { IGNORECASE = 1 }
+         /^[[:space:]]*$/ { if (deb && uri != "") exit; deb = 0; uri = ""; next }
+         /^Types:/ { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+         /^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { uri = $i; break } }
+         END { if (deb && uri != "") print uri }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [[ -f $f ]] || continue
+    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($i !~ /security/) print $i; break } }' "$f"
+  done
+}
+if [[ -z $MIRROR && $mode != umount ]]; then
+  MIRROR="$(apt_mirror | head -n 1)"
+  MIRROR="${MIRROR%/}"
+  [[ -n $MIRROR ]] ||
+    die "no Debian archive found in /etc/apt/sources.list(.d); set DDPRUN_DEBIAN_MIRROR to your mirror's URL"
+fi
 case "$ROOT" in
   /*) ;;
   *) die "DDPRUN_TORCH2_ROOT must be an absolute path (got '$ROOT')" ;;
