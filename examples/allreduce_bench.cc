@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   }
   minBytes = std::max<std::size_t>(minBytes, sizeof(float));
 
+  using ddprun::runtime::ReduceOp;
   try {
-    auto group = ddprun::ProcessGroup::init();
+    auto group = ddprun::runtime::ProcessGroup::init();
     const int rank = group->rank();
     const int world = group->worldSize();
 
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
         std::printf("impl,ranks,bytes,iterations,time_us,algbw_gbps,busbw_gbps\n");
       } else {
         std::printf("# ddprun all_reduce (sum, float32, in place), %d ranks, backend %s\n", world,
-                    std::string(ddprun::toString(group->backend())).c_str());
+                    std::string(ddprun::runtime::toString(group->backend())).c_str());
         std::printf("%12s %10s %8s %12s %12s %12s\n", "bytes", "count", "iters", "time_us",
                     "algbw_GB/s", "busbw_GB/s");
       }
@@ -98,12 +99,12 @@ int main(int argc, char** argv) {
     for (std::size_t bytes = minBytes; bytes <= maxBytes; bytes *= 2) {
       const std::size_t count = bytes / sizeof(float);
       const int iterations = iterationsFor(bytes);
-      for (int w = 0; w < 3; ++w) group->allReduce(data, count, ddprun::ReduceOp::kSum);  // warm up
+      for (int w = 0; w < 3; ++w) group->allReduce(data, count, ReduceOp::kSum);  // warm up
       group->barrier();
       const auto start = std::chrono::steady_clock::now();
-      for (int it = 0; it < iterations; ++it) group->allReduce(data, count, ddprun::ReduceOp::kSum);
+      for (int it = 0; it < iterations; ++it) group->allReduce(data, count, ReduceOp::kSum);
       double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      group->allReduce(&seconds, 1, ddprun::ReduceOp::kMax);  // the slowest rank sets the pace
+      group->allReduce(&seconds, 1, ReduceOp::kMax);  // the slowest rank sets the pace
       const double perOp = seconds / iterations;
       const double algbw = static_cast<double>(bytes) / perOp / 1e9;
       const double busbw = algbw * 2.0 * (world - 1) / world;
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
       if (!onDevice) std::fill(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count), 1.0f);
     }
     group->shutdown();
-  } catch (const ddprun::RuntimeError& error) {
+  } catch (const ddprun::runtime::RuntimeError& error) {
     std::fprintf(stderr, "allreduce_bench: %s\n", error.what());
     return 1;
   }

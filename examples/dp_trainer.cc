@@ -129,12 +129,12 @@ Config parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Config config = parse(argc, argv);
-  std::unique_ptr<ddprun::ProcessGroup> group;
+  std::unique_ptr<ddprun::runtime::ProcessGroup> group;
   int rank = 0;
   int world = 1;
   try {
     if (!config.reference) {
-      group = ddprun::ProcessGroup::init();
+      group = ddprun::runtime::ProcessGroup::init();
       rank = group->rank();
       world = group->worldSize();
     }
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       }
       std::copy(gradient.begin(), gradient.end(), buffer.begin());
       buffer.back() = loss;
-      if (group) group->allReduce(buffer.data(), buffer.size(), ddprun::ReduceOp::kSum);
+      if (group) group->allReduce(buffer.data(), buffer.size(), ddprun::runtime::ReduceOp::kSum);
       const double meanLoss = buffer.back() / config.samples;
       if (rank == 0 && (step % 50 == 0 || step == config.steps)) {
         std::printf("step %d loss %.6f\n", step, meanLoss);
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       for (double w : model.parameters) out << w << '\n';
     }
     if (group) group->shutdown();
-  } catch (const ddprun::RuntimeError& error) {
+  } catch (const ddprun::runtime::RuntimeError& error) {
     std::fprintf(stderr, "dp_trainer: rank %d: %s\n", rank, error.what());
     return 1;
   }

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -83,8 +84,7 @@ std::string tracebackText(const WorkerFailure& failure) {
   if (!failure.message.empty()) return indentContinuation(failure.message);
   if (failure.errorFileFound) return kNotAvailable;  // a file without message or callstack
   if (failure.signal != 0) {
-    return "Signal " + std::to_string(failure.signal) + " (" + signalName(failure.signal) +
-           ") received by PID " + std::to_string(failure.pid);
+    return statusText(failure) + " received by PID " + std::to_string(failure.pid);
   }
   return kNoTracebackHint;
 }
@@ -273,19 +273,10 @@ int exitCodeOf(const WorkerFailure& failure) {
   return failure.signal != 0 ? 128 + failure.signal : failure.exitCode;
 }
 
-std::string signalName(int signal) {
-  if (signal >= SIGRTMIN && signal <= SIGRTMAX) {
-    return signal == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(signal - SIGRTMIN);
-  }
-  if (const char* abbreviation = sigabbrev_np(signal); abbreviation != nullptr) {
-    return std::string("SIG") + abbreviation;
-  }
-  return "SIG" + std::to_string(signal);
-}
-
 std::string statusText(const WorkerFailure& failure) {
   if (failure.signal != 0) {
-    return "Signal " + std::to_string(failure.signal) + " (" + signalName(failure.signal) + ")";
+    const std::string name = common::signalName(failure.signal);
+    return "Signal " + std::to_string(failure.signal) + " (" + name + ")";
   }
   return "exitcode " + std::to_string(failure.exitCode);
 }

@@ -71,11 +71,8 @@ double failureTime(const WorkerFailure& failure);
 // The agent's exit code for this failure: exitCode, or 128 + signal.
 int exitCodeOf(const WorkerFailure& failure);
 
-// "exitcode 7" or "Signal 11 (SIGSEGV)".
+// "exitcode 7" or "Signal 11 (SIGSEGV)" (ddprun::common::signalName).
 std::string statusText(const WorkerFailure& failure);
-
-// "SIGSEGV" for 11, "SIGRTMIN+2" for real-time signals, "SIG<n>" when the number is unknown.
-std::string signalName(int signal);
 
 // The root cause: the failure with the smallest failureTime(); ties go to the lowest rank.
 // REQUIRES: failures is not empty (throws std::invalid_argument otherwise).

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +19,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
+
+#include "ddprun/common/template.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -90,56 +91,6 @@ bool writeAll(int fd, const char* data, std::size_t size) {
     return false;  // EPIPE, EIO, ENOSPC...: this batch is lost
   }
   return true;
-}
-
-// Python's string.Template.safe_substitute: "$$" -> "$", "$name" / "${name}" -> the value when
-// known, left as written otherwise. Identifiers are [_a-zA-Z][_a-zA-Z0-9]*.
-std::string safeSubstitute(const std::string& text, const std::map<std::string, std::string>& values) {
-  auto identifierStart = [](char c) {
-    return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
-  };
-  auto identifierChar = [](char c) {
-    return c == '_' || std::isalnum(static_cast<unsigned char>(c)) != 0;
-  };
-  std::string out;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    if (text[i] != '$' || i + 1 == text.size()) {
-      out += text[i++];
-      continue;
-    }
-    const char next = text[i + 1];
-    if (next == '$') {
-      out += '$';
-      i += 2;
-    } else if (next == '{') {
-      const std::size_t close = text.find('}', i + 2);
-      const std::string name =
-          close == std::string::npos ? std::string() : text.substr(i + 2, close - i - 2);
-      const bool valid = !name.empty() && identifierStart(name[0]) &&
-                         std::all_of(name.begin(), name.end(), identifierChar);
-      auto it = valid ? values.find(name) : values.end();
-      if (it != values.end()) {
-        out += it->second;
-        i = close + 1;
-      } else {
-        out += text[i++];
-      }
-    } else if (identifierStart(next)) {
-      std::size_t end = i + 1;
-      while (end < text.size() && identifierChar(text[end])) ++end;
-      auto it = values.find(text.substr(i + 1, end - i - 1));
-      if (it != values.end()) {
-        out += it->second;
-        i = end;
-      } else {
-        out += text[i++];
-      }
-    } else {
-      out += text[i++];
-    }
-  }
-  return out;
 }
 
 // Where one stream of one worker goes (see the table in log_router.h).
@@ -303,11 +254,11 @@ std::string linePrefix(const LogRouterOptions& options, int localRank, int rank,
   const std::string& pattern =
       options.prefixTemplate.empty() ? std::string("[${role_name}${local_rank}]:")
                                      : options.prefixTemplate;
-  return safeSubstitute(pattern, {{"role_name", options.role},
-                                  {"local_rank", std::to_string(localRank)},
-                                  {"rank", std::to_string(rank)},
-                                  {"group_rank", std::to_string(groupRank)},
-                                  {"hostname", options.hostname}});
+  return common::safeSubstitute(pattern, {{"role_name", options.role},
+                                          {"local_rank", std::to_string(localRank)},
+                                          {"rank", std::to_string(rank)},
+                                          {"group_rank", std::to_string(groupRank)},
+                                          {"hostname", options.hostname}});
 }
 
 std::string rankLogDir(const std::string& attemptDir, int localRank) {

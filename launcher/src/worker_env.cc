@@ -3,13 +3,14 @@
 #include <dirent.h>
 #include <string.h>
 
-#include <cctype>
-
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "process_group.h"
+#include "ddprun/common/path_lookup.h"
+#include "ddprun/common/signal_names.h"
+#include "ddprun/common/template.h"
+#include "ddprun/common/worker_env_names.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -39,55 +40,11 @@ int numaNodeCount() {
   return count > 0 ? count : 1;
 }
 
-bool identifierStart(char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)); }
-bool identifierChar(char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)); }
-
 }  // namespace
-
-std::string substituteLocalRank(const std::string& argument, int localRank) {
-  // Python's string.Template(argument).safe_substitute(local_rank=...), which torchrun applies
-  // to every argument: "$$" is "$", "$local_rank" and "${local_rank}" are the rank, anything else
-  // stays as written.
-  const std::string rank = std::to_string(localRank);
-  std::string out;
-  for (std::size_t i = 0; i < argument.size(); ++i) {
-    if (argument[i] != '$' || i + 1 == argument.size()) {
-      out += argument[i];
-      continue;
-    }
-    const char next = argument[i + 1];
-    if (next == '$') {
-      out += '$';
-      ++i;
-    } else if (next == '{') {
-      const std::size_t close = argument.find('}', i + 2);
-      const std::string name =
-          close == std::string::npos ? std::string() : argument.substr(i + 2, close - i - 2);
-      if (name == "local_rank") {
-        out += rank;
-        i = close;
-      } else {
-        out += '$';
-      }
-    } else if (identifierStart(next)) {
-      std::size_t end = i + 1;
-      while (end < argument.size() && identifierChar(argument[end])) ++end;
-      if (argument.compare(i + 1, end - i - 1, "local_rank") == 0) {
-        out += rank;
-        i = end - 1;
-      } else {
-        out += '$';
-      }
-    } else {
-      out += '$';
-    }
-  }
-  return out;
-}
 
 bool setsOmpNumThreads(const std::map<std::string, std::string>& inherited,
                        const LaunchConfig& config) {
-  return config.nprocPerNode > 1 && !inherited.contains("OMP_NUM_THREADS");
+  return config.nprocPerNode > 1 && !inherited.contains(common::kEnvOmpNumThreads);
 }
 
 std::string ompNumThreadsWarning() {
@@ -98,16 +55,6 @@ std::string ompNumThreadsWarning() {
          "*****************************************";
 }
 
-std::string signalNames(const std::vector<int>& signals) {
-  std::string out;
-  for (int sig : signals) {
-    if (!out.empty()) out += ',';
-    const char* abbrev = ::sigabbrev_np(sig);
-    out += abbrev ? fmt::format("SIG{}", abbrev) : std::to_string(sig);
-  }
-  return out;
-}
-
 std::vector<std::string> workerEnvironment(const std::map<std::string, std::string>& inherited,
                                            const LaunchConfig& config,
                                            const WorkerPlacement& placement,
@@ -116,39 +63,42 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
   std::map<std::string, std::string> env = inherited;
   const std::string localRank =
       std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
-  env["LOCAL_RANK"] = localRank;
-  env["RANK"] = std::to_string(placement.rank);
-  env["GROUP_RANK"] = std::to_string(placement.groupRank);
-  env["ROLE_RANK"] = std::to_string(placement.rank);
-  env["ROLE_NAME"] = config.role;
-  env["LOCAL_WORLD_SIZE"] = std::to_string(placement.localWorldSize);
-  env["WORLD_SIZE"] = std::to_string(placement.worldSize);
-  env["GROUP_WORLD_SIZE"] = std::to_string(placement.groupWorldSize);
-  env["ROLE_WORLD_SIZE"] = std::to_string(placement.worldSize);
-  env["MASTER_ADDR"] = round.masterAddr;
-  env["MASTER_PORT"] = std::to_string(round.masterPort);
-  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(round.restartCount);
-  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config.maxRestarts);
-  env["TORCHELASTIC_RUN_ID"] = round.runId;
+  env[common::kEnvLocalRank] = localRank;
+  env[common::kEnvRank] = std::to_string(placement.rank);
+  env[common::kEnvGroupRank] = std::to_string(placement.groupRank);
+  env[common::kEnvRoleRank] = std::to_string(placement.rank);
+  env[common::kEnvRoleName] = config.role;
+  env[common::kEnvLocalWorldSize] = std::to_string(placement.localWorldSize);
+  env[common::kEnvWorldSize] = std::to_string(placement.worldSize);
+  env[common::kEnvGroupWorldSize] = std::to_string(placement.groupWorldSize);
+  env[common::kEnvRoleWorldSize] = std::to_string(placement.worldSize);
+  env[common::kEnvMasterAddr] = round.masterAddr;
+  env[common::kEnvMasterPort] = std::to_string(round.masterPort);
+  env[common::kEnvTorchelasticRestartCount] = std::to_string(round.restartCount);
+  env[common::kEnvTorchelasticMaxRestarts] = std::to_string(config.restart.maxRestarts);
+  env[common::kEnvTorchelasticRunId] = round.runId;
   // Workers connect to the agents' store as clients instead of rank 0 hosting one.
-  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
-  env["TORCHELASTIC_ERROR_FILE"] = errorFile;
-  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = signalNames(config.signalsToHandle);
+  env[common::kEnvTorchelasticUseAgentStore] = common::kAgentStoreEnabled;
+  env[common::kEnvTorchelasticErrorFile] = errorFile;
+  env[common::kEnvTorchelasticSignalsToHandle] =
+      common::signalNames(config.restart.signalsToHandle);
   // Both names: torch 1.13 reads the first, 2.x the second. A value the user set is kept.
-  env["NCCL_ASYNC_ERROR_HANDLING"] = lookup(inherited, "NCCL_ASYNC_ERROR_HANDLING", "1");
-  env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = lookup(inherited, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (setsOmpNumThreads(inherited, config)) env["OMP_NUM_THREADS"] = "1";
+  for (const char* name :
+       {common::kEnvNcclAsyncErrorHandling, common::kEnvTorchNcclAsyncErrorHandling}) {
+    env[name] = lookup(inherited, name, "1");
+  }
+  if (setsOmpNumThreads(inherited, config)) env[common::kEnvOmpNumThreads] = "1";
   // ddprun's own: a job-global, monotonic round number (torch's restart count is not enough to
   // tell rounds apart: a membership change re-forms the job without a restart).
-  env["DDPRUN_GENERATION"] = std::to_string(round.generation);
+  env[common::kEnvDdprunGeneration] = std::to_string(round.generation);
   // ddprun's own: inherited by every descendant, whatever session it makes, so the guardian can
   // find them all if the agent is killed where no cgroup can hold them (Guardian in
-  // process_group.h).
-  if (!round.agentToken.empty()) env[kAgentTokenVariable] = round.agentToken;
+  // guardian.h).
+  if (!round.agentToken.empty()) env[common::kEnvDdprunAgent] = round.agentToken;
   if (config.virtualLocalRank) {
     // Each worker sees only its own device, as LOCAL_RANK 0.
     std::string device = std::to_string(placement.localRank);
-    if (auto visible = inherited.find("CUDA_VISIBLE_DEVICES"); visible != inherited.end()) {
+    if (auto visible = inherited.find(common::kEnvCudaVisibleDevices); visible != inherited.end()) {
       std::vector<std::string> devices;
       std::size_t start = 0;
       while (start <= visible->second.size()) {
@@ -159,7 +109,7 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
       }
       if (placement.localRank < static_cast<int>(devices.size())) device = devices[placement.localRank];
     }
-    env["CUDA_VISIBLE_DEVICES"] = device;
+    env[common::kEnvCudaVisibleDevices] = device;
   }
   std::vector<std::string> entries;
   entries.reserve(env.size());
@@ -170,40 +120,44 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
 WorkerCommand workerCommand(const LaunchConfig& config, const WorkerPlacement& placement,
                             const std::map<std::string, std::string>& inherited) {
   WorkerCommand command;
-  switch (config.entryKind) {
+  switch (config.entry.kind) {
     case EntryKind::kPythonScript:
-      command.path = config.python;
-      command.argv = {config.python, "-u", config.trainingScript};
+      command.path = config.entry.python;
+      command.argv = {config.entry.python, "-u", config.entry.script};
       break;
     case EntryKind::kPythonModule:
-      command.path = config.python;
-      command.argv = {config.python, "-u", "-m", config.trainingScript};
+      command.path = config.entry.python;
+      command.argv = {config.entry.python, "-u", "-m", config.entry.script};
       break;
     case EntryKind::kRunPath:
-      command.path = config.python;
-      command.argv = {config.python, "-u", "-c", kRunPathBootstrap, config.trainingScript};
+      command.path = config.entry.python;
+      command.argv = {config.entry.python, "-u", "-c", kRunPathBootstrap, config.entry.script};
       break;
     case EntryKind::kExecutable: {
-      std::string path = config.executable;  // resolved by the command line parser
+      std::string path = config.entry.executable;  // resolved by the command line parser
       if (path.empty()) {
-        auto found = findExecutable(config.trainingScript, lookup(inherited, "PATH", "/usr/bin:/bin"));
-        if (!found) throw std::runtime_error(fmt::format("{}: not found", config.trainingScript));
+        auto found = common::findExecutable(config.entry.script, inherited);
+        if (!found) throw std::runtime_error(fmt::format("{}: not found", config.entry.script));
         path = *found;
       }
       command.path = path;
-      command.argv = {config.trainingScript};
+      command.argv = {config.entry.script};
       break;
     }
   }
-  command.argv.insert(command.argv.end(), config.trainingScriptArgs.begin(),
-                      config.trainingScriptArgs.end());
+  command.argv.insert(command.argv.end(), config.entry.args.begin(),
+                      config.entry.args.end());
   // torchrun expands ${local_rank} in everything after the interpreter (the script included).
+  // Python's string.Template(argument).safe_substitute(local_rank=...): "$$" is "$", every
+  // other name stays as written.
+  const std::map<std::string, std::string> values = {
+      {"local_rank", std::to_string(placement.localRank)}};
   for (std::size_t i = 1; i < command.argv.size(); ++i) {
-    command.argv[i] = substituteLocalRank(command.argv[i], placement.localRank);
+    command.argv[i] = common::safeSubstitute(command.argv[i], values);
   }
   if (!config.numaBinding.empty()) {
     // Spread the workers over the NUMA nodes in order, and keep each one's memory there.
-    auto numactl = findExecutable("numactl", lookup(inherited, "PATH", "/usr/bin:/bin"));
+    auto numactl = common::findExecutable("numactl", inherited);
     if (!numactl) throw std::runtime_error("--numa-binding needs numactl on PATH");
     const int node = placement.localRank * numaNodeCount() / std::max(1, placement.localWorldSize);
     std::vector<std::string> wrapped = {*numactl, fmt::format("--cpunodebind={}", node),

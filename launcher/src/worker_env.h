@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/worker_env_names.h"
 #include "ddprun/launcher/launch_config.h"
 
 namespace ddprun::launcher {
@@ -32,8 +33,6 @@ struct RoundEnvironment {
   std::string agentToken;     // DDPRUN_AGENT: marks this agent's workers and what they start
 };
 
-// The variable that carries RoundEnvironment::agentToken.
-inline constexpr const char* kAgentTokenVariable = "DDPRUN_AGENT";
 
 // The complete environment ("NAME=value" entries) of one worker: `inherited` (the agent's
 // environment) with the contract's variables added or replaced.
@@ -51,15 +50,9 @@ struct WorkerCommand {
 WorkerCommand workerCommand(const LaunchConfig& config, const WorkerPlacement& placement,
                             const std::map<std::string, std::string>& inherited);
 
-// torchrun's ${local_rank} expansion of one argument (Python's Template.safe_substitute).
-std::string substituteLocalRank(const std::string& argument, int localRank);
-
 // torchrun's notice when it sets OMP_NUM_THREADS=1 for the workers.
 std::string ompNumThreadsWarning();
 // Whether the workers get OMP_NUM_THREADS=1 (unset in the agent and more than one per node).
 bool setsOmpNumThreads(const std::map<std::string, std::string>& inherited, const LaunchConfig& config);
-
-// The names of the signals in `signals`, comma-separated ("SIGTERM,SIGINT").
-std::string signalNames(const std::vector<int>& signals);
 
 }  // namespace ddprun::launcher

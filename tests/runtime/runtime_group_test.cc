@@ -12,22 +12,21 @@
 #include "ports.h"
 #include "test_server.h"
 
-using ddprun::ProcessGroup;
-using ddprun::RuntimeError;
+using namespace ddprun::runtime;
 using ddprun::test::freePort;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-ddprun::RuntimeOptions optionsFor(int rank, int world, int port,
-                                  std::chrono::milliseconds timeout = 10s) {
-  ddprun::RuntimeOptions options;
+RuntimeOptions optionsFor(int rank, int world, int port,
+                          std::chrono::milliseconds timeout = 10s) {
+  RuntimeOptions options;
   options.rank = rank;
   options.worldSize = world;
   options.masterPort = port;
   options.hostStore = true;
-  options.backend = ddprun::Backend::kGloo;
+  options.backend = BackendKind::kGloo;
   options.timeout = timeout;
   options.runId = "group-test";
   return options;
@@ -52,9 +51,9 @@ TEST_CASE("three ranks bootstrap from a store rank 0 hosts and agree on every co
   onEveryRank(3, freePort(), [](int rank, ProcessGroup& group) {
     CHECK(group.rank() == rank);
     CHECK(group.worldSize() == 3);
-    CHECK(group.backend() == ddprun::Backend::kGloo);
+    CHECK(group.backend() == BackendKind::kGloo);
     std::vector<double> values{1.0 * rank, 2.0, -1.0 * rank};
-    group.allReduce(values.data(), values.size(), ddprun::ReduceOp::kSum);
+    group.allReduce(values.data(), values.size(), ReduceOp::kSum);
     CHECK(values == std::vector<double>{3, 6, -3});
     std::int32_t root = rank == 2 ? 77 : 0;
     group.broadcast(&root, 1, 2);
@@ -70,7 +69,7 @@ TEST_CASE("three ranks bootstrap from a store rank 0 hosts and agree on every co
 TEST_CASE("a world of one needs no peers") {
   auto group = ProcessGroup::init(optionsFor(0, 1, freePort()));
   float x[] = {1.5f, -2.0f};
-  group->allReduce(x, 2, ddprun::ReduceOp::kAvg);
+  group->allReduce(x, 2, ReduceOp::kAvg);
   CHECK((x[0] == 1.5f && x[1] == -2.0f));
   group->barrier();
 }
@@ -178,10 +177,10 @@ TEST_CASE("bad options and an unusable NCCL are refused before anything connects
     CHECK_THAT(error.what(), Catch::Contains("rank 2 is not in [0, 2)"));
   }
   options = optionsFor(0, 1, freePort());
-  options.backend = ddprun::Backend::kNccl;
+  options.backend = BackendKind::kNccl;
   try {
     auto group = ProcessGroup::init(options);
-    CHECK(group->backend() == ddprun::Backend::kNccl);  // a GPU host: NCCL works
+    CHECK(group->backend() == BackendKind::kNccl);  // a GPU host: NCCL works
   } catch (const RuntimeError& error) {
     CHECK(error.kind() == RuntimeError::Kind::kUnavailable);
     CHECK_THAT(error.what(), Catch::Contains("the NCCL backend was asked for but") &&

@@ -12,76 +12,72 @@
 #include "ddprun/runtime/process_group.h"
 #include "host_reduce.h"
 
-using ddprun::BFloat16;
-using ddprun::Half;
-using ddprun::RuntimeError;
+using namespace ddprun::runtime;
 
 TEST_CASE("float16 conversion rounds to nearest even and keeps inf, NaN and subnormals") {
-  CHECK(ddprun::toHalf(1.0f).bits == 0x3C00);
-  CHECK(ddprun::toHalf(-2.0f).bits == 0xC000);
-  CHECK(ddprun::toHalf(65504.0f).bits == 0x7BFF);           // the largest half
-  CHECK(ddprun::toHalf(65520.0f).bits == 0x7C00);           // rounds up to inf
-  CHECK(ddprun::toHalf(std::ldexp(1.0f, -24)).bits == 0x0001);  // the smallest subnormal
-  CHECK(ddprun::toHalf(std::ldexp(1.0f, -26)).bits == 0x0000);  // below half of it: zero
-  CHECK(ddprun::toHalf(2049.0f).bits == ddprun::toHalf(2048.0f).bits);  // tie -> even
-  CHECK(ddprun::toFloat(ddprun::toHalf(2051.0f)) == 2052.0f);           // tie -> even (up)
-  CHECK(std::isnan(ddprun::toFloat(ddprun::toHalf(std::numeric_limits<float>::quiet_NaN()))));
-  CHECK(std::isinf(ddprun::toFloat(ddprun::toHalf(std::numeric_limits<float>::infinity()))));
+  CHECK(toHalf(1.0f).bits == 0x3C00);
+  CHECK(toHalf(-2.0f).bits == 0xC000);
+  CHECK(toHalf(65504.0f).bits == 0x7BFF);           // the largest half
+  CHECK(toHalf(65520.0f).bits == 0x7C00);           // rounds up to inf
+  CHECK(toHalf(std::ldexp(1.0f, -24)).bits == 0x0001);  // the smallest subnormal
+  CHECK(toHalf(std::ldexp(1.0f, -26)).bits == 0x0000);  // below half of it: zero
+  CHECK(toHalf(2049.0f).bits == toHalf(2048.0f).bits);  // tie -> even
+  CHECK(toFloat(toHalf(2051.0f)) == 2052.0f);           // tie -> even (up)
+  CHECK(std::isnan(toFloat(toHalf(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isinf(toFloat(toHalf(std::numeric_limits<float>::infinity()))));
   // Every finite half survives the round trip through float exactly.
   for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
     const Half h{static_cast<std::uint16_t>(bits)};
-    const float f = ddprun::toFloat(h);
+    const float f = toFloat(h);
     if (std::isnan(f)) continue;
-    REQUIRE(ddprun::toHalf(f).bits == h.bits);
+    REQUIRE(toHalf(f).bits == h.bits);
   }
 }
 
 TEST_CASE("bfloat16 conversion rounds to nearest even") {
-  CHECK(ddprun::toBFloat16(1.0f).bits == 0x3F80);
-  CHECK(ddprun::toFloat(ddprun::toBFloat16(257.0f)) == 256.0f);  // tie -> even
-  CHECK(ddprun::toFloat(ddprun::toBFloat16(259.0f)) == 260.0f);  // tie -> even (up)
-  CHECK(std::isnan(ddprun::toFloat(ddprun::toBFloat16(std::nanf("")))));
+  CHECK(toBFloat16(1.0f).bits == 0x3F80);
+  CHECK(toFloat(toBFloat16(257.0f)) == 256.0f);  // tie -> even
+  CHECK(toFloat(toBFloat16(259.0f)) == 260.0f);  // tie -> even (up)
+  CHECK(std::isnan(toFloat(toBFloat16(std::nanf("")))));
   for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
     const BFloat16 b{static_cast<std::uint16_t>(bits)};
-    const float f = ddprun::toFloat(b);
+    const float f = toFloat(b);
     if (std::isnan(f)) continue;
-    REQUIRE(ddprun::toBFloat16(f).bits == b.bits);
+    REQUIRE(toBFloat16(f).bits == b.bits);
   }
 }
 
 TEST_CASE("host reductions compute every op for every type") {
-  using ddprun::DataType;
-  using ddprun::ReduceOp;
   const float a[] = {1, -2, 3};
   const float b[] = {4, 5, -6};
   float out[3];
-  ddprun::detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kSum)(out, a, b, 3);
+  detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kSum)(out, a, b, 3);
   CHECK((out[0] == 5 && out[1] == 3 && out[2] == -3));
-  ddprun::detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kProduct)(out, a, b, 3);
+  detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kProduct)(out, a, b, 3);
   CHECK((out[0] == 4 && out[1] == -10 && out[2] == -18));
-  ddprun::detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kMin)(out, a, b, 3);
+  detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kMin)(out, a, b, 3);
   CHECK((out[0] == 1 && out[1] == -2 && out[2] == -6));
-  ddprun::detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kMax)(out, a, b, 3);
+  detail::hostReduceFunction(DataType::kFloat32, ReduceOp::kMax)(out, a, b, 3);
   CHECK((out[0] == 4 && out[1] == 5 && out[2] == 3));
 
   const std::int64_t big[] = {std::int64_t{1} << 40, -7};
   const std::int64_t one[] = {1, 2};
   std::int64_t sum[2];
-  ddprun::detail::hostReduceFunction(DataType::kInt64, ReduceOp::kSum)(sum, big, one, 2);
+  detail::hostReduceFunction(DataType::kInt64, ReduceOp::kSum)(sum, big, one, 2);
   CHECK((sum[0] == (std::int64_t{1} << 40) + 1 && sum[1] == -5));
-  ddprun::detail::divideElements(sum, 2, DataType::kInt64, 2);
+  detail::divideElements(sum, 2, DataType::kInt64, 2);
   CHECK(sum[1] == -2);  // truncated toward zero, as documented for kAvg on integers
 
-  const Half h1[] = {ddprun::toHalf(1.5f)};
-  const Half h2[] = {ddprun::toHalf(2.25f)};
+  const Half h1[] = {toHalf(1.5f)};
+  const Half h2[] = {toHalf(2.25f)};
   Half hs[1];
-  ddprun::detail::hostReduceFunction(DataType::kFloat16, ReduceOp::kSum)(hs, h1, h2, 1);
-  CHECK(ddprun::toFloat(hs[0]) == 3.75f);
-  const BFloat16 b1[] = {ddprun::toBFloat16(3.0f)};
-  const BFloat16 b2[] = {ddprun::toBFloat16(-5.0f)};
+  detail::hostReduceFunction(DataType::kFloat16, ReduceOp::kSum)(hs, h1, h2, 1);
+  CHECK(toFloat(hs[0]) == 3.75f);
+  const BFloat16 b1[] = {toBFloat16(3.0f)};
+  const BFloat16 b2[] = {toBFloat16(-5.0f)};
   BFloat16 bm[1];
-  ddprun::detail::hostReduceFunction(DataType::kBFloat16, ReduceOp::kMin)(bm, b1, b2, 1);
-  CHECK(ddprun::toFloat(bm[0]) == -5.0f);
+  detail::hostReduceFunction(DataType::kBFloat16, ReduceOp::kMin)(bm, b1, b2, 1);
+  CHECK(toFloat(bm[0]) == -5.0f);
 }
 
 namespace {
@@ -118,7 +114,7 @@ class ScopedEnvironment {
 std::string errorOf(std::initializer_list<std::pair<const char*, const char*>> values) {
   ScopedEnvironment environment(values);
   try {
-    ddprun::RuntimeOptions::fromEnvironment();
+    RuntimeOptions::fromEnvironment();
   } catch (const RuntimeError& error) {
     CHECK(error.kind() == RuntimeError::Kind::kInvalidArgument);
     return error.what();
@@ -134,7 +130,7 @@ TEST_CASE("options come from the environment ddprun sets") {
                                  {"TORCHELASTIC_RUN_ID", "job42"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
                                  {"DDPRUN_GENERATION", "5"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                  {"DDPRUN_BACKEND", "Gloo"}, {"DDPRUN_TIMEOUT", "2.5"}});
-  const auto options = ddprun::RuntimeOptions::fromEnvironment();
+  const auto options = RuntimeOptions::fromEnvironment();
   CHECK(options.rank == 3);
   CHECK(options.worldSize == 8);
   CHECK(options.localRank == 1);
@@ -143,14 +139,14 @@ TEST_CASE("options come from the environment ddprun sets") {
   CHECK(options.runId == "job42");
   CHECK(options.generation == 5);  // the round, which also changes on membership changes
   CHECK_FALSE(options.hostStore);  // the agent hosts the store
-  CHECK(options.backend == ddprun::Backend::kGloo);
+  CHECK(options.backend == BackendKind::kGloo);
   CHECK(options.timeout == std::chrono::milliseconds(2500));
 }
 
 TEST_CASE("without an agent store rank 0 hosts it, as torch's env:// does") {
   ScopedEnvironment environment({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"},
                                  {"TORCHELASTIC_RESTART_COUNT", "4"}});
-  const auto options = ddprun::RuntimeOptions::fromEnvironment();
+  const auto options = RuntimeOptions::fromEnvironment();
   CHECK(options.hostStore);
   CHECK(options.generation == 4);
   CHECK(options.masterAddr == "127.0.0.1");

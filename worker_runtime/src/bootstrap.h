@@ -12,7 +12,7 @@
 #include "ddprun/rendezvous/store.h"
 #include "ddprun/runtime/process_group.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 
 struct Bootstrap {
   std::unique_ptr<rendezvous::RendezvousServer> server;  // rank 0 with hostStore only
@@ -24,8 +24,4 @@ struct Bootstrap {
   static Bootstrap connect(const RuntimeOptions& options);
 };
 
-// The local address this host uses to reach host:port (no packet is sent): the address peers on
-// other hosts or network namespaces can reach us at. Empty if it cannot be determined.
-std::string localAddressToward(const std::string& host, int port);
-
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

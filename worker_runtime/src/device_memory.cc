@@ -13,9 +13,9 @@
 
 #include <cuda.h>
 
-#include "backend.h"
+#include "collectives.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 namespace {
 
 using PointerGetAttributes = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
@@ -71,4 +71,4 @@ bool isDeviceMemory(const void* pointer) {
   return memoryType == CU_MEMORYTYPE_DEVICE && managed == 0;
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

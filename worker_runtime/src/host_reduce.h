@@ -9,7 +9,7 @@
 
 #include "ddprun/runtime/process_group.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 
 using HostReduceFunction = void (*)(void* out, const void* a, const void* b, std::size_t n);
 
@@ -106,4 +106,4 @@ inline void divideElements(void* data, std::size_t n, DataType type, int divisor
   }
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

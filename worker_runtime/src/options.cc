@@ -5,9 +5,10 @@
 #include <optional>
 #include <string>
 
+#include "ddprun/common/worker_env_names.h"
 #include "ddprun/runtime/process_group.h"
 
-namespace ddprun {
+namespace ddprun::runtime {
 namespace {
 
 std::optional<std::string> variable(const char* name) {
@@ -44,25 +45,32 @@ int required(const char* name, int minimum) {
 
 RuntimeOptions RuntimeOptions::fromEnvironment() {
   RuntimeOptions options;
-  options.rank = required("RANK", 0);
-  options.worldSize = required("WORLD_SIZE", 1);
-  options.masterPort = required("MASTER_PORT", 1);
+  options.rank = required(common::kEnvRank, 0);
+  options.worldSize = required(common::kEnvWorldSize, 1);
+  options.masterPort = required(common::kEnvMasterPort, 1);
   if (options.rank >= options.worldSize) {
     invalid("RANK=" + std::to_string(options.rank) + " is not below WORLD_SIZE=" +
             std::to_string(options.worldSize) + ": every rank must be in [0, WORLD_SIZE)");
   }
-  if (const auto text = variable("LOCAL_RANK")) options.localRank = integer("LOCAL_RANK", *text, 0);
-  if (const auto text = variable("MASTER_ADDR"); text && !text->empty()) options.masterAddr = *text;
-  if (const auto text = variable("TORCHELASTIC_RUN_ID"); text && !text->empty()) options.runId = *text;
+  if (const auto text = variable(common::kEnvLocalRank)) {
+    options.localRank = integer(common::kEnvLocalRank, *text, 0);
+  }
+  if (const auto text = variable(common::kEnvMasterAddr); text && !text->empty()) {
+    options.masterAddr = *text;
+  }
+  if (const auto text = variable(common::kEnvTorchelasticRunId); text && !text->empty()) {
+    options.runId = *text;
+  }
   // DDPRUN_GENERATION changes on every re-formed round (restarts and membership changes alike);
   // torchrun sets only the restart count.
-  if (const auto text = variable("DDPRUN_GENERATION")) {
-    options.generation = integer("DDPRUN_GENERATION", *text, 0);
-  } else if (const auto count = variable("TORCHELASTIC_RESTART_COUNT")) {
-    options.generation = integer("TORCHELASTIC_RESTART_COUNT", *count, 0);
+  if (const auto text = variable(common::kEnvDdprunGeneration)) {
+    options.generation = integer(common::kEnvDdprunGeneration, *text, 0);
+  } else if (const auto count = variable(common::kEnvTorchelasticRestartCount)) {
+    options.generation = integer(common::kEnvTorchelasticRestartCount, *count, 0);
   }
   // As torch's env:// rendezvous: without an agent store, rank 0 hosts the store.
-  options.hostStore = variable("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True";
+  options.hostStore =
+      variable(common::kEnvTorchelasticUseAgentStore).value_or("") != common::kAgentStoreEnabled;
   if (const auto text = variable("DDPRUN_BACKEND")) options.backend = parseBackend(*text);
   if (const auto text = variable("DDPRUN_TIMEOUT")) {
     char* end = nullptr;
@@ -81,4 +89,4 @@ RuntimeOptions RuntimeOptions::fromEnvironment() {
   return options;
 }
 
-}  // namespace ddprun
+}  // namespace ddprun::runtime

@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "backend.h"
 #include "bootstrap.h"
+#include "collectives.h"
 #include "ddprun/rendezvous/errors.h"
 
-namespace ddprun {
+namespace ddprun::runtime {
 namespace {
 
 [[noreturn]] void invalid(const std::string& message) {
@@ -36,24 +36,24 @@ void validate(const RuntimeOptions& options) {
 }
 
 struct Choice {
-  Backend backend;
+  BackendKind backend;
   std::string reason;  // for the message when ranks disagree
 };
 
 Choice chooseBackend(const RuntimeOptions& options) {
-  if (options.backend == Backend::kGloo) return {Backend::kGloo, "asked for"};
+  if (options.backend == BackendKind::kGloo) return {BackendKind::kGloo, "asked for"};
   const std::string whyNot = detail::ncclUnusableReason();
-  if (options.backend == Backend::kNccl) {
+  if (options.backend == BackendKind::kNccl) {
     if (!whyNot.empty()) {
       throw RuntimeError(RuntimeError::Kind::kUnavailable,
                          fmt::format("the NCCL backend was asked for but {}: run on a GPU host with "
                                      "a build that has NCCL, or use DDPRUN_BACKEND=gloo",
                                      whyNot));
     }
-    return {Backend::kNccl, "asked for"};
+    return {BackendKind::kNccl, "asked for"};
   }
-  if (whyNot.empty()) return {Backend::kNccl, "auto: a GPU is visible"};
-  return {Backend::kGloo, "auto: " + whyNot};
+  if (whyNot.empty()) return {BackendKind::kNccl, "auto: a GPU is visible"};
+  return {BackendKind::kGloo, "auto: " + whyNot};
 }
 
 // Every rank must run the same backend, but `auto` decides per host (a node without a GPU picks
@@ -97,7 +97,7 @@ void agreeOnBackend(const RuntimeOptions& options, const Choice& choice,
   } catch (const rendezvous::StoreError&) {
     // The message below is what matters.
   }
-  const Backend other = choice.backend == Backend::kNccl ? Backend::kGloo : Backend::kNccl;
+  const BackendKind other = choice.backend == BackendKind::kNccl ? BackendKind::kGloo : BackendKind::kNccl;
   throw RuntimeError(
       RuntimeError::Kind::kUnavailable,
       fmt::format("the ranks do not agree on the backend: rank {} uses {} ({}) but {} of the {} "
@@ -114,20 +114,20 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const RuntimeOptions& options) 
   const Choice choice = chooseBackend(options);
   auto bootstrap = detail::Bootstrap::connect(options);
   agreeOnBackend(options, choice, bootstrap);
-  auto impl = choice.backend == Backend::kNccl
-                  ? detail::makeNcclBackend(options, std::move(bootstrap))
-                  : detail::makeGlooBackend(options, std::move(bootstrap));
+  auto impl = choice.backend == BackendKind::kNccl
+                  ? detail::makeNcclCollectives(options, std::move(bootstrap))
+                  : detail::makeGlooCollectives(options, std::move(bootstrap));
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
-ProcessGroup::ProcessGroup(std::unique_ptr<detail::Backend> backend) : backend_(std::move(backend)) {}
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::Collectives> collectives) : collectives_(std::move(collectives)) {}
 
 ProcessGroup::~ProcessGroup() { shutdown(); }
 
-int ProcessGroup::rank() const { return backend_->rank(); }
-int ProcessGroup::worldSize() const { return backend_->worldSize(); }
-Backend ProcessGroup::backend() const { return backend_->kind(); }
-int ProcessGroup::device() const { return backend_->device(); }
+int ProcessGroup::rank() const { return collectives_->rank(); }
+int ProcessGroup::worldSize() const { return collectives_->worldSize(); }
+BackendKind ProcessGroup::backend() const { return collectives_->kind(); }
+int ProcessGroup::device() const { return collectives_->device(); }
 
 void ProcessGroup::checkUsable() const {
   if (shutDown_) {
@@ -156,7 +156,7 @@ void ProcessGroup::allReduce(void* data, std::size_t count, DataType type, Reduc
   checkUsable();
   if (count == 0) return;
   if (data == nullptr) invalid("allReduce: data is null");
-  collective(broken_, [&] { backend_->allReduce(data, count, type, op); });
+  collective(broken_, [&] { collectives_->allReduce(data, count, type, op); });
 }
 
 void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int root) {
@@ -166,25 +166,25 @@ void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int r
   }
   if (count == 0) return;
   if (data == nullptr) invalid("broadcast: data is null");
-  collective(broken_, [&] { backend_->broadcast(data, count, type, root); });
+  collective(broken_, [&] { collectives_->broadcast(data, count, type, root); });
 }
 
 void ProcessGroup::allGather(const void* input, void* output, std::size_t count, DataType type) {
   checkUsable();
   if (count == 0) return;
   if (input == nullptr || output == nullptr) invalid("allGather: input or output is null");
-  collective(broken_, [&] { backend_->allGather(input, output, count, type); });
+  collective(broken_, [&] { collectives_->allGather(input, output, count, type); });
 }
 
 void ProcessGroup::barrier() {
   checkUsable();
-  collective(broken_, [&] { backend_->barrier(); });
+  collective(broken_, [&] { collectives_->barrier(); });
 }
 
 void ProcessGroup::shutdown() {
   if (shutDown_) return;
   shutDown_ = true;
-  backend_->shutdown();
+  collectives_->shutdown();
 }
 
-}  // namespace ddprun
+}  // namespace ddprun::runtime

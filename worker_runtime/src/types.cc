@@ -6,7 +6,7 @@
 
 #include "ddprun/runtime/process_group.h"
 
-namespace ddprun {
+namespace ddprun::runtime {
 
 Half toHalf(float value) {
   // IEEE binary32 -> binary16, round to nearest even (overflow -> inf, underflow -> subnormal/0).
@@ -79,14 +79,14 @@ std::size_t sizeOf(DataType type) {
     case DataType::kFloat16: return 2;
     case DataType::kBFloat16: return 2;
   }
-  throw RuntimeError(RuntimeError::Kind::kInvalidArgument, "unknown ddprun::DataType");
+  throw RuntimeError(RuntimeError::Kind::kInvalidArgument, "unknown ddprun::runtime::DataType");
 }
 
-std::string_view toString(Backend backend) {
+std::string_view toString(BackendKind backend) {
   switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kGloo: return "gloo";
-    case Backend::kNccl: return "nccl";
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kGloo: return "gloo";
+    case BackendKind::kNccl: return "nccl";
   }
   return "?";
 }
@@ -114,16 +114,16 @@ std::string_view toString(ReduceOp op) {
   return "?";
 }
 
-Backend parseBackend(std::string_view text) {
+BackendKind parseBackend(std::string_view text) {
   std::string lower;
   for (char c : text) {
     lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  if (lower == "auto" || lower.empty()) return Backend::kAuto;
-  if (lower == "gloo") return Backend::kGloo;
-  if (lower == "nccl") return Backend::kNccl;
+  if (lower == "auto" || lower.empty()) return BackendKind::kAuto;
+  if (lower == "gloo") return BackendKind::kGloo;
+  if (lower == "nccl") return BackendKind::kNccl;
   throw RuntimeError(RuntimeError::Kind::kInvalidArgument,
                      "unknown backend '" + std::string(text) + "': use auto, gloo or nccl");
 }
 
-}  // namespace ddprun
+}  // namespace ddprun::runtime

@@ -19,10 +19,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace {
+using namespace ddprun::runtime;
 
-using ddprun::DataType;
-using ddprun::ReduceOp;
+namespace {
 
 int rank = 0;
 int world = 1;
@@ -37,27 +36,27 @@ bool onDevice = false;
 // Element i of a buffer of `type` as a double, and the reverse (values here are small integers,
 // exact in every type).
 double load(const std::vector<unsigned char>& buffer, DataType type, std::size_t i) {
-  const unsigned char* p = buffer.data() + i * ddprun::sizeOf(type);
+  const unsigned char* p = buffer.data() + i * sizeOf(type);
   switch (type) {
     case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
     case DataType::kFloat64: return *reinterpret_cast<const double*>(p);
     case DataType::kInt32: return *reinterpret_cast<const std::int32_t*>(p);
     case DataType::kInt64: return static_cast<double>(*reinterpret_cast<const std::int64_t*>(p));
-    case DataType::kFloat16: return ddprun::toFloat(*reinterpret_cast<const ddprun::Half*>(p));
-    case DataType::kBFloat16: return ddprun::toFloat(*reinterpret_cast<const ddprun::BFloat16*>(p));
+    case DataType::kFloat16: return toFloat(*reinterpret_cast<const Half*>(p));
+    case DataType::kBFloat16: return toFloat(*reinterpret_cast<const BFloat16*>(p));
   }
   return 0;
 }
 
 void store(std::vector<unsigned char>& buffer, DataType type, std::size_t i, double value) {
-  unsigned char* p = buffer.data() + i * ddprun::sizeOf(type);
+  unsigned char* p = buffer.data() + i * sizeOf(type);
   switch (type) {
     case DataType::kFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(value); break;
     case DataType::kFloat64: *reinterpret_cast<double*>(p) = value; break;
     case DataType::kInt32: *reinterpret_cast<std::int32_t*>(p) = static_cast<std::int32_t>(value); break;
     case DataType::kInt64: *reinterpret_cast<std::int64_t*>(p) = static_cast<std::int64_t>(value); break;
-    case DataType::kFloat16: *reinterpret_cast<ddprun::Half*>(p) = ddprun::toHalf(static_cast<float>(value)); break;
-    case DataType::kBFloat16: *reinterpret_cast<ddprun::BFloat16*>(p) = ddprun::toBFloat16(static_cast<float>(value)); break;
+    case DataType::kFloat16: *reinterpret_cast<Half*>(p) = toHalf(static_cast<float>(value)); break;
+    case DataType::kBFloat16: *reinterpret_cast<BFloat16*>(p) = toBFloat16(static_cast<float>(value)); break;
   }
 }
 
@@ -81,8 +80,8 @@ void run(std::vector<unsigned char>& buffer, const std::function<void(void*)>& c
 
 double value(int r, std::size_t i) { return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3); }
 
-void checkAllReduce(ddprun::ProcessGroup& group, DataType type, ReduceOp op, std::size_t count) {
-  std::vector<unsigned char> buffer(count * ddprun::sizeOf(type));
+void checkAllReduce(ProcessGroup& group, DataType type, ReduceOp op, std::size_t count) {
+  std::vector<unsigned char> buffer(count * sizeOf(type));
   for (std::size_t i = 0; i < count; ++i) store(buffer, type, i, value(rank, i));
   run(buffer, [&](void* data) { group.allReduce(data, count, type, op); });
   for (std::size_t i = 0; i < count; ++i) {
@@ -100,14 +99,14 @@ void checkAllReduce(ddprun::ProcessGroup& group, DataType type, ReduceOp op, std
       expected = isInteger(type) ? static_cast<double>(static_cast<long long>(expected) / world)
                                  : expected / world;
       // The result is the sum divided in the element's own type: round the expectation the same way.
-      std::vector<unsigned char> one(ddprun::sizeOf(type));
+      std::vector<unsigned char> one(sizeOf(type));
       store(one, type, 0, expected);
       expected = load(one, type, 0);
     }
     const double got = load(buffer, type, i);
     if (got != expected) {
-      mismatch("all_reduce " + std::string(ddprun::toString(op)) + " " +
-               std::string(ddprun::toString(type)) + " count " + std::to_string(count) +
+      mismatch("all_reduce " + std::string(toString(op)) + " " +
+               std::string(toString(type)) + " count " + std::to_string(count) +
                " element " + std::to_string(i) + ": got " + std::to_string(got) + ", expected " +
                std::to_string(expected));
     }
@@ -115,23 +114,23 @@ void checkAllReduce(ddprun::ProcessGroup& group, DataType type, ReduceOp op, std
   ++checks;
 }
 
-void checkBroadcast(ddprun::ProcessGroup& group, DataType type, std::size_t count, int root) {
-  std::vector<unsigned char> buffer(count * ddprun::sizeOf(type));
+void checkBroadcast(ProcessGroup& group, DataType type, std::size_t count, int root) {
+  std::vector<unsigned char> buffer(count * sizeOf(type));
   for (std::size_t i = 0; i < count; ++i) {
     store(buffer, type, i, rank == root ? root * 16 + static_cast<double>(i % 8) : -1);
   }
   run(buffer, [&](void* data) { group.broadcast(data, count, type, root); });
   for (std::size_t i = 0; i < count; ++i) {
     if (load(buffer, type, i) != root * 16 + static_cast<double>(i % 8)) {
-      mismatch("broadcast from " + std::to_string(root) + " " + std::string(ddprun::toString(type)) +
+      mismatch("broadcast from " + std::to_string(root) + " " + std::string(toString(type)) +
                " element " + std::to_string(i));
     }
   }
   ++checks;
 }
 
-void checkAllGather(ddprun::ProcessGroup& group, DataType type, std::size_t count, bool inPlace) {
-  const std::size_t size = ddprun::sizeOf(type);
+void checkAllGather(ProcessGroup& group, DataType type, std::size_t count, bool inPlace) {
+  const std::size_t size = sizeOf(type);
   std::vector<unsigned char> output(count * size * static_cast<std::size_t>(world));
   std::vector<unsigned char> input(count * size);
   for (std::size_t i = 0; i < count; ++i) {
@@ -159,7 +158,7 @@ void checkAllGather(ddprun::ProcessGroup& group, DataType type, std::size_t coun
     for (std::size_t i = 0; i < count; ++i) {
       if (load(output, type, static_cast<std::size_t>(r) * count + i) != r * 10 + static_cast<double>(i % 10)) {
         mismatch("all_gather " + std::string(inPlace ? "in place " : "") +
-                 std::string(ddprun::toString(type)) + " block " + std::to_string(r) + " element " +
+                 std::string(toString(type)) + " block " + std::to_string(r) + " element " +
                  std::to_string(i));
       }
     }
@@ -167,7 +166,7 @@ void checkAllGather(ddprun::ProcessGroup& group, DataType type, std::size_t coun
   ++checks;
 }
 
-void checkBarrierOrdering(ddprun::ProcessGroup& group) {
+void checkBarrierOrdering(ProcessGroup& group) {
   const char* dir = std::getenv("DDPRUN_CHECK_DIR");
   if (dir == nullptr) return;
   for (int round = 0; round < 3; ++round) {
@@ -193,7 +192,7 @@ void checkBarrierOrdering(ddprun::ProcessGroup& group) {
 int main(int argc, char** argv) {
   onDevice = argc > 1 && std::string(argv[1]) == "--device";
   try {
-    auto group = ddprun::ProcessGroup::init();
+    auto group = ProcessGroup::init();
     rank = group->rank();
     world = group->worldSize();
     const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
@@ -215,8 +214,8 @@ int main(int argc, char** argv) {
     checkBarrierOrdering(*group);
     group->shutdown();
     std::printf("rank %d: %d checks passed (backend %s, world %d)\n", rank, checks,
-                std::string(ddprun::toString(group->backend())).c_str(), world);
-  } catch (const ddprun::RuntimeError& error) {
+                std::string(toString(group->backend())).c_str(), world);
+  } catch (const RuntimeError& error) {
     std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
     return 1;
   }

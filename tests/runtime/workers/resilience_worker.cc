@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
 
   int rank = -1;
   try {
-    auto group = ddprun::ProcessGroup::init();
+    auto group = ddprun::runtime::ProcessGroup::init();
     rank = group->rank();
     const int world = group->worldSize();
     if (attempt == 0 && rank == faultRank && fault == "exit-after-init") {
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       std::printf("checksum %lld attempt %d\n", static_cast<long long>(checksum), attempt);
       std::fflush(stdout);
     }
-  } catch (const ddprun::RuntimeError& error) {
+  } catch (const ddprun::runtime::RuntimeError& error) {
     std::fprintf(stderr, "rank %d: collective failed: %s\n", rank, error.what());
     return 1;
   }

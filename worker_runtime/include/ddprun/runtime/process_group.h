@@ -2,8 +2,8 @@
 // sets the same environment), with no Python anywhere. It is what PyTorch's ProcessGroupNCCL and
 // ProcessGroupGloo are to a PyTorch program.
 //
-//   auto group = ddprun::ProcessGroup::init();           // RANK, WORLD_SIZE, MASTER_ADDR, ...
-//   group->allReduce(grad.data(), grad.size(), ddprun::ReduceOp::kAvg);
+//   auto group = ddprun::runtime::ProcessGroup::init();  // RANK, WORLD_SIZE, MASTER_ADDR, ...
+//   group->allReduce(grad.data(), grad.size(), ddprun::runtime::ReduceOp::kAvg);
 //
 // Bootstrap: every rank connects to the store at MASTER_ADDR:MASTER_PORT (the ddprun agent's, or
 // one rank 0 starts itself when TORCHELASTIC_USE_AGENT_STORE is not "True", as torch's env://
@@ -24,7 +24,7 @@
 // stream waits on). Every call returns only once its result is in the buffer, so whatever the
 // program issues afterwards, on any stream, sees it.
 //
-// Errors: every failure throws ddprun::RuntimeError. A collective that cannot complete because a
+// Errors: every failure throws ddprun::runtime::RuntimeError. A collective that cannot complete because a
 // peer died, hung or was cut off throws kPeerFailure or kTimeout within RuntimeOptions::timeout;
 // the group is then broken (every later call throws kPeerFailure) and the process should exit
 // non-zero so the ddprun agent restarts the whole group.
@@ -46,9 +46,9 @@
 // The library is built with hidden visibility; this marks what it exports.
 #define DDPRUN_RUNTIME_API __attribute__((visibility("default")))
 
-namespace ddprun {
+namespace ddprun::runtime {
 
-enum class Backend { kAuto, kGloo, kNccl };
+enum class BackendKind { kAuto, kGloo, kNccl };
 enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kFloat16, kBFloat16 };
 // kAvg divides the sum by the world size (integer types: truncated toward zero).
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
@@ -66,11 +66,11 @@ DDPRUN_RUNTIME_API BFloat16 toBFloat16(float value);
 DDPRUN_RUNTIME_API float toFloat(BFloat16 value);
 
 DDPRUN_RUNTIME_API std::size_t sizeOf(DataType type);
-DDPRUN_RUNTIME_API std::string_view toString(Backend backend);
+DDPRUN_RUNTIME_API std::string_view toString(BackendKind backend);
 DDPRUN_RUNTIME_API std::string_view toString(DataType type);
 DDPRUN_RUNTIME_API std::string_view toString(ReduceOp op);
 // "auto", "gloo", "nccl" (any case). Throws RuntimeError(kInvalidArgument) naming the choices.
-DDPRUN_RUNTIME_API Backend parseBackend(std::string_view text);
+DDPRUN_RUNTIME_API BackendKind parseBackend(std::string_view text);
 
 template <typename T>
 constexpr DataType dataTypeOf();
@@ -108,7 +108,7 @@ struct DDPRUN_RUNTIME_API RuntimeOptions {
   int generation = 0;
   // Distinguishes several groups created in one process (each needs its own name).
   std::string groupName = "default";
-  Backend backend = Backend::kAuto;  // DDPRUN_BACKEND
+  BackendKind backend = BackendKind::kAuto;  // DDPRUN_BACKEND
   // Bound on connecting to the store, on bootstrap, and on every collective (DDPRUN_TIMEOUT,
   // seconds). A peer that neither answers nor closes its connection is reported after this long.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
@@ -131,7 +131,7 @@ struct DDPRUN_RUNTIME_API RuntimeOptions {
 };
 
 namespace detail {
-class Backend;
+class Collectives;
 }  // namespace detail
 
 class DDPRUN_RUNTIME_API ProcessGroup {
@@ -147,7 +147,7 @@ class DDPRUN_RUNTIME_API ProcessGroup {
 
   int rank() const;
   int worldSize() const;
-  Backend backend() const;  // the one chosen (never kAuto)
+  BackendKind backend() const;  // the one chosen (never kAuto)
   // NCCL: the CUDA device this rank uses; Gloo: -1.
   int device() const;
 
@@ -181,12 +181,12 @@ class DDPRUN_RUNTIME_API ProcessGroup {
   }
 
  private:
-  explicit ProcessGroup(std::unique_ptr<detail::Backend> backend);
+  explicit ProcessGroup(std::unique_ptr<detail::Collectives> collectives);
   void checkUsable() const;
 
-  std::unique_ptr<detail::Backend> backend_;
+  std::unique_ptr<detail::Collectives> collectives_;
   bool broken_ = false;
   bool shutDown_ = false;
 };
 
-}  // namespace ddprun
+}  // namespace ddprun::runtime

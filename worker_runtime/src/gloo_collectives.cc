@@ -22,11 +22,12 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "backend.h"
+#include "collectives.h"
+#include "ddprun/common/local_address.h"
 #include "ddprun/rendezvous/errors.h"
 #include "host_reduce.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -99,18 +100,21 @@ void setInput(Options& options, const void* data, std::size_t count, DataType ty
   }
 }
 
-class GlooBackend final : public Backend {
+class GlooCollectives final : public Collectives {
  public:
-  GlooBackend(const RuntimeOptions& options, Bootstrap bootstrap)
+  GlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap)
       : rank_(options.rank), worldSize_(options.worldSize), timeout_(options.timeout),
         bootstrap_(std::move(bootstrap)) {
     gloo::transport::tcp::attr attr;
     if (!options.glooInterface.empty()) {
       attr.iface = options.glooInterface;
     } else {
+      // The address peers on other hosts or network namespaces can reach us at.
       attr.hostname = !options.glooAddress.empty()
                           ? options.glooAddress
-                          : localAddressToward(options.masterAddr, options.masterPort);
+                          : common::localAddressToward(options.masterAddr,
+                                                       static_cast<std::uint16_t>(options.masterPort))
+                                .value_or("");
     }
     ignoreSigpipeUnlessHandled();
     const auto start = Clock::now();
@@ -123,7 +127,7 @@ class GlooBackend final : public Backend {
     });
   }
 
-  ddprun::Backend kind() const override { return ddprun::Backend::kGloo; }
+  BackendKind kind() const override { return BackendKind::kGloo; }
   int rank() const override { return rank_; }
   int worldSize() const override { return worldSize_; }
 
@@ -251,8 +255,8 @@ class GlooBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeGlooBackend(const RuntimeOptions& options, Bootstrap bootstrap) {
-  return std::make_unique<GlooBackend>(options, std::move(bootstrap));
+std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap) {
+  return std::make_unique<GlooCollectives>(options, std::move(bootstrap));
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

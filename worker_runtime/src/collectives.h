@@ -1,6 +1,6 @@
-// The interface each collective backend (Gloo, NCCL) implements behind ddprun::ProcessGroup.
-// ProcessGroup checks arguments and tracks the broken state; a backend only moves bytes and
-// turns its library's failures into RuntimeError.
+// Collectives: the interface each backend (Gloo, NCCL) implements behind
+// ddprun::runtime::ProcessGroup. ProcessGroup checks arguments and tracks the broken state; an
+// implementation only moves bytes and turns its library's failures into RuntimeError.
 #pragma once
 
 #include <cstddef>
@@ -9,13 +9,14 @@
 #include "bootstrap.h"
 #include "ddprun/runtime/process_group.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 
-class Backend {
+// Thread safety: none; ProcessGroup calls one method at a time, from one thread at a time.
+class Collectives {
  public:
-  virtual ~Backend() = default;
+  virtual ~Collectives() = default;
 
-  virtual ddprun::Backend kind() const = 0;
+  virtual BackendKind kind() const = 0;
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
   virtual int device() const { return -1; }
@@ -28,16 +29,16 @@ class Backend {
   virtual void shutdown() = 0;
 };
 
-std::unique_ptr<Backend> makeGlooBackend(const RuntimeOptions& options, Bootstrap bootstrap);
+std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap);
 
 // Whether this build has NCCL, and (when it has) why it cannot be used here; empty when it can.
 bool builtWithNccl();
 std::string ncclUnusableReason();
-std::unique_ptr<Backend> makeNcclBackend(const RuntimeOptions& options, Bootstrap bootstrap);
+std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap);
 
 // Whether `pointer` is CUDA device memory the CPU cannot read (managed memory it can). Never
 // creates a CUDA context: false unless the process has loaded the CUDA driver; always false in a
 // build without CUDA (device_memory.cc, nccl_unavailable.cc).
 bool isDeviceMemory(const void* pointer);
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

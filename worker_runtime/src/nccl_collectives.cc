@@ -26,10 +26,11 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include "backend.h"
+#include "collectives.h"
+#include "ddprun/common/worker_env_names.h"
 #include "ddprun/rendezvous/errors.h"
 
-namespace ddprun::detail {
+namespace ddprun::runtime::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -115,13 +116,13 @@ ncclRedOp_t ncclOpOf(ReduceOp op) {
 }
 
 std::string visibleDevices() {
-  const char* value = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* value = std::getenv(common::kEnvCudaVisibleDevices);
   return value == nullptr ? std::string("unset") : std::string(value);
 }
 
-class NcclBackend final : public Backend {
+class NcclCollectives final : public Collectives {
  public:
-  NcclBackend(const RuntimeOptions& options, Bootstrap bootstrap)
+  NcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap)
       : rank_(options.rank), worldSize_(options.worldSize), timeout_(options.timeout),
         bootstrap_(std::move(bootstrap)) {
     int count = 0;
@@ -183,9 +184,9 @@ class NcclBackend final : public Backend {
     settle("ncclCommInitRank", start);
   }
 
-  ~NcclBackend() override { shutdown(); }
+  ~NcclCollectives() override { shutdown(); }
 
-  ddprun::Backend kind() const override { return ddprun::Backend::kNccl; }
+  BackendKind kind() const override { return BackendKind::kNccl; }
   int rank() const override { return rank_; }
   int worldSize() const override { return worldSize_; }
   int device() const override { return device_; }
@@ -409,8 +410,8 @@ std::string ncclUnusableReason() {
   return {};
 }
 
-std::unique_ptr<Backend> makeNcclBackend(const RuntimeOptions& options, Bootstrap bootstrap) {
-  return std::make_unique<NcclBackend>(options, std::move(bootstrap));
+std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap) {
+  return std::make_unique<NcclCollectives>(options, std::move(bootstrap));
 }
 
-}  // namespace ddprun::detail
+}  // namespace ddprun::runtime::detail

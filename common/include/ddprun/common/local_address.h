@@ -1,0 +1,17 @@
+// The address other hosts can reach this one at: the agent advertises it to the other nodes, and
+// the runtime's Gloo backend listens on it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ddprun::common {
+
+// The local address the kernel would use as the source of packets to host:port ("10.0.0.5", or an
+// IPv6 address in text form), found with a UDP connect and getsockname: no packet is sent and
+// nothing needs to listen at host:port. Port 0 stands for any port (the route rarely depends on
+// it). Nothing when `host` does not resolve or no route leads to it. Blocks in name resolution.
+std::optional<std::string> localAddressToward(const std::string& host, std::uint16_t port);
+
+}  // namespace ddprun::common

@@ -1,0 +1,45 @@
+// The names of the variables in each worker's environment (torchrun's contract plus ddprun's own,
+// docs/env_contract.md), written once: the launcher sets them (launcher/src/worker_env.cc) and the
+// worker runtime reads them (worker_runtime/src/options.cc).
+#pragma once
+
+namespace ddprun::common {
+
+// The worker's place in the job.
+inline constexpr const char* kEnvRank = "RANK";
+inline constexpr const char* kEnvLocalRank = "LOCAL_RANK";
+inline constexpr const char* kEnvWorldSize = "WORLD_SIZE";
+inline constexpr const char* kEnvLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kEnvGroupRank = "GROUP_RANK";
+inline constexpr const char* kEnvGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kEnvRoleRank = "ROLE_RANK";
+inline constexpr const char* kEnvRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kEnvRoleName = "ROLE_NAME";
+
+// The store the workers rendezvous through.
+inline constexpr const char* kEnvMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kEnvMasterPort = "MASTER_PORT";
+
+// torchelastic's job variables.
+inline constexpr const char* kEnvTorchelasticRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kEnvTorchelasticRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kEnvTorchelasticMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kEnvTorchelasticUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kEnvTorchelasticErrorFile = "TORCHELASTIC_ERROR_FILE";
+inline constexpr const char* kEnvTorchelasticSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+// The value of kEnvTorchelasticUseAgentStore that means "the agent hosts the store" (Python's
+// str(True)); anything else makes rank 0 host one, as torch's env:// does.
+inline constexpr const char* kAgentStoreEnabled = "True";
+
+// Library settings the launcher sets unless the user did.
+inline constexpr const char* kEnvNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";  // torch 1.x
+inline constexpr const char* kEnvTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kEnvOmpNumThreads = "OMP_NUM_THREADS";
+inline constexpr const char* kEnvCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
+
+// ddprun's own: the job-global rendezvous round, and the token that marks an agent's workers and
+// everything they start.
+inline constexpr const char* kEnvDdprunGeneration = "DDPRUN_GENERATION";
+inline constexpr const char* kEnvDdprunAgent = "DDPRUN_AGENT";
+
+}  // namespace ddprun::common

@@ -1,0 +1,111 @@
+// ddprun::common: the helpers the launcher and the runtime share.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "ddprun/common/local_address.h"
+#include "ddprun/common/path_lookup.h"
+#include "ddprun/common/signal_names.h"
+#include "ddprun/common/template.h"
+#include "ddprun/common/worker_env_names.h"
+#include "temp_dir.h"
+
+using namespace ddprun::common;
+
+namespace {
+
+void writeFile(const std::string& path, mode_t mode) {
+  std::ofstream(path) << "#!/bin/sh\n";
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("safeSubstitute behaves like string.Template.safe_substitute", "[common]") {
+  const std::map<std::string, std::string> values = {{"local_rank", "3"}, {"rank", "11"}};
+  CHECK(safeSubstitute("--ckpt=/ckpt/${local_rank}", values) == "--ckpt=/ckpt/3");
+  CHECK(safeSubstitute("$local_rank/$rank", values) == "3/11");
+  CHECK(safeSubstitute("${rank}x$rank", values) == "11x11");
+  CHECK(safeSubstitute("cost $$5", values) == "cost $5");
+  CHECK(safeSubstitute("$$local_rank", values) == "$local_rank");
+  // Unknown and malformed placeholders stay as written.
+  CHECK(safeSubstitute("$rank_x ${nope} $nope", values) == "$rank_x ${nope} $nope");
+  CHECK(safeSubstitute("$ $1 ${} ${ra nk} ${rank", values) == "$ $1 ${} ${ra nk} ${rank");
+  CHECK(safeSubstitute("end$", values) == "end$");
+  CHECK(safeSubstitute("", values).empty());
+  CHECK(safeSubstitute("$rank", {}) == "$rank");
+  // A substituted value is not substituted again.
+  CHECK(safeSubstitute("${a}", {{"a", "$rank"}, {"rank", "no"}}) == "$rank");
+}
+
+TEST_CASE("signal names: Python's spelling, real-time signals and unknown numbers", "[common]") {
+  CHECK(signalName(SIGTERM) == "SIGTERM");
+  CHECK(signalName(SIGSEGV) == "SIGSEGV");
+  CHECK(signalName(SIGRTMIN) == "SIGRTMIN");
+  CHECK(signalName(SIGRTMIN + 2) == "SIGRTMIN+2");
+  CHECK(signalName(200) == "SIG200");
+  CHECK(signalNames({SIGTERM, SIGINT, SIGHUP, SIGQUIT}) == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  CHECK(signalNames({}).empty());
+}
+
+TEST_CASE("findExecutable searches like execvp", "[common]") {
+  ddprun::test::TempDir first;
+  ddprun::test::TempDir second;
+  writeFile(first.path + "/tool", 0644);  // not executable: skipped
+  writeFile(second.path + "/tool", 0755);
+  REQUIRE(::mkdir((first.path + "/dir").c_str(), 0755) == 0);  // a directory never matches
+  const std::string path = first.path + ":" + second.path;
+
+  CHECK(findExecutable("tool", path) == second.path + "/tool");
+  CHECK_FALSE(findExecutable("dir", path));
+  CHECK_FALSE(findExecutable("missing", path));
+  CHECK_FALSE(findExecutable("", path));
+  // A name with '/' is not searched for.
+  CHECK(findExecutable(second.path + "/tool", "/nonexistent") == second.path + "/tool");
+  CHECK_FALSE(findExecutable(first.path + "/tool", second.path));
+  CHECK_FALSE(findExecutable("sub/tool", second.path));
+  CHECK(isExecutableFile(second.path + "/tool"));
+  CHECK_FALSE(isExecutableFile(first.path + "/tool"));
+
+  // PATH from an environment map; without one, execvp's default.
+  CHECK(findExecutable("tool", std::map<std::string, std::string>{{"PATH", path}}) ==
+        second.path + "/tool");
+  CHECK(findExecutable("sh", std::map<std::string, std::string>{}).value_or("").ends_with("/sh"));
+  CHECK(std::string(kDefaultSearchPath) == "/bin:/usr/bin");
+}
+
+TEST_CASE("findExecutable: an empty PATH entry is the working directory", "[common]") {
+  ddprun::test::TempDir dir;
+  writeFile(dir.path + "/here", 0755);
+  char previous[4096] = {};
+  REQUIRE(::getcwd(previous, sizeof previous) != nullptr);
+  REQUIRE(::chdir(dir.path.c_str()) == 0);
+  const auto leading = findExecutable("here", ":/nonexistent");
+  const auto trailing = findExecutable("here", "/nonexistent:");
+  const auto middle = findExecutable("here", "/nonexistent::/also-not");
+  REQUIRE(::chdir(previous) == 0);
+  CHECK(leading == "./here");
+  CHECK(trailing == "./here");
+  CHECK(middle == "./here");
+}
+
+TEST_CASE("localAddressToward names the source address of the route", "[common]") {
+  CHECK(localAddressToward("127.0.0.1", 29500) == "127.0.0.1");
+  CHECK(localAddressToward("127.0.0.5", 0) == "127.0.0.1");  // port 0: any port
+  CHECK_FALSE(localAddressToward("no-such-host.invalid", 1));
+  if (const auto v6 = localAddressToward("::1", 1)) CHECK(*v6 == "::1");  // hosts without IPv6 skip
+}
+
+TEST_CASE("worker environment names are torchrun's", "[common]") {
+  CHECK(std::string(kEnvRank) == "RANK");
+  CHECK(std::string(kEnvLocalRank) == "LOCAL_RANK");
+  CHECK(std::string(kEnvTorchelasticUseAgentStore) == "TORCHELASTIC_USE_AGENT_STORE");
+  CHECK(std::string(kAgentStoreEnabled) == "True");
+  CHECK(std::string(kEnvDdprunAgent) == "DDPRUN_AGENT");
+}
