@@ -10,7 +10,7 @@
 
 #include "cli.h"
 #include "ddprun/launcher/agent.h"
-#include "process_group.h"
+#include "guardian.h"
 
 extern char** environ;
 

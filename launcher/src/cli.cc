@@ -32,6 +32,8 @@
 #include <thread>
 #include <utility>
 
+#include "ddprun/common/path_lookup.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -514,29 +516,9 @@ bool isDirectory(const std::string& path) {
   return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
 }
 
-bool isExecutableFile(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
-}
-
 bool pathExists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
-}
-
-// The search execvp does for a name without '/': PATH (glibc's default when unset), an empty
-// entry meaning the working directory.
-std::optional<std::string> findOnPath(std::string_view name, const Environment& environment) {
-  const std::string* path = lookup(environment, "PATH");
-  const std::string_view directories = path != nullptr ? std::string_view(*path) : "/bin:/usr/bin";
-  for (const auto directory : split(directories, ':')) {
-    std::string candidate = directory.empty() ? "." : std::string(directory);
-    candidate += '/';
-    candidate += name;
-    if (isExecutableFile(candidate)) return candidate;
-  }
-  return std::nullopt;
 }
 
 std::string absolutePath(const std::string& path) {
@@ -728,64 +710,91 @@ HostPort parseEndpoint(const GivenValue& given) {
   return endpoint;
 }
 
-// What each --rdzv-conf key holds; ddprun checks values now instead of at rendezvous time.
-enum class ConfKind { kSeconds, kCount, kBoolean, kStoreType, kIgnored };
+// What each --rdzv-conf key holds; ddprun checks values now instead of at rendezvous time, and
+// stores them typed (RendezvousSettings), so nothing downstream parses text.
+enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored };
+
+using Seconds = std::chrono::milliseconds RendezvousSettings::*;
 
 struct ConfKey {
   std::string_view name;
   ConfKind kind;
+  Seconds seconds = nullptr;  // kSeconds: the field it sets
 };
 
+// `timeout` (the static backend's join timeout) is handled by resolveRendezvous.
 constexpr ConfKey kRdzvConfKeys[] = {
-    {"join_timeout", ConfKind::kSeconds},
-    {"last_call_timeout", ConfKind::kSeconds},
-    {"close_timeout", ConfKind::kSeconds},
-    {"heartbeat_timeout", ConfKind::kSeconds},
-    {"keep_alive_interval", ConfKind::kSeconds},
+    {"join_timeout", ConfKind::kSeconds, &RendezvousSettings::joinTimeout},
+    {"last_call_timeout", ConfKind::kSeconds, &RendezvousSettings::lastCallTimeout},
+    {"close_timeout", ConfKind::kSeconds, &RendezvousSettings::closeTimeout},
+    {"heartbeat_timeout", ConfKind::kOptionalSeconds},
+    {"keep_alive_interval", ConfKind::kSeconds, &RendezvousSettings::keepAliveInterval},
     {"keep_alive_max_attempt", ConfKind::kCount},
-    {"timeout", ConfKind::kSeconds},
-    {"read_timeout", ConfKind::kSeconds},
+    {"timeout", ConfKind::kOptionalSeconds},
+    {"read_timeout", ConfKind::kSeconds, &RendezvousSettings::readTimeout},
     {"is_host", ConfKind::kBoolean},
     {"store_type", ConfKind::kStoreType},
     {"use_libuv", ConfKind::kIgnored},  // TCPStore flavour in torch; ddprun's store is its own
-    {"exit_barrier_timeout", ConfKind::kSeconds},  // ddprun extra
+    {"exit_barrier_timeout", ConfKind::kSeconds, &RendezvousSettings::exitBarrierTimeout},  // ddprun extra
 };
 
-// One key=value: returns the value to keep (normalised where consumers compare strings).
-std::string checkRdzvConfValue(const GivenValue& given, ConfKind kind, std::string_view key,
-                               std::string_view value) {
+// --rdzv-conf as given: the typed settings, plus what depends on the backend (resolved later).
+struct RdzvConf {
+  RendezvousSettings settings;
+  std::optional<std::chrono::milliseconds> staticTimeout;  // `timeout`
+  bool joinTimeoutGiven = false;
+};
+
+std::chrono::milliseconds secondsValue(const GivenValue& given, std::string_view key,
+                                       std::string_view value) {
+  const auto seconds = parseFiniteNumber(value);
+  if (!seconds || *seconds <= 0) {
+    throw UsageError(fmt::format("{}: {} is not a positive number of seconds; e.g. {}=60",
+                                 printable(given.origin), quote(fmt::format("{}={}", key, value)),
+                                 key));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000));
+}
+
+// One key=value into `conf`.
+void applyRdzvConfValue(const GivenValue& given, const ConfKey& known, std::string_view value,
+                        RdzvConf& conf) {
+  const std::string_view key = known.name;
   const std::string entry = fmt::format("{}={}", key, value);
-  switch (kind) {
-    case ConfKind::kSeconds: {
-      const auto seconds = parseFiniteNumber(value);
-      if (!seconds || *seconds <= 0) {
-        throw UsageError(fmt::format("{}: {} is not a positive number of seconds; e.g. {}=60",
-                                     printable(given.origin), quote(entry), key));
-      }
-      return std::string(value);
-    }
+  RendezvousSettings& settings = conf.settings;
+  switch (known.kind) {
+    case ConfKind::kSeconds:
+      settings.*known.seconds = secondsValue(given, key, value);
+      conf.joinTimeoutGiven = conf.joinTimeoutGiven || key == "join_timeout";
+      return;
+    case ConfKind::kOptionalSeconds:
+      (key == "timeout" ? conf.staticTimeout : settings.heartbeatTimeout) = secondsValue(given, key, value);
+      return;
     case ConfKind::kCount: {
       const auto count = parseWholeNumber(value);
       if (!count || *count < 1) {
         throw UsageError(fmt::format("{}: {} is not a whole number >= 1; e.g. {}=3",
                                      printable(given.origin), quote(entry), key));
       }
-      return std::string(value);
+      settings.keepAliveMaxAttempts = static_cast<int>(std::min<long long>(*count, 1000000));
+      return;
     }
     case ConfKind::kBoolean: {
       const std::string word = lowerCase(value);
       if (word == "1" || word == "true" || word == "t" || word == "yes" || word == "y") {
-        return "true";
+        settings.isHost = true;
+        return;
       }
       if (word == "0" || word == "false" || word == "f" || word == "no" || word == "n") {
-        return "false";
+        settings.isHost = false;
+        return;
       }
       throw UsageError(fmt::format("{}: {} is not a boolean; use {}=true or {}=false",
                                    printable(given.origin), quote(entry), key, key));
     }
     case ConfKind::kStoreType: {
       const std::string type = lowerCase(value);
-      if (type == "tcp") return type;
+      if (type == "tcp") return;
       if (type == "file") {
         throw UsageError(fmt::format(
             "{}: store_type=file (a FileStore on a shared file system) is not supported by ddprun; "
@@ -796,17 +805,15 @@ std::string checkRdzvConfValue(const GivenValue& given, ConfKind kind, std::stri
                                    printable(given.origin), quote(value)));
     }
     case ConfKind::kIgnored:
-      return std::string(value);
+      return;
   }
-  return std::string(value);
 }
 
 // k=v,k2=v2 with keys and values stripped. Unknown keys are warned about and dropped (torchrun
 // drops them silently, so a typo such as join_timout=5 goes unnoticed). Unlike torchrun, an
 // empty entry (a trailing comma) is tolerated.
-std::map<std::string, std::string> parseRdzvConf(const GivenValue& given,
-                                                 std::vector<std::string>& warnings) {
-  std::map<std::string, std::string> conf;
+RdzvConf parseRdzvConf(const GivenValue& given, std::vector<std::string>& warnings) {
+  RdzvConf conf;
   if (trim(given.value).empty()) return conf;
   for (const auto item : split(given.value, ',')) {
     if (trim(item).empty()) continue;
@@ -834,7 +841,7 @@ std::map<std::string, std::string> parseRdzvConf(const GivenValue& given,
                                      printable(given.origin), quote(key), names));
       continue;
     }
-    conf[std::string(key)] = checkRdzvConfValue(given, known->kind, key, value);
+    applyRdzvConfValue(given, *known, value, conf);
   }
   return conf;
 }
@@ -1032,7 +1039,7 @@ std::string resolvePython(const Environment& environment) {
   const std::string* pythonExec = lookup(environment, "PYTHON_EXEC");
   if (pythonExec != nullptr && !pythonExec->empty()) {  // an empty PYTHON_EXEC counts as unset
     if (pythonExec->find('/') != std::string::npos) {
-      if (!isExecutableFile(*pythonExec)) {
+      if (!common::isExecutableFile(*pythonExec)) {
         throw UsageError(
             fmt::format("PYTHON_EXEC {} is not an executable file; point it at a "
                         "Python interpreter or unset it",
@@ -1040,14 +1047,14 @@ std::string resolvePython(const Environment& environment) {
       }
       return *pythonExec;
     }
-    if (const auto found = findOnPath(*pythonExec, environment)) return absolutePath(*found);
+    if (const auto found = common::findExecutable(*pythonExec, environment)) return absolutePath(*found);
     throw UsageError(
         fmt::format("PYTHON_EXEC {} is not found on PATH; give the interpreter's full "
                     "path or unset it",
                     quote(*pythonExec)));
   }
   // Not canonicalised: a virtualenv's python is a symlink that must keep its own path.
-  if (const auto found = findOnPath("python3", environment)) return absolutePath(*found);
+  if (const auto found = common::findExecutable("python3", environment)) return absolutePath(*found);
   throw UsageError(
       "no python3 on PATH and PYTHON_EXEC is not set; install Python 3, set "
       "PYTHON_EXEC=/path/to/python, or run an executable with --no-python");
@@ -1066,8 +1073,8 @@ std::string missingScriptMessage(const std::string& script) {
 std::string resolveExplicitExecutable(const std::string& script, const GivenValue& noPython,
                                       const Environment& environment) {
   if (script.find('/') == std::string::npos) {
-    if (const auto found = findOnPath(script, environment)) return *found;
-    if (isExecutableFile(script)) {
+    if (const auto found = common::findExecutable(script, environment)) return *found;
+    if (common::isExecutableFile(script)) {
       throw UsageError(
           fmt::format("{}: {} is not on PATH; to run the file in the working directory write ./{}",
                       printable(noPython.origin), quote(script), printable(script)));
@@ -1088,7 +1095,7 @@ std::string resolveExplicitExecutable(const std::string& script, const GivenValu
         fmt::format("{}: {} is a directory, not an executable; give the program's path",
                     printable(noPython.origin), quote(script)));
   }
-  if (!isExecutableFile(script)) {
+  if (!common::isExecutableFile(script)) {
     throw UsageError(fmt::format("{}: {} is not executable; chmod +x it or drop {}",
                                  printable(noPython.origin), quote(script),
                                  printable(noPython.origin)));
@@ -1117,9 +1124,9 @@ std::optional<std::string> notPythonKind(const std::string& path) {
 // script) runs directly, so existing training binaries work without --no-python; a
 // non-executable file runs under Python, as torchrun would, unless it plainly is not Python.
 void detectEntry(LaunchConfig& config, const Environment& environment) {
-  const std::string& script = config.trainingScript;
+  const std::string& script = config.entry.script;
   const bool bareName = script.find('/') == std::string::npos;
-  config.entryKind = EntryKind::kPythonScript;
+  config.entry.kind = EntryKind::kPythonScript;
   if (pathExists(script)) {
     if (isDirectory(script)) {
       if (!pathExists(script + "/__main__.py")) {
@@ -1130,9 +1137,9 @@ void detectEntry(LaunchConfig& config, const Environment& environment) {
       }
       return;
     }
-    if (!script.ends_with(".py") && isExecutableFile(script)) {
-      config.entryKind = EntryKind::kExecutable;
-      config.executable = bareName ? "./" + script : script;
+    if (!script.ends_with(".py") && common::isExecutableFile(script)) {
+      config.entry.kind = EntryKind::kExecutable;
+      config.entry.executable = bareName ? "./" + script : script;
     } else if (const auto kind = script.ends_with(".py") ? std::nullopt : notPythonKind(script)) {
       throw UsageError(fmt::format("training script {} is {} but not executable; chmod +x it",
                                    quote(script), *kind));
@@ -1140,9 +1147,9 @@ void detectEntry(LaunchConfig& config, const Environment& environment) {
     return;
   }
   if (bareName && !script.ends_with(".py")) {
-    if (const auto found = findOnPath(script, environment)) {
-      config.entryKind = EntryKind::kExecutable;
-      config.executable = *found;
+    if (const auto found = common::findExecutable(script, environment)) {
+      config.entry.kind = EntryKind::kExecutable;
+      config.entry.executable = *found;
       return;
     }
   }
@@ -1155,11 +1162,11 @@ void resolveEntry(const Arguments& arguments, int argc, const char* const* argv,
   if (scriptIndex < 0 || scriptIndex >= argc || argv[scriptIndex] == nullptr) {
     throw UsageError("missing the training script: ddprun [options] script.py [args]");
   }
-  config.trainingScript = argv[scriptIndex];
+  config.entry.script = argv[scriptIndex];
   for (int i = scriptIndex + 1; i < argc; ++i) {
-    config.trainingScriptArgs.emplace_back(argv[i] == nullptr ? "" : argv[i]);
+    config.entry.args.emplace_back(argv[i] == nullptr ? "" : argv[i]);
   }
-  if (config.trainingScript.empty()) {
+  if (config.entry.script.empty()) {
     throw UsageError("the training script is an empty string: ddprun [options] script.py [args]");
   }
 
@@ -1174,23 +1181,23 @@ void resolveEntry(const Arguments& arguments, int argc, const char* const* argv,
                                               printable(runPath->origin)));
       }
     }
-    if (!pathExists(config.trainingScript)) {
-      throw UsageError(missingScriptMessage(config.trainingScript));
+    if (!pathExists(config.entry.script)) {
+      throw UsageError(missingScriptMessage(config.entry.script));
     }
-    config.entryKind = EntryKind::kRunPath;
+    config.entry.kind = EntryKind::kRunPath;
   } else if (module != nullptr && noPython != nullptr) {
     throw UsageError(
         fmt::format("{} and {} cannot be used together: a module needs Python; drop one of them",
                     printable(module->origin), printable(noPython->origin)));
   } else if (module != nullptr) {
-    config.entryKind = EntryKind::kPythonModule;
+    config.entry.kind = EntryKind::kPythonModule;
   } else if (noPython != nullptr) {
-    config.entryKind = EntryKind::kExecutable;
-    config.executable = resolveExplicitExecutable(config.trainingScript, *noPython, environment);
+    config.entry.kind = EntryKind::kExecutable;
+    config.entry.executable = resolveExplicitExecutable(config.entry.script, *noPython, environment);
   } else {
     detectEntry(config, environment);
   }
-  if (config.entryKind != EntryKind::kExecutable) config.python = resolvePython(environment);
+  if (config.entry.kind != EntryKind::kExecutable) config.entry.python = resolvePython(environment);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1200,16 +1207,16 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   LaunchConfig& config = result.config;
   auto& warnings = result.warnings;
 
-  if (const auto* conf = arguments.given("rdzv-conf")) {
-    config.rdzvConf = parseRdzvConf(*conf, warnings);
-  }
+  RdzvConf conf;
+  if (const auto* given = arguments.given("rdzv-conf")) conf = parseRdzvConf(*given, warnings);
+  config.rdzv.settings = conf.settings;
 
   if (const auto* standalone = arguments.given("standalone")) {
-    if (config.maxNodes != 1) {
+    if (config.rdzv.maxNodes != 1) {
       throw UsageError(fmt::format(
           "{} is single-node but --nnodes allows {} nodes; drop --nnodes or use --rdzv-backend "
           "c10d with --rdzv-endpoint for a multi-node job",
-          printable(standalone->origin), config.maxNodes));
+          printable(standalone->origin), config.rdzv.maxNodes));
     }
     for (const auto name : {"rdzv-backend", "rdzv-endpoint", "rdzv-id"}) {
       if (const auto* ignored = arguments.given(name)) {
@@ -1219,23 +1226,25 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
                         printable(standalone->origin), label(*ignored)));
       }
     }
-    config.standalone = true;
-    config.rdzvBackend = RdzvBackend::kC10d;
-    config.rdzvEndpoint = "127.0.0.1:0";
-    config.rdzvHost = "127.0.0.1";
-    config.rdzvPort = 0;
-    config.rdzvId = randomRunId();
+    config.rdzv.standalone = true;
+    config.rdzv.backend = RdzvBackend::kC10d;
+    config.rdzv.endpoint = "127.0.0.1:0";
+    config.rdzv.host = "127.0.0.1";
+    config.rdzv.port = 0;
+    config.rdzv.runId = randomRunId();
     return;
   }
 
-  if (const auto* id = arguments.given("rdzv-id")) config.rdzvId = id->value;
+  if (const auto* id = arguments.given("rdzv-id")) config.rdzv.runId = id->value;
 
   const GivenValue backend = arguments.givenOr("rdzv-backend", "static");
   const std::string backendName(trim(backend.value));
   if (backendName == "static") {
-    config.rdzvBackend = RdzvBackend::kStatic;
+    config.rdzv.backend = RdzvBackend::kStatic;
+    // torchrun's static rendezvous waits `timeout` (its TCPStore timeout) for the nodes to come.
+    if (conf.staticTimeout && !conf.joinTimeoutGiven) config.rdzv.settings.joinTimeout = *conf.staticTimeout;
   } else if (backendName == "c10d") {
-    config.rdzvBackend = RdzvBackend::kC10d;
+    config.rdzv.backend = RdzvBackend::kC10d;
   } else if (backendName == "etcd" || backendName == "etcd-v2") {
     throw UsageError(fmt::format(
         "{}: etcd rendezvous is not supported by ddprun; use --rdzv-backend c10d", label(backend)));
@@ -1246,9 +1255,9 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
 
   const GivenValue* endpoint = arguments.given("rdzv-endpoint");
   const bool hasEndpoint = endpoint != nullptr && !trim(endpoint->value).empty();
-  if (hasEndpoint) config.rdzvEndpoint = std::string(trim(endpoint->value));
+  if (hasEndpoint) config.rdzv.endpoint = std::string(trim(endpoint->value));
 
-  if (config.rdzvBackend == RdzvBackend::kC10d) {
+  if (config.rdzv.backend == RdzvBackend::kC10d) {
     for (const auto name : {"master-addr", "master-port"}) {
       if (const auto* ignored = arguments.given(name); ignored != nullptr && !hasEndpoint) {
         warnings.push_back(
@@ -1260,12 +1269,12 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
     if (hasEndpoint) {
       const HostPort parsed = parseEndpoint(*endpoint);
       checkResolvable(parsed.host, *endpoint);
-      config.rdzvHost = parsed.host;
-      config.rdzvPort = parsed.port.value_or(kDefaultC10dPort);
+      config.rdzv.host = parsed.host;
+      config.rdzv.port = parsed.port.value_or(kDefaultC10dPort);
     } else {
-      config.rdzvHost = "localhost";
-      config.rdzvPort = kDefaultC10dPort;
-      if (config.maxNodes > 1) {
+      config.rdzv.host = "localhost";
+      config.rdzv.port = kDefaultC10dPort;
+      if (config.rdzv.maxNodes > 1) {
         warnings.push_back(fmt::format(
             "--rdzv-backend c10d without --rdzv-endpoint uses localhost:{}, which only works when "
             "every node runs on this host; give --rdzv-endpoint HOST:PORT",
@@ -1277,39 +1286,39 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
 
   // Static: node rank r of exactly MAX nodes; the store is at the endpoint if one is given,
   // else at --master-addr:--master-port.
-  if (config.minNodes != config.maxNodes) {
+  if (config.rdzv.minNodes != config.rdzv.maxNodes) {
     warnings.push_back(fmt::format(
         "--nnodes {}:{} with the static backend waits for exactly {} nodes; use --rdzv-backend "
         "c10d for an elastic range",
-        config.minNodes, config.maxNodes, config.maxNodes));
+        config.rdzv.minNodes, config.rdzv.maxNodes, config.rdzv.maxNodes));
   }
-  if (config.nodeRank >= config.maxNodes) {
+  if (config.rdzv.nodeRank >= config.rdzv.maxNodes) {
     const GivenValue rank = arguments.givenOr("node-rank", "0");
     throw UsageError(fmt::format(
         "{} is outside 0..{} for {} node{}; give a rank below the node count", label(rank),
-        config.maxNodes - 1, config.maxNodes, config.maxNodes == 1 ? "" : "s"));
+        config.rdzv.maxNodes - 1, config.rdzv.maxNodes, config.rdzv.maxNodes == 1 ? "" : "s"));
   }
-  const std::uint16_t port = config.masterPort.value_or(kDefaultMasterPort);
-  if (port == 0 && config.maxNodes > 1) {
+  const std::uint16_t port = config.rdzv.masterPort.value_or(kDefaultMasterPort);
+  if (port == 0 && config.rdzv.maxNodes > 1) {
     throw UsageError(fmt::format(
         "{} picks a free port, which the other {} nodes cannot know; give every node the same "
         "port, e.g. --master-port 29500",
-        label(arguments.givenOr("master-port", "0")), config.maxNodes - 1));
+        label(arguments.givenOr("master-port", "0")), config.rdzv.maxNodes - 1));
   }
   if (hasEndpoint) {
     const HostPort parsed = parseEndpoint(*endpoint);
     checkResolvable(parsed.host, *endpoint);
-    config.rdzvHost = parsed.host;
-    config.rdzvPort = parsed.port.value_or(port);
+    config.rdzv.host = parsed.host;
+    config.rdzv.port = parsed.port.value_or(port);
   } else {
-    const GivenValue master = arguments.givenOr("master-addr", config.masterAddr);
+    const GivenValue master = arguments.givenOr("master-addr", config.rdzv.masterAddr);
     std::string host(trim(master.value));
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
     checkResolvable(host, master);
-    config.rdzvHost = host;
-    config.rdzvPort = port;
+    config.rdzv.host = host;
+    config.rdzv.port = port;
   }
 }
 
@@ -1407,7 +1416,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   LaunchConfig& config = result.config;
 
   if (const auto* nnodes = arguments.given("nnodes")) {
-    std::tie(config.minNodes, config.maxNodes) = parseNnodes(*nnodes);
+    std::tie(config.rdzv.minNodes, config.rdzv.maxNodes) = parseNnodes(*nnodes);
   }
   if (const auto* nproc = arguments.given("nproc-per-node")) {
     config.nprocPerNodeSpec = nproc->value;
@@ -1416,41 +1425,41 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
 
   if (const auto restarts = arguments.value<int>("max-restarts")) {
     checkNumber(arguments, "max-restarts", "restarts cannot be negative", "3", *restarts >= 0);
-    config.maxRestarts = *restarts;
+    config.restart.maxRestarts = *restarts;
   }
   if (const auto interval = arguments.value<double>("monitor-interval")) {
     checkNumber(arguments, "monitor-interval", "must be a positive number of seconds", "0.1",
                 std::isfinite(*interval) && *interval > 0 && *interval <= kMaxSeconds);
-    config.monitorInterval = *interval;
+    config.restart.monitorInterval = *interval;
   }
-  config.shutdownTimeout = resolveShutdownTimeout(arguments, environment);
+  config.restart.shutdownTimeout = resolveShutdownTimeout(arguments, environment);
   if (const auto* signals = arguments.given("signals-to-handle")) {
-    config.signalsToHandle = parseSignals(*signals);
+    config.restart.signalsToHandle = parseSignals(*signals);
   }
 
   if (const auto rank = arguments.value<int>("node-rank")) {
     checkNumber(arguments, "node-rank", "a node rank cannot be negative", "0", *rank >= 0);
-    config.nodeRank = *rank;
+    config.rdzv.nodeRank = *rank;
   }
   if (const auto port = arguments.value<int>("master-port")) {
     checkNumber(arguments, "master-port", "a port must be in 0..65535", "29500",
                 *port >= 0 && *port <= 65535);
-    config.masterPort = static_cast<std::uint16_t>(*port);
+    config.rdzv.masterPort = static_cast<std::uint16_t>(*port);
   }
   if (const auto* addr = arguments.given("master-addr")) {
     if (trim(addr->value).empty()) {
       throw UsageError(fmt::format("{} is empty; give the rank-0 node's address, e.g. {}",
                                    label(*addr), example(*addr, "node0")));
     }
-    config.masterAddr = std::string(trim(addr->value));
+    config.rdzv.masterAddr = std::string(trim(addr->value));
   }
   if (const auto* addr = arguments.given("local-addr")) {
-    config.localAddr = std::string(trim(addr->value));
+    config.rdzv.localAddr = std::string(trim(addr->value));
   }
 
   if (const auto* method = arguments.given("start-method")) {
     checkChoice(*method, {"spawn", "fork", "forkserver"});
-    config.startMethod = method->value;
+    config.entry.startMethod = method->value;
   }
   if (const auto* handler = arguments.given("event-log-handler")) {
     checkChoice(*handler, {"null", "console", "dynamic_rendezvous"});
@@ -1459,22 +1468,22 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   if (const auto* role = arguments.given("role")) config.role = role->value;
 
   if (const auto* redirects = arguments.given("redirects")) {
-    config.redirects = parseStreamSelection(*redirects);
+    config.logs.redirects = parseStreamSelection(*redirects);
   }
-  if (const auto* tee = arguments.given("tee")) config.tee = parseStreamSelection(*tee);
+  if (const auto* tee = arguments.given("tee")) config.logs.tee = parseStreamSelection(*tee);
   if (const auto* filter = arguments.given("local-ranks-filter")) {
-    config.localRanksFilter = parseLocalRanksFilter(*filter);
-    if (config.localRanksFilter && *config.localRanksFilter->rbegin() >= config.nprocPerNode) {
+    config.logs.localRanksFilter = parseLocalRanksFilter(*filter);
+    if (config.logs.localRanksFilter && *config.logs.localRanksFilter->rbegin() >= config.nprocPerNode) {
       result.warnings.push_back(
           fmt::format("{}: local rank {} does not exist with {} workers per node", label(*filter),
-                      *config.localRanksFilter->rbegin(), config.nprocPerNode));
+                      *config.logs.localRanksFilter->rbegin(), config.nprocPerNode));
     }
   }
   if (const auto* filters = arguments.given("duplicate-stdout-filters")) {
-    config.duplicateStdoutFilters = parseDuplicateFilters(filters->value);
+    config.logs.duplicateStdoutFilters = parseDuplicateFilters(filters->value);
   }
   if (const auto* filters = arguments.given("duplicate-stderr-filters")) {
-    config.duplicateStderrFilters = parseDuplicateFilters(filters->value);
+    config.logs.duplicateStderrFilters = parseDuplicateFilters(filters->value);
   }
   if (const auto* specs = arguments.given("logs-specs")) {
     throw UsageError(
@@ -1484,7 +1493,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   }
   if (const auto* numa = arguments.given("numa-binding")) {
     checkChoice(*numa, {"node", "socket", "exclusive", "core-complex"});
-    if (!findOnPath("numactl", environment)) {
+    if (!common::findExecutable("numactl", environment)) {
       throw UsageError(
           fmt::format("{} needs numactl on PATH; install it (apt-get install numactl) or drop {}",
                       label(*numa), printable(numa->origin)));
@@ -1498,7 +1507,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   resolveEntry(arguments, argc, argv, scriptIndex, environment, result);
   if (const auto* logDir = arguments.given("log-dir")) {
     checkLogDir(*logDir);
-    config.logDir = logDir->value;
+    config.logs.dir = logDir->value;
   }
   resolveRendezvous(arguments, result);
   return result;

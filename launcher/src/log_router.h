@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
+#include "worker_output.h"
 
 namespace boost::asio {
 class io_context;
@@ -58,13 +59,6 @@ struct LogRouterOptions {
   int consoleErr = 2;  // where workers' stderr lines go (not owned)
 };
 
-// The descriptors a worker gets as its fd 1 and 2 (the child dup2()s them). They are O_CLOEXEC,
-// so other workers never inherit them; they stay owned by the LogRouter.
-struct ChildStreams {
-  int out = -1;
-  int err = -1;
-};
-
 // The console prefix of one worker's lines (options.prefixTemplate substituted).
 std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank);
 
@@ -73,7 +67,7 @@ std::string rankLogDir(const std::string& attemptDir, int localRank);
 
 // Thread safety: not thread-safe. Use it from the io_context's thread only (the one running
 // io_context::run()); its callbacks run there too.
-class LogRouter {
+class LogRouter final : public WorkerOutput {
  public:
   static constexpr std::size_t kMaxLineBytes = 64 * 1024;
   static constexpr std::chrono::seconds kStallLimit{30};
@@ -81,7 +75,7 @@ class LogRouter {
   // `io` must outlive the LogRouter.
   LogRouter(boost::asio::io_context& io, LogRouterOptions options);
   // Closes everything like closeAll(), but a pending drain's callback is dropped, not called.
-  ~LogRouter();
+  ~LogRouter() override;
   LogRouter(const LogRouter&) = delete;
   LogRouter& operator=(const LogRouter&) = delete;
 
@@ -90,18 +84,18 @@ class LogRouter {
   // directory and files and the pipes. A rank still open from an earlier attempt is closed first
   // (its partial line flushed). Throws std::system_error naming the path on failure (nothing of
   // this rank stays open then).
-  ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir);
+  ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir) override;
   // After fork: closes the child's ends in the agent and starts reading. No-op for an unknown rank.
-  void started(int localRank);
+  void started(int localRank) override;
   // Spawn failed: closes everything prepared for this worker. No-op for an unknown rank.
-  void abandon(int localRank);
+  void abandon(int localRank) override;
   // Calls `done` (posted to the io_context, never from inside drain()) once every started
   // worker's streams have reached EOF, or after `grace` (a grandchild may hold a pipe open after
   // the worker died): the streams still open are then flushed (partial lines included) and
   // closed. Several drains may be pending; all complete together.
-  void drain(std::chrono::milliseconds grace, std::function<void()> done);
+  void drain(std::chrono::milliseconds grace, std::function<void()> done) override;
   // Flushes and closes everything now (agent exiting); pending drains complete (posted).
-  void closeAll();
+  void closeAll() override;
 
  private:
   struct Impl;

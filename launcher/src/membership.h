@@ -10,16 +10,21 @@
 //           MIN was reached (new nodes may still come, as in torchrun);
 //   run     group rank 0 hosts the round's worker store (MASTER_ADDR:MASTER_PORT); everyone
 //           starts its workers and blocks on the round's stop key;
-//   stop    the first agent with news writes the stop key: a worker failure, a node lost (written
-//           by the store itself when a node's alive hold lapses or its connection drops: nobody
-//           polls), a node joining below MAX, a node leaving, or "done" from the last agent
-//           through the exit barrier. Everyone wakes at once and moves on.
+//   stop    the first agent with news writes the stop key (a StopReason): a worker failure, a
+//           node lost (written by the store itself when a node's alive hold lapses or its
+//           connection drops: nobody polls), a node joining below MAX, a node leaving, or "done"
+//           from the last agent through the exit barrier. Everyone wakes at once and moves on.
 //
-// Restart accounting is job-global: the restart count of round r+1 is round r's plus one when r
-// stopped for a failure, written into round r+1's close record, the same for every node.
+// Restart accounting is job-global: the restart count of round r+1 is restartsAfter(round r's,
+// its stop), written into round r+1's close record, the same for every node.
 //
-// Thread safety: join/announce/markDone/... run on the agent's control thread, waitForStop on
-// its watch thread, the heartbeat on its own thread; each has its own store connection.
+// Membership decides and returns; it never calls back into the agent. Its store is reached
+// through a RendezvousBackend, so the in-process store serves the unit tests, and its deadlines
+// are measured on the clock it is given.
+//
+// Thread safety: join/announce/markDone run on one thread (the agent's control thread),
+// waitForStop on another (its watch thread), the heartbeat on its own; each has its own store
+// connection. cancel() and storeLost() from any thread.
 #pragma once
 
 #include <atomic>
@@ -30,14 +35,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "ddprun/launcher/launch_config.h"
-#include "ddprun/rendezvous/tcp_store.h"
+#include "rendezvous_backend.h"
+#include "stop_reason.h"
 
 namespace ddprun::launcher {
 
@@ -50,8 +55,6 @@ struct NodeInfo {
   long pid = 0;
   int staticRank = -1;       // --node-rank with the static backend, else -1
 };
-nlohmann::json toJson(const NodeInfo& node);
-NodeInfo nodeFromJson(const nlohmann::json& json);
 
 // The outcome of a rendezvous round: who is in, and where the workers meet.
 struct Round {
@@ -64,15 +67,6 @@ struct Round {
   std::string masterAddr;
   std::uint16_t masterPort = 0;
 };
-
-// Why a round stopped: the JSON in its stop key.
-namespace stop_kind {
-inline constexpr const char* kFailure = "failure";        // a worker failed; "failure": details
-inline constexpr const char* kNodeLost = "node_lost";     // written by the store (hold lapsed)
-inline constexpr const char* kNodeJoined = "node_joined"; // a new node below MAX
-inline constexpr const char* kNodeLeft = "node_left";     // an agent stopped by a signal
-inline constexpr const char* kDone = "done";              // every node's workers succeeded
-}  // namespace stop_kind
 
 // Joining failed for good: the message says why (timeout, too few nodes, closed job).
 class MembershipError : public std::runtime_error {
@@ -87,68 +81,60 @@ class EndpointError : public MembershipError {
   using MembershipError::MembershipError;
 };
 
+// The store stopped answering this agent (its host exited, or the network to it is cut).
+class StoreLostError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
 // A blocking call gave up because cancel() was called (the agent is shutting down).
 class MembershipCancelled : public std::runtime_error {
  public:
   MembershipCancelled() : std::runtime_error("cancelled") {}
 };
 
-// --rdzv-conf, with torchrun's names. Differences from torchrun: keep-alives every second (not
-// 5), and the static backend's `timeout` is its join timeout.
-struct MembershipSettings {
-  std::chrono::milliseconds joinTimeout{600000};     // join_timeout: a round must form in this
-  std::chrono::milliseconds lastCallTimeout{30000};  // last_call_timeout: wait for more nodes
-  std::chrono::milliseconds keepAliveInterval{1000};  // keep_alive_interval
-  int keepAliveMaxAttempts = 3;                       // keep_alive_max_attempt
-  std::chrono::milliseconds storeTimeout{60000};     // read_timeout: reaching the store, any call
-  std::chrono::milliseconds heartbeatTimeout{0};     // heartbeat_timeout (0: the hold's lifetime)
-  std::chrono::milliseconds closeTimeout{10000};     // close_timeout: the host waits for the others
-  static MembershipSettings from(const LaunchConfig& config);
-  std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
+// Hosts the round's worker store (c10d: group rank 0 starts a fresh one per round).
+class WorkerStoreHost {
+ public:
+  virtual ~WorkerStoreHost() = default;
+  // Starts a store reachable at `address`; returns its port.
+  virtual std::uint16_t host(const std::string& address) = 0;
 };
 
 class Membership {
  public:
-  // Starts the round's worker store when this node is group rank 0 (c10d): returns its port.
-  using WorkerStoreHost = std::function<std::uint16_t(const std::string& address)>;
+  using Now = std::function<std::chrono::steady_clock::time_point()>;
 
-  // Called once, from the heartbeat thread, when the store stops answering (network cut, host
-  // gone): the agent must not wait for its blocked calls to find out.
-  using StoreLost = std::function<void(const std::string& reason)>;
-
-  Membership(const LaunchConfig& config, rendezvous::TcpStoreOptions store, NodeInfo self,
-             WorkerStoreHost hostWorkerStore, StoreLost onStoreLost);
+  // `backend` and `workerStores` must outlive this object. `now`: the clock of every deadline.
+  Membership(const RendezvousConfig& config, RendezvousBackend& backend,
+             WorkerStoreHost& workerStores, NodeInfo self, Now now);
   ~Membership();
 
-  // Connects, checks that the store's active run is ours (a different run id is refused, never
-  // merged), gets a node id, publishes this node and starts holding its alive key.
-  // Throws MembershipError (refused run) or rendezvous::StoreError.
+  // Connects (waiting up to read_timeout for the store to come up), checks that the store's
+  // active run is ours (a different run id is refused, never merged), gets a node id, publishes
+  // this node and starts holding its alive key. Throws EndpointError, MembershipError,
+  // MembershipCancelled or rendezvous::StoreError.
   void open();
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
-  // job is in now), and blocks until it closes. Throws MembershipError: join_timeout passed, or
-  // fewer than MIN nodes are left after losses and none came within last_call_timeout.
+  // job is in now), and blocks until it closes and its master is known. Throws MembershipError:
+  // join_timeout passed, or fewer than MIN nodes are left after losses and none came within
+  // last_call_timeout; StoreLostError when the store stops answering.
   Round join(int round);
 
-  // Writes `stop` into round `round`'s stop key unless something is there already; returns
-  // the stop that holds (ours or the earlier one).
-  nlohmann::json announce(int round, const nlohmann::json& stop);
+  // Writes `stop` into round `round`'s stop key unless something is there already; returns the
+  // stop that holds (ours or the earlier one).
+  StopReason announce(int round, const StopReason& stop);
   // Exit barrier: counts this node done in `round`; the last of `members` announces "done".
   void markDone(int round, int members);
-  // Blocks until round `round` stops and returns why (watch thread). Throws StoreError if the
-  // store is lost.
-  nlohmann::json waitForStop(int round);
-  // The restart count the round after `round` will have, given how `round` stopped.
-  static int nextRestartCount(const Round& round, const nlohmann::json& stop);
+  // Blocks until round `round` stops and returns why (watch thread). Throws StoreLostError.
+  StopReason waitForStop(int round);
 
-  // Makes every blocking call of this object (connecting, waiting for a round, waiting for a
-  // stop) give up soon with MembershipCancelled. Any thread.
+  // Makes every blocking call give up soon with MembershipCancelled. Any thread.
   void cancel() { cancelled_.store(true); }
-
   // Set by the heartbeat thread when the store stops answering it.
   bool storeLost() const { return storeLost_.load(); }
-  std::string storeLostReason() const;
 
   // Stops heartbeats and gives up the holds quietly (a clean exit is not a lost node). When this
   // agent hosts the rendezvous store (`hostsStore`), waits up to close_timeout for the other
@@ -156,44 +142,58 @@ class Membership {
   void close(bool hostsStore);
 
  private:
+  using TimePoint = std::chrono::steady_clock::time_point;
   std::string key(const std::string& suffix) const;
   std::string roundKey(int round, const std::string& suffix) const;
-  rendezvous::TcpStore& control() { return *control_; }
+  rendezvous::HoldingStore& control() { return *control_; }
+  void throwIfStopped() const;
   int currentRound();
   // Counts this node into `round`; returns its slot (1-based join order).
   int takeSlot(int round);
   // Blocks until `round` closes: the round if this node (at `slot`) is in it, else nothing.
-  std::optional<Round> waitForClose(int round, int slot, std::chrono::steady_clock::time_point deadline);
-  void waitForRoundToStop(int round, std::chrono::steady_clock::time_point deadline);
-  bool roundClosed(int round, nlohmann::json* record);
+  std::optional<Round> waitForClose(int round, int slot, TimePoint deadline);
+  void waitForRoundToStop(int round, TimePoint deadline);
+  // The close record of `round` ({"members", "restarts"}), or nothing while it is open.
+  struct Closed {
+    int members = 0;
+    int restarts = 0;
+  };
+  std::optional<Closed> closed(int round);
   // Tries to close `round`; true once it is closed (by anyone).
-  bool maybeClose(int round, std::chrono::steady_clock::time_point& lastCallStart);
+  bool maybeClose(int round, TimePoint& lastCallStart);
   // The members of round-1 that have not joined `round` yet but are still alive; nothing when
   // round-1 is not known (round 0).
   std::optional<int> previousMembersStillAway(int round, int joined);
-  Round readRound(int round, const nlohmann::json& record);
+  std::optional<StopReason> stopOf(int round);
+  Round readRound(int round, const Closed& record);
   void heartbeat();
+  // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
+  void renewHold(int round, int groupRank);
 
-  LaunchConfig config_;
-  MembershipSettings settings_;
-  rendezvous::TcpStoreOptions storeOptions_;
+  RendezvousConfig config_;
+  const RendezvousSettings& settings_ = config_.settings;
+  RendezvousBackend& backend_;
+  WorkerStoreHost& workerStores_;
   NodeInfo self_;
-  WorkerStoreHost hostWorkerStore_;
-  StoreLost onStoreLost_;
+  Now now_;
   std::string prefix_;  // "ddprun/<run id>/"
-  std::unique_ptr<rendezvous::TcpStore> control_;
-  std::unique_ptr<rendezvous::TcpStore> watch_;
-  std::unique_ptr<rendezvous::TcpStore> heartbeatStore_;
+  std::unique_ptr<rendezvous::HoldingStore> control_;
+  std::unique_ptr<rendezvous::HoldingStore> watch_;
+  std::unique_ptr<rendezvous::HoldingStore> heartbeatStore_;
 
   std::thread heartbeatThread_;
   std::mutex heartbeatMutex_;
   std::condition_variable heartbeatWake_;
   bool heartbeatStop_ = false;
-  int heartbeatRound_ = 0;  // whose stop key a lapse of our hold reports to
+  int heartbeatRound_ = -1;      // whose stop key a lapse of our hold reports to
+  int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
   std::atomic<bool> storeLost_{false};
   std::atomic<bool> cancelled_{false};
   mutable std::mutex lostMutex_;
   std::string storeLostReason_;
 };
+
+std::string toJsonText(const NodeInfo& node);
+std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
 
 }  // namespace ddprun::launcher

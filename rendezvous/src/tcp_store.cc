@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <limits>
 #include <random>
 #include <thread>
@@ -114,6 +115,7 @@ void TcpStore::connect(std::string_view context) {
   const auto deadline = started + options_.connectTimeout;
   Backoff backoff(options_);
   std::string lastError;
+  int lastSystemError = 0;
   bool handshakeFailed = false;
   int handshakeFailures = 0;
   int attempts = 0;
@@ -147,6 +149,7 @@ void TcpStore::connect(std::string_view context) {
       return;
     } catch (const SocketError& error) {
       lastError = error.what();
+      lastSystemError = error.systemError();
       // Something answers there but drops the handshake: not a 2.x store (e.g. torch 1.13's).
       // A few tries cover a server shedding load; beyond that, say so instead of retrying for
       // the whole connect timeout.
@@ -161,12 +164,13 @@ void TcpStore::connect(std::string_view context) {
   if (handshakeFailed) {
     hint = "; the server dropped the torch 2.x handshake (a torch 1.13 TCPStore server needs the "
            "torch-1.13 dialect)";
-  } else if (lastError.find("refused") != std::string::npos) {
+  } else if (lastSystemError == ECONNREFUSED) {
     hint = "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?";
   }
-  throw StoreConnectionError(fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
-                                         where(), context, waited.count(), attempts, lastError,
-                                         hint));
+  const std::string message = fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
+                                          where(), context, waited.count(), attempts, lastError, hint);
+  if (handshakeFailed) throw StoreHandshakeError(message);
+  throw StoreConnectionError(message);
 }
 
 // The keys are formatted only for a message (connecting, failing), not on every call.

@@ -139,40 +139,40 @@ TEST_CASE("defaults are torchrun 2.x's", "[cli]") {
   CHECK_FALSE(line.helpRequested);
   CHECK_FALSE(line.versionRequested);
   CHECK(line.warnings.empty());
-  CHECK(c.minNodes == 1);
-  CHECK(c.maxNodes == 1);
+  CHECK(c.rdzv.minNodes == 1);
+  CHECK(c.rdzv.maxNodes == 1);
   CHECK(c.nprocPerNode == 1);
   CHECK(c.nprocPerNodeSpec == "1");
-  CHECK(c.rdzvBackend == RdzvBackend::kStatic);
-  CHECK(c.rdzvEndpoint.empty());
-  CHECK(c.rdzvHost == "127.0.0.1");  // static: --master-addr:--master-port
-  CHECK(c.rdzvPort == 29500);
-  CHECK(c.rdzvId == "none");
-  CHECK(c.rdzvConf.empty());
-  CHECK_FALSE(c.standalone);
-  CHECK(c.maxRestarts == 0);
-  CHECK(c.monitorInterval == Approx(0.1));
-  CHECK(c.shutdownTimeout == std::chrono::seconds(30));
-  CHECK(c.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
-  CHECK(c.entryKind == EntryKind::kPythonScript);
-  CHECK(c.python == sandbox().python());
-  CHECK(c.trainingScript == script());
-  CHECK(c.trainingScriptArgs.empty());
+  CHECK(c.rdzv.backend == RdzvBackend::kStatic);
+  CHECK(c.rdzv.endpoint.empty());
+  CHECK(c.rdzv.host == "127.0.0.1");  // static: --master-addr:--master-port
+  CHECK(c.rdzv.port == 29500);
+  CHECK(c.rdzv.runId == "none");
+  CHECK(c.rdzv.settings == ddprun::launcher::RendezvousSettings{});
+  CHECK_FALSE(c.rdzv.standalone);
+  CHECK(c.restart.maxRestarts == 0);
+  CHECK(c.restart.monitorInterval == Approx(0.1));
+  CHECK(c.restart.shutdownTimeout == std::chrono::seconds(30));
+  CHECK(c.restart.signalsToHandle == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT});
+  CHECK(c.entry.kind == EntryKind::kPythonScript);
+  CHECK(c.entry.python == sandbox().python());
+  CHECK(c.entry.script == script());
+  CHECK(c.entry.args.empty());
   CHECK(c.role == "default");
-  CHECK(c.startMethod == "spawn");
+  CHECK(c.entry.startMethod == "spawn");
   CHECK(c.eventLogHandler == "null");
   CHECK(c.numaBinding.empty());
   CHECK_FALSE(c.virtualLocalRank);
-  CHECK(c.nodeRank == 0);
-  CHECK(c.masterAddr == "127.0.0.1");
-  CHECK_FALSE(c.masterPort.has_value());
-  CHECK(c.localAddr.empty());
-  CHECK(c.logDir.empty());
-  CHECK(c.redirects == StreamSelection{});
-  CHECK(c.tee == StreamSelection{});
-  CHECK_FALSE(c.localRanksFilter.has_value());
-  CHECK(c.duplicateStdoutFilters.empty());
-  CHECK(c.duplicateStderrFilters.empty());
+  CHECK(c.rdzv.nodeRank == 0);
+  CHECK(c.rdzv.masterAddr == "127.0.0.1");
+  CHECK_FALSE(c.rdzv.masterPort.has_value());
+  CHECK(c.rdzv.localAddr.empty());
+  CHECK(c.logs.dir.empty());
+  CHECK(c.logs.redirects == StreamSelection{});
+  CHECK(c.logs.tee == StreamSelection{});
+  CHECK_FALSE(c.logs.localRanksFilter.has_value());
+  CHECK(c.logs.duplicateStdoutFilters.empty());
+  CHECK(c.logs.duplicateStderrFilters.empty());
 }
 
 namespace {
@@ -193,51 +193,51 @@ std::vector<std::string> argsFor(const ValueCase& option, std::vector<std::strin
 
 std::vector<ValueCase> valueCases() {
   return {
-      {"nnodes", "2:3", [](const LaunchConfig& c) { return c.minNodes == 2 && c.maxNodes == 3; }},
+      {"nnodes", "2:3", [](const LaunchConfig& c) { return c.rdzv.minNodes == 2 && c.rdzv.maxNodes == 3; }},
       {"nproc-per-node", "3", [](const LaunchConfig& c) { return c.nprocPerNode == 3; }},
       {"rdzv-backend", "c10d",
-       [](const LaunchConfig& c) { return c.rdzvBackend == RdzvBackend::kC10d; }},
+       [](const LaunchConfig& c) { return c.rdzv.backend == RdzvBackend::kC10d; }},
       {"rdzv-endpoint", "127.0.0.1:1234",
-       [](const LaunchConfig& c) { return c.rdzvHost == "127.0.0.1" && c.rdzvPort == 1234; }},
-      {"rdzv-id", "job7", [](const LaunchConfig& c) { return c.rdzvId == "job7"; }},
+       [](const LaunchConfig& c) { return c.rdzv.host == "127.0.0.1" && c.rdzv.port == 1234; }},
+      {"rdzv-id", "job7", [](const LaunchConfig& c) { return c.rdzv.runId == "job7"; }},
       {"rdzv-conf", "join_timeout=5",
-       [](const LaunchConfig& c) { return c.rdzvConf.count("join_timeout") == 1; }},
-      {"max-restarts", "4", [](const LaunchConfig& c) { return c.maxRestarts == 4; }},
-      {"monitor-interval", "0.5", [](const LaunchConfig& c) { return c.monitorInterval == 0.5; }},
-      {"start-method", "fork", [](const LaunchConfig& c) { return c.startMethod == "fork"; }},
+       [](const LaunchConfig& c) { return c.rdzv.settings.joinTimeout == std::chrono::seconds(5); }},
+      {"max-restarts", "4", [](const LaunchConfig& c) { return c.restart.maxRestarts == 4; }},
+      {"monitor-interval", "0.5", [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
+      {"start-method", "fork", [](const LaunchConfig& c) { return c.entry.startMethod == "fork"; }},
       {"event-log-handler", "console",
        [](const LaunchConfig& c) { return c.eventLogHandler == "console"; }},
       {"role", "trainer", [](const LaunchConfig& c) { return c.role == "trainer"; }},
       {"log-dir", sandbox().path("logs"),
-       [](const LaunchConfig& c) { return c.logDir == sandbox().path("logs"); }},
+       [](const LaunchConfig& c) { return c.logs.dir == sandbox().path("logs"); }},
       {"redirects", "3",
        [](const LaunchConfig& c) {
-         return c.redirects.all == StdStreams{true, true};
+         return c.logs.redirects.all == StdStreams{true, true};
        }},
       {"tee", "1",
        [](const LaunchConfig& c) {
-         return c.tee.all == StdStreams{true, false};
+         return c.logs.tee.all == StdStreams{true, false};
        }},
       {"local-ranks-filter", "0",
-       [](const LaunchConfig& c) { return c.localRanksFilter == std::set<int>{0}; }},
+       [](const LaunchConfig& c) { return c.logs.localRanksFilter == std::set<int>{0}; }},
       {"duplicate-stdout-filters", "loss",
        [](const LaunchConfig& c) {
-         return c.duplicateStdoutFilters == std::vector<std::string>{"loss"};
+         return c.logs.duplicateStdoutFilters == std::vector<std::string>{"loss"};
        }},
       {"duplicate-stderr-filters", "NCCL",
        [](const LaunchConfig& c) {
-         return c.duplicateStderrFilters == std::vector<std::string>{"NCCL"};
+         return c.logs.duplicateStderrFilters == std::vector<std::string>{"NCCL"};
        }},
-      {"node-rank", "1", [](const LaunchConfig& c) { return c.nodeRank == 1; }, {"--nnodes", "2"}},
+      {"node-rank", "1", [](const LaunchConfig& c) { return c.rdzv.nodeRank == 1; }, {"--nnodes", "2"}},
       {"master-addr", "localhost",
-       [](const LaunchConfig& c) { return c.masterAddr == "localhost"; }},
+       [](const LaunchConfig& c) { return c.rdzv.masterAddr == "localhost"; }},
       {"master-port", "1234",
-       [](const LaunchConfig& c) { return c.masterPort == 1234 && c.rdzvPort == 1234; }},
-      {"local-addr", "node7", [](const LaunchConfig& c) { return c.localAddr == "node7"; }},
+       [](const LaunchConfig& c) { return c.rdzv.masterPort == 1234 && c.rdzv.port == 1234; }},
+      {"local-addr", "node7", [](const LaunchConfig& c) { return c.rdzv.localAddr == "node7"; }},
       {"signals-to-handle", "SIGUSR1",
-       [](const LaunchConfig& c) { return c.signalsToHandle == std::vector<int>{SIGUSR1}; }},
+       [](const LaunchConfig& c) { return c.restart.signalsToHandle == std::vector<int>{SIGUSR1}; }},
       {"shutdown-timeout", "2.5",
-       [](const LaunchConfig& c) { return c.shutdownTimeout == std::chrono::milliseconds(2500); }},
+       [](const LaunchConfig& c) { return c.restart.shutdownTimeout == std::chrono::milliseconds(2500); }},
   };
 }
 
@@ -279,7 +279,7 @@ TEST_CASE("every value option falls back to its PET_ variable, the command line 
   CHECK(config({script()}, three).nprocPerNode == 3);
   // A bad PET_ value is never looked at when the command line gives the option.
   const Environment bad = with(sandbox().environment(), "PET_MAX_RESTARTS", "lots");
-  CHECK(config({"--max-restarts", "2", script()}, bad).maxRestarts == 2);
+  CHECK(config({"--max-restarts", "2", script()}, bad).restart.maxRestarts == 2);
 }
 
 TEST_CASE("option --logs-specs and --numa-binding have no PET_ fallback", "[cli]") {
@@ -290,42 +290,42 @@ TEST_CASE("option --logs-specs and --numa-binding have no PET_ fallback", "[cli]
 }
 
 TEST_CASE("flags in both spellings and short forms", "[cli]") {
-  CHECK(config({"-m", "pkg.train"}).entryKind == EntryKind::kPythonModule);
-  CHECK(config({"--module", "pkg.train"}).entryKind == EntryKind::kPythonModule);
-  CHECK(config({"--no-python", sandbox().path("tool")}).entryKind == EntryKind::kExecutable);
-  CHECK(config({"--no_python", sandbox().path("tool")}).entryKind == EntryKind::kExecutable);
-  CHECK(config({"--run-path", script()}).entryKind == EntryKind::kRunPath);
-  CHECK(config({"--run_path", script()}).entryKind == EntryKind::kRunPath);
+  CHECK(config({"-m", "pkg.train"}).entry.kind == EntryKind::kPythonModule);
+  CHECK(config({"--module", "pkg.train"}).entry.kind == EntryKind::kPythonModule);
+  CHECK(config({"--no-python", sandbox().path("tool")}).entry.kind == EntryKind::kExecutable);
+  CHECK(config({"--no_python", sandbox().path("tool")}).entry.kind == EntryKind::kExecutable);
+  CHECK(config({"--run-path", script()}).entry.kind == EntryKind::kRunPath);
+  CHECK(config({"--run_path", script()}).entry.kind == EntryKind::kRunPath);
   CHECK(config({"--virtual-local-rank", script()}).virtualLocalRank);
   CHECK(config({"--virtual_local_rank", script()}).virtualLocalRank);
-  CHECK(config({"--standalone", script()}).standalone);
-  CHECK(config({"-r", "2", script()}).redirects.all == StdStreams{false, true});
-  CHECK(config({"-r2", script()}).redirects.all == StdStreams{false, true});
-  CHECK(config({"-r=2", script()}).redirects.all == StdStreams{false, true});
-  CHECK(config({"-t", "3", script()}).tee.all == StdStreams{true, true});
+  CHECK(config({"--standalone", script()}).rdzv.standalone);
+  CHECK(config({"-r", "2", script()}).logs.redirects.all == StdStreams{false, true});
+  CHECK(config({"-r2", script()}).logs.redirects.all == StdStreams{false, true});
+  CHECK(config({"-r=2", script()}).logs.redirects.all == StdStreams{false, true});
+  CHECK(config({"-t", "3", script()}).logs.tee.all == StdStreams{true, true});
   CHECK(parse({"-h"}).helpRequested);
 }
 
 TEST_CASE("boolean PET_ variables accept 1/0/true/false/yes/no and empty (true)", "[cli]") {
   for (const std::string value : {"", "1", "true", "TRUE", "Yes", " 1 "}) {
     INFO("PET_STANDALONE='" << value << "'");
-    CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).standalone);
+    CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).rdzv.standalone);
     CHECK(config({script()}, with(sandbox().environment(), "PET_VIRTUAL_LOCAL_RANK", value))
               .virtualLocalRank);
   }
   for (const std::string value : {"0", "false", "No", "NO"}) {
     INFO("PET_STANDALONE='" << value << "'");
     CHECK_FALSE(
-        config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).standalone);
+        config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).rdzv.standalone);
   }
   // The command line turns a flag on whatever PET_ says.
   CHECK(config({"--standalone", script()}, with(sandbox().environment(), "PET_STANDALONE", "0"))
-            .standalone);
-  CHECK(config({"pkg.train"}, with(sandbox().environment(), "PET_MODULE", "")).entryKind ==
+            .rdzv.standalone);
+  CHECK(config({"pkg.train"}, with(sandbox().environment(), "PET_MODULE", "")).entry.kind ==
         EntryKind::kPythonModule);
   CHECK(config({sandbox().path("tool")}, with(sandbox().environment(), "PET_NO_PYTHON", "yes"))
-            .entryKind == EntryKind::kExecutable);
-  CHECK(config({script()}, with(sandbox().environment(), "PET_RUN_PATH", "true")).entryKind ==
+            .entry.kind == EntryKind::kExecutable);
+  CHECK(config({script()}, with(sandbox().environment(), "PET_RUN_PATH", "true")).entry.kind ==
         EntryKind::kRunPath);
 
   for (const std::string variable : {"PET_STANDALONE", "PET_MODULE", "PET_NO_PYTHON",
@@ -343,17 +343,17 @@ TEST_CASE("everything from the training script on is passed through untouched", 
   argv.insert(argv.end(), args.begin(), args.end());
   const LaunchConfig c = config(argv);
   CHECK(c.nprocPerNode == 2);
-  CHECK(c.entryKind == EntryKind::kPythonScript);
-  CHECK(c.trainingScript == script());
-  CHECK(c.trainingScriptArgs == args);
+  CHECK(c.entry.kind == EntryKind::kPythonScript);
+  CHECK(c.entry.script == script());
+  CHECK(c.entry.args == args);
 }
 
 TEST_CASE("a bare -- ends ddprun's options", "[cli]") {
   const LaunchConfig c = config({"--nproc-per-node", "2", "--", script(), "--", "--nnodes", "5"});
   CHECK(c.nprocPerNode == 2);
-  CHECK(c.trainingScript == script());
-  CHECK(c.trainingScriptArgs == std::vector<std::string>{"--", "--nnodes", "5"});
-  CHECK(config({"--", script()}).trainingScriptArgs.empty());
+  CHECK(c.entry.script == script());
+  CHECK(c.entry.args == std::vector<std::string>{"--", "--nnodes", "5"});
+  CHECK(config({"--", script()}).entry.args.empty());
   CHECK_THAT(usageError({"--nnodes", "1", "--"}), Catch::Contains("missing the training script"));
 }
 
@@ -384,7 +384,7 @@ TEST_CASE("option syntax errors", "[cli]") {
   // A negative number is a value, as in argparse; it is then refused for what it is.
   CHECK_THAT(usageError({"--max-restarts", "-1", script()}), Catch::Contains("cannot be negative"));
   // An empty value given with '=' stays empty.
-  CHECK(config({"--rdzv-endpoint=", "--rdzv-backend=c10d", script()}).rdzvHost == "localhost");
+  CHECK(config({"--rdzv-endpoint=", "--rdzv-backend=c10d", script()}).rdzv.host == "localhost");
 }
 
 TEST_CASE("the training script is required", "[cli]") {
@@ -395,11 +395,11 @@ TEST_CASE("the training script is required", "[cli]") {
 }
 
 TEST_CASE("option --nnodes: N or MIN:MAX with 0 < MIN <= MAX", "[cli]") {
-  CHECK(config({"--nnodes", "2", "--node-rank", "1", script()}).maxNodes == 2);
+  CHECK(config({"--nnodes", "2", "--node-rank", "1", script()}).rdzv.maxNodes == 2);
   const LaunchConfig elastic = config(
       {"--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1", script()});
-  CHECK(elastic.minNodes == 1);
-  CHECK(elastic.maxNodes == 4);
+  CHECK(elastic.rdzv.minNodes == 1);
+  CHECK(elastic.rdzv.maxNodes == 4);
   for (const std::string bad : {"abc", "", "0", "1:", ":2", "-1", "1:2:3", "0:2", "1.5", "2:x"}) {
     INFO("--nnodes '" << bad << "'");
     CHECK_THAT(usageError({"--nnodes", bad, script()}),
@@ -428,7 +428,7 @@ TEST_CASE("option --max-restarts, --node-rank, --master-port must be integers in
              Catch::Contains("not a whole number"));
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_MAX_RESTARTS", "")),
              Catch::Contains("PET_MAX_RESTARTS ''") && Catch::Contains("PET_MAX_RESTARTS=1"));
-  CHECK(config({"--max-restarts", " 3 ", script()}).maxRestarts == 3);
+  CHECK(config({"--max-restarts", " 3 ", script()}).restart.maxRestarts == 3);
 
   CHECK_THAT(usageError({"--node-rank", "x", script()}),
              Catch::Contains("--node-rank 'x' is not a whole number"));
@@ -439,7 +439,7 @@ TEST_CASE("option --max-restarts, --node-rank, --master-port must be integers in
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_NODE_RANK", "3")),
              Catch::Contains("PET_NODE_RANK '3' is outside"));
   // c10d assigns group ranks itself and ignores --node-rank, as torchrun does.
-  CHECK(config({"--rdzv-backend", "c10d", "--node-rank", "5", script()}).nodeRank == 5);
+  CHECK(config({"--rdzv-backend", "c10d", "--node-rank", "5", script()}).rdzv.nodeRank == 5);
 
   CHECK_THAT(usageError({"--master-port", "70000", script()}), Catch::Contains("0..65535"));
   CHECK_THAT(usageError({"--master-port", "http", script()}),
@@ -524,16 +524,16 @@ TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "
   const auto endpoint = [](const std::string& value) {
     return config({"--rdzv-backend", "c10d", "--rdzv-endpoint", value, script()});
   };
-  CHECK(endpoint("127.0.0.1:1234").rdzvHost == "127.0.0.1");
-  CHECK(endpoint("127.0.0.1:1234").rdzvPort == 1234);
-  CHECK(endpoint("127.0.0.1:1234").rdzvEndpoint == "127.0.0.1:1234");
-  CHECK(endpoint("localhost").rdzvPort == 29400);
-  CHECK(endpoint("localhost").rdzvHost == "localhost");
-  CHECK(endpoint("[::1]:5000").rdzvHost == "::1");
-  CHECK(endpoint("[::1]:5000").rdzvPort == 5000);
-  CHECK(endpoint("[::1]").rdzvPort == 29400);
-  CHECK(endpoint("[fe80::1]:0").rdzvPort == 0);
-  CHECK(endpoint("127.0.0.1:65535").rdzvPort == 65535);
+  CHECK(endpoint("127.0.0.1:1234").rdzv.host == "127.0.0.1");
+  CHECK(endpoint("127.0.0.1:1234").rdzv.port == 1234);
+  CHECK(endpoint("127.0.0.1:1234").rdzv.endpoint == "127.0.0.1:1234");
+  CHECK(endpoint("localhost").rdzv.port == 29400);
+  CHECK(endpoint("localhost").rdzv.host == "localhost");
+  CHECK(endpoint("[::1]:5000").rdzv.host == "::1");
+  CHECK(endpoint("[::1]:5000").rdzv.port == 5000);
+  CHECK(endpoint("[::1]").rdzv.port == 29400);
+  CHECK(endpoint("[fe80::1]:0").rdzv.port == 0);
+  CHECK(endpoint("127.0.0.1:65535").rdzv.port == 65535);
 
   const auto error = [](const std::string& value) {
     return usageError({"--rdzv-backend", "c10d", "--rdzv-endpoint", value, script()});
@@ -557,8 +557,8 @@ TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "
 
 TEST_CASE("c10d without an endpoint is localhost:29400, --master-addr then warns", "[cli]") {
   const CommandLine line = parse({"--rdzv-backend", "c10d", script()});
-  CHECK(line.config.rdzvHost == "localhost");
-  CHECK(line.config.rdzvPort == 29400);
+  CHECK(line.config.rdzv.host == "localhost");
+  CHECK(line.config.rdzv.port == 29400);
   CHECK(line.warnings.empty());
   const CommandLine master =
       parse({"--rdzv-backend", "c10d", "--master-addr", "127.0.0.2", script()});
@@ -575,18 +575,18 @@ TEST_CASE("c10d without an endpoint is localhost:29400, --master-addr then warns
 
 TEST_CASE("static rendezvous: the endpoint is --master-addr:--master-port unless given", "[cli]") {
   const LaunchConfig defaults = config({script()});
-  CHECK(defaults.rdzvHost == "127.0.0.1");
-  CHECK(defaults.rdzvPort == 29500);
+  CHECK(defaults.rdzv.host == "127.0.0.1");
+  CHECK(defaults.rdzv.port == 29500);
   const LaunchConfig master =
       config({"--master-addr", "localhost", "--master-port", "1234", script()});
-  CHECK(master.rdzvHost == "localhost");
-  CHECK(master.rdzvPort == 1234);
-  CHECK(master.masterPort == 1234);
+  CHECK(master.rdzv.host == "localhost");
+  CHECK(master.rdzv.port == 1234);
+  CHECK(master.rdzv.masterPort == 1234);
   const LaunchConfig endpoint = config({"--rdzv-endpoint", "127.0.0.2:777", script()});
-  CHECK(endpoint.rdzvHost == "127.0.0.2");
-  CHECK(endpoint.rdzvPort == 777);
-  CHECK(config({"--rdzv-endpoint", "127.0.0.2", script()}).rdzvPort == 29500);
-  CHECK(config({"--master-addr", "[::1]", script()}).rdzvHost == "::1");
+  CHECK(endpoint.rdzv.host == "127.0.0.2");
+  CHECK(endpoint.rdzv.port == 777);
+  CHECK(config({"--rdzv-endpoint", "127.0.0.2", script()}).rdzv.port == 29500);
+  CHECK(config({"--master-addr", "[::1]", script()}).rdzv.host == "::1");
   CHECK_THAT(usageError({"--master-addr", "no-such-host.invalid", script()}),
              Catch::Contains("cannot resolve host 'no-such-host.invalid' in --master-addr"));
   CHECK_THAT(usageError({"--master_addr=", script()}),
@@ -602,22 +602,36 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
       "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,timeout=900,"
       "close_timeout=1,heartbeat_timeout=5,keep_alive_interval=5,");
   CHECK(good.warnings.empty());
-  const auto& c = good.config.rdzvConf;
-  CHECK(c.at("join_timeout") == "5");
-  CHECK(c.at("last_call_timeout") == "2.5");
-  CHECK(c.at("keep_alive_max_attempt") == "3");
-  CHECK(c.at("is_host") == "true");
-  CHECK(c.at("store_type") == "tcp");
-  CHECK(c.at("use_libuv") == "1");
-  CHECK(c.at("exit_barrier_timeout") == "30");
-  CHECK(c.size() == 12);
-  CHECK(conf("is_host=0").config.rdzvConf.at("is_host") == "false");
-  CHECK(conf("").config.rdzvConf.empty());
+  // Typed: durations in milliseconds, the boolean as a boolean, nothing left as text.
+  using std::chrono::milliseconds;
+  const auto& c = good.config.rdzv.settings;
+  CHECK(c.joinTimeout == milliseconds(5000));
+  CHECK(c.lastCallTimeout == milliseconds(2500));
+  CHECK(c.keepAliveMaxAttempts == 3);
+  CHECK(c.isHost == true);
+  CHECK(c.exitBarrierTimeout == milliseconds(30000));
+  CHECK(c.readTimeout == milliseconds(60000));
+  CHECK(c.closeTimeout == milliseconds(1000));
+  CHECK(c.heartbeatTimeout == milliseconds(5000));
+  CHECK(c.keepAliveInterval == milliseconds(5000));
+  CHECK(c.holdTimeToLive() == milliseconds(15000));
+  CHECK(conf("is_host=0").config.rdzv.settings.isHost == false);
+  CHECK_FALSE(conf("").config.rdzv.settings.isHost.has_value());
+  CHECK(conf("").config.rdzv.settings == ddprun::launcher::RendezvousSettings{});
+  // The static backend's `timeout` is its join timeout, unless join_timeout is given.
+  const auto staticConf = [](const std::string& value) {
+    return parse({"--rdzv-conf", value, script()}).config.rdzv.settings.joinTimeout;
+  };
+  CHECK(staticConf("timeout=70") == milliseconds(70000));
+  CHECK(staticConf("timeout=70,join_timeout=9") == milliseconds(9000));
+  CHECK(conf("timeout=70").config.rdzv.settings.joinTimeout == milliseconds(600000));
 
   const CommandLine unknown = conf("join_timout=5,join_timeout=7");
   REQUIRE(unknown.warnings.size() == 1);
   CHECK_THAT(unknown.warnings[0], Catch::Contains("unknown key 'join_timout' ignored"));
-  CHECK(unknown.config.rdzvConf == std::map<std::string, std::string>{{"join_timeout", "7"}});
+  ddprun::launcher::RendezvousSettings onlyJoin;
+  onlyJoin.joinTimeout = std::chrono::seconds(7);
+  CHECK(unknown.config.rdzv.settings == onlyJoin);
 
   const auto error = [](const std::string& value) {
     return usageError({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()});
@@ -643,13 +657,13 @@ TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single
           "[cli]") {
   const CommandLine line = parse({"--standalone", "--nproc-per-node", "2", script()});
   const LaunchConfig& c = line.config;
-  CHECK(c.standalone);
-  CHECK(c.rdzvBackend == RdzvBackend::kC10d);
-  CHECK(c.rdzvHost == "127.0.0.1");
-  CHECK(c.rdzvPort == 0);
-  CHECK(c.rdzvId.size() == 16);
-  CHECK(c.rdzvId.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK(c.rdzvId != config({"--standalone", script()}).rdzvId);
+  CHECK(c.rdzv.standalone);
+  CHECK(c.rdzv.backend == RdzvBackend::kC10d);
+  CHECK(c.rdzv.host == "127.0.0.1");
+  CHECK(c.rdzv.port == 0);
+  CHECK(c.rdzv.runId.size() == 16);
+  CHECK(c.rdzv.runId.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(c.rdzv.runId != config({"--standalone", script()}).rdzv.runId);
   CHECK(line.warnings.empty());
 
   // Other rendezvous settings are ignored, with a warning; --rdzv-conf still applies.
@@ -658,9 +672,9 @@ TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single
              "--rdzv-id", "job", "--rdzv-conf", "join_timeout=5", script()});
   CHECK(ignoring.warnings.size() == 3);
   CHECK_THAT(ignoring.warnings[0], Catch::Contains("--standalone ignores"));
-  CHECK(ignoring.config.rdzvHost == "127.0.0.1");
-  CHECK(ignoring.config.rdzvId != "job");
-  CHECK(ignoring.config.rdzvConf.at("join_timeout") == "5");
+  CHECK(ignoring.config.rdzv.host == "127.0.0.1");
+  CHECK(ignoring.config.rdzv.runId != "job");
+  CHECK(ignoring.config.rdzv.settings.joinTimeout == std::chrono::seconds(5));
 
   CHECK_THAT(usageError({"--standalone", "--nnodes", "2", script()}),
              Catch::Contains("--standalone is single-node"));
@@ -672,64 +686,64 @@ TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single
   kubeflow["PET_STANDALONE"] = "";
   kubeflow["PET_NPROC_PER_NODE"] = "2";
   const LaunchConfig fromEnvironment = config({script()}, kubeflow);
-  CHECK(fromEnvironment.standalone);
-  CHECK(fromEnvironment.rdzvPort == 0);
+  CHECK(fromEnvironment.rdzv.standalone);
+  CHECK(fromEnvironment.rdzv.port == 0);
   CHECK(fromEnvironment.nprocPerNode == 2);
 }
 
 TEST_CASE("entry kind: what runs, and how", "[cli]") {
   const Sandbox& box = sandbox();
   SECTION(".py files run under Python, executable or not") {
-    CHECK(config({box.path("train.py")}).entryKind == EntryKind::kPythonScript);
-    CHECK(config({box.path("exec.py")}).entryKind == EntryKind::kPythonScript);
-    CHECK(config({box.path("exec.py")}).python == box.python());
+    CHECK(config({box.path("train.py")}).entry.kind == EntryKind::kPythonScript);
+    CHECK(config({box.path("exec.py")}).entry.kind == EntryKind::kPythonScript);
+    CHECK(config({box.path("exec.py")}).entry.python == box.python());
   }
   SECTION("other executable files run directly, without --no-python") {
     const LaunchConfig c = config({box.path("tool"), "--x"});
-    CHECK(c.entryKind == EntryKind::kExecutable);
-    CHECK(c.executable == box.path("tool"));
-    CHECK(c.trainingScript == box.path("tool"));
-    CHECK(c.python.empty());
+    CHECK(c.entry.kind == EntryKind::kExecutable);
+    CHECK(c.entry.executable == box.path("tool"));
+    CHECK(c.entry.script == box.path("tool"));
+    CHECK(c.entry.python.empty());
   }
   SECTION("a non-executable file that is not .py runs under Python, as with torchrun") {
-    CHECK(config({box.path("data.txt")}).entryKind == EntryKind::kPythonScript);
+    CHECK(config({box.path("data.txt")}).entry.kind == EntryKind::kPythonScript);
   }
   SECTION("a directory with __main__.py runs under Python; one without is an error") {
-    CHECK(config({box.path("pkg")}).entryKind == EntryKind::kPythonScript);
+    CHECK(config({box.path("pkg")}).entry.kind == EntryKind::kPythonScript);
     CHECK_THAT(usageError({box.path("emptydir")}), Catch::Contains("without __main__.py"));
   }
   SECTION("a bare name found on PATH runs directly") {
     const LaunchConfig c = config({"mytool"});
-    CHECK(c.entryKind == EntryKind::kExecutable);
-    CHECK(c.executable == (box.bin / "mytool").string());
-    CHECK(c.trainingScript == "mytool");
+    CHECK(c.entry.kind == EntryKind::kExecutable);
+    CHECK(c.entry.executable == (box.bin / "mytool").string());
+    CHECK(c.entry.script == "mytool");
   }
   SECTION("bare names in the working directory are files there, kept as given") {
     const WorkingDirectory cwd(box.root);
     const LaunchConfig tool = config({"tool"});
-    CHECK(tool.entryKind == EntryKind::kExecutable);
-    CHECK(tool.executable == "./tool");  // execvp("tool") would search PATH instead
-    CHECK(tool.trainingScript == "tool");
+    CHECK(tool.entry.kind == EntryKind::kExecutable);
+    CHECK(tool.entry.executable == "./tool");  // execvp("tool") would search PATH instead
+    CHECK(tool.entry.script == "tool");
     const LaunchConfig train = config({"train.py"});
-    CHECK(train.entryKind == EntryKind::kPythonScript);
-    CHECK(train.trainingScript == "train.py");
-    CHECK(config({"data.txt"}).entryKind == EntryKind::kPythonScript);
-    CHECK(config({"pkg"}).entryKind == EntryKind::kPythonScript);
+    CHECK(train.entry.kind == EntryKind::kPythonScript);
+    CHECK(train.entry.script == "train.py");
+    CHECK(config({"data.txt"}).entry.kind == EntryKind::kPythonScript);
+    CHECK(config({"pkg"}).entry.kind == EntryKind::kPythonScript);
     CHECK_THAT(usageError({"--no-python", "tool"}), Catch::Contains("write ./tool"));
     CHECK_THAT(usageError({"--no-python", "data.txt"}),
                Catch::Contains("not executable; chmod +x it and write ./data.txt"));
-    CHECK(config({"--no-python", "./tool"}).executable == "./tool");
+    CHECK(config({"--no-python", "./tool"}).entry.executable == "./tool");
   }
   SECTION("-m runs a module without looking for a file") {
     const LaunchConfig c = config({"-m", "no.such.module", "--lr", "1"});
-    CHECK(c.entryKind == EntryKind::kPythonModule);
-    CHECK(c.trainingScript == "no.such.module");
-    CHECK(c.trainingScriptArgs == std::vector<std::string>{"--lr", "1"});
-    CHECK(c.python == box.python());
+    CHECK(c.entry.kind == EntryKind::kPythonModule);
+    CHECK(c.entry.script == "no.such.module");
+    CHECK(c.entry.args == std::vector<std::string>{"--lr", "1"});
+    CHECK(c.entry.python == box.python());
   }
   SECTION("--no-python: executables only, PATH lookup like execvp") {
-    CHECK(config({"--no-python", box.path("tool")}).executable == box.path("tool"));
-    CHECK(config({"--no-python", "mytool"}).executable == (box.bin / "mytool").string());
+    CHECK(config({"--no-python", box.path("tool")}).entry.executable == box.path("tool"));
+    CHECK(config({"--no-python", "mytool"}).entry.executable == (box.bin / "mytool").string());
     CHECK_THAT(usageError({"--no-python", box.path("data.txt")}),
                Catch::Contains("is not executable; chmod +x it or drop --no-python"));
     CHECK_THAT(usageError({"--no-python", "no-such-tool"}), Catch::Contains("not found on PATH"));
@@ -738,8 +752,8 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
                Catch::Contains("is a directory"));
     // No Python needed to run an executable.
     const Environment bare{{"PATH", box.path("nopython")}};
-    CHECK(config({"--no-python", box.path("tool")}, bare).entryKind == EntryKind::kExecutable);
-    CHECK(config({box.path("tool")}, bare).entryKind == EntryKind::kExecutable);
+    CHECK(config({"--no-python", box.path("tool")}, bare).entry.kind == EntryKind::kExecutable);
+    CHECK(config({box.path("tool")}, bare).entry.kind == EntryKind::kExecutable);
   }
   SECTION("-m with --no-python is an error") {
     CHECK_THAT(usageError({"-m", "--no-python", "mod"}),
@@ -749,8 +763,8 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
   }
   SECTION("--run-path needs Python and an existing path; it wins over --no-python") {
     const CommandLine line = parse({"--run-path", "--no-python", script()});
-    CHECK(line.config.entryKind == EntryKind::kRunPath);
-    CHECK(line.config.python == box.python());
+    CHECK(line.config.entry.kind == EntryKind::kRunPath);
+    CHECK(line.config.entry.python == box.python());
     REQUIRE(line.warnings.size() == 1);
     CHECK_THAT(line.warnings[0], Catch::Contains("--no-python is ignored with --run-path"));
     CHECK_THAT(usageError({"--run-path", box.path("missing.py")}),
@@ -762,9 +776,9 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     CHECK_THAT(usageError({"no-such-command"}), Catch::Contains("is not a command on PATH"));
   }
   SECTION("the Python interpreter: PYTHON_EXEC, else python3 on PATH") {
-    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool"))).python ==
+    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool"))).entry.python ==
           box.path("tool"));
-    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", "mytool")).python ==
+    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", "mytool")).entry.python ==
           (box.bin / "mytool").string());
     CHECK_THAT(usageError({script()}, with(box.environment(), "PYTHON_EXEC", box.path("data.txt"))),
                Catch::Contains("PYTHON_EXEC") && Catch::Contains("is not an executable file"));
@@ -779,7 +793,7 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     CHECK_THAT(usageError({"--run-path", script()}, bare), Catch::Contains("no python3 on PATH"));
     // A relative PATH entry still gives an absolute interpreter path.
     const WorkingDirectory cwd(box.root);
-    CHECK(config({script()}, {{"PATH", "bin"}}).python == box.python());
+    CHECK(config({script()}, {{"PATH", "bin"}}).entry.python == box.python());
   }
 }
 
@@ -787,12 +801,12 @@ TEST_CASE("option --shutdown-timeout: command line, PET_, TORCH_ELASTIC_SHUTDOWN
           "[cli]") {
   using std::chrono::milliseconds;
   Environment environment = with(sandbox().environment(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5");
-  CHECK(config({script()}, environment).shutdownTimeout == milliseconds(5000));
+  CHECK(config({script()}, environment).restart.shutdownTimeout == milliseconds(5000));
   environment["PET_SHUTDOWN_TIMEOUT"] = "2.5";
-  CHECK(config({script()}, environment).shutdownTimeout == milliseconds(2500));
-  CHECK(config({"--shutdown-timeout", "0.25", script()}, environment).shutdownTimeout ==
+  CHECK(config({script()}, environment).restart.shutdownTimeout == milliseconds(2500));
+  CHECK(config({"--shutdown-timeout", "0.25", script()}, environment).restart.shutdownTimeout ==
         milliseconds(250));
-  CHECK(config({"--shutdown-timeout=0", script()}).shutdownTimeout == milliseconds(0));
+  CHECK(config({"--shutdown-timeout=0", script()}).restart.shutdownTimeout == milliseconds(0));
   CHECK_THAT(usageError({"--shutdown-timeout", "-1", script()}),
              Catch::Contains("--shutdown-timeout '-1'") && Catch::Contains(">= 0"));
   CHECK_THAT(usageError({"--shutdown-timeout", "soon", script()}), Catch::Contains("not a number"));
@@ -804,7 +818,7 @@ TEST_CASE("option --shutdown-timeout: command line, PET_, TORCH_ELASTIC_SHUTDOWN
 
 TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numbers", "[cli]") {
   const auto signals = [](const std::string& value) {
-    return config({"--signals-to-handle", value, script()}).signalsToHandle;
+    return config({"--signals-to-handle", value, script()}).restart.signalsToHandle;
   };
   CHECK(signals("SIGTERM,SIGUSR1") == std::vector<int>{SIGTERM, SIGUSR1});
   CHECK(signals("TERM") == std::vector<int>{SIGTERM});
@@ -817,18 +831,18 @@ TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numb
 }
 
 TEST_CASE("option -r/--redirects and -t/--tee: 0-3 or per-rank maps", "[cli]") {
-  const StreamSelection all = config({"-r", "3", script()}).redirects;
+  const StreamSelection all = config({"-r", "3", script()}).logs.redirects;
   CHECK_FALSE(all.perRankGiven);
   CHECK(all.forRank(5) == StdStreams{true, true});
-  CHECK(config({"--redirects", "0", script()}).redirects.forRank(0) == StdStreams{});
+  CHECK(config({"--redirects", "0", script()}).logs.redirects.forRank(0) == StdStreams{});
 
-  const StreamSelection map = config({"--tee", "0:1,1:3, 12:2", script()}).tee;
+  const StreamSelection map = config({"--tee", "0:1,1:3, 12:2", script()}).logs.tee;
   CHECK(map.perRankGiven);
   CHECK(map.forRank(0) == StdStreams{true, false});
   CHECK(map.forRank(1) == StdStreams{true, true});
   CHECK(map.forRank(12) == StdStreams{false, true});  // multi-digit ranks, unlike torchrun
   CHECK(map.forRank(2) == StdStreams{});
-  CHECK(config({"-r", "0:3", script()}).redirects.perRank.size() == 1);
+  CHECK(config({"-r", "0:3", script()}).logs.redirects.perRank.size() == 1);
 
   for (const std::string bad : {"4", "a", "0:4", "0:1,", "", "1:", ":1", "0:1,0:2", "0:1;1:2"}) {
     INFO("--redirects '" << bad << "'");
@@ -844,9 +858,9 @@ TEST_CASE("option -r/--redirects and -t/--tee: 0-3 or per-rank maps", "[cli]") {
 
 TEST_CASE("option --local-ranks-filter: comma list of local ranks", "[cli]") {
   CHECK(
-      config({"--nproc-per-node", "3", "--local-ranks-filter", "0,2", script()}).localRanksFilter ==
+      config({"--nproc-per-node", "3", "--local-ranks-filter", "0,2", script()}).logs.localRanksFilter ==
       std::set<int>{0, 2});
-  CHECK_FALSE(config({"--local-ranks-filter", "", script()}).localRanksFilter.has_value());
+  CHECK_FALSE(config({"--local-ranks-filter", "", script()}).logs.localRanksFilter.has_value());
   for (const std::string bad : {"a", "-1", "0,,1", "1.5", "0,"}) {
     CHECK_THAT(usageError({"--local-ranks-filter", bad, script()}),
                Catch::Contains("--local-ranks-filter '" + bad + "'") && Catch::Contains("e.g."));
@@ -861,14 +875,14 @@ TEST_CASE("option --duplicate-stdout/stderr-filters: comma list with ,, for a li
           "[cli]") {
   const LaunchConfig c = config(
       {"--duplicate-stdout-filters", "a,,b,c,,", "--duplicate_stderr_filters", "x", script()});
-  CHECK(c.duplicateStdoutFilters == std::vector<std::string>{"a,b", "c,"});
-  CHECK(c.duplicateStderrFilters == std::vector<std::string>{"x"});
+  CHECK(c.logs.duplicateStdoutFilters == std::vector<std::string>{"a,b", "c,"});
+  CHECK(c.logs.duplicateStderrFilters == std::vector<std::string>{"x"});
 }
 
 TEST_CASE("option --log-dir must be, or be creatable as, a writable directory", "[cli]") {
   const Sandbox& box = sandbox();
-  CHECK(config({"--log-dir", box.root.string(), script()}).logDir == box.root.string());
-  CHECK(config({"--log-dir", box.path("new/deeper"), script()}).logDir == box.path("new/deeper"));
+  CHECK(config({"--log-dir", box.root.string(), script()}).logs.dir == box.root.string());
+  CHECK(config({"--log-dir", box.path("new/deeper"), script()}).logs.dir == box.path("new/deeper"));
   CHECK_FALSE(fs::exists(box.path("new")));  // checked, not created
   CHECK_THAT(usageError({"--log-dir", box.path("data.txt"), script()}),
              Catch::Contains("exists but is not a directory"));
@@ -903,7 +917,7 @@ TEST_CASE("option --numa-binding: a known policy, and numactl on PATH", "[cli]")
 }
 
 TEST_CASE("option --start-method and --event-log-handler take fixed choices", "[cli]") {
-  CHECK(config({"--start-method", "forkserver", script()}).startMethod == "forkserver");
+  CHECK(config({"--start-method", "forkserver", script()}).entry.startMethod == "forkserver");
   CHECK_THAT(usageError({"--start-method", "thread", script()}),
              Catch::Contains("--start-method 'thread' is not one of spawn, fork, forkserver"));
   CHECK(config({"--event_log_handler", "dynamic_rendezvous", script()}).eventLogHandler ==

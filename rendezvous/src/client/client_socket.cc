@@ -81,7 +81,7 @@ std::unique_ptr<ClientSocket> ClientSocket::connect(const std::string& host, std
     int fd = connectAddress(*a, deadline, error);
     if (fd >= 0) return std::unique_ptr<ClientSocket>(new ClientSocket(fd));
   }
-  throw SocketError(errnoText(error));
+  throw SocketError(errnoText(error), error);
 }
 
 ClientSocket::ClientSocket(int fd) : fd_(fd), buffer_(16 * 1024) {}

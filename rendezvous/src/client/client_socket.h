@@ -21,7 +21,13 @@ namespace ddprun::rendezvous::detail {
 // Any I/O failure. TcpStore adds the store's address and the operation to the message.
 class SocketError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // `systemError`: the errno behind it (0 when it is not a system call's failure).
+  explicit SocketError(const std::string& message, int systemError = 0)
+      : std::runtime_error(message), systemError_(systemError) {}
+  int systemError() const { return systemError_; }
+
+ private:
+  int systemError_;
 };
 // A read ran into its deadline; nothing is known to be wrong with the connection.
 class SocketTimeout : public SocketError {

@@ -156,7 +156,13 @@ class RendezvousServer::Impl {
     // The kernel caps the backlog at net.core.somaxconn; ask for plenty so that thousands of
     // ranks connecting at once are queued instead of refused.
     if (!error) acceptor_.listen(65535, error);
-    if (error) throw ServerError(bindErrorMessage(where, error));
+    if (error) {
+      const ServerError::Code code =
+          error == boost::system::errc::address_in_use            ? ServerError::Code::kAddressInUse
+          : error == boost::system::errc::address_not_available ? ServerError::Code::kAddressNotAvailable
+                                                                  : ServerError::Code::kOther;
+      throw ServerError(bindErrorMessage(where, error), code);
+    }
     applyConnectionOptions(acceptor_.native_handle(), options_);
     boundEndpoint_ = acceptor_.local_endpoint();
   }

@@ -48,56 +48,86 @@ struct StreamSelection {
   bool operator==(const StreamSelection&) const = default;
 };
 
-struct LaunchConfig {
-  // --- nodes and processes ---
+// --rdzv-conf, typed, with torchrun's key names. Each default is written here once; the CLI
+// fills what was given (durations in seconds on the command line) and nothing downstream parses
+// text again. Differences from torchrun: keep-alives every second (not 5), and the static
+// backend's `timeout` is its join timeout (the CLI resolves it into joinTimeout).
+struct RendezvousSettings {
+  std::chrono::milliseconds joinTimeout{600000};        // join_timeout: a round must form in this
+  std::chrono::milliseconds lastCallTimeout{30000};     // last_call_timeout: wait for more nodes
+  std::chrono::milliseconds closeTimeout{10000};        // close_timeout: the host waits for the others
+  std::chrono::milliseconds keepAliveInterval{1000};    // keep_alive_interval
+  int keepAliveMaxAttempts = 3;                         // keep_alive_max_attempt
+  std::chrono::milliseconds readTimeout{60000};         // read_timeout: reaching the store, any call
+  std::optional<std::chrono::milliseconds> heartbeatTimeout;  // heartbeat_timeout (default: the hold's lifetime)
+  std::chrono::milliseconds exitBarrierTimeout{300000};  // exit_barrier_timeout (ddprun extra)
+  std::optional<bool> isHost;                           // is_host: nothing = decide by the endpoint
+
+  // How long a node's alive hold lasts without renewal: after this a silent node is lost.
+  std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
+  bool operator==(const RendezvousSettings&) const = default;
+};
+
+// How the nodes find each other.
+struct RendezvousConfig {
+  RdzvBackend backend = RdzvBackend::kStatic;
   int minNodes = 1;                 // --nnodes N or MIN:MAX
   int maxNodes = 1;
-  int nprocPerNode = 1;             // --nproc-per-node: resolved count (cpu/gpu/auto resolved)
-  std::string nprocPerNodeSpec = "1";  // as given, for messages and logs
-
-  // --- rendezvous ---
-  RdzvBackend rdzvBackend = RdzvBackend::kStatic;
-  std::string rdzvEndpoint;         // as given ("" = none)
-  std::string rdzvHost;             // parsed endpoint host (brackets removed for IPv6)
-  std::uint16_t rdzvPort = 0;       // parsed endpoint port (c10d default 29400)
-  std::string rdzvId = "none";      // --rdzv-id; becomes TORCHELASTIC_RUN_ID
-  std::map<std::string, std::string> rdzvConf;  // --rdzv-conf k=v,... (known keys only)
+  std::string endpoint;             // --rdzv-endpoint as given ("" = none)
+  std::string host;                 // parsed endpoint host (brackets removed for IPv6)
+  std::uint16_t port = 0;           // parsed endpoint port (c10d default 29400)
+  std::string runId = "none";       // --rdzv-id; becomes TORCHELASTIC_RUN_ID
   bool standalone = false;          // --standalone: c10d on 127.0.0.1:0, random run id
-
-  // --- restarts and timing ---
-  int maxRestarts = 0;                                     // for the whole job, not per node
-  double monitorInterval = 0.1;      // accepted for compatibility; ddprun is event-driven
-  std::chrono::milliseconds shutdownTimeout{30000};        // SIGTERM -> SIGKILL grace
-  std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-
-  // --- what runs ---
-  EntryKind entryKind = EntryKind::kPythonScript;
-  std::string python;               // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
-  std::string trainingScript;       // script path, module name or executable (as given)
-  // kExecutable only: the file to exec, resolved at parse time the way execvp would (PATH
-  // lookup for a bare name) except that an executable found in the working directory under a
-  // bare name becomes "./name" (execvp would search PATH instead). argv[0] stays trainingScript.
-  std::string executable;
-  std::vector<std::string> trainingScriptArgs;  // passed through untouched
-  std::string role = "default";     // --role
-  std::string startMethod = "spawn";        // accepted; only meaningful for --run-path
-  std::string eventLogHandler = "null";     // --event-log-handler
-  std::string numaBinding;          // --numa-binding ("" = none)
-  bool virtualLocalRank = false;    // --virtual-local-rank
-
-  // --- static rendezvous ---
+  RendezvousSettings settings;      // --rdzv-conf
+  // static rendezvous
   int nodeRank = 0;                 // --node-rank
   std::string masterAddr = "127.0.0.1";     // --master-addr
   std::optional<std::uint16_t> masterPort;  // --master-port (nothing = 29500)
   std::string localAddr;            // --local-addr ("" = detect)
+};
 
-  // --- logs ---
-  std::string logDir;               // --log-dir ("" = none)
+// When and how the job restarts and stops.
+struct RestartPolicy {
+  int maxRestarts = 0;                                 // for the whole job, not per node
+  double monitorInterval = 0.1;      // accepted for compatibility; ddprun is event-driven
+  std::chrono::milliseconds shutdownTimeout{30000};    // SIGTERM -> SIGKILL grace
+  std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+};
+
+// What each worker runs.
+struct EntryPoint {
+  EntryKind kind = EntryKind::kPythonScript;
+  std::string python;               // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
+  std::string script;               // script path, module name or executable (as given)
+  // kExecutable only: the file to exec, resolved at parse time the way execvp would (PATH
+  // lookup for a bare name) except that an executable found in the working directory under a
+  // bare name becomes "./name" (execvp would search PATH instead). argv[0] stays `script`.
+  std::string executable;
+  std::vector<std::string> args;    // passed through untouched
+  std::string startMethod = "spawn";  // accepted; only meaningful for --run-path
+};
+
+// Where the workers' output goes.
+struct LogSettings {
+  std::string dir;                  // --log-dir ("" = none)
   StreamSelection redirects;        // -r/--redirects
   StreamSelection tee;              // -t/--tee
   std::optional<std::set<int>> localRanksFilter;  // --local-ranks-filter (nothing = all)
   std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters
   std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
+};
+
+struct LaunchConfig {
+  int nprocPerNode = 1;             // --nproc-per-node: resolved count (cpu/gpu/auto resolved)
+  std::string nprocPerNodeSpec = "1";  // as given, for messages and logs
+  RendezvousConfig rdzv;
+  RestartPolicy restart;
+  EntryPoint entry;
+  LogSettings logs;
+  std::string role = "default";     // --role
+  std::string eventLogHandler = "null";     // --event-log-handler
+  std::string numaBinding;          // --numa-binding ("" = none)
+  bool virtualLocalRank = false;    // --virtual-local-rank
 };
 
 // The static backend's default port, and c10d's default endpoint port.

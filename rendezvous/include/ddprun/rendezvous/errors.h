@@ -26,6 +26,13 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 
+// Something answers at the address but drops the torch 2.x handshake: it is not a ddprun or
+// torch 2.x store (a torch 1.13 server, another service). Waiting longer will not help.
+class StoreHandshakeError : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
+
 // The operation does not exist in this backend or wire dialect (e.g. listKeys over torch 1.13).
 class StoreUnsupportedError : public StoreError {
  public:

@@ -1,22 +1,34 @@
 // HashStore: an in-process Store with exactly the server's semantics (it shares the server's
-// KvState), for tests and for single-process use. Thread-safe: one mutex guards the state, and
-// blocked callers sleep on a condition variable without holding it.
+// KvState), for tests and for single-process use, holds included. Each HashStore object is one
+// "connection": connect() gives another connection to the same data, and destroying one is what a
+// closed TCP connection is to the server (its holds lapse with notification). Time-to-live of
+// holds is measured on the clock given at construction, so a test can move time by hand.
+//
+// Thread-safe: one mutex (shared by every connection) guards the state, and blocked callers sleep
+// on a condition variable without holding it.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 
-#include "ddprun/rendezvous/store.h"
+#include "ddprun/rendezvous/holding_store.h"
 
 namespace ddprun::rendezvous {
 
-class KvState;
-
-class HashStore final : public Store {
+class HashStore final : public HoldingStore {
  public:
-  HashStore();
+  using TimePoint = std::chrono::steady_clock::time_point;
+  using Now = std::function<TimePoint()>;
+
+  // `now` measures the holds' time-to-live (default: the steady clock).
+  explicit HashStore(Now now = {});
+  // Closes this connection: its holds lapse, with notification.
   ~HashStore() override;
+
+  // Another connection to the same data (thread-safe; may outlive this one).
+  std::unique_ptr<HashStore> connect();
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
@@ -30,18 +42,22 @@ class HashStore final : public Store {
   std::int64_t numKeys() override;
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
+  std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
+                   std::string_view notifyKey, std::string_view notifyValue) override;
+  bool release(std::string_view key) override;
 
  private:
+  struct Shared;
+  class Holder;
+  explicit HashStore(std::shared_ptr<Shared> shared);
   // Blocks until `keys` have all appeared or `deadline` passes; `what` and `timeout` are for the
   // timeout message.
   void waitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
                   std::chrono::steady_clock::time_point deadline, Duration timeout,
                   std::string_view what);
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::unique_ptr<KvState> state_;
-  std::uint64_t nextWaitId_ = 1;
+  std::shared_ptr<Shared> shared_;
+  std::unique_ptr<Holder> holder_;  // this connection's identity for its holds
 };
 
 }  // namespace ddprun::rendezvous

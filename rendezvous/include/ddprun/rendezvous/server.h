@@ -52,7 +52,19 @@ struct ServerOptions {
 // Listening failed: the message is one line naming the address, the reason and the fix.
 class ServerError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // What went wrong, for callers that decide on it (the agent becomes a client when the address
+  // is taken or is another host's); the message is for people.
+  enum class Code {
+    kOther,
+    kAddressInUse,         // something listens on the address already
+    kAddressNotAvailable,  // no interface of this host has the address
+  };
+  explicit ServerError(const std::string& message, Code code = Code::kOther)
+      : std::runtime_error(message), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
 };
 
 class RendezvousServer {

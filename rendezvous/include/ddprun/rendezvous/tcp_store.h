@@ -24,7 +24,7 @@
 #include <optional>
 #include <string>
 
-#include "ddprun/rendezvous/store.h"
+#include "ddprun/rendezvous/holding_store.h"
 #include "ddprun/rendezvous/wire_dialect.h"
 
 namespace ddprun::rendezvous {
@@ -52,7 +52,7 @@ struct TcpStoreOptions {
   std::size_t maxReplyValueBytes = std::size_t{1} << 30;
 };
 
-class TcpStore final : public Store {
+class TcpStore final : public HoldingStore {
  public:
   // Connects now. Throws StoreConnectionError naming host:port, the attempts and the last error.
   explicit TcpStore(TcpStoreOptions options);
@@ -76,18 +76,11 @@ class TcpStore final : public Store {
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
 
-  // --- ddprun extensions: only ddprun's own server (daemon or agent) has these ops ---
-
-  // Holds `key` at `value` on this connection: the key exists while someone holds it. If this
-  // connection closes, or (ttl > 0) does not hold it again within `ttl`, the server writes
-  // `notifyValue` to `notifyKey` unless that key already exists, waking whoever waits on it: a
-  // dead agent announces itself without anyone polling. Holding again renews. Returns the held
-  // value: `value` when granted, otherwise the value someone else holds the key at.
-  // Throws StoreUnsupportedError in the 1.13 dialect; a torch server closes the connection.
+  // --- HoldingStore: ddprun extensions that only ddprun's own server (daemon or agent) has.
+  // Throw StoreUnsupportedError in the 1.13 dialect; a torch server closes the connection.
   std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
-                   std::string_view notifyKey, std::string_view notifyValue);
-  // Gives up this connection's hold on `key` without notification. True if it held it.
-  bool release(std::string_view key);
+                   std::string_view notifyKey, std::string_view notifyValue) override;
+  bool release(std::string_view key) override;
 
  private:
   using Clock = std::chrono::steady_clock;

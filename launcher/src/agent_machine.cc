@@ -1,0 +1,357 @@
+#include "agent_machine.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/common/signal_names.h"
+#include "ddprun/common/worker_env_names.h"
+#include "worker_env.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// How long the workers' last output may take to arrive once they are gone (a grandchild may hold
+// a pipe open after its worker died).
+constexpr auto kOutputGrace = 200ms;
+
+double epochSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
+                           ProcessLauncher& launcher, WorkerOutput& output,
+                           RendezvousClient& rendezvous, Finished finished)
+    : config_(config),
+      identity_(std::move(identity)),
+      loop_(loop),
+      launcher_(launcher),
+      output_(output),
+      rendezvous_(rendezvous),
+      finished_(std::move(finished)) {}
+
+void AgentMachine::start() {
+  state_ = State::kJoining;
+  rendezvous_.join(-1);
+}
+
+std::vector<pid_t> AgentMachine::workerPids() const {
+  std::vector<pid_t> pids;
+  for (const LocalWorker& worker : local_) pids.push_back(worker.pid);
+  return pids;
+}
+
+std::string AgentMachine::attemptDirectory(int round) const {
+  const fs::path base = config_.logs.dir.empty() ? fs::path(identity_.scratchDir)
+                                                 : fs::path(config_.logs.dir) / config_.rdzv.runId;
+  return (base / fmt::format("attempt_{}", round)).string();
+}
+
+void AgentMachine::onRendezvousFailed(const RendezvousFailure& failure) {
+  if (state_ == State::kFinished) return;
+  if (failure.badEndpoint) {
+    finish(Ending::badInput(fmt::format("ddprun: error: {}", failure.message)));
+  } else {
+    finish(Ending::rendezvousFailed(fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));
+  }
+}
+
+void AgentMachine::onRoundFormed(Round round) {
+  if (state_ == State::kFinished) return;
+  if (signal_ != 0) {  // a signal arrived while joining
+    finish(Ending::signalled(signal_));
+    return;
+  }
+  round_ = std::move(round);
+  stop_.reset();
+  localFailures_.clear();
+  spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}, restart {}",
+               round_.number, round_.groupRank, round_.members.size(), round_.worldSize,
+               round_.masterAddr, round_.masterPort, round_.restartCount);
+  rendezvous_.watch(round_.number);
+  startWorkers();
+}
+
+void AgentMachine::startWorkers() {
+  const std::string attempt = attemptDirectory(round_.number);
+  const auto spawnStart = std::chrono::steady_clock::now();
+  local_.clear();
+  state_ = State::kRunning;
+  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
+  spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - spawnStart).count());
+  if (!localFailures_.empty()) announceFailure();
+}
+
+void AgentMachine::startWorker(int localRank, const std::string& attempt) {
+  LocalWorker worker;
+  worker.localRank = localRank;
+  worker.rank = round_.baseRank + localRank;
+  worker.errorFile = fmt::format("{}/{}/error.json", attempt, localRank);
+  std::error_code ignored;
+  fs::create_directories(fs::path(worker.errorFile).parent_path(), ignored);
+  // An earlier job with the same run id and --log-dir may have left one: it must not be taken
+  // for this worker's.
+  fs::remove(worker.errorFile, ignored);
+  const WorkerPlacement placement{localRank,           worker.rank,      round_.worldSize,
+                                  config_.nprocPerNode, round_.groupRank, static_cast<int>(round_.members.size())};
+  const RoundEnvironment roundEnvironment{round_.masterAddr, round_.masterPort, round_.restartCount,
+                                          round_.number, config_.rdzv.runId, identity_.agentToken};
+  try {
+    const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
+    const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank,
+                                                 config_.logs.dir.empty() ? std::string() : attempt);
+    const ExecPlan plan(command.path, command.argv,
+                        workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
+                                          worker.errorFile),
+                        streams.out, streams.err);
+    try {
+      worker.pid = launcher_.spawn(plan);
+    } catch (...) {
+      output_.abandon(localRank);
+      throw;
+    }
+    output_.started(localRank);
+    worker.running = true;
+  } catch (const std::exception& error) {
+    spdlog::error("cannot start worker {}: {}", localRank, error.what());
+    // A worker that cannot start is a failure like any other (exit code 127, as a shell).
+    WorkerFailure failure;
+    failure.rank = worker.rank;
+    failure.localRank = localRank;
+    failure.groupRank = round_.groupRank;
+    failure.host = identity_.hostname;
+    failure.exitCode = 127;
+    failure.observedAt = epochSeconds();
+    failure.message = error.what();
+    localFailures_.push_back(failure);
+    worker.judged = true;
+  }
+  local_.push_back(worker);
+}
+
+void AgentMachine::onStop(int round, StopReason stop) {
+  if (state_ == State::kFinished || round != round_.number) return;
+  stop_ = std::move(stop);
+  if (stop_->kind == StopKind::kDone) {
+    // Every node's workers succeeded (the last one through the exit barrier said so).
+    barrierTimer_.reset();
+    finish(Ending::succeeded());
+    return;
+  }
+  if (state_ == State::kRunning || state_ == State::kLocalDone) {
+    switch (stop_->kind) {
+      case StopKind::kNodeLost:
+        spdlog::warn("{} was lost; stopping this round to re-form the job", stop_->nodeText());
+        break;
+      case StopKind::kNodeJoined:
+        spdlog::info("{} joins the job; re-forming", stop_->nodeText());
+        break;
+      case StopKind::kNodeLeft:
+        spdlog::warn("{} left the job; re-forming", stop_->nodeText());
+        break;
+      default:
+        break;
+    }
+    state_ = State::kStopping;
+    barrierTimer_.reset();
+    stopWorkers();
+  }
+  maybeRoundOver();
+}
+
+void AgentMachine::onStoreLost(const std::string& reason) {
+  if (state_ == State::kFinished) return;
+  Ending ending = Ending::storeLost(fmt::format(
+      "ddprun: error: lost the rendezvous store ({}): the agent hosting it exited or the network "
+      "to it is cut; stopping this node's workers",
+      reason));
+  if (launcher_.anyRunning()) {
+    endAfterStop_ = std::move(ending);
+    state_ = State::kStopping;
+    stopWorkers();
+    return;
+  }
+  finish(std::move(ending));
+}
+
+void AgentMachine::onChildExited() {
+  // Record every exit of the batch before judging the group: a successful exit reaped together
+  // with a failed one must not make the node look done.
+  bool anyExited = false;
+  for (const ExitedWorker& exited : launcher_.reap()) {
+    auto worker = std::find_if(local_.begin(), local_.end(),
+                               [&](const LocalWorker& w) { return w.pid == exited.pid; });
+    if (worker == local_.end()) continue;
+    worker->running = false;
+    worker->waitStatus = exited.waitStatus;
+    worker->exitedAt = epochSeconds();
+    anyExited = true;
+  }
+  if (anyExited && state_ == State::kRunning) judgeWorkers();
+  maybeRoundOver();
+}
+
+WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
+  const WorkerIdentity who{worker.rank, worker.localRank, round_.groupRank, identity_.hostname,
+                           worker.pid, worker.errorFile};
+  WorkerFailure failure = fromWaitStatus(worker.waitStatus, who, worker.exitedAt);
+  loadErrorFile(failure);
+  return failure;
+}
+
+void AgentMachine::judgeWorkers() {
+  for (LocalWorker& worker : local_) {
+    if (worker.running || worker.judged) continue;
+    worker.judged = true;
+    if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) continue;
+    WorkerFailure failure = failureOf(worker);
+    spdlog::warn("worker {} (rank {}, pid {}) failed: {}", worker.localRank, worker.rank,
+                 worker.pid, statusText(failure));
+    localFailures_.push_back(std::move(failure));
+  }
+  if (!localFailures_.empty()) {
+    announceFailure();
+    return;
+  }
+  if (std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.running; })) return;
+  // Every local worker exited 0: count this node done; the last node announces "done".
+  spdlog::debug("round {}: every local worker exited 0", round_.number);
+  state_ = State::kLocalDone;
+  rendezvous_.markDone(round_.number, static_cast<int>(round_.members.size()));
+  barrierTimer_ = loop_.after(config_.rdzv.settings.exitBarrierTimeout, [this] {
+    if (state_ != State::kLocalDone) return;
+    if (identity_.hostsStore) {
+      // Leaving would take the store from under the nodes still at work and kill their workers.
+      spdlog::warn("not every node has finished after the exit barrier's timeout; this agent "
+                   "hosts the rendezvous store, so it stays until they finish or are lost");
+      return;
+    }
+    spdlog::warn("the exit barrier timed out: not every node finished; exiting 0 as this node did");
+    finish(Ending::succeeded());
+  });
+}
+
+void AgentMachine::announceFailure() {
+  // The earliest of this node's failures speaks for it; the store keeps the job's first.
+  state_ = State::kStopping;
+  rendezvous_.announce(round_.number,
+                       StopReason::workerFailed(localFailures_[rootCauseIndex(localFailures_)],
+                                                rendezvous_.nodeId()));
+  stopWorkers();
+}
+
+void AgentMachine::stopWorkers() {
+  if (!launcher_.anyRunning()) return;
+  launcher_.signalAll(signal_ != 0 ? signal_ : SIGTERM);
+  graceTimer_ = loop_.after(config_.restart.shutdownTimeout, [this] {
+    if (!launcher_.anyRunning()) return;
+    spdlog::warn("workers still running {} ms after the stop signal: killing them",
+                 config_.restart.shutdownTimeout.count());
+    launcher_.signalAll(SIGKILL);
+  });
+}
+
+void AgentMachine::maybeRoundOver() {
+  if (state_ != State::kStopping || launcher_.anyRunning()) return;
+  graceTimer_.reset();
+  if (endAfterStop_) {
+    finish(std::move(*endAfterStop_));
+    return;
+  }
+  if (signal_ != 0) {
+    finish(Ending::signalled(signal_));
+    return;
+  }
+  if (!stop_) return;  // the stop's reason is still on its way (our announce, or another's)
+  state_ = State::kJoining;
+  output_.drain(kOutputGrace, [this] { nextStep(); });
+}
+
+void AgentMachine::nextStep() {
+  if (state_ == State::kFinished) return;  // a signal ended the agent while the logs drained
+  launcher_.killStrays();
+  const StopReason& stop = *stop_;
+  if (stop.kind == StopKind::kWorkerFailed) {
+    const int restarts = restartsAfter(round_.restartCount, stop);
+    if (restarts > config_.restart.maxRestarts) {
+      failJob(stop);
+      return;
+    }
+    const WorkerFailure& cause = *stop.failure;
+    spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
+                 config_.restart.maxRestarts, cause.rank, cause.host, statusText(cause));
+  }
+  rendezvous_.join(round_.number + 1);
+}
+
+void AgentMachine::failJob(const StopReason& stop) {
+  // The root cause is the job's first failure (from the stop key, the same on every node); this
+  // node's other failures of the round are listed with it.
+  std::vector<WorkerFailure> failures{*stop.failure};
+  for (const WorkerFailure& mine : localFailures_) {
+    if (mine.rank != failures.front().rank || mine.host != failures.front().host) failures.push_back(mine);
+  }
+  const WorkerFailure& cause = failures.front();
+  std::fputs(formatSummary(config_.entry.script, failures, /*rootCause=*/0).c_str(), stderr);
+  std::fputc('\n', stderr);
+  if (auto parent = identity_.environment.find(common::kEnvTorchelasticErrorFile);
+      parent != identity_.environment.end()) {
+    try {
+      propagateErrorFile(cause, parent->second);
+    } catch (const std::exception& error) {
+      spdlog::warn("cannot write the error file for the parent: {}", error.what());
+    }
+  }
+  finish(Ending::jobFailed(cause, fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
+                                              round_.restartCount, cause.rank, cause.host, statusText(cause))));
+}
+
+void AgentMachine::onSignal(int signal) {
+  if (state_ == State::kFinished) return;
+  if (signal_ != 0) {
+    // A second signal: no more patience.
+    launcher_.signalAll(SIGKILL);
+    return;
+  }
+  signal_ = signal;
+  spdlog::warn("received {}: forwarding it to the workers", common::signalName(signal));
+  if (state_ != State::kJoining && state_ != State::kIdle) {
+    rendezvous_.announce(round_.number, StopReason::nodeLeft(rendezvous_.nodeId(), round_.groupRank,
+                                                             identity_.hostname, signal));
+  }
+  if (state_ == State::kJoining || state_ == State::kIdle || !launcher_.anyRunning()) {
+    finish(Ending::signalled(signal));
+    return;
+  }
+  state_ = State::kStopping;
+  stopWorkers();
+}
+
+void AgentMachine::finish(Ending ending) {
+  if (state_ == State::kFinished) return;
+  state_ = State::kFinished;
+  const int code = exitCode(ending);
+  spdlog::debug("finishing with exit code {}", code);
+  if (!ending.message.empty()) std::fprintf(stderr, "%s\n", ending.message.c_str());
+  ending_ = std::move(ending);
+  graceTimer_.reset();
+  barrierTimer_.reset();
+  launcher_.killAll();
+  launcher_.killStrays();
+  // Every line the workers wrote reaches the console before the agent goes.
+  output_.drain(kOutputGrace, [this, code] { finished_(code); });
+}
+
+}  // namespace ddprun::launcher

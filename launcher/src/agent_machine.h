@@ -1,0 +1,147 @@
+// AgentMachine: the agent's state machine, and nothing else. It owns no thread, socket or
+// process: it reacts to events (a round formed, a worker exited, a stop arrived, a signal) and
+// acts through its seams: ProcessLauncher (workers), WorkerOutput (their output), RendezvousClient
+// (membership, asynchronous: outcomes come back as events) and EventLoop (time, timers). The real
+// agent (agent.cc) wires it to Asio, POSIX processes and the TCP store; the unit tests wire it to
+// a fake launcher, the in-process store and a manual clock.
+//
+//   joining --round formed--> running --all local workers exit 0--> local done --kDone--> exit 0
+//                               |  \                                    |
+//            a worker failed / a stop arrives / a signal                 | a stop arrives
+//                               v                                        v
+//                            stopping (signal, grace, SIGKILL) --all gone--> next step:
+//              worker failed: restart (job-global budget) or fail with the root cause's code;
+//              node lost/joined/left: re-form (no restart counted); signal: exit 128+signal.
+//
+// Thread safety: every method runs on the event loop's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddprun/launcher/launch_config.h"
+#include "event_loop.h"
+#include "exit_codes.h"
+#include "failure_report.h"
+#include "membership.h"
+#include "process_launcher.h"
+#include "stop_reason.h"
+#include "worker_output.h"
+
+namespace ddprun::launcher {
+
+// Membership, asynchronously: each call returns at once and its outcome reaches the machine
+// later, on the loop (RendezvousEvents). Calls run in the order they are made.
+class RendezvousClient {
+ public:
+  virtual ~RendezvousClient() = default;
+  // Opens the membership first if it is not open. Outcome: onRoundFormed or onRendezvousFailed.
+  virtual void join(int round) = 0;
+  // Fire and forget: a lost store is reported by the watch.
+  virtual void announce(int round, StopReason stop) = 0;
+  virtual void markDone(int round, int members) = 0;
+  // Outcome: onStop for `round`, or onStoreLost.
+  virtual void watch(int round) = 0;
+  // This node's id in the rendezvous (valid once a round formed).
+  virtual std::int64_t nodeId() const = 0;
+};
+
+// Why a join failed for good.
+struct RendezvousFailure {
+  bool badEndpoint = false;  // the endpoint is wrong or never came up: bad input (exit 2)
+  std::string message;
+};
+
+// What the machine needs to know about this agent and its surroundings.
+struct AgentIdentity {
+  std::string hostname;
+  std::string agentToken;    // DDPRUN_AGENT of this agent's workers
+  std::string scratchDir;    // error files when there is no --log-dir
+  std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
+  bool hostsStore = false;   // this agent hosts the rendezvous store (it must outstay the others)
+};
+
+class AgentMachine {
+ public:
+  enum class State { kIdle, kJoining, kRunning, kLocalDone, kStopping, kFinished };
+  using Finished = std::function<void(int exitCode)>;
+
+  // Every reference must outlive the machine. `finished` is called once, on the loop, when the
+  // agent is done (every worker gone, their output drained).
+  AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
+               ProcessLauncher& launcher, WorkerOutput& output, RendezvousClient& rendezvous,
+               Finished finished);
+
+  // Joins the job.
+  void start();
+
+  // --- events ---
+  void onRoundFormed(Round round);
+  void onRendezvousFailed(const RendezvousFailure& failure);
+  void onStop(int round, StopReason stop);
+  void onStoreLost(const std::string& reason);
+  // SIGCHLD: reaps through the launcher and judges the workers.
+  void onChildExited();
+  // A handled signal (SIGTERM, SIGINT, ...).
+  void onSignal(int signal);
+
+  State state() const { return state_; }
+  const Round& round() const { return round_; }
+  // The ending, once the state is kFinished.
+  const std::optional<Ending>& ending() const { return ending_; }
+  // The pid of each local rank of the current round (-1: not started).
+  std::vector<pid_t> workerPids() const;
+
+ private:
+  struct LocalWorker {
+    int localRank = 0;
+    int rank = 0;
+    pid_t pid = -1;
+    std::string errorFile;
+    bool running = false;
+    bool judged = false;  // its exit has been looked at
+    int waitStatus = 0;
+    double exitedAt = 0;
+  };
+
+  void startWorkers();
+  void startWorker(int localRank, const std::string& attempt);
+  // Looks at the workers that exited: a failure stops the round, all done counts the node done.
+  void judgeWorkers();
+  void announceFailure();
+  void stopWorkers();
+  void maybeRoundOver();
+  void nextStep();
+  void failJob(const StopReason& stop);
+  void finish(Ending ending);
+  std::string attemptDirectory(int round) const;
+  WorkerFailure failureOf(const LocalWorker& worker) const;
+
+  const LaunchConfig& config_;
+  AgentIdentity identity_;
+  EventLoop& loop_;
+  ProcessLauncher& launcher_;
+  WorkerOutput& output_;
+  RendezvousClient& rendezvous_;
+  Finished finished_;
+
+  State state_ = State::kIdle;
+  Round round_;
+  std::vector<LocalWorker> local_;
+  std::optional<StopReason> stop_;            // why the current round stops
+  std::vector<WorkerFailure> localFailures_;  // this node's, in the current round
+  int signal_ = 0;                            // a handled signal that arrived
+  std::optional<Ending> endAfterStop_;        // end so once the workers are gone
+  std::optional<Ending> ending_;
+  std::unique_ptr<EventLoop::Timer> graceTimer_;
+  std::unique_ptr<EventLoop::Timer> barrierTimer_;
+};
+
+}  // namespace ddprun::launcher

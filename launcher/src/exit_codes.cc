@@ -1,0 +1,22 @@
+#include "exit_codes.h"
+
+namespace ddprun::launcher {
+
+int exitCode(const Ending& ending) {
+  switch (ending.kind) {
+    case EndKind::kSucceeded:
+      return 0;
+    case EndKind::kJobFailed:
+      return ending.rootCause ? exitCodeOf(*ending.rootCause) : 1;
+    case EndKind::kSignalled:
+      return 128 + ending.signal;
+    case EndKind::kRendezvousFailed:
+    case EndKind::kStoreLost:
+      return 1;
+    case EndKind::kBadInput:
+      return 2;
+  }
+  return 1;
+}
+
+}  // namespace ddprun::launcher

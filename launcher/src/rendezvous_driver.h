@@ -1,0 +1,63 @@
+// RendezvousDriver: the RendezvousClient of the agent. Membership's calls block on the store, so
+// they run off the event loop: a control thread runs join/announce/markDone one at a time in
+// order, a watch thread blocks on the current round's stop key; every outcome is posted to the
+// loop and handed to the AgentMachine there. The unit tests use the same driver over the
+// in-process store.
+//
+// Thread safety: the RendezvousClient calls, attach() and close() run on the loop's thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "agent_machine.h"
+#include "membership.h"
+
+namespace ddprun::launcher {
+
+class RendezvousDriver final : public RendezvousClient {
+ public:
+  // Every reference must outlive the driver.
+  RendezvousDriver(const RendezvousConfig& config, RendezvousBackend& backend,
+                   WorkerStoreHost& workerStores, NodeInfo self, EventLoop& loop);
+  ~RendezvousDriver() override;
+
+  // Where outcomes go. REQUIRES: called before the first join().
+  void attach(AgentMachine& machine) { machine_ = &machine; }
+
+  void join(int round) override;
+  void announce(int round, StopReason stop) override;
+  void markDone(int round, int members) override;
+  void watch(int round) override;
+  std::int64_t nodeId() const override { return membership_.self().id; }
+
+  // Leaves the rendezvous in order: stops the blocked calls, gives up the holds (a clean exit is
+  // not a lost node), and when this agent hosts the store gives the others a moment to read the
+  // outcome (`hostsStore`). Blocks up to close_timeout.
+  void close(bool hostsStore);
+
+ private:
+  using Call = std::function<void()>;
+  // Runs `call` on the control thread; what it throws is reported by `onError` on the loop.
+  void runOnControl(Call call, std::function<void(std::exception_ptr)> onError);
+  void controlLoop();
+  void stopThreads();
+
+  Membership membership_;
+  EventLoop& loop_;
+  AgentMachine* machine_ = nullptr;
+  bool opened_ = false;  // touched by the control thread only
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<Call, std::function<void(std::exception_ptr)>>> queue_;
+  bool stopping_ = false;
+  std::thread control_;
+  std::thread watch_;
+};
+
+}  // namespace ddprun::launcher

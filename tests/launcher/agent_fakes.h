@@ -1,0 +1,296 @@
+// The seams of the agent, faked for its unit tests: a manual clock that is also the event loop,
+// a process launcher whose workers exit when the test says so, output that goes nowhere, and a
+// worker store that is never really started. With the in-process store (InProcessRendezvous)
+// several AgentMachines form jobs in one test process, in milliseconds.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "event_loop.h"
+#include "membership.h"
+#include "process_launcher.h"
+#include "rendezvous_backend.h"
+#include "worker_output.h"
+
+namespace ddprun::test {
+
+using launcher::EventLoop;
+
+// Time moves only when the test says so; posted work and due timers run on the test's thread,
+// inside runUntil() and advance().
+class ManualEventLoop final : public EventLoop {
+ public:
+  TimePoint now() const override { return TimePoint(std::chrono::milliseconds(now_.load())); }
+
+  std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) override {
+    auto armed = std::make_shared<bool>(true);
+    timers_.push_back({now_.load() + delay.count(), nextTimer_++, std::move(callback), armed});
+    return std::make_unique<ManualTimer>(armed);
+  }
+
+  void post(Callback callback) override {
+    {
+      std::lock_guard lock(mutex_);
+      posted_.push_back(std::move(callback));
+    }
+    wake_.notify_all();
+  }
+
+  // Moves the clock by `delta` and runs the timers that became due, in order.
+  void advance(std::chrono::milliseconds delta) {
+    now_ += delta.count();
+    for (;;) {
+      auto due = timers_.end();
+      for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+        if (it->due <= now_.load() && (due == timers_.end() || it->due < due->due)) due = it;
+      }
+      if (due == timers_.end()) break;
+      PendingTimer timer = std::move(*due);
+      timers_.erase(due);
+      if (*timer.armed) timer.callback();
+    }
+    runPosted();
+  }
+
+  // Runs posted work (results of the rendezvous threads, exits) until `done` holds; false after
+  // `patience` of real time (the threads work in real time).
+  bool runUntil(const std::function<bool()>& done,
+                std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      runPosted();
+      if (done()) return true;
+      std::unique_lock lock(mutex_);
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      wake_.wait_for(lock, std::chrono::milliseconds(5), [this] { return !posted_.empty(); });
+    }
+  }
+
+  void runPosted() {
+    for (;;) {
+      Callback next;
+      {
+        std::lock_guard lock(mutex_);
+        if (posted_.empty()) return;
+        next = std::move(posted_.front());
+        posted_.pop_front();
+      }
+      next();
+    }
+  }
+
+ private:
+  class ManualTimer final : public Timer {
+   public:
+    explicit ManualTimer(std::shared_ptr<bool> armed) : armed_(std::move(armed)) {}
+    ~ManualTimer() override { *armed_ = false; }
+    void cancel() override { *armed_ = false; }
+
+   private:
+    std::shared_ptr<bool> armed_;
+  };
+  struct PendingTimer {
+    std::int64_t due;
+    std::uint64_t sequence;
+    Callback callback;
+    std::shared_ptr<bool> armed;
+  };
+
+  std::atomic<std::int64_t> now_{1'000'000};  // milliseconds; not zero (zero means "unset")
+  std::vector<PendingTimer> timers_;
+  std::uint64_t nextTimer_ = 0;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Callback> posted_;
+};
+
+// Workers that exit when the test says so (or when signalled, if they obey); each exit reaches
+// the machine the way SIGCHLD does: later, on the loop.
+class FakeLauncher final : public launcher::ProcessLauncher {
+ public:
+  struct Worker {
+    pid_t pid;
+    std::map<std::string, std::string> environment;
+    std::vector<std::string> argv;
+  };
+
+  explicit FakeLauncher(EventLoop& loop) : loop_(loop) {}
+
+  // Called (on the loop) after every exit: the test points it at AgentMachine::onChildExited.
+  std::function<void()> childExited;
+  // Whether workers die of the signals they are sent (SIGKILL always kills).
+  bool obeySignals = true;
+  // Spawns of these local ranks fail (LOCAL_RANK in the environment).
+  std::set<int> failingSpawns;
+
+  pid_t spawn(const launcher::ExecPlan& plan) override {
+    Worker worker{nextPid_++, {}, {}};
+    for (char* const* entry = plan.envp(); *entry != nullptr; ++entry) {
+      const std::string text(*entry);
+      const auto equals = text.find('=');
+      worker.environment[text.substr(0, equals)] = text.substr(equals + 1);
+    }
+    for (char* const* arg = plan.argv(); *arg != nullptr; ++arg) worker.argv.push_back(*arg);
+    if (failingSpawns.count(std::stoi(worker.environment.at("LOCAL_RANK")))) {
+      throw launcher::SpawnError("cannot start /bin/true: No such file or directory");
+    }
+    running_.insert(worker.pid);
+    spawned.push_back(worker);
+    return worker.pid;
+  }
+
+  void signalAll(int signal) override {
+    signals.push_back(signal);
+    if (!obeySignals && signal != SIGKILL) return;
+    for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
+  }
+
+  bool anyRunning() const override { return !running_.empty(); }
+
+  std::vector<launcher::ExitedWorker> reap() override {
+    std::vector<launcher::ExitedWorker> exited;
+    exited.swap(exited_);
+    return exited;
+  }
+
+  void killStrays() override { ++strayKills; }
+
+  void killAll() override {
+    for (pid_t pid : running_) exited_.push_back({pid, SIGKILL});
+    running_.clear();
+  }
+
+  // Worker `pid` exits with `code`.
+  void exitWith(pid_t pid, int code) { end(pid, (code & 0xff) << 8); }
+  // Worker `pid` dies of `signal`.
+  void dieOf(pid_t pid, int signal) { end(pid, signal); }
+
+  // The workers of the latest round (the last `count` spawned).
+  std::vector<Worker> latest(int count) const {
+    return std::vector<Worker>(spawned.end() - std::min<std::size_t>(count, spawned.size()), spawned.end());
+  }
+  bool running(pid_t pid) const { return running_.count(pid) > 0; }
+
+  std::vector<Worker> spawned;
+  std::vector<int> signals;
+  int strayKills = 0;
+
+ private:
+  void end(pid_t pid, int waitStatus) {
+    if (running_.erase(pid) == 0) return;
+    exited_.push_back({pid, waitStatus});
+    loop_.post([this] {
+      if (childExited) childExited();
+    });
+  }
+
+  EventLoop& loop_;
+  pid_t nextPid_ = 1000;
+  std::set<pid_t> running_;
+  std::vector<launcher::ExitedWorker> exited_;
+};
+
+// Workers' output goes nowhere; a drain completes at once (on the loop).
+class NullOutput final : public launcher::WorkerOutput {
+ public:
+  explicit NullOutput(EventLoop& loop) : loop_(loop) {}
+  launcher::ChildStreams prepare(int, int, int, const std::string&) override { return {}; }
+  void started(int) override {}
+  void abandon(int) override {}
+  void drain(std::chrono::milliseconds, std::function<void()> done) override { loop_.post(std::move(done)); }
+  void closeAll() override {}
+
+ private:
+  EventLoop& loop_;
+};
+
+// Group rank 0 "hosts" the workers' store: nothing starts, a port is handed out.
+class FakeWorkerStores final : public launcher::WorkerStoreHost {
+ public:
+  std::uint16_t host(const std::string&) override { return ++hosted; }
+  std::atomic<std::uint16_t> hosted{40000};
+};
+
+// The in-process store as an agent's backend, with a way to make the agent vanish as kill -9
+// would: sever() drops its connections without giving up their holds, so the store reports the
+// node lost, and every later call of that agent fails as on a dead socket.
+class SeverableRendezvous final : public launcher::RendezvousBackend {
+ public:
+  explicit SeverableRendezvous(rendezvous::HashStore& store) : store_(store) {}
+
+  std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
+                                                    std::chrono::milliseconds) override {
+    auto link = std::make_shared<Link>();
+    link->store = store_.connect();
+    link->store->setTimeout(callTimeout);
+    std::lock_guard lock(mutex_);
+    links_.push_back(link);
+    return std::make_unique<Connection>(link);
+  }
+  void clearWorkerKeys() override {}
+  std::string address() const override { return "in-process:0"; }
+
+  void sever() {
+    std::lock_guard lock(mutex_);
+    for (auto& link : links_) {
+      std::lock_guard linkLock(link->mutex);
+      link->store.reset();  // destroyed when its last call in flight returns
+    }
+  }
+
+ private:
+  struct Link {
+    std::mutex mutex;
+    std::shared_ptr<rendezvous::HashStore> store;
+  };
+  class Connection final : public rendezvous::HoldingStore {
+   public:
+    explicit Connection(std::shared_ptr<Link> link) : link_(std::move(link)) {}
+    void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
+    std::string get(std::string_view k) override { return live()->get(k); }
+    std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
+    std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
+      return live()->compareSet(k, e, d);
+    }
+    void wait(const std::vector<std::string>& keys, Duration timeout) override { live()->wait(keys, timeout); }
+    using Store::wait;
+    bool check(const std::vector<std::string>& keys) override { return live()->check(keys); }
+    bool deleteKey(std::string_view k) override { return live()->deleteKey(k); }
+    std::int64_t numKeys() override { return live()->numKeys(); }
+    void append(std::string_view k, std::string_view v) override { live()->append(k, v); }
+    std::vector<std::string> listKeys() override { return live()->listKeys(); }
+    std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl,
+                     std::string_view nk, std::string_view nv) override {
+      return live()->hold(k, v, ttl, nk, nv);
+    }
+    bool release(std::string_view k) override { return live()->release(k); }
+
+   private:
+    std::shared_ptr<rendezvous::HashStore> live() {
+      std::lock_guard lock(link_->mutex);
+      if (!link_->store) throw rendezvous::StoreConnectionError("in-process store: connection severed");
+      return link_->store;
+    }
+    std::shared_ptr<Link> link_;
+  };
+
+  rendezvous::HashStore& store_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Link>> links_;
+};
+
+}  // namespace ddprun::test

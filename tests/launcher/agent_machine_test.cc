@@ -1,0 +1,416 @@
+// The agent's decisions, through its seams: restart, re-form, join, node loss, signals and the
+// exit barrier, with a fake process launcher, the in-process store and a manual clock. Several
+// agents form one job in this process; nothing is spawned, no socket is opened, and time moves
+// only when a test moves it. The real-binary tests (agent_test, multinode_test) stay.
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "agent_fakes.h"
+#include "agent_machine.h"
+#include "ddprun/rendezvous/hash_store.h"
+#include "exit_codes.h"
+#include "rendezvous_backend.h"
+#include "rendezvous_driver.h"
+#include "stop_reason.h"
+
+namespace {
+
+using namespace ddprun::launcher;
+using ddprun::rendezvous::HashStore;
+using ddprun::test::FakeLauncher;
+using ddprun::test::FakeWorkerStores;
+using ddprun::test::ManualEventLoop;
+using ddprun::test::NullOutput;
+using ddprun::test::SeverableRendezvous;
+using namespace std::chrono_literals;
+using State = AgentMachine::State;
+
+LaunchConfig jobConfig(int minNodes, int maxNodes, int nproc, int maxRestarts = 0) {
+  LaunchConfig config;
+  config.nprocPerNode = nproc;
+  config.rdzv.backend = RdzvBackend::kC10d;
+  config.rdzv.minNodes = minNodes;
+  config.rdzv.maxNodes = maxNodes;
+  config.rdzv.runId = "unit";
+  config.rdzv.settings.lastCallTimeout = 2s;
+  config.rdzv.settings.joinTimeout = 60s;
+  // Holds age on the manual clock while heartbeats renew them in real time: a long life keeps a
+  // test's jumps in time from making live nodes look lost.
+  config.rdzv.settings.keepAliveMaxAttempts = 1000;
+  config.restart.maxRestarts = maxRestarts;
+  config.restart.shutdownTimeout = 5s;
+  config.entry.kind = EntryKind::kExecutable;
+  config.entry.script = "/bin/true";
+  config.entry.executable = "/bin/true";
+  return config;
+}
+
+// One agent: the real machine and driver, fake processes, the shared in-process store.
+struct Node {
+  Node(ManualEventLoop& loop, HashStore& store, LaunchConfig config, const std::string& address)
+      : config_(std::move(config)),
+        loop_(loop),
+        launcher(loop),
+        output(loop),
+        backend(store),
+        driver(config_.rdzv, backend, stores, self(address, config_.nprocPerNode), loop),
+        machine(config_, identity(address), loop, launcher, output, driver,
+                [this](int code) { exitCode = code; }) {
+    launcher.childExited = [this] { machine.onChildExited(); };
+    driver.attach(machine);
+  }
+  ~Node() { driver.close(false); }
+
+  static NodeInfo self(const std::string& address, int nproc) {
+    NodeInfo node;
+    node.address = address;
+    node.hostname = "host-" + address;
+    node.nproc = nproc;
+    return node;
+  }
+  AgentIdentity identity(const std::string& address) const {
+    AgentIdentity id;
+    id.hostname = "host-" + address;
+    id.agentToken = "token";
+    id.scratchDir = "/tmp/ddprun-agent-machine-test";
+    return id;
+  }
+
+  bool runningRound(int round) const {
+    return machine.state() == State::kRunning && machine.round().number == round;
+  }
+  // The workers of the current round, as spawned.
+  std::vector<FakeLauncher::Worker> workers() const { return launcher.latest(config_.nprocPerNode); }
+  void allExit(int code) {
+    for (const auto& worker : workers()) launcher.exitWith(worker.pid, code);
+  }
+
+  LaunchConfig config_;
+  ManualEventLoop& loop_;
+  FakeLauncher launcher;
+  NullOutput output;
+  FakeWorkerStores stores;
+  SeverableRendezvous backend;
+  RendezvousDriver driver;
+  AgentMachine machine;
+  std::optional<int> exitCode;
+};
+
+// The agents of one job, sharing an in-process store whose holds age on the manual clock.
+struct Job {
+  ManualEventLoop loop;
+  HashStore store{[this] { return loop.now(); }};
+  std::vector<std::unique_ptr<Node>> nodes;
+
+  Node& add(const LaunchConfig& config, const std::string& address) {
+    nodes.push_back(std::make_unique<Node>(loop, store, config, address));
+    return *nodes.back();
+  }
+  bool until(const std::function<bool()>& done,
+             std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+    return loop.runUntil(done, patience);
+  }
+};
+}  // namespace
+
+TEST_CASE("one node: workers get their ranks, all exit 0, the agent exits 0", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 3), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  REQUIRE(workers.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(workers[i].environment.at("RANK") == std::to_string(i));
+    CHECK(workers[i].environment.at("LOCAL_RANK") == std::to_string(i));
+    CHECK(workers[i].environment.at("WORLD_SIZE") == "3");
+    CHECK(workers[i].environment.at("TORCHELASTIC_RESTART_COUNT") == "0");
+    CHECK(workers[i].environment.at("MASTER_ADDR") == "10.0.0.1");
+  }
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+  CHECK(node.machine.ending()->kind == EndKind::kSucceeded);
+}
+
+TEST_CASE("a failed worker restarts the whole group within --max-restarts", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto first = node.workers();
+  node.launcher.exitWith(first[1].pid, 3);
+  // Its peer is stopped (SIGTERM), then the group starts again as restart 1.
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  CHECK(node.launcher.signals.front() == SIGTERM);
+  CHECK_FALSE(node.launcher.running(first[0].pid));
+  const auto second = node.workers();
+  CHECK(second[0].pid != first[0].pid);
+  CHECK(second[0].environment.at("TORCHELASTIC_RESTART_COUNT") == "1");
+  CHECK(second[0].environment.at("DDPRUN_GENERATION") == "1");
+  CHECK(node.machine.round().restartCount == 1);
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
+TEST_CASE("with the budget spent, the job fails with the root cause's exit code", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/0), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.exitWith(node.workers()[1].pid, 7);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 7);
+  const Ending& ending = *node.machine.ending();
+  CHECK(ending.kind == EndKind::kJobFailed);
+  CHECK(ending.rootCause->rank == 1);
+  CHECK(ending.rootCause->exitCode == 7);
+  CHECK(node.launcher.spawned.size() == 2);  // no restart
+}
+
+TEST_CASE("a worker killed by a signal ends the job with 128 + the signal", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.dieOf(node.workers()[0].pid, SIGSEGV);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGSEGV);
+}
+
+TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs out", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.launcher.obeySignals = false;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.exitWith(node.workers()[0].pid, 1);
+  REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/0/stop"}); }));
+  CHECK(node.launcher.signals == std::vector<int>{SIGTERM});
+  job.loop.advance(4900ms);  // within the 5 s grace: nothing more
+  CHECK(node.launcher.signals == std::vector<int>{SIGTERM});
+  CHECK_FALSE(node.exitCode.has_value());
+  job.loop.advance(200ms);
+  CHECK(node.launcher.signals == std::vector<int>{SIGTERM, SIGKILL});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 1);
+}
+
+TEST_CASE("a worker that cannot be started is a failure with exit code 127", "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/1);
+  Node& node = job.add(config, "10.0.0.1");
+  node.launcher.failingSpawns = {1};
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 127);
+  CHECK(node.machine.round().restartCount == 1);  // the restart was spent on it too
+  CHECK(node.machine.ending()->rootCause->message.find("No such file") != std::string::npos);
+}
+
+TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.machine.onSignal(SIGTERM);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGTERM);
+  CHECK(node.launcher.signals.front() == SIGTERM);  // forwarded, not SIGKILL first
+  // The others are told this node left (not a failure: no restart is spent on it).
+  const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kNodeLeft);
+  CHECK(stop->signal == SIGTERM);
+  CHECK(stop->groupRank == 0);
+}
+
+TEST_CASE("a second signal kills the workers at once", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  node.launcher.obeySignals = false;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.machine.onSignal(SIGINT);
+  CHECK(node.launcher.signals == std::vector<int>{SIGINT});
+  node.machine.onSignal(SIGINT);
+  CHECK(node.launcher.signals == std::vector<int>{SIGINT, SIGKILL});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGINT);
+}
+
+TEST_CASE("a signal while joining ends the agent without starting workers", "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(2, 2, 1), "10.0.0.1");  // waits for a second node
+  node.machine.start();
+  job.loop.runPosted();
+  node.machine.onSignal(SIGTERM);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGTERM);
+  CHECK(node.launcher.spawned.empty());
+}
+
+TEST_CASE("two nodes form one job: group ranks by address, global ranks follow", "[agent][unit]") {
+  Job job;
+  Node& b = job.add(jobConfig(2, 2, 2), "10.0.0.2");
+  Node& a = job.add(jobConfig(2, 2, 3), "10.0.0.1");
+  b.machine.start();
+  a.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  CHECK(a.machine.round().groupRank == 0);
+  CHECK(b.machine.round().groupRank == 1);
+  CHECK(a.workers()[0].environment.at("WORLD_SIZE") == "5");
+  CHECK(b.workers()[0].environment.at("RANK") == "3");  // after a's 3 workers
+  CHECK(b.workers()[1].environment.at("GROUP_RANK") == "1");
+  // Both meet at the store node 0 hosts for the round.
+  CHECK(b.workers()[0].environment.at("MASTER_ADDR") == "10.0.0.1");
+  CHECK(b.workers()[0].environment.at("MASTER_PORT") == a.workers()[0].environment.at("MASTER_PORT"));
+}
+
+TEST_CASE("a failure on one node restarts every node's workers, counted once", "[agent][unit]") {
+  Job job;
+  Node& a = job.add(jobConfig(2, 2, 1, /*maxRestarts=*/2), "10.0.0.1");
+  Node& b = job.add(jobConfig(2, 2, 1, /*maxRestarts=*/2), "10.0.0.2");
+  a.machine.start();
+  b.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  const pid_t bFirst = b.workers()[0].pid;
+  a.launcher.exitWith(a.workers()[0].pid, 1);
+  REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
+  CHECK_FALSE(b.launcher.running(bFirst));  // b stopped its healthy worker too
+  CHECK(a.machine.round().restartCount == 1);
+  CHECK(b.machine.round().restartCount == 1);
+  CHECK(b.workers()[0].environment.at("TORCHELASTIC_RESTART_COUNT") == "1");
+}
+
+TEST_CASE("a lost node re-forms the job without it and spends no restart", "[agent][unit]") {
+  Job job;
+  Node& a = job.add(jobConfig(1, 2, 1), "10.0.0.1");
+  a.machine.start();
+  job.add(jobConfig(1, 2, 1), "10.0.0.2").machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && job.nodes[1]->runningRound(0); }));
+  // Node b's agent vanishes (kill -9): its connections close, and the store writes its notice.
+  job.nodes[1]->backend.sever();
+  REQUIRE(job.until([&] { return a.runningRound(1); }));
+  CHECK(a.machine.round().members.size() == 1);
+  CHECK(a.machine.round().restartCount == 0);
+  CHECK(a.workers()[0].environment.at("WORLD_SIZE") == "1");
+  const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kNodeLost);
+  CHECK(stop->groupRank == 1);  // messages name the group rank, not an internal id
+}
+
+TEST_CASE("a node that joins a running elastic job re-forms it with the newcomer", "[agent][unit]") {
+  Job job;
+  Node& a = job.add(jobConfig(1, 2, 1), "10.0.0.1");
+  a.machine.start();
+  // Alone, a waits last_call_timeout for more nodes, then runs with one.
+  REQUIRE(job.until([&] {
+    job.loop.advance(100ms);
+    return a.runningRound(0);
+  }));
+  CHECK(a.machine.round().members.size() == 1);
+  Node& b = job.add(jobConfig(1, 2, 1), "10.0.0.2");
+  b.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
+  CHECK(a.machine.round().members.size() == 2);
+  CHECK(a.machine.round().restartCount == 0);
+  CHECK(b.workers()[0].environment.at("WORLD_SIZE") == "2");
+}
+
+TEST_CASE("exit barrier: a node whose workers are done waits for the others", "[agent][unit]") {
+  Job job;
+  Node& a = job.add(jobConfig(2, 2, 1), "10.0.0.1");
+  Node& b = job.add(jobConfig(2, 2, 1), "10.0.0.2");
+  a.machine.start();
+  b.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  a.allExit(0);
+  REQUIRE(job.until([&] { return a.machine.state() == State::kLocalDone; }));
+  CHECK_FALSE(job.until([&] { return a.exitCode.has_value(); }, 300ms));
+  b.allExit(0);
+  REQUIRE(job.until([&] { return a.exitCode && b.exitCode; }));
+  CHECK(*a.exitCode == 0);
+  CHECK(*b.exitCode == 0);
+}
+
+TEST_CASE("exit barrier: after its timeout a finished node leaves with 0", "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(2, 2, 1);
+  config.rdzv.settings.exitBarrierTimeout = 30s;
+  Node& a = job.add(config, "10.0.0.1");
+  Node& b = job.add(config, "10.0.0.2");
+  a.machine.start();
+  b.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  a.allExit(0);
+  REQUIRE(job.until([&] { return a.machine.state() == State::kLocalDone; }));
+  job.loop.advance(29s);
+  job.loop.runPosted();
+  CHECK_FALSE(a.exitCode.has_value());
+  job.loop.advance(2s);
+  REQUIRE(job.until([&] { return a.exitCode.has_value(); }));
+  CHECK(*a.exitCode == 0);
+  CHECK(b.machine.state() == State::kRunning);  // b's workers are left alone
+}
+
+TEST_CASE("a round that cannot form within join_timeout fails the agent with 1", "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(2, 2, 1);
+  config.rdzv.settings.joinTimeout = 10s;
+  Node& a = job.add(config, "10.0.0.1");
+  a.machine.start();
+  REQUIRE(job.until([&] {
+    job.loop.advance(500ms);
+    return a.exitCode.has_value();
+  }));
+  CHECK(*a.exitCode == 1);
+  CHECK(a.machine.ending()->kind == EndKind::kRendezvousFailed);
+  CHECK(a.machine.ending()->message.find("join_timeout") != std::string::npos);
+  CHECK(a.launcher.spawned.empty());
+}
+
+TEST_CASE("the stop record: one serialisation, parsed back to the same typed value", "[agent][unit]") {
+  WorkerFailure failure;
+  failure.rank = 3;
+  failure.localRank = 1;
+  failure.groupRank = 1;
+  failure.host = "b";
+  failure.exitCode = 9;
+  failure.message = "ValueError: boom";
+  const auto parsed = StopReason::parse(StopReason::workerFailed(failure, 7).serialize());
+  REQUIRE(parsed);
+  CHECK(parsed->kind == StopKind::kWorkerFailed);
+  CHECK(parsed->node == 7);
+  CHECK(parsed->failure->rank == 3);
+  CHECK(parsed->failure->message == "ValueError: boom");
+  CHECK(parsed->costsRestart());
+  CHECK(StopReason::parse(StopReason::nodeLost(2, 1, "b").serialize())->nodeText() == "node 1 (b)");
+  CHECK_FALSE(StopReason::parse("{\"kind\":\"done\"")); // not JSON
+  CHECK_FALSE(StopReason::parse("{\"kind\":\"exploded\"}"));
+  CHECK_FALSE(StopReason::parse("{\"kind\":\"failure\"}"));  // a failure without its worker
+  CHECK_THROWS_AS(StopReason::storeLost("x").serialize(), std::logic_error);
+  CHECK(restartsAfter(2, *StopReason::parse(StopReason::nodeJoined(3, "c").serialize())) == 2);
+}
+
+TEST_CASE("exit codes are decided in one place", "[agent][unit]") {
+  WorkerFailure signalled;
+  signalled.signal = SIGKILL;
+  WorkerFailure exited;
+  exited.exitCode = 5;
+  CHECK(exitCode(Ending::succeeded()) == 0);
+  CHECK(exitCode(Ending::jobFailed(exited, "")) == 5);
+  CHECK(exitCode(Ending::jobFailed(signalled, "")) == 128 + SIGKILL);
+  CHECK(exitCode(Ending::signalled(SIGTERM)) == 143);
+  CHECK(exitCode(Ending::rendezvousFailed("")) == 1);
+  CHECK(exitCode(Ending::storeLost("")) == 1);
+  CHECK(exitCode(Ending::badInput("")) == 2);
+}
