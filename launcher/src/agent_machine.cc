@@ -306,6 +306,15 @@ void AgentMachine::failJob(const StopReason& stop) {
   const WorkerFailure& cause = failures.front();
   std::fputs(formatSummary(config_.entry.script, failures, /*rootCause=*/0).c_str(), stderr);
   std::fputc('\n', stderr);
+  if (config_.entry.kind != EntryKind::kExecutable) {
+    std::vector<std::vector<std::string>> tails;
+    for (const LocalWorker& worker : local_) tails.push_back(output_.stderrTail(worker.localRank));
+    const bool fromPythonExec = identity_.environment.count("PYTHON_EXEC") > 0 &&
+                                !identity_.environment.at("PYTHON_EXEC").empty();
+    if (const auto hint = missingModuleHint(tails, config_.entry.python, fromPythonExec)) {
+      std::fprintf(stderr, "ddprun: hint: %s\n", hint->c_str());
+    }
+  }
   if (auto parent = identity_.environment.find(common::kEnvTorchelasticErrorFile);
       parent != identity_.environment.end()) {
     try {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -101,6 +102,10 @@ struct StreamPlan {
   bool needsPipe() const { return console || filtered; }
 };
 
+// How much of each stream the agent keeps for its failure summary.
+constexpr std::size_t kTailLines = 20;
+constexpr std::size_t kTailLineBytes = 1024;
+
 // Reads one worker stream from its pipe and fans the bytes out.
 class Reader {
  public:
@@ -115,6 +120,9 @@ class Reader {
         name_(std::move(name)) {}
 
   bool open() const { return open_; }
+  // The stream's last lines (at most kTailLines, each cut to kTailLineBytes): what the agent
+  // quotes when the worker fails.
+  const std::deque<std::string>& tail() const { return tail_; }
 
   // Reads until EOF, then calls `closed`. Handlers hold the Reader alive; `closed` is only called
   // for an EOF or error seen while the Reader is still open (not after finish()).
@@ -204,7 +212,9 @@ class Reader {
     return continuation(back) ? cut : back;
   }
 
-  void emitLine(std::string_view line, std::string& console, std::string& filtered) const {
+  void emitLine(std::string_view line, std::string& console, std::string& filtered) {
+    if (tail_.size() == kTailLines) tail_.pop_front();
+    tail_.emplace_back(line.substr(0, kTailLineBytes));
     if (consoleFd_ >= 0) {
       console += prefix_;
       console += line;
@@ -243,6 +253,7 @@ class Reader {
   Fd filtered_;          // lines matching filters_
   std::vector<std::string> filters_;
   std::string name_;     // "local rank 3 stdout", for messages
+  std::deque<std::string> tail_;
   bool open_ = true;
   bool warned_ = false;
   std::function<void()> closed_;
@@ -444,6 +455,13 @@ void LogRouter::drain(std::chrono::milliseconds grace, std::function<void()> don
     }
     self->completeDrains();
   });
+}
+
+std::vector<std::string> LogRouter::stderrTail(int localRank) const {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end() || !it->second.err) return {};
+  const auto& tail = it->second.err->tail();
+  return {tail.begin(), tail.end()};
 }
 
 void LogRouter::closeAll() {

@@ -95,6 +95,7 @@ class LogRouter final : public WorkerOutput {
   // closed. Several drains may be pending; all complete together.
   void drain(std::chrono::milliseconds grace, std::function<void()> done) override;
   // Flushes and closes everything now (agent exiting); pending drains complete (posted).
+  std::vector<std::string> stderrTail(int localRank) const override;
   void closeAll() override;
 
  private:

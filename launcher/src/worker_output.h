@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ddprun::launcher {
 
@@ -32,6 +33,9 @@ class WorkerOutput {
   // Calls `done` (posted, never from inside drain()) once every started worker's streams have
   // reached EOF, or after `grace`: what is still open is then flushed and closed.
   virtual void drain(std::chrono::milliseconds grace, std::function<void()> done) = 0;
+  // The last lines worker `localRank` of the latest attempt wrote to stderr (those that passed
+  // through the agent; none when its stderr goes straight to a file).
+  virtual std::vector<std::string> stderrTail(int localRank) const = 0;
   // Flushes and closes everything now (agent exiting); pending drains complete (posted).
   virtual void closeAll() = 0;
 };

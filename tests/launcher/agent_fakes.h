@@ -5,10 +5,13 @@
 #pragma once
 
 #include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -212,7 +215,13 @@ class NullOutput final : public launcher::WorkerOutput {
   void started(int) override {}
   void abandon(int) override {}
   void drain(std::chrono::milliseconds, std::function<void()> done) override { loop_.post(std::move(done)); }
+  std::vector<std::string> stderrTail(int localRank) const override {
+    auto it = stderrLines.find(localRank);
+    return it == stderrLines.end() ? std::vector<std::string>{} : it->second;
+  }
   void closeAll() override {}
+
+  std::map<int, std::vector<std::string>> stderrLines;  // what each local rank "wrote"
 
  private:
   EventLoop& loop_;
@@ -223,6 +232,39 @@ class FakeWorkerStores final : public launcher::WorkerStoreHost {
  public:
   std::uint16_t host(const std::string&) override { return ++hosted; }
   std::atomic<std::uint16_t> hosted{40000};
+};
+
+// What is written to the process's stderr (fd 2) while it lives: the agent prints its summary
+// and hints there.
+class CaptureStderr {
+ public:
+  CaptureStderr() : file_(std::tmpfile()), saved_(::dup(2)) {
+    std::fflush(stderr);
+    ::dup2(::fileno(file_), 2);
+  }
+  ~CaptureStderr() {
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    std::fclose(file_);
+  }
+  CaptureStderr(const CaptureStderr&) = delete;
+  CaptureStderr& operator=(const CaptureStderr&) = delete;
+  std::string text() const {
+    std::fflush(stderr);
+    std::string all;
+    char buffer[4096];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(::fileno(file_), buffer, sizeof buffer, at);
+      if (n <= 0) return all;
+      all.append(buffer, static_cast<std::size_t>(n));
+      at += n;
+    }
+  }
+
+ private:
+  std::FILE* file_;
+  int saved_;
 };
 
 // The in-process store as an agent's backend, with a way to make the agent vanish as kill -9

@@ -414,3 +414,37 @@ TEST_CASE("exit codes are decided in one place", "[agent][unit]") {
   CHECK(exitCode(Ending::storeLost("")) == 1);
   CHECK(exitCode(Ending::badInput("")) == 2);
 }
+
+TEST_CASE("every worker missing the same module: the summary names the interpreter and PYTHON_EXEC",
+          "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 2);
+  config.entry.kind = EntryKind::kPythonScript;
+  config.entry.python = "/usr/local/bin/python3";
+  config.entry.script = "/bin/true";
+  Node& node = job.add(config, "10.0.0.1");
+  const std::vector<std::string> traceback{"Traceback (most recent call last):",
+                                           "  File \"train.py\", line 1, in <module>",
+                                           "ModuleNotFoundError: No module named 'torch'"};
+  node.output.stderrLines = {{0, traceback}, {1, traceback}};
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.allExit(1);
+  ddprun::test::CaptureStderr captured;
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK_THAT(captured.text(), Catch::Contains("ddprun: hint: every worker failed with \"ModuleNotFoundError: "
+                                              "No module named 'torch'\" under /usr/local/bin/python3 "
+                                              "(the first python3 on PATH)"));
+  CHECK_THAT(captured.text(), Catch::Contains("PYTHON_EXEC=/path/to/python"));
+}
+
+TEST_CASE("missingModuleHint: only when every worker ends with the same missing module",
+          "[agent][unit]") {
+  const std::vector<std::string> torch{"x", "ModuleNotFoundError: No module named 'torch'"};
+  const std::vector<std::string> numpy{"ModuleNotFoundError: No module named 'numpy'"};
+  CHECK(missingModuleHint({torch, torch}, "/usr/bin/python3", true).value_or("").find("set by PYTHON_EXEC") !=
+        std::string::npos);
+  CHECK_FALSE(missingModuleHint({torch, numpy}, "p", false));
+  CHECK_FALSE(missingModuleHint({torch, {"ValueError: boom"}}, "p", false));
+  CHECK_FALSE(missingModuleHint({}, "p", false));
+}
