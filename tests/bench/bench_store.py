@@ -21,6 +21,9 @@ import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from jobs import Job, give_up  # noqa: E402
+
 TORCH_PYTHON = "/usr/bin/python3"
 TORCH_SERVER = """
 import datetime, sys, torch.distributed as dist
@@ -33,11 +36,11 @@ sys.stdin.read()
 class Server:
     def __init__(self, name, argv, stdin=None):
         self.name = name
-        self.process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
-        line = self.process.stdout.readline().strip()
+        self.job = Job(argv, name=name, stdin=stdin)
+        self.process = self.job.proc
+        line = self.job.read_line(120) or ""
         if not line.startswith("listening on "):
-            raise SystemExit(f"{name} did not start: {line!r}")
+            give_up(f"{name} did not start: {line!r}", [self.job])
         self.port = int(line.rsplit(":", 1)[1])
 
     def memory_mib(self, field):

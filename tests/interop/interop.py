@@ -11,74 +11,76 @@ CTest reports as skipped). The daemon is started on port 0 and must exit 0 on SI
 import argparse
 import os
 import signal
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from jobs import Deadline, Job, give_up, run, wait_all  # noqa: E402
+
 SKIP = 77
+# CTest gives each of these tests 300 s; every wait here takes from this budget, so a hang is
+# reported (with the process tree and the output so far) long before CTest would kill us silently.
+BUDGET = 150
 
 
-def start_daemon(binary):
-    daemon = subprocess.Popen([binary, "--port", "0"], stdout=subprocess.PIPE, text=True)
-    line = daemon.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        daemon.kill()
-        sys.exit(f"daemon did not start: {line!r}")
+def start_daemon(binary, deadline):
+    daemon = Job([binary, "--port", "0"], name="ddprun-rendezvous")
+    line = daemon.read_line(deadline.cap(20))
+    if line is None or not line.startswith("listening on "):
+        give_up("the daemon did not start (first line: %r)" % line, [daemon])
     return daemon, int(line.rsplit(":", 1)[1])
 
 
-def stop_daemon(daemon):
-    daemon.send_signal(signal.SIGTERM)
-    code = daemon.wait(timeout=10)
+def stop_daemon(daemon, deadline):
+    daemon.signal(signal.SIGTERM)
+    code = daemon.wait(deadline.cap(20))
     if code != 0:
-        sys.exit(f"daemon exited {code} on SIGTERM")
+        give_up("daemon exited %s on SIGTERM" % code, [daemon])
 
 
-def check_python(python):
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                           capture_output=True, text=True)
+def check_python(python, deadline):
+    probe = run([python, "-c", "import torch; print(torch.__version__)"], deadline.cap(90),
+                name="torch probe")
     if probe.returncode == SKIP:
-        print(probe.stderr.strip() or "torch interpreter not available: skipped")
+        print(probe.errors.strip() or "torch interpreter not available: skipped")
         sys.exit(SKIP)
     if probe.returncode != 0:
-        sys.exit(f"{python} cannot import torch: {probe.stderr.strip()}")
-    return probe.stdout.strip()
+        sys.exit(f"{python} cannot import torch: {probe.errors.strip()}")
+    return probe.output.strip()
 
 
 def store_ops(args):
-    version = check_python(args.python)
-    daemon, port = start_daemon(args.daemon)
-    try:
-        run = subprocess.run([args.python, os.path.join(HERE, "torch_store_client.py"), str(port)],
-                             timeout=120)
-    finally:
-        stop_daemon(daemon)
-    if run.returncode != 0:
-        sys.exit(f"torch {version} store client failed with exit code {run.returncode}")
+    deadline = Deadline(BUDGET)
+    version = check_python(args.python, deadline)
+    daemon, port = start_daemon(args.daemon, deadline)
+    client = Job([args.python, os.path.join(HERE, "torch_store_client.py"), str(port)],
+                 name="torch store client")
+    wait_all([client], deadline, f"torch {version} store client", also=[daemon])
+    print(client.output, end="")
+    print(client.errors, end="", file=sys.stderr)
+    stop_daemon(daemon, deadline)
+    if client.returncode != 0:
+        sys.exit(f"torch {version} store client failed with exit code {client.returncode}")
 
 
 def allreduce(args):
-    version = check_python(args.python)
-    daemon, port = start_daemon(args.daemon)
+    deadline = Deadline(BUDGET)
+    version = check_python(args.python, deadline)
+    daemon, port = start_daemon(args.daemon, deadline)
     workers = []
-    try:
-        for rank in range(args.world):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                       WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank),
-                       TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
-            workers.append(subprocess.Popen(
-                [args.python, os.path.join(HERE, "gloo_allreduce_worker.py")], env=env,
-                stdout=subprocess.PIPE, text=True))
-        outputs = [w.communicate(timeout=120)[0] for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-        stop_daemon(daemon)
+    for rank in range(args.world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank),
+                   TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+        workers.append(Job([args.python, os.path.join(HERE, "gloo_allreduce_worker.py")],
+                           name=f"rank {rank}", env=env))
+    wait_all(workers, deadline, f"torch {version} gloo ranks", also=[daemon])
+    stop_daemon(daemon, deadline)
     expected = args.world * (args.world + 1) // 2
-    for rank, (worker, output) in enumerate(zip(workers, outputs)):
-        print(output.strip())
-        if worker.returncode != 0 or f"rank {rank}: sum {expected}" not in output:
+    for rank, worker in enumerate(workers):
+        print(worker.output.strip())
+        if worker.returncode != 0 or f"rank {rank}: sum {expected}" not in worker.output:
+            print(worker.describe(), file=sys.stderr)
             sys.exit(f"torch {version} rank {rank} failed (exit {worker.returncode})")
     print(f"torch {version}: {args.world}-rank gloo all_reduce through ddprun-rendezvous: sum {expected}")
 

@@ -12,12 +12,13 @@ import argparse
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "train_ddp.py")
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from jobs import Deadline, Job, run, wait_all  # noqa: E402
 
 
 def free_port():
@@ -32,17 +33,20 @@ def main():
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", choices=["standalone", "2nodes"], required=True)
     parser.add_argument("--epochs", type=int, default=4)
+    # For everything, the torch probe included: half of CTest's TIMEOUT (600 s), so that a hang
+    # is reported with the process tree and the output so far instead of killed without a word.
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
+    deadline = Deadline(args.timeout)
 
-    probe = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
-                           capture_output=True, text=True)
+    probe = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(90),
+                name="torch probe")
     if probe.returncode == 77:
-        print(probe.stderr.strip())
+        print(probe.errors.strip())
         return 77
     if probe.returncode != 0:
-        sys.exit(f"{args.python} has no torch: {probe.stderr.strip()}")
-    version = probe.stdout.strip()
+        sys.exit(f"{args.python} has no torch: {probe.errors.strip()}")
+    version = probe.output.strip()
 
     work = tempfile.mkdtemp(prefix="ddprun-ddp-")
     checkpoint = os.path.join(work, "model.pt")
@@ -57,22 +61,10 @@ def main():
                      "--rdzv-endpoint", endpoint, "--rdzv-id", f"ddp-{os.getpid()}", *script]
                     for _ in range(2)]
         world = 4
-    agents = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for c in commands]
-    try:
-        results = [a.communicate(timeout=args.timeout) for a in agents]
-    except subprocess.TimeoutExpired:
-        # Show where it stands before stopping it: the process tree, then everything printed.
-        print(subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args", "--forest"],
-                             capture_output=True, text=True).stdout, file=sys.stderr)
-        for a in agents:
-            a.terminate()  # ddprun forwards SIGTERM to its workers
-        for a in agents:
-            out, err = a.communicate()
-            print(out, err, file=sys.stderr)
-        sys.exit(f"torch {version}: the job did not finish within {args.timeout} s")
-    out = "".join(r[0] for r in results)
-    err = "".join(r[1] for r in results)
+    agents = [Job(c, name=f"ddprun agent {i}", env=env) for i, c in enumerate(commands)]
+    wait_all(agents, deadline, f"torch {version}: the job (timeout {args.timeout:.0f} s)")
+    out = "".join(a.output for a in agents)
+    err = "".join(a.errors for a in agents)
     print(out)
     failed = [a.returncode for a in agents if a.returncode != 0]
     if failed:

@@ -47,11 +47,17 @@ import uuid
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
+from jobs import Deadline, process_tree  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(HERE))
 PROBE = os.path.join(HERE, "env_probe.py")
 DEFAULT_DDPRUN = os.path.join(REPO, "build", "launcher", "ddprun")
 DEFAULT_TORCHRUN = "/usr/bin/python3 /work/shared/tools/torchrun-py311.py"
 DEFAULT_TIMEOUT = 60.0
+# For the whole comparison (6 launcher runs and the torch probe): CTest's TIMEOUT is 300 s, and a
+# run that is cut short by this says what it saw (the process tree, the launchers' output), which
+# CTest's own timeout would not.
+DEFAULT_BUDGET = 150.0
 SCENARIOS = ("standalone", "static", "c10d-2nodes")
 TORCH113_STANDALONE_PORT = 29400  # torch 1.13 --standalone always uses localhost:29400
 
@@ -381,7 +387,7 @@ def run_launcher(kind, label, prefix, scenario, work, args, procs, stdin_fd, std
               stdin_name=stdin_name)
     started = []
     guard = kind == "torchrun" and scenario == "standalone"
-    with standalone_port_guard(guard, args.timeout):
+    with standalone_port_guard(guard, args.overall.cap(args.timeout)):
         t0 = time.monotonic()
         try:
             for i, options in enumerate(agents):
@@ -395,20 +401,23 @@ def run_launcher(kind, label, prefix, scenario, work, args, procs, stdin_fd, std
                 started.append(proc)
                 run.agents.append({"argv": argv, "pid": proc.pid, "rc": None,
                                    "out": out_path, "err": err_path})
-            deadline = t0 + args.timeout
+            deadline = t0 + args.overall.cap(args.timeout)
             for agent, proc in zip(run.agents, started):
                 try:
                     agent["rc"] = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     run.timed_out = True
             run.seconds = time.monotonic() - t0
+            if run.timed_out:  # where it stands, before the launchers are stopped
+                run.errors.append("the process tree at the timeout:\n" +
+                                  process_tree([p.pid for p in started]).rstrip())
         finally:
             procs.stop(started)
             for agent, proc in zip(run.agents, started):
                 agent["rc"] = proc.returncode if agent["rc"] is None else agent["rc"]
     run.leftovers = procs.stragglers()
     if run.timed_out:
-        run.errors.append("timed out after %.0f s (launchers killed)" % args.timeout)
+        run.errors.insert(0, "timed out after %.0f s (launchers killed)" % run.seconds)
     for i, agent in enumerate(run.agents):
         if agent["rc"] != 0 and not run.timed_out:
             run.errors.append("agent %d exited with %s" % (i, agent["rc"]))
@@ -831,8 +840,11 @@ def main(argv=None):
                              "reaches the workers)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help="seconds per launcher run and per helper command (default: %(default)s)")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
+                        help="seconds for everything: no run waits past it (default: %(default)s)")
     parser.add_argument("--verbose", action="store_true", help="also print raw per-rank values")
     args = parser.parse_args(argv)
+    args.overall = Deadline(args.budget)
     scenarios = [s for s in SCENARIOS if not args.scenario or "all" in args.scenario
                  or s in args.scenario]
 
@@ -840,7 +852,7 @@ def main(argv=None):
     kinds = [args.only] if args.only else ["torchrun", "ddprun"]
     labels = {"ddprun": "ddprun"}
     if "torchrun" in kinds:
-        version, why = torch_version(torchrun_prefix, args.timeout)
+        version, why = torch_version(torchrun_prefix, args.overall.cap(args.timeout))
         if version is None:
             print("skipped: %s cannot import torch (%s)" % (torchrun_prefix[0], why))
             return SKIP

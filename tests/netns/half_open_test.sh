@@ -13,9 +13,11 @@ tag="ddp$$"
 srv="${tag}s" cli="${tag}c"
 log=$(mktemp)
 pids=()
+logs=("$log.out" "$log")
+source "$(dirname "$0")/waits.sh"
+test_budget 30  # half of CTest's 60 s: a wait that gives up has time to say what it saw
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_pids
   ip netns del "$srv" 2>/dev/null || true
   ip netns del "$cli" 2>/dev/null || true
   rm -f "$log" "$log".*
@@ -37,9 +39,9 @@ ip -n "$cli" link set "${tag}b" up
 ip netns exec "$srv" "$daemon" --host 10.231.7.1 --port 0 --keepalive-idle 1 \
   --keepalive-interval 1 --keepalive-probes 2 --log-level debug > "$log.out" 2> "$log" &
 pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$log.out" 2>/dev/null && break; sleep 0.05; done
+wait_until 10 "the daemon prints its port" grep -q "listening on" "$log.out"
 port=$(sed -n 's/listening on .*://p' "$log.out")
-[[ -n $port ]] || { echo "FAIL: daemon did not start"; cat "$log"; exit 1; }
+[[ -n $port ]] || fail "daemon did not start"
 
 # A client that holds a 2.x connection open and idle: handshake, then silence. It prints
 # "ready", then on stdin "ping" it checks that the connection still answers.
@@ -63,33 +65,29 @@ start_client() {  # start_client NAME NETNS
   exec {out_fd}< "$log.$1.out"
   eval "${1}_in=$in_fd ${1}_out=$out_fd"
 }
+word=
 start_client remote "$cli"
-read -r -t 10 word remote_port <&"$remote_out"
-[[ $word == ready ]] || { echo "FAIL: remote client did not connect"; exit 1; }
+read -r -t "$(budget_left 10)" word remote_port <&"$remote_out" || true
+[[ $word == ready ]] || fail "remote client did not connect"
+word=
 start_client local "$srv"
-read -r -t 10 word local_port <&"$local_out"
-[[ $word == ready ]] || { echo "FAIL: local client did not connect"; exit 1; }
+read -r -t "$(budget_left 10)" word local_port <&"$local_out" || true
+[[ $word == ready ]] || fail "local client did not connect"
 
 # Cut the client host off: its packets (and the server's probes) go nowhere from now on.
 ip -n "$cli" link set "${tag}b" down
 cut_at=$SECONDS
-for _ in $(seq 150); do
-  grep -q "connection from 10.231.7.2:$remote_port closed" "$log" && break
-  sleep 0.1
-done
-if ! grep -q "connection from 10.231.7.2:$remote_port closed" "$log"; then
-  echo "FAIL: the vanished peer's connection was not dropped within 15 s"
-  cat "$log"
-  exit 1
-fi
+# Keep-alive: idle 1 s, then 2 probes 1 s apart: about 3 s.
+wait_until 15 "the vanished peer's connection is dropped" \
+  grep -q "connection from 10.231.7.2:$remote_port closed" "$log"
 echo "vanished peer dropped after $((SECONDS - cut_at)) s: $(grep "10.231.7.2:$remote_port closed" "$log" | sed 's/.*closed: //')"
 
 # The idle but healthy connection is still served.
 echo ping >&"$local_in"
-read -r -t 5 answer <&"$local_out"
-[[ $answer == alive ]] || { echo "FAIL: the healthy idle connection was closed too"; exit 1; }
+answer=
+read -r -t "$(budget_left 5)" answer <&"$local_out" || true
+[[ $answer == alive ]] || fail "the healthy idle connection was closed too (answer: '$answer')"
 if grep -q "10.231.7.1:$local_port closed" "$log"; then
-  echo "FAIL: the healthy idle connection was closed"
-  exit 1
+  fail "the healthy idle connection was closed"
 fi
 echo "healthy idle connection still served"

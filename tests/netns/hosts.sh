@@ -1,16 +1,18 @@
 # Sourced by the network-namespace tests: N "hosts" (namespaces ${tag}1..${tag}N with addresses
 # ${subnet}.1..N/24) joined by a bridge in the namespace ${tag}h, torn down on exit together with
-# the test's background processes (${pids[@]}) and its scratch directory ($dir).
+# the test's background processes (${pids[@]}) and its scratch directory ($dir). Also sources
+# waits.sh (bounded waits; a wait that gives up shows ${pids[@]} and the logs in $dir).
 #
 #   tag=xy$$; subnet=10.233.0; source hosts.sh; make_hosts 3
 
 pids=()
 dir=$(mktemp -d)
+logs=()
 netns_hosts=0
+source "$(dirname "${BASH_SOURCE[0]}")/waits.sh"
 
 delete_hosts() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_pids
   ip netns del "${tag}h" 2>/dev/null || true
   for ((i = 1; i <= netns_hosts; i++)); do ip netns del "${tag}$i" 2>/dev/null || true; done
   rm -rf "$dir"

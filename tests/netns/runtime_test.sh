@@ -12,6 +12,7 @@ tag="dr$$"
 subnet=10.234.0
 source "$(dirname "$0")/hosts.sh"
 make_hosts 2
+test_budget 90  # half of CTest's 180 s: a wait that gives up has time to say what it saw
 
 for i in 1 2; do
   ip netns exec "${tag}$i" env DDPRUN_BACKEND=gloo DDPRUN_TIMEOUT=60 "$ddprun" --nnodes 2 \
@@ -20,13 +21,13 @@ for i in 1 2; do
   pids+=($!)
 done
 status=0
-for p in "${pids[@]}"; do wait "$p" || status=$?; done
-pids=()
+for p in "${pids[@]}"; do
+  wait_exit "$p" 90 "agent $p"
+  ((code == 0)) || status=$code
+done
 cat "$dir"/out.*
 passed=$(cat "$dir"/out.* | grep -c "checks passed (backend gloo, world 4)" || true)
 if [[ $status -ne 0 || $passed -ne 4 ]]; then
-  echo "FAIL: exit status $status, $passed of 4 ranks passed"
-  tail -n 30 "$dir"/err.*
-  exit 1
+  fail "exit status $status, $passed of 4 ranks passed"
 fi
 echo "runtime across two hosts: 4 ranks passed every collective over Gloo"

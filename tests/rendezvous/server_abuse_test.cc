@@ -11,9 +11,11 @@
 #include "log_capture.h"
 #include "raw_client.h"
 #include "test_server.h"
+#include "waits.h"
 
 using namespace ddprun::rendezvous;
 using ddprun::test::blob;
+using ddprun::test::eventually;
 using ddprun::test::hex;
 using ddprun::test::u64;
 using ddprun::test::LogCapture;
@@ -91,26 +93,23 @@ AbuseRun workloadDuring(TestServer& server, const std::function<bool()>& abuse) 
 }
 
 // The bystanders' verdict: every call completed, with the tail of a server that never blocks.
-// The bounds are generous for a loaded 2-core machine; a server that blocks on a stalled or
-// oversized request, or builds a huge reply in one go, takes far longer.
+// The bounds are generous for a loaded 2-core machine under a sanitizer (p99 is a few ms when
+// idle, about 15 ms with two busy loops beside it); a server that blocks on a stalled or
+// oversized request, or builds a huge reply in one go, takes seconds.
 void checkBystanders(Latencies& latencies, std::size_t samples) {
   INFO(fmt::format("bystander per-call latency p50/p99/max: {:.3f}/{:.3f}/{:.3f} ms",
                    latencies.percentile(0.5), latencies.percentile(0.99),
                    latencies.percentile(1.0)));
   CHECK(latencies.ms.size() == samples);
-  CHECK(latencies.percentile(0.99) < 50.0);
-  CHECK(latencies.percentile(1.0) < 1000.0);
+  CHECK(latencies.percentile(0.99) < 100.0);
+  CHECK(latencies.percentile(1.0) < 2000.0);
 }
 
-// Polls `condition` for up to `timeout`.
-template <typename Condition>
-bool eventually(Condition condition, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return condition();
+// What the server counts, for a wait that gives up.
+std::string describeStats(TestServer& server) {
+  const auto stats = server.server().stats();
+  return fmt::format("server stats: {} connections, {} refused, {} protocol errors",
+                     stats.connections, stats.refused, stats.protocolErrors);
 }
 
 }  // namespace
@@ -133,8 +132,9 @@ TEST_CASE("clients that send half a request and stall do not delay anyone else",
                    loaded.percentile(0.5), loaded.percentile(0.99), loaded.percentile(1.0)));
   // Every call finished, none anywhere near the stall (which lasts until the end of the test).
   checkBystanders(loaded, 800);
-  // And the tail is the same as without them (2x, plus slack for a busy 2-core machine).
-  CHECK(loaded.percentile(0.99) < 2 * baseline.percentile(0.99) + 5.0);
+  // And the tail is the same as without them (2x, plus slack for a busy 2-core machine, where
+  // another test can take the cores during one of the two measurements).
+  CHECK(loaded.percentile(0.99) < 2 * baseline.percentile(0.99) + 20.0);
   // The stalled connections were not simply dropped: they are still open, waiting.
   CHECK(server.server().stats().connections >= 100);
 }
@@ -322,7 +322,8 @@ TEST_CASE("connections over the limit are refused, and the limit frees up again"
   CHECK(server.server().stats().refused == 1);
   CHECK_THAT(log.text(), Catch::Contains("refusing connection from 127.0.0.1"));
   clients.pop_back();
-  CHECK(eventually([&] { return server.server().stats().connections == 2; }, 2s));
+  CHECK(eventually([&] { return server.server().stats().connections == 2; }, 10s,
+                   [&] { return describeStats(server); }));
   RawClient again("127.0.0.1", server.port());
   again.handshake2x();
 }
@@ -374,7 +375,8 @@ TEST_CASE("a client that never reads its replies is disconnected after the write
   std::string requests;
   for (int i = 0; i < 100; ++i) requests += hex("03") + blob("/big");
   greedy.send(requests);
-  CHECK(eventually([&] { return server.server().stats().connections == 1; }, 10s));
+  CHECK(eventually([&] { return server.server().stats().connections == 1; }, 10s,
+                   [&] { return describeStats(server); }));
   CHECK_THAT(log.text(), Catch::Contains("has not read its replies for 300 ms"));
 }
 
@@ -415,7 +417,8 @@ TEST_CASE("a slow but steady reader of a large reply is not cut off, one that st
   stopping.send(request);
   REQUIRE(stopping.receive(16 * kMiB, 10s).has_value());
   const auto stopped = Clock::now();
-  CHECK(eventually([&] { return server.server().stats().protocolErrors == 1; }, 10s));
+  CHECK(eventually([&] { return server.server().stats().protocolErrors == 1; }, 10s,
+                   [&] { return describeStats(server); }));
   CHECK(Clock::now() - stopped > 700ms);
   CHECK_THAT(log.text(), Catch::Contains("has not read its replies for 1000 ms"));
 }
@@ -435,7 +438,8 @@ TEST_CASE("a WATCH_KEY watcher that does not read its events is closed at the pe
   for (int i = 0; i < 400 && server.server().stats().protocolErrors == 0; ++i) {
     writer.set("w", value + std::to_string(i));  // 512 KiB of event each: old and new value
   }
-  CHECK(eventually([&] { return server.server().stats().protocolErrors == 1; }, 5s));
+  CHECK(eventually([&] { return server.server().stats().protocolErrors == 1; }, 10s,
+                   [&] { return describeStats(server); }));
   CHECK_THAT(log.text(), Catch::Contains("bytes of unread WATCH_KEY events, over the 1048576-byte "
                                          "pending-reply limit"));
   CHECK(writer.add("still-served", 1) == 1);

@@ -47,7 +47,9 @@ TEST_CASE("a client started before its server connects once the server is up", "
   const auto waited = Clock::now() - started;
   starter.join();
   CHECK(waited >= 250ms);
-  CHECK(waited < 3s);  // backoff is capped: no long sleep after the server appears
+  // Backoff is capped (1 s, +/- 50 % jitter): no long sleep after the server appears. The rest
+  // is slack for a loaded machine.
+  CHECK(waited < 5s);
   store.set("k", "v");
   CHECK(store.get("k") == "v");
 }
@@ -263,7 +265,7 @@ TEST_CASE("a hold lapses without renewals, and a release is quiet", "[tcp_store]
   CHECK(watcher.get("stop") == "n1 lapsed");
   const auto took = Clock::now() - started;
   CHECK(took >= 250ms);
-  CHECK(took < 2s);
+  CHECK(took < 5s);  // a loaded machine's slack; a hold that never lapsed would block 10 s
   agent.hold("alive/2", "n2", 0ms, "stop2", "n2 lost");
   CHECK(agent.release("alive/2"));
   CHECK_FALSE(watcher.check({"alive/2"}));

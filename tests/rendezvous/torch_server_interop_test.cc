@@ -32,7 +32,8 @@ std::unique_ptr<Subprocess> startTorchServer(const char* python, std::uint16_t& 
       std::cout << "skipped: " << server->errors() << std::endl;
       std::exit(kSkip);
     }
-    FAIL("torch TCPStore server did not start: " << server->errors());
+    FAIL("torch TCPStore server did not start within 120 s:\n"
+         << ddprun::test::describeAll({server.get()}));
   }
   port = static_cast<std::uint16_t>(portFromListeningLine(*line));
   REQUIRE(port > 0);

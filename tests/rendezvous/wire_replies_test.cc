@@ -6,6 +6,7 @@
 
 #include "raw_client.h"
 #include "test_server.h"
+#include "waits.h"
 
 using ddprun::test::blob;
 using ddprun::test::hex;
@@ -174,7 +175,10 @@ TEST_CASE("torch 2.x dialect: WAIT parks until the last missing key appears", "[
       gone.send(hex("06") + u64(1) + blob("/k"));
       CHECK(gone.silentFor(50ms));
     }
-    std::this_thread::sleep_for(50ms);
+    // Once the server has seen it go (the waiter and the writer are left), the key appears.
+    REQUIRE(ddprun::test::eventually(
+        [&] { return server.server().stats().connections == 2; }, 10s,
+        [&] { return std::to_string(server.server().stats().connections) + " connections"; }));
     writer.send(hex("01") + blob("/k") + blob("v"));
     writer.sendHex("07");
     expectReply(writer, u64(1));

@@ -7,15 +7,43 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 extern char** environ;
 
 namespace ddprun::test {
 
+namespace {
+
+std::string quoted(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_of(" \t\n'\"$\\") == std::string::npos) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string tail(const std::string& text, std::size_t bytes) {
+  if (text.size() <= bytes) return text;
+  return "[... " + std::to_string(text.size() - bytes) + " bytes before ...]" +
+         text.substr(text.size() - bytes);
+}
+
+std::string statusText(int status) {
+  return status > 128 ? "was killed by signal " + std::to_string(status - 128) + " (status " +
+                            std::to_string(status) + ")"
+                      : "exited with " + std::to_string(status);
+}
+
+}  // namespace
+
 Subprocess::Subprocess(std::vector<std::string> argv, std::vector<std::string> extraEnvironment) {
+  for (const auto& arg : argv) command_ += (command_.empty() ? "" : " ") + quoted(arg);
   std::map<std::string, std::string> environment;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
@@ -72,7 +100,16 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::vector<std::string> e
 
 Subprocess::~Subprocess() {
   ::kill(-pid_, SIGKILL);  // whatever of the group is left, the child itself included
-  wait(std::chrono::seconds(10));
+  if (!wait(std::chrono::seconds(10))) {
+    std::cerr << "warning: still not reaped 10 s after SIGKILL: " << describe(2000) << std::endl;
+  }
+  // The readers end at EOF, which a descendant outside the group (its own session) may hold
+  // off: they are stopped after a moment rather than waited for without end.
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(2), [this] { return out_.closed && err_.closed; });
+  }
+  stopReading_ = true;
   out_.reader.join();
   err_.reader.join();
   ::close(out_.fd);
@@ -82,7 +119,11 @@ Subprocess::~Subprocess() {
 void Subprocess::drain(Stream& stream) {
   char buffer[4096];
   for (;;) {
-    const ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    pollfd ready{stream.fd, POLLIN, 0};
+    const int polled = ::poll(&ready, 1, 100);
+    if (polled == 0 && !stopReading_) continue;
+    if (polled < 0 && errno == EINTR) continue;
+    const ssize_t n = polled > 0 ? ::read(stream.fd, buffer, sizeof buffer) : 0;
     if (n < 0 && errno == EINTR) continue;
     std::lock_guard lock(mutex_);
     if (n <= 0) {
@@ -143,6 +184,28 @@ std::optional<int> Subprocess::wait(std::chrono::milliseconds timeout) {
   }
 }
 
+std::string Subprocess::describe(std::size_t tailBytes) {
+  std::string state = "still running";
+  if (status_) {
+    state = statusText(*status_);
+  } else {
+    siginfo_t info{};
+    // WNOWAIT: look without reaping, so that the caller's own wait() still gets the status.
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pid_) {
+      state = statusText(info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  std::ostringstream out;
+  out << "pid " << pid_ << ", " << state << ": " << command_ << "\n"
+      << "--- its stdout so far" << (out_.closed ? " (closed)" : "") << " ---\n"
+      << tail(out_.text, tailBytes) << (out_.text.ends_with('\n') || out_.text.empty() ? "" : "\n")
+      << "--- its stderr so far" << (err_.closed ? " (closed)" : "") << " ---\n"
+      << tail(err_.text, tailBytes) << (err_.text.ends_with('\n') || err_.text.empty() ? "" : "\n");
+  return out.str();
+}
+
 int portFromListeningLine(const std::string& line) {
   const auto colon = line.rfind(':');
   if (line.rfind("listening on ", 0) != 0 || colon == std::string::npos) return 0;
@@ -151,6 +214,60 @@ int portFromListeningLine(const std::string& line) {
   } catch (...) {
     return 0;
   }
+}
+
+std::string processTree(const std::vector<pid_t>& roots) {
+  struct Row {
+    pid_t pid, ppid, pgid, sid;
+    std::string text;
+  };
+  std::vector<Row> rows;
+  std::string header;
+  if (FILE* ps = ::popen("ps -eo pid,ppid,pgid,sid,stat,etime,args --forest 2>&1", "r")) {
+    char buffer[4096];
+    std::string line;
+    while (::fgets(buffer, sizeof buffer, ps) != nullptr) {
+      line += buffer;
+      if (line.back() != '\n') continue;  // a line longer than the buffer: keep reading it
+      Row row{};
+      if (header.empty()) {
+        header = line;
+      } else if (std::istringstream(line) >> row.pid >> row.ppid >> row.pgid >> row.sid) {
+        row.text = line;
+        rows.push_back(std::move(row));
+      }
+      line.clear();
+    }
+    ::pclose(ps);
+  }
+  std::set<pid_t> wanted(roots.begin(), roots.end());
+  for (const Row& row : rows) {
+    if (wanted.count(row.pgid) != 0 || wanted.count(row.sid) != 0) wanted.insert(row.pid);
+  }
+  for (bool grew = true; grew;) {  // and every descendant, whatever its group or session
+    grew = false;
+    for (const Row& row : rows) {
+      if (wanted.count(row.ppid) != 0 && wanted.insert(row.pid).second) grew = true;
+    }
+  }
+  std::string out;
+  for (const Row& row : rows) {
+    if (wanted.count(row.pid) != 0) out += row.text;
+  }
+  if (out.empty()) {
+    out = "(none of them, nor anything they started, is still there)\n";
+  }
+  return header + out;
+}
+
+std::string describeAll(const std::vector<Subprocess*>& processes) {
+  std::string out;
+  std::vector<pid_t> pids;
+  for (Subprocess* process : processes) {
+    out += process->describe();
+    pids.push_back(process->pid());
+  }
+  return out + "--- the process tree under them now ---\n" + processTree(pids);
 }
 
 }  // namespace ddprun::test

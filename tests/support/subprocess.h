@@ -1,9 +1,11 @@
 // Subprocess: runs a real program for a test, with its stdout and stderr collected by background
 // threads (so a chatty child never blocks on a full pipe), and is killed if the test ends first.
+// Waiting on one with a bound and saying what was seen when the bound passes: waits.h.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -24,6 +26,8 @@ class Subprocess {
   Subprocess& operator=(const Subprocess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // The command line, for messages.
+  const std::string& command() const { return command_; }
   // The next complete stdout line (without '\n'), or nothing if none arrives in time.
   std::optional<std::string> readLine(std::chrono::milliseconds timeout);
   // Everything written to stdout / stderr so far.
@@ -34,6 +38,9 @@ class Subprocess {
   void signal(int signalNumber);
   // The exit status (exit code, or 128 + signal), or nothing if still running after `timeout`.
   std::optional<int> wait(std::chrono::milliseconds timeout);
+  // For a failure message: the command, its pid, how it exited or that it still runs, and the
+  // last `tailBytes` of its stdout and stderr so far. Reaps nothing.
+  std::string describe(std::size_t tailBytes = 6000);
 
  private:
   struct Stream {
@@ -46,7 +53,9 @@ class Subprocess {
   void drain(Stream& stream);
 
   pid_t pid_ = -1;
+  std::string command_;
   std::optional<int> status_;
+  std::atomic<bool> stopReading_{false};
   std::mutex mutex_;
   std::condition_variable changed_;
   Stream out_;
@@ -55,5 +64,12 @@ class Subprocess {
 
 // "127.0.0.1:1234" -> 1234 from a "listening on HOST:PORT" line; 0 if it does not parse.
 int portFromListeningLine(const std::string& line);
+
+// `ps -eo pid,ppid,pgid,sid,stat,etime,args --forest`, only the rows of `roots`, their
+// descendants, and whatever is in a process group or session one of them leads.
+std::string processTree(const std::vector<pid_t>& roots);
+
+// For a failure message: each process's describe(), then the process tree under all of them.
+std::string describeAll(const std::vector<Subprocess*>& processes);
 
 }  // namespace ddprun::test

@@ -4,7 +4,8 @@
 # --fail-rank R: only rank R fails (with --exit CODE, default 1), and only while
 #   TORCHELASTIC_RESTART_COUNT is --fail-restart (default: on every restart).
 # --touch DIR: creates DIR/ran.<generation>.<rank> (to count runs).
-# --until FILE: keeps running until FILE exists (a job the test ends when it wants).
+# --until FILE: keeps running until FILE exists (a job the test ends when it wants), at most
+#   120 s (then it exits 3).
 code=1 fail_rank=-1 fail_restart=any sleep_for=0 touch_dir= until=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -20,7 +21,15 @@ done
 echo "rank=$RANK local_rank=$LOCAL_RANK world=$WORLD_SIZE group_rank=$GROUP_RANK group_world=$GROUP_WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT generation=$DDPRUN_GENERATION master=$MASTER_ADDR:$MASTER_PORT"
 [ -n "$touch_dir" ] && : > "$touch_dir/ran.$DDPRUN_GENERATION.$RANK"
 [ "$sleep_for" != 0 ] && sleep "$sleep_for"
-if [ -n "$until" ]; then while [ ! -e "$until" ]; do sleep 0.05; done; fi
+if [ -n "$until" ]; then
+  # Bounded, so that a test that never gives the file leaves no worker behind for long.
+  waited=0
+  while [ ! -e "$until" ]; do
+    if [ $waited -ge 2400 ]; then echo "rank $RANK: no $until after 120 s, giving up" >&2; exit 3; fi
+    sleep 0.05
+    waited=$((waited + 1))
+  done
+fi
 if [ "$RANK" = "$fail_rank" ] && { [ "$fail_restart" = any ] || [ "$fail_restart" = "$TORCHELASTIC_RESTART_COUNT" ]; }; then
   echo "rank $RANK failing with $code" >&2
   if [ "$code" = SIGKILL ]; then kill -9 $$; fi

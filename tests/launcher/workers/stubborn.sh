@@ -18,4 +18,5 @@ if [ "$RANK" = "$exit_rank" ]; then
 fi
 echo $$ >> "$dir/pids.$RANK"
 echo "rank $RANK ready"
-while :; do sleep 0.1; done
+i=0
+while [ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done  # 300 s, as long as its grandchildren
