@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <boost/asio/io_context.hpp>
@@ -153,8 +155,9 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
   options.role = config.role;
   if (auto it = identity.environment.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
       it != identity.environment.end()) {
-    options.prefixTemplate = it->second;
+    options.prefixTemplate = it->second;  // "" too: no prefix at all
   }
+  options.passThrough = config.nprocPerNode == 1 && !options.prefixTemplate;
   options.hostname = identity.hostname;
   options.redirects = config.logs.redirects;
   options.tee = config.logs.tee;
@@ -180,6 +183,19 @@ int runAgent(const LaunchConfig& config, const std::map<std::string, std::string
     identity.scratchDir =
         (fs::temp_directory_path() / fmt::format("ddprun-{}-{}", config.rdzv.runId, ::getpid())).string();
     if (guardian) guardian->removeOnDeath(identity.scratchDir);  // even after kill -9
+  } else {
+    // A directory of this run's own, as torchrun makes (<run id>_<random>): a second run, or a
+    // concurrent one with the same run id, never writes into another run's files.
+    std::string pattern = (fs::path(config.logs.dir) / (config.rdzv.runId + "_XXXXXX")).string();
+    std::error_code ignored;
+    fs::create_directories(config.logs.dir, ignored);
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "ddprun: error: cannot create a log directory under --log-dir %s: %s; "
+                   "give a writable --log-dir\n", config.logs.dir.c_str(), std::strerror(errno));
+      return kUsageError;
+    }
+    identity.logRunDir = pattern;
+    spdlog::info("logs of this run: {}", identity.logRunDir);
   }
 
   asio::io_context io;
@@ -232,7 +248,10 @@ int runAgent(const LaunchConfig& config, const std::map<std::string, std::string
 
   driver.close(/*hostsStore=*/identity.hostsStore);
   output.closeAll();
-  if (!identity.scratchDir.empty()) {
+  // The failure summary points into the scratch directory (error files): keep it then, as
+  // torchrun keeps its torchelastic_* directory.
+  const bool summaryPointsHere = machine.ending() && machine.ending()->kind == EndKind::kJobFailed;
+  if (!identity.scratchDir.empty() && !summaryPointsHere) {
     std::error_code ignored;
     fs::remove_all(identity.scratchDir, ignored);
   }

@@ -54,7 +54,7 @@ std::vector<pid_t> AgentMachine::workerPids() const {
 
 std::string AgentMachine::attemptDirectory(int round) const {
   const fs::path base = config_.logs.dir.empty() ? fs::path(identity_.scratchDir)
-                                                 : fs::path(config_.logs.dir) / config_.rdzv.runId;
+                                                 : fs::path(identity_.logRunDir);
   return (base / fmt::format("attempt_{}", round)).string();
 }
 

@@ -64,6 +64,7 @@ struct AgentIdentity {
   std::string hostname;
   std::string agentToken;    // DDPRUN_AGENT of this agent's workers
   std::string scratchDir;    // error files when there is no --log-dir
+  std::string logRunDir;     // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
   std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
   bool hostsStore = false;   // this agent hosts the rendezvous store (it must outstay the others)
 };

@@ -172,7 +172,7 @@ constexpr OptionSpec kOptions[] = {
    .help = "Extra rendezvous settings as key=value,key=value, in seconds: join_timeout (600), "
            "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
            "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
-           "keep_alive_max_attempt (3), timeout (static: the join timeout), read_timeout (60; "
+           "keep_alive_max_attempt (3), timeout (static: the join timeout and how long a node waits for the master, 900), read_timeout (60; "
            "also how long to wait for the endpoint), exit_barrier_timeout (300); and is_host, "
            "store_type (tcp), use_libuv (ignored)."},
   {.name = "standalone", .kind = ValueKind::kFlag,
@@ -738,6 +738,9 @@ constexpr ConfKey kRdzvConfKeys[] = {
     {"exit_barrier_timeout", ConfKind::kSeconds, &RendezvousSettings::exitBarrierTimeout},  // ddprun extra
 };
 
+// torchrun's `timeout` for the static backend when none is given (its LaunchConfig injects it).
+constexpr std::chrono::milliseconds kStaticTimeout{900000};
+
 // --rdzv-conf as given: the typed settings, plus what depends on the backend (resolved later).
 struct RdzvConf {
   RendezvousSettings settings;
@@ -1163,7 +1166,14 @@ void resolveEntry(const Arguments& arguments, int argc, const char* const* argv,
     throw UsageError("missing the training script: ddprun [options] script.py [args]");
   }
   config.entry.script = argv[scriptIndex];
-  for (int i = scriptIndex + 1; i < argc; ++i) {
+  int first = scriptIndex + 1;
+  // torchrun's argparse drops a "--" right after the script (`train.py -- --lr 0.1` gives the
+  // script ['--lr', '0.1']), unless a "--" before the script already ended the options; a later
+  // "--" is the script's own.
+  const bool endedBefore = scriptIndex > 1 && argv[scriptIndex - 1] != nullptr &&
+                           std::string_view(argv[scriptIndex - 1]) == "--";
+  if (!endedBefore && first < argc && argv[first] != nullptr && std::string_view(argv[first]) == "--") ++first;
+  for (int i = first; i < argc; ++i) {
     config.entry.args.emplace_back(argv[i] == nullptr ? "" : argv[i]);
   }
   if (config.entry.script.empty()) {
@@ -1241,8 +1251,9 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   const std::string backendName(trim(backend.value));
   if (backendName == "static") {
     config.rdzv.backend = RdzvBackend::kStatic;
-    // torchrun's static rendezvous waits `timeout` (its TCPStore timeout) for the nodes to come.
-    if (conf.staticTimeout && !conf.joinTimeoutGiven) config.rdzv.settings.joinTimeout = *conf.staticTimeout;
+    // torchrun's static rendezvous waits `timeout` (its TCPStore timeout, 900 s unless given)
+    // for the nodes and the master's store to come.
+    if (!conf.joinTimeoutGiven) config.rdzv.settings.joinTimeout = conf.staticTimeout.value_or(kStaticTimeout);
   } else if (backendName == "c10d") {
     config.rdzv.backend = RdzvBackend::kC10d;
   } else if (backendName == "etcd" || backendName == "etcd-v2") {

@@ -262,9 +262,7 @@ class Reader {
 }  // namespace
 
 std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank) {
-  const std::string& pattern =
-      options.prefixTemplate.empty() ? std::string("[${role_name}${local_rank}]:")
-                                     : options.prefixTemplate;
+  const std::string pattern = options.prefixTemplate.value_or("[${role_name}${local_rank}]:");
   return common::safeSubstitute(pattern, {{"role_name", options.role},
                                           {"local_rank", std::to_string(localRank)},
                                           {"rank", std::to_string(rank)},
@@ -317,6 +315,15 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     if (!streamPlan.needsPipe()) {
       if (streamPlan.file) return file;
       return openForAppend("/dev/null");
+    }
+    if (options.passThrough && streamPlan.console && !streamPlan.file && !streamPlan.filtered) {
+      const int console = stdoutStream ? options.consoleOut : options.consoleErr;
+      const int own = ::fcntl(console, F_DUPFD_CLOEXEC, 3);
+      if (own < 0) {
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot pass the console to local rank " + std::to_string(localRank));
+      }
+      return Fd(own);
     }
     Fd filtered;
     if (streamPlan.filtered) filtered = openForAppend(dir + "/filtered_" + stream + ".log");

@@ -45,10 +45,16 @@ namespace ddprun::launcher {
 
 struct LogRouterOptions {
   std::string role = "default";  // ${role_name}
-  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("" = "[${role_name}${local_rank}]:"). Substituted like
-  // Python's string.Template.safe_substitute: ${name} or $name, "$$" is "$", unknown names stay.
-  // Names: role_name, local_rank, rank, and (ddprun extensions) hostname, group_rank.
-  std::string prefixTemplate;
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (nothing = "[${role_name}${local_rank}]:", "" = no
+  // prefix). Substituted like Python's string.Template.safe_substitute: ${name} or $name, "$$" is
+  // "$", unknown names stay. Names: role_name, local_rank, rank, and (ddprun extensions)
+  // hostname, group_rank.
+  std::optional<std::string> prefixTemplate;
+  // A stream bound only for the console (no -t/-r file, no filters, every rank allowed) goes
+  // there untouched: the worker writes to the agent's own stdout/stderr, byte for byte and at
+  // once, as under torchrun without --tee. The agent sets it for a job of one worker per node
+  // with no prefix template given.
+  bool passThrough = false;
   std::string hostname;  // ${hostname}
   StreamSelection redirects;  // -r/--redirects
   StreamSelection tee;        // -t/--tee

@@ -1,6 +1,7 @@
 #include "membership.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,10 +22,6 @@ constexpr auto kJoinPollInterval = 50ms;
 // How long each attempt to reach the store lasts while it may still be coming up, so that
 // cancel() is noticed.
 constexpr auto kConnectAttempt = 1s;
-
-std::string closedText(int members, int restarts) {
-  return json{{"members", members}, {"restarts", restarts}}.dump();
-}
 
 }  // namespace
 
@@ -78,8 +75,10 @@ void Membership::throwIfStopped() const {
 }
 
 void Membership::open() {
-  // The first connection waits up to read_timeout for the store to come up (the node hosting it
-  // may start a little later, as with torchrun); the others follow at once.
+  // The first connection waits for the store to come up (the node hosting it may start later, as
+  // with torchrun): up to read_timeout, or with the static backend the whole join timeout (its
+  // `timeout`, as torchrun's TCPStore client waits for the master); the others follow at once.
+  const auto patience = config_.backend == RdzvBackend::kStatic ? settings_.joinTimeout : settings_.readTimeout;
   const auto start = now_();
   for (;;) {
     try {
@@ -93,11 +92,13 @@ void Membership::open() {
           error.what()));
     } catch (const rendezvous::StoreConnectionError& error) {
       if (cancelled_) throw MembershipCancelled();
-      if (now_() - start > settings_.readTimeout) {
+      if (now_() - start > patience) {
         throw EndpointError(fmt::format(
-            "cannot reach the rendezvous store at {} within read_timeout ({} s): {}; start the "
-            "agent that hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint",
-            backend_.address(), settings_.readTimeout.count() / 1000.0, error.what()));
+            "cannot reach the rendezvous store at {} within {} ({} s): {}; start the agent that "
+            "hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint",
+            backend_.address(),
+            config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout",
+            patience.count() / 1000.0, error.what()));
       }
     }
   }
@@ -160,10 +161,14 @@ std::optional<Membership::Closed> Membership::closed(int round) {
   const std::string closedKey = roundKey(round, "closed");
   if (!control().check({closedKey})) return std::nullopt;
   const json record = json::parse(control().get(closedKey), nullptr, /*allow_exceptions=*/false);
-  if (!record.is_object()) {
+  Closed result;
+  try {
+    result.restarts = record.at("restarts").get<int>();
+    result.members = record.at("members").get<std::vector<std::int64_t>>();
+  } catch (const std::exception&) {
     throw MembershipError(fmt::format("round {}'s close record in the store is corrupt", round));
   }
-  return Closed{record.value("members", 0), record.value("restarts", 0)};
+  return result;
 }
 
 std::optional<StopReason> Membership::stopOf(int round) {
@@ -172,31 +177,63 @@ std::optional<StopReason> Membership::stopOf(int round) {
   return StopReason::parse(control().get(stopKey));
 }
 
-std::optional<int> Membership::previousMembersStillAway(int round, int joined) {
+bool Membership::alive(std::int64_t node) {
+  return control().check({key(fmt::format("alive/{}", node))});
+}
+
+std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
+  const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+  std::vector<std::string> slots;
+  for (int k = 1; k <= joined; ++k) slots.push_back(roundKey(round, fmt::format("member/{}", k)));
+  if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
+  std::vector<std::int64_t> live;
+  for (const std::string& text : control().multiGet(slots)) {
+    const std::int64_t id = std::stoll(text);
+    // A node that joined and died before the round closed must not be counted: its workers
+    // would never exist, and the others would wait for them.
+    if (alive(id)) live.push_back(id);
+  }
+  if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
+    // One node per node rank: a restarted agent (same --node-rank) replaces the earlier one.
+    std::vector<std::string> nodeKeys;
+    for (std::int64_t id : live) nodeKeys.push_back(key(fmt::format("node/{}", id)));
+    const std::vector<std::string> records = control().multiGet(nodeKeys);
+    std::map<int, std::int64_t> byRank;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const auto node = nodeFromJsonText(records[i]);
+      if (node) byRank[node->staticRank] = live[i];  // later joiners win
+    }
+    std::vector<std::int64_t> unique;
+    for (std::int64_t id : live) {
+      if (std::any_of(byRank.begin(), byRank.end(), [&](const auto& entry) { return entry.second == id; })) {
+        unique.push_back(id);
+      }
+    }
+    live = std::move(unique);
+  }
+  return live;
+}
+
+std::optional<int> Membership::previousMembersStillAway(int round, const std::vector<std::int64_t>& live) {
   if (round == 0) return std::nullopt;
   const auto previous = closed(round - 1);
   if (!previous) return std::nullopt;
-  std::vector<std::string> before;
-  std::vector<std::string> now;
-  for (int k = 1; k <= previous->members; ++k) before.push_back(roundKey(round - 1, fmt::format("member/{}", k)));
-  for (int k = 1; k <= joined; ++k) now.push_back(roundKey(round, fmt::format("member/{}", k)));
-  if (!control().check(now)) return std::nullopt;  // a joiner has counted itself, not written its id
-  const std::vector<std::string> previousIds = control().multiGet(before);
-  const std::vector<std::string> joinedIds = control().multiGet(now);
   int away = 0;
-  for (const std::string& id : previousIds) {
-    if (std::find(joinedIds.begin(), joinedIds.end(), id) != joinedIds.end()) continue;
+  for (std::int64_t id : previous->members) {
+    if (std::find(live.begin(), live.end(), id) != live.end()) continue;
     // Not back yet: only worth waiting for if it is still alive.
-    if (control().check({key("alive/" + id)})) ++away;
+    if (alive(id)) ++away;
   }
   return away;
 }
 
 bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
-  const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+  const auto live = liveJoiners(round);
+  if (!live) return false;
+  const int joined = static_cast<int>(live->size());
   bool complete = joined >= config_.maxNodes;
   if (!complete && joined >= config_.minNodes) {
-    if (previousMembersStillAway(round, joined) == 0) {
+    if (previousMembersStillAway(round, *live) == 0) {
       complete = true;
     } else {
       if (lastCallStart == TimePoint{}) lastCallStart = now_();
@@ -213,11 +250,12 @@ bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
       restarts = stop ? restartsAfter(previous->restarts, *stop) : previous->restarts;
     }
   }
-  control().compareSet(roundKey(round, "closed"), "", closedText(std::min(joined, config_.maxNodes), restarts));
+  std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
+  control().compareSet(roundKey(round, "closed"), "", json{{"members", members}, {"restarts", restarts}}.dump());
   return true;
 }
 
-int Membership::takeSlot(int round) {
+void Membership::takeSlot(int round) {
   const int slot = static_cast<int>(control().add(roundKey(round, "joined"), 1));
   control().set(roundKey(round, fmt::format("member/{}", slot)), std::to_string(self_.id));
   // Keep the job's current round up to date for agents that start later.
@@ -227,10 +265,9 @@ int Membership::takeSlot(int round) {
     if (std::stoi(seen) >= round) break;
     current = seen;
   }
-  return slot;
 }
 
-std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint deadline) {
+std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   TimePoint lastCallStart{};
   TimePoint shortSince{};  // since when the known nodes are fewer than MIN
   int reportedJoined = -1;
@@ -238,10 +275,11 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
   while (!(record = closed(round))) {
     throwIfStopped();
     if (maybeClose(round, lastCallStart)) continue;
-    const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+    const auto live = liveJoiners(round);
+    const int joined = live ? static_cast<int>(live->size()) : 0;
     // After losses, the nodes that can still come back may be fewer than MIN: then only new
     // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
-    const auto away = joined < config_.minNodes ? previousMembersStillAway(round, joined) : std::nullopt;
+    const auto away = live && joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
     if (away && joined + *away < config_.minNodes) {
       if (shortSince == TimePoint{}) {
         shortSince = now_();
@@ -276,8 +314,10 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     } catch (const StoreTimeoutError&) {
     }
   }
-  // The round may have closed just before our slot (last call ran out as we arrived).
-  if (slot > record->members) return std::nullopt;
+  // The round may have closed without us (last call ran out as we arrived).
+  if (std::find(record->members.begin(), record->members.end(), self_.id) == record->members.end()) {
+    return std::nullopt;
+  }
   return readRound(round, *record);
 }
 
@@ -305,21 +345,21 @@ Round Membership::join(int fromRound) {
     throwIfStopped();
     const auto record = closed(round);
     if (!record) {
-      const int slot = takeSlot(round);
-      if (auto joined = waitForClose(round, slot, deadline)) return *joined;
+      takeSlot(round);
+      if (auto joined = waitForClose(round, deadline)) return *joined;
       continue;  // closed without us: we are a newcomer to the running round now
     }
     // The job runs round `round` without us. At MAX nodes: wait for a place. Below: take a place
     // in the next round first, then tell the members to re-form with us.
-    if (record->members >= config_.maxNodes) {
+    if (static_cast<int>(record->members.size()) >= config_.maxNodes) {
       waitForRoundToStop(round, deadline);
       ++round;
       continue;
     }
-    const int slot = takeSlot(round + 1);
+    takeSlot(round + 1);
     announce(round, StopReason::nodeJoined(self_.id, self_.hostname));
     ++round;
-    if (auto joined = waitForClose(round, slot, deadline)) return *joined;
+    if (auto joined = waitForClose(round, deadline)) return *joined;
   }
 }
 
@@ -327,11 +367,9 @@ Round Membership::readRound(int number, const Closed& record) {
   Round round;
   round.number = number;
   round.restartCount = record.restarts;
-  const int members = record.members;
-  std::vector<std::string> slotKeys;
-  for (int k = 1; k <= members; ++k) slotKeys.push_back(roundKey(number, fmt::format("member/{}", k)));
+  const int members = static_cast<int>(record.members.size());
   std::vector<std::string> nodeKeys;
-  for (const std::string& id : control().multiGet(slotKeys)) nodeKeys.push_back(key("node/" + id));
+  for (std::int64_t id : record.members) nodeKeys.push_back(key(fmt::format("node/{}", id)));
   for (const std::string& text : control().multiGet(nodeKeys)) {
     auto node = nodeFromJsonText(text);
     if (!node) {
@@ -394,6 +432,7 @@ Round Membership::readRound(int number, const Closed& record) {
     std::lock_guard lock(heartbeatMutex_);
     heartbeatRound_ = number;
     heartbeatGroupRank_ = round.groupRank;
+    roundMembers_ = round.members;
   }
   // From now on a lapse of our hold must stop this round: armed before anyone starts workers,
   // so that a node lost at any moment of the round is reported to it.
@@ -414,8 +453,26 @@ void Membership::markDone(int round, int members) {
   if (control().add(roundKey(round, "done"), 1) >= members) announce(round, StopReason::done());
 }
 
+void Membership::reportMembersLostEarly(int round) {
+  std::vector<NodeInfo> members;
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    if (heartbeatRound_ != round) return;
+    members = roundMembers_;
+  }
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    const NodeInfo& node = members[rank];
+    if (node.id == self_.id || watch_->check({key(fmt::format("alive/{}", node.id))})) continue;
+    const std::string lost =
+        StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
+    watch_->compareSet(roundKey(round, "stop"), "", lost);
+    return;
+  }
+}
+
 StopReason Membership::waitForStop(int round) {
   const std::string stopKey = roundKey(round, "stop");
+  bool checkedMembers = false;
   for (;;) {
     try {
       // In slices: a store that went silent (network cut) is the heartbeat's to report, and the
@@ -427,6 +484,12 @@ StopReason Membership::waitForStop(int round) {
                                         text.substr(0, 200)));
     } catch (const StoreTimeoutError&) {
       throwIfStopped();
+      // Every live member armed its hold for this round before starting its workers, a few
+      // milliseconds after the round closed; one that died in between is reported here.
+      if (!checkedMembers) {
+        checkedMembers = true;
+        reportMembersLostEarly(round);
+      }
     }
   }
 }

@@ -148,22 +148,31 @@ class Membership {
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
   int currentRound();
-  // Counts this node into `round`; returns its slot (1-based join order).
-  int takeSlot(int round);
-  // Blocks until `round` closes: the round if this node (at `slot`) is in it, else nothing.
-  std::optional<Round> waitForClose(int round, int slot, TimePoint deadline);
+  // Counts this node into `round` (a slot in join order).
+  void takeSlot(int round);
+  // Blocks until `round` closes: the round if this node is in it, else nothing.
+  std::optional<Round> waitForClose(int round, TimePoint deadline);
   void waitForRoundToStop(int round, TimePoint deadline);
-  // The close record of `round` ({"members", "restarts"}), or nothing while it is open.
+  // The close record of `round`: its members' node ids in join order, and its restart count.
+  // Nothing while it is open.
   struct Closed {
-    int members = 0;
+    std::vector<std::int64_t> members;
     int restarts = 0;
   };
   std::optional<Closed> closed(int round);
+  // The nodes that joined `round` and are still alive, in join order; with the static backend
+  // one per node rank (a restarted agent replaces its dead predecessor). Nothing while a joiner
+  // has counted itself but not written its id yet.
+  std::optional<std::vector<std::int64_t>> liveJoiners(int round);
   // Tries to close `round`; true once it is closed (by anyone).
   bool maybeClose(int round, TimePoint& lastCallStart);
-  // The members of round-1 that have not joined `round` yet but are still alive; nothing when
-  // round-1 is not known (round 0).
-  std::optional<int> previousMembersStillAway(int round, int joined);
+  // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
+  // not known (round 0).
+  std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
+  bool alive(std::int64_t node);
+  // Members of round `round` that died before they could arm their hold for it (they would go
+  // unreported): announce them lost. Once per round, from the watch.
+  void reportMembersLostEarly(int round);
   std::optional<StopReason> stopOf(int round);
   Round readRound(int round, const Closed& record);
   void heartbeat();
@@ -187,6 +196,7 @@ class Membership {
   bool heartbeatStop_ = false;
   int heartbeatRound_ = -1;      // whose stop key a lapse of our hold reports to
   int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
+  std::vector<NodeInfo> roundMembers_;  // of heartbeatRound_, in group-rank order
   std::atomic<bool> storeLost_{false};
   std::atomic<bool> cancelled_{false};
   mutable std::mutex lostMutex_;

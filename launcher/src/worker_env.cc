@@ -16,9 +16,26 @@ namespace ddprun::launcher {
 namespace {
 
 // Runs the script the way runpy.run_path does for torchrun's --run-path (a function entrypoint
-// in torchrun; a plain interpreter here): the script sees its own path as sys.argv[0].
+// in torchrun; a plain interpreter here): the script sees its own path as sys.argv[0]. torchrun
+// wraps that entrypoint in @record, so an uncaught exception lands in TORCHELASTIC_ERROR_FILE in
+// @record's schema, and the failure summary shows it: so does this.
 constexpr const char* kRunPathBootstrap =
-    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
+    "import json, os, runpy, sys, time, traceback\n"
+    "sys.argv = sys.argv[1:]\n"
+    "try:\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "except SystemExit:\n"
+    "    raise\n"
+    "except BaseException as e:\n"
+    "    path = os.environ.get('TORCHELASTIC_ERROR_FILE')\n"
+    "    if path:\n"
+    "        try:\n"
+    "            with open(path, 'w') as f:\n"
+    "                json.dump({'message': {'message': f'{type(e).__name__}: {e}', 'extraInfo': {\n"
+    "                    'py_callstack': traceback.format_exc(), 'timestamp': str(int(time.time()))}}}, f)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    raise\n";
 
 std::string lookup(const std::map<std::string, std::string>& environment, const std::string& name,
                    const std::string& fallback) {

@@ -100,7 +100,15 @@ Parsed parse(int argc, char** argv) {
 
   po::variables_map values;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
+    const po::parsed_options given = po::command_line_parser(argc, argv).options(options).run();
+    // Positional words are no option of ours; Program_options would drop them silently (a
+    // `ddprun-rendezvous 29401` would listen on the default port instead).
+    for (const std::string& word : po::collect_unrecognized(given.options, po::include_positional)) {
+      const bool number = !word.empty() && word.find_first_not_of("0123456789") == std::string::npos;
+      throw UsageError(number ? fmt::format("unexpected argument '{}'; give the port as --port {}", word, word)
+                              : fmt::format("unexpected argument '{}'", word));
+    }
+    po::store(given, values);
     po::notify(values);
   } catch (const po::error& error) {
     throw UsageError(error.what());

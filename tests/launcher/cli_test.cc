@@ -148,7 +148,9 @@ TEST_CASE("defaults are torchrun 2.x's", "[cli]") {
   CHECK(c.rdzv.host == "127.0.0.1");  // static: --master-addr:--master-port
   CHECK(c.rdzv.port == 29500);
   CHECK(c.rdzv.runId == "none");
-  CHECK(c.rdzv.settings == ddprun::launcher::RendezvousSettings{});
+  ddprun::launcher::RendezvousSettings staticDefaults;
+  staticDefaults.joinTimeout = std::chrono::seconds(900);  // torchrun's static `timeout`
+  CHECK(c.rdzv.settings == staticDefaults);
   CHECK_FALSE(c.rdzv.standalone);
   CHECK(c.restart.maxRestarts == 0);
   CHECK(c.restart.monitorInterval == Approx(0.1));
@@ -346,6 +348,14 @@ TEST_CASE("everything from the training script on is passed through untouched", 
   CHECK(c.entry.kind == EntryKind::kPythonScript);
   CHECK(c.entry.script == script());
   CHECK(c.entry.args == args);
+}
+
+TEST_CASE("a -- right after the script is dropped, as torchrun's argparse does", "[cli]") {
+  // torchrun 1.13 and 2.6: `train.py -- --lr 0.1` gives the script ['--lr', '0.1'].
+  CHECK(config({script(), "--", "--lr", "0.1"}).entry.args == std::vector<std::string>{"--lr", "0.1"});
+  // A later -- is the script's own.
+  CHECK(config({script(), "a", "--", "b"}).entry.args == std::vector<std::string>{"a", "--", "b"});
+  CHECK(config({script(), "--", "--"}).entry.args == std::vector<std::string>{"--"});
 }
 
 TEST_CASE("a bare -- ends ddprun's options", "[cli]") {
@@ -624,6 +634,7 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   };
   CHECK(staticConf("timeout=70") == milliseconds(70000));
   CHECK(staticConf("timeout=70,join_timeout=9") == milliseconds(9000));
+  CHECK(staticConf("close_timeout=3") == milliseconds(900000));
   CHECK(conf("timeout=70").config.rdzv.settings.joinTimeout == milliseconds(600000));
 
   const CommandLine unknown = conf("join_timout=5,join_timeout=7");

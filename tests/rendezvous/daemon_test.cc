@@ -12,10 +12,13 @@
 #include <fmt/format.h>
 
 #include "ddprun/rendezvous/tcp_store.h"
+#include "lines.h"
 #include "subprocess.h"
+#include "waits.h"
 
 using namespace ddprun::rendezvous;
-using ddprun::test::portFromListeningLine;
+using ddprun::test::exitsWith;
+using ddprun::test::lines;
 using ddprun::test::Subprocess;
 using namespace std::chrono_literals;
 
@@ -25,9 +28,7 @@ namespace {
 std::unique_ptr<Subprocess> startDaemon(std::vector<std::string> args, int& port) {
   args.insert(args.begin(), DDPRUN_RENDEZVOUS_BIN);
   auto daemon = std::make_unique<Subprocess>(args);
-  const auto line = daemon->readLine(10s);
-  REQUIRE(line.has_value());
-  port = portFromListeningLine(*line);
+  port = ddprun::test::listeningPort(*daemon, 10s);
   REQUIRE(port > 0);
   return daemon;
 }
@@ -47,13 +48,9 @@ bool tcpConnects(const char* address, int port) {
 std::pair<int, std::string> refusedStart(std::vector<std::string> args) {
   args.insert(args.begin(), DDPRUN_RENDEZVOUS_BIN);
   Subprocess daemon(args);
-  const auto status = daemon.wait(10s);
+  const auto status = ddprun::test::exitStatus(daemon, 10s);
   REQUIRE(status.has_value());
   return {*status, daemon.errors()};
-}
-
-int countLines(const std::string& text) {
-  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
 
 }  // namespace
@@ -69,7 +66,7 @@ TEST_CASE("with port 0 it prints the port it got, serves it, and SIGTERM stops i
     CHECK(store.get("k") == "v");
     const int signal = GENERATE(SIGTERM, SIGINT);
     daemon->signal(signal);
-    CHECK(daemon->wait(5s) == 0);
+    CHECK(exitsWith(*daemon, 0, 10s));
     CHECK_THAT(daemon->errors(),
                Catch::Contains(signal == SIGTERM ? "received SIGTERM, shutting down"
                                                  : "received SIGINT, shutting down"));
@@ -90,7 +87,7 @@ TEST_CASE("it listens only on the address it is given", "[daemon]") {
   CHECK_THAT(text.str(), Catch::Contains(fmt::format("0100007F:{:04X} 00000000:0000 0A", port)));
   CHECK_THAT(text.str(), !Catch::Contains(fmt::format("00000000:{:04X} 00000000:0000 0A", port)));
   daemon->signal(SIGTERM);
-  CHECK(daemon->wait(5s) == 0);
+  CHECK(exitsWith(*daemon, 0, 10s));
 }
 
 TEST_CASE("a port in use is one clear line and exit code 2", "[daemon]") {
@@ -98,12 +95,12 @@ TEST_CASE("a port in use is one clear line and exit code 2", "[daemon]") {
   auto first = startDaemon({"--port", "0"}, port);
   const auto [status, errors] = refusedStart({"--port", std::to_string(port)});
   CHECK(status == 2);
-  CHECK(countLines(errors) == 1);
+  CHECK(lines(errors).size() == 1);
   CHECK_THAT(errors, Catch::Contains(fmt::format("cannot listen on 127.0.0.1:{}", port)));
   CHECK_THAT(errors, Catch::Contains("already in use"));
   CHECK_THAT(errors, Catch::Contains("port 0"));
   first->signal(SIGTERM);
-  CHECK(first->wait(5s) == 0);
+  CHECK(exitsWith(*first, 0, 10s));
 }
 
 TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[daemon]") {
@@ -119,20 +116,22 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
       Case{{"--log-level", "loud"}, "--log-level 'loud' is not one of"},
       Case{{"--max-connections", "0"}, "--max-connections must be at least 1"},
       Case{{"--bogus"}, "unrecognised option '--bogus'"},
+      Case{{"29401"}, "unexpected argument '29401'; give the port as --port 29401"},
+      Case{{"--port", "0", "extra"}, "unexpected argument 'extra'"},
       Case{{"--partial-request-timeout", "-1"}, "must be a positive number of seconds"});
   INFO(fmt::format("{}", fmt::join(which.args, " ")));
   const auto [status, errors] = refusedStart(which.args);
   CHECK(status == 2);
-  CHECK(countLines(errors) == 1);
+  CHECK(lines(errors).size() == 1);
   CHECK_THAT(errors, Catch::StartsWith("ddprun-rendezvous: error: "));
   CHECK_THAT(errors, Catch::Contains(which.says));
 }
 
 TEST_CASE("help and version exit 0", "[daemon]") {
   Subprocess help({DDPRUN_RENDEZVOUS_BIN, "--help"});
-  CHECK(help.wait(5s) == 0);
+  CHECK(exitsWith(help, 0, 10s));
   CHECK_THAT(help.output(), Catch::Contains("--max-connections"));
   Subprocess version({DDPRUN_RENDEZVOUS_BIN, "--version"});
-  CHECK(version.wait(5s) == 0);
+  CHECK(exitsWith(version, 0, 10s));
   CHECK_THAT(version.output(), Catch::StartsWith("ddprun-rendezvous "));
 }
