@@ -246,7 +246,13 @@ int runAgent(const LaunchConfig& config, const std::map<std::string, std::string
   machine.start();
   io.run();
 
-  driver.close(/*hostsStore=*/identity.hostsStore);
+  // A signalled agent is gone within its --shutdown-timeout, even when it hosts the store; the
+  // others were told it leaves with the store, so they do not wait for it.
+  const bool signalled = machine.ending() && machine.ending()->kind == EndKind::kSignalled;
+  driver.close(/*hostsStore=*/identity.hostsStore,
+               signalled ? std::optional(std::min(config.restart.shutdownTimeout,
+                                                  config.rdzv.settings.closeTimeout))
+                         : std::nullopt);
   output.closeAll();
   // The failure summary points into the scratch directory (error files): keep it then, as
   // torchrun keeps its torchelastic_* directory.

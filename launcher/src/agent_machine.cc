@@ -150,6 +150,20 @@ void AgentMachine::onStop(int round, StopReason stop) {
     finish(Ending::succeeded());
     return;
   }
+  if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost && stop_->node != rendezvous_.nodeId()) {
+    // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
+    // now would lose it moments later. Stop here, saying why.
+    barrierTimer_.reset();
+    endAfterStop_ = Ending::storeLost(fmt::format(
+        "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes the "
+        "store with it: this node's workers are stopped and the job ends; to let a job outlive any "
+        "one agent, run the store as ddprun-rendezvous on the endpoint",
+        stop_->nodeText(), common::signalName(stop_->signal)));
+    state_ = State::kStopping;
+    stopWorkers();
+    maybeRoundOver();
+    return;
+  }
   if (state_ == State::kRunning || state_ == State::kLocalDone) {
     switch (stop_->kind) {
       case StopKind::kNodeLost:
@@ -337,8 +351,9 @@ void AgentMachine::onSignal(int signal) {
   signal_ = signal;
   spdlog::warn("received {}: forwarding it to the workers", common::signalName(signal));
   if (state_ != State::kJoining && state_ != State::kIdle) {
-    rendezvous_.announce(round_.number, StopReason::nodeLeft(rendezvous_.nodeId(), round_.groupRank,
-                                                             identity_.hostname, signal));
+    rendezvous_.announce(round_.number,
+                         StopReason::nodeLeft(rendezvous_.nodeId(), round_.groupRank,
+                                              identity_.hostname, signal, identity_.hostsStore));
   }
   if (state_ == State::kJoining || state_ == State::kIdle || !launcher_.anyRunning()) {
     finish(Ending::signalled(signal));

@@ -494,7 +494,7 @@ StopReason Membership::waitForStop(int round) {
   }
 }
 
-void Membership::close(bool hostsStore) {
+void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
   {
     std::lock_guard lock(heartbeatMutex_);
     if (heartbeatStop_ && !heartbeatThread_.joinable()) return;
@@ -509,7 +509,7 @@ void Membership::close(bool hostsStore) {
     if (hostsStore) {
       // This agent hosts the store: the others read the final state from it, so let them leave
       // first (bounded: one that died is gone with its connection anyway).
-      const auto deadline = std::chrono::steady_clock::now() + settings_.closeTimeout;
+      const auto deadline = std::chrono::steady_clock::now() + patience.value_or(settings_.closeTimeout);
       const std::string alive = prefix_ + "alive/";
       while (std::chrono::steady_clock::now() < deadline) {
         const auto keys = control().listKeys();

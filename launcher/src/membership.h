@@ -137,9 +137,9 @@ class Membership {
   bool storeLost() const { return storeLost_.load(); }
 
   // Stops heartbeats and gives up the holds quietly (a clean exit is not a lost node). When this
-  // agent hosts the rendezvous store (`hostsStore`), waits up to close_timeout for the other
-  // agents to leave.
-  void close(bool hostsStore);
+  // agent hosts the rendezvous store (`hostsStore`), waits up to `patience` (close_timeout when
+  // not given) for the other agents to leave.
+  void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
 
  private:
   using TimePoint = std::chrono::steady_clock::time_point;

@@ -119,9 +119,9 @@ void RendezvousDriver::stopThreads() {
   if (watch_.joinable()) watch_.join();
 }
 
-void RendezvousDriver::close(bool hostsStore) {
+void RendezvousDriver::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
   stopThreads();
-  membership_.close(hostsStore);
+  membership_.close(hostsStore, patience);
 }
 
 }  // namespace ddprun::launcher

@@ -37,8 +37,8 @@ class RendezvousDriver final : public RendezvousClient {
 
   // Leaves the rendezvous in order: stops the blocked calls, gives up the holds (a clean exit is
   // not a lost node), and when this agent hosts the store gives the others a moment to read the
-  // outcome (`hostsStore`). Blocks up to close_timeout.
-  void close(bool hostsStore);
+  // outcome (`hostsStore`). Blocks up to `patience` (close_timeout when not given).
+  void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
 
  private:
   using Call = std::function<void()>;

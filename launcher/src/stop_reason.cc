@@ -59,8 +59,10 @@ StopReason StopReason::nodeJoined(std::int64_t node, std::string host) {
   return stop;
 }
 
-StopReason StopReason::nodeLeft(std::int64_t node, int groupRank, std::string host, int signal) {
+StopReason StopReason::nodeLeft(std::int64_t node, int groupRank, std::string host, int signal,
+                                bool storeHost) {
   StopReason stop;
+  stop.storeHost = storeHost;
   stop.kind = StopKind::kNodeLeft;
   stop.node = node;
   stop.groupRank = groupRank;
@@ -94,6 +96,7 @@ std::string StopReason::serialize() const {
   if (groupRank >= 0) record["group_rank"] = groupRank;
   if (!host.empty()) record["host"] = host;
   if (signal != 0) record["signal"] = signal;
+  if (storeHost) record["store_host"] = true;
   if (failure) record["failure"] = toJson(*failure);
   return record.dump();
 }
@@ -116,6 +119,7 @@ std::optional<StopReason> StopReason::parse(std::string_view text) {
     stop.groupRank = record.value("group_rank", -1);
     stop.host = record.value("host", std::string());
     stop.signal = record.value("signal", 0);
+    stop.storeHost = record.value("store_host", false);
     if (stop.kind == StopKind::kWorkerFailed) {
       if (!record.contains("failure")) return std::nullopt;
       stop.failure = failureFromJson(record["failure"]);
@@ -124,21 +128,6 @@ std::optional<StopReason> StopReason::parse(std::string_view text) {
     return std::nullopt;
   }
   return stop;
-}
-
-bool StopReason::reforms() const {
-  switch (kind) {
-    case StopKind::kWorkerFailed:
-    case StopKind::kNodeLost:
-    case StopKind::kNodeJoined:
-    case StopKind::kNodeLeft:
-      return true;
-    case StopKind::kDone:
-    case StopKind::kStoreLost:
-    case StopKind::kSignalled:
-      return false;
-  }
-  return false;
 }
 
 std::string StopReason::nodeText() const {

@@ -30,12 +30,14 @@ struct StopReason {
   int groupRank = -1;                    // that node's group rank in the round, when known
   std::string host;                      // that node's host name
   int signal = 0;                        // kNodeLeft, kSignalled: the signal
+  bool storeHost = false;                // kNodeLeft: the leaving agent hosts the rendezvous store
   std::string detail;                    // kStoreLost: what the store call said
 
   static StopReason workerFailed(WorkerFailure failure, std::int64_t node);
   static StopReason nodeLost(std::int64_t node, int groupRank, std::string host);
   static StopReason nodeJoined(std::int64_t node, std::string host);
-  static StopReason nodeLeft(std::int64_t node, int groupRank, std::string host, int signal);
+  static StopReason nodeLeft(std::int64_t node, int groupRank, std::string host, int signal,
+                             bool storeHost = false);
   static StopReason done();
   static StopReason storeLost(std::string detail);
   static StopReason signalled(int signal);
@@ -46,8 +48,7 @@ struct StopReason {
   // treat it as corrupt rather than guessing.
   static std::optional<StopReason> parse(std::string_view text);
 
-  // Whether the job must re-form after this stop, and whether that costs a restart.
-  bool reforms() const;
+  // Whether the job's re-forming after this stop costs a restart.
   bool costsRestart() const { return kind == StopKind::kWorkerFailed; }
   // "node 1 (host-b)": how messages name the node it concerns.
   std::string nodeText() const;

@@ -53,14 +53,15 @@ LaunchConfig jobConfig(int minNodes, int maxNodes, int nproc, int maxRestarts = 
 
 // One agent: the real machine and driver, fake processes, the shared in-process store.
 struct Node {
-  Node(ManualEventLoop& loop, HashStore& store, LaunchConfig config, const std::string& address)
+  Node(ManualEventLoop& loop, HashStore& store, LaunchConfig config, const std::string& address,
+       bool hostsStore = false)
       : config_(std::move(config)),
         loop_(loop),
         launcher(loop),
         output(loop),
         backend(store),
         driver(config_.rdzv, backend, stores, self(address, config_.nprocPerNode), loop),
-        machine(config_, identity(address), loop, launcher, output, driver,
+        machine(config_, identity(address, hostsStore), loop, launcher, output, driver,
                 [this](int code) { exitCode = code; }) {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(machine);
@@ -74,8 +75,9 @@ struct Node {
     node.nproc = nproc;
     return node;
   }
-  AgentIdentity identity(const std::string& address) const {
+  AgentIdentity identity(const std::string& address, bool hostsStore) const {
     AgentIdentity id;
+    id.hostsStore = hostsStore;
     id.hostname = "host-" + address;
     id.agentToken = "token";
     id.scratchDir = "/tmp/ddprun-agent-machine-test";
@@ -108,8 +110,8 @@ struct Job {
   HashStore store{[this] { return loop.now(); }};
   std::vector<std::unique_ptr<Node>> nodes;
 
-  Node& add(const LaunchConfig& config, const std::string& address) {
-    nodes.push_back(std::make_unique<Node>(loop, store, config, address));
+  Node& add(const LaunchConfig& config, const std::string& address, bool hostsStore = false) {
+    nodes.push_back(std::make_unique<Node>(loop, store, config, address, hostsStore));
     return *nodes.back();
   }
   bool until(const std::function<bool()>& done,
@@ -230,6 +232,24 @@ TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143", "[agen
   CHECK(stop->kind == StopKind::kNodeLeft);
   CHECK(stop->signal == SIGTERM);
   CHECK(stop->groupRank == 0);
+}
+
+TEST_CASE("SIGTERM to the agent hosting the store ends the others instead of re-forming without "
+          "their store", "[agent][unit]") {
+  Job job;
+  Node& host = job.add(jobConfig(1, 3, 1), "10.0.0.1", /*hostsStore=*/true);
+  Node& other = job.add(jobConfig(1, 3, 1), "10.0.0.2");
+  Node& third = job.add(jobConfig(1, 3, 1), "10.0.0.3");
+  for (Node* node : {&host, &other, &third}) node->machine.start();
+  REQUIRE(job.until([&] { return host.runningRound(0) && other.runningRound(0) && third.runningRound(0); }));
+  host.machine.onSignal(SIGTERM);
+  REQUIRE(job.until([&] { return host.exitCode && other.exitCode && third.exitCode; }));
+  CHECK(*host.exitCode == 128 + SIGTERM);
+  CHECK(*other.exitCode == 1);
+  CHECK(other.machine.ending()->kind == EndKind::kStoreLost);
+  CHECK_THAT(other.machine.ending()->message, Catch::Contains("hosting the rendezvous store"));
+  CHECK(other.launcher.spawned.size() == 1);  // no restart into a round without a store
+  CHECK(third.launcher.spawned.size() == 1);
 }
 
 TEST_CASE("a second signal kills the workers at once", "[agent][unit]") {

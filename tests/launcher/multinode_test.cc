@@ -342,3 +342,29 @@ TEST_CASE("elastic: an agent killed after joining but before the round closes is
   CHECK(countLines(a->output() + c->output(), "world=6 ") == 0);
   finishJob(until, {a.get(), c.get()});
 }
+
+TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of restarting into a "
+          "round without a store, and the host is gone within its shutdown timeout", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::uint16_t port = freePort();
+  const std::vector<std::string> conf = {"--shutdown-timeout", "2", "--rdzv-conf",
+                                         "last_call_timeout=1,join_timeout=20"};
+  auto a = agent("2:3", port, "host-leaves", until, conf);
+  REQUIRE(hosting(*a));
+  auto b = agent("2:3", port, "host-leaves", until, conf);
+  auto c = agent("2:3", port, "host-leaves", until, conf);
+  REQUIRE(reported({a.get(), b.get(), c.get()}, "world=6 .*generation=0", 6));
+  const auto stopped = Clock::now();
+  a->signal(SIGTERM);
+  const Deadline deadline(20s);
+  CHECK(exitsWith(*a, 128 + SIGTERM, deadline.left(), {a.get(), b.get(), c.get()}));
+  const double hostGone = std::chrono::duration<double>(Clock::now() - stopped).count();
+  CHECK(exitsWith(*b, 1, deadline.left(), {a.get(), b.get(), c.get()}));
+  CHECK(exitsWith(*c, 1, deadline.left(), {a.get(), b.get(), c.get()}));
+  INFO("the host was gone " << hostGone << " s after SIGTERM");
+  CHECK(hostGone < 2.0 + 3.0);  // its shutdown timeout, and a margin for a loaded machine
+  // Nobody restarted its workers into a round that would lose its store moments later.
+  CHECK(countLines(a->output() + b->output() + c->output(), "generation=1") == 0);
+  CHECK_THAT(b->errors(), Catch::Contains("hosting the rendezvous store"));
+}
