@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto logger = spdlog::stderr_color_mt("ddprun");
-  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
+  logger->set_pattern(kLogPattern);
   logger->set_level(logLevel(environment));
   // --event-log-handler console: the agent's events (rounds, failures, restarts) on stderr.
   if (commandLine.config.eventLogHandler == "console" && logger->level() > spdlog::level::info) {

@@ -16,11 +16,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fmt/format.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "agent_machine.h"
 #include "asio_event_loop.h"
 #include "cli.h"
+#include "console_writer.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/worker_env_names.h"
 #include "ddprun/rendezvous/server.h"
@@ -150,6 +152,42 @@ std::string HostedStores::advertisedAddress(const LaunchConfig& config) const {
   return common::localAddressToward(rdzv.host, rdzv.port).value_or("127.0.0.1");
 }
 
+// The agent's own log lines, queued on its stderr writer like the workers' lines: the loop
+// never waits on a stalled stderr either.
+class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ConsoleSink(std::shared_ptr<ConsoleWriter> writer) : writer_(std::move(writer)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& message) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(message, line);
+    writer_->write(std::string(line.data(), line.size()));
+  }
+  void flush_() override {}
+
+ private:
+  std::shared_ptr<ConsoleWriter> writer_;
+};
+
+// For the agent's run, its log lines go to `writer`; the sinks it had come back afterwards.
+class LogThrough {
+ public:
+  explicit LogThrough(std::shared_ptr<ConsoleWriter> writer)
+      : logger_(spdlog::default_logger()), saved_(logger_->sinks()) {
+    auto sink = std::make_shared<ConsoleSink>(std::move(writer));
+    sink->set_pattern(kLogPattern);
+    logger_->sinks() = {sink};
+  }
+  ~LogThrough() { logger_->sinks() = saved_; }
+  LogThrough(const LogThrough&) = delete;
+  LogThrough& operator=(const LogThrough&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  std::vector<spdlog::sink_ptr> saved_;
+};
+
 LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& identity) {
   LogRouterOptions options;
   options.role = config.role;
@@ -201,13 +239,21 @@ int runAgent(const LaunchConfig& config, const std::map<std::string, std::string
   asio::io_context io;
   AsioEventLoop loop(io);
   PosixLauncher launcher(guardian);
-  LogRouter output(io, logOptions(config, identity));
+  // The console: written by threads of its own, so a stalled reader never stalls the loop.
+  auto outWriter = std::make_shared<ConsoleWriter>(STDOUT_FILENO, io);
+  auto errWriter = std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
+  LogThrough logThrough(errWriter);
+  identity.printError = [errWriter](std::string text) { errWriter->write(std::move(text)); };
+  LogRouterOptions routerOptions = logOptions(config, identity);
+  routerOptions.outWriter = outWriter;
+  routerOptions.errWriter = errWriter;
+  LogRouter output(io, routerOptions);
   HostedStores stores;
   rendezvous::TcpStoreOptions storeOptions;
   try {
     storeOptions = stores.hostOrFind(config);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "ddprun: error: %s\n", error.what());
+    errWriter->write(fmt::format("ddprun: error: {}\n", error.what()));
     return kUsageError;
   }
   identity.hostsStore = stores.hostsRendezvous();

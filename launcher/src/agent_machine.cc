@@ -318,15 +318,14 @@ void AgentMachine::failJob(const StopReason& stop) {
     if (mine.rank != failures.front().rank || mine.host != failures.front().host) failures.push_back(mine);
   }
   const WorkerFailure& cause = failures.front();
-  std::fputs(formatSummary(config_.entry.script, failures, /*rootCause=*/0).c_str(), stderr);
-  std::fputc('\n', stderr);
+  printError(formatSummary(config_.entry.script, failures, /*rootCause=*/0) + "\n");
   if (config_.entry.kind != EntryKind::kExecutable) {
     std::vector<std::vector<std::string>> tails;
     for (const LocalWorker& worker : local_) tails.push_back(output_.stderrTail(worker.localRank));
     const bool fromPythonExec = identity_.environment.count("PYTHON_EXEC") > 0 &&
                                 !identity_.environment.at("PYTHON_EXEC").empty();
     if (const auto hint = missingModuleHint(tails, config_.entry.python, fromPythonExec)) {
-      std::fprintf(stderr, "ddprun: hint: %s\n", hint->c_str());
+      printError("ddprun: hint: " + *hint + "\n");
     }
   }
   if (auto parent = identity_.environment.find(common::kEnvTorchelasticErrorFile);
@@ -368,7 +367,7 @@ void AgentMachine::finish(Ending ending) {
   state_ = State::kFinished;
   const int code = exitCode(ending);
   spdlog::debug("finishing with exit code {}", code);
-  if (!ending.message.empty()) std::fprintf(stderr, "%s\n", ending.message.c_str());
+  if (!ending.message.empty()) printError(ending.message + "\n");
   ending_ = std::move(ending);
   graceTimer_.reset();
   barrierTimer_.reset();
@@ -376,6 +375,14 @@ void AgentMachine::finish(Ending ending) {
   launcher_.killStrays();
   // Every line the workers wrote reaches the console before the agent goes.
   output_.drain(kOutputGrace, [this, code] { finished_(code); });
+}
+
+void AgentMachine::printError(std::string text) const {
+  if (identity_.printError) {
+    identity_.printError(std::move(text));
+  } else {
+    std::fputs(text.c_str(), stderr);
+  }
 }
 
 }  // namespace ddprun::launcher

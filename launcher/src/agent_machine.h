@@ -67,6 +67,8 @@ struct AgentIdentity {
   std::string logRunDir;     // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
   std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
   bool hostsStore = false;   // this agent hosts the rendezvous store (it must outstay the others)
+  // Where the summary and the final error line go (nothing: stderr, written directly).
+  std::function<void(std::string)> printError;
 };
 
 class AgentMachine {
@@ -122,6 +124,7 @@ class AgentMachine {
   void nextStep();
   void failJob(const StopReason& stop);
   void finish(Ending ending);
+  void printError(std::string text) const;
   std::string attemptDirectory(int round) const;
   WorkerFailure failureOf(const LocalWorker& worker) const;
 

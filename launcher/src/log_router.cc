@@ -66,9 +66,9 @@ Fd openForAppend(const std::string& path) {
   return Fd(fd);
 }
 
-// Writes everything, looping over partial writes and EINTR. A descriptor somebody made
-// non-blocking (the agent's console is shared with its parent) is waited for with poll(), up to
-// LogRouter::kStallLimit without progress. Returns false when the data could not all be written.
+// Writes everything to a log file, looping over partial writes and EINTR. A descriptor that is
+// non-blocking is waited for with poll(), up to LogRouter::kStallLimit without progress. Returns
+// false when the data could not all be written.
 bool writeAll(int fd, const char* data, std::size_t size) {
   auto lastProgress = Clock::now();
   while (size > 0) {
@@ -109,11 +109,11 @@ constexpr std::size_t kTailLineBytes = 1024;
 // Reads one worker stream from its pipe and fans the bytes out.
 class Reader {
  public:
-  Reader(asio::io_context& io, int readFd, std::string prefix, int consoleFd, Fd file, Fd filtered,
-         std::vector<std::string> filters, std::string name)
+  Reader(asio::io_context& io, int readFd, std::string prefix, std::shared_ptr<ConsoleWriter> console,
+         Fd file, Fd filtered, std::vector<std::string> filters, std::string name)
       : pipe_(io, readFd),
         prefix_(std::move(prefix)),
-        consoleFd_(consoleFd),
+        console_(std::move(console)),
         file_(std::move(file)),
         filtered_(std::move(filtered)),
         filters_(std::move(filters)),
@@ -162,6 +162,14 @@ class Reader {
             }
             self->finish();
             if (self->closed_) std::exchange(self->closed_, nullptr)();
+            return;
+          }
+          // Back-pressure: while the console has more queued than it may, the worker's pipe is
+          // left unread (the worker blocks in its own write once the pipe is full).
+          if (self->console_ && self->console_->full()) {
+            self->console_->whenRoom([self] {
+              if (self->open_) readMore(self);
+            });
             return;
           }
           readMore(self);
@@ -215,7 +223,7 @@ class Reader {
   void emitLine(std::string_view line, std::string& console, std::string& filtered) {
     if (tail_.size() == kTailLines) tail_.pop_front();
     tail_.emplace_back(line.substr(0, kTailLineBytes));
-    if (consoleFd_ >= 0) {
+    if (console_) {
       console += prefix_;
       console += line;
       console += '\n';
@@ -230,8 +238,8 @@ class Reader {
   }
 
   // One write(2) per destination: the console never sees half of a batch of lines.
-  void writeOut(const std::string& console, const std::string& filtered) {
-    if (!console.empty()) writeAll(consoleFd_, console.data(), console.size());
+  void writeOut(std::string& console, const std::string& filtered) {
+    if (!console.empty()) console_->write(std::move(console));
     if (!filtered.empty() && !writeAll(filtered_.get(), filtered.data(), filtered.size())) {
       warnOnce("its filtered log file");
     }
@@ -248,7 +256,7 @@ class Reader {
   std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
   std::string pending_;  // bytes after the last newline
   std::string prefix_;
-  int consoleFd_;        // -1: not to the console (not owned)
+  std::shared_ptr<ConsoleWriter> console_;  // null: not to the console
   Fd file_;              // raw copy (-t, or -r with duplicate filters)
   Fd filtered_;          // lines matching filters_
   std::vector<std::string> filters_;
@@ -288,7 +296,10 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   };
 
   Impl(asio::io_context& context, LogRouterOptions routerOptions)
-      : io(context), options(std::move(routerOptions)) {}
+      : io(context), options(std::move(routerOptions)) {
+    if (!options.outWriter) options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
+    if (!options.errWriter) options.errWriter = std::make_shared<ConsoleWriter>(options.consoleErr, io);
+  }
 
   StreamPlan plan(bool stdoutStream, int localRank, bool haveDir) const {
     const StdStreams redirect = options.redirects.forRank(localRank);
@@ -335,7 +346,8 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     }
     Fd readEnd(ends[0]);
     Fd writeEnd(ends[1]);
-    const int console = streamPlan.console ? (stdoutStream ? options.consoleOut : options.consoleErr) : -1;
+    std::shared_ptr<ConsoleWriter> console;
+    if (streamPlan.console) console = stdoutStream ? options.outWriter : options.errWriter;
     reader = std::make_shared<Reader>(
         io, readEnd.get(), prefix, console, std::move(file), std::move(filtered),
         stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters,

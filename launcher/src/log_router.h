@@ -17,13 +17,13 @@
 // created (it is also where the worker's error.json goes). Files are opened for appending and
 // never truncated, so an attempt directory reused by a later round keeps the earlier output.
 //
-// Console output is written with one write(2) per batch of whole lines, from one thread, so no
-// two workers' lines ever interleave inside a line (as long as the agent writes its own console
-// output from the same thread). A line longer than kMaxLineBytes is cut into pieces of that size;
-// a final line without '\n' gets one when the stream ends. Writes block while the console is
-// full (a stalled reader of the agent's output stalls the agent, as it would stall torchrun);
-// a console that stays non-writable for kStallLimit loses that batch. The agent should ignore
-// SIGPIPE: a closed console then only loses output.
+// Console output goes through a ConsoleWriter (console_writer.h): one queued piece per batch of
+// whole lines, so no two workers' lines ever interleave inside a line, and the event loop never
+// waits on the console. When the writer's queue is full, the router stops reading the workers'
+// pipes until it has room (back-pressure on the workers, nothing dropped). A line longer than
+// kMaxLineBytes is cut into pieces of that size; a final line without '\n' gets one when the
+// stream ends. A worker whose stream passes through (LogRouterOptions::passThrough) writes to
+// the console itself. The agent should ignore SIGPIPE: a closed console then only loses output.
 #pragma once
 
 #include <chrono>
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
+#include "console_writer.h"
 #include "worker_output.h"
 
 namespace boost::asio {
@@ -63,6 +64,10 @@ struct LogRouterOptions {
   std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
   int consoleOut = 1;  // where workers' stdout lines go (not owned)
   int consoleErr = 2;  // where workers' stderr lines go (not owned)
+  // The writers of those descriptors when the agent shares them (its own messages go there
+  // too); made by the router when not given.
+  std::shared_ptr<ConsoleWriter> outWriter;
+  std::shared_ptr<ConsoleWriter> errWriter;
 };
 
 // The console prefix of one worker's lines (options.prefixTemplate substituted).

@@ -1,7 +1,10 @@
 // The ddprun agent as users run it: the real binary, real worker processes, real signals.
 // Every wait is bounded well below the test's CTest TIMEOUT (180 s) and says what it saw when it
 // gives up (waits.h).
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +34,8 @@ using ddprun::test::TempDir;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+extern char** environ;
 
 namespace {
 
@@ -430,4 +435,54 @@ TEST_CASE("a run-path script: an uncaught exception's traceback is in the summar
   CHECK_THAT(errors, Catch::Contains("RuntimeError: runpath-boom"));
   CHECK_THAT(errors, Catch::Contains("in fail"));  // the stack, from the error file
   CHECK_THAT(errors, !Catch::Contains("error_file: <N/A>"));
+}
+
+TEST_CASE("a console nobody reads does not stop the agent: SIGTERM still ends everything in time",
+          "[agent]") {
+  // ddprun's stdout is a pipe the test never reads (a paused pager, a stuck log shipper); the
+  // workers write as fast as they can and ignore SIGTERM.
+  int console[2];
+  REQUIRE(::pipe2(console, O_CLOEXEC) == 0);
+  const std::string marker = fmt::format("stalled-console-{}", ::getpid());
+  const std::vector<std::string> argv = ddprunCommand(
+      2, {"--shutdown-timeout", "2", "--no-python", "/bin/sh", "-c",
+          "trap '' TERM; while :; do echo " + marker + " 0123456789abcdefghijklmnopqrstuvwxyz; done"});
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, console[1], 1);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t agent = -1;
+  REQUIRE(::posix_spawn(&agent, args[0], &actions, nullptr, args.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(console[1]);
+  const auto workersRunning = [&] {
+    // "[s]talled": the pattern does not match pgrep's own shell.
+    return ::system(fmt::format("pgrep -f '[s]{} 0123' > /dev/null", marker.substr(1)).c_str()) == 0;
+  };
+  // The pipe fills up: the workers are running and the console has stalled.
+  REQUIRE(eventually(workersRunning, 20s, [] { return std::string("no worker started"); }));
+  std::this_thread::sleep_for(1s);
+  const auto stopped = Clock::now();
+  ::kill(agent, SIGTERM);
+  int status = 0;
+  bool exited = false;
+  while (Clock::now() - stopped < 20s && !exited) {
+    exited = ::waitpid(agent, &status, WNOHANG) == agent;
+    if (!exited) std::this_thread::sleep_for(20ms);
+  }
+  const double took = std::chrono::duration<double>(Clock::now() - stopped).count();
+  if (!exited) {
+    ::kill(agent, SIGKILL);
+    ::waitpid(agent, &status, 0);
+  }
+  ::close(console[0]);
+  INFO("the agent took " << took << " s after SIGTERM; workers left: " << workersRunning());
+  CHECK(exited);
+  CHECK(took < 10.0);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM));
+  CHECK(eventually([&] { return !workersRunning(); }, 5s, [] { return std::string("workers still run"); }));
+  if (workersRunning()) CHECK(::system(fmt::format("pkill -9 -f '[s]{} 0123'", marker.substr(1)).c_str()) >= 0);
 }

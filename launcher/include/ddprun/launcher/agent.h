@@ -12,6 +12,9 @@ namespace ddprun::launcher {
 
 class Guardian;
 
+// How the agent's log lines look (spdlog's pattern).
+inline constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v";
+
 // Runs the agent to the end of the job and returns its exit code:
 //   0            every worker of every node exited 0
 //   the root cause's exit code, or 128+signal when a worker was killed by one (a deliberate
