@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 
 #include <boost/asio/io_context.hpp>
@@ -188,6 +189,12 @@ class LogThrough {
   std::vector<spdlog::sink_ptr> saved_;
 };
 
+bool selectsAny(const StreamSelection& selection) {
+  if (selection.all.out || selection.all.err) return true;
+  return std::any_of(selection.perRank.begin(), selection.perRank.end(),
+                     [](const auto& entry) { return entry.second.out || entry.second.err; });
+}
+
 LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& identity) {
   LogRouterOptions options;
   options.role = config.role;
@@ -207,9 +214,21 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 
 }  // namespace
 
-int runAgent(const LaunchConfig& config, const std::map<std::string, std::string>& environment,
+int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>& environment,
              Guardian* guardian) {
   std::signal(SIGPIPE, SIG_IGN);
+  LaunchConfig config = given;
+  if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
+    // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
+    std::string pattern = (fs::temp_directory_path() / "ddprun_logs_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "ddprun: error: cannot create a temporary log directory (%s); give --log-dir\n",
+                   std::strerror(errno));
+      return kUsageError;
+    }
+    config.logs.dir = pattern;
+    spdlog::warn("--redirects/--tee without --log-dir: the workers' log files go under {}", pattern);
+  }
   if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
 
   AgentIdentity identity;
@@ -273,6 +292,7 @@ int runAgent(const LaunchConfig& config, const std::map<std::string, std::string
     io.stop();
   });
   driver.attach(machine);
+  outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
   asio::signal_set signals(io);
   signals.add(SIGCHLD);

@@ -60,7 +60,7 @@ std::string AgentMachine::attemptDirectory(int round) const {
 
 void AgentMachine::onRendezvousFailed(const RendezvousFailure& failure) {
   if (state_ == State::kFinished) return;
-  if (failure.badEndpoint) {
+  if (failure.badInput) {
     finish(Ending::badInput(fmt::format("ddprun: error: {}", failure.message)));
   } else {
     finish(Ending::rendezvousFailed(fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));
@@ -358,6 +358,20 @@ void AgentMachine::onSignal(int signal) {
     finish(Ending::signalled(signal));
     return;
   }
+  state_ = State::kStopping;
+  stopWorkers();
+}
+
+void AgentMachine::onConsoleClosed() {
+  if (state_ == State::kFinished || endAfterStop_) return;
+  // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
+  Ending ending = Ending::consoleClosed(
+      "ddprun: error: ddprun's output was closed by its reader (e.g. `| head`); stopping the workers");
+  if (!launcher_.anyRunning()) {
+    finish(std::move(ending));
+    return;
+  }
+  endAfterStop_ = std::move(ending);
   state_ = State::kStopping;
   stopWorkers();
 }

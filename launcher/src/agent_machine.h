@@ -55,7 +55,7 @@ class RendezvousClient {
 
 // Why a join failed for good.
 struct RendezvousFailure {
-  bool badEndpoint = false;  // the endpoint is wrong or never came up: bad input (exit 2)
+  bool badInput = false;  // what the user gave is wrong (an endpoint, a node rank): exit 2
   std::string message;
 };
 
@@ -94,6 +94,8 @@ class AgentMachine {
   void onChildExited();
   // A handled signal (SIGTERM, SIGINT, ...).
   void onSignal(int signal);
+  // The agent's stdout stopped taking output (its reader exited: `ddprun ... | head`).
+  void onConsoleClosed();
 
   State state() const { return state_; }
   const Round& round() const { return round_; }

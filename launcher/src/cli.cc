@@ -184,7 +184,9 @@ constexpr OptionSpec kOptions[] = {
    .help = "Accepted for compatibility (seconds, > 0): ddprun learns of worker exits at once "
            "instead of polling. Default: 0.1."},
   {.name = "start-method", .metavar = "{spawn,fork,forkserver}",
-   .help = "How --run-path starts its Python child. Default: spawn."},
+   .help = "Accepted for compatibility: torchrun's --run-path runs the script in a "
+           "multiprocessing child started this way; ddprun starts every worker as a fresh "
+           "process (as spawn does), so fork and forkserver make no difference. Default: spawn."},
   {.name = "event-log-handler",
    .help = "Where agent and rendezvous events go: null, console (the agent's log on stderr "
            "at info level, as LOGLEVEL=INFO) or dynamic_rendezvous (null). Default: null."},
@@ -398,12 +400,15 @@ SplitArguments splitArguments(int argc, const char* const* argv) {
 // ------------------------------------------------------------------------------------------------
 // Stage 2: PET_ fallbacks and type conversion.
 
-// Booleans from PET_ accept more than torchrun's int(): Kubeflow writes PET_STANDALONE="" to
-// mean "on", which crashes torchrun.
+// Booleans from PET_ accept what torchrun's int() does (any integer: 0 is off, others on) and
+// more: Kubeflow writes PET_STANDALONE="" to mean "on", which crashes torchrun.
 bool parseEnvironmentBoolean(std::string_view value, const std::string& variable) {
   const std::string word = lowerCase(trim(value));
-  if (word.empty() || word == "1" || word == "true" || word == "yes") return true;
-  if (word == "0" || word == "false" || word == "no") return false;
+  if (word.empty() || word == "true" || word == "yes") return true;
+  if (word == "false" || word == "no") return false;
+  if (const auto number = parseWholeNumber(word.starts_with('+') || word.starts_with('-') ? word.substr(1) : word)) {
+    return *number != 0;
+  }
   throw UsageError(
       fmt::format("{} {} is not a boolean; use 1/0, true/false, yes/no, or an empty value for true",
                   variable, quote(value)));
@@ -1471,6 +1476,11 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   if (const auto* method = arguments.given("start-method")) {
     checkChoice(*method, {"spawn", "fork", "forkserver"});
     config.entry.startMethod = method->value;
+    if (method->value != "spawn") {
+      result.warnings.push_back(fmt::format(
+          "{}: ddprun starts every worker as a fresh process (as spawn does); {} changes nothing",
+          label(*method), method->value));
+    }
   }
   if (const auto* handler = arguments.given("event-log-handler")) {
     checkChoice(*handler, {"null", "console", "dynamic_rendezvous"});

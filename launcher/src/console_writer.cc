@@ -44,6 +44,7 @@ struct ConsoleWriter::Shared {
   bool stopping = false;
   bool broken = false;       // the console is closed: everything after is lost
   std::vector<std::function<void()>> waiting;
+  std::function<void()> onClosed;
 
   void run() {
     std::unique_lock lock(mutex);
@@ -61,6 +62,7 @@ struct ConsoleWriter::Shared {
       const bool written = !broken && writeAll(next);
       lock.lock();
       if (!written) {
+        if (!broken && onClosed) boost::asio::post(io, std::exchange(onClosed, nullptr));
         broken = true;
         lost += next.size();
       }
@@ -107,6 +109,7 @@ ConsoleWriter::~ConsoleWriter() {
   std::lock_guard lock(shared_->mutex);
   shared_->stopping = true;
   shared_->waiting.clear();
+  shared_->onClosed = nullptr;
   shared_->changed.notify_all();
 }
 
@@ -141,6 +144,15 @@ void ConsoleWriter::whenRoom(std::function<void()> resume) {
 bool ConsoleWriter::flush(std::chrono::milliseconds patience) {
   std::unique_lock lock(shared_->mutex);
   return shared_->changed.wait_for(lock, patience, [&] { return shared_->queued == 0; });
+}
+
+void ConsoleWriter::whenClosed(std::function<void()> closed) {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->broken) {
+    boost::asio::post(shared_->io, std::move(closed));
+  } else {
+    shared_->onClosed = std::move(closed);
+  }
 }
 
 std::size_t ConsoleWriter::lost() const {

@@ -48,6 +48,8 @@ class ConsoleWriter {
   bool flush(std::chrono::milliseconds patience);
   // Bytes that could not be written (the console closed: EPIPE, EIO).
   std::size_t lost() const;
+  // Calls `closed` (posted, once) when the console stops taking output: its reader went away.
+  void whenClosed(std::function<void()> closed);
 
  private:
   struct Shared;

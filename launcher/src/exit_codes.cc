@@ -1,5 +1,7 @@
 #include "exit_codes.h"
 
+#include <csignal>
+
 namespace ddprun::launcher {
 
 int exitCode(const Ending& ending) {
@@ -15,6 +17,8 @@ int exitCode(const Ending& ending) {
       return 1;
     case EndKind::kBadInput:
       return 2;
+    case EndKind::kConsoleClosed:
+      return 128 + SIGPIPE;
   }
   return 1;
 }

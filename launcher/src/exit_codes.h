@@ -4,6 +4,8 @@
 //                improvement over torchrun's constant 1)
 //   128+signal   the agent itself was stopped by a handled signal (SIGINT, SIGTERM, ...)
 //   1            the rendezvous failed (timeout, too few nodes) or its store was lost
+//   141          ddprun's stdout closed (`ddprun ... | head`): 128+SIGPIPE, what a worker that
+//                inherited the console would have died of (torchrun exits 1 then)
 //   2            bad input found late (a wrong endpoint, the port to host the store on taken)
 #pragma once
 
@@ -14,7 +16,7 @@
 
 namespace ddprun::launcher {
 
-enum class EndKind { kSucceeded, kJobFailed, kSignalled, kRendezvousFailed, kStoreLost, kBadInput };
+enum class EndKind { kSucceeded, kJobFailed, kSignalled, kRendezvousFailed, kStoreLost, kBadInput, kConsoleClosed };
 
 struct Ending {
   EndKind kind = EndKind::kSucceeded;
@@ -32,6 +34,9 @@ struct Ending {
   }
   static Ending storeLost(std::string message) {
     return {EndKind::kStoreLost, std::nullopt, 0, std::move(message)};
+  }
+  static Ending consoleClosed(std::string message) {
+    return {EndKind::kConsoleClosed, std::nullopt, 0, std::move(message)};
   }
   static Ending badInput(std::string message) {
     return {EndKind::kBadInput, std::nullopt, 0, std::move(message)};

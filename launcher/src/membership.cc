@@ -198,14 +198,23 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
     std::vector<std::string> nodeKeys;
     for (std::int64_t id : live) nodeKeys.push_back(key(fmt::format("node/{}", id)));
     const std::vector<std::string> records = control().multiGet(nodeKeys);
-    std::map<int, std::int64_t> byRank;
+    // Two live agents with one node rank: the later one is given a rank that is taken (a
+    // restarted agent's dead predecessor is not live, so it never counts here).
+    std::map<int, std::pair<std::int64_t, std::string>> byRank;
     for (std::size_t i = 0; i < live.size(); ++i) {
       const auto node = nodeFromJsonText(records[i]);
-      if (node) byRank[node->staticRank] = live[i];  // later joiners win
+      if (!node) continue;
+      const auto [taken, fresh] = byRank.try_emplace(node->staticRank, live[i], node->hostname);
+      if (!fresh && live[i] == self_.id) {
+        throw BadInputError(fmt::format(
+            "--node-rank {} is taken by the running agent on {}: give every agent a distinct "
+            "--node-rank (0..{})",
+            node->staticRank, taken->second.second, config_.maxNodes - 1));
+      }
     }
     std::vector<std::int64_t> unique;
     for (std::int64_t id : live) {
-      if (std::any_of(byRank.begin(), byRank.end(), [&](const auto& entry) { return entry.second == id; })) {
+      if (std::any_of(byRank.begin(), byRank.end(), [&](const auto& entry) { return entry.second.first == id; })) {
         unique.push_back(id);
       }
     }

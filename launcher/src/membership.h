@@ -74,11 +74,17 @@ class MembershipError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
-// store answers there: the endpoint given is wrong or its host is not up (bad input, exit 2).
-class EndpointError : public MembershipError {
+// The job cannot start because of what the user gave (exit 2): the message names the fix.
+class BadInputError : public MembershipError {
  public:
   using MembershipError::MembershipError;
+};
+
+// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
+// store answers there: the endpoint given is wrong or its host is not up.
+class EndpointError : public BadInputError {
+ public:
+  using BadInputError::BadInputError;
 };
 
 // The store stopped answering this agent (its host exited, or the network to it is cut).

@@ -9,7 +9,7 @@ namespace {
 RendezvousFailure failureOf(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
-  } catch (const EndpointError& bad) {
+  } catch (const BadInputError& bad) {
     return RendezvousFailure{true, bad.what()};
   } catch (const std::exception& other) {
     return RendezvousFailure{false, other.what()};

@@ -486,3 +486,37 @@ TEST_CASE("a console nobody reads does not stop the agent: SIGTERM still ends ev
   CHECK(eventually([&] { return !workersRunning(); }, 5s, [] { return std::string("workers still run"); }));
   if (workersRunning()) CHECK(::system(fmt::format("pkill -9 -f '[s]{} 0123'", marker.substr(1)).c_str()) >= 0);
 }
+
+TEST_CASE("ddprun ... | head: when the reader of its output goes away, the workers are stopped "
+          "and the agent exits 128+SIGPIPE", "[agent]") {
+  // `head -n 2` exits after two lines; the workers would write forever.
+  Subprocess job({"/bin/bash", "-c",
+                  fmt::format("{} --standalone --nproc-per-node 2 --no-python /bin/sh -c "
+                              "'while :; do echo line $RANK; sleep 0.01; done' | head -n 2; "
+                              "echo \"ddprun exited ${{PIPESTATUS[0]}}\" >&2; exit 0",
+                              DDPRUN_BIN)});
+  REQUIRE(exitsWith(job, 0, 30s));
+  INFO(job.output() << job.errors());
+  CHECK(countLines(job.output(), "^\\[default[01]\\]:line [01]$") == 2);
+  CHECK_THAT(job.errors(), Catch::Contains("closed by its reader"));
+  CHECK_THAT(job.errors(), Catch::Contains("ddprun exited 141"));
+}
+
+TEST_CASE("redirects or tee without a log dir write into a temporary log directory, as torchrun does",
+          "[agent]") {
+  Subprocess job(ddprunCommand(2, {"-r", "3", "--no-python", "/bin/sh", "-c", "echo hidden $RANK"}));
+  REQUIRE(exitsWith(job, 0, 30s));
+  INFO(job.errors());
+  CHECK(countLines(job.output(), "hidden") == 0);  // redirected: not on the console
+  const std::string errors = job.errors();
+  const auto at = errors.find("log files go under ");
+  REQUIRE(at != std::string::npos);
+  const std::string dir = errors.substr(at + 19, errors.find('\n', at) - at - 19);
+  std::vector<fs::path> runs{fs::directory_iterator(dir), fs::directory_iterator()};
+  REQUIRE(runs.size() == 1);
+  std::ifstream in(runs[0] / "attempt_0/1/stdout.log");
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "hidden 1");
+  fs::remove_all(dir);
+}

@@ -350,6 +350,13 @@ TEST_CASE("everything from the training script on is passed through untouched", 
   CHECK(c.entry.args == args);
 }
 
+TEST_CASE("the start method is accepted, and fork or forkserver say they change nothing", "[cli]") {
+  CHECK(parse({"--start-method", "spawn", script()}).warnings.empty());
+  const CommandLine fork = parse({"--start-method", "fork", script()});
+  REQUIRE(fork.warnings.size() == 1);
+  CHECK_THAT(fork.warnings[0], Catch::Contains("fresh process"));
+}
+
 TEST_CASE("a -- right after the script is dropped, as torchrun's argparse does", "[cli]") {
   // torchrun 1.13 and 2.6: `train.py -- --lr 0.1` gives the script ['--lr', '0.1'].
   CHECK(config({script(), "--", "--lr", "0.1"}).entry.args == std::vector<std::string>{"--lr", "0.1"});
@@ -698,6 +705,9 @@ TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single
   kubeflow["PET_NPROC_PER_NODE"] = "2";
   const LaunchConfig fromEnvironment = config({script()}, kubeflow);
   CHECK(fromEnvironment.rdzv.standalone);
+  // torchrun reads PET_ flags with int(): any integer, 0 off and others on.
+  CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", "2")).rdzv.standalone);
+  CHECK_FALSE(config({script()}, with(sandbox().environment(), "PET_STANDALONE", "0")).rdzv.standalone);
   CHECK(fromEnvironment.rdzv.port == 0);
   CHECK(fromEnvironment.nprocPerNode == 2);
 }

@@ -368,3 +368,26 @@ TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of re
   CHECK(countLines(a->output() + b->output() + c->output(), "generation=1") == 0);
   CHECK_THAT(b->errors(), Catch::Contains("hosting the rendezvous store"));
 }
+
+TEST_CASE("static: a second agent claiming a node rank that a running agent holds is told so, "
+          "exit 2", "[multinode]") {
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const int port = freePort();
+  const auto node = [&](int rank) {
+    return std::make_unique<Subprocess>(
+        ddprun::test::staticCommand(3, 1, rank, port, {kReport, "--until", until}),
+        std::vector<std::string>{"LOGLEVEL=INFO"});
+  };
+  auto zero = node(0);
+  REQUIRE(hosting(*zero));
+  auto one = node(1);
+  REQUIRE(eventually([&] { return countLines(zero->errors(), "2 node\\(s\\) joined") > 0; }, kForms,
+                     {zero.get(), one.get()}));
+  auto duplicate = node(1);
+  REQUIRE(exitsWith(*duplicate, 2, kForms, {zero.get(), one.get(), duplicate.get()}));
+  CHECK_THAT(duplicate->errors(), Catch::Contains("--node-rank 1 is taken by the running agent"));
+  auto two = node(2);
+  REQUIRE(reported({zero.get(), one.get(), two.get()}, "world=3 ", 3));
+  finishJob(until, {zero.get(), one.get(), two.get()});
+}
