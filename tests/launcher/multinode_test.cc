@@ -73,6 +73,20 @@ bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern,
   }, timeout, nodes);
 }
 
+// A static agent of `nnodes` (one worker each) at node rank `rank`, logging at INFO.
+std::unique_ptr<Subprocess> staticNode(int nnodes, int rank, int port, const std::string& until) {
+  return std::make_unique<Subprocess>(
+      ddprun::test::staticCommand(nnodes, 1, rank, port, {kReport, "--until", until}),
+      std::vector<std::string>{"LOGLEVEL=INFO"});
+}
+
+// Node 0 hosts the store and node 1 has joined it (the job still waits for the rest).
+bool firstTwoJoined(Subprocess& zero, Subprocess& one) {
+  return hosting(zero) &&
+         eventually([&] { return countLines(zero.errors(), "2 node\\(s\\) joined") > 0; }, kForms,
+                    {&zero, &one});
+}
+
 // Ends the job (report.sh --until) and waits for each of `nodes` to exit 0, under one deadline.
 void finishJob(const std::string& until, const std::vector<Subprocess*>& nodes) {
   std::ofstream(until).put('\n');
@@ -304,16 +318,10 @@ TEST_CASE("static: a node killed before the job starts and started again takes i
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const int port = freePort();
-  const auto node = [&](int rank) {
-    return std::make_unique<Subprocess>(
-        ddprun::test::staticCommand(3, 1, rank, port, {kReport, "--until", until}),
-        std::vector<std::string>{"LOGLEVEL=INFO"});
-  };
+  const auto node = [&](int rank) { return staticNode(3, rank, port, until); };
   auto zero = node(0);
-  REQUIRE(hosting(*zero));
   auto one = node(1);
-  REQUIRE(eventually([&] { return countLines(zero->errors(), "2 node\\(s\\) joined") > 0; }, kForms,
-                     {zero.get(), one.get()}));
+  REQUIRE(firstTwoJoined(*zero, *one));
   one->signal(SIGKILL);  // while the job still waits for node 2
   REQUIRE(exitStatus(*one, 10s).has_value());
   auto again = node(1);
@@ -374,16 +382,10 @@ TEST_CASE("static: a second agent claiming a node rank that a running agent hold
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const int port = freePort();
-  const auto node = [&](int rank) {
-    return std::make_unique<Subprocess>(
-        ddprun::test::staticCommand(3, 1, rank, port, {kReport, "--until", until}),
-        std::vector<std::string>{"LOGLEVEL=INFO"});
-  };
+  const auto node = [&](int rank) { return staticNode(3, rank, port, until); };
   auto zero = node(0);
-  REQUIRE(hosting(*zero));
   auto one = node(1);
-  REQUIRE(eventually([&] { return countLines(zero->errors(), "2 node\\(s\\) joined") > 0; }, kForms,
-                     {zero.get(), one.get()}));
+  REQUIRE(firstTwoJoined(*zero, *one));
   auto duplicate = node(1);
   REQUIRE(exitsWith(*duplicate, 2, kForms, {zero.get(), one.get(), duplicate.get()}));
   CHECK_THAT(duplicate->errors(), Catch::Contains("--node-rank 1 is taken by the running agent"));
