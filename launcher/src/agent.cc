@@ -203,6 +203,7 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
     options.prefixTemplate = it->second;  // "" too: no prefix at all
   }
   options.passThrough = config.nprocPerNode == 1 && !options.prefixTemplate;
+  options.terminalStdout = ::isatty(STDOUT_FILENO) == 1;
   options.hostname = identity.hostname;
   options.redirects = config.logs.redirects;
   options.tee = config.logs.tee;

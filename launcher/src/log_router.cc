@@ -1,6 +1,8 @@
 #include "log_router.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <termios.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -94,6 +96,35 @@ bool writeAll(int fd, const char* data, std::size_t size) {
   return true;
 }
 
+// A pseudo-terminal in raw mode (no "\r\n" for "\n", no echo): ends[0] the agent's side,
+// ends[1] the worker's. False with errno set when none can be had.
+bool openTerminal(int ends[2]) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return false;
+  char name[64];
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 || ::ptsname_r(master, name, sizeof name) != 0) {
+    const int error = errno;
+    ::close(master);
+    errno = error;
+    return false;
+  }
+  const int worker = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (worker < 0) {
+    const int error = errno;
+    ::close(master);
+    errno = error;
+    return false;
+  }
+  termios mode{};
+  if (::tcgetattr(worker, &mode) == 0) {
+    ::cfmakeraw(&mode);
+    ::tcsetattr(worker, TCSANOW, &mode);
+  }
+  ends[0] = master;
+  ends[1] = worker;
+  return true;
+}
+
 // Where one stream of one worker goes (see the table in log_router.h).
 struct StreamPlan {
   bool file = false;
@@ -157,7 +188,8 @@ class Reader {
           if (!self->open_) return;  // finished meanwhile (drain grace, closeAll)
           if (size > 0) self->consume(self->buffer_.data(), size);
           if (error) {
-            if (error != asio::error::eof) {
+            // A pseudo-terminal reports the end of its last writer as EIO, not EOF.
+            if (error != asio::error::eof && error != boost::system::errc::io_error) {
               spdlog::warn("ddprun: reading {}: {}", self->name_, error.message());
             }
             self->finish();
@@ -339,7 +371,12 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     Fd filtered;
     if (streamPlan.filtered) filtered = openForAppend(dir + "/filtered_" + stream + ".log");
     int ends[2];
-    if (::pipe2(ends, O_CLOEXEC) != 0) {
+    // On a terminal, a worker's stdout is a terminal too (a pseudo-terminal the agent reads),
+    // so C stdio and Python flush it by line, as they do under torchrun, whose workers inherit
+    // the terminal: "step 1" shows when it is printed, not when a 4 KiB buffer fills. Lines stay
+    // whole and prefixed all the same.
+    const bool terminal = stdoutStream && options.terminalStdout && streamPlan.console;
+    if (terminal ? !openTerminal(ends) : ::pipe2(ends, O_CLOEXEC) != 0) {
       throw std::system_error(errno, std::generic_category(),
                               "cannot create a pipe for local rank " + std::to_string(localRank) +
                                   " " + stream);

@@ -56,6 +56,9 @@ struct LogRouterOptions {
   // once, as under torchrun without --tee. The agent sets it for a job of one worker per node
   // with no prefix template given.
   bool passThrough = false;
+  // The agent's stdout is a terminal: workers' stdout bound for the console gets a
+  // pseudo-terminal instead of a pipe, so their output is line-buffered as on a terminal.
+  bool terminalStdout = false;
   std::string hostname;  // ${hostname}
   StreamSelection redirects;  // -r/--redirects
   StreamSelection tee;        // -t/--tee

@@ -3,7 +3,9 @@
 // gives up (waits.h).
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -519,4 +521,50 @@ TEST_CASE("redirects or tee without a log dir write into a temporary log directo
   std::getline(in, line);
   CHECK(line == "hidden 1");
   fs::remove_all(dir);
+}
+
+TEST_CASE("on a terminal, a native worker's line shows when it is printed, not when its buffer "
+          "fills", "[agent]") {
+  // ddprun's stdout is a terminal (a pseudo-terminal this test reads). The worker is perl, whose
+  // stdout is block-buffered on a pipe and line-buffered on a terminal, like C stdio.
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  const std::string slave = ::ptsname(master);
+  const std::vector<std::string> argv = ddprunCommand(
+      2, {"--no-python", "/usr/bin/perl", "-e", "print \"step 1\\n\"; sleep 3; print \"step 2\\n\""});
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, slave.c_str(), O_RDWR | O_NOCTTY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t agent = -1;
+  const auto started = Clock::now();
+  REQUIRE(::posix_spawn(&agent, args[0], &actions, nullptr, args.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+  // Read the terminal until "step 1" shows (or 10 s pass).
+  std::string seen;
+  double firstLine = -1;
+  while (Clock::now() - started < 10s && firstLine < 0) {
+    pollfd ready{master, POLLIN, 0};
+    if (::poll(&ready, 1, 100) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = ::read(master, buffer, sizeof buffer);
+    if (n <= 0) break;
+    seen.append(buffer, static_cast<std::size_t>(n));
+    if (seen.find("step 1") != std::string::npos) {
+      firstLine = std::chrono::duration<double>(Clock::now() - started).count();
+    }
+  }
+  int status = 0;
+  ::kill(agent, SIGTERM);
+  ::waitpid(agent, &status, 0);
+  ::close(master);
+  INFO("the terminal showed: " << seen);
+  REQUIRE(firstLine >= 0);
+  CHECK(firstLine < 1.5);  // under torchrun at once; before, 3 s (when the worker exited)
+  CHECK_THAT(seen, Catch::Contains("[default0]:step 1"));
 }
