@@ -19,11 +19,6 @@ namespace ddprun::launcher {
 enum class EndKind { kSucceeded, kJobFailed, kSignalled, kRendezvousFailed, kStoreLost, kBadInput, kConsoleClosed };
 
 struct Ending {
-  EndKind kind = EndKind::kSucceeded;
-  std::optional<WorkerFailure> rootCause;  // kJobFailed
-  int signal = 0;                          // kSignalled
-  std::string message;                     // one line for stderr ("" = none)
-
   static Ending succeeded() { return {}; }
   static Ending jobFailed(WorkerFailure rootCause, std::string message) {
     return {EndKind::kJobFailed, std::move(rootCause), 0, std::move(message)};
@@ -41,6 +36,11 @@ struct Ending {
   static Ending badInput(std::string message) {
     return {EndKind::kBadInput, std::nullopt, 0, std::move(message)};
   }
+
+  EndKind kind = EndKind::kSucceeded;
+  std::optional<WorkerFailure> rootCause;  // kJobFailed
+  int signal = 0;                          // kSignalled
+  std::string message;                     // one line for stderr ("" = none)
 };
 
 int exitCode(const Ending& ending);

@@ -23,11 +23,7 @@ namespace {
 
 using namespace ddprun::launcher;
 using ddprun::rendezvous::HashStore;
-using ddprun::test::FakeLauncher;
-using ddprun::test::FakeWorkerStores;
-using ddprun::test::ManualEventLoop;
-using ddprun::test::NullOutput;
-using ddprun::test::SeverableRendezvous;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 using State = AgentMachine::State;
 

@@ -24,15 +24,7 @@
 #include "temp_dir.h"
 #include "waits.h"
 
-using ddprun::test::countLines;
-using ddprun::test::ddprunCommand;
-using ddprun::test::Deadline;
-using ddprun::test::eventually;
-using ddprun::test::exitStatus;
-using ddprun::test::exitsWith;
-using ddprun::test::launcherWorker;
-using ddprun::test::Subprocess;
-using ddprun::test::TempDir;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -72,6 +64,23 @@ std::string describePids(const std::vector<pid_t>& pids) {
   }
   return fmt::format("of {} worker pids, still running:{}\n{}", pids.size(),
                      alive.empty() ? " none" : alive, ddprun::test::processTree(pids));
+}
+
+// A worker script that writes an error file as torch's @record would (when its first argument is
+// `onlyWithArgument`, if that is given), then exits with `code`.
+void writeRecordingScript(const std::string& path, const std::string& message,
+                          const std::string& traceback, int code,
+                          const std::string& onlyWithArgument = "") {
+  const std::string record = fmt::format(
+      "printf '{{\"message\": {{\"message\": \"{}\", \"extraInfo\": {{\"py_callstack\": "
+      "\"{}\", \"timestamp\": \"1\"}}}}}}' > \"$TORCHELASTIC_ERROR_FILE\"\n",
+      message, traceback);
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << (onlyWithArgument.empty()
+                              ? record
+                              : fmt::format("if [ \"$1\" = {} ]; then\n  {}fi\n", onlyWithArgument, record))
+                      << "exit " << code << "\n";
+  fs::permissions(path, fs::perms::owner_all);
 }
 
 // Whatever of `pids` a failed test left running is killed (they ignore SIGTERM and sleep 300 s).
@@ -274,14 +283,7 @@ TEST_CASE("an error file left by an earlier job with the same --log-dir and run 
   TempDir dir;
   const std::string script = dir.path + "/fail.sh";
   // The first job's worker writes an error file as @record would, then fails.
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "if [ \"$1\" = record ]; then\n"
-                           "  printf '{\"message\": {\"message\": \"ValueError: stale\", "
-                           "\"extraInfo\": {\"py_callstack\": \"old traceback\", "
-                           "\"timestamp\": \"1\"}}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
-                           "fi\n"
-                           "exit 5\n";
-  fs::permissions(script, fs::perms::owner_all);
+  writeRecordingScript(script, "ValueError: stale", "old traceback", 5, /*onlyWithArgument=*/"record");
   for (const std::string mode : {"record", "plain"}) {
     Subprocess job(ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir",
                                   dir.path, "--rdzv-id", "samejob", script, mode}));
@@ -408,12 +410,7 @@ TEST_CASE("with a log dir, every run writes into a directory of its own, never i
 TEST_CASE("the error file the failure summary names still exists after ddprun exits", "[agent]") {
   TempDir dir;
   const std::string script = dir.path + "/record.sh";
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "printf '{\"message\": {\"message\": \"ValueError: kept\", "
-                           "\"extraInfo\": {\"py_callstack\": \"tb\", \"timestamp\": \"1\"}}}' "
-                           "> \"$TORCHELASTIC_ERROR_FILE\"\n"
-                           "exit 3\n";
-  fs::permissions(script, fs::perms::owner_all);
+  writeRecordingScript(script, "ValueError: kept", "tb", 3);
   Subprocess job(ddprunCommand(1, {script}));
   REQUIRE(exitsWith(job, 3, 30s));
   const std::string errors = job.errors();

@@ -21,14 +21,7 @@
 #include "temp_dir.h"
 #include "waits.h"
 
-using ddprun::test::countLines;
-using ddprun::test::Deadline;
-using ddprun::test::eventually;
-using ddprun::test::exitStatus;
-using ddprun::test::exitsWith;
-using ddprun::test::freePort;
-using ddprun::test::Subprocess;
-using ddprun::test::TempDir;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -40,6 +33,11 @@ const std::string kReport = ddprun::test::launcherWorker("report.sh");
 constexpr auto kStartsHosting = 15s;  // an agent says it hosts the store
 constexpr auto kForms = 20s;          // a round forms and its workers report
 constexpr auto kFinishes = 20s;       // the agents of a job exit once `until` exists
+
+// Holds last 10 s (keep_alive_max_attempt=10): a loss noticed only when a hold lapsed or a call
+// timed out would take over 10 s; one noticed through a dropped connection takes about 1 s.
+const std::vector<std::string> kSlowLapse = {
+    "--rdzv-conf", "last_call_timeout=1,join_timeout=20,keep_alive_max_attempt=10"};
 
 // A c10d agent of job `id` on `port`, running report.sh until `until` exists (or with
 // `reportArgs` instead). A later --rdzv-conf in `extra` replaces the default one.
@@ -120,10 +118,7 @@ TEST_CASE("three agents: one killed mid-run is noticed at once and the others re
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::uint16_t port = freePort();
-  // Holds last 10 s here (keep_alive_max_attempt=10): a node noticed only when its hold lapsed
-  // would take over 10 s, one noticed at once by its dropped connection about 1 s.
-  const std::vector<std::string> conf = {
-      "--rdzv-conf", "last_call_timeout=1,join_timeout=20,keep_alive_max_attempt=10"};
+  const std::vector<std::string>& conf = kSlowLapse;
   auto a = agent("2:3", port, "elastic", until, conf);
   REQUIRE(hosting(*a));
   auto b = agent("2:3", port, "elastic", until, conf);
@@ -264,10 +259,7 @@ TEST_CASE("losing the agent that hosts the store ends every other agent quickly"
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::uint16_t port = freePort();
-  // Holds last 10 s here (keep_alive_max_attempt=10): an agent that noticed the loss only when a
-  // call timed out would take over 10 s, one that sees its connections drop at once.
-  const std::vector<std::string> conf = {
-      "--rdzv-conf", "last_call_timeout=1,join_timeout=20,keep_alive_max_attempt=10"};
+  const std::vector<std::string>& conf = kSlowLapse;
   auto host = agent("2", port, "hostloss", until, conf);
   REQUIRE(hosting(*host));
   auto other = agent("2", port, "hostloss", until, conf);

@@ -14,14 +14,7 @@
 #include "waits.h"
 
 using namespace ddprun::rendezvous;
-using ddprun::test::blob;
-using ddprun::test::eventually;
-using ddprun::test::hex;
-using ddprun::test::u64;
-using ddprun::test::LogCapture;
-using ddprun::test::RawClient;
-using ddprun::test::residentBytes;
-using ddprun::test::TestServer;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 

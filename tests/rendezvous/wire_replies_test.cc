@@ -8,12 +8,7 @@
 #include "test_server.h"
 #include "waits.h"
 
-using ddprun::test::blob;
-using ddprun::test::hex;
-using ddprun::test::u64;
-using ddprun::test::RawClient;
-using ddprun::test::TestServer;
-using ddprun::test::toHex;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 
 namespace {

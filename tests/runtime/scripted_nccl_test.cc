@@ -18,11 +18,7 @@
 #include "subprocess.h"
 #include "temp_dir.h"
 
-using ddprun::test::countMatches;
-using ddprun::test::ddprunCommand;
-using ddprun::test::expectedChecksum;
-using ddprun::test::Subprocess;
-using ddprun::test::TempDir;
+using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 
 namespace {
