@@ -172,7 +172,7 @@ constexpr OptionSpec kOptions[] = {
    .help = "Extra rendezvous settings as key=value,key=value, in seconds: join_timeout (600), "
            "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
            "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
-           "keep_alive_max_attempt (3), timeout (static: the join timeout and how long a node waits for the master, 900), read_timeout (60; "
+           "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), timeout (static: the join timeout and how long a node waits for the master, 900), read_timeout (60; "
            "also how long to wait for the endpoint), exit_barrier_timeout (300); and is_host, "
            "store_type (tcp), use_libuv (ignored)."},
   {.name = "standalone", .kind = ValueKind::kFlag,

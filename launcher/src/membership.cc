@@ -105,8 +105,10 @@ void Membership::open() {
   // The watch and heartbeat connections must notice a silent store quickly (a cut network
   // sends nothing): their calls time out as fast as a hold lapses, or after heartbeat_timeout.
   const auto quick = settings_.heartbeatTimeout.value_or(std::max(settings_.holdTimeToLive(), 1000ms));
-  watch_ = backend_.connect(quick, settings_.readTimeout);
-  heartbeatStore_ = backend_.connect(quick, settings_.readTimeout);
+  // Reconnecting after a network blip: the heartbeat's is worth trying for as long as the node
+  // counts as alive; the watch's in short attempts, so that it notices the heartbeat's verdict.
+  watch_ = backend_.connect(quick, kConnectAttempt);
+  heartbeatStore_ = backend_.connect(quick, settings_.holdTimeToLive());
 
   const std::string active = heartbeatStore_->hold(kActiveRunKey, config_.runId, 0ms, "", "");
   if (active != config_.runId) {
@@ -482,6 +484,7 @@ void Membership::reportMembersLostEarly(int round) {
 StopReason Membership::waitForStop(int round) {
   const std::string stopKey = roundKey(round, "stop");
   bool checkedMembers = false;
+  std::optional<std::chrono::steady_clock::time_point> troubleSince;
   for (;;) {
     try {
       // In slices: a store that went silent (network cut) is the heartbeat's to report, and the
@@ -491,8 +494,19 @@ StopReason Membership::waitForStop(int round) {
       if (auto stop = StopReason::parse(text)) return *stop;
       throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt: {}", round,
                                         text.substr(0, 200)));
+    } catch (const rendezvous::StoreConnectionError& error) {
+      // A network blip broke the watch's connection (it holds nothing, so dropping it tells the
+      // store nothing). The heartbeat decides whether the store is lost: until it does, or for
+      // at most twice the liveness timeout, reconnect and watch again.
+      throwIfStopped();
+      const auto now = std::chrono::steady_clock::now();
+      if (!troubleSince) troubleSince = now;
+      if (now - *troubleSince > 2 * settings_.holdTimeToLive()) throw StoreLostError(error.what());
+      std::this_thread::sleep_for(100ms);
+      continue;
     } catch (const StoreTimeoutError&) {
       throwIfStopped();
+      troubleSince.reset();
       // Every live member armed its hold for this round before starting its workers, a few
       // milliseconds after the round closed; one that died in between is reported here.
       if (!checkedMembers) {

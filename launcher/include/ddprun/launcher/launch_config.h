@@ -57,13 +57,18 @@ struct RendezvousSettings {
   std::chrono::milliseconds lastCallTimeout{30000};     // last_call_timeout: wait for more nodes
   std::chrono::milliseconds closeTimeout{10000};        // close_timeout: the host waits for the others
   std::chrono::milliseconds keepAliveInterval{1000};    // keep_alive_interval
-  int keepAliveMaxAttempts = 3;                         // keep_alive_max_attempt
+  // keep_alive_max_attempt. With the interval it makes the node-liveness timeout (5 s): a node
+  // silent that long is lost, and a network blip shorter than about 2/5 of it (2 s by default:
+  // TCP's retransmission backoff can deliver a renewal sent during the blip up to ~2x its length
+  // late) is ridden out with no restart.
+  int keepAliveMaxAttempts = 5;
   std::chrono::milliseconds readTimeout{60000};         // read_timeout: reaching the store, any call
   std::optional<std::chrono::milliseconds> heartbeatTimeout;  // heartbeat_timeout (default: the hold's lifetime)
   std::chrono::milliseconds exitBarrierTimeout{300000};  // exit_barrier_timeout (ddprun extra)
   std::optional<bool> isHost;                           // is_host: nothing = decide by the endpoint
 
-  // How long a node's alive hold lasts without renewal: after this a silent node is lost.
+  // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
+  // silent node is lost.
   std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
   bool operator==(const RendezvousSettings&) const = default;
 };
