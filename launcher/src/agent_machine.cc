@@ -60,7 +60,10 @@ std::string AgentMachine::attemptDirectory(int round) const {
 
 void AgentMachine::onRendezvousFailed(const RendezvousFailure& failure) {
   if (state_ == State::kFinished) return;
-  if (failure.badInput) {
+  if (failure.kind == RendezvousFailure::Kind::kJobOver) {
+    spdlog::warn("{}", failure.message);
+    finish(Ending::succeeded());
+  } else if (failure.kind == RendezvousFailure::Kind::kBadInput) {
     finish(Ending::badInput(fmt::format("ddprun: error: {}", failure.message)));
   } else {
     finish(Ending::rendezvousFailed(fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));

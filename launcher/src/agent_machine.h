@@ -55,7 +55,12 @@ class RendezvousClient {
 
 // Why a join failed for good.
 struct RendezvousFailure {
-  bool badInput = false;  // what the user gave is wrong (an endpoint, a node rank): exit 2
+  enum class Kind {
+    kFailed,    // the rendezvous failed (exit 1)
+    kBadInput,  // what the user gave is wrong (an endpoint, a node rank): exit 2
+    kJobOver,   // the job finished without this agent, which waited for a place: exit 0
+  };
+  Kind kind = Kind::kFailed;
   std::string message;
 };
 

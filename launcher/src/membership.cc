@@ -229,6 +229,9 @@ std::optional<int> Membership::previousMembersStillAway(int round, const std::ve
   if (round == 0) return std::nullopt;
   const auto previous = closed(round - 1);
   if (!previous) return std::nullopt;
+  // A round that ended "done" belongs to a finished run of this id: nobody is away from this
+  // one, which starts afresh (a rerun against the same store).
+  if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone) return std::nullopt;
   int away = 0;
   for (std::int64_t id : previous->members) {
     if (std::find(live.begin(), live.end(), id) != live.end()) continue;
@@ -333,8 +336,9 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
 }
 
 void Membership::waitForRoundToStop(int round, TimePoint deadline) {
-  spdlog::info("the job already has {} nodes (the maximum); waiting for a place", config_.maxNodes);
   const std::string stopKey = roundKey(round, "stop");
+  if (control().check({stopKey})) return;  // over already (a finished run of this id, or a re-form)
+  spdlog::info("the job already has {} nodes (the maximum); waiting for a place", config_.maxNodes);
   while (!control().check({stopKey})) {
     throwIfStopped();
     if (now_() > deadline) {
@@ -346,6 +350,13 @@ void Membership::waitForRoundToStop(int round, TimePoint deadline) {
       control().wait({stopKey}, kJoinPollInterval * 4);
     } catch (const StoreTimeoutError&) {
     }
+  }
+  const auto stop = stopOf(round);
+  if (stop && stop->kind == StopKind::kDone) {
+    throw JobOverError(fmt::format(
+        "the job finished (every node's workers succeeded) while this agent waited for a place in "
+        "it (it keeps its maximum of {} nodes); this agent ran nothing",
+        config_.maxNodes));
   }
 }
 

@@ -93,6 +93,12 @@ class StoreLostError : public MembershipError {
   using MembershipError::MembershipError;
 };
 
+// The job this agent waited to take part in finished without it (it was full): nothing to do.
+class JobOverError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
 // A blocking call gave up because cancel() was called (the agent is shutting down).
 class MembershipCancelled : public std::runtime_error {
  public:

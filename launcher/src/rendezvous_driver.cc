@@ -10,11 +10,13 @@ RendezvousFailure failureOf(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const BadInputError& bad) {
-    return RendezvousFailure{true, bad.what()};
+    return RendezvousFailure{RendezvousFailure::Kind::kBadInput, bad.what()};
+  } catch (const JobOverError& over) {
+    return RendezvousFailure{RendezvousFailure::Kind::kJobOver, over.what()};
   } catch (const std::exception& other) {
-    return RendezvousFailure{false, other.what()};
+    return RendezvousFailure{RendezvousFailure::Kind::kFailed, other.what()};
   } catch (...) {
-    return RendezvousFailure{false, "unknown error"};
+    return RendezvousFailure{RendezvousFailure::Kind::kFailed, "unknown error"};
   }
 }
 

@@ -10,8 +10,10 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "agent_fakes.h"
+#include "log_capture.h"
 #include "agent_machine.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "exit_codes.h"
@@ -356,6 +358,47 @@ TEST_CASE("exit barrier: a node whose workers are done waits for the others", "[
   REQUIRE(job.until([&] { return a.exitCode && b.exitCode; }));
   CHECK(*a.exitCode == 0);
   CHECK(*b.exitCode == 0);
+}
+
+TEST_CASE("a spare agent of a full job is told the job finished without it, and exits 0",
+          "[agent][unit]") {
+  Job job;
+  Node& a = job.add(jobConfig(2, 2, 1), "10.0.0.1");
+  Node& b = job.add(jobConfig(2, 2, 1), "10.0.0.2");
+  a.machine.start();
+  b.machine.start();
+  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  LogCapture log;
+  Node& spare = job.add(jobConfig(2, 2, 1), "10.0.0.3");
+  spare.machine.start();
+  REQUIRE(job.until([&] { return log.text().find("waiting for a place") != std::string::npos; }));
+  a.allExit(0);
+  b.allExit(0);
+  REQUIRE(job.until([&] { return a.exitCode && b.exitCode && spare.exitCode; }));
+  CHECK(*spare.exitCode == 0);
+  CHECK(spare.launcher.spawned.empty());
+  CHECK_THAT(log.text(), Catch::Contains("the job finished"));
+  CHECK_THAT(log.text(), !Catch::Contains("were lost"));
+}
+
+TEST_CASE("a rerun with the same run id on the same store starts afresh, with no talk of lost "
+          "nodes", "[agent][unit]") {
+  Job job;
+  for (int run = 0; run < 2; ++run) {
+    LogCapture log;
+    Node& a = job.add(jobConfig(2, 2, 1), fmt::format("10.0.{}.1", run));
+    a.machine.start();
+    REQUIRE(job.until([&] { return log.text().find("1 node(s) joined") != std::string::npos; }));
+    Node& b = job.add(jobConfig(2, 2, 1), fmt::format("10.0.{}.2", run));
+    b.machine.start();
+    REQUIRE(job.until([&] { return a.machine.state() == State::kRunning && b.machine.state() == State::kRunning; }));
+    CHECK(a.machine.round().restartCount == 0);
+    a.allExit(0);
+    b.allExit(0);
+    REQUIRE(job.until([&] { return a.exitCode && b.exitCode; }));
+    CHECK(*a.exitCode == 0);
+    CHECK_THAT(log.text(), !Catch::Contains("remain"));
+  }
 }
 
 TEST_CASE("exit barrier: after its timeout a finished node leaves with 0", "[agent][unit]") {
