@@ -46,12 +46,6 @@ void AgentMachine::start() {
   rendezvous_.join(-1);
 }
 
-std::vector<pid_t> AgentMachine::workerPids() const {
-  std::vector<pid_t> pids;
-  for (const LocalWorker& worker : local_) pids.push_back(worker.pid);
-  return pids;
-}
-
 std::string AgentMachine::attemptDirectory(int round) const {
   const fs::path base = config_.logs.dir.empty() ? fs::path(identity_.scratchDir)
                                                  : fs::path(identity_.logRunDir);

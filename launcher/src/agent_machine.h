@@ -106,8 +106,6 @@ class AgentMachine {
   const Round& round() const { return round_; }
   // The ending, once the state is kFinished.
   const std::optional<Ending>& ending() const { return ending_; }
-  // The pid of each local rank of the current round (-1: not started).
-  std::vector<pid_t> workerPids() const;
 
  private:
   struct LocalWorker {
