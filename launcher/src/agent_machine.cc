@@ -150,15 +150,11 @@ void AgentMachine::onStop(int round, StopReason stop) {
   if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost && stop_->node != rendezvous_.nodeId()) {
     // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
     // now would lose it moments later. Stop here, saying why.
-    barrierTimer_.reset();
-    endAfterStop_ = Ending::storeLost(fmt::format(
+    endOnceStopped(Ending::storeLost(fmt::format(
         "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes the "
         "store with it: this node's workers are stopped and the job ends; to let a job outlive any "
         "one agent, run the store as ddprun-rendezvous on the endpoint",
-        stop_->nodeText(), common::signalName(stop_->signal)));
-    state_ = State::kStopping;
-    stopWorkers();
-    maybeRoundOver();
+        stop_->nodeText(), common::signalName(stop_->signal))));
     return;
   }
   if (state_ == State::kRunning || state_ == State::kLocalDone) {
@@ -184,17 +180,18 @@ void AgentMachine::onStop(int round, StopReason stop) {
 
 void AgentMachine::onStoreLost(const std::string& reason) {
   if (state_ == State::kFinished) return;
-  Ending ending = Ending::storeLost(fmt::format(
+  endOnceStopped(Ending::storeLost(fmt::format(
       "ddprun: error: lost the rendezvous store ({}): the agent hosting it exited or the network "
       "to it is cut; stopping this node's workers",
-      reason));
-  if (launcher_.anyRunning()) {
-    endAfterStop_ = std::move(ending);
-    state_ = State::kStopping;
-    stopWorkers();
-    return;
-  }
-  finish(std::move(ending));
+      reason)));
+}
+
+void AgentMachine::endOnceStopped(Ending ending) {
+  barrierTimer_.reset();
+  endAfterStop_ = std::move(ending);
+  state_ = State::kStopping;
+  stopWorkers();
+  maybeRoundOver();  // ends at once when no worker runs
 }
 
 void AgentMachine::onChildExited() {
@@ -362,15 +359,8 @@ void AgentMachine::onSignal(int signal) {
 void AgentMachine::onConsoleClosed() {
   if (state_ == State::kFinished || endAfterStop_) return;
   // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
-  Ending ending = Ending::consoleClosed(
-      "ddprun: error: ddprun's output was closed by its reader (e.g. `| head`); stopping the workers");
-  if (!launcher_.anyRunning()) {
-    finish(std::move(ending));
-    return;
-  }
-  endAfterStop_ = std::move(ending);
-  state_ = State::kStopping;
-  stopWorkers();
+  endOnceStopped(Ending::consoleClosed(
+      "ddprun: error: ddprun's output was closed by its reader (e.g. `| head`); stopping the workers"));
 }
 
 void AgentMachine::finish(Ending ending) {

@@ -125,6 +125,8 @@ class AgentMachine {
   void judgeWorkers();
   void announceFailure();
   void stopWorkers();
+  // Stops the workers, then ends the agent with `ending` (at once when none runs).
+  void endOnceStopped(Ending ending);
   void maybeRoundOver();
   void nextStep();
   void failJob(const StopReason& stop);
