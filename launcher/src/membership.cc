@@ -62,6 +62,10 @@ Membership::~Membership() { close(/*hostsStore=*/false); }
 
 std::string Membership::key(const std::string& suffix) const { return prefix_ + suffix; }
 
+std::string Membership::aliveKey(std::int64_t node) const {
+  return fmt::format("{}alive/{}", prefix_, node);
+}
+
 std::string Membership::roundKey(int round, const std::string& suffix) const {
   return fmt::format("{}round/{}/{}", prefix_, round, suffix);
 }
@@ -121,14 +125,14 @@ void Membership::open() {
   self_.id = control().add(key("next_node_id"), 1);
   const std::string me = toJsonText(self_);
   control().set(key(fmt::format("node/{}", self_.id)), me);
-  heartbeatStore_->hold(key(fmt::format("alive/{}", self_.id)), me, settings_.holdTimeToLive(), "", "");
+  heartbeatStore_->hold(aliveKey(self_.id), me, settings_.holdTimeToLive(), "", "");
   heartbeatThread_ = std::thread([this] { heartbeat(); });
 }
 
 void Membership::renewHold(int round, int groupRank) {
   const std::string notify = round >= 0 ? roundKey(round, "stop") : std::string();
   const std::string lost = StopReason::nodeLost(self_.id, groupRank, self_.hostname).serialize();
-  heartbeatStore_->hold(key(fmt::format("alive/{}", self_.id)), toJsonText(self_),
+  heartbeatStore_->hold(aliveKey(self_.id), toJsonText(self_),
                         settings_.holdTimeToLive(), notify, lost);
 }
 
@@ -180,7 +184,7 @@ std::optional<StopReason> Membership::stopOf(int round) {
 }
 
 bool Membership::alive(std::int64_t node) {
-  return control().check({key(fmt::format("alive/{}", node))});
+  return control().check({aliveKey(node)});
 }
 
 std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
@@ -196,28 +200,24 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
     if (alive(id)) live.push_back(id);
   }
   if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
-    // One node per node rank: a restarted agent (same --node-rank) replaces the earlier one.
     std::vector<std::string> nodeKeys;
     for (std::int64_t id : live) nodeKeys.push_back(key(fmt::format("node/{}", id)));
     const std::vector<std::string> records = control().multiGet(nodeKeys);
-    // Two live agents with one node rank: the later one is given a rank that is taken (a
-    // restarted agent's dead predecessor is not live, so it never counts here).
-    std::map<int, std::pair<std::int64_t, std::string>> byRank;
+    // One live agent per node rank, the earliest: a later one was given a rank that is taken
+    // (a restarted agent's dead predecessor is not live, so it never counts here).
+    std::map<int, std::string> holders;  // node rank -> host name
+    std::vector<std::int64_t> unique;
     for (std::size_t i = 0; i < live.size(); ++i) {
       const auto node = nodeFromJsonText(records[i]);
       if (!node) continue;
-      const auto [taken, fresh] = byRank.try_emplace(node->staticRank, live[i], node->hostname);
-      if (!fresh && live[i] == self_.id) {
+      const auto [holder, first] = holders.try_emplace(node->staticRank, node->hostname);
+      if (first) {
+        unique.push_back(live[i]);
+      } else if (live[i] == self_.id) {
         throw BadInputError(fmt::format(
             "--node-rank {} is taken by the running agent on {}: give every agent a distinct "
             "--node-rank (0..{})",
-            node->staticRank, taken->second.second, config_.maxNodes - 1));
-      }
-    }
-    std::vector<std::int64_t> unique;
-    for (std::int64_t id : live) {
-      if (std::any_of(byRank.begin(), byRank.end(), [&](const auto& entry) { return entry.second.first == id; })) {
-        unique.push_back(id);
+            node->staticRank, holder->second, config_.maxNodes - 1));
       }
     }
     live = std::move(unique);
@@ -484,7 +484,7 @@ void Membership::reportMembersLostEarly(int round) {
   }
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     const NodeInfo& node = members[rank];
-    if (node.id == self_.id || watch_->check({key(fmt::format("alive/{}", node.id))})) continue;
+    if (node.id == self_.id || watch_->check({aliveKey(node.id)})) continue;
     const std::string lost =
         StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
     watch_->compareSet(roundKey(round, "stop"), "", lost);
@@ -538,7 +538,7 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
   if (!heartbeatStore_ || storeLost()) return;
   try {
-    heartbeatStore_->release(key(fmt::format("alive/{}", self_.id)));
+    heartbeatStore_->release(aliveKey(self_.id));
     heartbeatStore_->release(kActiveRunKey);
     if (hostsStore) {
       // This agent hosts the store: the others read the final state from it, so let them leave

@@ -157,6 +157,8 @@ class Membership {
   using TimePoint = std::chrono::steady_clock::time_point;
   std::string key(const std::string& suffix) const;
   std::string roundKey(int round, const std::string& suffix) const;
+  // The key a node holds while it lives.
+  std::string aliveKey(std::int64_t node) const;
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
   int currentRound();
