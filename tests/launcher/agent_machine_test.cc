@@ -4,6 +4,7 @@
 // only when a test moves it. The real-binary tests (agent_test, multinode_test) stay.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -111,6 +112,13 @@ struct Job {
   Node& add(const LaunchConfig& config, const std::string& address, bool hostsStore = false) {
     nodes.push_back(std::make_unique<Node>(loop, store, config, address, hostsStore));
     return *nodes.back();
+  }
+  // Starts every node added so far and waits until they all run round 0 together.
+  bool startTogether() {
+    for (auto& node : nodes) node->machine.start();
+    return until([&] {
+      return std::all_of(nodes.begin(), nodes.end(), [](const auto& node) { return node->runningRound(0); });
+    });
   }
   bool until(const std::function<bool()>& done,
              std::chrono::milliseconds patience = std::chrono::seconds(10)) {
@@ -279,9 +287,7 @@ TEST_CASE("two nodes form one job: group ranks by address, global ranks follow",
   Job job;
   Node& b = job.add(jobConfig(2, 2, 2), "10.0.0.2");
   Node& a = job.add(jobConfig(2, 2, 3), "10.0.0.1");
-  b.machine.start();
-  a.machine.start();
-  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  REQUIRE(job.startTogether());
   CHECK(a.machine.round().groupRank == 0);
   CHECK(b.machine.round().groupRank == 1);
   CHECK(a.workers()[0].environment.at("WORLD_SIZE") == "5");
@@ -296,9 +302,7 @@ TEST_CASE("a failure on one node restarts every node's workers, counted once", "
   Job job;
   Node& a = job.add(jobConfig(2, 2, 1, /*maxRestarts=*/2), "10.0.0.1");
   Node& b = job.add(jobConfig(2, 2, 1, /*maxRestarts=*/2), "10.0.0.2");
-  a.machine.start();
-  b.machine.start();
-  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  REQUIRE(job.startTogether());
   const pid_t bFirst = b.workers()[0].pid;
   a.launcher.exitWith(a.workers()[0].pid, 1);
   REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
@@ -348,9 +352,7 @@ TEST_CASE("exit barrier: a node whose workers are done waits for the others", "[
   Job job;
   Node& a = job.add(jobConfig(2, 2, 1), "10.0.0.1");
   Node& b = job.add(jobConfig(2, 2, 1), "10.0.0.2");
-  a.machine.start();
-  b.machine.start();
-  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  REQUIRE(job.startTogether());
   a.allExit(0);
   REQUIRE(job.until([&] { return a.machine.state() == State::kLocalDone; }));
   CHECK_FALSE(job.until([&] { return a.exitCode.has_value(); }, 300ms));
@@ -365,9 +367,7 @@ TEST_CASE("a spare agent of a full job is told the job finished without it, and 
   Job job;
   Node& a = job.add(jobConfig(2, 2, 1), "10.0.0.1");
   Node& b = job.add(jobConfig(2, 2, 1), "10.0.0.2");
-  a.machine.start();
-  b.machine.start();
-  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  REQUIRE(job.startTogether());
   LogCapture log;
   Node& spare = job.add(jobConfig(2, 2, 1), "10.0.0.3");
   spare.machine.start();
@@ -407,9 +407,7 @@ TEST_CASE("exit barrier: after its timeout a finished node leaves with 0", "[age
   config.rdzv.settings.exitBarrierTimeout = 30s;
   Node& a = job.add(config, "10.0.0.1");
   Node& b = job.add(config, "10.0.0.2");
-  a.machine.start();
-  b.machine.start();
-  REQUIRE(job.until([&] { return a.runningRound(0) && b.runningRound(0); }));
+  REQUIRE(job.startTogether());
   a.allExit(0);
   REQUIRE(job.until([&] { return a.machine.state() == State::kLocalDone; }));
   job.loop.advance(29s);
