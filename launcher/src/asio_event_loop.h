@@ -14,6 +14,7 @@ class AsioEventLoop final : public EventLoop {
  public:
   explicit AsioEventLoop(boost::asio::io_context& io) : io_(io) {}
   TimePoint now() const override { return std::chrono::steady_clock::now(); }
+  WallTime wallNow() const override { return std::chrono::system_clock::now(); }
   std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) override;
   void post(Callback callback) override;
 

@@ -16,6 +16,7 @@ namespace ddprun::launcher {
 class EventLoop {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  using WallTime = std::chrono::system_clock::time_point;
   using Callback = std::function<void()>;
 
   // A pending timer: destroying or cancelling it before it is due means it never runs.
@@ -27,6 +28,9 @@ class EventLoop {
 
   virtual ~EventLoop() = default;
   virtual TimePoint now() const = 0;
+  // The wall clock, for deadlines that workers give as epoch times (torch's FileTimer) and for
+  // file modification times (progress heartbeats).
+  virtual WallTime wallNow() const = 0;
   // Runs `callback` on the loop once `delay` has passed.
   [[nodiscard]] virtual std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) = 0;
   // Runs `callback` on the loop soon (from any thread).
