@@ -146,6 +146,7 @@ template <typename Body>
 static void collective(bool& broken, Body&& body) {
   try {
     body();
+    reportProgress();  // a collective that completed is progress for every rank in it
   } catch (const RuntimeError& error) {
     if (error.kind() != RuntimeError::Kind::kInvalidArgument) broken = true;
     throw;

@@ -41,5 +41,13 @@ inline constexpr const char* kEnvCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 // everything they start.
 inline constexpr const char* kEnvDdprunGeneration = "DDPRUN_GENERATION";
 inline constexpr const char* kEnvDdprunAgent = "DDPRUN_AGENT";
+// The worker's progress heartbeat: a file whose modification time the worker sets to report
+// progress (os.utime(path)); --hang-timeout watches it.
+inline constexpr const char* kEnvDdprunHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
+
+// torch's FileTimer watchdog: "1" makes the agent serve the named pipe at kEnvTorchelasticTimerFile
+// (a path of the agent's choosing when unset), which every worker gets.
+inline constexpr const char* kEnvTorchelasticEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER";
+inline constexpr const char* kEnvTorchelasticTimerFile = "TORCHELASTIC_TIMER_FILE";
 
 }  // namespace ddprun::common

@@ -130,6 +130,14 @@ struct DDPRUN_RUNTIME_API RuntimeOptions {
   static RuntimeOptions fromEnvironment();
 };
 
+// Tells the ddprun agent that this worker makes progress (ddprun --hang-timeout: a worker that
+// reported progress and then reports none for that long is hung, its stacks are recorded and the
+// group restarts). Every successful collective of a ProcessGroup reports by itself; call this
+// from work that runs long without collectives (data loading, evaluation, checkpointing).
+// Costs at most one system call per 50 ms, whatever the call rate; nothing without ddprun
+// (DDPRUN_HEARTBEAT_FILE unset). Thread-safe; never throws.
+DDPRUN_RUNTIME_API void reportProgress() noexcept;
+
 namespace detail {
 class Collectives;
 }  // namespace detail
