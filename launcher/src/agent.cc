@@ -25,9 +25,15 @@
 #include "cli.h"
 #include "console_writer.h"
 #include "ddprun/common/local_address.h"
+#include "ddprun/common/path_lookup.h"
 #include "ddprun/common/worker_env_names.h"
 #include "ddprun/rendezvous/server.h"
+#include "file_timer_pipe.h"
+#include "hang_evidence.h"
 #include "log_router.h"
+#include "oom.h"
+#include "progress_watch.h"
+#include "python_stack_hook.h"
 #include "posix_launcher.h"
 #include "rendezvous_driver.h"
 #include "worker_env.h"
@@ -256,6 +262,55 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
     spdlog::info("logs of this run: {}", identity.logRunDir);
   }
 
+  // The agent's own files: heartbeats, the Python stack hook and its dumps, the FileTimer pipe.
+  std::string privatePattern = (fs::temp_directory_path() / "ddprun-agent-XXXXXX").string();
+  if (::mkdtemp(privatePattern.data()) == nullptr) {
+    std::fprintf(stderr, "ddprun: error: cannot create a directory under %s (%s); set TMPDIR to a "
+                 "writable directory\n", fs::temp_directory_path().c_str(), std::strerror(errno));
+    return kUsageError;
+  }
+  const fs::path privateDir = privatePattern;
+  if (guardian) guardian->removeOnDeath(privateDir.string());
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } removePrivateDir{privateDir};
+  std::error_code madeHeartbeats;
+  fs::create_directories(privateDir / "heartbeats", madeHeartbeats);
+  HeartbeatFiles heartbeats((privateDir / "heartbeats").string());
+
+  EvidenceOptions evidenceOptions;
+  try {
+    const PythonStackHook hook = installPythonStackHook((privateDir / "stack_hook").string());
+    addPythonStackHook(hook, identity.environment);
+    evidenceOptions.pythonStackDir = hook.stackDir;
+    evidenceOptions.pythonStackSignal = hook.signal;
+  } catch (const std::exception& error) {
+    spdlog::warn("hung Python workers will be reported without their Python stacks: {}", error.what());
+  }
+  // A native backtrace when gdb is installed; DDPRUN_HANG_DEBUGGER names another, or "" for none
+  // (gdb takes seconds on a process that loaded libtorch).
+  if (auto debugger = environment.find("DDPRUN_HANG_DEBUGGER"); debugger != environment.end()) {
+    evidenceOptions.debugger = debugger->second.empty()
+                                   ? ""
+                                   : common::findExecutable(debugger->second, environment).value_or("");
+  } else {
+    evidenceOptions.debugger = common::findExecutable("gdb", environment).value_or("");
+  }
+
+  // torch's FileTimer watchdog (torchrun starts its FileTimerServer on the same variables).
+  std::string timerFile;
+  if (auto enabled = environment.find(common::kEnvTorchelasticEnableFileTimer);
+      enabled != environment.end() && enabled->second == "1") {
+    auto path = environment.find(common::kEnvTorchelasticTimerFile);
+    timerFile = path != environment.end() && !path->second.empty() ? path->second
+                                                                       : (privateDir / "watchdog_timer").string();
+    identity.environment[common::kEnvTorchelasticTimerFile] = timerFile;
+  }
+
   asio::io_context io;
   AsioEventLoop loop(io);
   PosixLauncher launcher(guardian);
@@ -287,12 +342,36 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
   TcpRendezvous backend(storeOptions);
   RendezvousDriver driver(config.rdzv, backend, stores, self, loop);
 
+  auto evidence = makeThreadedEvidenceCollector(loop, evidenceOptions);
+  KernelOomWitness oom(launcher.cgroupPath());
+  WorkerWatch watch;
+  watch.heartbeats = &heartbeats;
+  watch.evidence = evidence.get();
+  watch.oom = &oom;
+  if (config.eventLogHandler == "console") {
+    watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
+  }
+
   int code = 0;
-  AgentMachine machine(config, identity, loop, launcher, output, driver, [&](int exitCode) {
+  AgentMachine machine(config, identity, loop, launcher, output, driver, std::move(watch), [&](int exitCode) {
     code = exitCode;
     io.stop();
   });
   driver.attach(machine);
+  std::unique_ptr<FileTimerPipe> timerPipe;
+  if (!timerFile.empty()) {
+    try {
+      timerPipe = std::make_unique<FileTimerPipe>(io, timerFile, [&machine](std::string_view line) {
+        machine.onFileTimerLine(line);
+      });
+      spdlog::info("serving torch's FileTimer requests on {}", timerFile);
+    } catch (const std::exception& error) {
+      errWriter->write(fmt::format("ddprun: error: {}; set {} to a path in a writable directory, or "
+                                   "unset {}\n", error.what(), common::kEnvTorchelasticTimerFile,
+                                   common::kEnvTorchelasticEnableFileTimer));
+      return kUsageError;
+    }
+  }
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
   asio::signal_set signals(io);

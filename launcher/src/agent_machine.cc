@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -24,6 +25,9 @@ using namespace std::chrono_literals;
 // a pipe open after its worker died).
 constexpr auto kOutputGrace = 200ms;
 
+// How many lines of a hung worker's stacks the failure summary and the log show.
+constexpr std::size_t kSummaryStackLines = 24;
+
 double epochSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -32,14 +36,23 @@ double epochSeconds() {
 
 AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
                            ProcessLauncher& launcher, WorkerOutput& output,
-                           RendezvousClient& rendezvous, Finished finished)
+                           RendezvousClient& rendezvous, WorkerWatch watch, Finished finished)
     : config_(config),
       identity_(std::move(identity)),
       loop_(loop),
       launcher_(launcher),
       output_(output),
       rendezvous_(rendezvous),
-      finished_(std::move(finished)) {}
+      watch_(std::move(watch)),
+      finished_(std::move(finished)),
+      progress_(loop, config.hang, watch_.heartbeats,
+                [this](const HungWorker& hung) {
+                  // Evidence first, then SIGKILL: a hung worker may ignore SIGTERM, or hang in
+                  // its handler.
+                  onHung(hung.localRank, hung.kind, hung.detail, SIGKILL);
+                }),
+      fileTimers_(loop, [this](const FileTimerExpiry& expiry) { onFileTimerExpired(expiry); }),
+      startedAt_(epochSeconds()) {}
 
 void AgentMachine::start() {
   state_ = State::kJoining;
@@ -85,7 +98,9 @@ void AgentMachine::startWorkers() {
   const auto spawnStart = std::chrono::steady_clock::now();
   local_.clear();
   state_ = State::kRunning;
+  if (watch_.oom) watch_.oom->attemptStarted();
   for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
+  progress_.start(config_.nprocPerNode);
   spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - spawnStart).count());
   if (!localFailures_.empty()) announceFailure();
@@ -109,10 +124,13 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
     const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
     const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank,
                                                  config_.logs.dir.empty() ? std::string() : attempt);
-    const ExecPlan plan(command.path, command.argv,
-                        workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
-                                          worker.errorFile),
-                        streams.out, streams.err);
+    std::vector<std::string> environment = workerEnvironment(identity_.environment, config_, placement,
+                                                             roundEnvironment, worker.errorFile);
+    if (watch_.heartbeats) {
+      environment.push_back(fmt::format("{}={}", common::kEnvDdprunHeartbeatFile,
+                                        watch_.heartbeats->prepare(localRank)));
+    }
+    const ExecPlan plan(command.path, command.argv, environment, streams.out, streams.err);
     try {
       worker.pid = launcher_.spawn(plan);
     } catch (...) {
@@ -121,6 +139,7 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
     }
     output_.started(localRank);
     worker.running = true;
+    emitWorkerEvent(worker, "HEALTHY");
   } catch (const std::exception& error) {
     spdlog::error("cannot start worker {}: {}", localRank, error.what());
     // A worker that cannot start is a failure like any other (exit code 127, as a shell).
@@ -206,6 +225,8 @@ void AgentMachine::onChildExited() {
     worker->waitStatus = exited.waitStatus;
     worker->exitedAt = epochSeconds();
     anyExited = true;
+    fileTimers_.forget(exited.pid);
+    progress_.exited(worker->localRank, WIFEXITED(exited.waitStatus) && WEXITSTATUS(exited.waitStatus) == 0);
   }
   if (anyExited && state_ == State::kRunning) judgeWorkers();
   maybeRoundOver();
@@ -216,6 +237,11 @@ WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
                            worker.pid, worker.errorFile};
   WorkerFailure failure = fromWaitStatus(worker.waitStatus, who, worker.exitedAt);
   loadErrorFile(failure);
+  failure.hang = worker.hang;
+  failure.hangDetail = worker.hangDetail;
+  failure.stack = worker.stack;
+  failure.evidenceFile = worker.evidenceFile;
+  failure.stderrTail = output_.stderrTail(worker.localRank);
   return failure;
 }
 
@@ -223,8 +249,17 @@ void AgentMachine::judgeWorkers() {
   for (LocalWorker& worker : local_) {
     if (worker.running || worker.judged) continue;
     worker.judged = true;
-    if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) continue;
+    if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) {
+      emitWorkerEvent(worker, "SUCCEEDED");
+      continue;
+    }
     WorkerFailure failure = failureOf(worker);
+    // A SIGKILL the agent did not send (it sends none while the round runs, except to hung
+    // workers): the kernel's OOM killer, or somebody's kill -9.
+    if (watch_.oom && failure.signal == SIGKILL && worker.hang == HangKind::kNone) {
+      failure.oom = watch_.oom->explain(worker.pid);
+    }
+    emitWorkerEvent(worker, "FAILED", toJson(failure));
     spdlog::warn("worker {} (rank {}, pid {}) failed: {}", worker.localRank, worker.rank,
                  worker.pid, statusText(failure));
     localFailures_.push_back(std::move(failure));
@@ -261,6 +296,7 @@ void AgentMachine::announceFailure() {
 }
 
 void AgentMachine::stopWorkers() {
+  progress_.stop();
   if (!launcher_.anyRunning()) return;
   launcher_.signalAll(signal_ != 0 ? signal_ : SIGTERM);
   graceTimer_ = loop_.after(config_.restart.shutdownTimeout, [this] {
@@ -298,8 +334,31 @@ void AgentMachine::nextStep() {
       return;
     }
     const WorkerFailure& cause = *stop.failure;
+    if (cause.hang == HangKind::kAtExit) {
+      // Its peers exited 0: the job's work is done, and a restart would do it all again.
+      spdlog::warn("rank {} on {} hung at exit: not restarting a job whose other workers "
+                   "finished", cause.rank, cause.host);
+      failJob(stop);
+      return;
+    }
     spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
                  config_.restart.maxRestarts, cause.rank, cause.host, statusText(cause));
+    if (watch_.event) {
+      WorkerEvent event;
+      event.name = "ddprun.worker_group.restart";
+      event.source = "AGENT";
+      event.timestamp = epochSeconds();
+      event.runId = config_.rdzv.runId;
+      event.groupRank = round_.groupRank;
+      event.role = config_.role;
+      event.hostname = identity_.hostname;
+      event.state = "RESTARTING";
+      event.totalRunTime = event.timestamp - startedAt_;
+      event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
+      event.restarts = restarts;
+      event.rawError = toJson(cause);
+      watch_.event(eventLine(event));
+    }
   }
   rendezvous_.join(round_.number + 1);
 }
@@ -310,6 +369,13 @@ void AgentMachine::failJob(const StopReason& stop) {
   std::vector<WorkerFailure> failures{*stop.failure};
   for (const WorkerFailure& mine : localFailures_) {
     if (mine.rank != failures.front().rank || mine.host != failures.front().host) failures.push_back(mine);
+  }
+  // This node's workers' output is drained by now: their stderr tails are complete.
+  for (WorkerFailure& failure : failures) {
+    if (failure.host == identity_.hostname && failure.groupRank == round_.groupRank &&
+        failure.localRank >= 0 && failure.localRank < config_.nprocPerNode) {
+      if (auto tail = output_.stderrTail(failure.localRank); !tail.empty()) failure.stderrTail = std::move(tail);
+    }
   }
   const WorkerFailure& cause = failures.front();
   printError(formatSummary(config_.entry.script, failures, /*rootCause=*/0) + "\n");
@@ -330,8 +396,11 @@ void AgentMachine::failJob(const StopReason& stop) {
       spdlog::warn("cannot write the error file for the parent: {}", error.what());
     }
   }
+  std::string why = statusText(cause);
+  if (cause.hang != HangKind::kNone) why = "hung: " + cause.hangDetail;
+  if (!cause.oom.empty()) why += "; " + cause.oom;
   finish(Ending::jobFailed(cause, fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
-                                              round_.restartCount, cause.rank, cause.host, statusText(cause))));
+                                              round_.restartCount, cause.rank, cause.host, why)));
 }
 
 void AgentMachine::onSignal(int signal) {
@@ -372,10 +441,99 @@ void AgentMachine::finish(Ending ending) {
   ending_ = std::move(ending);
   graceTimer_.reset();
   barrierTimer_.reset();
+  progress_.stop();
+  fileTimers_.clear();
   launcher_.killAll();
   launcher_.killStrays();
   // Every line the workers wrote reaches the console before the agent goes.
   output_.drain(kOutputGrace, [this, code] { finished_(code); });
+}
+
+void AgentMachine::onFileTimerLine(std::string_view line) {
+  if (state_ == State::kFinished) return;
+  fileTimers_.onLine(line);
+}
+
+AgentMachine::LocalWorker* AgentMachine::workerByPid(pid_t pid) {
+  auto worker = std::find_if(local_.begin(), local_.end(), [&](const LocalWorker& w) { return w.pid == pid; });
+  return worker == local_.end() ? nullptr : &*worker;
+}
+
+void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
+  const std::string detail = fmt::format("its FileTimer \"{}\" expired (torch's FileTimerClient asked "
+                                         "for {} then)", expiry.scopeId, common::signalName(expiry.signal));
+  LocalWorker* worker = workerByPid(expiry.pid);
+  if (worker == nullptr || !worker->running || state_ != State::kRunning) {
+    // A process the worker started (torch's server kills any pid it is given), or a worker the
+    // round is stopping anyway: the signal only, as torch's server does.
+    spdlog::warn("process {}: {}; sending it {}", expiry.pid, detail, common::signalName(expiry.signal));
+    launcher_.signalProcess(expiry.pid, expiry.signal);
+    return;
+  }
+  onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
+}
+
+void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int signal) {
+  if (state_ != State::kRunning || localRank < 0 || localRank >= static_cast<int>(local_.size())) return;
+  LocalWorker& worker = local_[localRank];
+  if (!worker.running || worker.hang != HangKind::kNone) return;
+  worker.hang = kind;
+  worker.hangDetail = fmt::format("{}; killed with {}", detail, common::signalName(signal));
+  spdlog::warn("worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
+               "sending it {}", worker.localRank, worker.rank, worker.pid, detail, common::signalName(signal));
+  emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
+  const pid_t pid = worker.pid;
+  if (watch_.evidence == nullptr) {
+    launcher_.signalProcess(pid, signal);
+    return;
+  }
+  watch_.evidence->collect(pid, [this, localRank, pid, signal](HangEvidence evidence) {
+    keepEvidence(localRank, pid, evidence);
+    // Still the same worker, still running (a stop may have ended it meanwhile): now the signal.
+    if (localRank < static_cast<int>(local_.size()) && local_[localRank].pid == pid && local_[localRank].running) {
+      launcher_.signalProcess(pid, signal);
+    }
+  });
+}
+
+void AgentMachine::keepEvidence(int localRank, pid_t pid, const HangEvidence& evidence) {
+  if (localRank >= static_cast<int>(local_.size()) || local_[localRank].pid != pid) return;
+  LocalWorker& worker = local_[localRank];
+  worker.stack = evidence.summary(kSummaryStackLines);
+  const std::string path = fmt::format("{}/{}/stacks_{}.txt", attemptDirectory(round_.number), localRank, pid);
+  std::error_code ignored;
+  fs::create_directories(fs::path(path).parent_path(), ignored);
+  std::ofstream out(path);
+  out << evidence.text();
+  if (out.flush()) {
+    worker.evidenceFile = path;
+    spdlog::warn("worker {} (rank {}): its threads' stacks are in {}", localRank, worker.rank, path);
+  } else {
+    spdlog::warn("cannot write the stacks of worker {} to {}", localRank, path);
+  }
+  for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, line);
+}
+
+void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
+                                   nlohmann::json extra) const {
+  if (!watch_.event) return;
+  WorkerEvent event;
+  event.name = fmt::format("torchelastic.worker.status.{}", state);
+  event.timestamp = epochSeconds();
+  event.runId = config_.rdzv.runId;
+  event.rank = worker.rank;
+  event.groupRank = round_.groupRank;
+  event.pid = worker.pid;
+  event.localRank = worker.localRank;
+  event.role = config_.role;
+  event.hostname = identity_.hostname;
+  event.state = state;
+  event.totalRunTime = event.timestamp - startedAt_;
+  event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
+  event.restarts = round_.restartCount;
+  event.rawError = std::move(rawError);
+  event.extra = std::move(extra);
+  watch_.event(eventLine(event));
 }
 
 void AgentMachine::printError(std::string text) const {

@@ -24,14 +24,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
 #include "event_loop.h"
+#include "event_log.h"
 #include "exit_codes.h"
 #include "failure_report.h"
+#include "file_timer.h"
+#include "hang_evidence.h"
 #include "membership.h"
+#include "oom.h"
 #include "process_launcher.h"
+#include "progress_watch.h"
 #include "stop_reason.h"
 #include "worker_output.h"
 
@@ -76,6 +82,15 @@ struct AgentIdentity {
   std::function<void(std::string)> printError;
 };
 
+// How the machine sees workers that hang or die unexplained. Each may be missing (not watched).
+struct WorkerWatch {
+  Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
+  EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
+  OomWitness* oom = nullptr;              // OOM kills
+  // --event-log-handler console: where each event's JSON line goes (nothing: no events).
+  std::function<void(std::string)> event;
+};
+
 class AgentMachine {
  public:
   enum class State { kIdle, kJoining, kRunning, kLocalDone, kStopping, kFinished };
@@ -85,7 +100,7 @@ class AgentMachine {
   // agent is done (every worker gone, their output drained).
   AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
                ProcessLauncher& launcher, WorkerOutput& output, RendezvousClient& rendezvous,
-               Finished finished);
+               WorkerWatch watch, Finished finished);
 
   // Joins the job.
   void start();
@@ -101,6 +116,8 @@ class AgentMachine {
   void onSignal(int signal);
   // The agent's stdout stopped taking output (its reader exited: `ddprun ... | head`).
   void onConsoleClosed();
+  // A line from torch's FileTimer pipe (TORCHELASTIC_TIMER_FILE).
+  void onFileTimerLine(std::string_view line);
 
   State state() const { return state_; }
   const Round& round() const { return round_; }
@@ -117,10 +134,22 @@ class AgentMachine {
     bool judged = false;  // its exit has been looked at
     int waitStatus = 0;
     double exitedAt = 0;
+    // Found hung: why, and where it was (filled when the evidence arrives).
+    HangKind hang = HangKind::kNone;
+    std::string hangDetail;
+    std::vector<std::string> stack;
+    std::string evidenceFile;
   };
 
   void startWorkers();
   void startWorker(int localRank, const std::string& attempt);
+  // A running worker is hung: its stacks are taken, then it gets `signal`.
+  void onHung(int localRank, HangKind kind, std::string detail, int signal);
+  void onFileTimerExpired(const FileTimerExpiry& expiry);
+  void keepEvidence(int localRank, pid_t pid, const HangEvidence& evidence);
+  void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,
+                       nlohmann::json extra = nlohmann::json::object()) const;
+  LocalWorker* workerByPid(pid_t pid);
   // Looks at the workers that exited: a failure stops the round, all done counts the node done.
   void judgeWorkers();
   void announceFailure();
@@ -141,7 +170,11 @@ class AgentMachine {
   ProcessLauncher& launcher_;
   WorkerOutput& output_;
   RendezvousClient& rendezvous_;
+  WorkerWatch watch_;
   Finished finished_;
+  ProgressWatch progress_;
+  FileTimers fileTimers_;
+  const double startedAt_;  // epoch seconds, for the events' total_run_time
 
   State state_ = State::kIdle;
   Round round_;

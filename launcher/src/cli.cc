@@ -234,6 +234,18 @@ constexpr OptionSpec kOptions[] = {
   {.name = "shutdown-timeout", .kind = ValueKind::kNumber,
    .help = "Seconds between the forwarded signal and SIGKILL. Default: "
            "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30."},
+  {.name = "hang-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: seconds without progress after which a worker that reported progress is "
+           "hung: its stacks are recorded, it is killed and the group restarts as after any "
+           "failure. Progress: the runtime library's collectives, or os.utime() of "
+           "$DDPRUN_HEARTBEAT_FILE. 0: off. Default: 0."},
+  {.name = "hang-startup-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: with --hang-timeout, seconds a worker may take to its first progress "
+           "report. 0: unbounded. Default: 600."},
+  {.name = "exit-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: once a worker exited 0, seconds the node's other workers have to exit "
+           "too; then they are hung at exit: their stacks are recorded, they are killed and the "
+           "job fails without a restart. 0: wait for ever. Default: 300."},
   {.name = "virtual-local-rank", .kind = ValueKind::kFlag,
    .help = "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its one GPU."},
 };
@@ -1426,6 +1438,17 @@ void checkNumber(const Arguments& arguments, std::string_view name, const char* 
   throw UsageError(fmt::format("{}: {}; e.g. {}", label(*given), rule, example(*given, good)));
 }
 
+// A number of seconds where 0 means "no limit" (nothing); `current` when not given.
+std::optional<std::chrono::milliseconds> optionalSeconds(const Arguments& arguments, std::string_view name,
+                                                         std::optional<std::chrono::milliseconds> current) {
+  const auto seconds = arguments.value<double>(name);
+  if (!seconds) return current;
+  checkNumber(arguments, name, "must be a number of seconds >= 0 (0: no limit)", "60",
+              std::isfinite(*seconds) && *seconds >= 0 && *seconds <= kMaxSeconds);
+  if (*seconds == 0) return std::nullopt;
+  return std::max(secondsToMilliseconds(*seconds), std::chrono::milliseconds(1));
+}
+
 CommandLine buildConfig(const Arguments& arguments, int argc, const char* const* argv,
                         int scriptIndex, const Environment& environment) {
   CommandLine result;
@@ -1449,6 +1472,10 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
     config.restart.monitorInterval = *interval;
   }
   config.restart.shutdownTimeout = resolveShutdownTimeout(arguments, environment);
+  config.hang.hangTimeout = optionalSeconds(arguments, "hang-timeout", config.hang.hangTimeout);
+  config.hang.startupTimeout =
+      optionalSeconds(arguments, "hang-startup-timeout", config.hang.startupTimeout);
+  config.hang.exitTimeout = optionalSeconds(arguments, "exit-timeout", config.hang.exitTimeout);
   if (const auto* signals = arguments.given("signals-to-handle")) {
     config.restart.signalsToHandle = parseSignals(*signals);
   }

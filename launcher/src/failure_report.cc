@@ -11,10 +11,13 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+
+#include <fmt/format.h>
 
 #include "ddprun/common/signal_names.h"
 
@@ -94,7 +97,24 @@ int torchExitCode(const WorkerFailure& failure) {
   return failure.signal != 0 ? -failure.signal : failure.exitCode;
 }
 
-std::string formatEntry(std::size_t index, const WorkerFailure& failure) {
+// How many stderr lines an entry quotes.
+constexpr std::size_t kSummaryStderrLines = 10;
+
+// Lines as one indented block: the first after "name : ", the others aligned under it.
+std::string block(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += (text.empty() ? "" : "\n") + line;
+  return indentContinuation(text);
+}
+
+// What an entry says beyond torchrun's columns: why the agent stopped it, an OOM kill, where it
+// was, and its last stderr lines (when no error file told the story already).
+struct EntryExtras {
+  std::string traceback;  // the traceback column
+  std::string stderrText;  // "" = no stderr line
+};
+
+std::string formatEntry(std::size_t index, const WorkerFailure& failure, const EntryExtras& extras) {
   std::ostringstream out;
   out << '[' << index << "]:\n"
       << "  time      : " << localTimeText(failureTime(failure)) << '\n'
@@ -104,8 +124,59 @@ std::string formatEntry(std::size_t index, const WorkerFailure& failure) {
       << "  error_file: "
       << (failure.errorFileFound && !failure.errorFile.empty() ? failure.errorFile : kNotAvailable)
       << '\n'
-      << "  traceback : " << tracebackText(failure);
+      << "  traceback : " << extras.traceback;
+  if (failure.hang != HangKind::kNone) out << "\n  hung      : " << failure.hangDetail;
+  if (!failure.oom.empty()) out << "\n  oom       : " << failure.oom;
+  if (!failure.stack.empty()) {
+    out << "\n  stack     : " << block(failure.stack);
+    if (!failure.evidenceFile.empty()) out << "\n              (every thread: " << failure.evidenceFile << ")";
+  }
+  if (!extras.stderrText.empty()) out << "\n  stderr    : " << extras.stderrText;
   return out.str();
+}
+
+// The last stderr lines an entry quotes ("" = none): only when no error file gave a traceback
+// (with one, stderr ends with the same traceback).
+std::string stderrQuote(const WorkerFailure& failure) {
+  if (failure.stderrTail.empty() || !failure.traceback.empty()) return {};
+  const std::size_t from = failure.stderrTail.size() > kSummaryStderrLines
+                               ? failure.stderrTail.size() - kSummaryStderrLines
+                               : 0;
+  return block({failure.stderrTail.begin() + static_cast<std::ptrdiff_t>(from), failure.stderrTail.end()});
+}
+
+// Ranks as "1, 2, 5".
+std::string rankList(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
+  return text;
+}
+
+// Many ranks failing alike (one exception raised everywhere) print it once: the entry that shows
+// a text names the ranks that had the same, and theirs refer to it. The root cause always shows
+// its own; otherwise the lowest rank does.
+void shareIdentical(const std::vector<WorkerFailure>& failures, const std::vector<std::size_t>& order,
+                    std::size_t root, std::vector<EntryExtras>& extras,
+                    std::string EntryExtras::*field, const char* what) {
+  std::map<std::string, std::vector<std::size_t>> alike;  // text -> failures, in rank order
+  for (std::size_t i : order) {
+    const std::string& text = extras[i].*field;
+    if (!text.empty() && text != kNotAvailable && text != kNoTracebackHint) alike[text].push_back(i);
+  }
+  for (auto& [text, members] : alike) {
+    if (members.size() < 2) continue;
+    auto shower = std::find(members.begin(), members.end(), root);
+    const std::size_t shown = shower != members.end() ? root : members.front();
+    std::vector<int> ranks;
+    for (std::size_t i : members) ranks.push_back(failures[i].rank);
+    for (std::size_t i : members) {
+      if (i == shown) {
+        extras[i].*field += fmt::format("\n              (the same {} from ranks {})", what, rankList(ranks));
+      } else {
+        extras[i].*field = fmt::format("the same as rank {}'s", failures[shown].rank);
+      }
+    }
+  }
 }
 
 std::size_t widestLine(const std::string& text) {
@@ -163,6 +234,19 @@ std::string capped(const std::string& text) {
   std::size_t start = text.size() - (kMaxJsonText - marker.size());
   while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
   return marker + text.substr(start);
+}
+
+// Lines that travel between agents: at most kMaxJsonLines of at most kMaxJsonLineBytes each (the
+// last ones: they are the telling ones), valid UTF-8.
+constexpr std::size_t kMaxJsonLines = 40;
+constexpr std::size_t kMaxJsonLineBytes = 512;
+json cappedLines(const std::vector<std::string>& lines) {
+  json result = json::array();
+  const std::size_t from = lines.size() > kMaxJsonLines ? lines.size() - kMaxJsonLines : 0;
+  for (std::size_t i = from; i < lines.size(); ++i) {
+    result.push_back(validUtf8(lines[i].substr(0, kMaxJsonLineBytes)));
+  }
+  return result;
 }
 
 std::string readWholeFile(const std::string& path) {
@@ -265,6 +349,25 @@ bool loadErrorFile(WorkerFailure& failure) {
   return true;
 }
 
+const char* hangKindName(HangKind kind) {
+  switch (kind) {
+    case HangKind::kNone: return "none";
+    case HangKind::kNoProgress: return "no_progress";
+    case HangKind::kNoFirstProgress: return "no_first_progress";
+    case HangKind::kAtExit: return "at_exit";
+    case HangKind::kFileTimer: return "file_timer";
+  }
+  return "none";
+}
+
+std::optional<HangKind> hangKindFromName(const std::string& name) {
+  for (HangKind kind : {HangKind::kNone, HangKind::kNoProgress, HangKind::kNoFirstProgress,
+                        HangKind::kAtExit, HangKind::kFileTimer}) {
+    if (name == hangKindName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
 double failureTime(const WorkerFailure& failure) {
   return failure.errorTimestamp.value_or(failure.observedAt);
 }
@@ -304,12 +407,19 @@ std::string formatSummary(const std::string& entrypoint, const std::vector<Worke
     return failures[a].rank < failures[b].rank;
   });
 
+  std::vector<EntryExtras> extras(failures.size());
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    extras[i] = {tracebackText(failures[i]), stderrQuote(failures[i])};
+  }
+  shareIdentical(failures, order, root, extras, &EntryExtras::traceback, "traceback");
+  shareIdentical(failures, order, root, extras, &EntryExtras::stderrText, "stderr lines");
+
   const std::string title = entrypoint + " FAILED";
   std::size_t width = codePoints(title);
   std::string rootText;
   std::string others;
   for (std::size_t position = 0; position < order.size(); ++position) {
-    const std::string entry = formatEntry(position, failures[order[position]]);
+    const std::string entry = formatEntry(position, failures[order[position]], extras[order[position]]);
     width = std::max(width, widestLine(entry));
     if (order[position] == root) {
       rootText = entry;
@@ -342,6 +452,12 @@ json toJson(const WorkerFailure& failure) {
       {"message", capped(validUtf8(failure.message))},
       {"traceback", capped(validUtf8(failure.traceback))},
       {"errorTimestamp", nullptr},
+      {"hang", hangKindName(failure.hang)},
+      {"hangDetail", validUtf8(failure.hangDetail)},
+      {"oom", validUtf8(failure.oom)},
+      {"stack", cappedLines(failure.stack)},
+      {"evidenceFile", validUtf8(failure.evidenceFile)},
+      {"stderrTail", cappedLines(failure.stderrTail)},
   };
   if (failure.errorTimestamp) value["errorTimestamp"] = *failure.errorTimestamp;
   return value;
@@ -365,6 +481,12 @@ WorkerFailure failureFromJson(const json& value) {
   if (auto stamp = value.find("errorTimestamp"); stamp != value.end() && stamp->is_number()) {
     failure.errorTimestamp = stamp->get<double>();
   }
+  failure.hang = hangKindFromName(value.value("hang", std::string("none"))).value_or(HangKind::kNone);
+  failure.hangDetail = value.value("hangDetail", failure.hangDetail);
+  failure.oom = value.value("oom", failure.oom);
+  failure.stack = value.value("stack", failure.stack);
+  failure.evidenceFile = value.value("evidenceFile", failure.evidenceFile);
+  failure.stderrTail = value.value("stderrTail", failure.stderrTail);
   return failure;
 }
 

@@ -21,6 +21,18 @@
 
 namespace ddprun::launcher {
 
+// Why the agent stopped a worker that was still running (docs/errors.md, "Hangs").
+enum class HangKind {
+  kNone,             // it ended by itself
+  kNoProgress,       // --hang-timeout: silent for that long after reporting progress
+  kNoFirstProgress,  // --hang-startup-timeout: never reported progress
+  kAtExit,           // --exit-timeout: still running that long after a peer exited 0
+  kFileTimer,        // a torch FileTimer it armed expired
+};
+// "no_progress", ...: the names in JSON (the store, events).
+const char* hangKindName(HangKind kind);
+std::optional<HangKind> hangKindFromName(const std::string& name);
+
 // One failed worker, as the agent saw it and as its error file (if any) tells it.
 // Thread safety: a plain value; no shared state.
 struct WorkerFailure {
@@ -38,6 +50,13 @@ struct WorkerFailure {
   std::string message;          // "ValueError: boom" (or the agent's own text, e.g. spawn errors)
   std::string traceback;        // extraInfo.py_callstack
   std::optional<double> errorTimestamp;  // extraInfo.timestamp (legacy: top-level timestamp)
+  // What the agent knows beyond the exit status:
+  HangKind hang = HangKind::kNone;  // the agent stopped it as hung
+  std::string hangDetail;           // "no progress reported for 30.0 s (--hang-timeout 30)"
+  std::string oom;                  // how the kernel's OOM killer is known to have killed it ("" = not)
+  std::vector<std::string> stack;   // where it was when found hung (the telling lines)
+  std::string evidenceFile;         // every thread's stacks, in full ("" = none)
+  std::vector<std::string> stderrTail;  // its last stderr lines
 };
 
 // Who a worker is, for fromWaitStatus().

@@ -130,7 +130,10 @@ struct StreamPlan {
   bool file = false;
   bool console = false;
   bool filtered = false;
-  bool needsPipe() const { return console || filtered; }
+  // stderr always passes through the agent, even to a file only or to nowhere (a rank hidden by
+  // --local-ranks-filter): its last lines go into the failure summary.
+  bool keepTail = false;
+  bool needsPipe() const { return console || filtered || keepTail; }
 };
 
 // How much of each stream the agent keeps for its failure summary.
@@ -345,6 +348,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     result.file = haveDir && (r || t);
     result.console = consoleAllowed && (t || !r || !haveDir);
     result.filtered = haveDir && !filters.empty();
+    result.keepTail = !stdoutStream;
     return result;
   }
 

@@ -43,6 +43,8 @@ void PosixLauncher::signalAll(int signal) {
   for (pid_t pid : lingering_) ::kill(-pid, signal);
 }
 
+void PosixLauncher::signalProcess(pid_t pid, int signal) { ::kill(pid, signal); }
+
 std::vector<ExitedWorker> PosixLauncher::reap() {
   std::vector<ExitedWorker> exited;
   int status = 0;

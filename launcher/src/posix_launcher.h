@@ -44,6 +44,7 @@ class PosixLauncher final : public ProcessLauncher {
   pid_t spawn(const ExecPlan& plan) override;
   // Also signals the groups of exited workers whose descendants still run.
   void signalAll(int signal) override;
+  void signalProcess(pid_t pid, int signal) override;
   bool anyRunning() const override { return !running_.empty(); }
   // Orphaned descendants and the guardian are reaped too, and otherwise ignored.
   std::vector<ExitedWorker> reap() override;
@@ -51,6 +52,8 @@ class PosixLauncher final : public ProcessLauncher {
   // was reparented to this subreaper; reaps them.
   void killStrays() override;
   void killAll() override;
+  // The worker cgroup's path ("" = none: cgroup v2 is not writable here).
+  std::string cgroupPath() const { return cgroup_ ? cgroup_->path() : std::string(); }
 
  private:
   // Drops (and untracks in the guardian) the groups in lingering_ that have no process left.

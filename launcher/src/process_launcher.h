@@ -34,6 +34,8 @@ class ProcessLauncher {
   virtual pid_t spawn(const ExecPlan& plan) = 0;
   // Sends `signal` to every worker still running and to what its descendants left behind.
   virtual void signalAll(int signal) = 0;
+  // Sends `signal` to the one process `pid` (a hung worker; the pid a FileTimer names).
+  virtual void signalProcess(pid_t pid, int signal) = 0;
   virtual bool anyRunning() const = 0;
   // The workers that exited since the last call (call when SIGCHLD arrives); never blocks.
   virtual std::vector<ExitedWorker> reap() = 0;

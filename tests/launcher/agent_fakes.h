@@ -24,7 +24,10 @@
 #include <vector>
 
 #include "event_loop.h"
+#include "hang_evidence.h"
 #include "membership.h"
+#include "oom.h"
+#include "progress_watch.h"
 #include "process_launcher.h"
 #include "rendezvous_backend.h"
 #include "worker_output.h"
@@ -38,6 +41,10 @@ using launcher::EventLoop;
 class ManualEventLoop final : public EventLoop {
  public:
   TimePoint now() const override { return TimePoint(std::chrono::milliseconds(now_.load())); }
+  // The wall clock moves with the manual one, from a fixed epoch time (2026-01-01).
+  WallTime wallNow() const override {
+    return WallTime(std::chrono::seconds(1767225600) + std::chrono::milliseconds(now_.load()));
+  }
 
   std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) override {
     auto armed = std::make_shared<bool>(true);
@@ -162,6 +169,11 @@ class FakeLauncher final : public launcher::ProcessLauncher {
     for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
   }
 
+  void signalProcess(pid_t pid, int signal) override {
+    processSignals.push_back({pid, signal});
+    if (running_.count(pid) > 0 && (obeySignals || signal == SIGKILL)) dieOf(pid, signal);
+  }
+
   bool anyRunning() const override { return !running_.empty(); }
 
   std::vector<launcher::ExitedWorker> reap() override {
@@ -190,6 +202,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 
   std::vector<Worker> spawned;
   std::vector<int> signals;
+  std::vector<std::pair<pid_t, int>> processSignals;  // signalProcess() calls, in order
   int strayKills = 0;
 
  private:
@@ -333,6 +346,51 @@ class SeverableRendezvous final : public launcher::RendezvousBackend {
   rendezvous::HashStore& store_;
   std::mutex mutex_;
   std::vector<std::shared_ptr<Link>> links_;
+};
+
+// Heartbeat channels whose last report the test sets by hand.
+class FakeHeartbeats final : public launcher::Heartbeats {
+ public:
+  std::string prepare(int localRank) override {
+    reports.erase(localRank);
+    return "/fake/heartbeats/" + std::to_string(localRank);
+  }
+  std::optional<EventLoop::WallTime> lastReport(int localRank) const override {
+    auto it = reports.find(localRank);
+    if (it == reports.end()) return std::nullopt;
+    return it->second;
+  }
+  std::map<int, EventLoop::WallTime> reports;
+};
+
+// Evidence that arrives (posted, as from the real collector's thread) with one Python frame
+// naming the pid, so a test can see which worker it was taken of.
+class FakeEvidence final : public launcher::EvidenceCollector {
+ public:
+  explicit FakeEvidence(EventLoop& loop) : loop_(loop) {}
+  void collect(pid_t pid, std::function<void(launcher::HangEvidence)> done) override {
+    requests.push_back(pid);
+    launcher::HangEvidence evidence;
+    evidence.pid = pid;
+    evidence.pythonStack = "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
+                           std::to_string(pid) + "\n";
+    loop_.post([done = std::move(done), evidence] { done(evidence); });
+  }
+  std::vector<pid_t> requests;
+
+ private:
+  EventLoop& loop_;
+};
+
+// An OOM witness that blames the pids the test names.
+class FakeOom final : public launcher::OomWitness {
+ public:
+  void attemptStarted() override { ++attempts; }
+  std::string explain(pid_t pid) override {
+    return oomKilled.count(pid) > 0 ? "killed by the kernel's OOM killer (test)" : "";
+  }
+  std::set<pid_t> oomKilled;
+  int attempts = 0;
 };
 
 }  // namespace ddprun::test

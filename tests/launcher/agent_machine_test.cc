@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fakes.h"
 #include "log_capture.h"
@@ -60,7 +61,8 @@ struct Node {
         output(loop),
         backend(store),
         driver(config_.rdzv, backend, stores, self(address, config_.nprocPerNode), loop),
-        machine(config_, identity(address, hostsStore), loop, launcher, output, driver,
+        evidence(loop),
+        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, watch(),
                 [this](int code) { exitCode = code; }) {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(machine);
@@ -73,6 +75,14 @@ struct Node {
     node.hostname = "host-" + address;
     node.nproc = nproc;
     return node;
+  }
+  WorkerWatch watch() {
+    WorkerWatch seams;
+    seams.heartbeats = &heartbeats;
+    seams.evidence = &evidence;
+    seams.oom = &oom;
+    seams.event = [this](std::string line) { events.push_back(std::move(line)); };
+    return seams;
   }
   AgentIdentity identity(const std::string& address, bool hostsStore) const {
     AgentIdentity id;
@@ -99,6 +109,10 @@ struct Node {
   FakeWorkerStores stores;
   SeverableRendezvous backend;
   RendezvousDriver driver;
+  FakeHeartbeats heartbeats;
+  FakeEvidence evidence;
+  FakeOom oom;
+  std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
   std::optional<int> exitCode;
 };
@@ -504,4 +518,205 @@ TEST_CASE("missingModuleHint: only when every worker ends with the same missing 
   CHECK_FALSE(missingModuleHint({torch, numpy}, "p", false));
   CHECK_FALSE(missingModuleHint({torch, {"ValueError: boom"}}, "p", false));
   CHECK_FALSE(missingModuleHint({}, "p", false));
+}
+
+// --- hangs and unexplained deaths (docs/errors.md, "Hangs") ---
+
+namespace {
+LaunchConfig hangConfig(int nproc, int maxRestarts) {
+  LaunchConfig config = jobConfig(1, 1, nproc, maxRestarts);
+  config.hang.hangTimeout = 30s;
+  config.hang.startupTimeout = 600s;
+  return config;
+}
+}  // namespace
+
+TEST_CASE("a worker silent for --hang-timeout after reporting progress: stacks first, then "
+          "SIGKILL, and the group restarts",
+          "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto first = node.workers();
+  CHECK(first[0].environment.at("DDPRUN_HEARTBEAT_FILE") == "/fake/heartbeats/0");
+  // Both report at once; then rank 0 goes on reporting and rank 1 stops.
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = job.loop.wallNow();
+  for (int step = 0; step < 5; ++step) {
+    job.loop.advance(10s);
+    node.heartbeats.reports[0] = job.loop.wallNow();
+  }
+  // 50 s since rank 1's report: it was found hung at 30 s, its stacks taken, then killed.
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{first[1].pid});
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  REQUIRE_FALSE(node.launcher.processSignals.empty());
+  CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{first[1].pid, SIGKILL});
+  CHECK(node.machine.round().restartCount == 1);
+  // The new attempt is watched afresh: rank 1 has not reported in it, which is no hang yet.
+  job.loop.advance(60s);
+  CHECK(node.evidence.requests.size() == 1);
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
+TEST_CASE("a hung worker's failure says why it was stopped and where it was", "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/0), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = job.loop.wallNow();
+  ddprun::test::CaptureStderr captured;
+  job.loop.advance(31s);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGKILL);
+  const WorkerFailure& cause = *node.machine.ending()->rootCause;
+  CHECK(cause.hang == HangKind::kNoProgress);
+  const std::string text = captured.text();
+  CHECK_THAT(text, Catch::Contains("hung      : no progress reported for 31.0 s (--hang-timeout 30); "
+                                   "killed with SIGKILL"));
+  CHECK_THAT(text, Catch::Contains(fmt::format("in stuck_in_pid_{}", cause.pid)));
+  CHECK_THAT(text, Catch::Contains(fmt::format("stacks_{}.txt", cause.pid)));
+}
+
+TEST_CASE("a worker that never reports is hung after --hang-startup-timeout, not before",
+          "[agent][unit][hang]") {
+  Job job;
+  LaunchConfig config = hangConfig(1, 0);
+  config.hang.startupTimeout = 120s;
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  job.loop.advance(119s);
+  CHECK(node.evidence.requests.empty());
+  job.loop.advance(1s);
+  REQUIRE(node.evidence.requests.size() == 1);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.machine.ending()->rootCause->hang == HangKind::kNoFirstProgress);
+}
+
+TEST_CASE("without --hang-timeout a silent worker is never hung", "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  job.loop.advance(std::chrono::hours(24));
+  CHECK(node.evidence.requests.empty());
+  CHECK(node.machine.state() == State::kRunning);
+}
+
+TEST_CASE("a straggler still running --exit-timeout after a peer exited 0 is hung at exit: no "
+          "restart, whatever the budget",
+          "[agent][unit][hang]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 3, /*maxRestarts=*/3);
+  config.hang.exitTimeout = 60s;
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  // A rank that finishes its checkpoint within the allowance is no straggler.
+  node.launcher.exitWith(workers[0].pid, 0);
+  job.until([] { return true; });
+  job.loop.advance(50s);
+  node.launcher.exitWith(workers[1].pid, 0);
+  job.until([] { return true; });
+  CHECK(node.evidence.requests.empty());
+  job.loop.advance(10s);
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[2].pid});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGKILL);
+  CHECK(node.machine.ending()->rootCause->hang == HangKind::kAtExit);
+  CHECK(node.launcher.spawned.size() == 3);  // no restart
+}
+
+TEST_CASE("a FileTimer that expires: the worker's stacks, then the signal it asked for",
+          "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
+  node.machine.onFileTimerLine(fmt::format(
+      R"({{"version": 1, "pid": {}, "scope_id": "step", "expiration_time": {}, "signal": 9}})",
+      workers[0].pid, now + 2));
+  node.machine.onFileTimerLine(fmt::format(
+      R"({{"version": 1, "pid": {}, "scope_id": "step", "expiration_time": {}, "signal": 15}})",
+      workers[1].pid, now + 1));
+  // Rank 1 releases its timer in time; rank 0 does not.
+  node.machine.onFileTimerLine(fmt::format(
+      R"({{"version": 1, "pid": {}, "scope_id": "step", "expiration_time": -1, "signal": 0}})",
+      workers[1].pid));
+  job.loop.advance(1999ms);
+  CHECK(node.evidence.requests.empty());
+  job.loop.advance(1ms);
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[0].pid});
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{workers[0].pid, SIGKILL});
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+}
+
+TEST_CASE("a SIGKILL the agent did not send, with the OOM killer's trace, is named out of memory",
+          "[agent][unit][oom]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.oom.oomKilled.insert(workers[1].pid);
+  ddprun::test::CaptureStderr captured;
+  node.launcher.dieOf(workers[1].pid, SIGKILL);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.machine.ending()->rootCause->oom == "killed by the kernel's OOM killer (test)");
+  CHECK_THAT(captured.text(), Catch::Contains("oom       : killed by the kernel's OOM killer (test)"));
+  CHECK(node.oom.attempts == 1);
+}
+
+TEST_CASE("the summary quotes a failed rank's stderr, and identical tracebacks once with their ranks",
+          "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 3), "10.0.0.1");
+  const std::vector<std::string> boom{"Traceback (most recent call last):",
+                                      "  File \"train.py\", line 3, in <module>",
+                                      "RuntimeError: boom"};
+  node.output.stderrLines = {{0, boom}, {1, boom}, {2, boom}};
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.allExit(1);
+  ddprun::test::CaptureStderr captured;
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  const std::string text = captured.text();
+  CHECK_THAT(text, Catch::Contains("RuntimeError: boom"));
+  CHECK_THAT(text, Catch::Contains("(the same stderr lines from ranks 0, 1, 2)"));
+  CHECK_THAT(text, Catch::Contains("stderr    : the same as rank 0's"));
+  // Printed once, not three times.
+  CHECK(text.find("RuntimeError: boom") == text.rfind("RuntimeError: boom"));
+}
+
+TEST_CASE("event log on the console: a JSON line per worker start, exit and restart, with "
+          "torchrun's names",
+          "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.exitWith(node.workers()[1].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  std::vector<std::string> names;
+  for (const std::string& line : node.events) {
+    const auto event = nlohmann::json::parse(line);
+    names.push_back(event.at("name").get<std::string>() + ":" +
+                    event.at("metadata").value("global_rank", nlohmann::json(-1)).dump());
+    CHECK(event.at("metadata").at("run_id") == "unit");
+  }
+  CHECK(names == std::vector<std::string>{
+                     "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
+                     "torchelastic.worker.status.FAILED:1", "ddprun.worker_group.restart:null",
+                     "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
+                     "torchelastic.worker.status.SUCCEEDED:0", "torchelastic.worker.status.SUCCEEDED:1"});
 }

@@ -99,6 +99,19 @@ struct RestartPolicy {
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 };
 
+// When a worker that has not exited counts as hung (ddprun's own; docs/errors.md, "Hangs").
+struct HangPolicy {
+  // --hang-timeout: a worker that reported progress and then reports none for this long is hung
+  // (nothing = off).
+  std::optional<std::chrono::milliseconds> hangTimeout;
+  // --hang-startup-timeout: with a hang timeout, how long a worker may take to its first report
+  // (nothing = as long as it likes).
+  std::optional<std::chrono::milliseconds> startupTimeout = std::chrono::minutes(10);
+  // --exit-timeout: once a worker exited 0, how long the others of the node may take to exit
+  // too (nothing = for ever). Long enough for a rank that writes the checkpoint last.
+  std::optional<std::chrono::milliseconds> exitTimeout = std::chrono::minutes(5);
+};
+
 // What each worker runs.
 struct EntryPoint {
   EntryKind kind = EntryKind::kPythonScript;
@@ -127,6 +140,7 @@ struct LaunchConfig {
   std::string nprocPerNodeSpec = "1";  // as given, for messages and logs
   RendezvousConfig rdzv;
   RestartPolicy restart;
+  HangPolicy hang;
   EntryPoint entry;
   LogSettings logs;
   std::string role = "default";     // --role
