@@ -12,6 +12,7 @@ packages=(
   python3-torch                                         # torch 1.13: anchors and real clients
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
+  gdb                                                   # native stacks of hung workers (optional at run time)
 )
 
 missing=()

@@ -140,6 +140,22 @@ DELIBERATE_DIFFERENCES = {
         "ddprun's own: a token unique to the agent (pid and random bits), inherited by everything "
         "the workers start, so that the agent's guardian can find and kill even descendants that "
         "left their session if the agent is killed where no cgroup holds them."),
+    "DDPRUN_HEARTBEAT_FILE": Deliberate(
+        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/heartbeats/[0-9]+",
+        "ddprun's own: the worker's progress heartbeat (os.utime of it reports progress) that "
+        "--hang-timeout watches; a file of the agent's private directory."),
+    "DDPRUN_STACK_DIR": Deliberate(
+        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/stacks",
+        "ddprun's own: where a Python worker's faulthandler writes every thread's stack when the "
+        "agent asks a hung worker where it is (docs/errors.md, Hangs)."),
+    "DDPRUN_STACK_SIGNAL": Deliberate(
+        ALL, ABSENT, r"[0-9]+",
+        "ddprun's own: the real-time signal that asks a Python worker for its stacks."),
+    "PYTHONPATH": Deliberate(
+        ALL, r".*", r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/python(:.*)?",
+        "ddprun puts its stack hook first (a sitecustomize.py that registers faulthandler for the "
+        "stack signal and for fatal signals, then runs the sitecustomize it shadows); the "
+        "caller's PYTHONPATH follows unchanged."),
     "process: session / process group": Deliberate(
         ALL, "sid=launcher's pgid=launcher's", "sid=own pgid=own",
         "torch 1.13 leaves workers in torchrun's session and process group; ddprun starts each "
@@ -150,6 +166,10 @@ DELIBERATE_DIFFERENCES = {
         "torch writes worker output straight into the inherited descriptors; ddprun reads it "
         "through a pipe per stream and copies whole lines to its own stdout/stderr (no "
         "mid-line interleaving between ranks, pytorch#117383; needed for prefixes and filters)."),
+    "process: extra open descriptors": Deliberate(
+        ALL, "none", r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/stacks/[0-9]+\.txt.*",
+        "ddprun's stack hook keeps the file faulthandler writes a hung worker's stacks into open "
+        "(faulthandler writes from its signal handler, where it cannot open files)."),
     "process: parent-death signal": Deliberate(
         ALL, "0", "9 \\(SIGKILL\\)",
         "ddprun arms PR_SET_PDEATHSIG=SIGKILL in each worker, so workers die with a SIGKILLed "

@@ -1,6 +1,8 @@
 // The worker runtime under the real ddprun: C++ workers with no Python, 2 and 4 ranks on Gloo.
 // Every job pins DDPRUN_BACKEND=gloo: `auto` would pick NCCL on a GPU host (the GPU test is
 // tests/runtime/gpu_test.sh).
+#include <unistd.h>
+
 #include <signal.h>
 
 #include <cstdlib>
@@ -125,6 +127,29 @@ TEST_CASE("a rank that hangs: its peers fail within DDPRUN_TIMEOUT, the group re
   const int waited = std::stoi(match[1]);
   CHECK(waited >= 1900);
   CHECK(waited < 4000);
+  CHECK(countMatches(job.output(), fmt::format("checksum {} attempt 1", expectedChecksum(2, 40))) == 1);
+}
+
+TEST_CASE("a rank that stops calling collectives: ddprun --hang-timeout finds both ranks silent, "
+          "records their stacks and restarts the group") {
+  // DDPRUN_TIMEOUT (5 min by default) would let rank 0 wait for minutes; --hang-timeout 2 ends
+  // the hang seconds after the last collective, which reported progress by itself.
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--hang-timeout", "2", RUNTIME_RESILIENCE_WORKER,
+                            "--iterations", "40", "--fault", "stall", "--fault-rank", "1",
+                            "--fault-at", "10"}),
+                 {"DDPRUN_BACKEND=gloo"});
+  const auto start = std::chrono::steady_clock::now();
+  const auto status = job.wait(120s);
+  const std::string errors = job.errors();
+  INFO(job.output() << errors);
+  REQUIRE(status == 0);
+  CHECK(std::chrono::steady_clock::now() - start < 60s);
+  CHECK_THAT(errors, Catch::Contains("is hung: no progress reported for"));
+  CHECK_THAT(errors, Catch::Contains("its threads' stacks are in"));
+  if (::access("/usr/bin/gdb", X_OK) == 0) {
+    // The stalled rank's native stack names where it stopped.
+    CHECK_THAT(errors, Catch::Contains("stallForever"));
+  }
   CHECK(countMatches(job.output(), fmt::format("checksum {} attempt 1", expectedChecksum(2, 40))) == 1);
 }
 

@@ -4,6 +4,8 @@
 //   kill  SIGKILL itself (its sockets close: peers see a broken connection)
 //   hang  SIGSTOP itself (its sockets stay open: peers see nothing until their timeout)
 //   exit-after-init  exit 1 right after init, before any collective (--fault-at is not used)
+//   stall  stop calling collectives for ever, in stallForever() (its peers block in their next
+//          all-reduce: a hang that only ddprun --hang-timeout ends, with both stacks recorded)
 // A rank whose collective fails prints the error and exits 1, so the agent restarts the group.
 // With --ignore-sigterm the agent's stop signal is ignored, so that a test sees every surviving
 // rank fail its collective by itself instead of being stopped first (the agent's SIGKILL after
@@ -18,6 +20,11 @@
 #include <vector>
 
 #include "ddprun/runtime/process_group.h"
+
+// A named frame for the stack evidence to show.
+[[noreturn]] __attribute__((noinline)) void stallForever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
 
 int main(int argc, char** argv) {
   int iterations = 100;
@@ -57,6 +64,7 @@ int main(int argc, char** argv) {
         std::fflush(stderr);
         if (fault == "kill") ::raise(SIGKILL);
         if (fault == "hang") ::raise(SIGSTOP);
+        if (fault == "stall") stallForever();
       }
       std::fill(buffer.begin(), buffer.end(), rank + it);
       group->allReduce(buffer.data(), buffer.size());

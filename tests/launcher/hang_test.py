@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Hangs and unexplained deaths under the real ddprun, with real Python workers
+(workers/hang_worker.py): what a user sees when a rank is stuck or killed.
+
+  hang_test.py --ddprun BIN --python PY --scenario file-timer|heartbeat|at-exit|oom
+
+PY is /usr/bin/python3 (torch 1.13) or scripts/torch2-python (torch 2.6; exit 77 = skipped when
+it is missing). Exit 77 also when the scenario needs what is not here (oom: root and a memory
+cgroup).
+"""
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "hang_worker.py")
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from jobs import Deadline, Job, give_up, run, wait_all  # noqa: E402
+
+SKIP = 77
+
+
+def check(condition, why, job):
+    if not condition:
+        print(job.describe(), file=sys.stderr)
+        sys.exit(f"FAILED: {why}")
+
+
+def memory_cgroup(limit_bytes):
+    """A memory-limited cgroup for the OOM worker to join: cgroup v1's memory hierarchy, or a
+    cgroup v2 with the memory controller. Nothing when neither can be made here."""
+    if os.geteuid() != 0:
+        return None
+    own = {}
+    with open("/proc/self/cgroup") as lines:
+        for line in lines:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            own[controllers] = path
+    candidates = []
+    if "memory" in own:  # v1
+        candidates.append((f"/sys/fs/cgroup/memory{own['memory']}", "memory.limit_in_bytes"))
+    if "" in own and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # v2 mounted alone
+        with open("/sys/fs/cgroup/cgroup.controllers") as text:
+            if "memory" in text.read().split():
+                candidates.append((f"/sys/fs/cgroup{own['']}", "memory.max"))
+    for parent, limit_file in candidates:
+        path = tempfile.mkdtemp(prefix="ddprun-oom-", dir=parent) if os.path.isdir(parent) else None
+        if path is None:
+            continue
+        try:
+            with open(os.path.join(path, limit_file), "w") as limit:
+                limit.write(str(limit_bytes))
+            swap = os.path.join(path, "memory.memsw.limit_in_bytes" if limit_file.startswith("memory.limit")
+                                else "memory.swap.max")
+            if os.path.exists(swap):
+                with open(swap, "w") as limit:
+                    limit.write(str(limit_bytes) if "memsw" in swap else "0")
+            return path
+        except OSError:
+            os.rmdir(path)
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--python", required=True)
+    parser.add_argument("--scenario", required=True,
+                        choices=["file-timer", "heartbeat", "at-exit", "oom"])
+    parser.add_argument("--timeout", type=float, default=100)
+    args = parser.parse_args()
+    deadline = Deadline(args.timeout)
+
+    probe = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(60),
+                name="torch probe")
+    if probe.returncode == SKIP:
+        print(probe.errors.strip())
+        return SKIP
+    if probe.returncode != 0:
+        sys.exit(f"{args.python} has no torch: {probe.errors.strip()}")
+    version = probe.output.strip()
+
+    env = dict(os.environ, PYTHON_EXEC=args.python)
+    options = ["--standalone", "--nproc-per-node", "2"]
+    cgroup = None
+    if args.scenario == "file-timer":
+        env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1"
+        options += ["--max-restarts", "1", "--event-log-handler", "console"]
+    elif args.scenario == "heartbeat":
+        options += ["--max-restarts", "1", "--hang-timeout", "2"]
+    elif args.scenario == "at-exit":
+        options += ["--max-restarts", "2", "--exit-timeout", "2"]
+    elif args.scenario == "oom":
+        cgroup = memory_cgroup(256 << 20)
+        if cgroup is None:
+            print("skipped: no memory cgroup can be made here (needs root and cgroup v1 memory or "
+                  "cgroup v2 with the memory controller)")
+            return SKIP
+        env["OOM_CGROUP"] = cgroup
+        # Rank 1's stderr is hidden from the console: the summary quotes it all the same.
+        options += ["--local-ranks-filter", "0"]
+
+    started = time.monotonic()
+    job = Job([args.ddprun, *options, WORKER, args.scenario], name="ddprun", env=env)
+    try:
+        wait_all([job], deadline, f"torch {version}, {args.scenario}")
+    finally:
+        if cgroup:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass
+    took = time.monotonic() - started
+    err = job.errors
+
+    if args.scenario == "file-timer":
+        check(job.returncode == 0, "the job restarted after the FileTimer kill and finished", job)
+        check('its FileTimer "' in err, "the agent says the FileTimer expired", job)
+        check("stuck_under_file_timer" in err, "the Python stack names where rank 0 was stuck", job)
+        events = re.findall(r'^\{"name":\s*"(torchelastic\.worker\.status\.\w+|ddprun\.[\w.]+)"', err, re.M)
+        check("torchelastic.worker.status.UNHEALTHY" in events and "ddprun.worker_group.restart" in events,
+              f"console events for the hang and the restart (saw {events})", job)
+    elif args.scenario == "heartbeat":
+        check(job.returncode == 0, "the job restarted after the hang and finished", job)
+        check("is hung: no progress reported for" in err, "the agent says rank 1 is hung", job)
+        check("stop_reporting_and_wait" in err, "the Python stack names where rank 1 stopped", job)
+    elif args.scenario == "at-exit":
+        check(job.returncode == 137, f"a straggler ends the job with 137, no restart (got {job.returncode})", job)
+        check("hung      : still running" in err and "--exit-timeout 2" in err,
+              "the summary says the rank hung at exit", job)
+        check("linger_after_peers" in err, "the summary's stack names where rank 1 lingered", job)
+        check("restarting the job" not in err, "no restart after a straggler", job)
+    elif args.scenario == "oom":
+        check(job.returncode == 137, f"the OOM kill ends the job with 137 (got {job.returncode})", job)
+        check("oom       : " in err and "OOM killer" in err, "the summary names the OOM kill", job)
+        check("rank 1: holding" in err, "the summary quotes rank 1's stderr, hidden from the console", job)
+        check("rank 1: holding" not in job.output, "rank 1's output stayed off the console", job)
+    print(f"torch {version}, {args.scenario}: as expected in {took:.1f} s")
+    print(err[-3000:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
