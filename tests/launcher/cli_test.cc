@@ -240,6 +240,12 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) { return c.restart.signalsToHandle == std::vector<int>{SIGUSR1}; }},
       {"shutdown-timeout", "2.5",
        [](const LaunchConfig& c) { return c.restart.shutdownTimeout == std::chrono::milliseconds(2500); }},
+      {"hang-timeout", "30",
+       [](const LaunchConfig& c) { return c.hang.hangTimeout == std::chrono::milliseconds(30000); }},
+      {"hang-startup-timeout", "120",
+       [](const LaunchConfig& c) { return c.hang.startupTimeout == std::chrono::milliseconds(120000); }},
+      {"exit-timeout", "0.5",
+       [](const LaunchConfig& c) { return c.hang.exitTimeout == std::chrono::milliseconds(500); }},
   };
 }
 
@@ -835,6 +841,26 @@ TEST_CASE("option --shutdown-timeout: command line, PET_, TORCH_ELASTIC_SHUTDOWN
   CHECK_THAT(
       usageError({script()}, with(sandbox().environment(), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "x")),
       Catch::Contains("TORCH_ELASTIC_SHUTDOWN_TIMEOUT 'x'"));
+}
+
+TEST_CASE("hang options: off, 10 min and 5 min by default, 0 is no limit, bad values are exit 2",
+          "[cli]") {
+  using std::chrono::milliseconds;
+  const LaunchConfig defaults = config({script()});
+  CHECK_FALSE(defaults.hang.hangTimeout.has_value());
+  CHECK(defaults.hang.startupTimeout == milliseconds(600000));
+  CHECK(defaults.hang.exitTimeout == milliseconds(300000));
+  const LaunchConfig unlimited =
+      config({"--hang-timeout", "0", "--hang-startup-timeout", "0", "--exit-timeout=0", script()});
+  CHECK_FALSE(unlimited.hang.hangTimeout.has_value());
+  CHECK_FALSE(unlimited.hang.startupTimeout.has_value());
+  CHECK_FALSE(unlimited.hang.exitTimeout.has_value());
+  CHECK(config({script()}, with(sandbox().environment(), "PET_HANG_TIMEOUT", "7")).hang.hangTimeout ==
+        milliseconds(7000));
+  CHECK_THAT(usageError({"--hang-timeout", "-1", script()}),
+             Catch::Contains("--hang-timeout '-1'") && Catch::Contains("seconds >= 0 (0: no limit)"));
+  CHECK_THAT(usageError({"--exit-timeout", "later", script()}), Catch::Contains("not a number"));
+  CHECK_THAT(usageError({"--hang-startup-timeout", "nan", script()}), Catch::Contains(">= 0"));
 }
 
 TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numbers", "[cli]") {

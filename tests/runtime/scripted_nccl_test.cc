@@ -113,8 +113,9 @@ TEST_CASE("scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers th
                                    "DDPRUN_TIMEOUT=10"});
   INFO(tooMany.errors);
   CHECK(tooMany.status != 0);
+  // The worker's own line ("[default1]:..."; the failure summary quotes it again).
   CHECK(countMatches(tooMany.errors,
-                     R"(rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 )"
+                     R"(\]:rank -?\d+: collective failed: rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 )"
                      R"(GPU\(s\) are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 )"
                      R"(workers per node \(--nproc-per-node 1\))") == 1);
 }
@@ -157,7 +158,7 @@ TEST_CASE("scripted NCCL: ranks whose peer never joins fail ncclCommInitRank wit
   INFO(job.output << job.errors << job.log);
   CHECK(job.status != 0);
   const auto waited = millisecondsIn(
-      job.errors, R"(nccl ncclCommInitRank on rank \d of 2 did not complete within (\d+) ms \(a )"
+      job.errors, R"(\]:rank -?\d+: collective failed: nccl ncclCommInitRank on rank \d of 2 did not complete within (\d+) ms \(a )"
                   R"(peer hung or died\): the communicator was aborted; raise DDPRUN_TIMEOUT)");
   REQUIRE(waited.size() == 2);
   for (const int ms : waited) {
