@@ -344,17 +344,7 @@ void AgentMachine::nextStep() {
     spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
                  config_.restart.maxRestarts, cause.rank, cause.host, statusText(cause));
     if (watch_.event) {
-      WorkerEvent event;
-      event.name = "ddprun.worker_group.restart";
-      event.source = "AGENT";
-      event.timestamp = epochSeconds();
-      event.runId = config_.rdzv.runId;
-      event.groupRank = round_.groupRank;
-      event.role = config_.role;
-      event.hostname = identity_.hostname;
-      event.state = "RESTARTING";
-      event.totalRunTime = event.timestamp - startedAt_;
-      event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
+      WorkerEvent event = agentEvent("ddprun.worker_group.restart", "RESTARTING");
       event.restarts = restarts;
       event.rawError = toJson(cause);
       watch_.event(eventLine(event));
@@ -514,23 +504,30 @@ void AgentMachine::keepEvidence(int localRank, pid_t pid, const HangEvidence& ev
   for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, line);
 }
 
-void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
-                                   nlohmann::json extra) const {
-  if (!watch_.event) return;
+WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const {
   WorkerEvent event;
-  event.name = fmt::format("torchelastic.worker.status.{}", state);
+  event.name = std::move(name);
+  event.source = "AGENT";
   event.timestamp = epochSeconds();
   event.runId = config_.rdzv.runId;
-  event.rank = worker.rank;
   event.groupRank = round_.groupRank;
-  event.pid = worker.pid;
-  event.localRank = worker.localRank;
   event.role = config_.role;
   event.hostname = identity_.hostname;
   event.state = state;
   event.totalRunTime = event.timestamp - startedAt_;
   event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
   event.restarts = round_.restartCount;
+  return event;
+}
+
+void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
+                                   nlohmann::json extra) const {
+  if (!watch_.event) return;
+  WorkerEvent event = agentEvent(fmt::format("torchelastic.worker.status.{}", state), state);
+  event.source = "WORKER";
+  event.rank = worker.rank;
+  event.pid = worker.pid;
+  event.localRank = worker.localRank;
   event.rawError = std::move(rawError);
   event.extra = std::move(extra);
   watch_.event(eventLine(event));

@@ -147,6 +147,8 @@ class AgentMachine {
   void onHung(int localRank, HangKind kind, std::string detail, int signal);
   void onFileTimerExpired(const FileTimerExpiry& expiry);
   void keepEvidence(int localRank, pid_t pid, const HangEvidence& evidence);
+  // An event of this agent, its common metadata filled (--event-log-handler console).
+  WorkerEvent agentEvent(std::string name, const char* state) const;
   void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,
                        nlohmann::json extra = nlohmann::json::object()) const;
   LocalWorker* workerByPid(pid_t pid);
