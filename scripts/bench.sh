@@ -4,6 +4,8 @@
 #   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
 #   scripts/bench.sh launcher  ddprun vs torchrun 1.13: launch, peak RSS, restart (1 and 2 nodes)
 #   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
+#   scripts/bench.sh hang      hang -> new group running: ddprun --hang-timeout / FileTimer vs
+#                              torchrun 2.6 and 1.13 (FileTimer); the agent's CPU per 1M reports
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh > /dev/null
@@ -17,5 +19,7 @@ case "${1:-store}" in
   allreduce)
     /usr/bin/python3 tests/bench/bench_allreduce.py --ddprun build-release/launcher/ddprun \
       --allreduce-bench build-release/examples/allreduce_bench "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, launcher, allreduce)" >&2; exit 2 ;;
+  hang)
+    /usr/bin/python3 tests/bench/bench_hang.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
+  *) echo "bench: unknown benchmark '$1' (store, launcher, allreduce, hang)" >&2; exit 2 ;;
 esac
