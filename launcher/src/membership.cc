@@ -1,7 +1,9 @@
 #include "membership.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -47,6 +49,51 @@ std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
   }
   if (node.id < 0 || node.nproc <= 0) return std::nullopt;
   return node;
+}
+
+std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
+                                               const std::vector<NodeInfo>& members,
+                                               const NodeInfo& self, int maxNodes) {
+  if (ids.empty() || static_cast<int>(ids.size()) > maxNodes) {
+    return fmt::format("{} members where the job allows 1 to {}", ids.size(), maxNodes);
+  }
+  if (members.size() != ids.size()) return fmt::format("{} node records for {} members", members.size(), ids.size());
+  std::set<std::int64_t> seen;
+  bool selfIn = false;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const NodeInfo& node = members[i];
+    if (!seen.insert(ids[i]).second) return fmt::format("node {} is a member twice", ids[i]);
+    if (node.id != ids[i]) return fmt::format("the record of node {} says it is node {}", ids[i], node.id);
+    if (node.nproc <= 0 || node.nproc > kMaxNprocPerNode) {
+      return fmt::format("node {} claims {} workers", node.id, node.nproc);
+    }
+    if (node.address.empty()) return fmt::format("node {} has no address", node.id);
+    if (node.id == self.id) {
+      selfIn = true;
+      if (node.address != self.address || node.nproc != self.nproc || node.pid != self.pid ||
+          node.staticRank != self.staticRank) {
+        return fmt::format("this node's own record (node {}) is not what it wrote", self.id);
+      }
+    }
+  }
+  if (!selfIn) return fmt::format("this node (node {}) is not among the members", self.id);
+  return std::nullopt;
+}
+
+std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost) {
+  const auto colon = master.rfind(':');
+  if (colon == std::string::npos || colon == 0) return fmt::format("\"{}\" is not host:port", master.substr(0, 200));
+  int port = 0;
+  const char* begin = master.data() + colon + 1;
+  const char* end = master.data() + master.size();
+  const auto [stop, error] = std::from_chars(begin, end, port);
+  if (error != std::errc() || stop != end || port < 1 || port > 65535) {
+    return fmt::format("\"{}\" has no port in 1..65535", master.substr(0, 200));
+  }
+  if (!expectedHost.empty() && master.substr(0, colon) != expectedHost) {
+    return fmt::format("\"{}\" is not on group rank 0's address {}", master.substr(0, 200), expectedHost);
+  }
+  return std::nullopt;
 }
 
 Membership::Membership(const RendezvousConfig& config, RendezvousBackend& backend,
@@ -194,7 +241,13 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
   if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
   std::vector<std::int64_t> live;
   for (const std::string& text : control().multiGet(slots)) {
-    const std::int64_t id = std::stoll(text);
+    std::int64_t id = -1;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+    if (error != std::errc() || end != text.data() + text.size() || id < 0) {
+      throw MembershipError(fmt::format("round {}: a member slot in the store holds \"{}\", not a "
+                                        "node id; is something else writing to the rendezvous store?",
+                                        round, text.substr(0, 200)));
+    }
     // A node that joined and died before the round closed must not be counted: its workers
     // would never exist, and the others would wait for them.
     if (alive(id)) live.push_back(id);
@@ -401,6 +454,11 @@ Round Membership::readRound(int number, const Closed& record) {
     }
     round.members.push_back(std::move(*node));
   }
+  if (const auto problem = roundMembersProblem(record.members, round.members, self_, config_.maxNodes)) {
+    throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
+                                      "something else writing to the rendezvous store?",
+                                      number, *problem));
+  }
   if (config_.backend == RdzvBackend::kStatic) {
     std::sort(round.members.begin(), round.members.end(),
               [](const NodeInfo& a, const NodeInfo& b) { return a.staticRank < b.staticRank; });
@@ -447,6 +505,12 @@ Round Membership::readRound(int number, const Closed& record) {
     control().set(masterKey, master);
   }
   const std::string master = control().get(masterKey);
+  const std::string expectedHost = config_.backend == RdzvBackend::kC10d ? round.members[0].address : "";
+  if (const auto problem = masterProblem(master, expectedHost)) {
+    throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
+                                      "is something else writing to the rendezvous store?",
+                                      number, *problem));
+  }
   const auto colon = master.rfind(':');
   round.masterAddr = master.substr(0, colon);
   round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));

@@ -220,4 +220,22 @@ class Membership {
 std::string toJsonText(const NodeInfo& node);
 std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
 
+// Nothing read from the store is trusted blindly (anyone who reaches it can write it): what
+// makes a round's world is checked before any worker is started. Each returns the problem in one
+// line, or nothing when the value holds.
+//
+// The members of a closed round (`ids`, from its close record) and their node records
+// (`members`, in the same order): each record is the one stored under its id, no id twice, a
+// sane nproc, this node's own record exactly as it wrote it (`self`), and `ids.size()` within
+// [1, maxNodes].
+std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
+                                               const std::vector<NodeInfo>& members,
+                                               const NodeInfo& self, int maxNodes);
+// "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
+// address group rank 0 advertised (`expectedHost`; "" = any).
+std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);
+
+// The largest nproc a node record may claim (a typo or a forgery beyond it).
+inline constexpr int kMaxNprocPerNode = 1 << 16;
+
 }  // namespace ddprun::launcher

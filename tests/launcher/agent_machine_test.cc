@@ -720,3 +720,52 @@ TEST_CASE("event log on the console: a JSON line per worker start, exit and rest
                      "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
                      "torchelastic.worker.status.SUCCEEDED:0", "torchelastic.worker.status.SUCCEEDED:1"});
 }
+
+// --- what is read from the store is checked (anyone who reaches the store can write it) ---
+
+TEST_CASE("a round's members are checked before any worker starts: forged, duplicated or "
+          "rewritten node records are refused",
+          "[agent][unit][store-records]") {
+  NodeInfo self{.id = 2, .address = "10.0.0.2", .hostname = "b", .nproc = 2, .pid = 42, .staticRank = -1};
+  NodeInfo other{.id = 1, .address = "10.0.0.1", .hostname = "a", .nproc = 2, .pid = 41, .staticRank = -1};
+  CHECK_FALSE(roundMembersProblem({1, 2}, {other, self}, self, 2).has_value());
+  // A record stored under one id that names another (a fake node taking a real one's place).
+  NodeInfo impostor = other;
+  impostor.id = 7;
+  CHECK_THAT(*roundMembersProblem({1, 2}, {impostor, self}, self, 2),
+             Catch::Contains("the record of node 1 says it is node 7"));
+  CHECK_THAT(*roundMembersProblem({2, 2}, {self, self}, self, 2), Catch::Contains("a member twice"));
+  // This node's own record rewritten (nproc 2 -> 1: a silently wrong world).
+  NodeInfo rewritten = self;
+  rewritten.nproc = 1;
+  CHECK_THAT(*roundMembersProblem({1, 2}, {other, rewritten}, self, 2),
+             Catch::Contains("own record (node 2) is not what it wrote"));
+  NodeInfo greedy = other;
+  greedy.nproc = kMaxNprocPerNode + 1;
+  CHECK_THAT(*roundMembersProblem({1, 2}, {greedy, self}, self, 2), Catch::Contains("claims 65537 workers"));
+  CHECK_THAT(*roundMembersProblem({1}, {other}, self, 2), Catch::Contains("not among the members"));
+  CHECK_THAT(*roundMembersProblem({1, 2}, {other, self}, self, 1), Catch::Contains("allows 1 to 1"));
+}
+
+TEST_CASE("the round's worker store must be host:port on group rank 0's address", "[agent][unit][store-records]") {
+  CHECK_FALSE(masterProblem("10.0.0.1:29500", "10.0.0.1").has_value());
+  CHECK_FALSE(masterProblem("node0:29500", "").has_value());  // static: the --master-addr given
+  CHECK_THAT(*masterProblem("6.6.6.6:29500", "10.0.0.1"), Catch::Contains("not on group rank 0's address"));
+  CHECK_THAT(*masterProblem("10.0.0.1:0", "10.0.0.1"), Catch::Contains("no port in 1..65535"));
+  CHECK_THAT(*masterProblem("10.0.0.1:http", "10.0.0.1"), Catch::Contains("no port"));
+  CHECK_THAT(*masterProblem("10.0.0.1", "10.0.0.1"), Catch::Contains("is not host:port"));
+}
+
+TEST_CASE("a forged member slot ends the join with a clear error, not a crash", "[agent][unit][store-records]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  // Before the agent joins, an outsider writes round 0's first member slot.
+  auto outsider = job.store.connect();
+  outsider->set("ddprun/unit/round/0/joined", "1");
+  outsider->set("ddprun/unit/round/0/member/1", "not-a-node");
+  ddprun::test::CaptureStderr captured;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 1);
+  CHECK_THAT(captured.text(), Catch::Contains("holds \"not-a-node\", not a node id"));
+}
