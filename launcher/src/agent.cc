@@ -278,8 +278,8 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
       fs::remove_all(dir, ignored);
     }
   } removePrivateDir{privateDir};
-  std::error_code madeHeartbeats;
-  fs::create_directories(privateDir / "heartbeats", madeHeartbeats);
+  std::error_code notMade;  // a failure shows when a worker's heartbeat file cannot be made
+  fs::create_directories(privateDir / "heartbeats", notMade);
   HeartbeatFiles heartbeats((privateDir / "heartbeats").string());
 
   EvidenceOptions evidenceOptions;

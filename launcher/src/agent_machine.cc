@@ -218,9 +218,8 @@ void AgentMachine::onChildExited() {
   // with a failed one must not make the node look done.
   bool anyExited = false;
   for (const ExitedWorker& exited : launcher_.reap()) {
-    auto worker = std::find_if(local_.begin(), local_.end(),
-                               [&](const LocalWorker& w) { return w.pid == exited.pid; });
-    if (worker == local_.end()) continue;
+    LocalWorker* worker = workerByPid(exited.pid);
+    if (worker == nullptr) continue;
     worker->running = false;
     worker->waitStatus = exited.waitStatus;
     worker->exitedAt = epochSeconds();
@@ -477,20 +476,20 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
     launcher_.signalProcess(pid, signal);
     return;
   }
-  watch_.evidence->collect(pid, [this, localRank, pid, signal](HangEvidence evidence) {
-    keepEvidence(localRank, pid, evidence);
-    // Still the same worker, still running (a stop may have ended it meanwhile): now the signal.
-    if (localRank < static_cast<int>(local_.size()) && local_[localRank].pid == pid && local_[localRank].running) {
-      launcher_.signalProcess(pid, signal);
-    }
+  watch_.evidence->collect(pid, [this, pid, signal](HangEvidence evidence) {
+    LocalWorker* hung = workerByPid(pid);
+    if (hung == nullptr) return;  // a later round's workers are running now
+    keepEvidence(*hung, evidence);
+    // Still running (a stop may have ended it meanwhile): now the signal.
+    if (hung->running) launcher_.signalProcess(pid, signal);
   });
 }
 
-void AgentMachine::keepEvidence(int localRank, pid_t pid, const HangEvidence& evidence) {
-  if (localRank >= static_cast<int>(local_.size()) || local_[localRank].pid != pid) return;
-  LocalWorker& worker = local_[localRank];
+void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidence) {
+  const int localRank = worker.localRank;
   worker.stack = evidence.summary(kSummaryStackLines);
-  const std::string path = fmt::format("{}/{}/stacks_{}.txt", attemptDirectory(round_.number), localRank, pid);
+  const std::string path =
+      fmt::format("{}/{}/stacks_{}.txt", attemptDirectory(round_.number), localRank, worker.pid);
   std::error_code ignored;
   fs::create_directories(fs::path(path).parent_path(), ignored);
   std::ofstream out(path);

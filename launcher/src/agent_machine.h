@@ -146,7 +146,8 @@ class AgentMachine {
   // A running worker is hung: its stacks are taken, then it gets `signal`.
   void onHung(int localRank, HangKind kind, std::string detail, int signal);
   void onFileTimerExpired(const FileTimerExpiry& expiry);
-  void keepEvidence(int localRank, pid_t pid, const HangEvidence& evidence);
+  // Writes the evidence into the attempt's log directory and keeps its telling lines.
+  void keepEvidence(LocalWorker& worker, const HangEvidence& evidence);
   // An event of this agent, its common metadata filled (--event-log-handler console).
   WorkerEvent agentEvent(std::string name, const char* state) const;
   void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,

@@ -12,7 +12,6 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/common/signal_names.h"
+#include "file_text.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -250,12 +250,10 @@ json cappedLines(const std::vector<std::string>& lines) {
 }
 
 std::string readWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open: " + std::string(std::strerror(errno)));
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read");
-  return content.str();
+  std::string why;
+  auto text = readFileText(path, &why);
+  if (!text) throw std::runtime_error("cannot read: " + why);
+  return std::move(*text);
 }
 
 // The synthesized message of a failure that left no error file behind.

@@ -25,6 +25,8 @@
 
 #include <fmt/format.h>
 
+#include "file_text.h"
+
 extern char** environ;
 
 namespace ddprun::launcher {
@@ -40,29 +42,11 @@ long long elapsedMs(Clock::time_point since) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - since).count();
 }
 
-// The whole of a small file (/proc entries have no size), or nothing with errno's text in `why`.
+// /proc entries are small; anything past 1 MiB is not worth keeping.
+constexpr std::size_t kProcFileLimit = 1u << 20;
+
 std::optional<std::string> readSmallFile(const std::string& path, std::string* why = nullptr) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (why) *why = errorText(errno);
-    return std::nullopt;
-  }
-  std::string text;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (why) *why = errorText(errno);
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-    if (text.size() > (1u << 20)) break;
-  }
-  ::close(fd);
-  return text;
+  return readFileText(path, why, kProcFileLimit);
 }
 
 std::string trimmed(std::string text) {

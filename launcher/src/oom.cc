@@ -4,20 +4,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "file_text.h"
+
 namespace ddprun::launcher {
 namespace {
 
-std::string readText(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string readText(const std::string& path) { return readFileText(path).value_or(""); }
 
 // Every record of the kernel log still in its ring buffer. /dev/kmsg hands out one record per
 // read() and fails a read whose buffer is too small for it, hence the generous buffer.
