@@ -13,6 +13,7 @@ packages=(
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
   gdb                                                   # native stacks of hung workers (optional at run time)
+  libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces)
 )
 
 missing=()

@@ -27,6 +27,8 @@
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/worker_env_names.h"
+#include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
 #include "file_timer_pipe.h"
 #include "hang_evidence.h"
@@ -85,6 +87,9 @@ bool namesThisHostThroughLoopback(const std::string& host) {
 // first c10d agent on its endpoint) and, as group rank 0 of a c10d round, the workers' store.
 class HostedStores final : public WorkerStoreHost {
  public:
+  // With a secret, every store this agent hosts wants it, and the workers go through a relay.
+  explicit HostedStores(std::optional<rendezvous::JobSecret> secret) : secret_(std::move(secret)) {}
+
   // Decides whether to host the rendezvous store and starts it; returns where to reach it.
   // Throws rendezvous::ServerError when this agent must host it and cannot.
   rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config);
@@ -95,19 +100,45 @@ class HostedStores final : public WorkerStoreHost {
   // Called on the control thread; the loop does not touch workers_ meanwhile (the previous
   // round's workers are gone by the time a next round forms).
   std::uint16_t host(const std::string& address) override {
-    rendezvous::ServerOptions options;
+    rendezvous::ServerOptions options = serverOptions();
     options.host = listenEverywhere_ ? "0.0.0.0" : address;
     options.port = 0;
     workers_.reset();
     workers_ = std::make_unique<rendezvous::RendezvousServer>(options);
     workers_->start();
+    warnIfOpen(options.host, "the workers' store");
     return workers_->port();
   }
 
+  std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host,
+                                                         std::uint16_t port) override {
+    if (!relay_) return {host, port};
+    relay_->setUpstream(host, port);
+    return {"127.0.0.1", relay_->port()};
+  }
+
  private:
+  rendezvous::ServerOptions serverOptions() const {
+    rendezvous::ServerOptions options;
+    options.secret = secret_;
+    return options;
+  }
+  // One line, the first time a store of this agent listens where other hosts reach it, open.
+  void warnIfOpen(const std::string& host, std::string_view which) {
+    if (secret_ || warnedOpen_ || common::isLoopbackAddress(host)) return;
+    warnedOpen_ = true;
+    spdlog::warn("{} listens on {} without a token: anyone who reaches it can read and change the "
+                 "job's rendezvous; give every agent --rdzv-conf token_file=PATH (a mode-600 file "
+                 "with the job's secret) on a network you do not trust",
+                 which, host);
+  }
+
+  std::optional<rendezvous::JobSecret> secret_;
+  std::unique_ptr<rendezvous::LoopbackRelay> relay_;
   std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
   std::unique_ptr<rendezvous::RendezvousServer> workers_;
   bool listenEverywhere_ = false;
+  bool warnedOpen_ = false;
 };
 
 rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config) {
@@ -116,6 +147,9 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   store.dialect = rendezvous::WireDialect::kTorch2;
   store.host = rdzv.host;
   store.port = rdzv.port;
+  store.secret = secret_;
+  // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
+  if (secret_) relay_ = std::make_unique<rendezvous::LoopbackRelay>(rendezvous::RelayOptions{*secret_});
   const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;
   const bool mustHost = staticHost || rdzv.standalone || rdzv.settings.isHost.value_or(false);
   const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
@@ -124,7 +158,7 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
                       namesThisHostThroughLoopback(rdzv.host);
   if (!mayHost) return store;
-  rendezvous::ServerOptions options;
+  rendezvous::ServerOptions options = serverOptions();
   options.host = listenEverywhere_ ? "0.0.0.0" : rdzv.host;
   options.port = rdzv.port;
   try {
@@ -147,7 +181,9 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
                  "--rdzv-endpoint this host's network address to listen on it alone",
                  rdzv.host);
   }
-  spdlog::info("hosting the rendezvous store on {}", rendezvous_->address());
+  spdlog::info("hosting the rendezvous store on {}{}", rendezvous_->address(),
+               secret_ ? "; clients must prove the job's token" : "");
+  warnIfOpen(options.host, "the rendezvous store");
   return store;
 }
 
@@ -323,7 +359,16 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
   routerOptions.outWriter = outWriter;
   routerOptions.errWriter = errWriter;
   LogRouter output(io, routerOptions);
-  HostedStores stores;
+  std::optional<rendezvous::JobSecret> secret;
+  if (!config.rdzv.settings.tokenFile.empty()) {
+    try {
+      secret = rendezvous::readTokenFile(config.rdzv.settings.tokenFile);
+    } catch (const rendezvous::TokenFileError& error) {
+      errWriter->write(fmt::format("ddprun: error: --rdzv-conf token_file: {}\n", error.what()));
+      return kUsageError;
+    }
+  }
+  HostedStores stores(std::move(secret));
   rendezvous::TcpStoreOptions storeOptions;
   try {
     storeOptions = stores.hostOrFind(config);

@@ -86,9 +86,15 @@ void AgentMachine::onRoundFormed(Round round) {
   round_ = std::move(round);
   stop_.reset();
   localFailures_.clear();
-  spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}, restart {}",
+  const bool relayed = round_.workersMasterAddr != round_.masterAddr ||
+                       round_.workersMasterPort != round_.masterPort;
+  spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}{}, restart {}",
                round_.number, round_.groupRank, round_.members.size(), round_.worldSize,
-               round_.masterAddr, round_.masterPort, round_.restartCount);
+               round_.masterAddr, round_.masterPort,
+               relayed ? fmt::format(" (workers through the token relay on {}:{})",
+                                     round_.workersMasterAddr, round_.workersMasterPort)
+                       : std::string(),
+               round_.restartCount);
   rendezvous_.watch(round_.number);
   startWorkers();
 }
@@ -118,7 +124,7 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
   fs::remove(worker.errorFile, ignored);
   const WorkerPlacement placement{localRank,           worker.rank,      round_.worldSize,
                                   config_.nprocPerNode, round_.groupRank, static_cast<int>(round_.members.size())};
-  const RoundEnvironment roundEnvironment{round_.masterAddr, round_.masterPort, round_.restartCount,
+  const RoundEnvironment roundEnvironment{round_.workersMasterAddr, round_.workersMasterPort, round_.restartCount,
                                           round_.number, config_.rdzv.runId, identity_.agentToken};
   try {
     const WorkerCommand command = workerCommand(config_, placement, identity_.environment);

@@ -174,7 +174,10 @@ constexpr OptionSpec kOptions[] = {
            "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
            "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), timeout (static: the join timeout and how long a node waits for the master, 900), read_timeout (60; "
            "also how long to wait for the endpoint), exit_barrier_timeout (300); and is_host, "
-           "store_type (tcp), use_libuv (ignored)."},
+           "store_type (tcp), use_libuv (ignored); token_file=PATH: the job's secret (mode 600, "
+           "the same file on every node and for ddprun-rendezvous --token-file): the stores then "
+           "admit only connections that prove it, and workers reach them through a relay on "
+           "127.0.0.1."},
   {.name = "standalone", .kind = ValueKind::kFlag,
    .help = "Single-node job with its own rendezvous on 127.0.0.1, a free port and a random "
            "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},
@@ -729,7 +732,7 @@ HostPort parseEndpoint(const GivenValue& given) {
 
 // What each --rdzv-conf key holds; ddprun checks values now instead of at rendezvous time, and
 // stores them typed (RendezvousSettings), so nothing downstream parses text.
-enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored };
+enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored, kTokenFile };
 
 using Seconds = std::chrono::milliseconds RendezvousSettings::*;
 
@@ -753,6 +756,7 @@ constexpr ConfKey kRdzvConfKeys[] = {
     {"store_type", ConfKind::kStoreType},
     {"use_libuv", ConfKind::kIgnored},  // TCPStore flavour in torch; ddprun's store is its own
     {"exit_barrier_timeout", ConfKind::kSeconds, &RendezvousSettings::exitBarrierTimeout},  // ddprun extra
+    {"token_file", ConfKind::kTokenFile},  // ddprun extra
 };
 
 // torchrun's `timeout` for the static backend when none is given (its LaunchConfig injects it).
@@ -825,6 +829,10 @@ void applyRdzvConfValue(const GivenValue& given, const ConfKey& known, std::stri
                                    printable(given.origin), quote(value)));
     }
     case ConfKind::kIgnored:
+      return;
+    case ConfKind::kTokenFile:
+      // Read (and its mode checked) by the agent when it starts: one place reads secrets.
+      settings.tokenFile = std::string(value);
       return;
   }
 }

@@ -135,12 +135,11 @@ void Membership::open() {
     try {
       control_ = backend_.connect(settings_.readTimeout, kConnectAttempt);
       break;
+    } catch (const rendezvous::StoreAuthError& error) {
+      throw EndpointError(error.what());
     } catch (const rendezvous::StoreHandshakeError& error) {
       // Something answered but is not a ddprun store: no point in waiting for it.
-      throw EndpointError(fmt::format(
-          "{}: what listens at the rendezvous endpoint is not a ddprun or TCPStore rendezvous "
-          "store; check --rdzv-endpoint",
-          error.what()));
+      throw EndpointError(fmt::format("{}; check --rdzv-endpoint", error.what()));
     } catch (const rendezvous::StoreConnectionError& error) {
       if (cancelled_) throw MembershipCancelled();
       if (now_() - start > patience) {
@@ -514,6 +513,8 @@ Round Membership::readRound(int number, const Closed& record) {
   const auto colon = master.rfind(':');
   round.masterAddr = master.substr(0, colon);
   round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
+  std::tie(round.workersMasterAddr, round.workersMasterPort) =
+      workerStores_.reachFromWorkers(round.masterAddr, round.masterPort);
   {
     std::lock_guard lock(heartbeatMutex_);
     heartbeatRound_ = number;

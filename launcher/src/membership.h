@@ -66,6 +66,10 @@ struct Round {
   int baseRank = 0;               // the global rank of this node's local rank 0
   std::string masterAddr;
   std::uint16_t masterPort = 0;
+  // Where this node's workers reach that store (their MASTER_ADDR/MASTER_PORT): the store itself,
+  // or, when the stores want a token, this agent's loopback relay to it.
+  std::string workersMasterAddr;
+  std::uint16_t workersMasterPort = 0;
 };
 
 // Joining failed for good: the message says why (timeout, too few nodes, closed job).
@@ -111,6 +115,12 @@ class WorkerStoreHost {
   virtual ~WorkerStoreHost() = default;
   // Starts a store reachable at `address`; returns its port.
   virtual std::uint16_t host(const std::string& address) = 0;
+  // Where this node's workers should connect to reach the round's worker store at host:port
+  // (called once per round, before any worker starts). By default the store itself.
+  virtual std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host,
+                                                                 std::uint16_t port) {
+    return {host, port};
+  }
 };
 
 class Membership {

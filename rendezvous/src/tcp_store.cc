@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "auth/handshake.h"
 #include "client/client_socket.h"
 #include "protocol/wire.h"
 
@@ -109,6 +110,27 @@ std::string TcpStore::where() const {
               : fmt::format("store {}:{}", options_.host, options_.port);
 }
 
+void TcpStore::proveToken(ClientSocket& socket, Clock::time_point deadline) {
+  const auth::ClientHandshake handshake(*options_.secret);
+  socket.sendAll(handshake.hello());
+  std::string challenge(auth::kServerChallengeBytes, '\0');
+  socket.readExact(challenge.data(), challenge.size(), deadline);
+  std::string proof;
+  switch (handshake.answer(challenge, proof)) {
+    case auth::ClientHandshake::Verdict::kAccepted:
+      socket.sendAll(proof);
+      return;
+    case auth::ClientHandshake::Verdict::kNotAChallenge:
+      throw SocketError("the reply to the token hello is not a token challenge");
+    case auth::ClientHandshake::Verdict::kWrongSecret:
+      throw StoreAuthError(
+          fmt::format("{}: the rendezvous refused this token: the store holds a different one "
+                      "(give every agent and ddprun-rendezvous the same token file)",
+                      where()),
+          StoreAuthError::Code::kWrongToken);
+  }
+}
+
 void TcpStore::connect(std::string_view context) {
   socket_.reset();
   const auto started = Clock::now();
@@ -117,6 +139,8 @@ void TcpStore::connect(std::string_view context) {
   std::string lastError;
   int lastSystemError = 0;
   bool handshakeFailed = false;
+  bool tokenRefused = false;  // the store dropped or mis-answered the token hello
+  bool foreignReply = false;  // something answered the handshake with bytes no store sends
   int handshakeFailures = 0;
   int attempts = 0;
   for (;;) {
@@ -124,6 +148,11 @@ void TcpStore::connect(std::string_view context) {
     try {
       auto socket = ClientSocket::connect(options_.host, options_.port, deadline);
       socket->setSendTimeout(options_.timeout);
+      if (options_.secret) {
+        tokenRefused = true;
+        proveToken(*socket, std::min(deadline, Clock::now() + kControlReplyTimeout));
+        tokenRefused = false;
+      }
       if (options_.dialect == WireDialect::kTorch2) {
         // VALIDATE, then PING with a random nonce that must come back unchanged. Separate writes,
         // as torch's client does: the libuv server rejects a VALIDATE split from its magic, and
@@ -141,6 +170,7 @@ void TcpStore::connect(std::string_view context) {
         const std::uint32_t echoed =
             socket->readU32(std::min(deadline, Clock::now() + kControlReplyTimeout));
         if (echoed != nonce) {
+          foreignReply = true;
           throw SocketError(fmt::format("PING returned 0x{:08x} instead of 0x{:08x}", echoed, nonce));
         }
         handshakeFailed = false;
@@ -150,10 +180,10 @@ void TcpStore::connect(std::string_view context) {
     } catch (const SocketError& error) {
       lastError = error.what();
       lastSystemError = error.systemError();
-      // Something answers there but drops the handshake: not a 2.x store (e.g. torch 1.13's).
-      // A few tries cover a server shedding load; beyond that, say so instead of retrying for
-      // the whole connect timeout.
-      if (handshakeFailed && ++handshakeFailures >= 3) break;
+      // Something answers there but drops the handshake: not a 2.x store (e.g. torch 1.13's),
+      // or a store that wants a token. A few tries cover a server shedding load; beyond that,
+      // say so instead of retrying for the whole connect timeout.
+      if ((handshakeFailed || tokenRefused) && ++handshakeFailures >= 3) break;
     }
     const auto delay = backoff.nextDelay();
     if (Clock::now() + delay >= deadline) break;
@@ -161,9 +191,22 @@ void TcpStore::connect(std::string_view context) {
   }
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
   std::string hint;
+  if (tokenRefused) {
+    throw StoreAuthError(
+        fmt::format("{}: {}the store closed the connection at the token handshake after {} "
+                    "attempts ({}): it runs without a token, or is not a ddprun store; give it "
+                    "the same token (ddprun-rendezvous --token-file, or the hosting agent's "
+                    "--rdzv-conf token_file=)",
+                    where(), context, attempts, lastError),
+        StoreAuthError::Code::kNoToken);
+  }
   if (handshakeFailed) {
-    hint = "; the server dropped the torch 2.x handshake (a torch 1.13 TCPStore server needs the "
-           "torch-1.13 dialect)";
+    hint = foreignReply || options_.secret
+               ? "; what listens there is not a ddprun or torch 2.x store (a torch 1.13 TCPStore "
+                 "server needs the torch-1.13 dialect)"
+               : "; the rendezvous refused this connection without a token: it requires the "
+                 "job's token (--rdzv-conf token_file=PATH), unless it is a torch 1.13 TCPStore "
+                 "server (which needs the torch-1.13 dialect)";
   } else if (lastSystemError == ECONNREFUSED) {
     hint = "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?";
   }

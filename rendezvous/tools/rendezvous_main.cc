@@ -14,6 +14,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/common/local_address.h"
 #include "ddprun/rendezvous/server.h"
 
 namespace po = boost::program_options;
@@ -57,6 +58,8 @@ Parsed parse(int argc, char** argv) {
   ServerOptions& o = parsed.server;
   int port = o.port;
   std::string logLevel = "info";
+  std::string tokenFile;
+  double handshakeTimeout = static_cast<double>(o.handshakeTimeout.count()) / 1000;
   double partialTimeout = static_cast<double>(o.partialRequestTimeout.count()) / 1000;
   double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
   long keepAliveIdle = o.keepAliveIdle.count();
@@ -94,6 +97,14 @@ Parsed parse(int argc, char** argv) {
        "seconds between keep-alive probes")
       ("keepalive-probes", po::value(&o.keepAliveProbes)->default_value(o.keepAliveProbes),
        "unanswered probes after which the connection is dropped")
+      ("token-file", po::value(&tokenFile),
+       "file with the job's token (mode 600): every client must prove it holds the same token "
+       "(agents: --rdzv-conf token_file=PATH); without it the store is open to anyone who reaches it")
+      ("handshake-timeout", po::value(&handshakeTimeout)->default_value(handshakeTimeout),
+       "with --token-file: seconds a new connection has to prove the token before it is closed")
+      ("max-pending-handshakes",
+       po::value(&o.maxPendingHandshakes)->default_value(o.maxPendingHandshakes),
+       "with --token-file: connections still proving the token at most; a new one closes the oldest")
       ("log-level", po::value(&logLevel)->default_value(logLevel),
        "trace, debug, info, warn, error or off");
   // clang-format on
@@ -132,6 +143,15 @@ Parsed parse(int argc, char** argv) {
     throw UsageError("--keepalive-idle must be >= 0, --keepalive-interval and --keepalive-probes >= 1");
   }
   o.keepAliveIdle = std::chrono::seconds(keepAliveIdle);
+  o.handshakeTimeout = seconds(handshakeTimeout, "handshake-timeout");
+  if (o.maxPendingHandshakes == 0) throw UsageError("--max-pending-handshakes must be at least 1");
+  if (values.count("token-file")) {
+    try {
+      o.secret = ddprun::rendezvous::readTokenFile(tokenFile);
+    } catch (const ddprun::rendezvous::TokenFileError& error) {
+      throw UsageError(error.what());
+    }
+  }
   o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
   parsed.logLevel = spdlog::level::from_str(logLevel);
   if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
@@ -172,8 +192,15 @@ int main(int argc, char** argv) {
     server.start();
     std::printf("listening on %s\n", server.address().c_str());
     std::fflush(stdout);
-    spdlog::info("listening on {} (max {} connections)", server.address(),
-                 parsed.server.maxConnections);
+    spdlog::info("listening on {} (max {} connections{})", server.address(),
+                 parsed.server.maxConnections,
+                 parsed.server.secret ? "; clients must prove the token" : "");
+    if (!parsed.server.secret && !ddprun::common::isLoopbackAddress(parsed.server.host)) {
+      spdlog::warn("listening on {} without a token: anyone who reaches this port can read and "
+                   "change every job's rendezvous; give --token-file (and the agents "
+                   "--rdzv-conf token_file=) on a network you do not trust",
+                   server.address());
+    }
     int signal = 0;
     sigwait(&stopSignals, &signal);
     spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "server/handshake_gate.h"
 #include "server/session.h"
 
 namespace ddprun::rendezvous {
@@ -132,7 +133,7 @@ class RendezvousServer::Impl {
 
   Stats stats() const {
     return Stats{context_.connections.load(), context_.accepted.load(), context_.refused.load(),
-                 context_.protocolErrors.load()};
+                 context_.protocolErrors.load(), context_.refusedHandshakes.load()};
   }
 
  private:
@@ -184,12 +185,13 @@ class RendezvousServer::Impl {
       return;
     }
     const std::string peer = formatEndpoint(peerEndpoint_);
-    if (context_.sessions.size() >= options_.maxConnections) {
+    if (context_.sessions.size() + context_.gates.size() >= options_.maxConnections) {
       context_.refused.fetch_add(1, std::memory_order_relaxed);
       if (context_.refused.load() == 1 || context_.refused.load() % 1000 == 0) {
         spdlog::warn("refusing connection from {}: {} connections open, the limit (refusals so "
                      "far: {})",
-                     peer, context_.sessions.size(), context_.refused.load());
+                     peer, context_.sessions.size() + context_.gates.size(),
+                     context_.refused.load());
       }
       boost::system::error_code ignored;
       peerSocket_.close(ignored);
@@ -199,14 +201,30 @@ class RendezvousServer::Impl {
         optionsInherited_ = optionsInherited(peerSocket_.native_handle(), options_);
       }
       if (!optionsInherited_) applyConnectionOptions(peerSocket_.native_handle(), options_);
-      auto session = std::make_shared<Session>(std::move(peerSocket_), peer, context_);
-      context_.sessions.emplace(session.get(), session);
       context_.accepted.fetch_add(1, std::memory_order_relaxed);
       context_.connections.fetch_add(1, std::memory_order_relaxed);
-      session->start();
+      if (options_.secret) {
+        if (context_.gates.size() >= options_.maxPendingHandshakes) evictOldestGate();
+        auto gate = std::make_shared<HandshakeGate>(std::move(peerSocket_), peer,
+                                                    peerEndpoint_.address().to_string(), context_);
+        context_.gates.emplace(gate.get(), gate);
+        gate->start();
+      } else {
+        Session::admit(std::move(peerSocket_), peer, context_);
+      }
     }
     peerSocket_ = tcp::socket(io_);
     acceptNext();
+  }
+
+  void evictOldestGate() {
+    auto oldest = context_.gates.begin();
+    for (auto it = context_.gates.begin(); it != context_.gates.end(); ++it) {
+      if (it->second->acceptedAt() < oldest->second->acceptedAt()) oldest = it;
+    }
+    std::shared_ptr<HandshakeGate> gate = oldest->second;
+    gate->refuse(fmt::format("was still in the token handshake when {} newer connections were",
+                             options_.maxPendingHandshakes));
   }
 
   // Closes stalled connections and expires holds whose holders stopped renewing. Runs a few
@@ -214,7 +232,8 @@ class RendezvousServer::Impl {
   // sweeps; while holds exist it runs every 50 ms, which bounds how late a lapsed hold is seen.
   void scheduleSweep() {
     auto period = std::clamp<std::chrono::milliseconds>(
-        std::min(options_.partialRequestTimeout, options_.writeStallTimeout) / 4,
+        std::min({options_.partialRequestTimeout, options_.writeStallTimeout,
+                  options_.handshakeTimeout}) / 4,
         std::chrono::milliseconds(20), std::chrono::milliseconds(250));
     if (context_.kv.hasHolds()) period = std::min(period, std::chrono::milliseconds(50));
     sweepTimer_.expires_after(period);
@@ -222,6 +241,12 @@ class RendezvousServer::Impl {
       if (error || stopRequested_) return;
       const auto now = Session::Clock::now();
       for (const auto& session : snapshot()) session->checkDeadlines(now);
+      if (!context_.gates.empty()) {
+        std::vector<std::shared_ptr<HandshakeGate>> gates;
+        gates.reserve(context_.gates.size());
+        for (const auto& entry : context_.gates) gates.push_back(entry.second);
+        for (const auto& gate : gates) gate->checkDeadline(now);
+      }
       context_.kv.expireHolds(now);
       scheduleSweep();
     });
@@ -241,6 +266,9 @@ class RendezvousServer::Impl {
     sweepTimer_.cancel();
     stopEvent_.close(ignored);
     for (const auto& session : snapshot()) session->close("server shutting down", false);
+    std::vector<std::shared_ptr<HandshakeGate>> gates;
+    for (const auto& entry : context_.gates) gates.push_back(entry.second);
+    for (const auto& gate : gates) gate->close();
   }
 
   ServerOptions options_;

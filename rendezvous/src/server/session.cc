@@ -29,6 +29,13 @@ Session::Session(boost::asio::ip::tcp::socket socket, std::string peer, ServerCo
       readBuffer_(kInitialReadBuffer),
       lastReadAt_(Clock::now()) {}
 
+void Session::admit(boost::asio::ip::tcp::socket socket, std::string peer,
+                    ServerContext& context) {
+  auto session = std::make_shared<Session>(std::move(socket), std::move(peer), context);
+  context.sessions.emplace(session.get(), session);
+  session->start();
+}
+
 void Session::start() {
   // Non-blocking for flush()'s direct writes: a full socket buffer must not block the loop.
   boost::system::error_code ignored;

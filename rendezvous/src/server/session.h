@@ -40,9 +40,11 @@
 #include "ddprun/rendezvous/server.h"
 #include "kv_state.h"
 #include "protocol/request_decoder.h"
+#include "server/refusal_log.h"
 
 namespace ddprun::rendezvous {
 
+class HandshakeGate;
 class Session;
 
 // What every session of one server shares.
@@ -53,10 +55,14 @@ struct ServerContext {
   KvState kv;
   // Owning references; a closed session removes itself, in-flight handlers keep it alive.
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions;
+  // Connections still proving the token (only with ServerOptions::secret), owned the same way.
+  std::unordered_map<HandshakeGate*, std::shared_ptr<HandshakeGate>> gates;
+  RefusalLog refusals;
   std::atomic<std::size_t> connections{0};
   std::atomic<std::uint64_t> accepted{0};
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> protocolErrors{0};
+  std::atomic<std::uint64_t> refusedHandshakes{0};
 };
 
 class Session final : public std::enable_shared_from_this<Session>, public KvObserver {
@@ -64,6 +70,10 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   using Clock = std::chrono::steady_clock;
 
   Session(boost::asio::ip::tcp::socket socket, std::string peer, ServerContext& context);
+
+  // Makes a session of an accepted (and, with a token, authenticated) connection, registers it in
+  // `context` and starts serving it.
+  static void admit(boost::asio::ip::tcp::socket socket, std::string peer, ServerContext& context);
 
   void start();
   // Closes the connection and forgets its waits. `reason` is logged; `isError` selects warn and

@@ -14,4 +14,8 @@ namespace ddprun::common {
 // it). Nothing when `host` does not resolve or no route leads to it. Blocks in name resolution.
 std::optional<std::string> localAddressToward(const std::string& host, std::uint16_t port);
 
+// Whether a server bound to `host` can be reached from this host alone: "localhost" or a loopback
+// literal (127.0.0.0/8, ::1). A name or a wildcard (0.0.0.0) counts as reachable from elsewhere.
+bool isLoopbackAddress(const std::string& host);
+
 }  // namespace ddprun::common

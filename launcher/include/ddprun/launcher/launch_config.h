@@ -66,6 +66,7 @@ struct RendezvousSettings {
   std::optional<std::chrono::milliseconds> heartbeatTimeout;  // heartbeat_timeout (default: the hold's lifetime)
   std::chrono::milliseconds exitBarrierTimeout{300000};  // exit_barrier_timeout (ddprun extra)
   std::optional<bool> isHost;                           // is_host: nothing = decide by the endpoint
+  std::string tokenFile;                                // token_file: the job's secret ("" = none)
 
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.

@@ -33,6 +33,21 @@ class StoreHandshakeError : public StoreConnectionError {
   using StoreConnectionError::StoreConnectionError;
 };
 
+// The token handshake failed (auth/handshake.h): waiting or retrying will not help, the token or
+// the address must change. what() says which of the two.
+class StoreAuthError : public StoreHandshakeError {
+ public:
+  enum class Code {
+    kWrongToken,  // the store holds a different token than this client
+    kNoToken,     // the store answered the token hello as no token-holding ddprun store does
+  };
+  StoreAuthError(const std::string& message, Code code) : StoreHandshakeError(message), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
 // The operation does not exist in this backend or wire dialect (e.g. listKeys over torch 1.13).
 class StoreUnsupportedError : public StoreError {
  public:

@@ -17,9 +17,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/limits.h"
 
 namespace ddprun::rendezvous {
@@ -47,6 +49,16 @@ struct ServerOptions {
   std::chrono::seconds keepAliveIdle = std::chrono::seconds(30);
   std::chrono::seconds keepAliveInterval = std::chrono::seconds(5);
   int keepAliveProbes = 4;
+  // The job's token. With one, every connection must prove it holds the same token before any
+  // store operation (auth/handshake.h); one that does not is closed without a reply. Without
+  // one, anyone who reaches the port may use the store, as with torch's TCPStore.
+  std::optional<JobSecret> secret;
+  // With a secret: a connection that has not finished the handshake this long after it was
+  // accepted is closed (a job's client needs one round trip; an idle stranger holds a descriptor).
+  std::chrono::milliseconds handshakeTimeout = std::chrono::seconds(10);
+  // With a secret: connections still in the handshake at most; a new one beyond this closes the
+  // oldest, so a flood of idle connections cannot keep the job's own clients out.
+  std::size_t maxPendingHandshakes = 1024;
 };
 
 // Listening failed: the message is one line naming the address, the reason and the fix.
@@ -74,6 +86,7 @@ class RendezvousServer {
     std::uint64_t accepted = 0;        // since start
     std::uint64_t refused = 0;         // over maxConnections
     std::uint64_t protocolErrors = 0;  // connections closed for a bad frame or a stall
+    std::uint64_t refusedHandshakes = 0;  // connections closed for failing the token handshake
   };
 
   // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.

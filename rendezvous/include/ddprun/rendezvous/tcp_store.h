@@ -2,8 +2,9 @@
 // torch's own server (torch 2.x with the kTorch2 dialect, torch 1.13 with kTorch113).
 //
 // One TCP connection (TCP_NODELAY) per object. Connecting retries with exponential backoff and
-// jitter until options.connectTimeout; in the 2.x dialect a connection is accepted only after
-// the VALIDATE + PING handshake. Keys go on the wire with options.keyPrefix ("/" like torch's
+// jitter until options.connectTimeout; with a token, a connection first passes the token
+// handshake (StoreAuthError at once when the store holds another token); in the 2.x dialect it is
+// accepted only after the VALIDATE + PING handshake. Keys go on the wire with options.keyPrefix ("/" like torch's
 // client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
 //
 // get() and multiGet() are WAIT then GET, as in torch; a key deleted between the two is waited for
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "ddprun/rendezvous/holding_store.h"
+#include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/wire_dialect.h"
 
 namespace ddprun::rendezvous {
@@ -50,6 +52,9 @@ struct TcpStoreOptions {
   std::string keyPrefix = "/";
   // The largest value blob accepted in a reply (protects the client from a bogus length).
   std::size_t maxReplyValueBytes = std::size_t{1} << 30;
+  // The job's token: every connection first proves it holds it (auth/handshake.h), and checks
+  // that the store holds it too. Needed by a store that has one; refused by one that has none.
+  std::optional<JobSecret> secret;
 };
 
 class TcpStore final : public HoldingStore {
@@ -92,6 +97,9 @@ class TcpStore final : public HoldingStore {
   auto call(std::string_view what, const Keys& keys, Body&& body);
   // `context` ("get 'k': ") goes in front of the reason when connecting fails.
   void connect(std::string_view context);
+  // The token handshake on a fresh connection. Throws StoreAuthError when the store holds another
+  // token, SocketError when it does not answer as a token-holding store.
+  void proveToken(detail::ClientSocket& socket, Clock::time_point deadline);
   // WAIT for `keys` until `deadline`, cancelling on expiry;
   // `timeout` is what the StoreTimeoutError reports.
   void finishWait(const std::vector<std::string>& keys, Clock::time_point deadline,

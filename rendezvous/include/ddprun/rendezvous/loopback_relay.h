@@ -1,0 +1,59 @@
+// LoopbackRelay: how unmodified PyTorch workers reach a store that wants a token. Their TCPStore
+// client cannot prove a token, so each agent serves its own workers on 127.0.0.1 (their
+// MASTER_ADDR:MASTER_PORT) and carries every connection to the job's store over a connection of
+// its own that has proved the token (auth/handshake.h).
+//
+// One upstream connection per worker connection, and bytes relayed unchanged: the store sees each
+// worker as its own client, so its per-connection state (the dialect, parked WAITs and their
+// CANCEL_WAIT, torch 1.13's cancel-by-next-request, WATCH_KEY, HOLDs) and the client's own timeouts
+// keep their exact meaning, and the relay parses nothing a worker sends. docs/security.md says
+// why this beats one multiplexed connection.
+//
+// A connection is accepted at once; its bytes wait in the kernel until the upstream connection has
+// passed the handshake. If that fails, the worker's connection is closed (its client reports a
+// broken store connection); a store that holds a different token is logged once per upstream.
+//
+// Thread safety: one serving thread of its own; setUpstream() and stats() from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ddprun/rendezvous/job_secret.h"
+
+namespace ddprun::rendezvous {
+
+struct RelayOptions {
+  JobSecret secret;
+  // Reaching the upstream store and passing the handshake, per connection.
+  std::chrono::milliseconds connectTimeout = std::chrono::seconds(30);
+};
+
+class LoopbackRelay {
+ public:
+  struct Stats {
+    std::size_t connections = 0;     // relayed now
+    std::uint64_t accepted = 0;      // since start
+    std::uint64_t upstreamFailures = 0;  // worker connections closed because the store was not reached
+  };
+
+  // Listens on 127.0.0.1 (a free port) and starts serving. Throws std::runtime_error.
+  explicit LoopbackRelay(RelayOptions options);
+  // Closes every connection and stops the serving thread.
+  ~LoopbackRelay();
+  LoopbackRelay(const LoopbackRelay&) = delete;
+  LoopbackRelay& operator=(const LoopbackRelay&) = delete;
+
+  std::uint16_t port() const;
+  // Where connections accepted from now on are carried (connections already relayed keep theirs).
+  void setUpstream(const std::string& host, std::uint16_t port);
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

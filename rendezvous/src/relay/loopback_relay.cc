@@ -1,0 +1,175 @@
+// The listener, the registry of links and the serving thread of LoopbackRelay.
+#include "ddprun/rendezvous/loopback_relay.h"
+
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "relay/relay_link.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+class LoopbackRelay::Impl {
+ public:
+  explicit Impl(RelayOptions options)
+      : options_(std::move(options)),
+        io_(1),
+        acceptor_(io_),
+        worker_(io_),
+        retryTimer_(io_),
+        stopEvent_(io_) {
+    boost::system::error_code error;
+    const tcp::endpoint endpoint(asio::ip::address_v4::loopback(), 0);
+    acceptor_.open(endpoint.protocol(), error);
+    if (!error) acceptor_.bind(endpoint, error);
+    if (!error) acceptor_.listen(65535, error);
+    if (error) throw std::runtime_error(fmt::format("cannot listen on 127.0.0.1 for the workers' "
+                                                    "store relay: {}", error.message()));
+    port_ = acceptor_.local_endpoint().port();
+    const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) throw std::runtime_error("cannot create an eventfd for the store relay");
+    stopEvent_.assign(fd);
+    acceptNext();
+    stopEvent_.async_wait(asio::posix::stream_descriptor::wait_read,
+                          [this](const boost::system::error_code&) { shutdown(); });
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~Impl() {
+    ::eventfd_write(stopEvent_.native_handle(), 1);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::uint16_t port() const { return port_; }
+
+  void setUpstream(const std::string& host, std::uint16_t port) {
+    std::lock_guard lock(mutex_);
+    upstreamHost_ = host;
+    upstreamPort_ = port;
+  }
+
+  Stats stats() const {
+    return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load()};
+  }
+
+ private:
+  void acceptNext() {
+    acceptor_.async_accept(worker_, [this](const boost::system::error_code& error) { onAccept(error); });
+  }
+
+  void onAccept(const boost::system::error_code& error) {
+    if (error == asio::error::operation_aborted || stopping_) return;
+    if (error) {
+      // Out of descriptors: back off instead of spinning; the worker's client retries.
+      spdlog::error("the workers' store relay cannot accept: {}; retrying in 100 ms", error.message());
+      retryTimer_.expires_after(std::chrono::milliseconds(100));
+      retryTimer_.async_wait([this](const boost::system::error_code& e) {
+        if (!e) acceptNext();
+      });
+      return;
+    }
+    std::string host;
+    std::uint16_t port = 0;
+    {
+      std::lock_guard lock(mutex_);
+      host = upstreamHost_;
+      port = upstreamPort_;
+    }
+    if (port == 0) {
+      // No round has formed: nothing a worker could want yet.
+      boost::system::error_code ignored;
+      worker_.close(ignored);
+    } else {
+      boost::system::error_code ignored;
+      worker_.set_option(tcp::no_delay(true), ignored);
+      accepted_.fetch_add(1, std::memory_order_relaxed);
+      connections_.fetch_add(1, std::memory_order_relaxed);
+      auto link = std::make_shared<RelayLink>(
+          std::move(worker_), host, port, options_.secret, options_.connectTimeout,
+          [this, host, port](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, fmt::format("{}:{}", host, port), detail);
+          });
+      links_.emplace(link.get(), link);
+      link->start();
+    }
+    worker_ = tcp::socket(io_);
+    acceptNext();
+  }
+
+  void onLinkEnd(RelayLink* link, RelayLink::End end, const std::string& upstream,
+                 const std::string& detail) {
+    connections_.fetch_sub(1, std::memory_order_relaxed);
+    if (end != RelayLink::End::kClosed) {
+      upstreamFailures_.fetch_add(1, std::memory_order_relaxed);
+      // Once per upstream and kind of failure: every worker connection would say the same.
+      if (reported_.emplace(upstream, static_cast<int>(end)).second) {
+        const char* what = end == RelayLink::End::kWrongToken
+                               ? "the store refused this token: it holds a different one"
+                           : end == RelayLink::End::kNoToken
+                               ? "the store does not take a token (it runs without one, or is not "
+                                 "a ddprun store)"
+                               : "the store cannot be reached";
+        spdlog::error("workers' store relay: {} at {} ({}); the workers' store connections fail",
+                      what, upstream, detail);
+      }
+    }
+    links_.erase(link);
+  }
+
+  void shutdown() {
+    stopping_ = true;
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    retryTimer_.cancel();
+    stopEvent_.close(ignored);
+    std::vector<std::shared_ptr<RelayLink>> links;
+    for (const auto& entry : links_) links.push_back(entry.second);
+    for (const auto& link : links) link->close();
+  }
+
+  RelayOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  tcp::socket worker_;
+  asio::steady_timer retryTimer_;
+  asio::posix::stream_descriptor stopEvent_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+  bool stopping_ = false;  // serving thread only
+
+  mutable std::mutex mutex_;
+  std::string upstreamHost_;
+  std::uint16_t upstreamPort_ = 0;
+
+  std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
+  std::set<std::pair<std::string, int>> reported_;                      // serving thread only
+  std::atomic<std::size_t> connections_{0};
+  std::atomic<std::uint64_t> accepted_{0};
+  std::atomic<std::uint64_t> upstreamFailures_{0};
+};
+
+LoopbackRelay::LoopbackRelay(RelayOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+LoopbackRelay::~LoopbackRelay() = default;
+std::uint16_t LoopbackRelay::port() const { return impl_->port(); }
+void LoopbackRelay::setUpstream(const std::string& host, std::uint16_t port) {
+  impl_->setUpstream(host, port);
+}
+LoopbackRelay::Stats LoopbackRelay::stats() const { return impl_->stats(); }
+
+}  // namespace ddprun::rendezvous

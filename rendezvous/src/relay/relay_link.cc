@@ -1,0 +1,146 @@
+#include "relay/relay_link.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+RelayLink::RelayLink(tcp::socket worker, std::string host, std::uint16_t port,
+                     const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd)
+    : worker_(std::move(worker)),
+      store_(worker_.get_executor()),
+      resolver_(worker_.get_executor()),
+      deadline_(worker_.get_executor()),
+      host_(std::move(host)),
+      port_(port),
+      connectTimeout_(connectTimeout),
+      handshake_(secret),
+      hello_(handshake_.hello()),
+      onEnd_(std::move(onEnd)) {}
+
+void RelayLink::start() {
+  deadline_.expires_after(connectTimeout_);
+  deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (!error) {
+      self->finish(End::kUnreachable,
+                   fmt::format("no token-checked connection within {} ms",
+                               self->connectTimeout_.count()));
+    }
+  });
+  resolver_.async_resolve(host_, std::to_string(port_), tcp::resolver::numeric_service,
+                          [self = shared_from_this()](const boost::system::error_code& error,
+                                                      const tcp::resolver::results_type& found) {
+                            self->onResolved(error, found);
+                          });
+}
+
+void RelayLink::onResolved(const boost::system::error_code& error,
+                           const tcp::resolver::results_type& endpoints) {
+  if (finished_) return;
+  if (error) {
+    finish(End::kUnreachable, fmt::format("cannot resolve {}: {}", host_, error.message()));
+    return;
+  }
+  asio::async_connect(store_, endpoints,
+                      [self = shared_from_this()](const boost::system::error_code& e,
+                                                  const tcp::endpoint&) { self->onConnected(e); });
+}
+
+void RelayLink::onConnected(const boost::system::error_code& error) {
+  if (finished_) return;
+  if (error) {
+    finish(End::kUnreachable, error.message());
+    return;
+  }
+  // Store requests are small and latency-bound, as on the workers' own connections.
+  boost::system::error_code ignored;
+  store_.set_option(tcp::no_delay(true), ignored);
+  asio::async_write(store_, asio::buffer(hello_),
+                    [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                      if (e) self->finish(End::kUnreachable, e.message());
+                    });
+  challenge_.assign(auth::kServerChallengeBytes, '\0');
+  asio::async_read(store_, asio::buffer(challenge_),
+                   [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                     self->onChallenge(e);
+                   });
+}
+
+void RelayLink::onChallenge(const boost::system::error_code& error) {
+  if (finished_) return;
+  if (error) {
+    // A store without a token closes the connection at the hello.
+    finish(End::kNoToken, error.message());
+    return;
+  }
+  switch (handshake_.answer(challenge_, proof_)) {
+    case auth::ClientHandshake::Verdict::kAccepted:
+      break;
+    case auth::ClientHandshake::Verdict::kNotAChallenge:
+      finish(End::kNoToken, "the reply to the token hello is not a token challenge");
+      return;
+    case auth::ClientHandshake::Verdict::kWrongSecret:
+      finish(End::kWrongToken, "the store holds a different token");
+      return;
+  }
+  asio::async_write(store_, asio::buffer(proof_),
+                    [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                      self->onProofSent(e);
+                    });
+}
+
+void RelayLink::onProofSent(const boost::system::error_code& error) {
+  if (finished_) return;
+  if (error) {
+    finish(End::kUnreachable, error.message());
+    return;
+  }
+  deadline_.cancel();
+  pump(worker_, store_, toStore_);
+  pump(store_, worker_, toWorker_);
+}
+
+void RelayLink::pump(tcp::socket& from, tcp::socket& to, Buffer& buffer) {
+  from.async_read_some(
+      asio::buffer(buffer),
+      [self = shared_from_this(), &from, &to, &buffer](const boost::system::error_code& error,
+                                                       std::size_t bytes) {
+        if (self->finished_) return;
+        if (error) {
+          self->finish(End::kClosed, "");
+          return;
+        }
+        asio::async_write(to, asio::buffer(buffer.data(), bytes),
+                          [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
+                            if (self->finished_) return;
+                            if (e) {
+                              self->finish(End::kClosed, "");
+                              return;
+                            }
+                            self->pump(from, to, buffer);
+                          });
+      });
+}
+
+void RelayLink::finish(End end, const std::string& detail) {
+  if (finished_) return;
+  finished_ = true;
+  boost::system::error_code ignored;
+  deadline_.cancel();
+  resolver_.cancel();
+  worker_.close(ignored);
+  store_.close(ignored);
+  // Last: the relay drops its reference here; in-flight handlers keep this object alive.
+  onEnd_(this, end, detail);
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,128 @@
+#include "server/handshake_gate.h"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/session.h"
+
+namespace ddprun::rendezvous {
+
+namespace asio = boost::asio;
+
+HandshakeGate::HandshakeGate(asio::ip::tcp::socket socket, std::string peer,
+                             std::string peerAddress, ServerContext& context)
+    : socket_(std::move(socket)),
+      peer_(std::move(peer)),
+      peerAddress_(std::move(peerAddress)),
+      context_(context),
+      handshake_(*context.options.secret),
+      acceptedAt_(Clock::now()) {}
+
+void HandshakeGate::start() { readHello(); }
+
+void HandshakeGate::readHello() {
+  // Whatever has arrived, so that a peer speaking something else is refused at its first bytes
+  // (a torch client sends a 5-byte VALIDATE and waits) instead of at the deadline.
+  socket_.async_read_some(
+      asio::buffer(hello_.data() + helloReceived_, hello_.size() - helloReceived_),
+      [self = shared_from_this()](const boost::system::error_code& error, std::size_t bytes) {
+        self->onHello(error, bytes);
+      });
+}
+
+void HandshakeGate::onHello(const boost::system::error_code& error, std::size_t bytes) {
+  if (done_) return;
+  if (error) {
+    refuse(helloReceived_ + bytes == 0 ? "disconnected before sending anything"
+                                       : "disconnected in the middle of the token handshake");
+    return;
+  }
+  helloReceived_ += bytes;
+  const std::string_view received(hello_.data(), helloReceived_);
+  if (!auth::ServerHandshake::mayBeHello(received)) {
+    refuse("its first bytes are not a token handshake (a client without the job's token)");
+    return;
+  }
+  if (helloReceived_ < hello_.size()) {
+    readHello();
+    return;
+  }
+  auto challenge = handshake_.challenge(received);
+  if (!challenge) {
+    refuse("sent a malformed token hello");
+    return;
+  }
+  challenge_ = std::move(*challenge);
+  asio::async_write(socket_, asio::buffer(challenge_),
+                    [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                      self->onChallengeSent(e);
+                    });
+}
+
+void HandshakeGate::onChallengeSent(const boost::system::error_code& error) {
+  if (done_) return;
+  if (error) {
+    refuse("disconnected in the middle of the token handshake");
+    return;
+  }
+  // Exactly the proof: the client may send its first request right behind it, and those bytes
+  // belong to the Session.
+  asio::async_read(socket_, asio::buffer(proof_),
+                   [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                     self->onProof(e);
+                   });
+}
+
+void HandshakeGate::onProof(const boost::system::error_code& error) {
+  if (done_) return;
+  if (error) {
+    // A client with another token stops here: it saw the server's proof fail.
+    refuse("left the token handshake after the challenge (a client with another token)");
+    return;
+  }
+  if (!handshake_.verify(std::string_view(proof_.data(), proof_.size()))) {
+    refuse("presented a wrong token proof");
+    return;
+  }
+  done_ = true;
+  spdlog::debug("connection from {} proved the token", peer_);
+  Session::admit(std::move(socket_), std::move(peer_), context_);
+  leave();
+}
+
+void HandshakeGate::checkDeadline(Clock::time_point now) {
+  if (!done_ && now - acceptedAt_ > context_.options.handshakeTimeout) {
+    refuse(fmt::format("did not finish the token handshake within {} ms",
+                       context_.options.handshakeTimeout.count()));
+  }
+}
+
+void HandshakeGate::refuse(std::string_view reason) {
+  if (done_) return;
+  context_.refusedHandshakes.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t suppressed = 0;
+  if (context_.refusals.shouldLog(peerAddress_, Clock::now(), suppressed)) {
+    spdlog::warn("refused a connection from {}: {}{}; further refusals of {} are counted, not "
+                 "logged, for {} s",
+                 peer_, reason,
+                 suppressed > 0 ? fmt::format(" ({} more refused since the last line)", suppressed)
+                                : std::string(),
+                 peerAddress_, RefusalLog::kPeriod.count());
+  }
+  close();
+}
+
+void HandshakeGate::close() {
+  if (closed_) return;
+  done_ = closed_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  context_.connections.fetch_sub(1, std::memory_order_relaxed);
+  leave();
+}
+
+void HandshakeGate::leave() { context_.gates.erase(this); }
+
+}  // namespace ddprun::rendezvous
