@@ -2,6 +2,7 @@
 # Benchmarks, each side by side with its anchor in one run (figures go to docs/benchmarks.md).
 #
 #   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
+#   scripts/bench.sh relay     the token's cost: no token vs token vs workers through the relay
 #   scripts/bench.sh launcher  ddprun vs torchrun 1.13: launch, peak RSS, restart (1 and 2 nodes)
 #   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
 #   scripts/bench.sh hang      hang -> new group running: ddprun --hang-timeout / FileTimer vs
@@ -14,6 +15,9 @@ case "${1:-store}" in
   store)
     /usr/bin/python3 tests/bench/bench_store.py --bench build-release/tests/bench/ddprun-store-bench \
       --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
+  relay)
+    /usr/bin/python3 tests/bench/bench_relay.py --bench build-release/tests/bench/ddprun-store-bench \
+      --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
   launcher)
     /usr/bin/python3 tests/bench/bench_launcher.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
   allreduce)
@@ -21,5 +25,5 @@ case "${1:-store}" in
       --allreduce-bench build-release/examples/allreduce_bench "${@:2}" ;;
   hang)
     /usr/bin/python3 tests/bench/bench_hang.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, launcher, allreduce, hang)" >&2; exit 2 ;;
+  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang)" >&2; exit 2 ;;
 esac

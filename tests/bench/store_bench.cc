@@ -5,6 +5,10 @@
 //   barrier  N clients connect, add to a counter and wait until all have: the init pattern
 //   idle     opens N idle connections, then one client measures add latency
 //
+// --token-file: the clients prove the job's token themselves (threads engine: ddprun's agents);
+// --relay-token-file: they connect to a LoopbackRelay started in this process, which proves it for
+// them (what PyTorch workers do under a token, through their agent's relay).
+//
 // Prints one JSON object per run on stdout. scripts/bench.sh drives it (tests/bench/bench_store.py).
 #include <pthread.h>
 #include <sys/socket.h>
@@ -30,6 +34,8 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "protocol/wire.h"
 
@@ -48,6 +54,7 @@ struct Config {
   int clients = 16;
   int rounds = 1000;
   int idle = 2000;
+  std::optional<JobSecret> secret;  // --token-file
 };
 
 TcpStoreOptions clientOptions(const Config& config) {
@@ -57,6 +64,7 @@ TcpStoreOptions clientOptions(const Config& config) {
   options.dialect = config.dialect == "torch2" ? WireDialect::kTorch2 : WireDialect::kTorch113;
   options.timeout = std::chrono::seconds(120);
   options.connectTimeout = std::chrono::seconds(120);
+  options.secret = config.secret;
   return options;
 }
 
@@ -420,7 +428,10 @@ int main(int argc, char** argv) {
       ("clients", po::value(&config.clients)->default_value(config.clients))
       ("rounds", po::value(&config.rounds)->default_value(config.rounds),
        "set/get/add rounds per client (ops), latency samples (idle)")
-      ("idle", po::value(&config.idle)->default_value(config.idle), "idle connections (idle)");
+      ("idle", po::value(&config.idle)->default_value(config.idle), "idle connections (idle)")
+      ("token-file", po::value<std::string>(), "the clients prove this token (threads engine)")
+      ("relay-token-file", po::value<std::string>(),
+       "the clients go through an in-process LoopbackRelay that proves this token");
   // clang-format on
   try {
     po::variables_map values;
@@ -430,6 +441,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(values);
+    if (values.count("token-file")) {
+      if (config.engine == "evented") throw std::runtime_error("--token-file needs --engine threads");
+      config.secret = readTokenFile(values["token-file"].as<std::string>());
+    }
+    std::unique_ptr<LoopbackRelay> relay;
+    if (values.count("relay-token-file")) {
+      relay = std::make_unique<LoopbackRelay>(
+          RelayOptions{readTokenFile(values["relay-token-file"].as<std::string>())});
+      relay->setUpstream(config.host, static_cast<std::uint16_t>(config.port));
+      config.host = "127.0.0.1";
+      config.port = relay->port();
+    }
     if (config.mode == "ops" && config.engine == "evented") {
       benchOpsEvented(config);
     } else if (config.mode == "ops") {

@@ -28,6 +28,8 @@ class LoopbackRelay::Impl {
  public:
   explicit Impl(RelayOptions options)
       : options_(std::move(options)),
+        // One thread serves; the hint cannot be UNSAFE: Asio's asynchronous resolver runs on a
+        // thread of its own and needs the locking.
         io_(1),
         acceptor_(io_),
         worker_(io_),

@@ -105,6 +105,10 @@ void RelayLink::onProofSent(const boost::system::error_code& error) {
     return;
   }
   deadline_.cancel();
+  // Non-blocking, for pump()'s direct writes: a full socket buffer must not block the loop.
+  boost::system::error_code ignored;
+  worker_.non_blocking(true, ignored);
+  store_.non_blocking(true, ignored);
   pump(worker_, store_, toStore_);
   pump(store_, worker_, toWorker_);
 }
@@ -119,7 +123,21 @@ void RelayLink::pump(tcp::socket& from, tcp::socket& to, Buffer& buffer) {
           self->finish(End::kClosed, "");
           return;
         }
-        asio::async_write(to, asio::buffer(buffer.data(), bytes),
+        // A store request or reply is small and the peer's socket buffer nearly always has room:
+        // write it now, in place, and go back to reading. Only what the kernel does not take
+        // waits for an asynchronous write (a trip through the loop per message would cost more
+        // than the copy itself).
+        boost::system::error_code writeError;
+        const std::size_t written = to.write_some(asio::buffer(buffer.data(), bytes), writeError);
+        if (writeError && writeError != asio::error::would_block) {
+          self->finish(End::kClosed, "");
+          return;
+        }
+        if (written == bytes) {
+          self->pump(from, to, buffer);
+          return;
+        }
+        asio::async_write(to, asio::buffer(buffer.data() + written, bytes - written),
                           [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
                             if (self->finished_) return;
                             if (e) {

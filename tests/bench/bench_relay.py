@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""What the token costs: ddprun-rendezvous without a token, with one (clients prove it
+themselves, as ddprun's agents do), and through the loopback relay (what unmodified PyTorch
+workers do under a token), side by side in one run.
+
+Every figure is the median of alternating runs of the same load generator (ddprun-store-bench,
+torch 2.x dialect). The relay runs inside the load generator's process on its own thread, as it
+runs inside the agent on the workers' node: on 2 cores it competes with the clients for CPU,
+as it would there.
+
+Usage: bench_relay.py --bench ddprun-store-bench --daemon ddprun-rendezvous [--repeats N]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_store import Server  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bench", required=True)
+    parser.add_argument("--daemon", required=True)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    workdir = tempfile.mkdtemp(prefix="ddprun-bench-relay-")
+    token = os.path.join(workdir, "token")
+    with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
+        out.write(os.urandom(32).hex() + "\n")
+    plain = Server("plain", [args.daemon, "--port", "0", "--log-level", "warn"])
+    guarded = Server("token", [args.daemon, "--port", "0", "--log-level", "warn",
+                               "--token-file", token])
+    # name -> (server, extra load-generator arguments)
+    setups = {
+        "direct": (plain, []),
+        "token": (guarded, ["--token-file", token]),
+        "relay": (guarded, ["--relay-token-file", token]),
+    }
+
+    def run(setup, load):
+        server, extra = setups[setup]
+        out = subprocess.run([args.bench, "--port", str(server.port), "--dialect", "torch2",
+                              *load, *extra], capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"bench failed ({setup}): {out.stderr.strip()}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def median(names, load):
+        samples = {name: [] for name in names}
+        for rep in range(args.repeats):
+            for name in (names if rep % 2 == 0 else list(reversed(names))):
+                samples[name].append(run(name, load))
+        return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]
+                       if isinstance(runs[0][k], (int, float))}
+                for name, runs in samples.items()}
+
+    rows = []
+    try:
+        for engine, names in (("threads", ["direct", "token", "relay"]),
+                              ("evented", ["direct", "relay"])):
+            for clients, rounds in ((1, 3000), (16, 1000)):
+                r = median(names, ["--mode", "ops", "--engine", engine, "--clients", str(clients),
+                                   "--rounds", str(rounds)])
+                cells = [f"{r[n]['ops_per_s']:,.0f} ({r[n]['p50_us']:.0f} / {r[n]['p99_us']:.0f} us)"
+                         if n in r else "-" for n in ("direct", "token", "relay")]
+                ratio = r["direct"]["ops_per_s"] / r["relay"]["ops_per_s"]
+                rows.append((f"set/get/add ops/s (p50 / p99), {clients} client{'s' * (clients > 1)}, "
+                             f"{engine}", *cells, f"**{ratio:.2f}x**"))
+        for engine, names in (("threads", ["direct", "token", "relay"]),
+                              ("evented", ["direct", "relay"])):
+            r = median(names, ["--mode", "barrier", "--engine", engine, "--clients", "1024"])
+            cells = [f"{r[n]['seconds']:.3f}" if n in r else "-" for n in ("direct", "token", "relay")]
+            ratio = r["relay"]["seconds"] / r["direct"]["seconds"]
+            rows.append((f"init barrier (connect, add, wait), 1,024 connections, {engine}: s",
+                         *cells, f"**{ratio:.2f}x**"))
+    finally:
+        plain.stop()
+        guarded.stop()
+
+    print(f"Relay benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
+          f"median of {args.repeats} alternating runs per figure")
+    print()
+    print("| measurement | no token, direct | token, client proves it | token, through the relay "
+          "| relay vs no token (cost) |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
