@@ -16,7 +16,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 WORKER = os.path.join(HERE, "workers", "steady_worker.py")
 sys.path.insert(0, os.path.join(REPO, "tests", "support"))
-from jobs import Deadline, Job, describe, give_up, run, wait_all  # noqa: E402,F401
+from jobs import Deadline, Job, describe, give_up, run, wait_all  # noqa: E402
+
+# What the drivers take from here, tests/support/jobs.py's helpers included.
+__all__ = ["SKIP", "ACTIVE_RUN", "Deadline", "Job", "TwoNodeJob", "describe", "free_port", "give_up",
+           "key", "listening_ports", "run", "start_daemon", "wait_all", "wait_until", "write_token"]
 
 SKIP = 77
 
@@ -145,22 +149,27 @@ class TwoNodeJob:
     def give_up(self, why):
         give_up(why, self.jobs)
 
+    def lines(self, pattern):
+        """The matches of `pattern` against whole worker lines, whatever the agent's line prefix
+        ("[default0]:" with several workers per node, none with one)."""
+        return list(re.finditer(r"^(?:\[[^\]\n]*\]:)?" + pattern + "$", self.output, re.M))
+
     def ranks_at(self, pattern):
         """The ranks whose workers printed a line matching `pattern` (with a group named rank)."""
-        return {int(m.group("rank")) for m in re.finditer(pattern, self.output, re.M)}
+        return {int(m.group("rank")) for m in self.lines(pattern)}
 
     def wait_training(self, step=1, seconds=90):
         """Until every rank of the current world has done `step` all_reduces (the round's workers
         are up, in the process group, and training)."""
         wanted = set(range(self.world))
-        wait_until(lambda: wanted <= self.ranks_at(r"^rank (?P<rank>\d+) step %d$" % step),
+        wait_until(lambda: wanted <= self.ranks_at(r"rank (?P<rank>\d+) step %d" % step),
                    self.deadline, seconds, "the workers did not reach step %d" % step, self.jobs)
 
     def worker_envs(self):
         """[(rank, {"MASTER_ADDR": ..., "MASTER_PORT": ..., ...})], one per worker started, from
         the workers' env lines (every round's; the agents' outputs one after the other)."""
         return [(int(m.group(1)), dict(item.split("=", 1) for item in m.group(2).split()))
-                for m in re.finditer(r"^rank (\d+) env: (.*)$", self.output, re.M)]
+                for m in self.lines(r"rank (\d+) env: (.*)")]
 
     def worker_store_port(self):
         """The real port of the workers' store, hosted by one of the agents: a port an agent listens
@@ -180,6 +189,13 @@ class TwoNodeJob:
         self.give_up("cannot tell the workers' store among the agents' listening ports %s (workers "
                      "were given %s)" % (sorted(ports), sorted(given)))
 
+    def relay_ports(self):
+        """The ports the workers were given that are not the workers' store itself: with a token,
+        their agents' relays (loopback, for workers that hold no token)."""
+        store = self.worker_store_port()
+        return sorted({int(e["MASTER_PORT"]) for _, e in self.worker_envs()
+                       if e.get("MASTER_PORT", "").isdigit()} - {store})
+
     def finish(self, what):
         wait_all(self.agents, self.deadline, what, also=self.also)
 
@@ -190,14 +206,14 @@ class TwoNodeJob:
         codes = [a.returncode for a in self.agents]
         if codes != [0, 0]:
             self.give_up("%s: the agents exited %s, not [0, 0]" % (label, codes))
-        done = self.ranks_at(r"^rank (?P<rank>\d+): trained %d steps \(restart 0\)$" % self.steps)
+        done = self.ranks_at(r"rank (?P<rank>\d+): trained %d steps \(restart 0\)" % self.steps)
         if done != set(range(self.world)):
             self.give_up("%s: ranks %s finished training, not all %d" % (label, sorted(done), self.world))
         for sign in ("restarting the job", "re-forming", "was lost", "left the job"):
             if sign in self.errors:
                 self.give_up("%s: the agents say %r: the job was disturbed" % (label, sign))
-        if len(self.ranks_at(r"^rank (?P<rank>\d+) env: ")) != self.world or \
-                len(re.findall(r"^rank \d+ env: ", self.output, re.M)) != self.world:
+        starts = self.lines(r"rank (?P<rank>\d+) env: .*")
+        if len(starts) != self.world or len({m.group("rank") for m in starts}) != self.world:
             self.give_up("%s: workers were started more than once (a re-formed round)" % label)
 
     def kill(self):
