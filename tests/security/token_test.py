@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""The job secret (--rdzv-conf token_file=PATH, PET_RDZV_CONF, ddprun-rendezvous --token-file)
+from the outside: torch's own clients are refused, a real DDP job trains through a protected
+daemon, and every bad secret is a quick exit 2 with one line saying what to fix.
+
+    token_test.py --ddprun BIN --rendezvous BIN --scenario NAME [--python PY]
+
+With torch (PY: /usr/bin/python3 = torch 1.13, or scripts/torch2-python = torch 2.6; exit 77 =
+skipped when it is missing):
+  torch-client-daemon  torch's TCPStore client is refused (an exception within seconds, no hang)
+                       by ddprun-rendezvous --token-file
+  torch-client-agent   ... and by both stores of a token-protected job mid-training (the
+                       rendezvous store on its endpoint, the workers' store on its real port),
+                       which trains on undisturbed (agent 1 gets the token through PET_RDZV_CONF)
+  ddp-daemon           examples/train_ddp.py, 2 agents x 2 workers, through a protected daemon
+                       (the daemon's file ends in a newline, the agents' does not: the same secret)
+Without torch (the secret's handling; PY only runs a no-op worker):
+  wrong-token          an agent with another secret: exit 2 within seconds, one line (token, refused)
+  missing-token        an agent with no secret against a protected daemon: exit 2, one line (token)
+  file-mode            a secret readable by group or others: agent and daemon exit 2 naming chmod 600
+  missing-file         a token file that does not exist: daemon and agent exit 2, one line naming it
+  short-token          a secret under 16 bytes (15 and a newline): agent and daemon exit 2
+"""
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from secjobs import (REPO, SKIP, Deadline, Job, TwoNodeJob, free_port, give_up, run,  # noqa: E402
+                     start_daemon, write_token)
+
+TORCH_SCENARIOS = ["torch-client-daemon", "torch-client-agent", "ddp-daemon"]
+PLAIN_SCENARIOS = ["wrong-token", "missing-token", "file-mode", "missing-file", "short-token"]
+PROBE = os.path.join(HERE, "workers", "torch_store_probe.py")
+NOOP = os.path.join(HERE, "workers", "noop_worker.py")
+EXAMPLE = os.path.join(REPO, "examples", "train_ddp.py")
+# "Within a few seconds": a refusal or a bad-input exit, from start to exit.
+QUICK = 10
+# torch's client timeout in the probe; it retries until then (2.x), so allow that and start-up.
+PROBE_TIMEOUT = 5
+PROBE_LIMIT = 30
+
+
+class Scenario:
+    def __init__(self, args, deadline):
+        self.args = args
+        self.deadline = deadline
+        self.work = tempfile.mkdtemp(prefix="ddprun-token-")
+        self.jobs = []
+
+    def track(self, job):
+        self.jobs.append(job)
+        return job
+
+    def fail(self, why):
+        give_up(why, self.jobs)
+
+    def daemon(self, token_file):
+        daemon, port = start_daemon(self.args.rendezvous, self.deadline, token_file=token_file)
+        self.track(daemon)
+        return port
+
+    def torch_probe(self, port, what):
+        """torch's TCPStore client (under --python) against `port`: must raise, within seconds."""
+        probe = self.track(Job([self.args.python, PROBE, "127.0.0.1", str(port), str(PROBE_TIMEOUT)],
+                               name="torch client -> %s" % what))
+        return probe
+
+    def check_probe(self, probe, what):
+        if probe.wait(self.deadline.cap(PROBE_LIMIT + 30)) is None:
+            self.fail("torch's client against the %s hangs" % what)
+        line = probe.output.strip().splitlines()[-1:] or [""]
+        took = re.search(r"after ([0-9.]+) s$", line[0])
+        if probe.returncode != 0 or not line[0].startswith("refused: ") or not took:
+            self.fail("torch's client against the %s was not refused (exit %s): %s" %
+                      (what, probe.returncode, line[0] or probe.errors[-2000:]))
+        if float(took.group(1)) > PROBE_LIMIT:
+            self.fail("torch's client against the %s was refused only after %s s" % (what, took.group(1)))
+        print("torch client -> %s: %s" % (what, line[0]))
+        return line[0]
+
+    def agent(self, token_file, endpoint_port, nnodes="2", name="agent"):
+        """One agent of a job that runs a no-op worker; `token_file` None: no secret given."""
+        conf = ["--rdzv-conf", "token_file=" + token_file] if token_file else []
+        argv = [self.args.ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", "127.0.0.1:%d" % endpoint_port, "--rdzv-id", "token-%d" % os.getpid(),
+                *conf, NOOP]
+        return self.track(Job(argv, name=name, env=dict(os.environ, PYTHON_EXEC=self.args.python)))
+
+    def refused_quickly(self, job, words, what, names=None):
+        """`job` exits 2 within QUICK seconds of starting with one stderr line holding every one
+        of `words` (case-insensitive; `names`: one of these too, e.g. the file's path), and ran
+        no worker."""
+        started = time.monotonic()
+        code = job.wait(self.deadline.cap(QUICK + 5))
+        took = time.monotonic() - started
+        if code is None:
+            self.fail("%s: still running %.0f s after it started, not a quick exit 2" % (what, took))
+        lines = [l for l in job.errors.splitlines() if l.strip()]
+        if code != 2 or len(lines) != 1:
+            self.fail("%s: exited %s with %d stderr lines, not 2 with one line" % (what, code, len(lines)))
+        text = lines[0].lower()
+        missing = [w for w in words if w.lower() not in text]
+        if missing or (names and not any(n.lower() in text for n in names)):
+            self.fail("%s: the line %r does not mention %s" % (what, lines[0], missing or names))
+        if "worker ran" in job.output:
+            self.fail("%s: a worker was started" % what)
+        print("%s: exit 2 after %.2f s: %s" % (what, took, lines[0]))
+        return took
+
+    def cleanup(self):
+        for job in self.jobs:
+            job.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def torch_client_daemon(s):
+    port = s.daemon(write_token(s.work))
+    return s.check_probe(s.torch_probe(port, "ddprun-rendezvous"), "ddprun-rendezvous")
+
+
+def torch_client_agent(s):
+    job = TwoNodeJob(s.args.ddprun, s.args.python, s.deadline, "token-agent-%d" % os.getpid(),
+                     token_file=write_token(s.work), token_by_env=True, steps=60)
+    s.jobs.extend(job.agents)
+    job.wait_training(1)
+    stores = [(job.rdzv_port, "rendezvous store"), (job.worker_store_port(), "workers' store")]
+    # Side by side: torch 2.x retries until its timeout, and the job must outlast both.
+    probes = [(s.torch_probe(port, what), what) for port, what in stores]
+    lines = [s.check_probe(probe, what) for probe, what in probes]
+    if job.ranks_at(r"rank (?P<rank>\d+): trained .*"):
+        s.fail("the job finished before the probes did: make it longer (steady_worker.py steps)")
+    job.check_unaffected("the job probed by torch's clients")
+    return "refused on both stores (%s); the job trained to its end" % "; ".join(lines)
+
+
+def ddp_daemon(s):
+    secret = "ddprun-test-" + os.urandom(12).hex()
+    port = s.daemon(write_token(s.work, "daemon-token", secret=secret, newline=True))
+    agents_token = write_token(s.work, "agent-token", secret=secret, newline=False)
+    job = TwoNodeJob(s.args.ddprun, s.args.python, s.deadline, "token-ddp-%d" % os.getpid(),
+                     token_file=agents_token, token_by_env=True, daemon_port=port, nproc=2,
+                     script=[EXAMPLE, "--epochs", "3"])
+    s.jobs.extend(job.agents)
+    job.also = [j for j in s.jobs if j not in job.agents]
+    job.finish("DDP training through the token-protected daemon")
+    codes = [a.returncode for a in job.agents]
+    ok = job.lines(r"OK: loss ([0-9.]+) -> ([0-9.]+); all (\d+) ranks hold identical parameters (\w+)")
+    if codes != [0, 0] or not ok or int(ok[0].group(3)) != job.world:
+        job.give_up("DDP through the protected daemon: exits %s, rank 0's verdict %s" %
+                    (codes, ok[0].group(0) if ok else "missing"))
+    return "loss %s -> %s on %d ranks, identical parameters %s" % (
+        ok[0].group(1), ok[0].group(2), job.world, ok[0].group(4))
+
+
+def wrong_token(s):
+    port = s.daemon(write_token(s.work, "daemon-token"))
+    agent = s.agent(write_token(s.work, "other-token"), port)
+    took = s.refused_quickly(agent, ["token", "refused"], "an agent with the wrong token")
+    return "exit 2 after %.2f s" % took
+
+
+def missing_token(s):
+    port = s.daemon(write_token(s.work, "daemon-token"))
+    took = s.refused_quickly(s.agent(None, port), ["token"], "an agent without a token")
+    return "exit 2 after %.2f s" % took
+
+
+def file_mode(s):
+    results = []
+    for mode in (0o644, 0o640):
+        path = write_token(s.work, "token-%o" % mode, mode=mode)
+        daemon = s.track(Job([s.args.rendezvous, "--port", "0", "--token-file", path], name="daemon"))
+        results.append(s.refused_quickly(daemon, ["chmod 600"], "the daemon with a mode %o token file" % mode))
+        agent = s.agent(path, free_port(), nnodes="1")
+        results.append(s.refused_quickly(agent, ["chmod 600"], "an agent with a mode %o token file" % mode))
+    return "daemon and agent exit 2 for modes 644 and 640 (at most %.2f s)" % max(results)
+
+
+def missing_file(s):
+    path = os.path.join(s.work, "no-such-token")
+    daemon = s.track(Job([s.args.rendezvous, "--port", "0", "--token-file", path], name="daemon"))
+    # Naming the file: an option the daemon does not know at all is also exit 2 with one line.
+    s.refused_quickly(daemon, [], "the daemon with a missing token file", names=[path])
+    s.refused_quickly(s.agent(path, free_port(), nnodes="1"), [], "an agent with a missing token file",
+                      names=[path])
+    return "daemon and agent exit 2 naming the file"
+
+
+def short_token(s):
+    path = write_token(s.work, "short-token", secret="x" * 15)  # 16 bytes with the newline
+    daemon = s.track(Job([s.args.rendezvous, "--port", "0", "--token-file", path], name="daemon"))
+    s.refused_quickly(daemon, [], "the daemon with a 15-byte secret", names=[path, "16"])
+    s.refused_quickly(s.agent(path, free_port(), nnodes="1"), [], "an agent with a 15-byte secret",
+                      names=[path, "16"])
+    return "daemon and agent exit 2 (15 bytes and a newline is not 16)"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--rendezvous", required=True, help="the ddprun-rendezvous binary")
+    parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--scenario", required=True, choices=TORCH_SCENARIOS + PLAIN_SCENARIOS)
+    # Half of CTest's TIMEOUT: a hang is reported with what was seen, not killed without a word.
+    parser.add_argument("--timeout", type=float, default=150)
+    args = parser.parse_args()
+    deadline = Deadline(args.timeout)
+
+    version = "no torch needed"
+    if args.scenario in TORCH_SCENARIOS:
+        probe = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(90),
+                    name="torch probe")
+        if probe.returncode == SKIP:
+            print(probe.errors.strip())
+            return SKIP
+        if probe.returncode != 0:
+            sys.exit("%s has no torch: %s" % (args.python, probe.errors.strip()))
+        version = "torch " + probe.output.strip()
+
+    scenario = Scenario(args, deadline)
+    handler = {"torch-client-daemon": torch_client_daemon, "torch-client-agent": torch_client_agent,
+               "ddp-daemon": ddp_daemon, "wrong-token": wrong_token, "missing-token": missing_token,
+               "file-mode": file_mode, "missing-file": missing_file, "short-token": short_token}
+    started = time.monotonic()
+    try:
+        verdict = handler[args.scenario](scenario)
+    finally:
+        scenario.cleanup()
+    print("RESULT %s (%s): %s (%.1f s)" % (args.scenario, version, verdict, time.monotonic() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
