@@ -1,6 +1,9 @@
 // A store with a token, over real sockets: only clients that prove the token are served, anything
 // else is closed without a reply byte, a wrong token is told apart at once, and unmodified
 // (token-less) clients reach it through a LoopbackRelay with the store's semantics intact.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <random>
 #include <thread>
 
@@ -242,4 +245,50 @@ TEST_CASE("the relay to a store with another token closes the worker's connectio
   CHECK(eventually([&] { return relay.stats().upstreamFailures == 1; }, 3s,
                    [&] { return log.text(); }));
   CHECK_THAT(log.text(), Catch::Contains("holds a different one"));
+}
+
+TEST_CASE("the relay serves only its own user's processes", "[relay]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to connect as another user");
+    return;
+  }
+  TestServer server(withToken());
+  LoopbackRelay relay(RelayOptions{kSecret});
+  relay.setUpstream("127.0.0.1", server.port());
+  // A child that becomes user nobody, connects to the relay and reports whether it was served.
+  int report[2];
+  REQUIRE(::pipe(report) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(report[0]);
+    char served = 'x';
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+      try {
+        TcpStoreOptions options = server.clientOptions();
+        options.port = relay.port();
+        options.connectTimeout = 2s;
+        TcpStore store(options);
+        store.set("k", "v");
+        served = 'y';
+      } catch (const std::exception&) {
+        served = 'n';
+      }
+    }
+    (void)!::write(report[1], &served, 1);
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  char served = '?';
+  (void)!::read(report[0], &served, 1);
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(served == 'n');
+  CHECK(relay.stats().refusedUsers >= 1);
+  // The relay's own user is served.
+  TcpStoreOptions options = server.clientOptions();
+  options.port = relay.port();
+  TcpStore store(options);
+  store.set("k", "v");
 }

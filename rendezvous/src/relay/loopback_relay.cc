@@ -2,6 +2,7 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "relay/peer_user.h"
 #include "relay/relay_link.h"
 
 namespace ddprun::rendezvous {
@@ -66,7 +68,8 @@ class LoopbackRelay::Impl {
   }
 
   Stats stats() const {
-    return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load()};
+    return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load(),
+                 refusedUsers_.load()};
   }
 
  private:
@@ -96,6 +99,9 @@ class LoopbackRelay::Impl {
       // No round has formed: nothing a worker could want yet.
       boost::system::error_code ignored;
       worker_.close(ignored);
+    } else if (!fromOwnUser()) {
+      boost::system::error_code ignored;
+      worker_.close(ignored);
     } else {
       boost::system::error_code ignored;
       worker_.set_option(tcp::no_delay(true), ignored);
@@ -111,6 +117,35 @@ class LoopbackRelay::Impl {
     }
     worker_ = tcp::socket(io_);
     acceptNext();
+  }
+
+  // Whether the accepted connection comes from a process of this agent's user (or root, who can
+  // read the token file anyway): the relay proves the token for whoever connects, so on a node
+  // shared with other users it must not serve them. When the kernel cannot say (no sock_diag),
+  // the connection is served, with one warning.
+  bool fromOwnUser() {
+    boost::system::error_code error;
+    const tcp::endpoint local = worker_.local_endpoint(error);
+    const tcp::endpoint peer = error ? tcp::endpoint() : worker_.remote_endpoint(error);
+    if (error) return false;  // already gone
+    const std::optional<uid_t> user = localPeerUser(local, peer);
+    if (!user) {
+      if (!warnedUnknownUser_) {
+        warnedUnknownUser_ = true;
+        spdlog::warn("workers' store relay: the kernel cannot tell which user opened a "
+                     "connection (no sock_diag): other local users can reach the job's store "
+                     "through this relay");
+      }
+      return true;
+    }
+    if (*user == ::geteuid() || *user == 0) return true;
+    refusedUsers_.fetch_add(1, std::memory_order_relaxed);
+    if (loggedUsers_.insert(*user).second) {
+      spdlog::warn("workers' store relay: refused a connection from local user {} (only user {}'s "
+                   "processes are relayed); further refusals of that user are not logged",
+                   *user, ::geteuid());
+    }
+    return false;
   }
 
   void onLinkEnd(RelayLink* link, RelayLink::End end, const std::string& upstream,
@@ -160,9 +195,12 @@ class LoopbackRelay::Impl {
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
   std::set<std::pair<std::string, int>> reported_;                      // serving thread only
+  std::set<uid_t> loggedUsers_;                                         // serving thread only
+  bool warnedUnknownUser_ = false;                                      // serving thread only
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> upstreamFailures_{0};
+  std::atomic<std::uint64_t> refusedUsers_{0};
 };
 
 LoopbackRelay::LoopbackRelay(RelayOptions options)

@@ -9,6 +9,10 @@
 // keep their exact meaning, and the relay parses nothing a worker sends. docs/security.md says
 // why this beats one multiplexed connection.
 //
+// Only processes of the agent's own user (and root) are served: the relay proves the token for
+// whoever connects, so another user's connection on a shared node is closed at once (the kernel
+// names each socket's owner: relay/peer_user.h).
+//
 // A connection is accepted at once; its bytes wait in the kernel until the upstream connection has
 // passed the handshake. If that fails, the worker's connection is closed (its client reports a
 // broken store connection); a store that holds a different token is logged once per upstream.
@@ -37,6 +41,7 @@ class LoopbackRelay {
     std::size_t connections = 0;     // relayed now
     std::uint64_t accepted = 0;      // since start
     std::uint64_t upstreamFailures = 0;  // worker connections closed because the store was not reached
+    std::uint64_t refusedUsers = 0;  // connections from another local user, closed at once
   };
 
   // Listens on 127.0.0.1 (a free port) and starts serving. Throws std::runtime_error.
