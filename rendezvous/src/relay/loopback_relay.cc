@@ -61,10 +61,23 @@ class LoopbackRelay::Impl {
 
   std::uint16_t port() const { return port_; }
 
+  // Resolved here, once per round, on the caller's thread: connections then go straight to the
+  // addresses (Asio's asynchronous resolver would add a trip through a thread of its own to
+  // every worker connection).
   void setUpstream(const std::string& host, std::uint16_t port) {
+    boost::system::error_code error;
+    asio::io_context resolving;
+    tcp::resolver resolver(resolving);
+    std::vector<tcp::endpoint> endpoints;
+    for (const auto& entry : resolver.resolve(host, std::to_string(port),
+                                              tcp::resolver::numeric_service, error)) {
+      endpoints.push_back(entry.endpoint());
+    }
+    if (error) spdlog::warn("workers' store relay: cannot resolve {}: {}", host, error.message());
     std::lock_guard lock(mutex_);
-    upstreamHost_ = host;
-    upstreamPort_ = port;
+    upstream_ = fmt::format("{}:{}", host, port);
+    upstreamEndpoints_ = std::move(endpoints);
+    upstreamSet_ = true;
   }
 
   Stats stats() const {
@@ -88,14 +101,16 @@ class LoopbackRelay::Impl {
       });
       return;
     }
-    std::string host;
-    std::uint16_t port = 0;
+    std::string upstream;
+    std::vector<tcp::endpoint> endpoints;
+    bool set = false;
     {
       std::lock_guard lock(mutex_);
-      host = upstreamHost_;
-      port = upstreamPort_;
+      upstream = upstream_;
+      endpoints = upstreamEndpoints_;
+      set = upstreamSet_;
     }
-    if (port == 0) {
+    if (!set) {
       // No round has formed: nothing a worker could want yet.
       boost::system::error_code ignored;
       worker_.close(ignored);
@@ -108,9 +123,10 @@ class LoopbackRelay::Impl {
       accepted_.fetch_add(1, std::memory_order_relaxed);
       connections_.fetch_add(1, std::memory_order_relaxed);
       auto link = std::make_shared<RelayLink>(
-          std::move(worker_), host, port, options_.secret, options_.connectTimeout,
-          [this, host, port](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, fmt::format("{}:{}", host, port), detail);
+          std::move(worker_), std::move(endpoints), upstream, options_.secret,
+          options_.connectTimeout,
+          [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, upstream, detail);
           });
       links_.emplace(link.get(), link);
       link->start();
@@ -190,8 +206,9 @@ class LoopbackRelay::Impl {
   bool stopping_ = false;  // serving thread only
 
   mutable std::mutex mutex_;
-  std::string upstreamHost_;
-  std::uint16_t upstreamPort_ = 0;
+  std::string upstream_;                      // "host:port", for messages
+  std::vector<tcp::endpoint> upstreamEndpoints_;
+  bool upstreamSet_ = false;
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
   std::set<std::pair<std::string, int>> reported_;                      // serving thread only

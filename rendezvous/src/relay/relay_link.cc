@@ -14,14 +14,13 @@ namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-RelayLink::RelayLink(tcp::socket worker, std::string host, std::uint16_t port,
+RelayLink::RelayLink(tcp::socket worker, std::vector<tcp::endpoint> store, std::string upstream,
                      const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd)
     : worker_(std::move(worker)),
       store_(worker_.get_executor()),
-      resolver_(worker_.get_executor()),
       deadline_(worker_.get_executor()),
-      host_(std::move(host)),
-      port_(port),
+      endpoints_(std::move(store)),
+      upstream_(std::move(upstream)),
       connectTimeout_(connectTimeout),
       handshake_(secret),
       hello_(handshake_.hello()),
@@ -36,21 +35,11 @@ void RelayLink::start() {
                                self->connectTimeout_.count()));
     }
   });
-  resolver_.async_resolve(host_, std::to_string(port_), tcp::resolver::numeric_service,
-                          [self = shared_from_this()](const boost::system::error_code& error,
-                                                      const tcp::resolver::results_type& found) {
-                            self->onResolved(error, found);
-                          });
-}
-
-void RelayLink::onResolved(const boost::system::error_code& error,
-                           const tcp::resolver::results_type& endpoints) {
-  if (finished_) return;
-  if (error) {
-    finish(End::kUnreachable, fmt::format("cannot resolve {}: {}", host_, error.message()));
+  if (endpoints_.empty()) {
+    finish(End::kUnreachable, fmt::format("{} does not resolve", upstream_));
     return;
   }
-  asio::async_connect(store_, endpoints,
+  asio::async_connect(store_, endpoints_,
                       [self = shared_from_this()](const boost::system::error_code& e,
                                                   const tcp::endpoint&) { self->onConnected(e); });
 }
@@ -154,7 +143,6 @@ void RelayLink::finish(End end, const std::string& detail) {
   finished_ = true;
   boost::system::error_code ignored;
   deadline_.cancel();
-  resolver_.cancel();
   worker_.close(ignored);
   store_.close(ignored);
   // Last: the relay drops its reference here; in-flight handlers keep this object alive.

@@ -1,5 +1,5 @@
 // RelayLink: one worker connection of a LoopbackRelay and the upstream connection that carries it
-// to the store: resolve, connect, prove the token (auth/handshake.h), then copy bytes both ways
+// to the store: connect (to the addresses the relay resolved once per round), prove the token (auth/handshake.h), then copy bytes both ways
 // unchanged until either side closes, which closes both.
 //
 // Lives on the relay's event-loop thread.
@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -30,8 +31,10 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   };
   using OnEnd = std::function<void(RelayLink*, End, const std::string& detail)>;
 
-  RelayLink(boost::asio::ip::tcp::socket worker, std::string host, std::uint16_t port,
-            const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd);
+  // `store`: the store's addresses, tried in order; `upstream` names it in messages.
+  RelayLink(boost::asio::ip::tcp::socket worker, std::vector<boost::asio::ip::tcp::endpoint> store,
+            std::string upstream, const JobSecret& secret, std::chrono::milliseconds connectTimeout,
+            OnEnd onEnd);
 
   void start();
   // Closes both connections (the relay is stopping). Idempotent.
@@ -40,8 +43,6 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
  private:
   using Buffer = std::array<char, 64 * 1024>;
 
-  void onResolved(const boost::system::error_code& error,
-                  const boost::asio::ip::tcp::resolver::results_type& endpoints);
   void onConnected(const boost::system::error_code& error);
   void onChallenge(const boost::system::error_code& error);
   void onProofSent(const boost::system::error_code& error);
@@ -51,10 +52,9 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
 
   boost::asio::ip::tcp::socket worker_;
   boost::asio::ip::tcp::socket store_;
-  boost::asio::ip::tcp::resolver resolver_;
   boost::asio::steady_timer deadline_;
-  std::string host_;
-  std::uint16_t port_;
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
+  std::string upstream_;
   std::chrono::milliseconds connectTimeout_;
   auth::ClientHandshake handshake_;
   std::string hello_;
