@@ -132,9 +132,10 @@ TEST_CASE("a rank that hangs: its peers fail within DDPRUN_TIMEOUT, the group re
 
 TEST_CASE("a rank that stops calling collectives: ddprun --hang-timeout finds both ranks silent, "
           "records their stacks and restarts the group") {
-  // DDPRUN_TIMEOUT (5 min by default) would let rank 0 wait for minutes; --hang-timeout 2 ends
-  // the hang seconds after the last collective, which reported progress by itself.
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--hang-timeout", "2", RUNTIME_RESILIENCE_WORKER,
+  // DDPRUN_TIMEOUT (5 min by default) would let rank 0 wait for minutes; --hang-timeout 5 ends
+  // the hang seconds after the last collective, which reported progress by itself (and is long
+  // enough that a loaded CI machine does not make a healthy attempt look hung).
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--hang-timeout", "5", RUNTIME_RESILIENCE_WORKER,
                             "--iterations", "40", "--fault", "stall", "--fault-rank", "1",
                             "--fault-at", "10"}),
                  {"DDPRUN_BACKEND=gloo"});
