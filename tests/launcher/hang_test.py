@@ -18,9 +18,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "hang_worker.py")
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from jobs import Deadline, Job, give_up, run, wait_all  # noqa: E402
+from jobs import SKIP, Deadline, Job, torch_version, wait_all  # noqa: E402
 
-SKIP = 77
 
 
 def check(condition, why, job):
@@ -74,14 +73,9 @@ def main():
     args = parser.parse_args()
     deadline = Deadline(args.timeout)
 
-    probe = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(60),
-                name="torch probe")
-    if probe.returncode == SKIP:
-        print(probe.errors.strip())
+    version = torch_version(args.python, deadline.cap(60))
+    if version is None:
         return SKIP
-    if probe.returncode != 0:
-        sys.exit(f"{args.python} has no torch: {probe.errors.strip()}")
-    version = probe.output.strip()
 
     env = dict(os.environ, PYTHON_EXEC=args.python)
     options = ["--standalone", "--nproc-per-node", "2"]

@@ -40,8 +40,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from attack_client import AttackClient, StoreClosed, StoreTimeout, probe  # noqa: E402
-from secjobs import (ACTIVE_RUN, SKIP, Deadline, TwoNodeJob, give_up, key, run,  # noqa: E402
-                     start_daemon, wait_until, write_token)
+from secjobs import (ACTIVE_RUN, SKIP, Deadline, TwoNodeJob, give_up, key,  # noqa: E402
+                     start_daemon, torch_version, wait_until, write_token)
 
 SCENARIOS = ["read-keys", "stop-done", "forged-failure", "reform-forever", "fake-node",
              "nproc-zero", "hold-lockout"]
@@ -452,13 +452,8 @@ def main():
     args = parser.parse_args()
 
     deadline = Deadline(args.timeout)
-    probe_job = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(60),
-                    name="torch probe")
-    if probe_job.returncode == SKIP:
-        print(probe_job.errors.strip())
+    if torch_version(args.python, deadline.cap(60)) is None:
         return SKIP
-    if probe_job.returncode != 0:
-        sys.exit("%s has no torch: %s" % (args.python, probe_job.errors.strip()))
 
     attack = Attack(args)
     attack.deadline = deadline

@@ -16,13 +16,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 WORKER = os.path.join(HERE, "workers", "steady_worker.py")
 sys.path.insert(0, os.path.join(REPO, "tests", "support"))
-from jobs import Deadline, Job, describe, give_up, run, wait_all  # noqa: E402
+from jobs import SKIP, Deadline, Job, describe, give_up, run, torch_version, wait_all  # noqa: E402
 
 # What the drivers take from here, tests/support/jobs.py's helpers included.
 __all__ = ["SKIP", "ACTIVE_RUN", "Deadline", "Job", "TwoNodeJob", "describe", "free_port", "give_up",
-           "key", "listening_ports", "run", "start_daemon", "wait_all", "wait_until", "write_token"]
-
-SKIP = 77
+           "key", "listening_ports", "run", "start_daemon", "torch_version", "wait_all", "wait_until",
+           "write_token"]
 
 
 def free_port():

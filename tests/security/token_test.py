@@ -31,8 +31,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from secjobs import (REPO, SKIP, Deadline, Job, TwoNodeJob, free_port, give_up, run,  # noqa: E402
-                     start_daemon, write_token)
+from secjobs import (REPO, SKIP, Deadline, Job, TwoNodeJob, free_port, give_up,  # noqa: E402
+                     start_daemon, torch_version, write_token)
 
 TORCH_SCENARIOS = ["torch-client-daemon", "torch-client-agent", "ddp-daemon"]
 PLAIN_SCENARIOS = ["wrong-token", "missing-token", "file-mode", "missing-file", "short-token"]
@@ -214,14 +214,10 @@ def main():
 
     version = "no torch needed"
     if args.scenario in TORCH_SCENARIOS:
-        probe = run([args.python, "-c", "import torch; print(torch.__version__)"], deadline.cap(90),
-                    name="torch probe")
-        if probe.returncode == SKIP:
-            print(probe.errors.strip())
+        found = torch_version(args.python, deadline.cap(90))
+        if found is None:
             return SKIP
-        if probe.returncode != 0:
-            sys.exit("%s has no torch: %s" % (args.python, probe.errors.strip()))
-        version = "torch " + probe.output.strip()
+        version = "torch " + found
 
     scenario = Scenario(args, deadline)
     handler = {"torch-client-daemon": torch_client_daemon, "torch-client-agent": torch_client_agent,

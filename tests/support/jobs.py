@@ -189,6 +189,23 @@ def run(argv, timeout, name=None, **popen):
     return job
 
 
+# The exit code CTest reads as "skipped" (SKIP_RETURN_CODE), e.g. when the torch 2.6 chroot is absent.
+SKIP = 77
+
+
+def torch_version(python, timeout):
+    """torch's version under `python`, or None when `python` exits SKIP (the caller then skips,
+    the reason printed); a `python` without torch fails the test with one line."""
+    probe = run([python, "-c", "import torch; print(torch.__version__)"], timeout,
+                name="torch probe")
+    if probe.returncode == SKIP:
+        print(probe.errors.strip())
+        return None
+    if probe.returncode != 0:
+        sys.exit(f"{python} has no torch: {probe.errors.strip()}")
+    return probe.output.strip()
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "tree":
         sys.stdout.write(process_tree(sys.argv[2:]))
