@@ -110,11 +110,8 @@ class LoopbackRelay::Impl {
       endpoints = upstreamEndpoints_;
       set = upstreamSet_;
     }
-    if (!set) {
-      // No round has formed: nothing a worker could want yet.
-      boost::system::error_code ignored;
-      worker_.close(ignored);
-    } else if (!fromOwnUser()) {
+    // Before a round has formed there is nothing a worker could want; another user is not served.
+    if (!set || !fromOwnUser()) {
       boost::system::error_code ignored;
       worker_.close(ignored);
     } else {

@@ -241,12 +241,7 @@ class RendezvousServer::Impl {
       if (error || stopRequested_) return;
       const auto now = Session::Clock::now();
       for (const auto& session : snapshot()) session->checkDeadlines(now);
-      if (!context_.gates.empty()) {
-        std::vector<std::shared_ptr<HandshakeGate>> gates;
-        gates.reserve(context_.gates.size());
-        for (const auto& entry : context_.gates) gates.push_back(entry.second);
-        for (const auto& gate : gates) gate->checkDeadline(now);
-      }
+      for (const auto& gate : gateSnapshot()) gate->checkDeadline(now);
       context_.kv.expireHolds(now);
       scheduleSweep();
     });
@@ -259,6 +254,14 @@ class RendezvousServer::Impl {
     return sessions;
   }
 
+  // The same for the connections still in the token handshake (a gate may close while iterating).
+  std::vector<std::shared_ptr<HandshakeGate>> gateSnapshot() const {
+    std::vector<std::shared_ptr<HandshakeGate>> gates;
+    gates.reserve(context_.gates.size());
+    for (const auto& entry : context_.gates) gates.push_back(entry.second);
+    return gates;
+  }
+
   void shutdown() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
@@ -266,9 +269,7 @@ class RendezvousServer::Impl {
     sweepTimer_.cancel();
     stopEvent_.close(ignored);
     for (const auto& session : snapshot()) session->close("server shutting down", false);
-    std::vector<std::shared_ptr<HandshakeGate>> gates;
-    for (const auto& entry : context_.gates) gates.push_back(entry.second);
-    for (const auto& gate : gates) gate->close();
+    for (const auto& gate : gateSnapshot()) gate->close();
   }
 
   ServerOptions options_;
