@@ -242,9 +242,10 @@ TEST_CASE("the relay to a store with another token closes the worker's connectio
   RawClient worker("127.0.0.1", relay.port());
   worker.sendHex("0d 2a000000");
   CHECK(worker.closedWithin(3s));
-  CHECK(eventually([&] { return relay.stats().upstreamFailures == 1; }, 3s,
-                   [&] { return log.text(); }));
-  CHECK_THAT(log.text(), Catch::Contains("holds a different one"));
+  CHECK(eventually(
+      [&] { return log.text().find("holds a different one") != std::string::npos; }, 3s,
+      [&] { return log.text(); }));
+  CHECK(relay.stats().upstreamFailures == 1);
 }
 
 TEST_CASE("the relay serves only its own user's processes", "[relay]") {

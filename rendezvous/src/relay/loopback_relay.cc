@@ -165,7 +165,6 @@ class LoopbackRelay::Impl {
                  const std::string& detail) {
     connections_.fetch_sub(1, std::memory_order_relaxed);
     if (end != RelayLink::End::kClosed) {
-      upstreamFailures_.fetch_add(1, std::memory_order_relaxed);
       // Once per upstream and kind of failure: every worker connection would say the same.
       if (reported_.emplace(upstream, static_cast<int>(end)).second) {
         const char* what = end == RelayLink::End::kWrongToken
@@ -177,6 +176,8 @@ class LoopbackRelay::Impl {
         spdlog::error("workers' store relay: {} at {} ({}); the workers' store connections fail",
                       what, upstream, detail);
       }
+      // Counted after the line is written, so whoever sees the count also finds the line.
+      upstreamFailures_.fetch_add(1, std::memory_order_relaxed);
     }
     links_.erase(link);
   }
