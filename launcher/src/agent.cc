@@ -24,6 +24,7 @@
 #include "asio_event_loop.h"
 #include "cli.h"
 #include "console_writer.h"
+#include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/worker_env_names.h"
@@ -83,12 +84,29 @@ bool namesThisHostThroughLoopback(const std::string& host) {
   return loopbackOnly;
 }
 
+// How many connections each store this agent hosts may hold, given its descriptor limit. Without
+// a cap, idle connections to its store could take every descriptor, and the agent could then not
+// make the pipes to restart a worker. So it keeps a reserve: 64 for itself (stdio, the event
+// loop's epoll and eventfds, its own store clients, the FileTimer pipe, the listeners, /proc and
+// cgroup reads) and 16 per local worker (about 10 at once at worst: its stdout and stderr pipes or
+// pty, both ends while it is spawned, the spawn's error pipe, its log files under --redirects or
+// --tee, its heartbeat file, a debugger's pipe when it hangs). The rest is split between the two
+// stores it may host (the job's rendezvous store and the workers' store).
+std::size_t hostedStoreConnections(const LaunchConfig& config, std::size_t descriptorLimit) {
+  const std::size_t reserve = 64 + 16 * static_cast<std::size_t>(std::max(1, config.nprocPerNode));
+  const std::size_t perStore = descriptorLimit > reserve ? (descriptorLimit - reserve) / 2 : 0;
+  // A store needs a few connections for the agents' own clients; below that nothing would work.
+  constexpr std::size_t kFewest = 16;
+  return std::clamp(perStore, kFewest, rendezvous::ServerOptions{}.maxConnections);
+}
+
 // The stores this agent may serve: the job's rendezvous store (standalone, static node 0, or the
 // first c10d agent on its endpoint) and, as group rank 0 of a c10d round, the workers' store.
 class HostedStores final : public WorkerStoreHost {
  public:
   // With a secret, every store this agent hosts wants it, and the workers go through a relay.
-  explicit HostedStores(std::optional<rendezvous::JobSecret> secret) : secret_(std::move(secret)) {}
+  HostedStores(std::optional<rendezvous::JobSecret> secret, std::size_t maxConnections)
+      : secret_(std::move(secret)), maxConnections_(maxConnections) {}
 
   // Decides whether to host the rendezvous store and starts it; returns where to reach it.
   // Throws rendezvous::ServerError when this agent must host it and cannot.
@@ -121,6 +139,7 @@ class HostedStores final : public WorkerStoreHost {
   rendezvous::ServerOptions serverOptions() const {
     rendezvous::ServerOptions options;
     options.secret = secret_;
+    options.maxConnections = maxConnections_;
     return options;
   }
   // One line, the first time a store of this agent listens where other hosts reach it, open.
@@ -137,6 +156,7 @@ class HostedStores final : public WorkerStoreHost {
   std::unique_ptr<rendezvous::LoopbackRelay> relay_;
   std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
   std::unique_ptr<rendezvous::RendezvousServer> workers_;
+  std::size_t maxConnections_;
   bool listenEverywhere_ = false;
   bool warnedOpen_ = false;
 };
@@ -181,7 +201,8 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
                  "--rdzv-endpoint this host's network address to listen on it alone",
                  rdzv.host);
   }
-  spdlog::info("hosting the rendezvous store on {}{}", rendezvous_->address(),
+  spdlog::info("hosting the rendezvous store on {} (at most {} connections{})",
+               rendezvous_->address(), maxConnections_,
                secret_ ? "; clients must prove the job's token" : "");
   warnIfOpen(options.host, "the rendezvous store");
   return store;
@@ -260,6 +281,7 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>& environment,
              Guardian* guardian) {
   std::signal(SIGPIPE, SIG_IGN);
+  const std::size_t descriptorLimit = common::raiseDescriptorLimit();
   LaunchConfig config = given;
   if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
     // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
@@ -368,7 +390,7 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
       return kUsageError;
     }
   }
-  HostedStores stores(std::move(secret));
+  HostedStores stores(std::move(secret), hostedStoreConnections(config, descriptorLimit));
   rendezvous::TcpStoreOptions storeOptions;
   try {
     storeOptions = stores.hostOrFind(config);

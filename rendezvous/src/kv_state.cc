@@ -20,9 +20,12 @@ std::optional<std::int64_t> parseCounter(const std::string& text) {
   return static_cast<std::int64_t>(value);
 }
 
+KvState::KvState() = default;
+KvState::~KvState() = default;
+
 const std::string* KvState::find(std::string_view key) const {
   auto it = map_.find(key);
-  return it == map_.end() ? nullptr : &it->second;
+  return it == map_.end() ? nullptr : &it->second.value;
 }
 
 bool KvState::present(std::string_view key) const {
@@ -34,22 +37,103 @@ bool KvState::present(std::string_view key) const {
 std::vector<std::string> KvState::keys() const {
   std::vector<std::string> out;
   out.reserve(map_.size());
-  for (const auto& [key, value] : map_) out.push_back(key);
+  for (const auto& [key, entry] : map_) out.push_back(key);
   return out;
+}
+
+std::unique_ptr<KeyListing> KvState::listKeys() {
+  std::unique_ptr<KeyListing> listing(new KeyListing(*this, map_.size(), keyBytes_));
+  if (newest_ != nullptr) {
+    listing->cursor_ = oldest_;
+    listing->lastOrder_ = newest_->second.order;
+  }
+  listings_.push_back(listing.get());
+  return listing;
+}
+
+std::size_t KvState::growthOfSet(std::string_view key, std::size_t valueBytes) const {
+  const std::string* existing = find(key);
+  if (existing == nullptr) return key.size() + valueBytes + kEntryOverhead;
+  return valueBytes > existing->size() ? valueBytes - existing->size() : 0;
+}
+
+std::size_t KvState::growthOfPush(std::string_view key, std::size_t valueBytes) const {
+  const std::size_t item = valueBytes + kQueueItemOverhead;
+  return queues_.contains(key) ? item : item + key.size() + kEntryOverhead;
+}
+
+std::size_t KvState::growthOfHold(const KvObserver* observer, std::string_view key,
+                                  std::string_view value, std::string_view notifyKey,
+                                  std::string_view notifyValue) const {
+  // Mirrors hold(): what it would create, or grow.
+  std::size_t growth = 0;
+  auto it = holds_.find(key);
+  const Hold* held = nullptr;
+  if (it == holds_.end()) {
+    const std::string* existing = find(key);
+    if (existing != nullptr && *existing != value) return 0;
+    growth += key.size() + value.size() + kEntryOverhead;  // the hold itself
+    if (existing == nullptr) growth += growthOfSet(key, value.size());
+  } else if (it->second.value != value) {
+    return 0;
+  } else {
+    held = &it->second;
+  }
+  const std::size_t notify = notifyKey.size() + notifyValue.size() + kEntryOverhead;
+  if (held != nullptr) {
+    auto mine = std::find_if(held->holders.begin(), held->holders.end(),
+                             [observer](const Holder& h) { return h.observer == observer; });
+    if (mine != held->holders.end()) {
+      const std::size_t before = holderBytes(*mine);
+      return growth + (notify > before ? notify - before : 0);
+    }
+  }
+  return growth + notify;
+}
+
+void KvState::replaceValue(Entry& entry, std::string value) {
+  if (value.size() >= entry.value.size()) {
+    grow(value.size() - entry.value.size());
+  } else {
+    shrink(entry.value.size() - value.size());
+  }
+  entry.value = std::move(value);
 }
 
 void KvState::store(std::string_view key, std::string value) {
   auto it = map_.find(key);
   if (it == map_.end()) {
-    it = map_.emplace(std::string(key), std::move(value)).first;
-    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, {}, it->second);
+    grow(key.size() + value.size() + kEntryOverhead);
+    keyBytes_ += key.size();
+    it = map_.emplace(std::string(key), Entry{std::move(value), nextOrder_++, nullptr, newest_})
+             .first;
+    Slot* slot = &*it;
+    if (newest_ != nullptr) {
+      newest_->second.newer = slot;
+    } else {
+      oldest_ = slot;
+    }
+    newest_ = slot;
+    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, {}, it->second.value);
   } else if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = std::exchange(it->second, std::move(value));
-    notifyWatchers(WatchEvent::kUpdated, key, old, it->second);
+    std::string old = it->second.value;
+    replaceValue(it->second, std::move(value));
+    notifyWatchers(WatchEvent::kUpdated, key, old, it->second.value);
   } else {
-    it->second = std::move(value);
+    replaceValue(it->second, std::move(value));
   }
   wake(key, /*onlyFirst=*/false);
+}
+
+void KvState::eraseSlot(Map<Entry>::iterator it) {
+  Slot& slot = *it;
+  for (KeyListing* listing : listings_) listing->onErase(slot);
+  Entry& entry = slot.second;
+  (entry.older != nullptr ? entry.older->second.newer : oldest_) = entry.newer;
+  (entry.newer != nullptr ? entry.newer->second.older : newest_) = entry.older;
+  shrink(slot.first.size() + entry.value.size() + kEntryOverhead);
+  keyBytes_ -= slot.first.size();
+  map_.erase(it);
 }
 
 void KvState::set(std::string_view key, std::string value) { store(key, std::move(value)); }
@@ -64,7 +148,7 @@ std::string KvState::compareSet(std::string_view key, std::string_view expected,
     store(key, std::string(desired));
     return std::string(desired);
   }
-  if (it->second != expected) return it->second;
+  if (it->second.value != expected) return it->second.value;
   store(key, std::string(desired));
   return std::string(desired);
 }
@@ -73,7 +157,7 @@ std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delt
   auto it = map_.find(key);
   std::int64_t current = 0;
   if (it != map_.end()) {
-    std::optional<std::int64_t> parsed = parseCounter(it->second);
+    std::optional<std::int64_t> parsed = parseCounter(it->second.value);
     if (!parsed) return std::nullopt;
     current = *parsed;
   }
@@ -81,7 +165,8 @@ std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delt
   const auto sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
                                              static_cast<std::uint64_t>(delta));
   if (it != map_.end() && watchers_.empty()) {
-    it->second = std::to_string(sum);  // the hot path of every counter: one lookup, no wake-ups
+    // The hot path of every counter: one lookup, no wake-ups.
+    replaceValue(it->second, std::to_string(sum));
     wake(key, /*onlyFirst=*/false);
   } else {
     store(key, std::to_string(sum));
@@ -100,16 +185,17 @@ bool KvState::erase(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return false;
   if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = std::move(it->second);
-    map_.erase(it);
+    std::string old = it->second.value;
+    eraseSlot(it);
     notifyWatchers(WatchEvent::kDeleted, key, old, {});
   } else {
-    map_.erase(it);
+    eraseSlot(it);
   }
   return true;
 }
 
 void KvState::queuePush(std::string_view key, std::string value) {
+  grow(growthOfPush(key, value.size()));
   auto it = queues_.find(key);
   if (it == queues_.end()) it = queues_.emplace(std::string(key), std::deque<std::string>()).first;
   it->second.push_back(std::move(value));
@@ -125,13 +211,27 @@ std::optional<std::string> KvState::queuePop(std::string_view key, std::int64_t&
   lengthBefore = static_cast<std::int64_t>(it->second.size());
   std::string value = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) queues_.erase(it);
+  shrink(value.size() + kQueueItemOverhead);
+  if (it->second.empty()) {
+    shrink(it->first.size() + kEntryOverhead);
+    queues_.erase(it);
+  }
   return value;
 }
 
 std::int64_t KvState::queueLength(std::string_view key) const {
   auto it = queues_.find(key);
   return it == queues_.end() ? 0 : static_cast<std::int64_t>(it->second.size());
+}
+
+std::size_t KvState::queueFrontBytes(std::string_view key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() || it->second.empty() ? 0 : it->second.front().size();
+}
+
+const std::string* KvState::heldValue(std::string_view key) const {
+  auto it = holds_.find(key);
+  return it == holds_.end() ? nullptr : &it->second.value;
 }
 
 bool KvState::wait(KvObserver* observer, std::uint64_t waitId, const std::vector<std::string>& keys) {
@@ -305,6 +405,7 @@ std::string KvState::hold(KvObserver* observer, std::string_view key, std::strin
   if (it == holds_.end()) {
     // Not held yet: a plain key of another value belongs to someone else.
     if (const std::string* existing = find(key); existing && *existing != value) return *existing;
+    grow(key.size() + value.size() + kEntryOverhead);
     it = holds_.emplace(std::string(key), Hold{std::string(value), {}}).first;
     if (find(key) == nullptr) store(key, std::string(value));
   } else if (it->second.value != value) {
@@ -316,11 +417,14 @@ std::string KvState::hold(KvObserver* observer, std::string_view key, std::strin
                            [observer](const Holder& h) { return h.observer == observer; });
   if (mine == holders.end()) {
     holders.push_back({observer, deadline, std::string(notifyKey), std::string(notifyValue)});
+    grow(holderBytes(holders.back()));
     observers_[observer].heldKeys.emplace_back(key);
   } else {
+    shrink(holderBytes(*mine));
     mine->deadline = deadline;
     mine->notifyKey = notifyKey;
     mine->notifyValue = notifyValue;
+    grow(holderBytes(*mine));
   }
   return it->second.value;
 }
@@ -338,6 +442,8 @@ bool KvState::dropHolder(std::string_view key, const KvObserver* observer, bool 
   if (mine == holders.end()) return false;
   const Holder gone = *mine;
   holders.erase(mine);
+  // Released before the notify key is written below: what it reserved is what that write takes.
+  shrink(holderBytes(gone));
   if (auto state = observers_.find(observer); state != observers_.end()) {
     auto& keys = state->second.heldKeys;
     if (auto k = std::find(keys.begin(), keys.end(), key); k != keys.end()) keys.erase(k);
@@ -345,6 +451,7 @@ bool KvState::dropHolder(std::string_view key, const KvObserver* observer, bool 
   }
   const std::string value = it->second.value;
   if (holders.empty()) {
+    shrink(it->first.size() + value.size() + kEntryOverhead);
     holds_.erase(it);
     if (const std::string* current = find(key); current && *current == value) erase(key);
   }
@@ -363,6 +470,52 @@ void KvState::expireHolds(TimePoint now) {
     }
   }
   for (const auto& [key, observer] : expired) dropHolder(key, observer, /*forCause=*/true);
+}
+
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+
+KeyListing::KeyListing(KvState& kv, std::size_t size, std::size_t keyBytes)
+    : kv_(kv), size_(size), remainingCount_(size), remainingKeyBytes_(keyBytes) {}
+
+KeyListing::~KeyListing() { std::erase(kv_.listings_, this); }
+
+std::optional<std::size_t> KeyListing::nextSize() const {
+  if (cursor_ != nullptr) return cursor_->first.size();
+  if (!erasedNames_.empty()) return erasedNames_.back().size();
+  return std::nullopt;
+}
+
+std::optional<std::string_view> KeyListing::next() {
+  std::string_view name;
+  if (cursor_ != nullptr) {
+    name = cursor_->first;
+    cursor_ = cursor_->second.newer;
+    if (cursor_ != nullptr && cursor_->second.order > lastOrder_) cursor_ = nullptr;
+  } else if (!erasedNames_.empty()) {
+    current_ = std::move(erasedNames_.back());
+    erasedNames_.pop_back();
+    name = current_;
+  } else {
+    return std::nullopt;
+  }
+  --remainingCount_;
+  remainingKeyBytes_ -= name.size();
+  return name;
+}
+
+void KeyListing::onErase(const KvState::Slot& slot) {
+  // Still to come: at or after the cursor (orders grow along the walk) and of the snapshot.
+  if (cursor_ == nullptr || slot.second.order < cursor_->second.order ||
+      slot.second.order > lastOrder_) {
+    return;
+  }
+  erasedNames_.push_back(slot.first);
+  if (cursor_ == &slot) {
+    cursor_ = slot.second.newer;
+    if (cursor_ != nullptr && cursor_->second.order > lastOrder_) cursor_ = nullptr;
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -12,13 +12,19 @@
 //   - a queue push wakes only the first waiter of its key (torch's libuv server does the same);
 //   - numKeys counts map entries only (queues are not keys).
 //
-// Not thread-safe: callers serialise access. Observers must call forget() before they go away.
+// It counts what it holds (storedBytes()), incrementally, so that a server can keep the data
+// within a budget: it asks what a write would add (growthOf...) before making it.
+//
+// Not thread-safe: callers serialise access (storedBytes() excepted: any thread may read it).
+// Observers must call forget() before they go away, and KeyListings must go before the state.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,9 +48,25 @@ class KvObserver {
   ~KvObserver() = default;
 };
 
+class KeyListing;
+
 class KvState {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+
+  // What one stored entry costs besides its bytes: a map node with its key and value headers and
+  // its bucket (about 120 bytes with libstdc++), rounded up. Counting it makes a million empty
+  // keys cost what they really do instead of nothing.
+  static constexpr std::size_t kEntryOverhead = 128;
+  // The same for one queue item (a deque slot and its string header).
+  static constexpr std::size_t kQueueItemOverhead = 48;
+  // The longest value add() writes: "-9223372036854775808".
+  static constexpr std::size_t kMaxCounterBytes = 20;
+
+  KvState();
+  ~KvState();
+  KvState(const KvState&) = delete;
+  KvState& operator=(const KvState&) = delete;
 
   // --- reads ---
   // The value of `key`, or nullptr. The pointer is valid until the next mutation.
@@ -53,6 +75,23 @@ class KvState {
   bool present(std::string_view key) const;
   std::size_t numKeys() const { return map_.size(); }
   std::vector<std::string> keys() const;
+  // The names of every key as of now, to be taken a few at a time while the state changes (see
+  // KeyListing). Cheap: nothing is copied up front.
+  std::unique_ptr<KeyListing> listKeys();
+
+  // --- what the data costs ---
+  // Bytes held for the data: every key and value, every queue's name and items, every hold and
+  // the notify key and value its holder leaves behind (they become data when it goes), each
+  // entry with its overhead. Kept incrementally; safe to read from any thread.
+  std::size_t storedBytes() const { return storedBytes_.load(std::memory_order_relaxed); }
+  // How much storedBytes() would grow if `key` were set to a value of `valueBytes` bytes (0 when
+  // it would not grow).
+  std::size_t growthOfSet(std::string_view key, std::size_t valueBytes) const;
+  // ... if `valueBytes` were pushed to queue `key`.
+  std::size_t growthOfPush(std::string_view key, std::size_t valueBytes) const;
+  // ... if hold() were called with these arguments (0 when it would be refused).
+  std::size_t growthOfHold(const KvObserver* observer, std::string_view key, std::string_view value,
+                           std::string_view notifyKey, std::string_view notifyValue) const;
 
   // --- writes; each wakes waiters of the key and tells its watchers ---
   void set(std::string_view key, std::string value);
@@ -68,6 +107,8 @@ class KvState {
   // Pops the oldest item. `lengthBefore` receives the queue length before the pop (0: nothing).
   std::optional<std::string> queuePop(std::string_view key, std::int64_t& lengthBefore);
   std::int64_t queueLength(std::string_view key) const;
+  // The size of the item queuePop() would return (0 when there is none).
+  std::size_t queueFrontBytes(std::string_view key) const;
 
   // --- blocking ---
   // True when every key is present now; nothing is registered then. Otherwise registers wait
@@ -100,6 +141,8 @@ class KvState {
   bool release(KvObserver* observer, std::string_view key);
   // Drops every holder whose time-to-live has passed, with notification.
   void expireHolds(TimePoint now);
+  // The value `key` is held at, or nullptr when nobody holds it.
+  const std::string* heldValue(std::string_view key) const;
   bool hasHolds() const { return !holds_.empty(); }
 
  private:
@@ -139,9 +182,29 @@ class KvState {
     std::string value;
     std::vector<Holder> holders;
   };
+  // A map element. Its address is stable until it is erased (unordered_map never moves nodes),
+  // which is what lets the entries form a list in insertion order for KeyListing to walk.
+  struct Entry;
+  using Slot = std::pair<const std::string, Entry>;
+  struct Entry {
+    std::string value;
+    std::uint64_t order = 0;  // insertion number: increasing from oldest_ to newest_
+    Slot* newer = nullptr;
+    Slot* older = nullptr;
+  };
+  friend class KeyListing;
 
   // Inserts or overwrites, then notifies watchers and waiters.
   void store(std::string_view key, std::string value);
+  // Overwrites an entry's value, keeping storedBytes() right.
+  void replaceValue(Entry& entry, std::string value);
+  // Removes an entry from the insertion list (telling the listings in progress) and the map.
+  void eraseSlot(Map<Entry>::iterator it);
+  void grow(std::size_t bytes) { storedBytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  void shrink(std::size_t bytes) { storedBytes_.fetch_sub(bytes, std::memory_order_relaxed); }
+  static std::size_t holderBytes(const Holder& holder) {
+    return holder.notifyKey.size() + holder.notifyValue.size() + kEntryOverhead;
+  }
   void wake(std::string_view key, bool onlyFirst);
   void notifyWatchers(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
                       std::string_view newValue);
@@ -151,13 +214,60 @@ class KvState {
   // Erases an observer's bookkeeping once nothing is registered for it any more.
   void dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::iterator state);
 
-  Map<std::string> map_;
+  Map<Entry> map_;
+  Slot* oldest_ = nullptr;
+  Slot* newest_ = nullptr;
+  std::uint64_t nextOrder_ = 0;
+  std::size_t keyBytes_ = 0;              // the names of map_'s keys, for KeyListing
+  std::vector<KeyListing*> listings_;     // in progress
+  std::atomic<std::size_t> storedBytes_{0};
   Map<std::deque<std::string>> queues_;
   Map<std::vector<WaitRef>> waiters_;
   Map<std::vector<BarrierRef>> barriers_;
   Map<std::vector<KvObserver*>> watchers_;
   Map<Hold> holds_;
   std::unordered_map<const KvObserver*, ObserverState> observers_;
+};
+
+// The key names of one moment, taken a few at a time across event-loop turns while the state keeps
+// changing (a LIST_KEYS reply over a million keys must not stop the server for its whole length).
+//
+// What it yields is a snapshot: exactly the keys that existed when KvState::listKeys() made it,
+// each once, whatever happens meanwhile. A key created later is not listed; a key erased before
+// its turn is still listed (its name is copied when it is erased); overwriting values changes
+// nothing. So size() (the count a LIST_KEYS reply starts with) and the names always agree. Nothing
+// is copied up front: the listing walks the entries in insertion order, stopping at the newest
+// entry of its moment.
+class KeyListing {
+ public:
+  ~KeyListing();
+  KeyListing(const KeyListing&) = delete;
+  KeyListing& operator=(const KeyListing&) = delete;
+
+  // How many names the listing yields in all.
+  std::size_t size() const { return size_; }
+  // The bytes the names not yet taken need as wire blobs (8-byte length + the name each).
+  std::size_t remainingBlobBytes() const { return remainingCount_ * 8 + remainingKeyBytes_; }
+  // The length of the name next() yields, or nothing when all have been taken.
+  std::optional<std::size_t> nextSize() const;
+  // The next name, or nothing when all have been taken. The view is valid until the next call
+  // or the next change to the state.
+  std::optional<std::string_view> next();
+
+ private:
+  friend class KvState;
+  KeyListing(KvState& kv, std::size_t size, std::size_t keyBytes);
+  // `slot` is about to be erased: keep its name if it is still to come.
+  void onErase(const KvState::Slot& slot);
+
+  KvState& kv_;
+  std::size_t size_;
+  std::size_t remainingCount_;
+  std::size_t remainingKeyBytes_;
+  std::uint64_t lastOrder_ = 0;             // the newest entry of the snapshot's moment
+  const KvState::Slot* cursor_ = nullptr;   // the next entry to yield; nullptr when walked
+  std::vector<std::string> erasedNames_;    // snapshot keys erased before their turn
+  std::string current_;                     // the erased name last yielded
 };
 
 // Parses a stored counter the way torch's std::stoll does: leading whitespace and a sign allowed,

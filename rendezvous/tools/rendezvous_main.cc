@@ -3,8 +3,6 @@
 // Prints one line "listening on HOST:PORT" on stdout once it accepts connections (with --port 0
 // that is how callers learn the port), logs to stderr, and exits 0 on SIGTERM or SIGINT after
 // closing every connection. Bad arguments and addresses it cannot listen on exit 2 with one line.
-#include <sys/resource.h>
-
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -14,6 +12,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/rendezvous/server.h"
 
@@ -37,16 +36,6 @@ std::chrono::milliseconds seconds(double value, const char* option) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000));
 }
 
-// Each connection holds a descriptor; the default soft limit (often 1024) would cap the store far
-// below what a large job needs, so use everything the hard limit allows.
-void raiseDescriptorLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
 struct Parsed {
   ServerOptions server;
   spdlog::level::level_enum logLevel = spdlog::level::info;
@@ -64,6 +53,9 @@ Parsed parse(int argc, char** argv) {
   double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
   long keepAliveIdle = o.keepAliveIdle.count();
   long keepAliveInterval = o.keepAliveInterval.count();
+  // Signed, so that a negative number is an error rather than 2^64 - 1.
+  auto maxStoredBytes = static_cast<long long>(o.maxStoredBytes);
+  auto maxPendingReplyBytes = static_cast<long long>(o.maxTotalPendingReplyBytes);
 
   po::options_description options(fmt::format(
       "Usage: {} [--host H] [--port P] [options]\n\n"
@@ -87,6 +79,13 @@ Parsed parse(int argc, char** argv) {
       ("max-keys-per-request",
        po::value(&o.limits.maxKeysPerRequest)->default_value(o.limits.maxKeysPerRequest),
        "most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
+      ("max-stored-bytes", po::value(&maxStoredBytes)->default_value(maxStoredBytes),
+       "the most data the store holds (keys, values, queues, each with ~128 bytes of bookkeeping); "
+       "a write beyond it closes the writer's connection")
+      ("max-pending-reply-bytes",
+       po::value(&maxPendingReplyBytes)->default_value(maxPendingReplyBytes),
+       "the most reply bytes waiting for their readers, all connections together; beyond it, "
+       "connections with replies waiting take no new requests until the total falls")
       ("partial-request-timeout", po::value(&partialTimeout)->default_value(partialTimeout),
        "seconds a connection may sit on half a request before it is closed")
       ("write-stall-timeout", po::value(&writeStallTimeout)->default_value(writeStallTimeout),
@@ -137,12 +136,23 @@ Parsed parse(int argc, char** argv) {
   if (port < 0 || port > 65535) throw UsageError(fmt::format("--port {} is not in 0..65535", port));
   o.port = static_cast<std::uint16_t>(port);
   if (o.maxConnections == 0) throw UsageError("--max-connections must be at least 1");
+  // Either budget below one value would refuse (or hold back) the values the limits allow.
+  const auto atLeastOneValue = [&o](long long given, const char* option) {
+    if (given < 0 || static_cast<unsigned long long>(given) < o.limits.maxValueBytes) {
+      throw UsageError(fmt::format("--{} {} is less than --max-value-bytes {}: give at least {}",
+                                   option, given, o.limits.maxValueBytes, o.limits.maxValueBytes));
+    }
+    return static_cast<std::size_t>(given);
+  };
+  o.maxStoredBytes = atLeastOneValue(maxStoredBytes, "max-stored-bytes");
+  o.maxTotalPendingReplyBytes = atLeastOneValue(maxPendingReplyBytes, "max-pending-reply-bytes");
   o.partialRequestTimeout = seconds(partialTimeout, "partial-request-timeout");
   o.writeStallTimeout = seconds(writeStallTimeout, "write-stall-timeout");
   if (keepAliveIdle < 0 || keepAliveInterval < 1 || o.keepAliveProbes < 1) {
     throw UsageError("--keepalive-idle must be >= 0, --keepalive-interval and --keepalive-probes >= 1");
   }
   o.keepAliveIdle = std::chrono::seconds(keepAliveIdle);
+  o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
   o.handshakeTimeout = seconds(handshakeTimeout, "handshake-timeout");
   if (o.maxPendingHandshakes == 0) throw UsageError("--max-pending-handshakes must be at least 1");
   if (values.count("token-file")) {
@@ -152,7 +162,6 @@ Parsed parse(int argc, char** argv) {
       throw UsageError(error.what());
     }
   }
-  o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
   parsed.logLevel = spdlog::level::from_str(logLevel);
   if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
     throw UsageError(fmt::format("--log-level '{}' is not one of trace, debug, info, warn, error, off",
@@ -185,7 +194,7 @@ int main(int argc, char** argv) {
   sigaddset(&stopSignals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
-  raiseDescriptorLimit();
+  ddprun::common::raiseDescriptorLimit();
 
   try {
     RendezvousServer server(parsed.server);

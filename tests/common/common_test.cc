@@ -1,14 +1,18 @@
 // ddprun::common: the helpers the launcher and the runtime share.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <string>
 
 #include <catch2/catch.hpp>
 
+#include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/signal_names.h"
@@ -108,4 +112,20 @@ TEST_CASE("worker environment names are torchrun's", "[common]") {
   CHECK(std::string(kEnvTorchelasticUseAgentStore) == "TORCHELASTIC_USE_AGENT_STORE");
   CHECK(std::string(kAgentStoreEnabled) == "True");
   CHECK(std::string(kEnvDdprunAgent) == "DDPRUN_AGENT");
+}
+
+TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one and returns it",
+          "[common]") {
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit lowered = saved;
+  lowered.rlim_cur = std::min<rlim_t>(saved.rlim_max, 64);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
+  const std::size_t inForce = raiseDescriptorLimit();
+  rlimit now{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(now.rlim_cur == saved.rlim_max);
+  CHECK(inForce == (saved.rlim_max == RLIM_INFINITY ? SIZE_MAX
+                                                    : static_cast<std::size_t>(saved.rlim_max)));
 }

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "ddprun_command.h"
 #include "lines.h"
 #include "ports.h"
+#include "raw_client.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -566,4 +568,61 @@ TEST_CASE("on a terminal, a native worker's line shows when it is printed, not w
   REQUIRE(firstLine >= 0);
   CHECK(firstLine < 1.5);  // under torchrun at once; before, 3 s (when the worker exited)
   CHECK(bothShown());
+}
+
+TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store still restarts "
+          "a failed worker",
+          "[agent][descriptors]") {
+  // This process holds the 1100 connections itself.
+  rlimit own{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
+  if (own.rlim_max != RLIM_INFINITY && own.rlim_max < 1400) {
+    WARN("needs a descriptor hard limit of 1400 for the test's own connections; skipped");
+    return;
+  }
+  rlimit raised = own;
+  raised.rlim_cur = std::max<rlim_t>(own.rlim_cur, 1400);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &raised) == 0);
+  TempDir flags;
+  const std::string go = flags.path + "/go";
+  const std::uint16_t port = freePort();
+  // ulimit -Sn 1024 -Hn 1024: the agent cannot raise its limit beyond 1024.
+  std::vector<std::string> command{"/bin/sh", "-c",
+                                   "ulimit -Sn 1024 && ulimit -Hn 1024 && exec \"$@\"", "sh"};
+  for (std::string& word :
+       c10dCommand("1", 1, fmt::format("127.0.0.1:{}", port), "descriptors",
+                   {"--max-restarts", "1", kReport, "--fail-rank", "0", "--fail-restart", "0",
+                    "--exit", "3", "--until", go})) {
+    command.push_back(std::move(word));
+  }
+  Subprocess job(command);
+  REQUIRE(eventually([&] { return countLines(job.output(), "restart=0 generation=0") == 1; }, 30s,
+                     {&job}));
+  // Connections that never send a byte, more than the agent has descriptors: before, they took
+  // every one of them and the restart could not make the worker's pipes (exit 127).
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (int i = 0; i < 1100; ++i) idle.push_back(std::make_unique<RawClient>("127.0.0.1", port));
+  // Until the agent has taken them all in: its descriptor count stops changing.
+  const auto descriptors = [&job] {
+    std::size_t count = 0;
+    for ([[maybe_unused]] const auto& entry :
+         fs::directory_iterator(fmt::format("/proc/{}/fd", job.pid()))) {
+      ++count;
+    }
+    return count;
+  };
+  std::size_t last = 0;
+  int steady = 0;
+  REQUIRE(eventually([&] {
+    const std::size_t now = descriptors();
+    steady = now == last ? steady + 1 : 0;
+    last = now;
+    return steady >= 30;  // 300 ms without a change
+  }, 20s, [&] { return fmt::format("{} descriptors open\n{}", last, job.describe()); }));
+  INFO(fmt::format("the agent holds {} descriptors with the 1100 connections", last));
+  CHECK(last < 1024 - 64);
+  std::ofstream(go).put('\n');  // rank 0 fails (restart 0), then runs again and exits 0
+  REQUIRE(exitsWith(job, 0, 60s));
+  CHECK(countLines(job.output(), "restart=1 generation=1") == 1);
+  CHECK_THAT(job.errors(), Catch::Contains("refusing connection from 127.0.0.1"));
 }

@@ -118,7 +118,12 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
       Case{{"--bogus"}, "unrecognised option '--bogus'"},
       Case{{"29401"}, "unexpected argument '29401'; give the port as --port 29401"},
       Case{{"--port", "0", "extra"}, "unexpected argument 'extra'"},
-      Case{{"--partial-request-timeout", "-1"}, "must be a positive number of seconds"});
+      Case{{"--partial-request-timeout", "-1"}, "must be a positive number of seconds"},
+      Case{{"--max-stored-bytes", "1000"},
+           "--max-stored-bytes 1000 is less than --max-value-bytes 8388608: give at least 8388608"},
+      Case{{"--max-pending-reply-bytes", "0"},
+           "--max-pending-reply-bytes 0 is less than --max-value-bytes 8388608: give at least"},
+      Case{{"--max-stored-bytes", "-1"}, "--max-stored-bytes -1 is less than --max-value-bytes"});
   INFO(fmt::format("{}", fmt::join(which.args, " ")));
   const auto [status, errors] = refusedStart(which.args);
   CHECK(status == 2);
@@ -131,7 +136,33 @@ TEST_CASE("help and version exit 0", "[daemon]") {
   Subprocess help({DDPRUN_RENDEZVOUS_BIN, "--help"});
   CHECK(exitsWith(help, 0, 10s));
   CHECK_THAT(help.output(), Catch::Contains("--max-connections"));
+  CHECK_THAT(help.output(), Catch::Contains("--max-stored-bytes"));
+  CHECK_THAT(help.output(), Catch::Contains("--max-pending-reply-bytes"));
   Subprocess version({DDPRUN_RENDEZVOUS_BIN, "--version"});
   CHECK(exitsWith(version, 0, 10s));
   CHECK_THAT(version.output(), Catch::StartsWith("ddprun-rendezvous "));
+}
+
+TEST_CASE("the budgets given on the command line hold", "[daemon]") {
+  int port = 0;
+  auto daemon = startDaemon({"--port", "0", "--max-stored-bytes", "10000000", "--max-value-bytes",
+                             "4000000"},
+                            port);
+  TcpStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  TcpStore store(options);
+  store.set("a", std::string(4000000, 'a'));
+  store.set("b", std::string(4000000, 'b'));
+  CHECK(store.check({"a", "b"}));
+  {
+    TcpStore writer(options);
+    writer.set("c", std::string(4000000, 'c'));  // no reply: the refusal shows as a closed connection
+    CHECK_THROWS(writer.get("c"));
+  }
+  CHECK(daemon->waitForError("over the 10000000-byte budget (ddprun-rendezvous --max-stored-bytes "
+                             "sets it)",
+                             10s));
+  CHECK(store.numKeys() == 2);
+  daemon->signal(SIGTERM);
+  CHECK(exitsWith(*daemon, 0, 10s));
 }

@@ -1,4 +1,7 @@
 // KvState: the store's semantics without any I/O.
+#include <algorithm>
+#include <memory>
+
 #include <catch2/catch.hpp>
 
 #include "kv_state.h"
@@ -213,4 +216,100 @@ TEST_CASE("the first report wins the notify key", "[kv][hold]") {
   kv.forget(&b);
   kv.forget(&a);
   CHECK(*kv.find("stop") == "lost b");
+}
+
+TEST_CASE("storedBytes counts every entry with its overhead and returns to zero", "[kv][budget]") {
+  KvState kv;
+  Recorder holder;
+  constexpr std::size_t kEntry = KvState::kEntryOverhead;
+  constexpr std::size_t kItem = KvState::kQueueItemOverhead;
+  CHECK(kv.storedBytes() == 0);
+  // Each write grows the count by exactly what growthOf... predicted.
+  const auto expectGrowth = [&kv](std::size_t predicted, const auto& write) {
+    const std::size_t before = kv.storedBytes();
+    write();
+    CHECK(kv.storedBytes() - before == predicted);
+  };
+  expectGrowth(kv.growthOfSet("key", 5), [&] { kv.set("key", "value"); });
+  CHECK(kv.storedBytes() == 3 + 5 + kEntry);
+  expectGrowth(kv.growthOfSet("key", 8), [&] { kv.set("key", "longer!!"); });
+  kv.set("key", "v");  // shrinking
+  CHECK(kv.storedBytes() == 3 + 1 + kEntry);
+  expectGrowth(kv.growthOfSet("n", KvState::kMaxCounterBytes) - (KvState::kMaxCounterBytes - 1),
+               [&] { kv.add("n", 5); });
+  kv.add("n", -1000);  // "-995": three bytes more
+  CHECK(kv.storedBytes() == (3 + 1 + kEntry) + (1 + 4 + kEntry));
+  kv.append("key", "abc");
+  CHECK(kv.storedBytes() == (3 + 4 + kEntry) + (1 + 4 + kEntry));
+  expectGrowth(kv.growthOfPush("q", 4), [&] { kv.queuePush("q", "item"); });
+  expectGrowth(kv.growthOfPush("q", 2), [&] { kv.queuePush("q", "it"); });
+  CHECK(kv.growthOfPush("q", 2) == 2 + kItem);
+  expectGrowth(kv.growthOfHold(&holder, "held", "h", "dead", "yes"),
+               [&] { kv.hold(&holder, "held", "h", {}, "dead", "yes", {}); });
+  CHECK(kv.growthOfHold(&holder, "held", "h", "dead", "yes") == 0);  // a renewal adds nothing
+  CHECK(kv.growthOfHold(&holder, "held", "other", "dead", "yes") == 0);  // refused: nothing
+  // Gone again: erased, popped, and the holder lost for cause, whose report is data (then erased).
+  CHECK(kv.erase("key"));
+  CHECK(kv.erase("n"));
+  std::int64_t length = 0;
+  kv.queuePop("q", length);
+  kv.queuePop("q", length);
+  const std::size_t beforeForget = kv.storedBytes();
+  kv.forget(&holder);
+  // The hold and its key go; the report takes what the holder had reserved for it.
+  CHECK(kv.storedBytes() == beforeForget - 2 * (4 + 1 + kEntry));
+  CHECK(kv.find("dead") != nullptr);
+  CHECK(kv.erase("dead"));
+  CHECK(kv.storedBytes() == 0);
+}
+
+TEST_CASE("a key listing is a snapshot of its moment whatever is written meanwhile", "[kv][list]") {
+  KvState kv;
+  for (const char* key : {"a", "bb", "ccc", "dddd", "eeeee"}) kv.set(key, "v");
+  std::unique_ptr<ddprun::rendezvous::KeyListing> listing = kv.listKeys();
+  CHECK(listing->size() == 5);
+  CHECK(listing->remainingBlobBytes() == 5 * 8 + 15);
+  std::vector<std::string> names;
+  names.emplace_back(*listing->next());
+  names.emplace_back(*listing->next());
+  // Writes while the listing is under way: an erased key still to come is still listed, one
+  // already listed stays listed once, new keys are not listed, overwrites change nothing.
+  kv.erase("dddd");
+  kv.erase("a");
+  kv.set("new", "v");
+  kv.set("eeeee", "overwritten");
+  kv.set("dddd", "again");  // erased and made again: listed once, from the snapshot
+  while (auto name = listing->next()) names.emplace_back(*name);
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"a", "bb", "ccc", "dddd", "eeeee"});
+  CHECK(listing->remainingBlobBytes() == 0);
+  CHECK_FALSE(listing->nextSize().has_value());
+}
+
+TEST_CASE("a key listing survives the erasure of the very key it would yield next", "[kv][list]") {
+  KvState kv;
+  kv.set("first", "1");
+  kv.set("second", "2");
+  kv.set("third", "3");
+  auto listing = kv.listKeys();
+  auto other = kv.listKeys();  // two listings at once, at different points
+  CHECK(listing->next() == "first");
+  CHECK(listing->nextSize() == std::size_t{6});
+  kv.erase("second");  // where `listing` stands
+  kv.erase("first");   // where `other` stands
+  std::vector<std::string> rest;
+  while (auto name = listing->next()) rest.emplace_back(*name);
+  std::sort(rest.begin(), rest.end());
+  CHECK(rest == std::vector<std::string>{"second", "third"});
+  std::vector<std::string> all;
+  while (auto name = other->next()) all.emplace_back(*name);
+  std::sort(all.begin(), all.end());
+  CHECK(all == std::vector<std::string>{"first", "second", "third"});
+  // An empty store lists nothing; a listing ended early leaves the state usable.
+  KvState empty;
+  CHECK(empty.listKeys()->size() == 0);
+  listing.reset();
+  other.reset();
+  kv.set("fourth", "4");
+  CHECK(kv.erase("third"));
 }

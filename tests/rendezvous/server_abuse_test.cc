@@ -1,13 +1,19 @@
 // Nobody hurts anybody: half-sent, oversized, malformed and unread traffic costs only the
 // connection that sends it, while other clients keep being served promptly.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "kv_state.h"
 #include "log_capture.h"
 #include "raw_client.h"
 #include "test_server.h"
@@ -101,8 +107,25 @@ void checkBystanders(Latencies& latencies, std::size_t samples) {
 // What the server counts, for a wait that gives up.
 std::string describeStats(TestServer& server) {
   const auto stats = server.server().stats();
-  return fmt::format("server stats: {} connections, {} refused, {} protocol errors",
-                     stats.connections, stats.refused, stats.protocolErrors);
+  return fmt::format("server stats: {} connections, {} refused, {} protocol errors, {} bytes "
+                     "stored, {} reply bytes pending",
+                     stats.connections, stats.refused, stats.protocolErrors, stats.storedBytes,
+                     stats.pendingReplyBytes);
+}
+
+// `count` GETs of `key` (2.x, with the '/' TcpStore puts before keys) in one string.
+std::string gets(std::string_view key, int count) {
+  std::string requests;
+  for (int i = 0; i < count; ++i) requests += hex("03") + blob(key);
+  return requests;
+}
+
+// A PING's round trip on an established 2.x connection, in milliseconds (-1: no echo in 5 s).
+double pingMs(RawClient& client) {
+  const auto start = Clock::now();
+  client.sendHex("0d 01020304");
+  if (client.receive(4) != hex("01020304")) return -1;
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 }  // namespace
@@ -436,4 +459,327 @@ TEST_CASE("a WATCH_KEY watcher that does not read its events is closed at the pe
   CHECK_THAT(log.text(), Catch::Contains("bytes of unread WATCH_KEY events, over the 1048576-byte "
                                          "pending-reply limit"));
   CHECK(writer.add("still-served", 1) == 1);
+}
+
+TEST_CASE("clients that pipeline requests and never read keep all unsent replies within the total budget",
+          "[abuse][budget]") {
+  ServerOptions options;
+  options.maxTotalPendingReplyBytes = 16 * kMiB;  // the per-connection limit stays at 64 MiB
+  TestServer server(options);
+  TcpStore writer(server.clientOptions());
+  const std::string value(kMiB, 'v');
+  writer.set("big", value);
+  REQUIRE(writer.check({"big"}));
+  const std::size_t rssBefore = residentBytes();
+  // 8 connections each ask for 200 MiB of replies and read none: 8 x 64 MiB held before.
+  std::vector<std::unique_ptr<RawClient>> greedy;
+  for (int i = 0; i < 8; ++i) {
+    greedy.push_back(std::make_unique<RawClient>("127.0.0.1", server.port()));
+    greedy.back()->handshake2x();
+    greedy.back()->send(gets("/big", 200));
+  }
+  // They fill three quarters of the budget (what connections with replies waiting may hold)...
+  REQUIRE(eventually([&] { return server.server().stats().pendingReplyBytes >= 11 * kMiB; }, 10s,
+                     [&] { return describeStats(server); }));
+  // ... and never more than the budget, however long they sit on it.
+  std::size_t peak = 0;
+  for (int i = 0; i < 30; ++i) {
+    peak = std::max(peak, server.server().stats().pendingReplyBytes);
+    std::this_thread::sleep_for(10ms);
+  }
+  // Clients that read are served meanwhile, large replies included.
+  CHECK(writer.get("big") == value);
+  Latencies during = runWorkload(server, 2, 200);
+  checkBystanders(during, 400);
+  peak = std::max(peak, server.server().stats().pendingReplyBytes);
+  const std::size_t rssAfter = residentBytes();
+  INFO(fmt::format("peak of pending reply bytes: {}; RSS grew by {} KiB", peak,
+                   (rssAfter - std::min(rssAfter, rssBefore)) / 1024));
+  CHECK(peak <= 16 * kMiB);
+  CHECK(rssAfter < rssBefore + 48 * kMiB);
+  // Nothing was lost: one of them reads, and every reply arrives, in order.
+  for (int i = 0; i < 200; ++i) {
+    const auto reply = greedy[0]->receive(8 + value.size(), 10s);
+    REQUIRE(reply.has_value());
+    REQUIRE(reply->substr(8) == value);
+  }
+}
+
+TEST_CASE("a connection held back by the total budget resumes when the others drain or close",
+          "[abuse][budget]") {
+  ServerOptions options;
+  options.maxTotalPendingReplyBytes = 8 * kMiB;
+  TestServer server(options);
+  TcpStore writer(server.clientOptions());
+  const std::string value(kMiB, 'v');
+  const std::string large(3 * kMiB, 'm');
+  writer.set("big", value);
+  writer.set("large", large);
+  REQUIRE(writer.check({"big", "large"}));
+  auto hog = std::make_unique<RawClient>("127.0.0.1", server.port());
+  hog->handshake2x();
+  hog->send(gets("/big", 100));
+  REQUIRE(eventually([&] { return server.server().stats().pendingReplyBytes >= 5 * kMiB; }, 10s,
+                     [&] { return describeStats(server); }));
+  // Its peer has read everything (nothing queued for it), but 3 MiB do not fit the 2 MiB or so
+  // the hog leaves: nothing of its own will resume it, only the others' draining.
+  RawClient patient("127.0.0.1", server.port());
+  patient.handshake2x();
+  patient.send(gets("/large", 1));
+  CHECK(patient.silentFor(300ms));
+  SECTION("the other drains") {
+    for (int i = 0; i < 100; ++i) REQUIRE(hog->receive(8 + value.size(), 10s).has_value());
+  }
+  SECTION("the other closes") {
+    hog.reset();
+  }
+  const auto reply = patient.receive(8 + large.size(), 5s);
+  INFO(describeStats(server));
+  REQUIRE(reply.has_value());
+  CHECK(reply->substr(8) == large);
+  CHECK(eventually([&] { return server.server().stats().pendingReplyBytes == 0; }, 5s,
+                   [&] { return describeStats(server); }));
+}
+
+TEST_CASE("writes that would take the stored data over its budget close the writer and change nothing",
+          "[abuse][budget]") {
+  LogCapture log;
+  ServerOptions options;
+  options.maxStoredBytes = 1 * kMiB;
+  TestServer server(options);
+  // Filled to 100 bytes short of the budget: a SET costs its key, its value and 128 bytes.
+  const std::size_t fill = options.maxStoredBytes - 100 - std::string("/fill").size() -
+                           KvState::kEntryOverhead;
+  {
+    RawClient filler("127.0.0.1", server.port());
+    filler.handshake2x();
+    filler.send(hex("01") + blob("/fill") + blob(std::string(fill, 'f')));
+    REQUIRE(pingMs(filler) >= 0);
+  }
+  REQUIRE(server.server().stats().storedBytes == options.maxStoredBytes - 100);
+  struct Write {
+    std::string name;
+    std::string frame;
+  };
+  const Write write = GENERATE_COPY(
+      Write{"SET", hex("01") + blob("/new") + blob("v")},
+      Write{"ADD", hex("04") + blob("/counter") + u64(1)},
+      Write{"APPEND", hex("09") + blob("/new") + blob("v")},
+      Write{"COMPARE_SET", hex("02") + blob("/new") + blob("") + blob("v")},
+      Write{"QUEUE_PUSH", hex("0e") + blob("/queue") + blob("v")},
+      Write{"MULTI_SET", hex("0b") + u64(1) + blob("/new") + blob("v")},
+      Write{"BARRIER", hex("12") + blob("/barrier") + u64(2)},
+      Write{"SET", hex("01") + blob("/fill") + blob(std::string(fill + 101, 'g'))});
+  INFO(write.name);
+  RawClient writer("127.0.0.1", server.port());
+  writer.handshake2x();
+  writer.send(write.frame);
+  CHECK(writer.closedWithin(2s));
+  CHECK_THAT(log.text(), Catch::Contains(fmt::format(
+                             "closing connection from 127.0.0.1:{}: {} of key '/", writer.localPort(),
+                             write.name)));
+  CHECK_THAT(log.text(), Catch::Contains("over the 1048576-byte budget (ddprun-rendezvous "
+                                         "--max-stored-bytes sets it)"));
+  CHECK(server.server().stats().storedBytes == options.maxStoredBytes - 100);
+  // Others are served; writes that fit still go (an overwrite of the same size, a failed
+  // COMPARE_SET), and deleting makes room again.
+  TcpStore other(server.clientOptions());
+  CHECK(other.numKeys() == 1);
+  CHECK(other.get("fill") == std::string(fill, 'f'));
+  other.set("fill", std::string(fill, 'h'));
+  CHECK(other.compareSet("fill", "not it", "x") == std::string(fill, 'h'));
+  CHECK(other.deleteKey("fill"));
+  other.set("new", "v");
+  CHECK(other.get("new") == "v");
+  CHECK(server.server().stats().connections == 1);
+}
+
+TEST_CASE("a LIST_KEYS over a million keys does not hold up another client's PING",
+          "[abuse][slices]") {
+  TestServer server;
+  constexpr int kKeys = 1000000;
+  {
+    RawClient filler("127.0.0.1", server.port());
+    filler.handshake2x();
+    std::string sets;
+    for (int i = 0; i < kKeys; ++i) {
+      sets += hex("01") + blob(fmt::format("key-{:06d}", i)) + blob("v");
+      if (sets.size() > 4 * kMiB || i == kKeys - 1) {
+        filler.send(sets);
+        sets.clear();
+      }
+    }
+    REQUIRE(pingMs(filler) >= 0);
+  }
+  constexpr std::size_t kNameBytes = 10;  // "key-000123"
+  const std::size_t replyBytes = 8 + kKeys * (8 + kNameBytes);
+  std::atomic<bool> done{false};
+  std::atomic<int> listings{0};
+  std::string problem;  // what a reply had wrong, written by the lister before `done`
+  double listingMs = 0;
+  std::thread lister([&] {
+    try {
+      RawClient client("127.0.0.1", server.port());
+      client.handshake2x();
+      const auto start = Clock::now();
+      for (int i = 0; i < 3 && problem.empty(); ++i) {
+        client.sendHex("11");
+        const auto reply = client.receive(replyBytes, 30s);
+        if (!reply) {
+          problem = "no complete LIST_KEYS reply within 30 s";
+        } else if (reply->substr(0, 8) != u64(kKeys) || reply->substr(8, 8) != u64(kNameBytes)) {
+          problem = "the reply does not start with the count and a 10-byte name";
+        } else {
+          ++listings;
+        }
+      }
+      listingMs = std::chrono::duration<double, std::milli>(Clock::now() - start).count() / 3;
+      // The connection is still in step: its next reply is the PING's.
+      if (problem.empty() && pingMs(client) < 0) problem = "no PING echo after the listings";
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    done = true;
+  });
+  RawClient pinger("127.0.0.1", server.port());
+  pinger.handshake2x();
+  Latencies pings;
+  while (!done.load()) {
+    pings.ms.push_back(pingMs(pinger));
+    std::this_thread::sleep_for(2ms);
+  }
+  lister.join();
+  INFO(fmt::format("{} listings of {} keys, {:.0f} ms each; {} PINGs meanwhile, p50/p99/max "
+                   "{:.3f}/{:.3f}/{:.3f} ms",
+                   listings.load(), kKeys, listingMs, pings.ms.size(), pings.percentile(0.5),
+                   pings.percentile(0.99), pings.percentile(1.0)));
+  CHECK(problem.empty());
+  CHECK(listings == 3);
+  CHECK(std::none_of(pings.ms.begin(), pings.ms.end(), [](double ms) { return ms < 0; }));
+  CHECK(pings.percentile(1.0) < 100.0);
+  CHECK(listingMs > pings.percentile(1.0));  // or the bound proves nothing
+}
+
+TEST_CASE("a LIST_KEYS reply lists the keys of its moment while others add and delete keys",
+          "[abuse][slices]") {
+  TestServer server;
+  constexpr int kKeys = 50000;
+  RawClient client("127.0.0.1", server.port());
+  client.handshake2x();
+  std::string sets;
+  for (int i = 0; i < kKeys; ++i) sets += hex("01") + blob(fmt::format("old-{:06d}", i)) + blob("v");
+  client.send(sets);
+  REQUIRE(pingMs(client) >= 0);
+  // Another client deletes old keys and adds new ones while the reply is produced; the listing
+  // client reads it only after that, so the reply is produced across many turns meanwhile.
+  std::string churn;
+  for (int i = 0; i < kKeys; i += 2) {
+    churn += hex("08") + blob(fmt::format("old-{:06d}", i));
+    churn += hex("01") + blob(fmt::format("new-{:06d}", i)) + blob("v");
+  }
+  RawClient writer("127.0.0.1", server.port());
+  writer.handshake2x();
+  client.sendHex("11 0d 0a0b0c0d");  // LIST_KEYS, then a PING behind it
+  writer.send(churn);
+  REQUIRE(writer.receive(kKeys / 2 * 8, 10s).has_value());  // the DELETE_KEY replies
+  REQUIRE(pingMs(writer) >= 0);
+  const auto count = client.receive(8, 10s);
+  REQUIRE(count == u64(kKeys));  // the moment of the request: every old key, no new one
+  std::vector<std::string> names;
+  for (int i = 0; i < kKeys; ++i) {
+    const auto length = client.receive(8, 10s);
+    REQUIRE(length == u64(10));
+    names.push_back(*client.receive(10, 10s));
+  }
+  CHECK(client.receive(4, 10s) == hex("0a0b0c0d"));
+  std::sort(names.begin(), names.end());
+  CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());
+  CHECK(names.front() == "old-000000");
+  CHECK(names.back() == fmt::format("old-{:06d}", kKeys - 1));
+  // A new listing sees the churn.
+  client.sendHex("11");
+  CHECK(client.receive(8, 10s) == u64(kKeys));
+}
+
+TEST_CASE("a large MULTI_GET is produced in slices in order with a STOP_WAITING after it",
+          "[abuse][slices]") {
+  ServerOptions options;
+  options.maxTotalPendingReplyBytes = 8 * kMiB;  // so that the reply stops halfway, unread
+  TestServer server(options);
+  TcpStore writer(server.clientOptions());
+  constexpr int kValues = 40;
+  std::string request = hex("0a") + u64(kValues);
+  for (int i = 0; i < kValues; ++i) {
+    writer.set(fmt::format("v{}", i), std::string(kMiB, static_cast<char>('a' + i % 26)));
+    request += blob(fmt::format("/v{}", i));
+  }
+  REQUIRE(writer.check({fmt::format("v{}", kValues - 1)}));
+  RawClient client("127.0.0.1", server.port());
+  client.handshake2x();
+  // A WAIT that parks, the 40 MiB MULTI_GET, a PING. The reply is under way and held back when
+  // the key of the WAIT appears: its STOP_WAITING must not land inside it.
+  client.send(hex("06") + u64(1) + blob("/later") + request + hex("0d 05060708"));
+  REQUIRE(eventually([&] { return server.server().stats().pendingReplyBytes > 2 * kMiB; }, 10s,
+                     [&] { return describeStats(server); }));
+  RawClient pinger("127.0.0.1", server.port());
+  pinger.handshake2x();
+  CHECK(pingMs(pinger) >= 0);  // served while the MULTI_GET waits half done
+  writer.set("later", "now");
+  for (int i = 0; i < kValues; ++i) {
+    const auto value = client.receive(8 + kMiB, 10s);
+    REQUIRE(value.has_value());
+    REQUIRE(value->substr(0, 8) == u64(kMiB));
+    REQUIRE(value->substr(8) == std::string(kMiB, static_cast<char>('a' + i % 26)));
+  }
+  CHECK(client.receive(1, 5s) == hex("00"));  // STOP_WAITING
+  CHECK(client.receive(4, 5s) == hex("05060708"));
+}
+
+TEST_CASE("accept failing for want of descriptors backs off and accepts again later",
+          "[abuse][descriptors]") {
+  LogCapture log;
+  TestServer server;
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  // Few descriptors, all taken: the one left goes to the client's socket.
+  std::vector<int> spare;
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) spare.push_back(fd);
+  REQUIRE(errno == EMFILE);
+  REQUIRE(!spare.empty());
+  ::close(spare.back());
+  spare.pop_back();
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  const auto started = Clock::now();
+  RawClient client("127.0.0.1", server.port());  // waits in the listener's backlog
+  client.sendHex("00cef7853c 0d 01020304");
+  CHECK(client.silentFor(1s));
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  const auto cpuMs = [](const rusage& u) {
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000.0 +
+           (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000.0;
+  };
+  const double wallMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  for (int fd : spare) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  // Served once descriptors are free again.
+  CHECK(client.receive(4, 5s) == hex("01020304"));
+  INFO(fmt::format("the process used {:.0f} ms of CPU in {:.0f} ms while accept failed",
+                   cpuMs(after) - cpuMs(before), wallMs));
+  CHECK(cpuMs(after) - cpuMs(before) < 0.2 * wallMs);  // a retry loop would take a whole core
+  const std::string text = log.text();
+  CHECK_THAT(text, Catch::Contains("accept failed on 127.0.0.1:"));
+  CHECK_THAT(text, Catch::Contains("retrying every 100 ms"));
+  CHECK_THAT(text, Catch::Contains("again after"));
+  // One line for the whole streak of failures, not one per retry.
+  std::size_t lines = 0;
+  for (auto at = text.find("accept failed"); at != std::string::npos;
+       at = text.find("accept failed", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
 }

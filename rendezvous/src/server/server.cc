@@ -133,7 +133,8 @@ class RendezvousServer::Impl {
 
   Stats stats() const {
     return Stats{context_.connections.load(), context_.accepted.load(), context_.refused.load(),
-                 context_.protocolErrors.load(), context_.refusedHandshakes.load()};
+                 context_.protocolErrors.load(), context_.refusedHandshakes.load(),
+                 context_.kv.storedBytes(), context_.pendingReplyBytes.load()};
   }
 
  private:
@@ -176,13 +177,21 @@ class RendezvousServer::Impl {
   void onAccept(const boost::system::error_code& error) {
     if (error == asio::error::operation_aborted || stopRequested_) return;
     if (error) {
-      // Typically EMFILE: out of file descriptors. Back off instead of spinning on the error.
-      spdlog::error("accept failed on {}: {}; retrying in 100 ms", address(), error.message());
+      // Typically EMFILE: out of file descriptors. Back off instead of spinning on the error (the
+      // connection waits in the backlog until a descriptor is free), and say so once per streak
+      // of failures, not ten times a second.
+      if (acceptFailures_++ == 0) {
+        spdlog::error("accept failed on {}: {}; retrying every 100 ms", address(), error.message());
+      }
       retryTimer_.expires_after(std::chrono::milliseconds(100));
       retryTimer_.async_wait([this](const boost::system::error_code& e) {
         if (!e) acceptNext();
       });
       return;
+    }
+    if (acceptFailures_ > 0) {
+      spdlog::warn("accepting on {} again after {} failed attempts", address(), acceptFailures_);
+      acceptFailures_ = 0;
     }
     const std::string peer = formatEndpoint(peerEndpoint_);
     if (context_.sessions.size() + context_.gates.size() >= options_.maxConnections) {
@@ -283,6 +292,7 @@ class RendezvousServer::Impl {
   asio::posix::stream_descriptor stopEvent_;  // an eventfd written by stop()
   ServerContext context_;
   std::atomic<bool> stopRequested_{false};
+  std::uint64_t acceptFailures_ = 0;  // in a row
   bool inheritanceChecked_ = false;
   bool optionsInherited_ = false;
   std::thread thread_;

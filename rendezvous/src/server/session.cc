@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,10 @@ constexpr std::size_t kMaxReadBuffer = 256 * 1024;
 // Reply buffers that grew past this (a large GET) are released once written, so that a
 // connection that once fetched 8 MiB does not keep 8 MiB for its lifetime.
 constexpr std::size_t kRetainedWriteBuffer = 256 * 1024;
+// A connection whose peer has read everything still gets replies up to this size (every reply but
+// a large value or a slice) when the total of unsent replies is at its budget, so that clients
+// that read their replies are served whatever the others do.
+constexpr std::size_t kSmallReplyBytes = 64 * 1024;
 
 }  // namespace
 
@@ -45,6 +50,12 @@ void Session::start() {
 
 void Session::readMore() {
   if (closed_ || reading_) return;
+  // Grown only here, with nothing buffered and no read in flight: the buffer a read was given
+  // must stay where it is until that read completes.
+  if (growReadBuffer_ && readBuffer_.size() < kMaxReadBuffer) {
+    readBuffer_.resize(readBuffer_.size() * 2);
+  }
+  growReadBuffer_ = false;
   reading_ = true;
   socket_.async_read_some(
       boost::asio::buffer(readBuffer_),
@@ -68,21 +79,77 @@ void Session::onRead(const boost::system::error_code& error, std::size_t bytes) 
   lastReadAt_ = Clock::now();
   readBegin_ = 0;
   readEnd_ = bytes;
-  processInput();
   // A read that filled the buffer suggests a large request or a pipelined burst: read more per call.
-  if (bytes == readBuffer_.size() && readBuffer_.size() < kMaxReadBuffer && readBegin_ == readEnd_) {
-    readBuffer_.resize(readBuffer_.size() * 2);
+  growReadBuffer_ = bytes == readBuffer_.size();
+  serve();
+}
+
+void Session::serve() {
+  if (closed_ || processing_ || continuing_) return;
+  blocked_ = false;
+  int slicesThisTurn = 0;
+  Stop stop = Stop::kInputDone;
+  for (;;) {
+    stop = serveBuffered(slicesThisTurn);
+    if (closed_) return;
+    flush();
+    if (closed_) return;
+    // flush() may have handed much to the kernel, making room; a write completion would come
+    // only once the peer reads, so look again now.
+    if (stop == Stop::kNoRoom && mayQueue(nextReplyBytes())) continue;
+    break;
+  }
+  switch (stop) {
+    case Stop::kInputDone:
+      readMore();
+      break;
+    case Stop::kYield:
+      // The other connections' ready handlers run before this one: a large reply costs them
+      // one slice of delay, not its whole length.
+      continuing_ = true;
+      boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        self->continuing_ = false;
+        self->serve();
+      });
+      break;
+    case Stop::kNoRoom:
+      blocked_ = true;
+      // With replies waiting, its peer's reading resumes it (onWritten). With none, nothing of
+      // its own will: others draining or closing must, through the server-wide list.
+      if (replyBytesQueued() == 0 && !onRoomList_) {
+        onRoomList_ = true;
+        context_.waitingForRoom.push_back(weak_from_this());
+        context_.smallestRoomWait = std::min(context_.smallestRoomWait, nextReplyBytes());
+      }
+      break;
   }
 }
 
-void Session::processInput() {
-  for (;;) {
-    processing_ = true;
-    while (readBegin_ < readEnd_ && !closed_) {
-      if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
-        pausedForBackpressure_ = true;
+Session::Stop Session::serveBuffered(int& slicesThisTurn) {
+  processing_ = true;
+  Stop stop = Stop::kInputDone;
+  auto& kv = context_.kv;
+  while (!closed_) {
+    if (sliced_) {
+      if (slicesThisTurn > 0) {
+        stop = Stop::kYield;
         break;
       }
+      if (!mayQueue(sliced_->nextSliceBytes(kv))) {
+        stop = Stop::kNoRoom;
+        break;
+      }
+      ++slicesThisTurn;
+      if (sliced_->appendSlice(pending_, kv)) {
+        sliced_.reset();
+        pending_ += deferred_;
+        deferred_.clear();
+      }
+      accountReplies();
+      continue;
+    }
+    if (!requestDecoded_) {
+      if (readBegin_ == readEnd_) break;
       const unsigned char* cursor = readBuffer_.data() + readBegin_;
       const auto status = decoder_.decode(cursor, readBuffer_.data() + readEnd_);
       readBegin_ = static_cast<std::size_t>(cursor - readBuffer_.data());
@@ -90,33 +157,82 @@ void Session::processInput() {
         close(decoder_.error(), /*isError=*/true);
         break;
       }
-      if (status == protocol::RequestDecoder::Status::kRequest) {
-        bool keep;
-        try {
-          keep = handle(decoder_.request());
-        } catch (const std::exception& e) {  // e.g. bad_alloc: costs this connection only
-          close(fmt::format("internal error handling {}: {}", opName(decoder_.request().op),
-                            e.what()),
-                /*isError=*/true);
-          keep = false;
-        }
-        if (!keep) break;
-      }
+      if (status == protocol::RequestDecoder::Status::kNeedMore) continue;
+      requestDecoded_ = true;
     }
-    processing_ = false;
-    if (closed_) return;
-    flush();
-    if (closed_) return;
-    // flush() may have handed everything to the kernel at once; then nothing will call back
-    // (onWritten) to resume a paused connection, so resume here.
-    if (pausedForBackpressure_ && !writing_ &&
-        replyBytesQueued() <= context_.options.maxPendingReplyBytes / 2) {
-      pausedForBackpressure_ = false;
-      continue;
+    // Handled only when its reply fits; until then it waits, with the rest of the buffer.
+    if (!mayQueue(replyBytesOf(decoder_.request()))) {
+      stop = Stop::kNoRoom;
+      break;
     }
-    break;
+    requestDecoded_ = false;
+    bool keep;
+    try {
+      keep = handle(decoder_.request());
+    } catch (const std::exception& e) {  // e.g. bad_alloc: costs this connection only
+      close(fmt::format("internal error handling {}: {}", opName(decoder_.request().op), e.what()),
+            /*isError=*/true);
+      keep = false;
+    }
+    accountReplies();
+    if (!keep) break;
   }
-  if (!pausedForBackpressure_) readMore();
+  processing_ = false;
+  return stop;
+}
+
+bool Session::mayQueue(std::size_t bytes) const {
+  const auto& options = context_.options;
+  const std::size_t queued = replyBytesQueued();
+  if (queued > options.maxPendingReplyBytes) return false;
+  const std::size_t total = context_.pendingReplyBytes.load(std::memory_order_relaxed);
+  const std::size_t budget = options.maxTotalPendingReplyBytes;
+  // Connections with replies waiting (peers that may never read them) fill the budget to three
+  // quarters only: the last quarter is kept for connections whose peers have read everything.
+  if (queued > 0) return total + bytes <= budget - budget / 4;
+  // Small replies always go to those, so that a client that reads is served whatever the others
+  // hold; and with nothing waiting anywhere, a reply larger than the budget goes out alone.
+  return total + bytes <= budget || bytes <= kSmallReplyBytes || total == 0;
+}
+
+std::size_t Session::nextReplyBytes() const {
+  if (sliced_) return sliced_->nextSliceBytes(context_.kv);
+  return requestDecoded_ ? replyBytesOf(decoder_.request()) : 0;
+}
+
+std::size_t Session::replyBytesOf(const Request& request) const {
+  const auto& kv = context_.kv;
+  const auto size = [](const std::string* value) { return value ? value->size() : 0; };
+  switch (request.op) {
+    case Op::kGet:
+      return 8 + size(kv.find(request.keys[0]));
+    case Op::kCompareSet:  // the current value, `expected` or `desired`
+      return 8 + std::max({size(kv.find(request.keys[0])), request.values[0].size(),
+                           request.values[1].size()});
+    case Op::kQueuePop:
+      return 16 + kv.queueFrontBytes(request.keys[0]);
+    case Op::kHold:  // the value given, or the one the key is held or stored at
+      return 8 + std::max({request.values[0].size(), size(kv.find(request.keys[0])),
+                           size(kv.heldValue(request.keys[0]))});
+    default:  // a count, a code or a nonce; MULTI_GET and LIST_KEYS are admitted a slice at a time
+      return 16;
+  }
+}
+
+template <typename Growth>
+bool Session::fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::string_view op,
+                        std::string_view key) {
+  const std::size_t budget = context_.options.maxStoredBytes;
+  const std::size_t stored = context_.kv.storedBytes();
+  // The bound needs no lookup; the exact growth is worked out only near the budget.
+  if (stored <= budget && upperBound <= budget - stored) return true;
+  const std::size_t growth = exactGrowth();
+  if (stored <= budget && growth <= budget - stored) return true;
+  close(fmt::format("{} of key '{}' would take the stored data to {} bytes, over the {}-byte "
+                    "budget (ddprun-rendezvous --max-stored-bytes sets it)",
+                    op, key, stored + growth, budget),
+        /*isError=*/true);
+  return false;
 }
 
 bool Session::handle(Request& request) {
@@ -137,12 +253,32 @@ bool Session::handle(Request& request) {
         return false;
       }
       return true;
-    case Op::kSet:
-      kv.set(request.keys[0], std::move(request.values[0]));
+    case Op::kSet: {
+      const std::string& key = request.keys[0];
+      const std::size_t bytes = request.values[0].size();
+      if (!fitsStore(key.size() + bytes + KvState::kEntryOverhead,
+                     [&] { return kv.growthOfSet(key, bytes); }, "SET", key)) {
+        return false;
+      }
+      kv.set(key, std::move(request.values[0]));
       return true;
-    case Op::kCompareSet:
-      protocol::putBlob(out, kv.compareSet(request.keys[0], request.values[0], request.values[1]));
+    }
+    case Op::kCompareSet: {
+      const std::string& key = request.keys[0];
+      const std::string& expected = request.values[0];
+      const std::string& desired = request.values[1];
+      const auto growth = [&]() -> std::size_t {
+        const std::string* existing = kv.find(key);
+        const bool stores = existing ? *existing == expected : expected.empty();
+        return stores ? kv.growthOfSet(key, desired.size()) : 0;
+      };
+      if (!fitsStore(key.size() + desired.size() + KvState::kEntryOverhead, growth, "COMPARE_SET",
+                     key)) {
+        return false;
+      }
+      protocol::putBlob(out, kv.compareSet(key, expected, desired));
       return true;
+    }
     case Op::kGet: {
       const std::string* value = kv.find(request.keys[0]);
       if (value == nullptr && dialect == WireDialect::kTorch113) {
@@ -154,7 +290,12 @@ bool Session::handle(Request& request) {
       return true;
     }
     case Op::kAdd: {
-      const auto value = kv.add(request.keys[0], request.integer);
+      const std::string& key = request.keys[0];
+      if (!fitsStore(key.size() + KvState::kMaxCounterBytes + KvState::kEntryOverhead,
+                     [&] { return kv.growthOfSet(key, KvState::kMaxCounterBytes); }, "ADD", key)) {
+        return false;
+      }
+      const auto value = kv.add(key, request.integer);
       if (!value) {
         close(fmt::format("ADD on key '{}' whose value is not an integer", request.keys[0]),
               /*isError=*/true);
@@ -185,21 +326,25 @@ bool Session::handle(Request& request) {
     case Op::kAppend: {
       // Every stored value stays within the value limit, so that a single-value reply (GET,
       // COMPARE_SET, ...) is bounded by the limits too, whatever was appended before.
-      const std::string* existing = kv.find(request.keys[0]);
+      const std::string& key = request.keys[0];
+      const std::string* existing = kv.find(key);
       const std::size_t total = (existing ? existing->size() : 0) + request.values[0].size();
       if (total > context_.options.limits.maxValueBytes) {
         close(fmt::format("APPEND to key '{}' would make a {}-byte value, over the {}-byte limit",
-                          request.keys[0], total, context_.options.limits.maxValueBytes),
+                          key, total, context_.options.limits.maxValueBytes),
               /*isError=*/true);
         return false;
       }
-      kv.append(request.keys[0], request.values[0]);
+      const std::size_t growth = existing ? request.values[0].size()
+                                          : key.size() + total + KvState::kEntryOverhead;
+      if (!fitsStore(growth, [growth] { return growth; }, "APPEND", key)) return false;
+      kv.append(key, request.values[0]);
       return true;
     }
     case Op::kMultiGet: {
-      // Size the reply before building it: a few hundred bytes naming one large value many times
-      // would otherwise make the server allocate up to 128 Ki times the value limit at once (the
-      // backpressure check only runs between requests, so it cannot stop this one).
+      // One reply is held to the per-connection limit, sized before anything is produced: a few
+      // hundred bytes naming one large value many times could otherwise ask for 128 Ki times the
+      // value limit (slices bound the memory that costs, not the time and bandwidth).
       std::uint64_t replyBytes = 0;
       for (const std::string& key : request.keys) {
         const std::string* value = kv.find(key);
@@ -212,19 +357,32 @@ bool Session::handle(Request& request) {
               /*isError=*/true);
         return false;
       }
-      out.reserve(out.size() + replyBytes);
-      for (const std::string& key : request.keys) {
-        // Like torch's libuv server (the 2.x default): a missing key reads as an empty value.
-        const std::string* value = kv.find(key);
-        protocol::putBlob(out, value ? std::string_view(*value) : std::string_view());
-      }
+      // Produced a slice per turn from here (serveBuffered), the first one right away.
+      sliced_ = SlicedReply::multiGet(std::move(request.keys));
       return true;
     }
-    case Op::kMultiSet:
+    case Op::kMultiSet: {
+      // A key named twice counts twice: an overestimate, so the budget still holds.
+      std::size_t bound = 0;
+      for (std::size_t i = 0; i < request.keys.size(); ++i) {
+        bound += request.keys[i].size() + request.values[i].size() + KvState::kEntryOverhead;
+      }
+      const auto growth = [&] {
+        std::size_t sum = 0;
+        for (std::size_t i = 0; i < request.keys.size(); ++i) {
+          sum += kv.growthOfSet(request.keys[i], request.values[i].size());
+        }
+        return sum;
+      };
+      if (!fitsStore(bound, growth, "MULTI_SET",
+                     request.keys.empty() ? std::string_view() : request.keys[0])) {
+        return false;
+      }
       for (std::size_t i = 0; i < request.keys.size(); ++i) {
         kv.set(request.keys[i], std::move(request.values[i]));
       }
       return true;
+    }
     case Op::kCancelWait:
       kv.cancelWaits(this);
       protocol::putU8(out, protocol::kWaitCanceled);
@@ -232,9 +390,16 @@ bool Session::handle(Request& request) {
     case Op::kPing:
       protocol::putU32(out, request.word);
       return true;
-    case Op::kQueuePush:
-      kv.queuePush(request.keys[0], std::move(request.values[0]));
+    case Op::kQueuePush: {
+      const std::string& key = request.keys[0];
+      const std::size_t bytes = request.values[0].size();
+      if (!fitsStore(key.size() + bytes + KvState::kEntryOverhead + KvState::kQueueItemOverhead,
+                     [&] { return kv.growthOfPush(key, bytes); }, "QUEUE_PUSH", key)) {
+        return false;
+      }
+      kv.queuePush(key, std::move(request.values[0]));
       return true;
+    }
     case Op::kQueuePop: {
       std::int64_t lengthBefore = 0;
       std::optional<std::string> value = kv.queuePop(request.keys[0], lengthBefore);
@@ -246,21 +411,39 @@ bool Session::handle(Request& request) {
       protocol::putI64(out, kv.queueLength(request.keys[0]));
       return true;
     case Op::kListKeys: {
-      const std::vector<std::string> keys = kv.keys();
-      protocol::putI64(out, static_cast<std::int64_t>(keys.size()));
-      for (const std::string& key : keys) protocol::putBlob(out, key);
+      // The count first, then the names a slice per turn: the listing is a snapshot of this
+      // moment, so the two agree whatever other clients write meanwhile.
+      std::unique_ptr<KeyListing> listing = kv.listKeys();
+      protocol::putI64(out, static_cast<std::int64_t>(listing->size()));
+      sliced_ = SlicedReply::listKeys(std::move(listing));
       return true;
     }
-    case Op::kHold:
-      protocol::putBlob(out, kv.hold(this, request.keys[0], request.values[0],
-                                     std::chrono::milliseconds(request.word), request.keys[1],
-                                     request.values[1], Clock::now()));
+    case Op::kHold: {
+      const std::string& key = request.keys[0];
+      const std::string& value = request.values[0];
+      const std::string& notifyKey = request.keys[1];
+      const std::string& notifyValue = request.values[1];
+      const std::size_t bound = 2 * (key.size() + value.size() + KvState::kEntryOverhead) +
+                                notifyKey.size() + notifyValue.size() + KvState::kEntryOverhead;
+      if (!fitsStore(bound, [&] { return kv.growthOfHold(this, key, value, notifyKey, notifyValue); },
+                     "HOLD", key)) {
+        return false;
+      }
+      protocol::putBlob(out, kv.hold(this, key, value, std::chrono::milliseconds(request.word),
+                                     notifyKey, notifyValue, Clock::now()));
       return true;
+    }
     case Op::kRelease:
       protocol::putI64(out, kv.release(this, request.keys[0]) ? 1 : 0);
       return true;
     case Op::kBarrier: {
-      const auto released = kv.barrier(this, ++nextWaitId_, request.keys[0], request.integer);
+      const std::string& key = request.keys[0];
+      if (!fitsStore(key.size() + KvState::kMaxCounterBytes + KvState::kEntryOverhead,
+                     [&] { return kv.growthOfSet(key, KvState::kMaxCounterBytes); }, "BARRIER",
+                     key)) {
+        return false;
+      }
+      const auto released = kv.barrier(this, ++nextWaitId_, key, request.integer);
       if (!released) {
         close(fmt::format("BARRIER on key '{}' whose value is not an integer", request.keys[0]),
               /*isError=*/true);
@@ -274,8 +457,10 @@ bool Session::handle(Request& request) {
 }
 
 void Session::onWaitDone(std::uint64_t) {
-  protocol::putU8(pending_, protocol::kStopWaiting);
+  // Never inside a reply under way in slices: that would break its framing. It follows it.
+  protocol::putU8(sliced_ ? deferred_ : pending_, protocol::kStopWaiting);
   if (!processing_) flush();
+  accountReplies();
 }
 
 void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
@@ -288,11 +473,13 @@ void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
           /*isError=*/true);
     return;
   }
-  protocol::putU8(pending_, static_cast<std::uint8_t>(event));
-  protocol::putBlob(pending_, key);
-  protocol::putBlob(pending_, oldValue);
-  protocol::putBlob(pending_, newValue);
+  std::string& out = sliced_ ? deferred_ : pending_;
+  protocol::putU8(out, static_cast<std::uint8_t>(event));
+  protocol::putBlob(out, key);
+  protocol::putBlob(out, oldValue);
+  protocol::putBlob(out, newValue);
   if (!processing_) flush();
+  accountReplies();
 }
 
 void Session::flush() {
@@ -312,13 +499,21 @@ void Session::flush() {
     } else {
       pending_.clear();
     }
+    accountReplies();
     return;
   }
-  pending_.erase(0, written);
-  std::swap(pending_, inFlight_);
+  // What the kernel did not take moves to a buffer of its own size: a peer that stops reading
+  // holds that, not the doubled capacity the replies were appended into.
+  inFlight_.assign(pending_, written);
+  if (pending_.capacity() > kRetainedWriteBuffer) {
+    std::string().swap(pending_);
+  } else {
+    pending_.clear();
+  }
   inFlightSent_ = 0;
   writing_ = true;
   lastWriteProgressAt_ = Clock::now();
+  accountReplies();
   writeInFlight();
 }
 
@@ -345,6 +540,7 @@ void Session::onWritten(const boost::system::error_code& error, std::size_t byte
   lastWriteProgressAt_ = Clock::now();
   inFlightSent_ += bytes;
   if (inFlightSent_ < inFlight_.size()) {
+    accountReplies();
     writeInFlight();
     return;
   }
@@ -356,11 +552,50 @@ void Session::onWritten(const boost::system::error_code& error, std::size_t byte
     inFlight_.clear();
   }
   flush();
-  if (pausedForBackpressure_ && replyBytesQueued() <= context_.options.maxPendingReplyBytes / 2) {
-    pausedForBackpressure_ = false;
-    processInput();  // the rest of the paused read buffer, then the next read
+  accountReplies();
+  if (blocked_ && replyBytesQueued() <= context_.options.maxPendingReplyBytes / 2) {
+    serve();  // the waiting request or slice, the rest of the read buffer, then the next read
   }
 }
+
+void Session::accountReplies() {
+  const std::size_t now = closed_ ? 0 : replyBytesQueued();
+  if (now == accountedReplyBytes_) return;
+  if (now > accountedReplyBytes_) {
+    context_.pendingReplyBytes.fetch_add(now - accountedReplyBytes_, std::memory_order_relaxed);
+    accountedReplyBytes_ = now;
+    return;
+  }
+  const std::size_t freed = accountedReplyBytes_ - now;
+  accountedReplyBytes_ = now;
+  const std::size_t total =
+      context_.pendingReplyBytes.fetch_sub(freed, std::memory_order_relaxed) - freed;
+  // The waiting sessions are resumed once the smallest of their replies fits (mayQueue's rule for
+  // a connection with nothing waiting): sooner, every small drain would wake them all only to
+  // find no room again.
+  if (context_.waitingForRoom.empty() || context_.roomPassPosted) return;
+  const std::size_t budget = context_.options.maxTotalPendingReplyBytes;
+  const std::size_t room = budget - std::min(total, budget);
+  if (context_.smallestRoomWait > room && total != 0) return;
+  context_.roomPassPosted = true;
+  boost::asio::post(socket_.get_executor(),
+                    [&context = context_] { resumeWaitingForRoom(context); });
+}
+
+void Session::resumeWaitingForRoom(ServerContext& context) {
+  context.roomPassPosted = false;
+  context.smallestRoomWait = SIZE_MAX;
+  std::vector<std::weak_ptr<Session>> waiting;
+  waiting.swap(context.waitingForRoom);
+  for (const auto& entry : waiting) {
+    const std::shared_ptr<Session> session = entry.lock();
+    if (!session || session->closed_) continue;
+    session->onRoomList_ = false;
+    if (session->blocked_) session->serve();  // blocks, and enlists, again if still no room
+  }
+}
+
+
 
 void Session::checkDeadlines(Clock::time_point now) {
   const auto& options = context_.options;
@@ -384,6 +619,9 @@ void Session::close(std::string_view reason, bool isError) {
     spdlog::debug("connection from {} closed: {}", peer_, reason);
   }
   context_.kv.forget(this);
+  sliced_.reset();  // a KeyListing must not outlive the state it lists
+  deferred_.clear();
+  accountReplies();
   boost::system::error_code ignored;
   socket_.close(ignored);
   context_.connections.fetch_sub(1, std::memory_order_relaxed);

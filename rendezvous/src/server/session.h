@@ -13,12 +13,20 @@
 //                 deadlines: checked by the server's sweep timer
 //
 // Replies leave in request order, except STOP_WAITING of a parked WAIT or BARRIER, which leaves
-// when the wait is satisfied (torch's servers behave the same; CANCEL_WAIT relies on it).
-// Backpressure: when more than maxPendingReplyBytes wait to be written, decoding stops (even in
-// the middle of a read buffer) until the peer has read enough. What pausing cannot bound closes
-// the connection instead: a MULTI_GET whose reply alone would exceed the limit (one large value
-// named many times), an APPEND past the value limit (every stored value then fits the limits),
-// and a watcher whose unread events exceed the limit (other clients' writes produce them).
+// when the wait is satisfied (torch's servers behave the same; CANCEL_WAIT relies on it), though
+// never inside a reply produced in slices.
+// Backpressure: a decoded request is handled only when its reply fits (mayQueue): this
+// connection has at most maxPendingReplyBytes waiting to be written, and all connections
+// together stay within maxTotalPendingReplyBytes, of which connections with replies waiting may
+// fill three quarters (the rest is for those whose peers read; small replies to those always
+// go). Otherwise the request waits, with the rest of the read buffer, until this connection's
+// peer reads or, when it has read everything, others drain (the server-wide list). LIST_KEYS and
+// MULTI_GET replies are produced a slice per event-loop turn (SlicedReply), each slice admitted
+// the same way. What pausing cannot bound closes the connection instead: a MULTI_GET whose reply
+// alone would exceed the limit (one large value named many times), an APPEND past the value
+// limit (every stored value then fits the limits), a watcher whose unread events exceed the limit
+// (other clients' writes produce them), and a write that would take the stored data over
+// maxStoredBytes (TCPStore has no error reply).
 //
 // Errors are values inside the event loop: a bad frame, a stall or an I/O error closes this
 // session, logs one line naming the peer, and never reaches io_context::run().
@@ -28,6 +36,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +50,7 @@
 #include "kv_state.h"
 #include "protocol/request_decoder.h"
 #include "server/refusal_log.h"
+#include "server/sliced_reply.h"
 
 namespace ddprun::rendezvous {
 
@@ -63,6 +73,14 @@ struct ServerContext {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> protocolErrors{0};
   std::atomic<std::uint64_t> refusedHandshakes{0};
+  // Reply bytes not yet taken by the kernel, every session's together (Session::accountReplies).
+  std::atomic<std::size_t> pendingReplyBytes{0};
+  // Sessions whose peers have read every reply but whose next reply does not fit the total:
+  // nothing of their own will resume them, so one posted pass does once the smallest of those
+  // replies fits (weak: a session closed meanwhile is skipped).
+  std::vector<std::weak_ptr<Session>> waitingForRoom;
+  std::size_t smallestRoomWait = SIZE_MAX;
+  bool roomPassPosted = false;
 };
 
 class Session final : public std::enable_shared_from_this<Session>, public KvObserver {
@@ -86,19 +104,46 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   void onWatchEvent(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
                     std::string_view newValue) override;
 
+  // Resumes every session on context.waitingForRoom that is still open (the server's pass).
+  static void resumeWaitingForRoom(ServerContext& context);
+
  private:
+  // Why serve() stopped.
+  enum class Stop : std::uint8_t {
+    kInputDone,  // every buffered byte is consumed: read more
+    kNoRoom,     // the next reply does not fit: wait for writes to drain (blocked_)
+    kYield,      // a sliced reply had its slice this turn: continue in a posted handler
+  };
+
   void readMore();
   void onRead(const boost::system::error_code& error, std::size_t bytes);
-  // Decodes and handles buffered input until it runs out or backpressure pauses it.
-  void processInput();
+  // Produces slices, decodes and handles buffered input until it runs out, a reply does not fit
+  // or a slice has been produced this turn; then reads, waits or posts its continuation.
+  void serve();
+  Stop serveBuffered(int& slicesThisTurn);
   // Applies one request; false when the connection must close (reason already given).
   bool handle(protocol::Request& request);
+  // An upper bound of the reply `request` makes now (not counting a sliced reply's slices).
+  std::size_t replyBytesOf(const protocol::Request& request) const;
+  // Whether this connection may queue `bytes` more reply bytes now.
+  bool mayQueue(std::size_t bytes) const;
+  // What the next step of serve() would queue: the sliced reply's next slice or the decoded request's reply.
+  std::size_t nextReplyBytes() const;
+  // True when a write of `op` to `key` fits maxStoredBytes: it adds at most `upperBound` bytes,
+  // exactly exactGrowth() (asked only near the budget). Otherwise closes this connection with a
+  // warning naming the budget and its flag, and returns false.
+  template <typename Growth>
+  bool fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::string_view op,
+                 std::string_view key);
   void flush();
   // Hands the unsent rest of inFlight_ to one async_write_some.
   void writeInFlight();
   void onWritten(const boost::system::error_code& error, std::size_t bytes);
+  // Brings context_.pendingReplyBytes up to date with this session's queue; when it fell far
+  // enough and sessions wait for room, posts the pass that resumes them.
+  void accountReplies();
   std::size_t replyBytesQueued() const {
-    return pending_.size() + inFlight_.size() - inFlightSent_;
+    return pending_.size() + inFlight_.size() - inFlightSent_ + deferred_.size();
   }
 
   boost::asio::ip::tcp::socket socket_;
@@ -110,9 +155,16 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   std::size_t readBegin_ = 0;  // unconsumed input: [readBegin_, readEnd_)
   std::size_t readEnd_ = 0;
 
+  bool growReadBuffer_ = false;  // the last read filled the buffer: read more per call next
+
   std::string pending_;   // replies not yet handed to the socket
   std::string inFlight_;  // the buffer being written asynchronously
   std::size_t inFlightSent_ = 0;  // how much of inFlight_ the kernel has taken
+  // STOP_WAITING bytes that arrived while a sliced reply was under way: they follow it.
+  std::string deferred_;
+  std::size_t accountedReplyBytes_ = 0;  // this session's share of context_.pendingReplyBytes
+
+  std::unique_ptr<SlicedReply> sliced_;  // the reply being produced, a slice per turn
 
   std::uint64_t nextWaitId_ = 0;
   Clock::time_point lastReadAt_;
@@ -120,7 +172,10 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   bool reading_ = false;
   bool writing_ = false;
   bool processing_ = false;
-  bool pausedForBackpressure_ = false;
+  bool requestDecoded_ = false;  // decoder_.request() is complete and not handled yet
+  bool blocked_ = false;         // stopped on kNoRoom
+  bool onRoomList_ = false;      // in context_.waitingForRoom
+  bool continuing_ = false;      // a posted serve() is on its way (kYield)
   bool closed_ = false;
 };
 

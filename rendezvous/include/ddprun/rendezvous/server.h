@@ -43,6 +43,20 @@ struct ServerOptions {
   // Reading from a connection pauses while this many reply bytes wait for it to read them. A
   // MULTI_GET whose reply alone is larger, and a WATCH_KEY watcher this far behind, are closed.
   std::size_t maxPendingReplyBytes = 64 * 1024 * 1024;
+  // The same, summed over every connection. A connection whose next reply would take the total
+  // over it takes no new request until the total falls. Connections with replies waiting fill
+  // only three quarters of it: the rest is kept for those whose peers have read everything, and
+  // these always get small replies (64 KiB), so clients that read are served while others sit
+  // on theirs. 256 MiB: clients that read hold a few KiB each, and this still lets several
+  // 64 MiB replies stream at once; 8 clients that never read no longer hold 8 x 64 MiB.
+  std::size_t maxTotalPendingReplyBytes = 256 * 1024 * 1024;
+  // The data the store holds: keys, values, queue items and holds, each with its bookkeeping
+  // (KvState::storedBytes). A write that would take it over is refused by closing the writer's
+  // connection with a warning (TCPStore has no error reply); the data never exceeds it.
+  // 512 MiB: hundreds of times what a 10,000-rank job stores (a few KiB per rank: addresses,
+  // NCCL ids, counters), yet far below a training host's memory, which one runaway client must
+  // not be able to take.
+  std::size_t maxStoredBytes = 512 * 1024 * 1024;
   // TCP keep-alive on every connection: a peer whose host vanished (half-open connection) is
   // dropped after idle + interval * probes. Idle connections of live peers are never closed:
   // PyTorch workers hold theirs silently for the whole training run. keepAliveIdle = 0 disables.
@@ -87,6 +101,8 @@ class RendezvousServer {
     std::uint64_t refused = 0;         // over maxConnections
     std::uint64_t protocolErrors = 0;  // connections closed for a bad frame or a stall
     std::uint64_t refusedHandshakes = 0;  // connections closed for failing the token handshake
+    std::size_t storedBytes = 0;          // the data held now, as maxStoredBytes counts it
+    std::size_t pendingReplyBytes = 0;    // replies not yet taken by the kernel, all connections
   };
 
   // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.

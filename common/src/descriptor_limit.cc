@@ -1,0 +1,20 @@
+#include "ddprun/common/descriptor_limit.h"
+
+#include <sys/resource.h>
+
+#include <cstdint>
+
+namespace ddprun::common {
+
+std::size_t raiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return SIZE_MAX;  // cannot tell: assume plenty
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(limit.rlim_cur);
+}
+
+}  // namespace ddprun::common
