@@ -6,15 +6,19 @@
 
 namespace ddprun::common {
 
-std::size_t raiseDescriptorLimit() {
+DescriptorLimit raiseDescriptorLimit() {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return SIZE_MAX;  // cannot tell: assume plenty
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};  // cannot tell: assume plenty
+  DescriptorLimit result;
+  result.started = limit;
   if (limit.rlim_cur < limit.rlim_max) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
-  return limit.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(limit.rlim_cur);
+  result.inForce =
+      limit.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(limit.rlim_cur);
+  return result;
 }
 
 }  // namespace ddprun::common

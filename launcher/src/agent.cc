@@ -281,7 +281,7 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>& environment,
              Guardian* guardian) {
   std::signal(SIGPIPE, SIG_IGN);
-  const std::size_t descriptorLimit = common::raiseDescriptorLimit();
+  const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
   LaunchConfig config = given;
   if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
     // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
@@ -371,7 +371,7 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
 
   asio::io_context io;
   AsioEventLoop loop(io);
-  PosixLauncher launcher(guardian);
+  PosixLauncher launcher(guardian, descriptors.started);
   // The console: written by threads of its own, so a stalled reader never stalls the loop.
   auto outWriter = std::make_shared<ConsoleWriter>(STDOUT_FILENO, io);
   auto errWriter = std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
@@ -390,7 +390,7 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
       return kUsageError;
     }
   }
-  HostedStores stores(std::move(secret), hostedStoreConnections(config, descriptorLimit));
+  HostedStores stores(std::move(secret), hostedStoreConnections(config, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
   try {
     storeOptions = stores.hostOrFind(config);

@@ -4,6 +4,7 @@
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ DDPRUN_CHILD_CODE [[noreturn]] void fail(int errorPipe, int error) {
 }  // namespace
 
 DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t parent,
-                                 int cgroupProcs) {
+                                 int cgroupProcs, const rlimit* descriptorLimit) {
   if (::setsid() < 0) fail(errorPipe, errno);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errorPipe, errno);
   // The agent may have died before the death signal was armed: then nobody would send it.
@@ -74,6 +75,10 @@ DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t pare
     for (long fd = 3; fd < limit; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
   }
   if (plan.workingDirectory() != nullptr && ::chdir(plan.workingDirectory()) != 0) {
+    fail(errorPipe, errno);
+  }
+  // After the descriptors are marked: the fallback above walks up to the agent's raised limit.
+  if (descriptorLimit != nullptr && ::setrlimit(RLIMIT_NOFILE, descriptorLimit) != 0) {
     fail(errorPipe, errno);
   }
   ::execve(plan.path(), plan.argv(), plan.envp());

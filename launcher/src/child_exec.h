@@ -19,10 +19,13 @@
 //   4. into the agent's worker cgroup when there is one (a descendant that leaves the worker's
 //      session is still found there), stdout/stderr from the log router, every other
 //      descriptor closed on exec;
-//   5. execve() of an absolute path. On failure the errno goes to the parent through a
+//   5. the descriptor limit the agent started with (the agent raised its own for the stores it
+//      hosts; a worker gets what it would get under torchrun);
+//   6. execve() of an absolute path. On failure the errno goes to the parent through a
 //      close-on-exec pipe and the child exits 127 (not found) or 126 (not executable).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <string>
@@ -63,7 +66,9 @@ class ExecPlan {
 // Runs in the child after clone(); never returns. `errorPipe` is the write end of the pipe the
 // parent reads to learn whether exec succeeded (EOF) or failed (an errno). `parent` is the
 // agent's pid, to detect that it died before the death signal was armed. `cgroupProcs` is an
-// open cgroup.procs file to join, or -1.
-[[noreturn]] void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs);
+// open cgroup.procs file to join, or -1. `descriptorLimit`, when not null, becomes the child's
+// RLIMIT_NOFILE.
+[[noreturn]] void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs,
+                            const rlimit* descriptorLimit);
 
 }  // namespace ddprun::launcher

@@ -22,11 +22,13 @@ struct ChildStart {
   int errorPipe;
   pid_t parent;
   int cgroupProcs;
+  const rlimit* descriptorLimit;
 };
 
 DDPRUN_CHILD_CODE int childMain(void* argument) {
   const auto* start = static_cast<const ChildStart*>(argument);
-  execChild(*start->plan, start->errorPipe, start->parent, start->cgroupProcs);
+  execChild(*start->plan, start->errorPipe, start->parent, start->cgroupProcs,
+            start->descriptorLimit);
 }
 
 }  // namespace
@@ -56,7 +58,8 @@ pid_t CloneSpawner::spawn(const ExecPlan& plan, int cgroupProcs) {
   sigset_t previous;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  ChildStart start{&plan, errorPipe[1], self_, cgroupProcs};
+  ChildStart start{&plan, errorPipe[1], self_, cgroupProcs,
+                   descriptorLimit_ ? &*descriptorLimit_ : nullptr};
   // CLONE_VFORK: this thread resumes once the child has exec'd or exited.
   const pid_t pid = ::clone(childMain, childStack_ + kChildStackBytes,
                             CLONE_VM | CLONE_VFORK | SIGCHLD, &start);

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "child_exec.h"
 
@@ -16,7 +17,9 @@ namespace ddprun::launcher {
 
 class CloneSpawner {
  public:
-  CloneSpawner() = default;
+  // Children get `descriptorLimit` as their RLIMIT_NOFILE; none: they inherit the agent's.
+  explicit CloneSpawner(std::optional<rlimit> descriptorLimit = std::nullopt)
+      : descriptorLimit_(descriptorLimit) {}
   ~CloneSpawner();
   CloneSpawner(const CloneSpawner&) = delete;
   CloneSpawner& operator=(const CloneSpawner&) = delete;
@@ -28,6 +31,7 @@ class CloneSpawner {
  private:
   // The stack a child runs on between clone and exec; made at the first spawn.
   static constexpr std::size_t kChildStackBytes = 256 * 1024;
+  std::optional<rlimit> descriptorLimit_;
   char* childStack_ = nullptr;
   pid_t self_ = 0;
 };

@@ -23,8 +23,11 @@
 
 namespace ddprun::launcher {
 
-PosixLauncher::PosixLauncher(Guardian* guardian)
-    : guardian_(guardian), cgroup_(WorkerCgroup::create()), self_(::getpid()) {
+PosixLauncher::PosixLauncher(Guardian* guardian, std::optional<rlimit> workerDescriptorLimit)
+    : spawner_(workerDescriptorLimit),
+      guardian_(guardian),
+      cgroup_(WorkerCgroup::create()),
+      self_(::getpid()) {
   // Orphaned grandchildren come back to us instead of init: we reap them (no zombies) and can
   // find and kill them when a worker group stops.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -21,9 +21,11 @@
 // when the *thread* that started the worker exits, and the main thread lives as long as the agent.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -36,8 +38,10 @@ namespace ddprun::launcher {
 
 class PosixLauncher final : public ProcessLauncher {
  public:
-  // Makes this process a child subreaper. `guardian` may be null.
-  explicit PosixLauncher(Guardian* guardian);
+  // Makes this process a child subreaper. `guardian` may be null. Workers get
+  // `workerDescriptorLimit` as their RLIMIT_NOFILE (none: the agent's own).
+  explicit PosixLauncher(Guardian* guardian,
+                         std::optional<rlimit> workerDescriptorLimit = std::nullopt);
   PosixLauncher(const PosixLauncher&) = delete;
   PosixLauncher& operator=(const PosixLauncher&) = delete;
 

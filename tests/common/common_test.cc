@@ -114,18 +114,23 @@ TEST_CASE("worker environment names are torchrun's", "[common]") {
   CHECK(std::string(kEnvDdprunAgent) == "DDPRUN_AGENT");
 }
 
-TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one and returns it",
+TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one and keeps the one it "
+          "started with",
           "[common]") {
   rlimit saved{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   rlimit lowered = saved;
   lowered.rlim_cur = std::min<rlim_t>(saved.rlim_max, 64);
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &lowered) == 0);
-  const std::size_t inForce = raiseDescriptorLimit();
+  const DescriptorLimit limit = raiseDescriptorLimit();
   rlimit now{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
   ::setrlimit(RLIMIT_NOFILE, &saved);
   CHECK(now.rlim_cur == saved.rlim_max);
-  CHECK(inForce == (saved.rlim_max == RLIM_INFINITY ? SIZE_MAX
-                                                    : static_cast<std::size_t>(saved.rlim_max)));
+  CHECK(limit.inForce == (saved.rlim_max == RLIM_INFINITY
+                              ? SIZE_MAX
+                              : static_cast<std::size_t>(saved.rlim_max)));
+  REQUIRE(limit.started);
+  CHECK(limit.started->rlim_cur == lowered.rlim_cur);
+  CHECK(limit.started->rlim_max == saved.rlim_max);
 }

@@ -570,6 +570,28 @@ TEST_CASE("on a terminal, a native worker's line shows when it is printed, not w
   CHECK(bothShown());
 }
 
+TEST_CASE("workers get the descriptor limit ddprun was started with, not the one the agent raised "
+          "for its stores",
+          "[agent][descriptors]") {
+  rlimit own{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
+  if (own.rlim_max != RLIM_INFINITY && own.rlim_max <= 512) {
+    WARN("needs a descriptor hard limit above 512; skipped");
+    return;
+  }
+  // A soft limit of 512 under a higher hard one: the agent raises its own, the workers keep 512
+  // (torchrun's workers see the shell's limit: a raised one would change what select()-based
+  // code or a library sizing a table by the limit does).
+  Subprocess job({"/bin/sh", "-c", "ulimit -Sn 512 && exec \"$@\"", "sh", DDPRUN_BIN,
+                  "--standalone", "--nproc-per-node", "2", "--no-python", "/bin/sh", "-c",
+                  "echo soft=$(ulimit -Sn) hard=$(ulimit -Hn)"});
+  REQUIRE(exitsWith(job, 0, 30s));
+  const std::string hard =
+      own.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(own.rlim_max);
+  INFO(job.output() << job.errors());
+  CHECK(countLines(job.output(), fmt::format("soft=512 hard={}$", hard)) == 2);
+}
+
 TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store still restarts "
           "a failed worker",
           "[agent][descriptors]") {
