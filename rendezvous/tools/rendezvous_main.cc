@@ -53,7 +53,12 @@ Parsed parse(int argc, char** argv) {
   double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
   long keepAliveIdle = o.keepAliveIdle.count();
   long keepAliveInterval = o.keepAliveInterval.count();
-  // Signed, so that a negative number is an error rather than 2^64 - 1.
+  // Every count is read signed, so that a negative number is an error rather than 2^64 - 1.
+  auto maxConnections = static_cast<long long>(o.maxConnections);
+  auto maxKeyBytes = static_cast<long long>(o.limits.maxKeyBytes);
+  auto maxValueBytes = static_cast<long long>(o.limits.maxValueBytes);
+  auto maxKeysPerRequest = static_cast<long long>(o.limits.maxKeysPerRequest);
+  auto maxPendingHandshakes = static_cast<long long>(o.maxPendingHandshakes);
   auto maxStoredBytes = static_cast<long long>(o.maxStoredBytes);
   auto maxPendingReplyBytes = static_cast<long long>(o.maxTotalPendingReplyBytes);
 
@@ -70,14 +75,14 @@ Parsed parse(int argc, char** argv) {
       ("host", po::value(&o.host)->default_value(o.host),
        "the one address to listen on (0.0.0.0 for every IPv4 interface)")
       ("port", po::value(&port)->default_value(port), "TCP port; 0 picks a free one")
-      ("max-connections", po::value(&o.maxConnections)->default_value(o.maxConnections),
+      ("max-connections", po::value(&maxConnections)->default_value(maxConnections),
        "connections beyond this are closed at once")
-      ("max-key-bytes", po::value(&o.limits.maxKeyBytes)->default_value(o.limits.maxKeyBytes),
+      ("max-key-bytes", po::value(&maxKeyBytes)->default_value(maxKeyBytes),
        "longest key a request may carry")
-      ("max-value-bytes", po::value(&o.limits.maxValueBytes)->default_value(o.limits.maxValueBytes),
+      ("max-value-bytes", po::value(&maxValueBytes)->default_value(maxValueBytes),
        "largest value a request may carry")
       ("max-keys-per-request",
-       po::value(&o.limits.maxKeysPerRequest)->default_value(o.limits.maxKeysPerRequest),
+       po::value(&maxKeysPerRequest)->default_value(maxKeysPerRequest),
        "most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
       ("max-stored-bytes", po::value(&maxStoredBytes)->default_value(maxStoredBytes),
        "the most data the store holds (keys, values, queues, each with ~128 bytes of bookkeeping); "
@@ -102,7 +107,7 @@ Parsed parse(int argc, char** argv) {
       ("handshake-timeout", po::value(&handshakeTimeout)->default_value(handshakeTimeout),
        "with --token-file: seconds a new connection has to prove the token before it is closed")
       ("max-pending-handshakes",
-       po::value(&o.maxPendingHandshakes)->default_value(o.maxPendingHandshakes),
+       po::value(&maxPendingHandshakes)->default_value(maxPendingHandshakes),
        "with --token-file: connections still proving the token at most; a new one closes the oldest")
       ("log-level", po::value(&logLevel)->default_value(logLevel),
        "trace, debug, info, warn, error or off");
@@ -135,7 +140,15 @@ Parsed parse(int argc, char** argv) {
   }
   if (port < 0 || port > 65535) throw UsageError(fmt::format("--port {} is not in 0..65535", port));
   o.port = static_cast<std::uint16_t>(port);
-  if (o.maxConnections == 0) throw UsageError("--max-connections must be at least 1");
+  const auto positive = [](long long given, const char* option) {
+    if (given < 1) throw UsageError(fmt::format("--{} {} must be at least 1", option, given));
+    return static_cast<std::size_t>(given);
+  };
+  o.maxConnections = positive(maxConnections, "max-connections");
+  o.limits.maxKeyBytes = positive(maxKeyBytes, "max-key-bytes");
+  o.limits.maxValueBytes = positive(maxValueBytes, "max-value-bytes");
+  o.limits.maxKeysPerRequest = positive(maxKeysPerRequest, "max-keys-per-request");
+  o.maxPendingHandshakes = positive(maxPendingHandshakes, "max-pending-handshakes");
   // Either budget below one value would refuse (or hold back) the values the limits allow.
   const auto atLeastOneValue = [&o](long long given, const char* option) {
     if (given < 0 || static_cast<unsigned long long>(given) < o.limits.maxValueBytes) {
@@ -154,7 +167,6 @@ Parsed parse(int argc, char** argv) {
   o.keepAliveIdle = std::chrono::seconds(keepAliveIdle);
   o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
   o.handshakeTimeout = seconds(handshakeTimeout, "handshake-timeout");
-  if (o.maxPendingHandshakes == 0) throw UsageError("--max-pending-handshakes must be at least 1");
   if (values.count("token-file")) {
     try {
       o.secret = ddprun::rendezvous::readTokenFile(tokenFile);
