@@ -31,6 +31,7 @@
 #include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
+#include "ddprun/rendezvous/tls.h"
 #include "file_timer_pipe.h"
 #include "hang_evidence.h"
 #include "log_router.h"
@@ -105,8 +106,10 @@ std::size_t hostedStoreConnections(const LaunchConfig& config, std::size_t descr
 class HostedStores final : public WorkerStoreHost {
  public:
   // With a secret, every store this agent hosts wants it, and the workers go through a relay.
-  HostedStores(std::optional<rendezvous::JobSecret> secret, std::size_t maxConnections)
-      : secret_(std::move(secret)), maxConnections_(maxConnections) {}
+  // With TLS as well, every store connection between hosts is a TLS one.
+  HostedStores(std::optional<rendezvous::JobSecret> secret,
+               std::shared_ptr<const rendezvous::TlsConfig> tls, std::size_t maxConnections)
+      : secret_(std::move(secret)), tls_(std::move(tls)), maxConnections_(maxConnections) {}
 
   // Decides whether to host the rendezvous store and starts it; returns where to reach it.
   // Throws rendezvous::ServerError when this agent must host it and cannot.
@@ -139,6 +142,7 @@ class HostedStores final : public WorkerStoreHost {
   rendezvous::ServerOptions serverOptions() const {
     rendezvous::ServerOptions options;
     options.secret = secret_;
+    options.tls = tls_;
     options.maxConnections = maxConnections_;
     return options;
   }
@@ -153,6 +157,7 @@ class HostedStores final : public WorkerStoreHost {
   }
 
   std::optional<rendezvous::JobSecret> secret_;
+  std::shared_ptr<const rendezvous::TlsConfig> tls_;
   std::unique_ptr<rendezvous::LoopbackRelay> relay_;
   std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
   std::unique_ptr<rendezvous::RendezvousServer> workers_;
@@ -168,8 +173,13 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   store.host = rdzv.host;
   store.port = rdzv.port;
   store.secret = secret_;
+  store.tls = tls_;
   // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
-  if (secret_) relay_ = std::make_unique<rendezvous::LoopbackRelay>(rendezvous::RelayOptions{*secret_});
+  if (secret_) {
+    rendezvous::RelayOptions relay{*secret_};
+    relay.tls = tls_;
+    relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
+  }
   const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;
   const bool mustHost = staticHost || rdzv.standalone || rdzv.settings.isHost.value_or(false);
   const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
@@ -203,7 +213,9 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   }
   spdlog::info("hosting the rendezvous store on {} (at most {} connections{})",
                rendezvous_->address(), maxConnections_,
-               secret_ ? "; clients must prove the job's token" : "");
+               tls_      ? "; TLS, and clients must prove the job's token"
+               : secret_ ? "; clients must prove the job's token"
+                         : "");
   warnIfOpen(options.host, "the rendezvous store");
   return store;
 }
@@ -390,7 +402,18 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
       return kUsageError;
     }
   }
-  HostedStores stores(std::move(secret), hostedStoreConnections(config, descriptors.inForce));
+  std::shared_ptr<const rendezvous::TlsConfig> tls;
+  if (!config.rdzv.settings.tlsCert.empty()) {
+    try {
+      const RendezvousSettings& s = config.rdzv.settings;
+      tls = rendezvous::TlsConfig::load({s.tlsCert, s.tlsKey, s.tlsCa});
+    } catch (const rendezvous::TlsError& error) {
+      errWriter->write(fmt::format("ddprun: error: --rdzv-conf: {}\n", error.what()));
+      return kUsageError;
+    }
+  }
+  HostedStores stores(std::move(secret), std::move(tls),
+                      hostedStoreConnections(config, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
   try {
     storeOptions = stores.hostOrFind(config);

@@ -177,7 +177,8 @@ constexpr OptionSpec kOptions[] = {
            "store_type (tcp), use_libuv (ignored); token_file=PATH: the job's secret (mode 600, "
            "the same file on every node and for ddprun-rendezvous --token-file): the stores then "
            "admit only connections that prove it, and workers reach them through a relay on "
-           "127.0.0.1."},
+           "127.0.0.1; with it, tls_cert=PATH,tls_key=PATH (and tls_ca=PATH, else the "
+           "certificate is its own CA): every store connection between hosts is TLS as well."},
   {.name = "standalone", .kind = ValueKind::kFlag,
    .help = "Single-node job with its own rendezvous on 127.0.0.1, a free port and a random "
            "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},
@@ -732,14 +733,16 @@ HostPort parseEndpoint(const GivenValue& given) {
 
 // What each --rdzv-conf key holds; ddprun checks values now instead of at rendezvous time, and
 // stores them typed (RendezvousSettings), so nothing downstream parses text.
-enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored, kTokenFile };
+enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored, kFile };
 
 using Seconds = std::chrono::milliseconds RendezvousSettings::*;
+using FilePath = std::string RendezvousSettings::*;
 
 struct ConfKey {
   std::string_view name;
   ConfKind kind;
   Seconds seconds = nullptr;  // kSeconds: the field it sets
+  FilePath file = nullptr;    // kFile: the field it sets
 };
 
 // `timeout` (the static backend's join timeout) is handled by resolveRendezvous.
@@ -756,7 +759,11 @@ constexpr ConfKey kRdzvConfKeys[] = {
     {"store_type", ConfKind::kStoreType},
     {"use_libuv", ConfKind::kIgnored},  // TCPStore flavour in torch; ddprun's store is its own
     {"exit_barrier_timeout", ConfKind::kSeconds, &RendezvousSettings::exitBarrierTimeout},  // ddprun extra
-    {"token_file", ConfKind::kTokenFile},  // ddprun extra
+    // ddprun extras: the job's token and TLS files.
+    {"token_file", ConfKind::kFile, nullptr, &RendezvousSettings::tokenFile},
+    {"tls_cert", ConfKind::kFile, nullptr, &RendezvousSettings::tlsCert},
+    {"tls_key", ConfKind::kFile, nullptr, &RendezvousSettings::tlsKey},
+    {"tls_ca", ConfKind::kFile, nullptr, &RendezvousSettings::tlsCa},
 };
 
 // torchrun's `timeout` for the static backend when none is given (its LaunchConfig injects it).
@@ -830,9 +837,9 @@ void applyRdzvConfValue(const GivenValue& given, const ConfKey& known, std::stri
     }
     case ConfKind::kIgnored:
       return;
-    case ConfKind::kTokenFile:
-      // Read (and its mode checked) by the agent when it starts: one place reads secrets.
-      settings.tokenFile = std::string(value);
+    case ConfKind::kFile:
+      // Read (and a secret's mode checked) by the agent when it starts: one place reads them.
+      settings.*known.file = std::string(value);
       return;
   }
 }
@@ -870,6 +877,20 @@ RdzvConf parseRdzvConf(const GivenValue& given, std::vector<std::string>& warnin
       continue;
     }
     applyRdzvConfValue(given, *known, value, conf);
+  }
+  const RendezvousSettings& s = conf.settings;
+  if (!s.tlsCert.empty() || !s.tlsKey.empty() || !s.tlsCa.empty()) {
+    // TLS hides the bytes; the token is what keeps strangers out, and the relay needs it.
+    if (s.tokenFile.empty()) {
+      throw UsageError(fmt::format("{}: TLS needs the job's token too; add token_file=PATH",
+                                   printable(given.origin)));
+    }
+    // Any agent may host the workers' store (group rank 0 of a round), so each needs both.
+    if (s.tlsCert.empty() || s.tlsKey.empty()) {
+      throw UsageError(fmt::format("{}: give every agent both tls_cert=PATH and tls_key=PATH (any "
+                                   "agent may host the workers' store)",
+                                   printable(given.origin)));
+    }
   }
   return conf;
 }

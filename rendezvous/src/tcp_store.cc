@@ -21,6 +21,7 @@ namespace {
 using detail::ClientSocket;
 using detail::SocketError;
 using detail::SocketTimeout;
+using detail::TlsHandshakeError;
 using protocol::Op;
 using Clock = std::chrono::steady_clock;
 
@@ -141,12 +142,18 @@ void TcpStore::connect(std::string_view context) {
   bool handshakeFailed = false;
   bool tokenRefused = false;  // the store dropped or mis-answered the token hello
   bool foreignReply = false;  // something answered the handshake with bytes no store sends
+  bool tlsRefused = false;    // with TLS: what answers does not complete a TLS handshake
   int handshakeFailures = 0;
   int attempts = 0;
   for (;;) {
     ++attempts;
     try {
       auto socket = ClientSocket::connect(options_.host, options_.port, deadline);
+      if (options_.tls) {
+        tlsRefused = false;
+        socket->startTls(options_.tls->clientContext(),
+                         std::min(deadline, Clock::now() + kControlReplyTimeout));
+      }
       socket->setSendTimeout(options_.timeout);
       if (options_.secret) {
         tokenRefused = true;
@@ -161,12 +168,19 @@ void TcpStore::connect(std::string_view context) {
         std::string frame;
         putOp(frame, options_.dialect, Op::kValidate);
         protocol::putU32(frame, protocol::kValidationMagic);
-        socket->sendAll(frame);
         const auto nonce = static_cast<std::uint32_t>(std::random_device{}());
-        frame.clear();
-        putOp(frame, options_.dialect, Op::kPing);
-        protocol::putU32(frame, nonce);
-        socket->sendAll(frame);
+        try {
+          socket->sendAll(frame);
+          frame.clear();
+          putOp(frame, options_.dialect, Op::kPing);
+          protocol::putU32(frame, nonce);
+          socket->sendAll(frame);
+        } catch (const SocketError&) {
+          // Something that answers with bytes of its own and closes breaks the send; that it
+          // sent anything tells it from a store refusing us, which closes without a byte.
+          foreignReply = socket->peerSentBytes();
+          throw;
+        }
         const std::uint32_t echoed =
             socket->readU32(std::min(deadline, Clock::now() + kControlReplyTimeout));
         if (echoed != nonce) {
@@ -177,6 +191,14 @@ void TcpStore::connect(std::string_view context) {
       }
       socket_ = std::move(socket);
       return;
+    } catch (const TlsHandshakeError& error) {
+      if (error.kind() == TlsHandshakeError::Kind::kUntrusted) {
+        throw StoreAuthError(fmt::format("{}: {}{}", where(), context, error.what()),
+                             StoreAuthError::Code::kUntrustedCertificate);
+      }
+      lastError = error.what();
+      tlsRefused = true;
+      if (++handshakeFailures >= 3) break;
     } catch (const SocketError& error) {
       lastError = error.what();
       lastSystemError = error.systemError();
@@ -191,11 +213,19 @@ void TcpStore::connect(std::string_view context) {
   }
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
   std::string hint;
+  if (tlsRefused) {
+    throw StoreAuthError(
+        fmt::format("{}: {}{} ({} attempts); give the store the job's TLS files "
+                    "(ddprun-rendezvous --tls-cert/--tls-key, or the hosting agent's --rdzv-conf "
+                    "tls_cert=,tls_key=), or give no agent any",
+                    where(), context, lastError, attempts),
+        StoreAuthError::Code::kNoTls);
+  }
   if (tokenRefused) {
     throw StoreAuthError(
         fmt::format("{}: {}the store closed the connection at the token handshake after {} "
-                    "attempts ({}): it runs without a token, or is not a ddprun store; give it "
-                    "the same token (ddprun-rendezvous --token-file, or the hosting agent's "
+                    "attempts ({}): it runs without a token, or with TLS (then give this client "
+                    "tls_cert too), or is not a ddprun store; give it the same token (ddprun-rendezvous --token-file, or the hosting agent's "
                     "--rdzv-conf token_file=)",
                     where(), context, attempts, lastError),
         StoreAuthError::Code::kNoToken);

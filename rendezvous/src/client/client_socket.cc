@@ -11,6 +11,9 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "protocol/wire.h"
 
@@ -86,7 +89,46 @@ std::unique_ptr<ClientSocket> ClientSocket::connect(const std::string& host, std
 
 ClientSocket::ClientSocket(int fd) : fd_(fd), buffer_(16 * 1024) {}
 
-ClientSocket::~ClientSocket() { ::close(fd_); }
+ClientSocket::~ClientSocket() {
+  // No close_notify: the connection ends with the process or on an error, and a peer that stopped
+  // reading must not make the destructor block.
+  ::SSL_free(tls_);
+  ::close(fd_);
+}
+
+void ClientSocket::startTls(ssl_ctx_st* context, Clock::time_point deadline) {
+  tls_ = ::SSL_new(context);
+  if (tls_ == nullptr || ::SSL_set_fd(tls_, fd_) != 1) {
+    ::ERR_clear_error();
+    throw SocketError("cannot set up TLS on the connection");
+  }
+  for (;;) {
+    const Clock::duration remaining = deadline - Clock::now();
+    if (remaining <= Clock::duration::zero()) throw SocketTimeout("timed out in the TLS handshake");
+    armReceiveTimeout(remaining);
+    const int rc = ::SSL_connect(tls_);
+    if (rc == 1) return;
+    const int error = ::SSL_get_error(tls_, rc);
+    const int systemError = errno;
+    ::ERR_clear_error();
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) continue;  // SO_RCVTIMEO
+    const long verified = ::SSL_get_verify_result(tls_);
+    if (verified != X509_V_OK) {
+      throw TlsHandshakeError(
+          fmt::format("the store's TLS certificate is not one the job trusts ({}): give every agent "
+                      "the store's certificate or its CA (tls_cert, tls_ca)",
+                      ::X509_verify_cert_error_string(verified)),
+          TlsHandshakeError::Kind::kUntrusted);
+    }
+    if (error == SSL_ERROR_SYSCALL && systemError != 0 && systemError != ECONNRESET &&
+        systemError != EPIPE) {
+      throw SocketError(fmt::format("TLS handshake: {}", errnoText(systemError)), systemError);
+    }
+    throw TlsHandshakeError("the store did not complete a TLS handshake: it runs without TLS, or "
+                            "is not a ddprun store",
+                            TlsHandshakeError::Kind::kNotTls);
+  }
+}
 
 void ClientSocket::setSendTimeout(std::chrono::milliseconds timeout) {
   const timeval tv = toTimeval(timeout);
@@ -94,6 +136,25 @@ void ClientSocket::setSendTimeout(std::chrono::milliseconds timeout) {
 }
 
 void ClientSocket::sendAll(std::string_view bytes) {
+  while (tls_ != nullptr && !bytes.empty()) {
+    // Blocking: SSL_write returns once all of it is written, or fails.
+    const int sent =
+        ::SSL_write(tls_, bytes.data(), static_cast<int>(std::min<std::size_t>(bytes.size(), INT32_MAX)));
+    if (sent > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(sent));
+      continue;
+    }
+    const int error = ::SSL_get_error(tls_, sent);
+    const int systemError = errno;
+    ::ERR_clear_error();
+    if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) {
+      if (systemError == EINTR) continue;
+      throw SocketError("send timed out: the server is not reading");
+    }
+    throw SocketError(error == SSL_ERROR_SYSCALL && systemError != 0
+                          ? fmt::format("send failed: {}", errnoText(systemError))
+                          : std::string("send failed: the TLS connection broke"));
+  }
   while (!bytes.empty()) {
     const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (sent < 0) {
@@ -125,6 +186,22 @@ std::size_t ClientSocket::receiveSome(char* destination, std::size_t size,
     const Clock::duration remaining = deadline - Clock::now();
     if (remaining <= Clock::duration::zero()) throw SocketTimeout("timed out waiting for a reply");
     armReceiveTimeout(remaining);
+    if (tls_ != nullptr) {
+      const int got =
+          ::SSL_read(tls_, destination, static_cast<int>(std::min<std::size_t>(size, INT32_MAX)));
+      if (got > 0) return static_cast<std::size_t>(got);
+      const int error = ::SSL_get_error(tls_, got);
+      const int systemError = errno;
+      ::ERR_clear_error();
+      // WANT_READ: SO_RCVTIMEO ran out (or a signal came) mid-record; the deadline decides.
+      if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) continue;
+      if (error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && systemError == 0)) {
+        throw SocketError("the server closed the connection");
+      }
+      throw SocketError(error == SSL_ERROR_SYSCALL
+                            ? fmt::format("receive failed: {}", errnoText(systemError))
+                            : std::string("receive failed: the TLS connection broke"));
+    }
     const ssize_t got = ::recv(fd_, destination, size, 0);
     if (got > 0) return static_cast<std::size_t>(got);
     if (got == 0) throw SocketError("the server closed the connection");
@@ -157,6 +234,11 @@ void ClientSocket::readExact(void* destination, std::size_t size, Clock::time_po
     out += take;
     size -= take;
   }
+}
+
+bool ClientSocket::peerSentBytes() {
+  char byte;
+  return end_ > begin_ || ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
 std::uint8_t ClientSocket::readU8(Clock::time_point deadline) {

@@ -1,4 +1,5 @@
-// ClientSocket: one blocking TCP connection with deadlines, for TcpStore.
+// ClientSocket: one blocking TCP connection with deadlines, for TcpStore; optionally TLS (OpenSSL
+// on the same blocking socket, so the deadlines hold for it alike).
 //
 // Plain POSIX sockets on purpose: a store client is strictly request/response, so a blocking
 // socket costs one syscall per send and per reply, with no event loop to own or feed. Deadlines
@@ -16,6 +17,9 @@
 #include <string_view>
 #include <vector>
 
+struct ssl_st;      // OpenSSL's SSL
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace ddprun::rendezvous::detail {
 
 // Any I/O failure. TcpStore adds the store's address and the operation to the message.
@@ -28,6 +32,19 @@ class SocketError : public std::runtime_error {
 
  private:
   int systemError_;
+};
+// The TLS handshake failed: retrying will not help, the store or the job's TLS files must change.
+class TlsHandshakeError : public SocketError {
+ public:
+  enum class Kind {
+    kUntrusted,  // the store's certificate is not signed by the job's CA
+    kNotTls,     // what answers does not complete a TLS handshake (a store without TLS)
+  };
+  TlsHandshakeError(const std::string& message, Kind kind) : SocketError(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 // A read ran into its deadline; nothing is known to be wrong with the connection.
 class SocketTimeout : public SocketError {
@@ -47,11 +64,17 @@ class ClientSocket {
   ClientSocket(const ClientSocket&) = delete;
   ClientSocket& operator=(const ClientSocket&) = delete;
 
+  // Runs a TLS handshake (as the client of `context`) by `deadline`; every byte after it is
+  // encrypted. Throws TlsHandshakeError, or SocketError when the connection fails meanwhile.
+  void startTls(ssl_ctx_st* context, Clock::time_point deadline);
+
   // Blocks until every byte is handed to the kernel (bounded by SO_SNDTIMEO = `sendTimeout`).
   void sendAll(std::string_view bytes);
   void setSendTimeout(std::chrono::milliseconds timeout);
 
   void readExact(void* destination, std::size_t size, Clock::time_point deadline);
+  // Whether the peer has sent bytes not read yet (without waiting; also after it closed).
+  bool peerSentBytes();
   std::uint8_t readU8(Clock::time_point deadline);
   std::uint32_t readU32(Clock::time_point deadline);
   std::int64_t readI64(Clock::time_point deadline);
@@ -65,6 +88,7 @@ class ClientSocket {
   void armReceiveTimeout(Clock::duration remaining);
 
   int fd_;
+  ssl_st* tls_ = nullptr;  // after startTls(): every byte goes through it
   std::vector<char> buffer_;  // bytes received but not consumed yet: [begin_, end_)
   std::size_t begin_ = 0;
   std::size_t end_ = 0;

@@ -1,11 +1,13 @@
 // The listener, the registry of links and the serving thread of LoopbackRelay.
 #include "ddprun/rendezvous/loopback_relay.h"
 
+#include <openssl/ssl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -14,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -37,6 +40,11 @@ class LoopbackRelay::Impl {
         worker_(io_),
         retryTimer_(io_),
         stopEvent_(io_) {
+    if (options_.tls) {
+      // Asio's context takes over the handle it is given: it gets a reference of its own.
+      ::SSL_CTX_up_ref(options_.tls->clientContext());
+      tls_.emplace(options_.tls->clientContext());
+    }
     boost::system::error_code error;
     const tcp::endpoint endpoint(asio::ip::address_v4::loopback(), 0);
     acceptor_.open(endpoint.protocol(), error);
@@ -121,7 +129,7 @@ class LoopbackRelay::Impl {
       connections_.fetch_add(1, std::memory_order_relaxed);
       auto link = std::make_shared<RelayLink>(
           std::move(worker_), std::move(endpoints), upstream, options_.secret,
-          options_.connectTimeout,
+          tls_ ? &*tls_ : nullptr, options_.connectTimeout,
           [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
             onLinkEnd(ended, end, upstream, detail);
           });
@@ -167,12 +175,24 @@ class LoopbackRelay::Impl {
     if (end != RelayLink::End::kClosed) {
       // Once per upstream and kind of failure: every worker connection would say the same.
       if (reported_.emplace(upstream, static_cast<int>(end)).second) {
-        const char* what = end == RelayLink::End::kWrongToken
-                               ? "the store refused this token: it holds a different one"
-                           : end == RelayLink::End::kNoToken
-                               ? "the store does not take a token (it runs without one, or is not "
-                                 "a ddprun store)"
-                               : "the store cannot be reached";
+        const char* what = "the store cannot be reached";
+        switch (end) {
+          case RelayLink::End::kWrongToken:
+            what = "the store refused this token: it holds a different one";
+            break;
+          case RelayLink::End::kNoToken:
+            what = "the store does not take a token (it runs without one, or is not a ddprun store)";
+            break;
+          case RelayLink::End::kUntrusted:
+            what = "the store's TLS certificate is not one the job trusts (tls_cert, tls_ca)";
+            break;
+          case RelayLink::End::kNoTls:
+            what = "the store did not complete a TLS handshake (it runs without TLS)";
+            break;
+          case RelayLink::End::kClosed:
+          case RelayLink::End::kUnreachable:
+            break;
+        }
         spdlog::error("workers' store relay: {} at {} ({}); the workers' store connections fail",
                       what, upstream, detail);
       }
@@ -194,6 +214,8 @@ class LoopbackRelay::Impl {
   }
 
   RelayOptions options_;
+  // With RelayOptions::tls. Before io_: the links its handlers hold die with io_, after it.
+  std::optional<asio::ssl::context> tls_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
   tcp::socket worker_;

@@ -3,6 +3,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <type_traits>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
@@ -15,9 +20,11 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 RelayLink::RelayLink(tcp::socket worker, std::vector<tcp::endpoint> store, std::string upstream,
-                     const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd)
+                     const JobSecret& secret, asio::ssl::context* tls,
+                     std::chrono::milliseconds connectTimeout, OnEnd onEnd)
     : worker_(std::move(worker)),
       store_(worker_.get_executor()),
+      tlsContext_(tls),
       deadline_(worker_.get_executor()),
       endpoints_(std::move(store)),
       upstream_(std::move(upstream)),
@@ -53,15 +60,52 @@ void RelayLink::onConnected(const boost::system::error_code& error) {
   // Store requests are small and latency-bound, as on the workers' own connections.
   boost::system::error_code ignored;
   store_.set_option(tcp::no_delay(true), ignored);
-  asio::async_write(store_, asio::buffer(hello_),
-                    [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
-                      if (e) self->finish(End::kUnreachable, e.message());
-                    });
+  if (tlsContext_ == nullptr) {
+    sendHello();
+    return;
+  }
+  tls_.emplace(store_, *tlsContext_);
+  tls_->async_handshake(asio::ssl::stream_base::client,
+                        [self = shared_from_this()](const boost::system::error_code& e) {
+                          self->onTlsHandshake(e);
+                        });
+}
+
+void RelayLink::onTlsHandshake(const boost::system::error_code& error) {
+  if (finished_) return;
+  if (error) {
+    const long verified = ::SSL_get_verify_result(tls_->native_handle());
+    if (verified != X509_V_OK) {
+      finish(End::kUntrusted, ::X509_verify_cert_error_string(verified));
+    } else {
+      finish(End::kNoTls, error.message());
+    }
+    return;
+  }
+  sendHello();
+}
+
+template <typename Operation>
+void RelayLink::withUpstream(Operation&& operation) {
+  if (tls_) {
+    operation(*tls_);
+  } else {
+    operation(store_);
+  }
+}
+
+void RelayLink::sendHello() {
   challenge_.assign(auth::kServerChallengeBytes, '\0');
-  asio::async_read(store_, asio::buffer(challenge_),
-                   [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
-                     self->onChallenge(e);
-                   });
+  withUpstream([this](auto& upstream) {
+    asio::async_write(upstream, asio::buffer(hello_),
+                      [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                        if (e) self->finish(End::kUnreachable, e.message());
+                      });
+    asio::async_read(upstream, asio::buffer(challenge_),
+                     [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                       self->onChallenge(e);
+                     });
+  });
 }
 
 void RelayLink::onChallenge(const boost::system::error_code& error) {
@@ -81,10 +125,12 @@ void RelayLink::onChallenge(const boost::system::error_code& error) {
       finish(End::kWrongToken, "the store holds a different token");
       return;
   }
-  asio::async_write(store_, asio::buffer(proof_),
-                    [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
-                      self->onProofSent(e);
-                    });
+  withUpstream([this](auto& upstream) {
+    asio::async_write(upstream, asio::buffer(proof_),
+                      [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                        self->onProofSent(e);
+                      });
+  });
 }
 
 void RelayLink::onProofSent(const boost::system::error_code& error) {
@@ -98,11 +144,14 @@ void RelayLink::onProofSent(const boost::system::error_code& error) {
   boost::system::error_code ignored;
   worker_.non_blocking(true, ignored);
   store_.non_blocking(true, ignored);
-  pump(worker_, store_, toStore_);
-  pump(store_, worker_, toWorker_);
+  withUpstream([this](auto& upstream) {
+    pump(worker_, upstream, toStore_);
+    pump(upstream, worker_, toWorker_);
+  });
 }
 
-void RelayLink::pump(tcp::socket& from, tcp::socket& to, Buffer& buffer) {
+template <typename From, typename To>
+void RelayLink::pump(From& from, To& to, Buffer& buffer) {
   from.async_read_some(
       asio::buffer(buffer),
       [self = shared_from_this(), &from, &to, &buffer](const boost::system::error_code& error,
@@ -115,16 +164,20 @@ void RelayLink::pump(tcp::socket& from, tcp::socket& to, Buffer& buffer) {
         // A store request or reply is small and the peer's socket buffer nearly always has room:
         // write it now, in place, and go back to reading. Only what the kernel does not take
         // waits for an asynchronous write (a trip through the loop per message would cost more
-        // than the copy itself).
-        boost::system::error_code writeError;
-        const std::size_t written = to.write_some(asio::buffer(buffer.data(), bytes), writeError);
-        if (writeError && writeError != asio::error::would_block) {
-          self->finish(End::kClosed, "");
-          return;
-        }
-        if (written == bytes) {
-          self->pump(from, to, buffer);
-          return;
+        // than the copy itself). A TLS stream is always written asynchronously: its synchronous
+        // write would block the loop on a full socket.
+        std::size_t written = 0;
+        if constexpr (std::is_same_v<To, tcp::socket>) {
+          boost::system::error_code writeError;
+          written = to.write_some(asio::buffer(buffer.data(), bytes), writeError);
+          if (writeError && writeError != asio::error::would_block) {
+            self->finish(End::kClosed, "");
+            return;
+          }
+          if (written == bytes) {
+            self->pump(from, to, buffer);
+            return;
+          }
         }
         asio::async_write(to, asio::buffer(buffer.data() + written, bytes - written),
                           [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
@@ -144,7 +197,7 @@ void RelayLink::finish(End end, const std::string& detail) {
   boost::system::error_code ignored;
   deadline_.cancel();
   worker_.close(ignored);
-  store_.close(ignored);
+  store_.close(ignored);  // under tls_ too: no close_notify, the store sees the connection end
   // Last: the relay drops its reference here; in-flight handlers keep this object alive.
   onEnd_(this, end, detail);
 }

@@ -1,6 +1,7 @@
 // RelayLink: one worker connection of a LoopbackRelay and the upstream connection that carries it
-// to the store: connect (to the addresses the relay resolved once per round), prove the token (auth/handshake.h), then copy bytes both ways
-// unchanged until either side closes, which closes both.
+// to the store: connect (to the addresses the relay resolved once per round), with TLS run its
+// handshake and check the store's certificate, prove the token (auth/handshake.h), then copy bytes
+// both ways unchanged until either side closes, which closes both.
 //
 // Lives on the relay's event-loop thread.
 #pragma once
@@ -10,10 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "auth/handshake.h"
@@ -28,13 +32,16 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
     kUnreachable,  // the store could not be reached (or did not answer) within the timeout
     kWrongToken,   // the store holds another token
     kNoToken,      // the store did not answer the token hello as a token-holding store does
+    kUntrusted,    // TLS: the store's certificate is not signed by the job's CA
+    kNoTls,        // TLS: the store did not complete a TLS handshake
   };
   using OnEnd = std::function<void(RelayLink*, End, const std::string& detail)>;
 
-  // `store`: the store's addresses, tried in order; `upstream` names it in messages.
+  // `store`: the store's addresses, tried in order; `upstream` names it in messages. `tls`: the
+  // client context the upstream connection runs TLS with, or null for none.
   RelayLink(boost::asio::ip::tcp::socket worker, std::vector<boost::asio::ip::tcp::endpoint> store,
-            std::string upstream, const JobSecret& secret, std::chrono::milliseconds connectTimeout,
-            OnEnd onEnd);
+            std::string upstream, const JobSecret& secret, boost::asio::ssl::context* tls,
+            std::chrono::milliseconds connectTimeout, OnEnd onEnd);
 
   void start();
   // Closes both connections (the relay is stopping). Idempotent.
@@ -43,15 +50,25 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
  private:
   using Buffer = std::array<char, 64 * 1024>;
 
+  using TlsStream = boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>;
+
   void onConnected(const boost::system::error_code& error);
+  void onTlsHandshake(const boost::system::error_code& error);
+  void sendHello();
   void onChallenge(const boost::system::error_code& error);
   void onProofSent(const boost::system::error_code& error);
+  // Calls `operation` with the stream to the store: the TLS one, or the socket itself.
+  template <typename Operation>
+  void withUpstream(Operation&& operation);
   // Copies what `from` sends to `to`, one buffer at a time, until either fails.
-  void pump(boost::asio::ip::tcp::socket& from, boost::asio::ip::tcp::socket& to, Buffer& buffer);
+  template <typename From, typename To>
+  void pump(From& from, To& to, Buffer& buffer);
   void finish(End end, const std::string& detail);
 
   boost::asio::ip::tcp::socket worker_;
   boost::asio::ip::tcp::socket store_;
+  boost::asio::ssl::context* tlsContext_;
+  std::optional<TlsStream> tls_;  // over store_, once connected, with a TLS context
   boost::asio::steady_timer deadline_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;
   std::string upstream_;

@@ -102,15 +102,7 @@ void HandshakeGate::checkDeadline(Clock::time_point now) {
 void HandshakeGate::refuse(std::string_view reason) {
   if (done_) return;
   context_.refusedHandshakes.fetch_add(1, std::memory_order_relaxed);
-  std::uint64_t suppressed = 0;
-  if (context_.refusals.shouldLog(peerAddress_, Clock::now(), suppressed)) {
-    spdlog::warn("refused a connection from {}: {}{}; further refusals of {} are counted, not "
-                 "logged, for {} s",
-                 peer_, reason,
-                 suppressed > 0 ? fmt::format(" ({} more refused since the last line)", suppressed)
-                                : std::string(),
-                 peerAddress_, RefusalLog::kPeriod.count());
-  }
+  context_.refusals.report(peer_, peerAddress_, reason);
   close();
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace ddprun::rendezvous {
@@ -19,6 +20,9 @@ class RefusalLog {
   // Whether to log a refusal of `address` (an IP, no port) now; if so, `suppressed` is how many
   // refusals of that address went unlogged since its last line.
   bool shouldLog(const std::string& address, Clock::time_point now, std::uint64_t& suppressed);
+  // The warning line for a refusal of `peer` (address and port) at `peerAddress`, when shouldLog
+  // allows it; `reason` says what the connection did.
+  void report(const std::string& peer, const std::string& peerAddress, std::string_view reason);
 
   // One line per address per this period.
   static constexpr std::chrono::seconds kPeriod{60};

@@ -5,8 +5,11 @@
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
 
+#include <openssl/ssl.h>
+
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <thread>
 
@@ -14,12 +17,14 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "server/handshake_gate.h"
 #include "server/session.h"
+#include "server/tls_front.h"
 
 namespace ddprun::rendezvous {
 
@@ -100,6 +105,14 @@ class RendezvousServer::Impl {
         sweepTimer_(io_),
         stopEvent_(io_),
         context_(options_) {
+    if (options_.tls) {
+      if (!options_.secret || !options_.tls->canServe()) {
+        throw ServerError("TLS needs the job's token and a certificate with its key");
+      }
+      // Asio's context takes over the handle it is given: it gets a reference of its own.
+      ::SSL_CTX_up_ref(options_.tls->serverContext());
+      tls_.emplace(options_.tls->serverContext());
+    }
     listen();
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) throw ServerError(fmt::format("cannot create an eventfd: {}", std::strerror(errno)));
@@ -194,12 +207,14 @@ class RendezvousServer::Impl {
       acceptFailures_ = 0;
     }
     const std::string peer = formatEndpoint(peerEndpoint_);
-    if (context_.sessions.size() + context_.gates.size() >= options_.maxConnections) {
+    if (context_.sessions.size() + context_.gates.size() + context_.tlsHandshakes >=
+        options_.maxConnections) {
       context_.refused.fetch_add(1, std::memory_order_relaxed);
       if (context_.refused.load() == 1 || context_.refused.load() % 1000 == 0) {
         spdlog::warn("refusing connection from {}: {} connections open, the limit (refusals so "
                      "far: {})",
-                     peer, context_.sessions.size() + context_.gates.size(),
+                     peer,
+                     context_.sessions.size() + context_.gates.size() + context_.tlsHandshakes,
                      context_.refused.load());
       }
       boost::system::error_code ignored;
@@ -212,8 +227,16 @@ class RendezvousServer::Impl {
       if (!optionsInherited_) applyConnectionOptions(peerSocket_.native_handle(), options_);
       context_.accepted.fetch_add(1, std::memory_order_relaxed);
       context_.connections.fetch_add(1, std::memory_order_relaxed);
-      if (options_.secret) {
-        if (context_.gates.size() >= options_.maxPendingHandshakes) evictOldestGate();
+      if (tls_) {
+        if (context_.gates.size() + context_.tlsHandshakes >= options_.maxPendingHandshakes) {
+          evictOldestHandshake();
+        }
+        auto front = std::make_shared<TlsFront>(std::move(peerSocket_), *tls_, peer,
+                                                peerEndpoint_.address().to_string(), context_);
+        context_.tlsFronts.emplace(front.get(), front);
+        front->start();
+      } else if (options_.secret) {
+        if (context_.gates.size() >= options_.maxPendingHandshakes) evictOldestHandshake();
         auto gate = std::make_shared<HandshakeGate>(std::move(peerSocket_), peer,
                                                     peerEndpoint_.address().to_string(), context_);
         context_.gates.emplace(gate.get(), gate);
@@ -226,14 +249,25 @@ class RendezvousServer::Impl {
     acceptNext();
   }
 
-  void evictOldestGate() {
-    auto oldest = context_.gates.begin();
-    for (auto it = context_.gates.begin(); it != context_.gates.end(); ++it) {
-      if (it->second->acceptedAt() < oldest->second->acceptedAt()) oldest = it;
+  // Refuses the connection that has waited longest in the token or the TLS handshake.
+  void evictOldestHandshake() {
+    std::shared_ptr<HandshakeGate> gate;
+    std::shared_ptr<TlsFront> front;
+    for (const auto& [key, candidate] : context_.gates) {
+      if (!gate || candidate->acceptedAt() < gate->acceptedAt()) gate = candidate;
     }
-    std::shared_ptr<HandshakeGate> gate = oldest->second;
-    gate->refuse(fmt::format("was still in the token handshake when {} newer connections were",
-                             options_.maxPendingHandshakes));
+    for (const auto& [key, candidate] : context_.tlsFronts) {
+      if (candidate->inHandshake() && (!front || candidate->acceptedAt() < front->acceptedAt())) {
+        front = candidate;
+      }
+    }
+    const std::string reason = fmt::format(
+        "was still in the handshake when {} newer connections were", options_.maxPendingHandshakes);
+    if (front && (!gate || front->acceptedAt() < gate->acceptedAt())) {
+      front->refuse(reason);
+    } else if (gate) {
+      gate->refuse(reason);
+    }
   }
 
   // Closes stalled connections and expires holds whose holders stopped renewing. Runs a few
@@ -251,6 +285,7 @@ class RendezvousServer::Impl {
       const auto now = Session::Clock::now();
       for (const auto& session : snapshot()) session->checkDeadlines(now);
       for (const auto& gate : gateSnapshot()) gate->checkDeadline(now);
+      for (const auto& front : frontSnapshot()) front->checkDeadline(now);
       context_.kv.expireHolds(now);
       scheduleSweep();
     });
@@ -271,6 +306,13 @@ class RendezvousServer::Impl {
     return gates;
   }
 
+  std::vector<std::shared_ptr<TlsFront>> frontSnapshot() const {
+    std::vector<std::shared_ptr<TlsFront>> fronts;
+    fronts.reserve(context_.tlsFronts.size());
+    for (const auto& entry : context_.tlsFronts) fronts.push_back(entry.second);
+    return fronts;
+  }
+
   void shutdown() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
@@ -279,9 +321,12 @@ class RendezvousServer::Impl {
     stopEvent_.close(ignored);
     for (const auto& session : snapshot()) session->close("server shutting down", false);
     for (const auto& gate : gateSnapshot()) gate->close();
+    for (const auto& front : frontSnapshot()) front->close();
   }
 
   ServerOptions options_;
+  // With ServerOptions::tls. Before io_: the connections its handlers hold die with io_, after it.
+  std::optional<asio::ssl::context> tls_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
   tcp::socket peerSocket_;

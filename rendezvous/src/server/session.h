@@ -56,6 +56,7 @@ namespace ddprun::rendezvous {
 
 class HandshakeGate;
 class Session;
+class TlsFront;
 
 // What every session of one server shares.
 struct ServerContext {
@@ -67,6 +68,10 @@ struct ServerContext {
   std::unordered_map<Session*, std::shared_ptr<Session>> sessions;
   // Connections still proving the token (only with ServerOptions::secret), owned the same way.
   std::unordered_map<HandshakeGate*, std::shared_ptr<HandshakeGate>> gates;
+  // TLS connections (only with ServerOptions::tls), in their TLS handshake or carrying a gate's or
+  // a session's bytes, owned the same way.
+  std::unordered_map<TlsFront*, std::shared_ptr<TlsFront>> tlsFronts;
+  std::size_t tlsHandshakes = 0;  // of tlsFronts, those still in the TLS handshake
   RefusalLog refusals;
   std::atomic<std::size_t> connections{0};
   std::atomic<std::uint64_t> accepted{0};

@@ -67,6 +67,10 @@ struct RendezvousSettings {
   std::chrono::milliseconds exitBarrierTimeout{300000};  // exit_barrier_timeout (ddprun extra)
   std::optional<bool> isHost;                           // is_host: nothing = decide by the endpoint
   std::string tokenFile;                                // token_file: the job's secret ("" = none)
+  // TLS for every store connection that crosses the network (with a token only; "" = none):
+  std::string tlsCert;  // tls_cert: the stores' certificate (PEM), every agent may host one
+  std::string tlsKey;   // tls_key: its key (mode 600)
+  std::string tlsCa;    // tls_ca: the CA that signed it ("" = the certificate itself)
 
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.

@@ -33,13 +33,15 @@ class StoreHandshakeError : public StoreConnectionError {
   using StoreConnectionError::StoreConnectionError;
 };
 
-// The token handshake failed (auth/handshake.h): waiting or retrying will not help, the token or
-// the address must change. what() says which of the two.
+// The token handshake (auth/handshake.h) or the TLS handshake failed: waiting or retrying will not
+// help, the token, the TLS files or the address must change. what() says which.
 class StoreAuthError : public StoreHandshakeError {
  public:
   enum class Code {
     kWrongToken,  // the store holds a different token than this client
     kNoToken,     // the store answered the token hello as no token-holding ddprun store does
+    kUntrustedCertificate,  // TLS: the store's certificate is not signed by the job's CA
+    kNoTls,                 // TLS: the store does not complete a TLS handshake
   };
   StoreAuthError(const std::string& message, Code code) : StoreHandshakeError(message), code_(code) {}
   Code code() const { return code_; }

@@ -1,7 +1,7 @@
 // LoopbackRelay: how unmodified PyTorch workers reach a store that wants a token. Their TCPStore
 // client cannot prove a token, so each agent serves its own workers on 127.0.0.1 (their
 // MASTER_ADDR:MASTER_PORT) and carries every connection to the job's store over a connection of
-// its own that has proved the token (auth/handshake.h).
+// its own that has proved the token (auth/handshake.h), over TLS when the job has it.
 //
 // One upstream connection per worker connection, and bytes relayed unchanged: the store sees each
 // worker as its own client, so its per-connection state (the dialect, parked WAITs and their
@@ -26,6 +26,7 @@
 #include <string>
 
 #include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/tls.h"
 
 namespace ddprun::rendezvous {
 
@@ -33,6 +34,8 @@ struct RelayOptions {
   JobSecret secret;
   // Reaching the upstream store and passing the handshake, per connection.
   std::chrono::milliseconds connectTimeout = std::chrono::seconds(30);
+  // With TLS, every upstream connection is a TLS one that checks the store's certificate.
+  std::shared_ptr<const TlsConfig> tls = nullptr;
 };
 
 class LoopbackRelay {

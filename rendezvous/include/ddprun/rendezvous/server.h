@@ -22,6 +22,7 @@
 #include <string>
 
 #include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/limits.h"
 
 namespace ddprun::rendezvous {
@@ -73,6 +74,9 @@ struct ServerOptions {
   // With a secret: connections still in the handshake at most; a new one beyond this closes the
   // oldest, so a flood of idle connections cannot keep the job's own clients out.
   std::size_t maxPendingHandshakes = 1024;
+  // TLS (needs a secret and TlsConfig::canServe()): every connection is a TLS one, then proves
+  // the token inside it. The handshake deadline and the pending limit cover both handshakes.
+  std::shared_ptr<const TlsConfig> tls;
 };
 
 // Listening failed: the message is one line naming the address, the reason and the fix.

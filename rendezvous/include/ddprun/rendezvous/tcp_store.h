@@ -27,6 +27,7 @@
 
 #include "ddprun/rendezvous/holding_store.h"
 #include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/wire_dialect.h"
 
 namespace ddprun::rendezvous {
@@ -55,6 +56,10 @@ struct TcpStoreOptions {
   // The job's token: every connection first proves it holds it (auth/handshake.h), and checks
   // that the store holds it too. Needed by a store that has one; refused by one that has none.
   std::optional<JobSecret> secret;
+  // TLS (needs `secret`): the connection is encrypted and the store's certificate checked before
+  // the token handshake. The process must ignore SIGPIPE (ddprun does), as OpenSSL writes with
+  // write(2).
+  std::shared_ptr<const TlsConfig> tls;
 };
 
 class TcpStore final : public HoldingStore {
