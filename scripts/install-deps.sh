@@ -13,7 +13,8 @@ packages=(
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
   gdb                                                   # native stacks of hung workers (optional at run time)
-  libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces)
+  libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
+  openssl                                               # the tests' TLS certificates (openssl req)
 )
 
 missing=()

@@ -15,6 +15,7 @@
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/rendezvous/server.h"
+#include "ddprun/rendezvous/tls.h"
 
 namespace po = boost::program_options;
 using ddprun::rendezvous::RendezvousServer;
@@ -48,6 +49,7 @@ Parsed parse(int argc, char** argv) {
   int port = o.port;
   std::string logLevel = "info";
   std::string tokenFile;
+  ddprun::rendezvous::TlsFiles tls;
   double handshakeTimeout = static_cast<double>(o.handshakeTimeout.count()) / 1000;
   double partialTimeout = static_cast<double>(o.partialRequestTimeout.count()) / 1000;
   double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
@@ -104,6 +106,10 @@ Parsed parse(int argc, char** argv) {
       ("token-file", po::value(&tokenFile),
        "file with the job's token (mode 600): every client must prove it holds the same token "
        "(agents: --rdzv-conf token_file=PATH); without it the store is open to anyone who reaches it")
+      ("tls-cert", po::value(&tls.certificate),
+       "with --token-file: serve TLS with this certificate (PEM); agents check it against "
+       "--rdzv-conf tls_ca, or take it as its own CA")
+      ("tls-key", po::value(&tls.privateKey), "the certificate's private key (PEM, mode 600)")
       ("handshake-timeout", po::value(&handshakeTimeout)->default_value(handshakeTimeout),
        "with --token-file: seconds a new connection has to prove the token before it is closed")
       ("max-pending-handshakes",
@@ -174,6 +180,17 @@ Parsed parse(int argc, char** argv) {
       throw UsageError(error.what());
     }
   }
+  if (!tls.certificate.empty() || !tls.privateKey.empty()) {
+    if (!o.secret) throw UsageError("TLS needs the job's token too; add --token-file FILE");
+    if (tls.certificate.empty() || tls.privateKey.empty()) {
+      throw UsageError("give both --tls-cert and --tls-key");
+    }
+    try {
+      o.tls = ddprun::rendezvous::TlsConfig::load(tls);
+    } catch (const ddprun::rendezvous::TlsError& error) {
+      throw UsageError(error.what());
+    }
+  }
   parsed.logLevel = spdlog::level::from_str(logLevel);
   if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
     throw UsageError(fmt::format("--log-level '{}' is not one of trace, debug, info, warn, error, off",
@@ -215,7 +232,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     spdlog::info("listening on {} (max {} connections{})", server.address(),
                  parsed.server.maxConnections,
-                 parsed.server.secret ? "; clients must prove the token" : "");
+                 parsed.server.tls      ? "; TLS, and clients must prove the token"
+                 : parsed.server.secret ? "; clients must prove the token"
+                                        : "");
     if (!parsed.server.secret && !ddprun::common::isLoopbackAddress(parsed.server.host)) {
       spdlog::warn("listening on {} without a token: anyone who reaches this port can read and "
                    "change every job's rendezvous; give --token-file (and the agents "

@@ -677,6 +677,28 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
              Catch::Contains("PET_RDZV_CONF: key 'x' has no value"));
 }
 
+TEST_CASE("option --rdzv-conf: token_file and the TLS files are paths, TLS only with the token and "
+          "both of its files",
+          "[cli]") {
+  const auto conf = [](const std::string& value) {
+    return parse({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()}).config.rdzv.settings;
+  };
+  const auto all = conf("token_file=/t,tls_cert=/c.pem,tls_key=/k.pem,tls_ca=/ca.pem");
+  CHECK(all.tokenFile == "/t");
+  CHECK(all.tlsCert == "/c.pem");
+  CHECK(all.tlsKey == "/k.pem");
+  CHECK(all.tlsCa == "/ca.pem");
+  CHECK(conf("token_file=/t").tlsCert.empty());
+  const auto error = [](const std::string& value) {
+    return usageError({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()});
+  };
+  CHECK_THAT(error("tls_cert=/c.pem,tls_key=/k.pem"),
+             Catch::Contains("TLS needs the job's token too; add token_file=PATH"));
+  CHECK_THAT(error("token_file=/t,tls_cert=/c.pem"),
+             Catch::Contains("give every agent both tls_cert=PATH and tls_key=PATH"));
+  CHECK_THAT(error("token_file=/t,tls_ca=/ca.pem"), Catch::Contains("both tls_cert=PATH and tls_key"));
+}
+
 TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single node only",
           "[cli]") {
   const CommandLine line = parse({"--standalone", "--nproc-per-node", "2", script()});

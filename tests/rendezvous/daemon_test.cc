@@ -5,15 +5,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "lines.h"
 #include "subprocess.h"
+#include "temp_dir.h"
+#include "test_certificate.h"
 #include "waits.h"
 
 using namespace ddprun::rendezvous;
@@ -118,6 +123,8 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
       Case{{"--max-connections", "-1"}, "--max-connections -1 must be at least 1"},
       Case{{"--max-value-bytes", "-1"}, "--max-value-bytes -1 must be at least 1"},
       Case{{"--max-pending-handshakes", "-5"}, "--max-pending-handshakes -5 must be at least 1"},
+      Case{{"--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key"},
+           "TLS needs the job's token too; add --token-file FILE"},
       Case{{"--bogus"}, "unrecognised option '--bogus'"},
       Case{{"29401"}, "unexpected argument '29401'; give the port as --port 29401"},
       Case{{"--port", "0", "extra"}, "unexpected argument 'extra'"},
@@ -168,4 +175,40 @@ TEST_CASE("the budgets given on the command line hold", "[daemon]") {
   CHECK(store.numKeys() == 2);
   daemon->signal(SIGTERM);
   CHECK(exitsWith(*daemon, 0, 10s));
+}
+
+TEST_CASE("with a token and TLS files it serves TLS clients only, and a key others can read is "
+          "one line and exit 2",
+          "[daemon][tls]") {
+  ddprun::test::TempDir dir;
+  const auto files = ddprun::test::writeSelfSignedCertificate(dir.path, "store");
+  const std::string token = dir.path + "/token";
+  std::ofstream(token) << "0123456789abcdef-the-job-secret\n";
+  ::chmod(token.c_str(), 0600);
+  int port = 0;
+  auto daemon = startDaemon({"--port", "0", "--token-file", token, "--tls-cert", files.certificate,
+                             "--tls-key", files.privateKey},
+                            port);
+  TcpStoreOptions options;
+  options.port = static_cast<std::uint16_t>(port);
+  options.connectTimeout = 5s;
+  options.secret = readTokenFile(token);
+  options.tls = TlsConfig::load({files.certificate, "", ""});
+  {
+    TcpStore store(options);
+    store.set("k", "v");
+    CHECK(store.get("k") == "v");
+  }
+  options.tls = nullptr;  // the token alone is not enough
+  CHECK_THROWS_AS(TcpStore(options), StoreAuthError);
+  daemon->signal(SIGTERM);
+  CHECK(exitsWith(*daemon, 0, 10s));
+  CHECK_THAT(daemon->errors(), Catch::Contains("TLS, and clients must prove the token"));
+
+  ::chmod(files.privateKey.c_str(), 0640);
+  const auto [status, errors] = refusedStart({"--port", "0", "--token-file", token, "--tls-cert",
+                                              files.certificate, "--tls-key", files.privateKey});
+  CHECK(status == 2);
+  CHECK(lines(errors).size() == 1);
+  CHECK_THAT(errors, Catch::Contains(fmt::format("run `chmod 600 {}`", files.privateKey)));
 }

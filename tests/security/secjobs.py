@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import socket
+import subprocess
 import sys
 import time
 
@@ -40,6 +41,19 @@ def write_token(directory, name="token", secret=None, mode=0o600, newline=True):
         out.write(secret + ("\n" if newline else ""))
     os.chmod(path, mode)  # after writing: the umask must not decide the mode under test
     return path
+
+
+def write_certificate(directory, name="store"):
+    """A self-signed TLS certificate and its key (EC P-256, one day, key mode 600), made with
+    the openssl command; (certificate path, key path)."""
+    certificate = os.path.join(directory, name + ".crt")
+    key = os.path.join(directory, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", certificate,
+                    "-days", "1", "-subj", "/CN=ddprun-test"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    os.chmod(key, 0o600)
+    return certificate, key
 
 
 def listening_ports(pid):
@@ -120,11 +134,11 @@ class TwoNodeJob:
         self.agents = []
         for index in range(2):
             env = dict(os.environ, PYTHON_EXEC=python)
-            items = list(conf_items)
+            items = (["token_file=" + token_file] if token_file else []) + list(conf_items)
             if token_file and token_by_env and index == 1:
-                env["PET_RDZV_CONF"] = ",".join(["token_file=" + token_file] + items)
-            elif token_file:
-                items.insert(0, "token_file=" + token_file)
+                # All of it: a --rdzv-conf on the command line would replace PET_RDZV_CONF whole.
+                env["PET_RDZV_CONF"] = ",".join(items)
+                items = []
             command = argv + (["--rdzv-conf", ",".join(items)] if items else []) + script
             self.agents.append(Job(command, name="ddprun agent %d" % index, env=env))
             if index == 0 and self.hosted:

@@ -14,17 +14,23 @@ skipped when it is missing):
                        which trains on undisturbed (agent 1 gets the token through PET_RDZV_CONF)
   ddp-daemon           examples/train_ddp.py, 2 agents x 2 workers, through a protected daemon
                        (the daemon's file ends in a newline, the agents' does not: the same secret)
+  ddp-tls-agent        the same with TLS (tls_cert, tls_key) on the stores the agents host
+  ddp-tls-daemon       the same through ddprun-rendezvous --token-file --tls-cert --tls-key
 Without torch (the secret's handling; PY only runs a no-op worker):
   wrong-token          an agent with another secret: exit 2 within seconds, one line (token, refused)
   missing-token        an agent with no secret against a protected daemon: exit 2, one line (token)
   file-mode            a secret readable by group or others: agent and daemon exit 2 naming chmod 600
   missing-file         a token file that does not exist: daemon and agent exit 2, one line naming it
   short-token          a secret under 16 bytes (15 and a newline): agent and daemon exit 2
+  tls-untrusted        an agent whose certificate did not sign the TLS daemon's: exit 2, one line
+  tls-needs-token      TLS files without token_file: exit 2, one line naming token_file
 """
 import argparse
 import os
 import re
 import shutil
+import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -32,10 +38,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from secjobs import (REPO, SKIP, Deadline, Job, TwoNodeJob, free_port, give_up,  # noqa: E402
-                     start_daemon, torch_version, write_token)
+                     start_daemon, torch_version, write_certificate, write_token)
 
-TORCH_SCENARIOS = ["torch-client-daemon", "torch-client-agent", "ddp-daemon"]
-PLAIN_SCENARIOS = ["wrong-token", "missing-token", "file-mode", "missing-file", "short-token"]
+TORCH_SCENARIOS = ["torch-client-daemon", "torch-client-agent", "ddp-daemon", "ddp-tls-agent",
+                   "ddp-tls-daemon"]
+PLAIN_SCENARIOS = ["wrong-token", "missing-token", "file-mode", "missing-file", "short-token",
+                   "tls-untrusted", "tls-needs-token"]
 PROBE = os.path.join(HERE, "workers", "torch_store_probe.py")
 NOOP = os.path.join(HERE, "workers", "noop_worker.py")
 EXAMPLE = os.path.join(REPO, "examples", "train_ddp.py")
@@ -60,8 +68,9 @@ class Scenario:
     def fail(self, why):
         give_up(why, self.jobs)
 
-    def daemon(self, token_file):
-        daemon, port = start_daemon(self.args.rendezvous, self.deadline, token_file=token_file)
+    def daemon(self, token_file, extra=()):
+        daemon, port = start_daemon(self.args.rendezvous, self.deadline, token_file=token_file,
+                                    extra=extra)
         self.track(daemon)
         return port
 
@@ -84,9 +93,11 @@ class Scenario:
         print("torch client -> %s: %s" % (what, line[0]))
         return line[0]
 
-    def agent(self, token_file, endpoint_port, nnodes="2", name="agent"):
-        """One agent of a job that runs a no-op worker; `token_file` None: no secret given."""
-        conf = ["--rdzv-conf", "token_file=" + token_file] if token_file else []
+    def agent(self, token_file, endpoint_port, nnodes="2", name="agent", conf=()):
+        """One agent of a job that runs a no-op worker; `token_file` None: no secret given.
+        `conf`: more --rdzv-conf items."""
+        items = (["token_file=" + token_file] if token_file else []) + list(conf)
+        conf = ["--rdzv-conf", ",".join(items)] if items else []
         argv = [self.args.ddprun, "--nnodes", nnodes, "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", "127.0.0.1:%d" % endpoint_port, "--rdzv-id", "token-%d" % os.getpid(),
                 *conf, NOOP]
@@ -139,21 +150,48 @@ def torch_client_agent(s):
     return "refused on both stores (%s); the job trained to its end" % "; ".join(lines)
 
 
-def ddp_daemon(s):
+def ddp_daemon(s, tls=False):
     secret = "ddprun-test-" + os.urandom(12).hex()
-    port = s.daemon(write_token(s.work, "daemon-token", secret=secret, newline=True))
+    certificate, key = write_certificate(s.work) if tls else (None, None)
+    daemon_tls = ["--tls-cert", certificate, "--tls-key", key] if tls else []
+    port = s.daemon(write_token(s.work, "daemon-token", secret=secret, newline=True), daemon_tls)
     agents_token = write_token(s.work, "agent-token", secret=secret, newline=False)
     job = TwoNodeJob(s.args.ddprun, s.args.python, s.deadline, "token-ddp-%d" % os.getpid(),
                      token_file=agents_token, token_by_env=True, daemon_port=port, nproc=2,
-                     script=[EXAMPLE, "--epochs", "3"])
+                     script=[EXAMPLE, "--epochs", "3"],
+                     conf=["tls_cert=" + certificate, "tls_key=" + key] if tls else [])
     s.jobs.extend(job.agents)
     job.also = [j for j in s.jobs if j not in job.agents]
-    job.finish("DDP training through the token-protected daemon")
+    return ddp_verdict(job, "DDP training through the token-protected daemon" + (" with TLS" if tls else ""))
+
+
+def ddp_tls_agent(s):
+    certificate, key = write_certificate(s.work)
+    job = TwoNodeJob(s.args.ddprun, s.args.python, s.deadline, "tls-ddp-%d" % os.getpid(),
+                     token_file=write_token(s.work), token_by_env=True, nproc=2,
+                     script=[EXAMPLE, "--epochs", "3"],
+                     conf=["tls_cert=" + certificate, "tls_key=" + key])
+    s.jobs.extend(job.agents)
+    # What listens on the endpoint now speaks TLS 1.3 with the job's certificate.
+    context = ssl.create_default_context(cafile=certificate)
+    context.check_hostname = False  # ddprun checks the signature, not the name (docs/security.md)
+    try:
+        with socket.create_connection(("127.0.0.1", job.rdzv_port), timeout=10) as raw:
+            with context.wrap_socket(raw) as tls:
+                version = tls.version()
+    except (OSError, ssl.SSLError) as error:
+        job.give_up("no TLS handshake with agent 0's rendezvous store: %s" % error)
+    return ddp_verdict(job, "DDP training with TLS on the stores the agents host") + ", " + version
+
+
+def ddp_verdict(job, what):
+    """Waits for `job` (examples/train_ddp.py) and checks that it trained on every rank."""
+    job.finish(what)
     codes = [a.returncode for a in job.agents]
     ok = job.lines(r"OK: loss ([0-9.]+) -> ([0-9.]+); all (\d+) ranks hold identical parameters (\w+)")
     if codes != [0, 0] or not ok or int(ok[0].group(3)) != job.world:
-        job.give_up("DDP through the protected daemon: exits %s, rank 0's verdict %s" %
-                    (codes, ok[0].group(0) if ok else "missing"))
+        job.give_up("%s: exits %s, rank 0's verdict %s" %
+                    (what, codes, ok[0].group(0) if ok else "missing"))
     return "loss %s -> %s on %d ranks, identical parameters %s" % (
         ok[0].group(1), ok[0].group(2), job.world, ok[0].group(4))
 
@@ -201,6 +239,24 @@ def short_token(s):
     return "daemon and agent exit 2 (15 bytes and a newline is not 16)"
 
 
+def tls_untrusted(s):
+    daemon_certificate, daemon_key = write_certificate(s.work, "daemon")
+    certificate, key = write_certificate(s.work, "agent")
+    token = write_token(s.work)
+    port = s.daemon(token, ["--tls-cert", daemon_certificate, "--tls-key", daemon_key])
+    agent = s.agent(token, port, conf=["tls_cert=" + certificate, "tls_key=" + key])
+    took = s.refused_quickly(agent, ["not one the job trusts", "tls_ca"],
+                             "an agent that does not trust the daemon's certificate")
+    return "exit 2 after %.2f s" % took
+
+
+def tls_needs_token(s):
+    certificate, key = write_certificate(s.work)
+    agent = s.agent(None, free_port(), nnodes="1", conf=["tls_cert=" + certificate, "tls_key=" + key])
+    took = s.refused_quickly(agent, ["token_file"], "an agent with TLS files and no token")
+    return "exit 2 after %.2f s" % took
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
@@ -222,7 +278,9 @@ def main():
     scenario = Scenario(args, deadline)
     handler = {"torch-client-daemon": torch_client_daemon, "torch-client-agent": torch_client_agent,
                "ddp-daemon": ddp_daemon, "wrong-token": wrong_token, "missing-token": missing_token,
-               "file-mode": file_mode, "missing-file": missing_file, "short-token": short_token}
+               "file-mode": file_mode, "missing-file": missing_file, "short-token": short_token,
+               "ddp-tls-agent": ddp_tls_agent, "ddp-tls-daemon": lambda s: ddp_daemon(s, tls=True),
+               "tls-untrusted": tls_untrusted, "tls-needs-token": tls_needs_token}
     started = time.monotonic()
     try:
         verdict = handler[args.scenario](scenario)
