@@ -35,15 +35,25 @@ def main():
     token = os.path.join(workdir, "token")
     with open(os.open(token, os.O_WRONLY | os.O_CREAT, 0o600), "w") as out:
         out.write(os.urandom(32).hex() + "\n")
+    certificate = os.path.join(workdir, "store.crt")
+    key = os.path.join(workdir, "store.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", key, "-out", certificate, "-days", "1", "-subj", "/CN=bench"],
+                   check=True, capture_output=True, timeout=60)
     plain = Server("plain", [args.daemon, "--port", "0", "--log-level", "warn"])
     guarded = Server("token", [args.daemon, "--port", "0", "--log-level", "warn",
                                "--token-file", token])
+    private = Server("tls", [args.daemon, "--port", "0", "--log-level", "warn",
+                             "--token-file", token, "--tls-cert", certificate, "--tls-key", key])
     # name -> (server, extra load-generator arguments)
     setups = {
         "direct": (plain, []),
         "token": (guarded, ["--token-file", token]),
+        "tls": (private, ["--token-file", token, "--tls-cert", certificate]),
         "relay": (guarded, ["--relay-token-file", token]),
+        "relay-tls": (private, ["--relay-token-file", token, "--tls-cert", certificate]),
     }
+    columns = ("direct", "token", "tls", "relay", "relay-tls")
 
     def run(setup, load):
         server, extra = setups[setup]
@@ -64,33 +74,34 @@ def main():
 
     rows = []
     try:
-        for engine, names in (("threads", ["direct", "token", "relay"]),
-                              ("evented", ["direct", "relay"])):
+        for engine, names in (("threads", list(columns)),
+                              ("evented", ["direct", "relay", "relay-tls"])):
             for clients, rounds in ((1, 3000), (16, 1000)):
                 r = median(names, ["--mode", "ops", "--engine", engine, "--clients", str(clients),
                                    "--rounds", str(rounds)])
                 cells = [f"{r[n]['ops_per_s']:,.0f} ({r[n]['p50_us']:.0f} / {r[n]['p99_us']:.0f} us)"
-                         if n in r else "-" for n in ("direct", "token", "relay")]
+                         if n in r else "-" for n in columns]
                 ratio = r["direct"]["ops_per_s"] / r["relay"]["ops_per_s"]
                 rows.append((f"set/get/add ops/s (p50 / p99), {clients} client{'s' * (clients > 1)}, "
                              f"{engine}", *cells, f"**{ratio:.2f}x**"))
-        for engine, names in (("threads", ["direct", "token", "relay"]),
-                              ("evented", ["direct", "relay"])):
+        for engine, names in (("threads", list(columns)),
+                              ("evented", ["direct", "relay", "relay-tls"])):
             r = median(names, ["--mode", "barrier", "--engine", engine, "--clients", "1024"])
-            cells = [f"{r[n]['seconds']:.3f}" if n in r else "-" for n in ("direct", "token", "relay")]
+            cells = [f"{r[n]['seconds']:.3f}" if n in r else "-" for n in columns]
             ratio = r["relay"]["seconds"] / r["direct"]["seconds"]
             rows.append((f"init barrier (connect, add, wait), 1,024 connections, {engine}: s",
                          *cells, f"**{ratio:.2f}x**"))
     finally:
         plain.stop()
         guarded.stop()
+        private.stop()
 
     print(f"Relay benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
           f"median of {args.repeats} alternating runs per figure")
     print()
-    print("| measurement | no token, direct | token, client proves it | token, through the relay "
-          "| relay vs no token (cost) |")
-    print("|---|---|---|---|---|")
+    print("| measurement | no token, direct | token, client proves it | token + TLS, client | "
+          "token, through the relay | token + TLS, through the relay | relay vs no token (cost) |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 

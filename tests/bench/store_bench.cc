@@ -7,7 +7,8 @@
 //
 // --token-file: the clients prove the job's token themselves (threads engine: ddprun's agents);
 // --relay-token-file: they connect to a LoopbackRelay started in this process, which proves it for
-// them (what PyTorch workers do under a token, through their agent's relay).
+// them (what PyTorch workers do under a token, through their agent's relay). --tls-cert: either
+// of them speaks TLS to the store, trusting that certificate.
 //
 // Prints one JSON object per run on stdout. scripts/bench.sh drives it (tests/bench/bench_store.py).
 #include <pthread.h>
@@ -36,6 +37,7 @@
 
 #include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/loopback_relay.h"
+#include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "protocol/wire.h"
 
@@ -55,6 +57,7 @@ struct Config {
   int rounds = 1000;
   int idle = 2000;
   std::optional<JobSecret> secret;  // --token-file
+  std::shared_ptr<const TlsConfig> tls;  // --tls-cert
 };
 
 TcpStoreOptions clientOptions(const Config& config) {
@@ -65,6 +68,7 @@ TcpStoreOptions clientOptions(const Config& config) {
   options.timeout = std::chrono::seconds(120);
   options.connectTimeout = std::chrono::seconds(120);
   options.secret = config.secret;
+  options.tls = config.tls;
   return options;
 }
 
@@ -431,7 +435,9 @@ int main(int argc, char** argv) {
       ("idle", po::value(&config.idle)->default_value(config.idle), "idle connections (idle)")
       ("token-file", po::value<std::string>(), "the clients prove this token (threads engine)")
       ("relay-token-file", po::value<std::string>(),
-       "the clients go through an in-process LoopbackRelay that proves this token");
+       "the clients go through an in-process LoopbackRelay that proves this token")
+      ("tls-cert", po::value<std::string>(),
+       "with --token-file or --relay-token-file: TLS to the store, trusting this certificate");
   // clang-format on
   try {
     po::variables_map values;
@@ -441,14 +447,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(values);
+    if (values.count("tls-cert")) {
+      config.tls = TlsConfig::load({values["tls-cert"].as<std::string>(), "", ""});
+    }
     if (values.count("token-file")) {
       if (config.engine == "evented") throw std::runtime_error("--token-file needs --engine threads");
       config.secret = readTokenFile(values["token-file"].as<std::string>());
     }
     std::unique_ptr<LoopbackRelay> relay;
     if (values.count("relay-token-file")) {
-      relay = std::make_unique<LoopbackRelay>(
-          RelayOptions{readTokenFile(values["relay-token-file"].as<std::string>())});
+      RelayOptions relayOptions{readTokenFile(values["relay-token-file"].as<std::string>())};
+      relayOptions.tls = config.tls;
+      config.tls = nullptr;  // the clients reach the relay in plain TCP, as workers do
+      relay = std::make_unique<LoopbackRelay>(std::move(relayOptions));
       relay->setUpstream(config.host, static_cast<std::uint16_t>(config.port));
       config.host = "127.0.0.1";
       config.port = relay->port();
