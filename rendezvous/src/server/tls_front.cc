@@ -60,48 +60,28 @@ void TlsFront::onHandshake(const boost::system::error_code& error) {
   auto gate = std::make_shared<HandshakeGate>(std::move(gateSide), peer_, peerAddress_, context_);
   context_.gates.emplace(gate.get(), gate);
   gate->start();
-  fromPeer();
-  toPeer();
+  carry(tls_, inner_, fromPeer_);
+  carry(inner_, tls_, toPeer_);
 }
 
-void TlsFront::fromPeer() {
-  tls_.async_read_some(asio::buffer(fromPeer_), [self = shared_from_this()](
-                                                    const boost::system::error_code& error,
-                                                    std::size_t bytes) {
+template <typename From, typename To>
+void TlsFront::carry(From& from, To& to, Buffer& buffer) {
+  from.async_read_some(asio::buffer(buffer), [self = shared_from_this(), &from, &to, &buffer](
+                                                 const boost::system::error_code& error,
+                                                 std::size_t bytes) {
     if (self->closed_) return;
     if (error) {
       self->close();
       return;
     }
-    asio::async_write(self->inner_, asio::buffer(self->fromPeer_.data(), bytes),
-                      [self](const boost::system::error_code& e, std::size_t) {
+    asio::async_write(to, asio::buffer(buffer.data(), bytes),
+                      [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
                         if (self->closed_) return;
                         if (e) {
                           self->close();
                           return;
                         }
-                        self->fromPeer();
-                      });
-  });
-}
-
-void TlsFront::toPeer() {
-  inner_.async_read_some(asio::buffer(toPeer_), [self = shared_from_this()](
-                                                    const boost::system::error_code& error,
-                                                    std::size_t bytes) {
-    if (self->closed_) return;
-    if (error) {
-      self->close();
-      return;
-    }
-    asio::async_write(self->tls_, asio::buffer(self->toPeer_.data(), bytes),
-                      [self](const boost::system::error_code& e, std::size_t) {
-                        if (self->closed_) return;
-                        if (e) {
-                          self->close();
-                          return;
-                        }
-                        self->toPeer();
+                        self->carry(from, to, buffer);
                       });
   });
 }

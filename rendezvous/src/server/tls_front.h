@@ -51,8 +51,9 @@ class TlsFront final : public std::enable_shared_from_this<TlsFront> {
   using Buffer = std::array<char, 64 * 1024>;
 
   void onHandshake(const boost::system::error_code& error);
-  void fromPeer();
-  void toPeer();
+  // Copies what `from` sends to `to`, one buffer at a time, until either fails.
+  template <typename From, typename To>
+  void carry(From& from, To& to, Buffer& buffer);
   // Removes this front from the context: the last owning reference may go with it.
   void leave();
 
