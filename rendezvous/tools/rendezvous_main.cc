@@ -60,6 +60,7 @@ Parsed parse(int argc, char** argv) {
   auto maxKeyBytes = static_cast<long long>(o.limits.maxKeyBytes);
   auto maxValueBytes = static_cast<long long>(o.limits.maxValueBytes);
   auto maxKeysPerRequest = static_cast<long long>(o.limits.maxKeysPerRequest);
+  auto maxRequestBytes = static_cast<long long>(o.limits.maxRequestBytes);
   auto maxPendingHandshakes = static_cast<long long>(o.maxPendingHandshakes);
   auto maxStoredBytes = static_cast<long long>(o.maxStoredBytes);
   auto maxPendingReplyBytes = static_cast<long long>(o.maxTotalPendingReplyBytes);
@@ -86,6 +87,9 @@ Parsed parse(int argc, char** argv) {
       ("max-keys-per-request",
        po::value(&maxKeysPerRequest)->default_value(maxKeysPerRequest),
        "most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
+      ("max-request-bytes", po::value(&maxRequestBytes)->default_value(maxRequestBytes),
+       "the keys and values of one request together (never below one value and its key); a "
+       "request announcing more closes its connection before the bytes arrive")
       ("max-stored-bytes", po::value(&maxStoredBytes)->default_value(maxStoredBytes),
        "the most data the store holds (keys, values, queues, each with ~128 bytes of bookkeeping); "
        "a write beyond it closes the writer's connection")
@@ -154,6 +158,7 @@ Parsed parse(int argc, char** argv) {
   o.limits.maxKeyBytes = positive(maxKeyBytes, "max-key-bytes");
   o.limits.maxValueBytes = positive(maxValueBytes, "max-value-bytes");
   o.limits.maxKeysPerRequest = positive(maxKeysPerRequest, "max-keys-per-request");
+  o.limits.maxRequestBytes = positive(maxRequestBytes, "max-request-bytes");
   o.maxPendingHandshakes = positive(maxPendingHandshakes, "max-pending-handshakes");
   // Either budget below one value would refuse (or hold back) the values the limits allow.
   const auto atLeastOneValue = [&o](long long given, const char* option) {

@@ -209,6 +209,26 @@ TEST_CASE("lengths and counts over the limits are rejected before their bytes ar
     CHECK(d.error);
     CHECK_THAT(d.errorText, Catch::Contains("WAIT names 5 keys, over the limit of 4"));
   }
+  SECTION("a MULTI_SET whose values together pass the request limit, while they arrive") {
+    limits.maxRequestBytes = 64;  // values of 32 and keys of 1: the third pair passes 64
+    std::string stream = hex("00cef7853c 0b 0400000000000000");
+    for (char name : {'a', 'b', 'c'}) {
+      stream += hex("0100000000000000") + std::string(1, name) + hex("2000000000000000") +
+                std::string(32, 'v');
+    }
+    // Byte by byte: refused at the length that passes the limit, not after the bytes.
+    const Decoded d = decodeInPieces(stream, std::vector<std::size_t>(stream.size(), 1), limits);
+    CHECK(d.error);
+    CHECK_THAT(d.errorText,
+               Catch::Contains("MULTI_SET carries more than 64 bytes of keys and values"));
+    CHECK(decodeInPieces(stream, {}, limits).error);
+    // One value and its key always fit, whatever the request limit says.
+    limits.maxRequestBytes = 1;
+    CHECK_FALSE(decodeInPieces(hex("00cef7853c 01 1000000000000000") + std::string(16, 'k') +
+                                   hex("2000000000000000") + std::string(32, 'v'),
+                               {}, limits)
+                    .error);
+  }
   SECTION("exactly at the limits is fine") {
     std::string stream = hex("00cef7853c 01 1000000000000000") + std::string(16, 'k') +
                          hex("2000000000000000") + std::string(32, 'v');

@@ -75,6 +75,7 @@ RequestDecoder::Field RequestDecoder::currentField() const {
 
 RequestDecoder::Status RequestDecoder::startOp(std::uint8_t code) {
   request_.clear();
+  requestBytes_ = 0;
   std::optional<Op> op = opFromWire(*dialect_, code);
   if (!op) {
     return fail(fmt::format("unknown op 0x{:02x} on a {} connection", code, dialectName(*dialect_)));
@@ -133,6 +134,12 @@ RequestDecoder::Status RequestDecoder::finishFixedField() {
         }
         return fail(fmt::format("{} {} length {} exceeds the {}-byte limit", opName(request_.op),
                                 isKey ? "key" : "value", length, limit));
+      }
+      requestBytes_ += length;
+      if (requestBytes_ > maxRequestBytes()) {
+        return fail(fmt::format("{} carries more than {} bytes of keys and values, over the "
+                                "request limit",
+                                opName(request_.op), maxRequestBytes()));
       }
       sniffedSet_ = false;
       auto& list = isKey ? request_.keys : request_.values;
@@ -193,7 +200,8 @@ bool RequestDecoder::decodeWhole(const unsigned char*& data, const unsigned char
     if (n > (isKey ? limits_.maxKeyBytes : limits_.maxValueBytes) || n > available - 8) return false;
     cursor += n;
     ++(isKey ? keyCount : valueCount);
-    return true;
+    // Over the request limit: the field-by-field path refuses it with its message.
+    return static_cast<std::size_t>(cursor - data) <= maxRequestBytes();
   };
   std::uint64_t items = 0;
   for (std::uint8_t i = 0; i < layout.headSize; ++i) {

@@ -17,6 +17,7 @@
 // Not thread-safe; one decoder per connection.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -92,6 +93,10 @@ class RequestDecoder {
   Status finishFixedField();
   Status nextField();
   Status fail(std::string message);
+  // ProtocolLimits::maxRequestBytes, never below what one value and its key need.
+  std::size_t maxRequestBytes() const {
+    return std::max(limits_.maxRequestBytes, limits_.maxValueBytes + limits_.maxKeyBytes);
+  }
   Field currentField() const;
 
   ProtocolLimits limits_;
@@ -105,6 +110,7 @@ class RequestDecoder {
   bool sniffedSet_ = false;  // the first frame was taken as a 1.13 SET after the magic check
   std::uint64_t itemsLeft_ = 0;
   std::uint64_t blobLeft_ = 0;
+  std::uint64_t requestBytes_ = 0;  // key and value bytes announced by the current request
   std::string* blob_ = nullptr;
   unsigned char scratch_[8] = {};
   std::uint8_t scratchLen_ = 0;
