@@ -8,7 +8,8 @@
 // --token-file: the clients prove the job's token themselves (threads engine: ddprun's agents);
 // --relay-token-file: they connect to a LoopbackRelay started in this process, which proves it for
 // them (what PyTorch workers do under a token, through their agent's relay). --tls-cert: either
-// of them speaks TLS to the store, trusting that certificate.
+// of them speaks TLS to the store, trusting that certificate. --floor-proxy: the clients go
+// through the least a user-space hop costs (floor_proxy.h), the relay's anchor.
 //
 // Prints one JSON object per run on stdout. scripts/bench.sh drives it (tests/bench/bench_store.py).
 #include <pthread.h>
@@ -39,6 +40,7 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/tcp_store.h"
+#include "floor_proxy.h"
 #include "protocol/wire.h"
 
 namespace po = boost::program_options;
@@ -436,6 +438,7 @@ int main(int argc, char** argv) {
       ("token-file", po::value<std::string>(), "the clients prove this token (threads engine)")
       ("relay-token-file", po::value<std::string>(),
        "the clients go through an in-process LoopbackRelay that proves this token")
+      ("floor-proxy", "the clients go through a minimal epoll forwarder in this process (no token)")
       ("tls-cert", po::value<std::string>(),
        "with --token-file or --relay-token-file: TLS to the store, trusting this certificate");
   // clang-format on
@@ -453,6 +456,12 @@ int main(int argc, char** argv) {
     if (values.count("token-file")) {
       if (config.engine == "evented") throw std::runtime_error("--token-file needs --engine threads");
       config.secret = readTokenFile(values["token-file"].as<std::string>());
+    }
+    std::unique_ptr<FloorProxy> floor;
+    if (values.count("floor-proxy")) {
+      floor = std::make_unique<FloorProxy>(static_cast<std::uint16_t>(config.port));
+      config.host = "127.0.0.1";
+      config.port = floor->port();
     }
     std::unique_ptr<LoopbackRelay> relay;
     if (values.count("relay-token-file")) {
