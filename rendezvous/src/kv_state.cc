@@ -240,9 +240,11 @@ bool KvState::wait(KvObserver* observer, std::uint64_t waitId, const std::vector
     if (!present(key)) {
       ++pending.missing;
       pending.keys.push_back(key);
+      pending.bytes += registrationBytes(key);
     }
   }
   if (pending.missing == 0) return true;
+  grow(pending.bytes);
   for (const std::string& key : pending.keys) {
     auto it = waiters_.find(key);
     if (it == waiters_.end()) it = waiters_.emplace(key, std::vector<WaitRef>()).first;
@@ -271,6 +273,7 @@ void KvState::wake(std::string_view key, bool onlyFirst) {
     auto pending = state->second.waits.find(ref.waitId);
     if (pending == state->second.waits.end()) continue;
     if (--pending->second.missing == 0) {
+      shrink(pending->second.bytes);
       state->second.waits.erase(pending);
       dropIfIdle(state);
       ref.observer->onWaitDone(ref.waitId);
@@ -290,6 +293,7 @@ std::optional<bool> KvState::barrier(KvObserver* observer, std::uint64_t waitId,
   if (it == barriers_.end()) it = barriers_.emplace(std::string(key), std::vector<BarrierRef>()).first;
   it->second.push_back({observer, waitId, worldSize});
   observers_[observer].barrierKeys.emplace_back(key);
+  grow(registrationBytes(key));
   return false;
 }
 
@@ -307,7 +311,10 @@ void KvState::releaseBarrier(std::string_view key, std::int64_t count) {
     auto state = observers_.find(ref.observer);
     if (state != observers_.end()) {
       auto& keys = state->second.barrierKeys;
-      if (auto k = std::find(keys.begin(), keys.end(), key); k != keys.end()) keys.erase(k);
+      if (auto k = std::find(keys.begin(), keys.end(), key); k != keys.end()) {
+        keys.erase(k);
+        shrink(registrationBytes(key));
+      }
       dropIfIdle(state);
     }
     ref.observer->onWaitDone(ref.waitId);
@@ -326,6 +333,7 @@ std::size_t KvState::cancelWaits(KvObserver* observer) {
   };
   for (auto& [waitId, pending] : state->second.waits) {
     for (const std::string& key : pending.keys) dropRefs(waiters_, key);
+    shrink(pending.bytes);
     ++cancelled;
   }
   state->second.waits.clear();
@@ -337,6 +345,7 @@ std::size_t KvState::cancelWaits(KvObserver* observer) {
           [observer](const BarrierRef& ref) { return ref.observer == observer; }));
     }
     dropRefs(barriers_, key);
+    shrink(registrationBytes(key));
   }
   state->second.barrierKeys.clear();
   dropIfIdle(state);
@@ -361,6 +370,7 @@ void KvState::watch(KvObserver* observer, std::string_view key) {
   if (it == watchers_.end()) it = watchers_.emplace(std::string(key), std::vector<KvObserver*>()).first;
   it->second.push_back(observer);
   observers_[observer].watchedKeys.emplace_back(key);
+  grow(registrationBytes(key));
 }
 
 void KvState::notifyWatchers(WatchEvent event, std::string_view key, std::string_view oldValue,
@@ -390,6 +400,7 @@ void KvState::forget(KvObserver* observer) {
   state = observers_.find(observer);
   if (state == observers_.end()) return;
   for (const std::string& key : state->second.watchedKeys) {
+    shrink(registrationBytes(key));
     auto it = watchers_.find(key);
     if (it == watchers_.end()) continue;
     std::erase(it->second, observer);

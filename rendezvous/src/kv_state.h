@@ -62,6 +62,11 @@ class KvState {
   static constexpr std::size_t kQueueItemOverhead = 48;
   // The longest value add() writes: "-9223372036854775808".
   static constexpr std::size_t kMaxCounterBytes = 20;
+  // What one registration on `key` holds (a parked WAIT's key, a WATCH_KEY, a parked BARRIER):
+  // the key twice (the waiters' map and the observer's list) and the bookkeeping. Counted in
+  // storedBytes() while registered, so a client that parks waits on huge key lists cannot grow
+  // the server past its budget either.
+  static std::size_t registrationBytes(std::string_view key) { return 2 * key.size() + kEntryOverhead; }
 
   KvState();
   ~KvState();
@@ -165,6 +170,7 @@ class KvState {
   struct PendingWait {
     std::size_t missing;
     std::vector<std::string> keys;  // where its WaitRefs are filed, to remove them on cancel
+    std::size_t bytes = 0;          // registrationBytes of its keys, counted while it waits
   };
   struct ObserverState {
     std::unordered_map<std::uint64_t, PendingWait> waits;

@@ -218,6 +218,39 @@ TEST_CASE("the first report wins the notify key", "[kv][hold]") {
   CHECK(*kv.find("stop") == "lost b");
 }
 
+TEST_CASE("parked waits, barriers and watches count in storedBytes until they end", "[kv][budget]") {
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  const auto reg = [](std::string_view key) { return KvState::registrationBytes(key); };
+  kv.set("present", "v");
+  const std::size_t base = kv.storedBytes();
+  // Only the missing keys are parked.
+  CHECK_FALSE(kv.wait(&a, 1, {"present", "missing-1", "missing-22"}));
+  CHECK(kv.storedBytes() == base + reg("missing-1") + reg("missing-22"));
+  CHECK_FALSE(kv.wait(&b, 1, {"never"}));
+  kv.watch(&b, "watched");
+  const std::size_t parked = kv.storedBytes();
+  // Woken: the whole wait's registration goes when its last key appears.
+  const std::size_t entry = kv.growthOfSet("missing-1", 1);
+  kv.set("missing-1", "x");
+  CHECK(kv.storedBytes() == parked + entry);  // the key is stored; the wait is still parked
+  kv.set("missing-22", "x");
+  CHECK(a.done == std::vector<std::uint64_t>{1});
+  // Cancelled and forgotten: b's wait and watch go.
+  kv.cancelWaits(&b);
+  kv.forget(&b);
+  CHECK(kv.erase("missing-1"));
+  CHECK(kv.erase("missing-22"));
+  CHECK(kv.storedBytes() == base);
+  // A parked barrier member counts until released.
+  const std::size_t counter = kv.growthOfSet("gate", 1);  // "1", then "2": one byte either way
+  CHECK(kv.barrier(&a, 2, "gate", 2) == false);
+  CHECK(kv.storedBytes() == base + counter + reg("gate"));
+  CHECK(kv.barrier(&b, 2, "gate", 2) == true);
+  CHECK(kv.storedBytes() == base + counter);
+}
+
 TEST_CASE("storedBytes counts every entry with its overhead and returns to zero", "[kv][budget]") {
   KvState kv;
   Recorder holder;

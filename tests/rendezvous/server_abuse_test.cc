@@ -546,7 +546,8 @@ TEST_CASE("a connection held back by the total budget resumes when the others dr
                    [&] { return describeStats(server); }));
 }
 
-TEST_CASE("writes that would take the stored data over its budget close the writer and change nothing",
+TEST_CASE("writes and parked waits that would take the stored data over its budget close the "
+          "connection and change nothing",
           "[abuse][budget]") {
   LogCapture log;
   ServerOptions options;
@@ -574,6 +575,7 @@ TEST_CASE("writes that would take the stored data over its budget close the writ
       Write{"QUEUE_PUSH", hex("0e") + blob("/queue") + blob("v")},
       Write{"MULTI_SET", hex("0b") + u64(1) + blob("/new") + blob("v")},
       Write{"BARRIER", hex("12") + blob("/barrier") + u64(2)},
+      Write{"WAIT", hex("06") + u64(1) + blob("/not-there")},  // a parked wait holds its key
       Write{"SET", hex("01") + blob("/fill") + blob(std::string(fill + 101, 'g'))});
   INFO(write.name);
   RawClient writer("127.0.0.1", server.port());

@@ -310,16 +310,32 @@ bool Session::handle(Request& request) {
       protocol::putU8(out, ready ? protocol::kCheckReady : protocol::kCheckNotReady);
       return true;
     }
-    case Op::kWait:
+    case Op::kWait: {
+      std::size_t bound = 0;  // what parking on every key holds; less when some are present
+      for (const std::string& key : request.keys) bound += KvState::registrationBytes(key);
+      const std::string_view first =
+          request.keys.empty() ? std::string_view() : std::string_view(request.keys.front());
+      const auto parked = [&] {  // only the missing keys are parked
+        std::size_t bytes = 0;
+        for (const std::string& key : request.keys) {
+          if (!kv.present(key)) bytes += KvState::registrationBytes(key);
+        }
+        return bytes;
+      };
+      if (!fitsStore(bound, parked, "WAIT", first)) return false;
       if (kv.wait(this, ++nextWaitId_, request.keys)) protocol::putU8(out, protocol::kStopWaiting);
       return true;
+    }
     case Op::kNumKeys:
       protocol::putI64(out, static_cast<std::int64_t>(kv.numKeys()));
       return true;
-    case Op::kWatchKey:
+    case Op::kWatchKey: {
+      const std::size_t bytes = KvState::registrationBytes(request.keys[0]);
+      if (!fitsStore(bytes, [bytes] { return bytes; }, "WATCH_KEY", request.keys[0])) return false;
       kv.watch(this, request.keys[0]);
       protocol::putU8(out, protocol::kKeyCallbackRegistered);
       return true;
+    }
     case Op::kDeleteKey:
       protocol::putI64(out, kv.erase(request.keys[0]) ? 1 : 0);
       return true;
@@ -438,9 +454,10 @@ bool Session::handle(Request& request) {
       return true;
     case Op::kBarrier: {
       const std::string& key = request.keys[0];
-      if (!fitsStore(key.size() + KvState::kMaxCounterBytes + KvState::kEntryOverhead,
-                     [&] { return kv.growthOfSet(key, KvState::kMaxCounterBytes); }, "BARRIER",
-                     key)) {
+      const std::size_t parked = KvState::registrationBytes(key);
+      if (!fitsStore(key.size() + KvState::kMaxCounterBytes + KvState::kEntryOverhead + parked,
+                     [&] { return kv.growthOfSet(key, KvState::kMaxCounterBytes) + parked; },
+                     "BARRIER", key)) {
         return false;
       }
       const auto released = kv.barrier(this, ++nextWaitId_, key, request.integer);
