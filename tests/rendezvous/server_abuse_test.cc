@@ -744,6 +744,12 @@ TEST_CASE("a large MULTI_GET is produced in slices in order with a STOP_WAITING 
 
 TEST_CASE("accept failing for want of descriptors backs off and accepts again later",
           "[abuse][descriptors]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // The sanitizers' runtime opens files of its own to check and report (UBSan's vptr check
+  // reported false errors here once every descriptor was taken); the plain build runs this.
+  WARN("skipped under the sanitizers: it takes every descriptor the process may open");
+  return;
+#endif
   LogCapture log;
   TestServer server;
   rlimit saved{};
