@@ -178,8 +178,6 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   if (secret_) {
     rendezvous::RelayOptions relay{*secret_};
     relay.tls = tls_;
-    // A torch worker opens one store connection as it starts: each finds one proven already.
-    relay.spareConnections = static_cast<std::size_t>(std::max(1, config.nprocPerNode));
     relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
   }
   const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;

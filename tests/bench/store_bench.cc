@@ -439,8 +439,6 @@ int main(int argc, char** argv) {
       ("relay-token-file", po::value<std::string>(),
        "the clients go through an in-process LoopbackRelay that proves this token")
       ("floor-proxy", "the clients go through a minimal epoll forwarder in this process (no token)")
-      ("relay-spares", po::value<std::size_t>()->default_value(0),
-       "with --relay-token-file: upstream connections the relay proves before the clients come")
       ("tls-cert", po::value<std::string>(),
        "with --token-file or --relay-token-file: TLS to the store, trusting this certificate");
   // clang-format on
@@ -469,15 +467,9 @@ int main(int argc, char** argv) {
     if (values.count("relay-token-file")) {
       RelayOptions relayOptions{readTokenFile(values["relay-token-file"].as<std::string>())};
       relayOptions.tls = config.tls;
-      const std::size_t spares = values["relay-spares"].as<std::size_t>();
-      relayOptions.spareConnections = spares;
       config.tls = nullptr;  // the clients reach the relay in plain TCP, as workers do
       relay = std::make_unique<LoopbackRelay>(std::move(relayOptions));
       relay->setUpstream(config.host, static_cast<std::uint16_t>(config.port));
-      // As in a job, where the workers start well after the round formed: the spares are ready.
-      while (relay->stats().spares < spares) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
       config.host = "127.0.0.1";
       config.port = relay->port();
     }

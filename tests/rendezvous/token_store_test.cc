@@ -232,46 +232,6 @@ TEST_CASE("token-less clients work through the relay, waits and CANCEL_WAIT inta
   CHECK(relay.stats().upstreamFailures == 0);
 }
 
-TEST_CASE("a relay with spares hands a worker a proven connection, replaces it, and renews its "
-          "spares for a new round's store",
-          "[relay]") {
-  TestServer first(withToken());
-  TestServer second(withToken());
-  RelayOptions options{kSecret};
-  options.spareConnections = 2;
-  LoopbackRelay relay(options);
-  const auto serverConnections = [](TestServer& server) {
-    return server.server().stats().connections;
-  };
-  relay.setUpstream("127.0.0.1", first.port());
-  CHECK(eventually([&] { return relay.stats().spares == 2; }, 3s,
-                   [&] { return fmt::format("{} spares", relay.stats().spares); }));
-  CHECK(serverConnections(first) == 2);
-  {
-    TcpStoreOptions worker;  // a worker: no token, through the relay
-    worker.port = relay.port();
-    worker.connectTimeout = 5s;
-    TcpStore store(worker);
-    store.set("k", "v");
-    CHECK(store.get("k") == "v");
-    // The one taken is replaced: two spares wait again, three connections at the store.
-    CHECK(eventually([&] { return relay.stats().spares == 2 && serverConnections(first) == 3; },
-                     3s, [&] { return fmt::format("{} spares, {} at the store", relay.stats().spares,
-                                                  serverConnections(first)); }));
-  }
-  // A new round: the old store's spares close, the new one gets its own.
-  relay.setUpstream("127.0.0.1", second.port());
-  CHECK(eventually([&] { return serverConnections(first) == 0 && serverConnections(second) == 2; },
-                   3s, [&] { return fmt::format("{} and {} connections", serverConnections(first),
-                                                serverConnections(second)); }));
-  TcpStoreOptions worker;
-  worker.port = relay.port();
-  worker.connectTimeout = 5s;
-  TcpStore store(worker);
-  CHECK_FALSE(store.check({"k"}));  // the second store: nothing of the first round's
-  CHECK(relay.stats().upstreamFailures == 0);
-}
-
 TEST_CASE("the relay to a store with another token closes the worker's connection", "[relay]") {
   ServerOptions options;
   options.secret = kOther;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -17,7 +16,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
@@ -84,71 +82,20 @@ class LoopbackRelay::Impl {
       endpoints.push_back(entry.endpoint());
     }
     if (error) spdlog::warn("workers' store relay: cannot resolve {}: {}", host, error.message());
-    {
-      std::lock_guard lock(mutex_);
-      upstream_ = fmt::format("{}:{}", host, port);
-      upstreamEndpoints_ = std::move(endpoints);
-      upstreamSet_ = true;
-    }
-    // The spares of the previous round lead to its store: new ones, on the serving thread.
-    if (options_.spareConnections > 0) asio::post(io_, [this] { renewSpares(); });
+    std::lock_guard lock(mutex_);
+    upstream_ = fmt::format("{}:{}", host, port);
+    upstreamEndpoints_ = std::move(endpoints);
+    upstreamSet_ = true;
   }
 
   Stats stats() const {
     return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load(),
-                 refusedUsers_.load(), readySpares_.load()};
+                 refusedUsers_.load()};
   }
 
  private:
   void acceptNext() {
     acceptor_.async_accept(worker_, [this](const boost::system::error_code& error) { onAccept(error); });
-  }
-
-  // A link to the current upstream, started; the caller attaches a worker or keeps it as a spare.
-  std::shared_ptr<RelayLink> makeLink() {
-    std::string upstream;
-    std::vector<tcp::endpoint> endpoints;
-    {
-      std::lock_guard lock(mutex_);
-      upstream = upstream_;
-      endpoints = upstreamEndpoints_;
-    }
-    auto link = std::make_shared<RelayLink>(
-        io_.get_executor(), std::move(endpoints), upstream, options_.secret,
-        tls_ ? &*tls_ : nullptr, options_.connectTimeout,
-        [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-          onLinkEnd(ended, end, upstream, detail);
-        });
-    links_.emplace(link.get(), link);
-    link->start();
-    return link;
-  }
-
-  void renewSpares() {
-    if (stopping_) return;
-    for (const auto& spare : spares_) spare->close();
-    spares_.clear();
-    topUpSpares();
-  }
-
-  void topUpSpares() {
-    while (spares_.size() < options_.spareConnections) {
-      auto spare = makeLink();
-      spare->onProvenSpare([this] { readySpares_.fetch_add(1, std::memory_order_relaxed); });
-      spares_.push_back(std::move(spare));
-    }
-  }
-
-  // A proven (or proving) spare, or a new link when none is left.
-  std::shared_ptr<RelayLink> takeLink() {
-    while (!spares_.empty()) {
-      std::shared_ptr<RelayLink> spare = std::move(spares_.front());
-      spares_.pop_front();
-      if (spare->finished()) continue;
-      if (spare->proven()) readySpares_.fetch_sub(1, std::memory_order_relaxed);
-      return spare;
-    }
-    return makeLink();
   }
 
   void onAccept(const boost::system::error_code& error) {
@@ -162,9 +109,13 @@ class LoopbackRelay::Impl {
       });
       return;
     }
+    std::string upstream;
+    std::vector<tcp::endpoint> endpoints;
     bool set = false;
     {
       std::lock_guard lock(mutex_);
+      upstream = upstream_;
+      endpoints = upstreamEndpoints_;
       set = upstreamSet_;
     }
     // Before a round has formed there is nothing a worker could want; another user is not served.
@@ -176,8 +127,14 @@ class LoopbackRelay::Impl {
       worker_.set_option(tcp::no_delay(true), ignored);
       accepted_.fetch_add(1, std::memory_order_relaxed);
       connections_.fetch_add(1, std::memory_order_relaxed);
-      takeLink()->attach(std::move(worker_));
-      topUpSpares();
+      auto link = std::make_shared<RelayLink>(
+          std::move(worker_), std::move(endpoints), upstream, options_.secret,
+          tls_ ? &*tls_ : nullptr, options_.connectTimeout,
+          [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, upstream, detail);
+          });
+      links_.emplace(link.get(), link);
+      link->start();
     }
     worker_ = tcp::socket(io_);
     acceptNext();
@@ -214,11 +171,6 @@ class LoopbackRelay::Impl {
 
   void onLinkEnd(RelayLink* link, RelayLink::End end, const std::string& upstream,
                  const std::string& detail) {
-    if (!link->attached()) {  // a spare: nobody was relayed; the next worker makes a new link
-      if (link->proven()) readySpares_.fetch_sub(1, std::memory_order_relaxed);
-      links_.erase(link);
-      return;
-    }
     connections_.fetch_sub(1, std::memory_order_relaxed);
     if (end != RelayLink::End::kClosed) {
       // Once per upstream and kind of failure: every worker connection would say the same.
@@ -279,7 +231,6 @@ class LoopbackRelay::Impl {
   bool upstreamSet_ = false;
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
-  std::deque<std::shared_ptr<RelayLink>> spares_;                      // serving thread only
   std::set<std::pair<std::string, int>> reported_;                      // serving thread only
   std::set<uid_t> loggedUsers_;                                         // serving thread only
   bool warnedUnknownUser_ = false;                                      // serving thread only
@@ -287,7 +238,6 @@ class LoopbackRelay::Impl {
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> upstreamFailures_{0};
   std::atomic<std::uint64_t> refusedUsers_{0};
-  std::atomic<std::size_t> readySpares_{0};
 };
 
 LoopbackRelay::LoopbackRelay(RelayOptions options)

@@ -19,13 +19,13 @@ namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-RelayLink::RelayLink(const asio::any_io_executor& executor, std::vector<tcp::endpoint> store,
-                     std::string upstream, const JobSecret& secret, asio::ssl::context* tls,
+RelayLink::RelayLink(tcp::socket worker, std::vector<tcp::endpoint> store, std::string upstream,
+                     const JobSecret& secret, asio::ssl::context* tls,
                      std::chrono::milliseconds connectTimeout, OnEnd onEnd)
-    : worker_(executor),
-      store_(executor),
+    : worker_(std::move(worker)),
+      store_(worker_.get_executor()),
       tlsContext_(tls),
-      deadline_(executor),
+      deadline_(worker_.get_executor()),
       endpoints_(std::move(store)),
       upstream_(std::move(upstream)),
       connectTimeout_(connectTimeout),
@@ -140,34 +140,6 @@ void RelayLink::onProofSent(const boost::system::error_code& error) {
     return;
   }
   deadline_.cancel();
-  proven_ = true;
-  if (attached_) {
-    startPumping();
-  } else {
-    watchIdle();
-    if (onProvenSpare_) onProvenSpare_();
-  }
-}
-
-void RelayLink::attach(tcp::socket worker) {
-  worker_ = std::move(worker);
-  attached_ = true;
-  if (proven_ && !finished_) startPumping();
-}
-
-void RelayLink::watchIdle() {
-  // The store sends nothing unasked: readable means it closed the connection (or broke it).
-  store_.async_wait(tcp::socket::wait_read,
-                    [self = shared_from_this()](const boost::system::error_code& error) {
-                      if (self->finished_ || self->attached_ ||
-                          error == asio::error::operation_aborted) {
-                        return;
-                      }
-                      self->finish(End::kUnreachable, "the store closed a spare connection");
-                    });
-}
-
-void RelayLink::startPumping() {
   // Non-blocking, for pump()'s direct writes: a full socket buffer must not block the loop.
   boost::system::error_code ignored;
   worker_.non_blocking(true, ignored);

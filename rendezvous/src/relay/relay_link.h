@@ -3,9 +3,6 @@
 // handshake and check the store's certificate, prove the token (auth/handshake.h), then copy bytes
 // both ways unchanged until either side closes, which closes both.
 //
-// A link may be made before its worker connects (a spare): it proves the token and waits, watching
-// the store's connection, until attach() gives it a worker, whose bytes then flow at once.
-//
 // Lives on the relay's event-loop thread.
 #pragma once
 
@@ -42,21 +39,11 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
 
   // `store`: the store's addresses, tried in order; `upstream` names it in messages. `tls`: the
   // client context the upstream connection runs TLS with, or null for none.
-  RelayLink(const boost::asio::any_io_executor& executor,
-            std::vector<boost::asio::ip::tcp::endpoint> store, std::string upstream,
-            const JobSecret& secret, boost::asio::ssl::context* tls,
+  RelayLink(boost::asio::ip::tcp::socket worker, std::vector<boost::asio::ip::tcp::endpoint> store,
+            std::string upstream, const JobSecret& secret, boost::asio::ssl::context* tls,
             std::chrono::milliseconds connectTimeout, OnEnd onEnd);
 
-  // Connects and proves the token.
   void start();
-  // Gives the link its worker's connection: relayed as soon as the store's is proven (at once
-  // when it already is). Once per link.
-  void attach(boost::asio::ip::tcp::socket worker);
-  bool attached() const { return attached_; }
-  bool finished() const { return finished_; }
-  bool proven() const { return proven_; }
-  // Called once the store's connection is proven while no worker is attached yet (a ready spare).
-  void onProvenSpare(std::function<void()> callback) { onProvenSpare_ = std::move(callback); }
   // Closes both connections (the relay is stopping). Idempotent.
   void close() { finish(End::kClosed, ""); }
 
@@ -70,10 +57,6 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   void sendHello();
   void onChallenge(const boost::system::error_code& error);
   void onProofSent(const boost::system::error_code& error);
-  // Both directions, once the store's connection is proven and the worker attached.
-  void startPumping();
-  // A proven spare's store connection: anything readable (the store closing it) ends the spare.
-  void watchIdle();
   // Calls `operation` with the stream to the store: the TLS one, or the socket itself.
   template <typename Operation>
   void withUpstream(Operation&& operation);
@@ -95,12 +78,9 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   std::string challenge_;
   std::string proof_;
   OnEnd onEnd_;
-  std::function<void()> onProvenSpare_;
   Buffer toStore_{};
   Buffer toWorker_{};
   bool finished_ = false;
-  bool attached_ = false;
-  bool proven_ = false;
 };
 
 }  // namespace ddprun::rendezvous

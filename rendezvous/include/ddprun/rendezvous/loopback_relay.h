@@ -36,11 +36,6 @@ struct RelayOptions {
   std::chrono::milliseconds connectTimeout = std::chrono::seconds(30);
   // With TLS, every upstream connection is a TLS one that checks the store's certificate.
   std::shared_ptr<const TlsConfig> tls = nullptr;
-  // Upstream connections proven ahead of the workers (per round): a worker's connection is then
-  // relayed at once instead of after a connect and a token handshake. Each one taken is replaced;
-  // a spare that fails is not (no retry loop against a store that is gone). The agent keeps one
-  // per local worker.
-  std::size_t spareConnections = 0;
 };
 
 class LoopbackRelay {
@@ -50,7 +45,6 @@ class LoopbackRelay {
     std::uint64_t accepted = 0;      // since start
     std::uint64_t upstreamFailures = 0;  // worker connections closed because the store was not reached
     std::uint64_t refusedUsers = 0;  // connections from another local user, closed at once
-    std::size_t spares = 0;          // proven upstream connections waiting for a worker
   };
 
   // Listens on 127.0.0.1 (a free port) and starts serving. Throws std::runtime_error.
