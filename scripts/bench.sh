@@ -2,7 +2,7 @@
 # Benchmarks, each side by side with its anchor in one run (figures go to docs/benchmarks.md).
 #
 #   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
-#   scripts/bench.sh relay     the token's cost: no token vs token vs workers through the relay
+#   scripts/bench.sh relay     what the token, TLS and the relay cost, against a bare proxy (the floor)
 #   scripts/bench.sh launcher  ddprun vs torchrun 1.13: launch, peak RSS, restart (1 and 2 nodes)
 #   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
 #   scripts/bench.sh hang      hang -> new group running: ddprun --hang-timeout / FileTimer vs
