@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "auth/private_file.h"
+#include "auth/tls_peer.h"
 
 namespace ddprun::rendezvous {
 
@@ -81,6 +82,12 @@ SSL_CTX* newContext(const SSL_METHOD* method) {
 }
 
 }  // namespace
+
+std::optional<std::string> auth::refusedCertificate(const ssl_st* connection) {
+  const long verified = ::SSL_get_verify_result(connection);
+  if (verified == X509_V_OK) return std::nullopt;
+  return std::string(::X509_verify_cert_error_string(verified));
+}
 
 TlsConfig::~TlsConfig() {
   ::SSL_CTX_free(server_);

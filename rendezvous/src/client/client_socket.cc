@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 
+#include "auth/tls_peer.h"
 #include "protocol/wire.h"
 
 namespace ddprun::rendezvous::detail {
@@ -112,12 +112,11 @@ void ClientSocket::startTls(ssl_ctx_st* context, Clock::time_point deadline) {
     const int systemError = errno;
     ::ERR_clear_error();
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) continue;  // SO_RCVTIMEO
-    const long verified = ::SSL_get_verify_result(tls_);
-    if (verified != X509_V_OK) {
+    if (const auto refused = auth::refusedCertificate(tls_)) {
       throw TlsHandshakeError(
           fmt::format("the store's TLS certificate is not one the job trusts ({}): give every agent "
                       "the store's certificate or its CA (tls_cert, tls_ca)",
-                      ::X509_verify_cert_error_string(verified)),
+                      *refused),
           TlsHandshakeError::Kind::kUntrusted);
     }
     if (error == SSL_ERROR_SYSCALL && systemError != 0 && systemError != ECONNRESET &&

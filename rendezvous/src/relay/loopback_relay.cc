@@ -1,7 +1,6 @@
 // The listener, the registry of links and the serving thread of LoopbackRelay.
 #include "ddprun/rendezvous/loopback_relay.h"
 
-#include <openssl/ssl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "auth/asio_tls.h"
 #include "relay/peer_user.h"
 #include "relay/relay_link.h"
 
@@ -41,9 +41,7 @@ class LoopbackRelay::Impl {
         retryTimer_(io_),
         stopEvent_(io_) {
     if (options_.tls) {
-      // Asio's context takes over the handle it is given: it gets a reference of its own.
-      ::SSL_CTX_up_ref(options_.tls->clientContext());
-      tls_.emplace(options_.tls->clientContext());
+      tls_.emplace(auth::asioContext(options_.tls->clientContext()));
     }
     boost::system::error_code error;
     const tcp::endpoint endpoint(asio::ip::address_v4::loopback(), 0);

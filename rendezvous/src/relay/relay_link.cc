@@ -3,9 +3,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
-#include <openssl/ssl.h>
-#include <openssl/x509.h>
-
 #include <type_traits>
 
 #include <boost/asio/buffer.hpp>
@@ -13,6 +10,8 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
+
+#include "auth/tls_peer.h"
 
 namespace ddprun::rendezvous {
 
@@ -74,9 +73,8 @@ void RelayLink::onConnected(const boost::system::error_code& error) {
 void RelayLink::onTlsHandshake(const boost::system::error_code& error) {
   if (finished_) return;
   if (error) {
-    const long verified = ::SSL_get_verify_result(tls_->native_handle());
-    if (verified != X509_V_OK) {
-      finish(End::kUntrusted, ::X509_verify_cert_error_string(verified));
+    if (const auto refused = auth::refusedCertificate(tls_->native_handle())) {
+      finish(End::kUntrusted, *refused);
     } else {
       finish(End::kNoTls, error.message());
     }

@@ -5,8 +5,6 @@
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
 
-#include <openssl/ssl.h>
-
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -22,6 +20,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "auth/asio_tls.h"
 #include "server/handshake_gate.h"
 #include "server/session.h"
 #include "server/tls_front.h"
@@ -109,9 +108,7 @@ class RendezvousServer::Impl {
       if (!options_.secret || !options_.tls->canServe()) {
         throw ServerError("TLS needs the job's token and a certificate with its key");
       }
-      // Asio's context takes over the handle it is given: it gets a reference of its own.
-      ::SSL_CTX_up_ref(options_.tls->serverContext());
-      tls_.emplace(options_.tls->serverContext());
+      tls_.emplace(auth::asioContext(options_.tls->serverContext()));
     }
     listen();
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
