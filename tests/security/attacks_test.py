@@ -318,19 +318,27 @@ def fake_node(a):
         since = time.monotonic()
         hijack["node"], hijack["round"] = node, r + 1
         hijack["connections"] = []
+        # Each connection stays open until every worker has come: one hung up on at once fails
+        # its worker, and the job's teardown could then stop the others before they connect.
+        held = []
         listener.settimeout(1)
-        while len(hijack["connections"]) < job.world and time.monotonic() - since < a.deadline.cap(60):
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                continue
-            conn.settimeout(5)
-            try:
-                first = conn.recv(64)
-            except OSError:
-                first = b""
-            hijack["connections"].append((time.monotonic() - since, first))
-            conn.close()
+        try:
+            while len(hijack["connections"]) < job.world and \
+                    time.monotonic() - since < a.deadline.cap(60):
+                try:
+                    conn, _ = listener.accept()
+                except socket.timeout:
+                    continue
+                held.append(conn)
+                conn.settimeout(5)
+                try:
+                    first = conn.recv(64)
+                except OSError:
+                    first = b""
+                hijack["connections"].append((time.monotonic() - since, first))
+        finally:
+            for conn in held:
+                conn.close()
         return True
 
     try:
