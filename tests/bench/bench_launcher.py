@@ -16,13 +16,15 @@ import os
 import platform
 import shlex
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from alternating_runs import medians  # noqa: E402
+
 PROBE = os.path.join(HERE, "restart_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
                                              "tools", "torchrun-py311.py")]
@@ -97,16 +99,6 @@ def restart(launcher, nodes):
     return {"seconds": max(starts) - death}
 
 
-def median_of(repeats, launchers, measure):
-    samples = {l.name: [] for l in launchers}
-    for rep in range(repeats):
-        order = launchers if rep % 2 == 0 else list(reversed(launchers))
-        for launcher in order:
-            samples[launcher.name].append(measure(launcher))
-    return {name: {k: statistics.median(s[k] for s in runs) for k in runs[0]}
-            for name, runs in samples.items()}
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
@@ -118,7 +110,7 @@ def main():
     launchers = [ddprun, slow, fast]
 
     rows = []
-    r = median_of(args.repeats, launchers, launch)
+    r = medians(launchers, args.repeats, launch)
     for t in (slow, fast):
         rows.append((f"launch 8 no-op workers, wall (vs {t.name})", f"{r['ddprun']['seconds'] * 1000:.1f} ms",
                      f"{r[t.name]['seconds'] * 1000:.0f} ms",
@@ -126,7 +118,7 @@ def main():
     rows.append(("launcher peak RSS", f"{r['ddprun']['rss_mib']:.1f} MiB", f"{r[fast.name]['rss_mib']:.0f} MiB",
                  f"{r[fast.name]['rss_mib'] / r['ddprun']['rss_mib']:.0f}x less"))
     for nodes, label in ((1, "one node, 4 workers"), (2, "two nodes x 2 workers")):
-        r = median_of(args.repeats, launchers, lambda l: restart(l, nodes))
+        r = medians(launchers, args.repeats, lambda l: restart(l, nodes))
         for t in (slow, fast):
             rows.append((f"worker death -> all new workers running, {label} (vs {t.name})",
                          f"{r['ddprun']['seconds'] * 1000:.1f} ms", f"{r[t.name]['seconds'] * 1000:.0f} ms",

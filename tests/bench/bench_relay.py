@@ -15,12 +15,12 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating_runs import medians  # noqa: E402
 from bench_store import Server  # noqa: E402
 
 
@@ -65,13 +65,7 @@ def main():
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def median(names, load):
-        samples = {name: [] for name in names}
-        for rep in range(args.repeats):
-            for name in (names if rep % 2 == 0 else list(reversed(names))):
-                samples[name].append(run(name, load))
-        return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]
-                       if isinstance(runs[0][k], (int, float))}
-                for name, runs in samples.items()}
+        return medians(names, args.repeats, lambda name: run(name, load))
 
     rows = []
     try:

@@ -17,11 +17,12 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternating_runs import medians  # noqa: E402
 from jobs import Job, give_up  # noqa: E402
 
 TORCH_PYTHON = "/usr/bin/python3"
@@ -85,14 +86,7 @@ class Bench:
 
     def median(self, args, key):
         """Median of `key` per server over the repeats, alternating the order of the servers."""
-        samples = {s.name: [] for s in self.servers}
-        for rep in range(self.repeats):
-            order = self.servers if rep % 2 == 0 else list(reversed(self.servers))
-            for server in order:
-                samples[server.name].append(self.run(server, args))
-        return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]
-                       if isinstance(runs[0][k], (int, float))}
-                for name, runs in samples.items()}
+        return medians(self.servers, self.repeats, lambda server: self.run(server, args))
 
 
 def main():
