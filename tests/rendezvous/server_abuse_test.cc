@@ -121,6 +121,19 @@ std::string gets(std::string_view key, int count) {
   return requests;
 }
 
+// SETs (2.x, which sends no reply) of `count` keys "<prefix>-000000", "<prefix>-000001", ... to
+// "v", sent in batches of 4 MiB or so; a PING after them tells when all are stored.
+void sendSets(RawClient& client, std::string_view prefix, int count) {
+  std::string sets;
+  for (int i = 0; i < count; ++i) {
+    sets += hex("01") + blob(fmt::format("{}-{:06d}", prefix, i)) + blob("v");
+    if (sets.size() > 4 * kMiB || i == count - 1) {
+      client.send(sets);
+      sets.clear();
+    }
+  }
+}
+
 // A PING's round trip on an established 2.x connection, in milliseconds (-1: no echo in 5 s).
 double pingMs(RawClient& client) {
   const auto start = Clock::now();
@@ -608,14 +621,7 @@ TEST_CASE("a LIST_KEYS over a million keys does not hold up another client's PIN
   {
     RawClient filler("127.0.0.1", server.port());
     filler.handshake2x();
-    std::string sets;
-    for (int i = 0; i < kKeys; ++i) {
-      sets += hex("01") + blob(fmt::format("key-{:06d}", i)) + blob("v");
-      if (sets.size() > 4 * kMiB || i == kKeys - 1) {
-        filler.send(sets);
-        sets.clear();
-      }
-    }
+    sendSets(filler, "key", kKeys);
     REQUIRE(pingMs(filler) >= 0);
   }
   constexpr std::size_t kNameBytes = 10;  // "key-000123"
@@ -673,9 +679,7 @@ TEST_CASE("a LIST_KEYS reply lists the keys of its moment while others add and d
   constexpr int kKeys = 50000;
   RawClient client("127.0.0.1", server.port());
   client.handshake2x();
-  std::string sets;
-  for (int i = 0; i < kKeys; ++i) sets += hex("01") + blob(fmt::format("old-{:06d}", i)) + blob("v");
-  client.send(sets);
+  sendSets(client, "old", kKeys);
   REQUIRE(pingMs(client) >= 0);
   // Another client deletes old keys and adds new ones while the reply is produced; the listing
   // client reads it only after that, so the reply is produced across many turns meanwhile.
