@@ -8,9 +8,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "ddprun/launcher/agent.h"
-#include "guardian.h"
+#include "process/guardian.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 // The seams of the agent, faked for its unit tests: a manual clock that is also the event loop,
 // a process launcher whose workers exit when the test says so, output that goes nowhere, and a
-// worker store that is never really started. With the in-process store (InProcessRendezvous)
+// worker store that is never really started. With the in-process store (InProcessStoreBackend)
 // several AgentMachines form jobs in one test process, in milliseconds.
 #pragma once
 
@@ -23,14 +23,14 @@
 #include <string>
 #include <vector>
 
-#include "event_loop.h"
-#include "hang_evidence.h"
-#include "membership.h"
-#include "oom.h"
-#include "progress_watch.h"
-#include "process_launcher.h"
-#include "rendezvous_backend.h"
-#include "worker_output.h"
+#include "core/event_loop.h"
+#include "hang/hang_evidence.h"
+#include "membership/membership.h"
+#include "hang/oom.h"
+#include "hang/progress_watch.h"
+#include "core/process_launcher.h"
+#include "membership/store_backend.h"
+#include "core/worker_output.h"
 
 namespace ddprun::test {
 
@@ -224,7 +224,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 class NullOutput final : public launcher::WorkerOutput {
  public:
   explicit NullOutput(EventLoop& loop) : loop_(loop) {}
-  launcher::ChildStreams prepare(int, int, int, const std::string&) override { return {}; }
+  launcher::ChildStreams prepare(int, int, int, const std::string&, bool) override { return {}; }
   void started(int) override {}
   void abandon(int) override {}
   void drain(std::chrono::milliseconds, std::function<void()> done) override { loop_.post(std::move(done)); }
@@ -244,6 +244,9 @@ class NullOutput final : public launcher::WorkerOutput {
 class FakeWorkerStores final : public launcher::WorkerStoreHost {
  public:
   std::uint16_t host(const std::string&) override { return ++hosted; }
+  std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host, std::uint16_t port) override {
+    return {host, port};
+  }
   std::atomic<std::uint16_t> hosted{40000};
 };
 
@@ -283,9 +286,9 @@ class CaptureStderr {
 // The in-process store as an agent's backend, with a way to make the agent vanish as kill -9
 // would: sever() drops its connections without giving up their holds, so the store reports the
 // node lost, and every later call of that agent fails as on a dead socket.
-class SeverableRendezvous final : public launcher::RendezvousBackend {
+class SeverableStoreBackend final : public launcher::StoreBackend {
  public:
-  explicit SeverableRendezvous(rendezvous::HashStore& store) : store_(store) {}
+  explicit SeverableStoreBackend(rendezvous::HashStore& store) : store_(store) {}
 
   std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
                                                     std::chrono::milliseconds) override {
@@ -368,10 +371,11 @@ class FakeHeartbeats final : public launcher::Heartbeats {
 class FakeEvidence final : public launcher::EvidenceCollector {
  public:
   explicit FakeEvidence(EventLoop& loop) : loop_(loop) {}
-  void collect(pid_t pid, std::function<void(launcher::HangEvidence)> done) override {
+  void collect(pid_t pid, std::string saveTo, std::function<void(launcher::HangEvidence)> done) override {
     requests.push_back(pid);
     launcher::HangEvidence evidence;
     evidence.pid = pid;
+    evidence.savedTo = std::move(saveTo);  // as if written: the machine only names the file
     evidence.pythonStack = "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
                            std::to_string(pid) + "\n";
     loop_.post([done = std::move(done), evidence] { done(evidence); });

@@ -16,12 +16,12 @@
 
 #include "agent_fakes.h"
 #include "log_capture.h"
-#include "agent_machine.h"
+#include "machine/agent_machine.h"
 #include "ddprun/rendezvous/hash_store.h"
-#include "exit_codes.h"
-#include "rendezvous_backend.h"
-#include "rendezvous_driver.h"
-#include "stop_reason.h"
+#include "core/exit_codes.h"
+#include "membership/store_backend.h"
+#include "membership/membership_driver.h"
+#include "core/stop_reason.h"
 
 namespace {
 
@@ -60,9 +60,9 @@ struct Node {
         launcher(loop),
         output(loop),
         backend(store),
-        driver(config_.rdzv, backend, stores, self(address, config_.nprocPerNode), loop),
+        driver(config_.rdzv, backend, self(address, config_.nprocPerNode), loop),
         evidence(loop),
-        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, watch(),
+        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, stores, watch(),
                 [this](int code) { exitCode = code; }) {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(machine);
@@ -88,7 +88,7 @@ struct Node {
     AgentIdentity id;
     id.hostsStore = hostsStore;
     id.hostname = "host-" + address;
-    id.agentToken = "token";
+    id.agentMarker = "marker";
     id.scratchDir = "/tmp/ddprun-agent-machine-test";
     return id;
   }
@@ -107,8 +107,8 @@ struct Node {
   FakeLauncher launcher;
   NullOutput output;
   FakeWorkerStores stores;
-  SeverableRendezvous backend;
-  RendezvousDriver driver;
+  SeverableStoreBackend backend;
+  MembershipDriver driver;
   FakeHeartbeats heartbeats;
   FakeEvidence evidence;
   FakeOom oom;

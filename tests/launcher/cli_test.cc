@@ -1,6 +1,6 @@
 // The ddprun command line: torchrun 2.x options and defaults, PET_ fallbacks, pass-through of
 // script arguments, entry-point detection, and one-line UsageErrors for every bad input.
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

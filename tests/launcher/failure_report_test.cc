@@ -2,7 +2,7 @@
 // and the real thing written by torch 1.13's @record), root-cause choice, the ChildFailedError
 // summary (golden text, and compared with torch's own formatter), the JSON round trip and the
 // propagation to a parent's error file.
-#include "failure_report.h"
+#include "report/failure_report.h"
 
 #include <signal.h>
 #include <sys/resource.h>

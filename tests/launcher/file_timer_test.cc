@@ -2,7 +2,7 @@
 // them, timers kept and expired by torch's rule on one timer armed for the earliest deadline (a
 // manual clock), the FIFO the clients write to (real, on an io_context), and torch 1.13's own
 // FileTimerClient talking to both.
-#include "file_timer.h"
+#include "hang/file_timer.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "agent_fakes.h"
-#include "asio_event_loop.h"
-#include "file_timer_pipe.h"
+#include "agent/asio_event_loop.h"
+#include "hang/file_timer_pipe.h"
 #include "log_capture.h"
 #include "subprocess.h"
 #include "temp_dir.h"

@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 
 #include "agent_fakes.h"
-#include "hang_evidence.h"
-#include "python_stack_hook.h"
+#include "hang/hang_evidence.h"
+#include "hang/python_stack_hook.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -550,19 +550,22 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   ManualEventLoop loop;
   std::optional<HangEvidence> got;
 
-  SECTION("the result arrives through post()") {
+  const std::string saveTo = dir.path + "/attempt_0/0/stacks.txt";
+  SECTION("the result arrives through post(), its text written to the file asked for") {
     auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-    collector->collect(worker.pid(), [&](HangEvidence evidence) { got = std::move(evidence); });
+    collector->collect(worker.pid(), saveTo, [&](HangEvidence evidence) { got = std::move(evidence); });
     CHECK_FALSE(got.has_value());  // not before the loop runs it
     REQUIRE(loop.runUntil([&] { return got.has_value(); }, 20s));
     INFO(got->text());
     CHECK(got->pid == worker.pid());
     CHECK(got->pythonStack.find("stuck_in_the_middle") != std::string::npos);
+    CHECK(got->savedTo == saveTo);
+    CHECK(readFile(saveTo) == got->text());
   }
   SECTION("destroying the collector waits for the collection in flight") {
     {
       auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-      collector->collect(worker.pid(), [&](HangEvidence evidence) { got = std::move(evidence); });
+      collector->collect(worker.pid(), saveTo, [&](HangEvidence evidence) { got = std::move(evidence); });
     }
     CHECK_FALSE(got.has_value());
     loop.runPosted();

@@ -1,6 +1,6 @@
 // log_router: real /bin/sh workers, the LogRouter on a real io_context, and console "terminals"
 // that are pipes read by threads of the test.
-#include "log_router.h"
+#include "output/log_router.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -134,7 +134,7 @@ class Harness {
   pid_t spawn(int localRank, const std::string& script, const std::string& attemptDir = "",
               int rank = -1, int groupRank = 0) {
     const ChildStreams streams =
-        router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank, attemptDir);
+        router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank, attemptDir, !attemptDir.empty());
     REQUIRE(streams.out >= 0);
     REQUIRE(streams.err >= 0);
     const pid_t pid = ::fork();
@@ -230,7 +230,7 @@ TEST_CASE("prefixes: torchrun's default and the template with its macros", "[log
   // Python's Template.safe_substitute: $name, $$, unknown names and stray '$' left alone.
   options.prefixTemplate = "$rank$$ ${nope} $nope $ ${rank";
   CHECK(linePrefix(options, 1, 5, 2) == "5$ ${nope} $nope $ ${rank");
-  CHECK(rankLogDir("/logs/run/attempt_0", 3) == "/logs/run/attempt_0/3");
+  CHECK(rankDirectory("/logs/run/attempt_0", 3) == "/logs/run/attempt_0/3");
 }
 
 TEST_CASE("worker lines reach the matching console, prefixed", "[log_router]") {
@@ -492,7 +492,7 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
   LogRouterOptions options;
   options.tee = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"));
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
   CHECK(fdIsOpen(streams.out));
   CHECK(fdIsOpen(streams.err));
   CHECK((::fcntl(streams.out, F_GETFD) & FD_CLOEXEC) != 0);
@@ -502,7 +502,7 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
 
   std::ofstream(dir.path("file")) << "x";
   try {
-    harness.router().prepare(0, 0, 0, dir.path("file/attempt_0"));
+    harness.router().prepare(0, 0, 0, dir.path("file/attempt_0"), true);
     FAIL("prepare did not throw");
   } catch (const std::system_error& error) {
     CHECK(std::string(error.what()).find(dir.path("file/attempt_0")) != std::string::npos);
@@ -515,7 +515,7 @@ TEST_CASE("a redirected, filtered-out rank writes straight to its file", "[log_r
   LogRouterOptions options;
   options.redirects = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"));
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
   struct stat info {};
   REQUIRE(::fstat(streams.out, &info) == 0);
   CHECK(S_ISREG(info.st_mode));  // no pipe, no copying by the agent

@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent_fakes.h"
-#include "progress_watch.h"
+#include "hang/progress_watch.h"
 #include "temp_dir.h"
 
 namespace {

@@ -1,0 +1,19 @@
+// Text from outside (a user's arguments, a worker's files, bytes from the network) made safe for
+// the two places it goes: one-line messages and logs (printable), and JSON (validUtf8).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ddprun::common {
+
+// Control characters escaped ("\n", "\t", "\x1b"), so that a message stays one line and a
+// terminal never sees an escape sequence it would act on. Everything else is kept as it is.
+std::string printable(std::string_view text);
+
+// Each byte that is not part of a well-formed UTF-8 sequence (overlong forms and surrogates
+// included) replaced by U+FFFD: nlohmann::json::dump() throws on invalid UTF-8, and a message may
+// hold raw bytes from a path or a worker.
+std::string validUtf8(std::string_view text);
+
+}  // namespace ddprun::common

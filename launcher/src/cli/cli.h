@@ -1,0 +1,54 @@
+// The ddprun command line: argv plus the PET_* environment -> a validated LaunchConfig.
+//
+// torchrun 2.x compatible: every option in both spellings (--nproc-per-node, --nproc_per_node),
+// the short forms -m/-r/-t/-h, "--opt value" and "--opt=value", and each option's PET_<DEST>
+// environment fallback (command line > PET_ > default). Unlike torchrun: no prefix abbreviations,
+// everything after the training script is passed through untouched, and every bad input is
+// reported up front as one UsageError line instead of a traceback (or a failure minutes later).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ddprun/launcher/launch_config.h"
+
+namespace ddprun::launcher {
+
+// Bad input: what() is ONE line naming the problem and the fix, e.g.
+//   "--nnodes '3:2': MIN (3) is larger than MAX (2); use --nnodes MIN:MAX with MIN <= MAX"
+// The caller prints "ddprun: error: <what()>" and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommandLine {
+  LaunchConfig config;
+  bool helpRequested = false;     // --help / -h: text in helpText
+  bool versionRequested = false;  // --version: print versionText()
+  std::string helpText;
+  std::vector<std::string> warnings;  // one line each, no "warning:" prefix; printed by the caller
+};
+
+// argv as given to main; environment as NAME -> value (the caller passes the real environment).
+// Reads the file system (script, PATH, --log-dir, /proc/driver/nvidia) and resolves host names,
+// but starts nothing. Throws UsageError for every bad input.
+CommandLine parseCommandLine(int argc, const char* const* argv,
+                             const std::map<std::string, std::string>& environment);
+
+// "ddprun <version>", for --version.
+std::string versionText();
+
+namespace detail {
+
+// How many of `physicalGpus` NVIDIA GPUs CUDA would enumerate under CUDA_VISIBLE_DEVICES
+// (nothing = unset). Like the CUDA runtime, the list is read up to its first invalid entry (an
+// index out of range, a repeated index, anything that is neither an index nor a GPU-/MIG- UUID).
+int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices);
+
+}  // namespace detail
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,48 @@
+// ProcessLauncher: how the agent starts, signals and reaps its workers. The agent's state machine
+// sees only this interface; PosixLauncher (posix_launcher.h) is the real one, and the unit tests
+// use a fake that scripts exits, so the restart and stop decisions are tested in milliseconds.
+//
+// Thread safety: an implementation is used from the agent's event-loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "core/exec_plan.h"
+
+namespace ddprun::launcher {
+
+// A worker could not be started; what() names the program and the reason.
+class SpawnError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ExitedWorker {
+  pid_t pid;
+  int waitStatus;  // as from waitpid
+};
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+
+  // Starts a worker; returns its pid (also its process group). Blocks only until the child has
+  // exec'd or failed to. Throws SpawnError.
+  virtual pid_t spawn(const ExecPlan& plan) = 0;
+  // Sends `signal` to every worker still running and to what its descendants left behind.
+  virtual void signalAll(int signal) = 0;
+  // Sends `signal` to the one process `pid` (a hung worker; the pid a FileTimer names).
+  virtual void signalProcess(pid_t pid, int signal) = 0;
+  virtual bool anyRunning() const = 0;
+  // The workers that exited since the last call (call when SIGCHLD arrives); never blocks.
+  virtual std::vector<ExitedWorker> reap() = 0;
+  // Kills what is left of the workers' trees once the workers are gone.
+  virtual void killStrays() = 0;
+  // SIGKILLs every worker and reaps them all before returning (the agent is leaving).
+  virtual void killAll() = 0;
+};
+
+}  // namespace ddprun::launcher

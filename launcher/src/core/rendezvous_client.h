@@ -1,0 +1,104 @@
+// The rendezvous as the agent's state machine sees it: the vocabulary of a round (NodeInfo,
+// Round), the asynchronous client the machine calls (RendezvousClient), the events that client
+// reports back (RendezvousEvents), and the seam through which the machine hosts a round's workers'
+// store (WorkerStoreHost). Membership (membership/) implements the rounds; MembershipDriver runs
+// them off the loop and implements RendezvousClient; agent/hosted_stores implements
+// WorkerStoreHost. Nothing here knows a store, a socket or a thread.
+//
+// Thread safety: plain values and interfaces; see each implementation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/stop_reason.h"
+
+namespace ddprun::launcher {
+
+// One agent as the others see it.
+struct NodeInfo {
+  std::int64_t id = -1;      // unique for the run, assigned when the agent opens its membership
+  std::string address;       // where this node's services are reached (MASTER_ADDR if rank 0)
+  std::string hostname;
+  int nproc = 1;
+  long pid = 0;
+  int staticRank = -1;       // --node-rank with the static backend, else -1
+};
+
+// The outcome of a rendezvous round: who is in, and where the workers meet.
+struct Round {
+  int number = 0;
+  std::vector<NodeInfo> members;  // in group-rank order
+  int groupRank = 0;              // this node's
+  int restartCount = 0;
+  int worldSize = 0;
+  int baseRank = 0;               // the global rank of this node's local rank 0
+  // This node hosts the round's workers' store (c10d: group rank 0 starts a fresh one per round,
+  // as torchrun does). The machine starts it and publishes its port; masterAddr/masterPort are
+  // then empty here until it has.
+  bool hostsWorkerStore = false;
+  // The round's workers' store (MASTER_ADDR:MASTER_PORT) as the round's record names it.
+  std::string masterAddr;
+  std::uint16_t masterPort = 0;
+};
+
+// Why a join failed for good.
+struct RendezvousFailure {
+  enum class Kind {
+    kFailed,    // the rendezvous failed (exit 1)
+    kBadInput,  // what the user gave is wrong (an endpoint, a node rank): exit 2
+    kJobOver,   // the job finished without this agent, which waited for a place: exit 0
+  };
+  Kind kind = Kind::kFailed;
+  std::string message;
+};
+
+// Where a RendezvousClient's outcomes go: called on the event loop's thread.
+class RendezvousEvents {
+ public:
+  virtual ~RendezvousEvents() = default;
+  virtual void onRoundFormed(Round round) = 0;
+  virtual void onRendezvousFailed(const RendezvousFailure& failure) = 0;
+  // Round `round` stopped, for `stop`.
+  virtual void onStop(int round, StopReason stop) = 0;
+  // The rendezvous store stopped answering.
+  virtual void onStoreLost(const std::string& reason) = 0;
+};
+
+// Membership, asynchronously: each call returns at once and its outcome reaches the
+// RendezvousEvents later, on the loop. Calls run in the order they are made.
+class RendezvousClient {
+ public:
+  virtual ~RendezvousClient() = default;
+  // Opens the membership first if it is not open. Outcome: onRoundFormed or onRendezvousFailed.
+  virtual void join(int round) = 0;
+  // Round `round`'s workers' store listens on host:port (this node hosts it: Round::
+  // hostsWorkerStore); the other members wait for this before their round forms. Outcome: a
+  // failure to write it is onRendezvousFailed.
+  virtual void publishWorkerStore(int round, std::string host, std::uint16_t port) = 0;
+  // Fire and forget: a lost store is reported by the watch.
+  virtual void announce(int round, StopReason stop) = 0;
+  virtual void markDone(int round, int members) = 0;
+  // Outcome: onStop for `round`, or onStoreLost.
+  virtual void watch(int round) = 0;
+  // This node's id in the rendezvous (valid once a round formed).
+  virtual std::int64_t nodeId() const = 0;
+};
+
+// Hosts a round's workers' store, and tells where this node's workers reach a store.
+class WorkerStoreHost {
+ public:
+  virtual ~WorkerStoreHost() = default;
+  // Starts a fresh store reachable at `address` (the previous round's is closed); returns its
+  // port. Throws what the store throws when it cannot listen.
+  virtual std::uint16_t host(const std::string& address) = 0;
+  // Where this node's workers connect (their MASTER_ADDR/MASTER_PORT) to reach the round's
+  // workers' store at host:port: the store itself, or, when the stores want a token, this
+  // agent's loopback relay to it (called once per round, before any worker starts).
+  virtual std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host,
+                                                                 std::uint16_t port) = 0;
+};
+
+}  // namespace ddprun::launcher

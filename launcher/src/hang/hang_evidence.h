@@ -1,0 +1,75 @@
+// Evidence of a hung worker, taken before it is stopped: where every thread of it is.
+//   - the kernel's view of each thread (/proc/<pid>/task/<tid>: name, state, wait channel and,
+//     where readable, the kernel stack), for any worker;
+//   - the Python stack of every thread, for a Python worker that loaded ddprun's stack hook
+//     (python_stack_hook.h): faulthandler writes it into a file when the hook's signal arrives;
+//   - a native backtrace of every thread when a debugger (gdb) is installed, bounded in time.
+//
+// collectHangEvidence blocks (a debugger takes seconds); the agent calls it through
+// EvidenceCollector, whose real implementation runs it on a thread of its own and hands the
+// result back on the loop.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.h"
+
+namespace ddprun::launcher {
+
+// One thread as the kernel sees it.
+struct ThreadView {
+  pid_t tid = 0;
+  std::string name;                      // /proc/.../comm
+  char state = '?';                      // R, S, D, T, Z... (/proc/.../stat)
+  std::string waitChannel;               // /proc/.../wchan ("" or "0": running)
+  std::vector<std::string> kernelStack;  // /proc/.../stack, when readable
+};
+
+struct HangEvidence {
+  pid_t pid = 0;
+  std::vector<ThreadView> threads;
+  std::string pythonStack;  // faulthandler's dump of every thread ("" = none)
+  std::string nativeStack;  // the debugger's backtrace of every thread ("" = none)
+  std::vector<std::string> notes;  // what could not be collected, and why (one line each)
+  std::string savedTo;  // the file that holds text() ("" = it could not be written: see notes)
+
+  // Everything, for the file in the log directory.
+  std::string text() const;
+  // At most `maxLines` lines that tell the most (the Python stack when there is one, else the
+  // native one, else the kernel's view), for the failure summary.
+  std::vector<std::string> summary(std::size_t maxLines) const;
+};
+
+struct EvidenceOptions {
+  // Where the stack hook writes "<pid>.txt" (PythonStackHook::stackDir); "" = no Python stacks.
+  std::string pythonStackDir;
+  int pythonStackSignal = 0;  // the hook's signal (PythonStackHook::signal); 0 = none
+  std::chrono::milliseconds pythonWait{1000};  // for the dump to appear and stop growing
+  std::string debugger;  // gdb's path ("" = none: no native backtrace)
+  std::chrono::milliseconds debuggerBudget{10000};  // the debugger is killed after this
+};
+
+// Blocking. Never throws: what fails becomes a note.
+HangEvidence collectHangEvidence(pid_t pid, const EvidenceOptions& options);
+
+// The seam the agent's state machine uses: collects the evidence of `pid`, writes all of it
+// (text()) into the new file `saveTo` (its directory is made if need be), then calls `done` on the
+// loop.
+class EvidenceCollector {
+ public:
+  virtual ~EvidenceCollector() = default;
+  virtual void collect(pid_t pid, std::string saveTo, std::function<void(HangEvidence)> done) = 0;
+};
+
+// collectHangEvidence on a thread per request; results are posted to `loop`. The destructor
+// waits for collections in flight (each is bounded by the options' budgets).
+std::unique_ptr<EvidenceCollector> makeThreadedEvidenceCollector(EventLoop& loop, EvidenceOptions options);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,562 @@
+#include "machine/agent_machine.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/common/signal_names.h"
+#include "ddprun/common/worker_env_names.h"
+#include "process/worker_env.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// How long the workers' last output may take to arrive once they are gone (a grandchild may hold
+// a pipe open after its worker died).
+constexpr auto kOutputGrace = 200ms;
+
+// How many lines of a hung worker's stacks the failure summary and the log show.
+constexpr std::size_t kSummaryStackLines = 24;
+
+double epochSeconds(EventLoop::WallTime time) {
+  return std::chrono::duration<double>(time.time_since_epoch()).count();
+}
+
+}  // namespace
+
+AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
+                           ProcessLauncher& launcher, WorkerOutput& output,
+                           RendezvousClient& rendezvous, WorkerStoreHost& workerStores,
+                           WorkerWatch watch, Finished finished)
+    : config_(config),
+      identity_(std::move(identity)),
+      loop_(loop),
+      launcher_(launcher),
+      output_(output),
+      rendezvous_(rendezvous),
+      workerStores_(workerStores),
+      watch_(std::move(watch)),
+      finished_(std::move(finished)),
+      progress_(loop, config.hang, watch_.heartbeats,
+                [this](const HungWorker& hung) {
+                  // Evidence first, then SIGKILL: a hung worker may ignore SIGTERM, or hang in
+                  // its handler.
+                  onHung(hung.localRank, hung.kind, hung.detail, SIGKILL);
+                }),
+      fileTimers_(loop, [this](const FileTimerExpiry& expiry) { onFileTimerExpired(expiry); }),
+      startedAt_(epochSeconds(loop_.wallNow())) {}
+
+void AgentMachine::start() {
+  state_ = State::kJoining;
+  rendezvous_.join(-1);
+}
+
+std::string AgentMachine::attemptDirectory(int round) const {
+  const fs::path base = config_.logs.dir.empty() ? fs::path(identity_.scratchDir)
+                                                 : fs::path(identity_.logRunDir);
+  return (base / fmt::format("attempt_{}", round)).string();
+}
+
+void AgentMachine::onRendezvousFailed(const RendezvousFailure& failure) {
+  if (state_ == State::kFinished) return;
+  if (failure.kind == RendezvousFailure::Kind::kJobOver) {
+    spdlog::warn("{}", failure.message);
+    finish(Ending::succeeded());
+  } else if (failure.kind == RendezvousFailure::Kind::kBadInput) {
+    finish(Ending::badInput(fmt::format("ddprun: error: {}", failure.message)));
+  } else {
+    finish(Ending::rendezvousFailed(fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));
+  }
+}
+
+void AgentMachine::onRoundFormed(Round round) {
+  if (state_ == State::kFinished) return;
+  if (signal_ != 0) {  // a signal arrived while joining
+    finish(Ending::signalled(signal_));
+    return;
+  }
+  round_ = std::move(round);
+  stop_.reset();
+  localFailures_.clear();
+  if (!applyWorkerStore()) return;
+  const bool relayed = workersStore_ != std::pair(round_.masterAddr, round_.masterPort);
+  spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}{}, restart {}",
+               round_.number, round_.groupRank, round_.members.size(), round_.worldSize,
+               round_.masterAddr, round_.masterPort,
+               relayed ? fmt::format(" (workers through the token relay on {}:{})",
+                                     workersStore_.first, workersStore_.second)
+                       : std::string(),
+               round_.restartCount);
+  rendezvous_.watch(round_.number);
+  startWorkers();
+}
+
+bool AgentMachine::applyWorkerStore() {
+  if (round_.hostsWorkerStore) {
+    const std::string& address = round_.members.at(static_cast<std::size_t>(round_.groupRank)).address;
+    try {
+      round_.masterPort = workerStores_.host(address);
+    } catch (const std::exception& error) {
+      onRendezvousFailed({RendezvousFailure::Kind::kFailed,
+                          fmt::format("cannot host round {}'s workers' store on {}: {}", round_.number,
+                                      address, error.what())});
+      return false;
+    }
+    round_.masterAddr = address;
+    rendezvous_.publishWorkerStore(round_.number, round_.masterAddr, round_.masterPort);
+  }
+  workersStore_ = workerStores_.reachFromWorkers(round_.masterAddr, round_.masterPort);
+  return true;
+}
+
+void AgentMachine::startWorkers() {
+  const std::string attempt = attemptDirectory(round_.number);
+  const auto spawnStart = std::chrono::steady_clock::now();
+  local_.clear();
+  state_ = State::kRunning;
+  if (watch_.oom) watch_.oom->attemptStarted();
+  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
+  progress_.start(config_.nprocPerNode);
+  spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - spawnStart).count());
+  if (!localFailures_.empty()) announceFailure();
+}
+
+void AgentMachine::startWorker(int localRank, const std::string& attempt) {
+  LocalWorker worker;
+  worker.localRank = localRank;
+  worker.rank = round_.baseRank + localRank;
+  // The attempt's directory is new (the run's directories are made fresh by the agent, and each
+  // round has its own), so no earlier job's error file can be taken for this worker's.
+  worker.errorFile = rankDirectory(attempt, localRank) + "/error.json";
+  const WorkerPlacement placement{localRank,           worker.rank,      round_.worldSize,
+                                  config_.nprocPerNode, round_.groupRank, static_cast<int>(round_.members.size())};
+  const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second, round_.restartCount,
+                                          round_.number, config_.rdzv.runId, identity_.agentMarker};
+  try {
+    const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
+    const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
+                                                 /*logFiles=*/!config_.logs.dir.empty());
+    std::vector<std::string> environment = workerEnvironment(identity_.environment, config_, placement,
+                                                             roundEnvironment, worker.errorFile);
+    if (watch_.heartbeats) {
+      environment.push_back(fmt::format("{}={}", common::kEnvDdprunHeartbeatFile,
+                                        watch_.heartbeats->prepare(localRank)));
+    }
+    const ExecPlan plan(command.path, command.argv, environment, streams.out, streams.err);
+    try {
+      worker.pid = launcher_.spawn(plan);
+    } catch (...) {
+      output_.abandon(localRank);
+      throw;
+    }
+    output_.started(localRank);
+    worker.running = true;
+    emitWorkerEvent(worker, "HEALTHY");
+  } catch (const std::exception& error) {
+    spdlog::error("cannot start worker {}: {}", localRank, error.what());
+    // A worker that cannot start is a failure like any other (exit code 127, as a shell).
+    WorkerFailure failure;
+    failure.rank = worker.rank;
+    failure.localRank = localRank;
+    failure.groupRank = round_.groupRank;
+    failure.host = identity_.hostname;
+    failure.exitCode = 127;
+    failure.observedAt = epochSeconds(loop_.wallNow());
+    failure.message = error.what();
+    localFailures_.push_back(failure);
+    worker.judged = true;
+  }
+  local_.push_back(worker);
+}
+
+void AgentMachine::onStop(int round, StopReason stop) {
+  if (state_ == State::kFinished || round != round_.number) return;
+  stop_ = std::move(stop);
+  if (stop_->kind == StopKind::kDone) {
+    // Every node's workers succeeded (the last one through the exit barrier said so).
+    barrierTimer_.reset();
+    finish(Ending::succeeded());
+    return;
+  }
+  if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost && stop_->node != rendezvous_.nodeId()) {
+    // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
+    // now would lose it moments later. Stop here, saying why.
+    endOnceStopped(Ending::storeLost(fmt::format(
+        "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes the "
+        "store with it: this node's workers are stopped and the job ends; to let a job outlive any "
+        "one agent, run the store as ddprun-rendezvous on the endpoint",
+        stop_->nodeText(), common::signalName(stop_->signal))));
+    return;
+  }
+  if (state_ == State::kRunning || state_ == State::kLocalDone) {
+    switch (stop_->kind) {
+      case StopKind::kNodeLost:
+        spdlog::warn("{} was lost; stopping this round to re-form the job", stop_->nodeText());
+        break;
+      case StopKind::kNodeJoined:
+        spdlog::info("{} joins the job; re-forming", stop_->nodeText());
+        break;
+      case StopKind::kNodeLeft:
+        spdlog::warn("{} left the job; re-forming", stop_->nodeText());
+        break;
+      default:
+        break;
+    }
+    state_ = State::kStopping;
+    barrierTimer_.reset();
+    stopWorkers();
+  }
+  maybeRoundOver();
+}
+
+void AgentMachine::onStoreLost(const std::string& reason) {
+  if (state_ == State::kFinished) return;
+  endOnceStopped(Ending::storeLost(fmt::format(
+      "ddprun: error: lost the rendezvous store ({}): the agent hosting it exited or the network "
+      "to it is cut; stopping this node's workers",
+      reason)));
+}
+
+void AgentMachine::endOnceStopped(Ending ending) {
+  barrierTimer_.reset();
+  endAfterStop_ = std::move(ending);
+  state_ = State::kStopping;
+  stopWorkers();
+  maybeRoundOver();  // ends at once when no worker runs
+}
+
+void AgentMachine::onChildExited() {
+  // Record every exit of the batch before judging the group: a successful exit reaped together
+  // with a failed one must not make the node look done.
+  bool anyExited = false;
+  for (const ExitedWorker& exited : launcher_.reap()) {
+    LocalWorker* worker = workerByPid(exited.pid);
+    if (worker == nullptr) continue;
+    worker->running = false;
+    worker->waitStatus = exited.waitStatus;
+    worker->exitedAt = epochSeconds(loop_.wallNow());
+    anyExited = true;
+    fileTimers_.forget(exited.pid);
+    progress_.exited(worker->localRank, WIFEXITED(exited.waitStatus) && WEXITSTATUS(exited.waitStatus) == 0);
+  }
+  if (anyExited && state_ == State::kRunning) judgeWorkers();
+  maybeRoundOver();
+}
+
+WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
+  const WorkerIdentity who{worker.rank, worker.localRank, round_.groupRank, identity_.hostname,
+                           worker.pid, worker.errorFile};
+  WorkerFailure failure = fromWaitStatus(worker.waitStatus, who, worker.exitedAt);
+  loadErrorFile(failure);
+  failure.hang = worker.hang;
+  failure.hangDetail = worker.hangDetail;
+  failure.stack = worker.stack;
+  failure.evidenceFile = worker.evidenceFile;
+  failure.stderrTail = output_.stderrTail(worker.localRank);
+  return failure;
+}
+
+void AgentMachine::judgeWorkers() {
+  for (LocalWorker& worker : local_) {
+    if (worker.running || worker.judged) continue;
+    worker.judged = true;
+    if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) {
+      emitWorkerEvent(worker, "SUCCEEDED");
+      continue;
+    }
+    WorkerFailure failure = failureOf(worker);
+    // A SIGKILL the agent did not send (it sends none while the round runs, except to hung
+    // workers): the kernel's OOM killer, or somebody's kill -9.
+    if (watch_.oom && failure.signal == SIGKILL && worker.hang == HangKind::kNone) {
+      failure.oom = watch_.oom->explain(worker.pid);
+    }
+    emitWorkerEvent(worker, "FAILED", toJson(failure));
+    spdlog::warn("worker {} (rank {}, pid {}) failed: {}", worker.localRank, worker.rank,
+                 worker.pid, statusText(failure));
+    localFailures_.push_back(std::move(failure));
+  }
+  if (!localFailures_.empty()) {
+    announceFailure();
+    return;
+  }
+  if (std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.running; })) return;
+  // Every local worker exited 0: count this node done; the last node announces "done".
+  spdlog::debug("round {}: every local worker exited 0", round_.number);
+  state_ = State::kLocalDone;
+  rendezvous_.markDone(round_.number, static_cast<int>(round_.members.size()));
+  barrierTimer_ = loop_.after(config_.rdzv.settings.exitBarrierTimeout, [this] {
+    if (state_ != State::kLocalDone) return;
+    if (identity_.hostsStore) {
+      // Leaving would take the store from under the nodes still at work and kill their workers.
+      spdlog::warn("not every node has finished after the exit barrier's timeout; this agent "
+                   "hosts the rendezvous store, so it stays until they finish or are lost");
+      return;
+    }
+    spdlog::warn("the exit barrier timed out: not every node finished; exiting 0 as this node did");
+    finish(Ending::succeeded());
+  });
+}
+
+void AgentMachine::announceFailure() {
+  // The earliest of this node's failures speaks for it; the store keeps the job's first.
+  state_ = State::kStopping;
+  rendezvous_.announce(round_.number,
+                       StopReason::workerFailed(localFailures_[rootCauseIndex(localFailures_)],
+                                                rendezvous_.nodeId()));
+  stopWorkers();
+}
+
+void AgentMachine::stopWorkers() {
+  progress_.stop();
+  if (!launcher_.anyRunning()) return;
+  launcher_.signalAll(signal_ != 0 ? signal_ : SIGTERM);
+  graceTimer_ = loop_.after(config_.restart.shutdownTimeout, [this] {
+    if (!launcher_.anyRunning()) return;
+    spdlog::warn("workers still running {} ms after the stop signal: killing them",
+                 config_.restart.shutdownTimeout.count());
+    launcher_.signalAll(SIGKILL);
+  });
+}
+
+void AgentMachine::maybeRoundOver() {
+  if (state_ != State::kStopping || launcher_.anyRunning()) return;
+  graceTimer_.reset();
+  if (endAfterStop_) {
+    finish(std::move(*endAfterStop_));
+    return;
+  }
+  if (signal_ != 0) {
+    finish(Ending::signalled(signal_));
+    return;
+  }
+  if (!stop_) return;  // the stop's reason is still on its way (our announce, or another's)
+  state_ = State::kJoining;
+  output_.drain(kOutputGrace, [this] { nextStep(); });
+}
+
+void AgentMachine::nextStep() {
+  if (state_ == State::kFinished) return;  // a signal ended the agent while the logs drained
+  launcher_.killStrays();
+  const StopReason& stop = *stop_;
+  if (stop.kind == StopKind::kWorkerFailed) {
+    const int restarts = restartsAfter(round_.restartCount, stop);
+    if (restarts > config_.restart.maxRestarts) {
+      failJob(stop);
+      return;
+    }
+    const WorkerFailure& cause = *stop.failure;
+    if (cause.hang == HangKind::kAtExit) {
+      // Its peers exited 0: the job's work is done, and a restart would do it all again.
+      spdlog::warn("rank {} on {} hung at exit: not restarting a job whose other workers "
+                   "finished", cause.rank, cause.host);
+      failJob(stop);
+      return;
+    }
+    spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
+                 config_.restart.maxRestarts, cause.rank, cause.host, statusText(cause));
+    if (watch_.event) {
+      WorkerEvent event = agentEvent("ddprun.worker_group.restart", "RESTARTING");
+      event.restarts = restarts;
+      event.rawError = toJson(cause);
+      watch_.event(eventLine(event));
+    }
+  }
+  rendezvous_.join(round_.number + 1);
+}
+
+void AgentMachine::failJob(const StopReason& stop) {
+  // The root cause is the job's first failure (from the stop key, the same on every node); this
+  // node's other failures of the round are listed with it.
+  std::vector<WorkerFailure> failures{*stop.failure};
+  for (const WorkerFailure& mine : localFailures_) {
+    if (mine.rank != failures.front().rank || mine.host != failures.front().host) failures.push_back(mine);
+  }
+  // This node's workers' output is drained by now: their stderr tails are complete.
+  for (WorkerFailure& failure : failures) {
+    if (failure.host == identity_.hostname && failure.groupRank == round_.groupRank &&
+        failure.localRank >= 0 && failure.localRank < config_.nprocPerNode) {
+      if (auto tail = output_.stderrTail(failure.localRank); !tail.empty()) failure.stderrTail = std::move(tail);
+    }
+  }
+  const WorkerFailure& cause = failures.front();
+  printError(formatSummary(config_.entry.script, failures, /*rootCause=*/0) + "\n");
+  if (config_.entry.kind != EntryKind::kExecutable) {
+    std::vector<std::vector<std::string>> tails;
+    for (const LocalWorker& worker : local_) tails.push_back(output_.stderrTail(worker.localRank));
+    const bool fromPythonExec = identity_.environment.count("PYTHON_EXEC") > 0 &&
+                                !identity_.environment.at("PYTHON_EXEC").empty();
+    if (const auto hint = missingModuleHint(tails, config_.entry.python, fromPythonExec)) {
+      printError("ddprun: hint: " + *hint + "\n");
+    }
+  }
+  if (auto parent = identity_.environment.find(common::kEnvTorchelasticErrorFile);
+      parent != identity_.environment.end()) {
+    try {
+      propagateErrorFile(cause, parent->second);
+    } catch (const std::exception& error) {
+      spdlog::warn("cannot write the error file for the parent: {}", error.what());
+    }
+  }
+  std::string why = statusText(cause);
+  if (cause.hang != HangKind::kNone) why = "hung: " + cause.hangDetail;
+  if (!cause.oom.empty()) why += "; " + cause.oom;
+  finish(Ending::jobFailed(cause, fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
+                                              round_.restartCount, cause.rank, cause.host, why)));
+}
+
+void AgentMachine::onSignal(int signal) {
+  if (state_ == State::kFinished) return;
+  if (signal_ != 0) {
+    // A second signal: no more patience.
+    launcher_.signalAll(SIGKILL);
+    return;
+  }
+  signal_ = signal;
+  spdlog::warn("received {}: forwarding it to the workers", common::signalName(signal));
+  if (state_ != State::kJoining && state_ != State::kIdle) {
+    rendezvous_.announce(round_.number,
+                         StopReason::nodeLeft(rendezvous_.nodeId(), round_.groupRank,
+                                              identity_.hostname, signal, identity_.hostsStore));
+  }
+  if (state_ == State::kJoining || state_ == State::kIdle || !launcher_.anyRunning()) {
+    finish(Ending::signalled(signal));
+    return;
+  }
+  state_ = State::kStopping;
+  stopWorkers();
+}
+
+void AgentMachine::onConsoleClosed() {
+  if (state_ == State::kFinished || endAfterStop_) return;
+  // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
+  endOnceStopped(Ending::consoleClosed(
+      "ddprun: error: ddprun's output was closed by its reader (e.g. `| head`); stopping the workers"));
+}
+
+void AgentMachine::finish(Ending ending) {
+  if (state_ == State::kFinished) return;
+  state_ = State::kFinished;
+  const int code = exitCode(ending);
+  spdlog::debug("finishing with exit code {}", code);
+  if (!ending.message.empty()) printError(ending.message + "\n");
+  ending_ = std::move(ending);
+  graceTimer_.reset();
+  barrierTimer_.reset();
+  progress_.stop();
+  fileTimers_.clear();
+  launcher_.killAll();
+  launcher_.killStrays();
+  // Every line the workers wrote reaches the console before the agent goes.
+  output_.drain(kOutputGrace, [this, code] { finished_(code); });
+}
+
+void AgentMachine::onFileTimerLine(std::string_view line) {
+  if (state_ == State::kFinished) return;
+  fileTimers_.onLine(line);
+}
+
+AgentMachine::LocalWorker* AgentMachine::workerByPid(pid_t pid) {
+  auto worker = std::find_if(local_.begin(), local_.end(), [&](const LocalWorker& w) { return w.pid == pid; });
+  return worker == local_.end() ? nullptr : &*worker;
+}
+
+void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
+  const std::string detail = fmt::format("its FileTimer \"{}\" expired (torch's FileTimerClient asked "
+                                         "for {} then)", expiry.scopeId, common::signalName(expiry.signal));
+  LocalWorker* worker = workerByPid(expiry.pid);
+  if (worker == nullptr || !worker->running || state_ != State::kRunning) {
+    // A process the worker started (torch's server kills any pid it is given), or a worker the
+    // round is stopping anyway: the signal only, as torch's server does.
+    spdlog::warn("process {}: {}; sending it {}", expiry.pid, detail, common::signalName(expiry.signal));
+    launcher_.signalProcess(expiry.pid, expiry.signal);
+    return;
+  }
+  onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
+}
+
+void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int signal) {
+  if (state_ != State::kRunning || localRank < 0 || localRank >= static_cast<int>(local_.size())) return;
+  LocalWorker& worker = local_[localRank];
+  if (!worker.running || worker.hang != HangKind::kNone) return;
+  worker.hang = kind;
+  worker.hangDetail = fmt::format("{}; killed with {}", detail, common::signalName(signal));
+  spdlog::warn("worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
+               "sending it {}", worker.localRank, worker.rank, worker.pid, detail, common::signalName(signal));
+  emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
+  const pid_t pid = worker.pid;
+  if (watch_.evidence == nullptr) {
+    launcher_.signalProcess(pid, signal);
+    return;
+  }
+  const std::string saveTo = fmt::format("{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
+  watch_.evidence->collect(pid, saveTo, [this, pid, signal](HangEvidence evidence) {
+    LocalWorker* hung = workerByPid(pid);
+    if (hung == nullptr) return;  // a later round's workers are running now
+    keepEvidence(*hung, evidence);
+    // Still running (a stop may have ended it meanwhile): now the signal.
+    if (hung->running) launcher_.signalProcess(pid, signal);
+  });
+}
+
+void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidence) {
+  const int localRank = worker.localRank;
+  worker.stack = evidence.summary(kSummaryStackLines);
+  if (!evidence.savedTo.empty()) {
+    worker.evidenceFile = evidence.savedTo;
+    spdlog::warn("worker {} (rank {}): its threads' stacks are in {}", localRank, worker.rank, evidence.savedTo);
+  } else {
+    spdlog::warn("cannot write the stacks of worker {} (rank {}): {}", localRank, worker.rank,
+                 evidence.notes.empty() ? std::string("no file") : evidence.notes.back());
+  }
+  for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, line);
+}
+
+WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const {
+  WorkerEvent event;
+  event.name = std::move(name);
+  event.source = "AGENT";
+  event.timestamp = epochSeconds(loop_.wallNow());
+  event.runId = config_.rdzv.runId;
+  event.groupRank = round_.groupRank;
+  event.role = config_.role;
+  event.hostname = identity_.hostname;
+  event.state = state;
+  event.totalRunTime = event.timestamp - startedAt_;
+  event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
+  event.restarts = round_.restartCount;
+  return event;
+}
+
+void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
+                                   nlohmann::json extra) const {
+  if (!watch_.event) return;
+  WorkerEvent event = agentEvent(fmt::format("torchelastic.worker.status.{}", state), state);
+  event.source = "WORKER";
+  event.rank = worker.rank;
+  event.pid = worker.pid;
+  event.localRank = worker.localRank;
+  event.rawError = std::move(rawError);
+  event.extra = std::move(extra);
+  watch_.event(eventLine(event));
+}
+
+void AgentMachine::printError(std::string text) const {
+  if (identity_.printError) {
+    identity_.printError(std::move(text));
+  } else {
+    std::fputs(text.c_str(), stderr);
+  }
+}
+
+}  // namespace ddprun::launcher

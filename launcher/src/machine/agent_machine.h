@@ -1,0 +1,177 @@
+// AgentMachine: the agent's state machine, and nothing else. It owns no thread, socket or
+// process: it reacts to events (a round formed, a worker exited, a stop arrived, a signal) and
+// acts through its seams: ProcessLauncher (workers), WorkerOutput (their output and files),
+// RendezvousClient (membership, asynchronous: outcomes come back as RendezvousEvents),
+// WorkerStoreHost (the round's workers' store, when this node hosts it) and EventLoop (time, both
+// clocks, timers). It opens no file and reads no clock of its own. The real
+// agent (agent.cc) wires it to Asio, POSIX processes and the TCP store; the unit tests wire it to
+// a fake launcher, the in-process store and a manual clock.
+//
+//   joining --round formed--> running --all local workers exit 0--> local done --kDone--> exit 0
+//                               |  \                                    |
+//            a worker failed / a stop arrives / a signal                 | a stop arrives
+//                               v                                        v
+//                            stopping (signal, grace, SIGKILL) --all gone--> next step:
+//              worker failed: restart (job-global budget) or fail with the root cause's code;
+//              node lost/joined/left: re-form (no restart counted); signal: exit 128+signal.
+//
+// Thread safety: every method runs on the event loop's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddprun/launcher/launch_config.h"
+#include "core/event_loop.h"
+#include "report/event_log.h"
+#include "core/exit_codes.h"
+#include "report/failure_report.h"
+#include "hang/file_timer.h"
+#include "hang/hang_evidence.h"
+#include "hang/oom.h"
+#include "core/process_launcher.h"
+#include "core/rendezvous_client.h"
+#include "hang/progress_watch.h"
+#include "core/stop_reason.h"
+#include "core/worker_output.h"
+
+namespace ddprun::launcher {
+
+// What the machine needs to know about this agent and its surroundings.
+struct AgentIdentity {
+  std::string hostname;
+  std::string agentMarker;   // DDPRUN_AGENT of this agent's workers (not a secret: a tag)
+  std::string scratchDir;    // error files when there is no --log-dir
+  std::string logRunDir;     // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
+  std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
+  bool hostsStore = false;   // this agent hosts the rendezvous store (it must outstay the others)
+  // Where the summary and the final error line go (nothing: stderr, written directly).
+  std::function<void(std::string)> printError;
+};
+
+// How the machine sees workers that hang or die unexplained. Each may be missing (not watched).
+struct WorkerWatch {
+  Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
+  EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
+  OomWitness* oom = nullptr;              // OOM kills
+  // --event-log-handler console: where each event's JSON line goes (nothing: no events).
+  std::function<void(std::string)> event;
+};
+
+class AgentMachine final : public RendezvousEvents {
+ public:
+  enum class State { kIdle, kJoining, kRunning, kLocalDone, kStopping, kFinished };
+  using Finished = std::function<void(int exitCode)>;
+
+  // Every reference must outlive the machine. `finished` is called once, on the loop, when the
+  // agent is done (every worker gone, their output drained).
+  AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
+               ProcessLauncher& launcher, WorkerOutput& output, RendezvousClient& rendezvous,
+               WorkerStoreHost& workerStores, WorkerWatch watch, Finished finished);
+
+  // Joins the job.
+  void start();
+
+  // --- events ---
+  // RendezvousEvents:
+  void onRoundFormed(Round round) override;
+  void onRendezvousFailed(const RendezvousFailure& failure) override;
+  void onStop(int round, StopReason stop) override;
+  void onStoreLost(const std::string& reason) override;
+  // SIGCHLD: reaps through the launcher and judges the workers.
+  void onChildExited();
+  // A handled signal (SIGTERM, SIGINT, ...).
+  void onSignal(int signal);
+  // The agent's stdout stopped taking output (its reader exited: `ddprun ... | head`).
+  void onConsoleClosed();
+  // A line from torch's FileTimer pipe (TORCHELASTIC_TIMER_FILE).
+  void onFileTimerLine(std::string_view line);
+
+  State state() const { return state_; }
+  const Round& round() const { return round_; }
+  // Where this node's workers reach the current round's workers' store (MASTER_ADDR:PORT).
+  const std::pair<std::string, std::uint16_t>& workersStore() const { return workersStore_; }
+  // The ending, once the state is kFinished.
+  const std::optional<Ending>& ending() const { return ending_; }
+
+ private:
+  struct LocalWorker {
+    int localRank = 0;
+    int rank = 0;
+    pid_t pid = -1;
+    std::string errorFile;
+    bool running = false;
+    bool judged = false;  // its exit has been looked at
+    int waitStatus = 0;
+    double exitedAt = 0;
+    // Found hung: why, and where it was (filled when the evidence arrives).
+    HangKind hang = HangKind::kNone;
+    std::string hangDetail;
+    std::vector<std::string> stack;
+    std::string evidenceFile;
+  };
+
+  // Hosts the round's workers' store when the round says so; false when it cannot (the agent
+  // then ends).
+  bool applyWorkerStore();
+  void startWorkers();
+  void startWorker(int localRank, const std::string& attempt);
+  // A running worker is hung: its stacks are taken, then it gets `signal`.
+  void onHung(int localRank, HangKind kind, std::string detail, int signal);
+  void onFileTimerExpired(const FileTimerExpiry& expiry);
+  // Writes the evidence into the attempt's log directory and keeps its telling lines.
+  void keepEvidence(LocalWorker& worker, const HangEvidence& evidence);
+  // An event of this agent, its common metadata filled (--event-log-handler console).
+  WorkerEvent agentEvent(std::string name, const char* state) const;
+  void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,
+                       nlohmann::json extra = nlohmann::json::object()) const;
+  LocalWorker* workerByPid(pid_t pid);
+  // Looks at the workers that exited: a failure stops the round, all done counts the node done.
+  void judgeWorkers();
+  void announceFailure();
+  void stopWorkers();
+  // Stops the workers, then ends the agent with `ending` (at once when none runs).
+  void endOnceStopped(Ending ending);
+  void maybeRoundOver();
+  void nextStep();
+  void failJob(const StopReason& stop);
+  void finish(Ending ending);
+  void printError(std::string text) const;
+  std::string attemptDirectory(int round) const;
+  WorkerFailure failureOf(const LocalWorker& worker) const;
+
+  const LaunchConfig& config_;
+  AgentIdentity identity_;
+  EventLoop& loop_;
+  ProcessLauncher& launcher_;
+  WorkerOutput& output_;
+  RendezvousClient& rendezvous_;
+  WorkerStoreHost& workerStores_;
+  WorkerWatch watch_;
+  Finished finished_;
+  ProgressWatch progress_;
+  FileTimers fileTimers_;
+  const double startedAt_;  // epoch seconds, for the events' total_run_time
+
+  State state_ = State::kIdle;
+  Round round_;
+  std::pair<std::string, std::uint16_t> workersStore_;  // the workers' MASTER_ADDR:MASTER_PORT
+  std::vector<LocalWorker> local_;
+  std::optional<StopReason> stop_;            // why the current round stops
+  std::vector<WorkerFailure> localFailures_;  // this node's, in the current round
+  int signal_ = 0;                            // a handled signal that arrived
+  std::optional<Ending> endAfterStop_;        // end so once the workers are gone
+  std::optional<Ending> ending_;
+  std::unique_ptr<EventLoop::Timer> graceTimer_;
+  std::unique_ptr<EventLoop::Timer> barrierTimer_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,628 @@
+#include "membership/membership.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::launcher {
+
+using nlohmann::json;
+using rendezvous::StoreTimeoutError;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The one key every agent of the active run holds: a store serves one run at a time.
+constexpr const char* kActiveRunKey = "ddprun/active_run";
+// How often joiners re-check whether their round can close while they wait for it.
+constexpr auto kJoinPollInterval = 50ms;
+// How long each attempt to reach the store lasts while it may still be coming up, so that
+// cancel() is noticed.
+constexpr auto kConnectAttempt = 1s;
+
+}  // namespace
+
+std::string toJsonText(const NodeInfo& node) {
+  return json{{"id", node.id},       {"address", node.address}, {"hostname", node.hostname},
+              {"nproc", node.nproc}, {"pid", node.pid},         {"static_rank", node.staticRank}}
+      .dump();
+}
+
+std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
+  const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!value.is_object()) return std::nullopt;
+  NodeInfo node;
+  try {
+    node.id = value.value("id", std::int64_t{-1});
+    node.address = value.value("address", std::string());
+    node.hostname = value.value("hostname", std::string());
+    node.nproc = value.value("nproc", 0);
+    node.pid = value.value("pid", 0L);
+    node.staticRank = value.value("static_rank", -1);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (node.id < 0 || node.nproc <= 0) return std::nullopt;
+  return node;
+}
+
+std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
+                                               const std::vector<NodeInfo>& members,
+                                               const NodeInfo& self, int maxNodes) {
+  if (ids.empty() || static_cast<int>(ids.size()) > maxNodes) {
+    return fmt::format("{} members where the job allows 1 to {}", ids.size(), maxNodes);
+  }
+  if (members.size() != ids.size()) return fmt::format("{} node records for {} members", members.size(), ids.size());
+  std::set<std::int64_t> seen;
+  bool selfIn = false;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const NodeInfo& node = members[i];
+    if (!seen.insert(ids[i]).second) return fmt::format("node {} is a member twice", ids[i]);
+    if (node.id != ids[i]) return fmt::format("the record of node {} says it is node {}", ids[i], node.id);
+    if (node.nproc <= 0 || node.nproc > kMaxNprocPerNode) {
+      return fmt::format("node {} claims {} workers", node.id, node.nproc);
+    }
+    if (node.address.empty()) return fmt::format("node {} has no address", node.id);
+    if (node.id == self.id) {
+      selfIn = true;
+      if (node.address != self.address || node.nproc != self.nproc || node.pid != self.pid ||
+          node.staticRank != self.staticRank) {
+        return fmt::format("this node's own record (node {}) is not what it wrote", self.id);
+      }
+    }
+  }
+  if (!selfIn) return fmt::format("this node (node {}) is not among the members", self.id);
+  return std::nullopt;
+}
+
+std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost) {
+  const auto colon = master.rfind(':');
+  if (colon == std::string::npos || colon == 0) return fmt::format("\"{}\" is not host:port", master.substr(0, 200));
+  int port = 0;
+  const char* begin = master.data() + colon + 1;
+  const char* end = master.data() + master.size();
+  const auto [stop, error] = std::from_chars(begin, end, port);
+  if (error != std::errc() || stop != end || port < 1 || port > 65535) {
+    return fmt::format("\"{}\" has no port in 1..65535", master.substr(0, 200));
+  }
+  if (!expectedHost.empty() && master.substr(0, colon) != expectedHost) {
+    return fmt::format("\"{}\" is not on group rank 0's address {}", master.substr(0, 200), expectedHost);
+  }
+  return std::nullopt;
+}
+
+Membership::Membership(const RendezvousConfig& config, StoreBackend& backend,
+                       NodeInfo self, Now now)
+    : config_(config),
+      backend_(backend),
+      self_(std::move(self)),
+      now_(std::move(now)),
+      prefix_(fmt::format("ddprun/{}/", config.runId)) {}
+
+Membership::~Membership() { close(/*hostsStore=*/false); }
+
+std::string Membership::key(const std::string& suffix) const { return prefix_ + suffix; }
+
+std::string Membership::aliveKey(std::int64_t node) const {
+  return fmt::format("{}alive/{}", prefix_, node);
+}
+
+std::string Membership::roundKey(int round, const std::string& suffix) const {
+  return fmt::format("{}round/{}/{}", prefix_, round, suffix);
+}
+
+void Membership::throwIfStopped() const {
+  if (cancelled_) throw MembershipCancelled();
+  if (storeLost_) {
+    std::lock_guard guard(lostMutex_);
+    throw StoreLostError(storeLostReason_);
+  }
+}
+
+void Membership::open() {
+  // The first connection waits for the store to come up (the node hosting it may start later, as
+  // with torchrun): up to read_timeout, or with the static backend the whole join timeout (its
+  // `timeout`, as torchrun's TCPStore client waits for the master); the others follow at once.
+  const auto patience = config_.backend == RdzvBackend::kStatic ? settings_.joinTimeout : settings_.readTimeout;
+  const auto start = now_();
+  for (;;) {
+    try {
+      control_ = backend_.connect(settings_.readTimeout, kConnectAttempt);
+      break;
+    } catch (const rendezvous::StoreAuthError& error) {
+      throw EndpointError(error.what());
+    } catch (const rendezvous::StoreHandshakeError& error) {
+      // Something answered but is not a ddprun store: no point in waiting for it.
+      throw EndpointError(fmt::format("{}; check --rdzv-endpoint", error.what()));
+    } catch (const rendezvous::StoreConnectionError& error) {
+      if (cancelled_) throw MembershipCancelled();
+      if (now_() - start > patience) {
+        throw EndpointError(fmt::format(
+            "cannot reach the rendezvous store at {} within {} ({} s): {}; start the agent that "
+            "hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint",
+            backend_.address(),
+            config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout",
+            patience.count() / 1000.0, error.what()));
+      }
+    }
+  }
+  // The watch and heartbeat connections must notice a silent store quickly (a cut network
+  // sends nothing): their calls time out as fast as a hold lapses, or after heartbeat_timeout.
+  const auto quick = settings_.heartbeatTimeout.value_or(std::max(settings_.holdTimeToLive(), 1000ms));
+  // Reconnecting after a network blip: the heartbeat's is worth trying for as long as the node
+  // counts as alive; the watch's in short attempts, so that it notices the heartbeat's verdict.
+  watch_ = backend_.connect(quick, kConnectAttempt);
+  heartbeatStore_ = backend_.connect(quick, settings_.holdTimeToLive());
+
+  const std::string active = heartbeatStore_->hold(kActiveRunKey, config_.runId, 0ms, "", "");
+  if (active != config_.runId) {
+    throw MembershipError(fmt::format(
+        "the rendezvous store at {} belongs to run '{}', and this agent's run is '{}': agents "
+        "of different jobs never share a rendezvous; give this job its own --rdzv-endpoint, or "
+        "the same --rdzv-id as the running job to join it",
+        backend_.address(), active, config_.runId));
+  }
+  self_.id = control().add(key("next_node_id"), 1);
+  const std::string me = toJsonText(self_);
+  control().set(key(fmt::format("node/{}", self_.id)), me);
+  heartbeatStore_->hold(aliveKey(self_.id), me, settings_.holdTimeToLive(), "", "");
+  heartbeatThread_ = std::thread([this] { heartbeat(); });
+}
+
+void Membership::renewHold(int round, int groupRank) {
+  const std::string notify = round >= 0 ? roundKey(round, "stop") : std::string();
+  const std::string lost = StopReason::nodeLost(self_.id, groupRank, self_.hostname).serialize();
+  heartbeatStore_->hold(aliveKey(self_.id), toJsonText(self_),
+                        settings_.holdTimeToLive(), notify, lost);
+}
+
+void Membership::heartbeat() {
+  std::unique_lock lock(heartbeatMutex_);
+  for (;;) {
+    heartbeatWake_.wait_for(lock, settings_.keepAliveInterval, [&] { return heartbeatStop_; });
+    if (heartbeatStop_) return;
+    const int round = heartbeatRound_;
+    const int groupRank = heartbeatGroupRank_;
+    lock.unlock();
+    try {
+      renewHold(round, groupRank);
+    } catch (const std::exception& error) {
+      {
+        std::lock_guard guard(lostMutex_);
+        storeLostReason_ = error.what();
+      }
+      storeLost_.store(true);  // every blocked call of ours notices within its next slice
+      return;
+    }
+    lock.lock();
+  }
+}
+
+int Membership::currentRound() {
+  // The first agent of the run creates the counter at round 0.
+  return std::stoi(control().compareSet(key("current_round"), "", "0"));
+}
+
+std::optional<Membership::Closed> Membership::closed(int round) {
+  const std::string closedKey = roundKey(round, "closed");
+  if (!control().check({closedKey})) return std::nullopt;
+  const json record = json::parse(control().get(closedKey), nullptr, /*allow_exceptions=*/false);
+  Closed result;
+  try {
+    result.restarts = record.at("restarts").get<int>();
+    result.members = record.at("members").get<std::vector<std::int64_t>>();
+  } catch (const std::exception&) {
+    throw MembershipError(fmt::format("round {}'s close record in the store is corrupt", round));
+  }
+  return result;
+}
+
+std::optional<StopReason> Membership::stopOf(int round) {
+  const std::string stopKey = roundKey(round, "stop");
+  if (!control().check({stopKey})) return std::nullopt;
+  return StopReason::parse(control().get(stopKey));
+}
+
+bool Membership::alive(std::int64_t node) {
+  return control().check({aliveKey(node)});
+}
+
+std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
+  const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+  std::vector<std::string> slots;
+  for (int k = 1; k <= joined; ++k) slots.push_back(roundKey(round, fmt::format("member/{}", k)));
+  if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
+  std::vector<std::int64_t> live;
+  for (const std::string& text : control().multiGet(slots)) {
+    std::int64_t id = -1;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+    if (error != std::errc() || end != text.data() + text.size() || id < 0) {
+      throw MembershipError(fmt::format("round {}: a member slot in the store holds \"{}\", not a "
+                                        "node id; is something else writing to the rendezvous store?",
+                                        round, text.substr(0, 200)));
+    }
+    // A node that joined and died before the round closed must not be counted: its workers
+    // would never exist, and the others would wait for them.
+    if (alive(id)) live.push_back(id);
+  }
+  if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
+    std::vector<std::string> nodeKeys;
+    for (std::int64_t id : live) nodeKeys.push_back(key(fmt::format("node/{}", id)));
+    const std::vector<std::string> records = control().multiGet(nodeKeys);
+    // One live agent per node rank, the earliest: a later one was given a rank that is taken
+    // (a restarted agent's dead predecessor is not live, so it never counts here).
+    std::map<int, std::string> holders;  // node rank -> host name
+    std::vector<std::int64_t> unique;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const auto node = nodeFromJsonText(records[i]);
+      if (!node) continue;
+      const auto [holder, first] = holders.try_emplace(node->staticRank, node->hostname);
+      if (first) {
+        unique.push_back(live[i]);
+      } else if (live[i] == self_.id) {
+        throw BadInputError(fmt::format(
+            "--node-rank {} is taken by the running agent on {}: give every agent a distinct "
+            "--node-rank (0..{})",
+            node->staticRank, holder->second, config_.maxNodes - 1));
+      }
+    }
+    live = std::move(unique);
+  }
+  return live;
+}
+
+std::optional<int> Membership::previousMembersStillAway(int round, const std::vector<std::int64_t>& live) {
+  if (round == 0) return std::nullopt;
+  const auto previous = closed(round - 1);
+  if (!previous) return std::nullopt;
+  // A round that ended "done" belongs to a finished run of this id: nobody is away from this
+  // one, which starts afresh (a rerun against the same store).
+  if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone) return std::nullopt;
+  int away = 0;
+  for (std::int64_t id : previous->members) {
+    if (std::find(live.begin(), live.end(), id) != live.end()) continue;
+    // Not back yet: only worth waiting for if it is still alive.
+    if (alive(id)) ++away;
+  }
+  return away;
+}
+
+bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
+  const auto live = liveJoiners(round);
+  if (!live) return false;
+  const int joined = static_cast<int>(live->size());
+  bool complete = joined >= config_.maxNodes;
+  if (!complete && joined >= config_.minNodes) {
+    if (previousMembersStillAway(round, *live) == 0) {
+      complete = true;
+    } else {
+      if (lastCallStart == TimePoint{}) lastCallStart = now_();
+      complete = now_() - lastCallStart >= settings_.lastCallTimeout;
+    }
+  } else if (joined < config_.minNodes) {
+    lastCallStart = {};
+  }
+  if (!complete) return false;
+  int restarts = 0;
+  if (round > 0) {
+    if (const auto previous = closed(round - 1)) {
+      const auto stop = stopOf(round - 1);
+      restarts = stop ? restartsAfter(previous->restarts, *stop) : previous->restarts;
+    }
+  }
+  std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
+  control().compareSet(roundKey(round, "closed"), "", json{{"members", members}, {"restarts", restarts}}.dump());
+  return true;
+}
+
+void Membership::takeSlot(int round) {
+  const int slot = static_cast<int>(control().add(roundKey(round, "joined"), 1));
+  control().set(roundKey(round, fmt::format("member/{}", slot)), std::to_string(self_.id));
+  // Keep the job's current round up to date for agents that start later.
+  for (std::string current = std::to_string(round - 1); round > 0;) {
+    const std::string seen =
+        control().compareSet(key("current_round"), current, std::to_string(round));
+    if (std::stoi(seen) >= round) break;
+    current = seen;
+  }
+}
+
+std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
+  TimePoint lastCallStart{};
+  TimePoint shortSince{};  // since when the known nodes are fewer than MIN
+  int reportedJoined = -1;
+  std::optional<Closed> record;
+  while (!(record = closed(round))) {
+    throwIfStopped();
+    if (maybeClose(round, lastCallStart)) continue;
+    const auto live = liveJoiners(round);
+    const int joined = live ? static_cast<int>(live->size()) : 0;
+    // After losses, the nodes that can still come back may be fewer than MIN: then only new
+    // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
+    const auto away = live && joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
+    if (away && joined + *away < config_.minNodes) {
+      if (shortSince == TimePoint{}) {
+        shortSince = now_();
+        spdlog::warn("only {} node(s) remain of the at least {} this job needs; waiting up to {} s "
+                     "(last_call_timeout) for others to join",
+                     joined + *away, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
+      } else if (now_() - shortSince >= settings_.lastCallTimeout) {
+        throw MembershipError(fmt::format(
+            "only {} node(s) remain of the at least {} this job needs (--nnodes {}:{}): the others "
+            "were lost and none joined within last_call_timeout ({} s); restart the lost nodes or "
+            "lower the minimum of --nnodes",
+            joined + *away, config_.minNodes, config_.minNodes, config_.maxNodes,
+            settings_.lastCallTimeout.count() / 1000.0));
+      }
+    } else {
+      shortSince = {};
+    }
+    if (now_() > deadline) {
+      throw MembershipError(fmt::format(
+          "rendezvous round {} did not complete within join_timeout ({} s): {} of at least {} "
+          "nodes joined; start the missing nodes or lower --nnodes",
+          round, settings_.joinTimeout.count() / 1000.0, joined, config_.minNodes));
+    }
+    if (joined != reportedJoined) {
+      spdlog::info("rendezvous round {}: {} node(s) joined, waiting for {}", round, joined,
+                   joined < config_.minNodes ? fmt::format("at least {}", config_.minNodes)
+                                             : std::string("the round to close"));
+      reportedJoined = joined;
+    }
+    try {
+      control().wait({roundKey(round, "closed")}, kJoinPollInterval);
+    } catch (const StoreTimeoutError&) {
+    }
+  }
+  // The round may have closed without us (last call ran out as we arrived).
+  if (std::find(record->members.begin(), record->members.end(), self_.id) == record->members.end()) {
+    return std::nullopt;
+  }
+  return readRound(round, *record);
+}
+
+void Membership::waitForRoundToStop(int round, TimePoint deadline) {
+  const std::string stopKey = roundKey(round, "stop");
+  if (control().check({stopKey})) return;  // over already (a finished run of this id, or a re-form)
+  spdlog::info("the job already has {} nodes (the maximum); waiting for a place", config_.maxNodes);
+  while (!control().check({stopKey})) {
+    throwIfStopped();
+    if (now_() > deadline) {
+      throw MembershipError(fmt::format(
+          "no place in the job within join_timeout: it keeps its maximum of {} nodes",
+          config_.maxNodes));
+    }
+    try {
+      control().wait({stopKey}, kJoinPollInterval * 4);
+    } catch (const StoreTimeoutError&) {
+    }
+  }
+  const auto stop = stopOf(round);
+  if (stop && stop->kind == StopKind::kDone) {
+    throw JobOverError(fmt::format(
+        "the job finished (every node's workers succeeded) while this agent waited for a place in "
+        "it (it keeps its maximum of {} nodes); this agent ran nothing",
+        config_.maxNodes));
+  }
+}
+
+Round Membership::join(int fromRound) {
+  const auto deadline = now_() + settings_.joinTimeout;
+  int round = fromRound < 0 ? currentRound() : fromRound;
+  for (;;) {
+    throwIfStopped();
+    const auto record = closed(round);
+    if (!record) {
+      takeSlot(round);
+      if (auto joined = waitForClose(round, deadline)) return *joined;
+      continue;  // closed without us: we are a newcomer to the running round now
+    }
+    // The job runs round `round` without us. At MAX nodes: wait for a place. Below: take a place
+    // in the next round first, then tell the members to re-form with us.
+    if (static_cast<int>(record->members.size()) >= config_.maxNodes) {
+      waitForRoundToStop(round, deadline);
+      ++round;
+      continue;
+    }
+    takeSlot(round + 1);
+    announce(round, StopReason::nodeJoined(self_.id, self_.hostname));
+    ++round;
+    if (auto joined = waitForClose(round, deadline)) return *joined;
+  }
+}
+
+Round Membership::readRound(int number, const Closed& record) {
+  Round round;
+  round.number = number;
+  round.restartCount = record.restarts;
+  const int members = static_cast<int>(record.members.size());
+  std::vector<std::string> nodeKeys;
+  for (std::int64_t id : record.members) nodeKeys.push_back(key(fmt::format("node/{}", id)));
+  for (const std::string& text : control().multiGet(nodeKeys)) {
+    auto node = nodeFromJsonText(text);
+    if (!node) {
+      throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
+                                        "the store was written by something other than ddprun",
+                                        number, text.substr(0, 200)));
+    }
+    round.members.push_back(std::move(*node));
+  }
+  if (const auto problem = roundMembersProblem(record.members, round.members, self_, config_.maxNodes)) {
+    throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
+                                      "something else writing to the rendezvous store?",
+                                      number, *problem));
+  }
+  if (config_.backend == RdzvBackend::kStatic) {
+    std::sort(round.members.begin(), round.members.end(),
+              [](const NodeInfo& a, const NodeInfo& b) { return a.staticRank < b.staticRank; });
+    for (int i = 0; i < members; ++i) {
+      if (round.members[i].staticRank != i) {
+        throw MembershipError(fmt::format(
+            "node ranks of the {} agents are not 0..{} (got {} at place {}): give every agent a "
+            "distinct --node-rank",
+            members, members - 1, round.members[i].staticRank, i));
+      }
+    }
+  } else {
+    // Deterministic group ranks: by address, then by the order the agents first registered.
+    std::sort(round.members.begin(), round.members.end(), [](const NodeInfo& a, const NodeInfo& b) {
+      return std::tie(a.address, a.id) < std::tie(b.address, b.id);
+    });
+  }
+  for (int i = 0; i < members; ++i) {
+    if (round.members[i].id == self_.id) round.groupRank = i;
+  }
+  for (int i = 0; i < members; ++i) {
+    if (i < round.groupRank) round.baseRank += round.members[i].nproc;
+    round.worldSize += round.members[i].nproc;
+  }
+
+  const std::string masterKey = roundKey(number, "master");
+  if (round.groupRank == 0) {
+    // Forget rounds nobody will read again: every agent is in this round, so none reads r-2.
+    if (number >= 2) {
+      const std::string old = fmt::format("{}round/{}/", prefix_, number - 2);
+      for (const std::string& k : control().listKeys()) {
+        if (k.starts_with(old)) control().deleteKey(k);
+      }
+    }
+    if (config_.backend == RdzvBackend::kStatic) {
+      // The workers share this store, on the port the user gave: remove the previous round's
+      // worker keys first (every worker of that round is dead: all agents have rejoined).
+      backend_.clearWorkerKeys();
+      control().set(masterKey, backend_.address());  // where it really listens (--master-port 0)
+    } else {
+      round.hostsWorkerStore = true;  // the agent starts it and publishes it (publishWorkerStore)
+    }
+  }
+  if (!round.hostsWorkerStore) {
+    const std::string master = control().get(masterKey);
+    const std::string expectedHost = config_.backend == RdzvBackend::kC10d ? round.members[0].address : "";
+    if (const auto problem = masterProblem(master, expectedHost)) {
+      throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
+                                        "is something else writing to the rendezvous store?",
+                                        number, *problem));
+    }
+    const auto colon = master.rfind(':');
+    round.masterAddr = master.substr(0, colon);
+    round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
+  }
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    heartbeatRound_ = number;
+    heartbeatGroupRank_ = round.groupRank;
+    roundMembers_ = round.members;
+  }
+  // From now on a lapse of our hold must stop this round: armed before anyone starts workers,
+  // so that a node lost at any moment of the round is reported to it.
+  renewHold(number, round.groupRank);
+  return round;
+}
+
+void Membership::publishWorkerStore(int round, const std::string& host, std::uint16_t port) {
+  control().set(roundKey(round, "master"), fmt::format("{}:{}", host, port));
+}
+
+StopReason Membership::announce(int round, const StopReason& stop) {
+  const std::string text = stop.serialize();
+  const std::string held = control().compareSet(roundKey(round, "stop"), "", text);
+  if (held == text) return stop;
+  auto earlier = StopReason::parse(held);
+  if (!earlier) throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt", round));
+  return *earlier;
+}
+
+void Membership::markDone(int round, int members) {
+  if (control().add(roundKey(round, "done"), 1) >= members) announce(round, StopReason::done());
+}
+
+void Membership::reportMembersLostEarly(int round) {
+  std::vector<NodeInfo> members;
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    if (heartbeatRound_ != round) return;
+    members = roundMembers_;
+  }
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    const NodeInfo& node = members[rank];
+    if (node.id == self_.id || watch_->check({aliveKey(node.id)})) continue;
+    const std::string lost =
+        StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
+    watch_->compareSet(roundKey(round, "stop"), "", lost);
+    return;
+  }
+}
+
+StopReason Membership::waitForStop(int round) {
+  const std::string stopKey = roundKey(round, "stop");
+  bool checkedMembers = false;
+  std::optional<std::chrono::steady_clock::time_point> troubleSince;
+  for (;;) {
+    try {
+      // In slices: a store that went silent (network cut) is the heartbeat's to report, and the
+      // slices keep this thread from blocking past the agent's life. A stop wakes it at once.
+      watch_->wait({stopKey}, 250ms);
+      const std::string text = watch_->get(stopKey);
+      if (auto stop = StopReason::parse(text)) return *stop;
+      throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt: {}", round,
+                                        text.substr(0, 200)));
+    } catch (const rendezvous::StoreConnectionError& error) {
+      // A network blip broke the watch's connection (it holds nothing, so dropping it tells the
+      // store nothing). The heartbeat decides whether the store is lost: until it does, or for
+      // at most twice the liveness timeout, reconnect and watch again.
+      throwIfStopped();
+      const auto now = std::chrono::steady_clock::now();
+      if (!troubleSince) troubleSince = now;
+      if (now - *troubleSince > 2 * settings_.holdTimeToLive()) throw StoreLostError(error.what());
+      std::this_thread::sleep_for(100ms);
+      continue;
+    } catch (const StoreTimeoutError&) {
+      throwIfStopped();
+      troubleSince.reset();
+      // Every live member armed its hold for this round before starting its workers, a few
+      // milliseconds after the round closed; one that died in between is reported here.
+      if (!checkedMembers) {
+        checkedMembers = true;
+        reportMembersLostEarly(round);
+      }
+    }
+  }
+}
+
+void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    if (heartbeatStop_ && !heartbeatThread_.joinable()) return;
+    heartbeatStop_ = true;
+  }
+  heartbeatWake_.notify_all();
+  if (heartbeatThread_.joinable()) heartbeatThread_.join();
+  if (!heartbeatStore_ || storeLost()) return;
+  try {
+    heartbeatStore_->release(aliveKey(self_.id));
+    heartbeatStore_->release(kActiveRunKey);
+    if (hostsStore) {
+      // This agent hosts the store: the others read the final state from it, so let them leave
+      // first (bounded: one that died is gone with its connection anyway).
+      const auto deadline = std::chrono::steady_clock::now() + patience.value_or(settings_.closeTimeout);
+      const std::string alive = prefix_ + "alive/";
+      while (std::chrono::steady_clock::now() < deadline) {
+        const auto keys = control().listKeys();
+        if (std::none_of(keys.begin(), keys.end(),
+                         [&](const std::string& k) { return k.starts_with(alive); })) {
+          break;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+  } catch (const std::exception& error) {
+    spdlog::debug("leaving the rendezvous: {}", error.what());
+  }
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,216 @@
+// Membership: how the agents of one job agree, round after round, on who is in the job.
+//
+// Everything lives in the rendezvous store under "ddprun/<run id>/" (docs/architecture.md has
+// the key layout). A round:
+//
+//   join    every agent adds itself to round r (a counter and a member slot);
+//   close   the first agent that sees the round complete writes its size: complete means MAX
+//           nodes, or at least MIN nodes and either every still-alive member of round r-1 has
+//           rejoined (a restart or a node loss: no waiting) or last_call_timeout has passed since
+//           MIN was reached (new nodes may still come, as in torchrun);
+//   run     group rank 0 is told that it hosts the round's worker store (its agent starts it and
+//           publishes where it listens: MASTER_ADDR:MASTER_PORT); everyone else waits for that,
+//           then everyone starts its workers and blocks on the round's stop key;
+//   stop    the first agent with news writes the stop key (a StopReason): a worker failure, a
+//           node lost (written by the store itself when a node's alive hold lapses or its
+//           connection drops: nobody polls), a node joining below MAX, a node leaving, or "done"
+//           from the last agent through the exit barrier. Everyone wakes at once and moves on.
+//
+// Restart accounting is job-global: the restart count of round r+1 is restartsAfter(round r's,
+// its stop), written into round r+1's close record, the same for every node.
+//
+// Membership decides and returns; it never calls back into the agent (it starts no store: hosting
+// the round's workers' store is the agent's, told by Round::hostsWorkerStore). Its store is reached
+// through a StoreBackend, so the in-process store serves the unit tests, and its deadlines
+// are measured on the clock it is given.
+//
+// Thread safety: join/announce/markDone run on one thread (the agent's control thread),
+// waitForStop on another (its watch thread), the heartbeat on its own; each has its own store
+// connection. cancel() and storeLost() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddprun/launcher/launch_config.h"
+#include "membership/store_backend.h"
+#include "core/rendezvous_client.h"
+#include "core/stop_reason.h"
+
+namespace ddprun::launcher {
+
+// Joining failed for good: the message says why (timeout, too few nodes, closed job).
+class MembershipError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The job cannot start because of what the user gave (exit 2): the message names the fix.
+class BadInputError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
+// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
+// store answers there: the endpoint given is wrong or its host is not up.
+class EndpointError : public BadInputError {
+ public:
+  using BadInputError::BadInputError;
+};
+
+// The store stopped answering this agent (its host exited, or the network to it is cut).
+class StoreLostError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
+// The job this agent waited to take part in finished without it (it was full): nothing to do.
+class JobOverError : public MembershipError {
+ public:
+  using MembershipError::MembershipError;
+};
+
+// A blocking call gave up because cancel() was called (the agent is shutting down).
+class MembershipCancelled : public std::runtime_error {
+ public:
+  MembershipCancelled() : std::runtime_error("cancelled") {}
+};
+
+class Membership {
+ public:
+  using Now = std::function<std::chrono::steady_clock::time_point()>;
+
+  // `backend` must outlive this object. `now`: the clock of every deadline.
+  Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
+  ~Membership();
+
+  // Connects (waiting up to read_timeout for the store to come up), checks that the store's
+  // active run is ours (a different run id is refused, never merged), gets a node id, publishes
+  // this node and starts holding its alive key. Throws EndpointError, MembershipError,
+  // MembershipCancelled or rendezvous::StoreError.
+  void open();
+  const NodeInfo& self() const { return self_; }
+
+  // Joins the first round this node can take part in, from `round` on (-1: whatever round the
+  // job is in now), and blocks until it closes and its master is known. Throws MembershipError:
+  // join_timeout passed, or fewer than MIN nodes are left after losses and none came within
+  // last_call_timeout; StoreLostError when the store stops answering.
+  Round join(int round);
+
+  // Round `round`'s workers' store listens on host:port: written where the other members wait for
+  // it. REQUIRES: this node hosts it (the round it joined said so).
+  void publishWorkerStore(int round, const std::string& host, std::uint16_t port);
+
+  // Writes `stop` into round `round`'s stop key unless something is there already; returns the
+  // stop that holds (ours or the earlier one).
+  StopReason announce(int round, const StopReason& stop);
+  // Exit barrier: counts this node done in `round`; the last of `members` announces "done".
+  void markDone(int round, int members);
+  // Blocks until round `round` stops and returns why (watch thread). Throws StoreLostError.
+  StopReason waitForStop(int round);
+
+  // Makes every blocking call give up soon with MembershipCancelled. Any thread.
+  void cancel() { cancelled_.store(true); }
+  // Set by the heartbeat thread when the store stops answering it.
+  bool storeLost() const { return storeLost_.load(); }
+
+  // Stops heartbeats and gives up the holds quietly (a clean exit is not a lost node). When this
+  // agent hosts the rendezvous store (`hostsStore`), waits up to `patience` (close_timeout when
+  // not given) for the other agents to leave.
+  void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
+
+ private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  std::string key(const std::string& suffix) const;
+  std::string roundKey(int round, const std::string& suffix) const;
+  // The key a node holds while it lives.
+  std::string aliveKey(std::int64_t node) const;
+  rendezvous::HoldingStore& control() { return *control_; }
+  void throwIfStopped() const;
+  int currentRound();
+  // Counts this node into `round` (a slot in join order).
+  void takeSlot(int round);
+  // Blocks until `round` closes: the round if this node is in it, else nothing.
+  std::optional<Round> waitForClose(int round, TimePoint deadline);
+  void waitForRoundToStop(int round, TimePoint deadline);
+  // The close record of `round`: its members' node ids in join order, and its restart count.
+  // Nothing while it is open.
+  struct Closed {
+    std::vector<std::int64_t> members;
+    int restarts = 0;
+  };
+  std::optional<Closed> closed(int round);
+  // The nodes that joined `round` and are still alive, in join order; with the static backend
+  // one per node rank (a restarted agent replaces its dead predecessor). Nothing while a joiner
+  // has counted itself but not written its id yet.
+  std::optional<std::vector<std::int64_t>> liveJoiners(int round);
+  // Tries to close `round`; true once it is closed (by anyone).
+  bool maybeClose(int round, TimePoint& lastCallStart);
+  // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
+  // not known (round 0).
+  std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
+  bool alive(std::int64_t node);
+  // Members of round `round` that died before they could arm their hold for it (they would go
+  // unreported): announce them lost. Once per round, from the watch.
+  void reportMembersLostEarly(int round);
+  std::optional<StopReason> stopOf(int round);
+  Round readRound(int round, const Closed& record);
+  void heartbeat();
+  // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
+  void renewHold(int round, int groupRank);
+
+  RendezvousConfig config_;
+  const RendezvousSettings& settings_ = config_.settings;
+  StoreBackend& backend_;
+  NodeInfo self_;
+  Now now_;
+  std::string prefix_;  // "ddprun/<run id>/"
+  std::unique_ptr<rendezvous::HoldingStore> control_;
+  std::unique_ptr<rendezvous::HoldingStore> watch_;
+  std::unique_ptr<rendezvous::HoldingStore> heartbeatStore_;
+
+  std::thread heartbeatThread_;
+  std::mutex heartbeatMutex_;
+  std::condition_variable heartbeatWake_;
+  bool heartbeatStop_ = false;
+  int heartbeatRound_ = -1;      // whose stop key a lapse of our hold reports to
+  int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
+  std::vector<NodeInfo> roundMembers_;  // of heartbeatRound_, in group-rank order
+  std::atomic<bool> storeLost_{false};
+  std::atomic<bool> cancelled_{false};
+  mutable std::mutex lostMutex_;
+  std::string storeLostReason_;
+};
+
+std::string toJsonText(const NodeInfo& node);
+std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
+
+// Nothing read from the store is trusted blindly (anyone who reaches it can write it): what
+// makes a round's world is checked before any worker is started. Each returns the problem in one
+// line, or nothing when the value holds.
+//
+// The members of a closed round (`ids`, from its close record) and their node records
+// (`members`, in the same order): each record is the one stored under its id, no id twice, a
+// sane nproc, this node's own record exactly as it wrote it (`self`), and `ids.size()` within
+// [1, maxNodes].
+std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
+                                               const std::vector<NodeInfo>& members,
+                                               const NodeInfo& self, int maxNodes);
+// "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
+// address group rank 0 advertised (`expectedHost`; "" = any).
+std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);
+
+// The largest nproc a node record may claim (a typo or a forgery beyond it).
+inline constexpr int kMaxNprocPerNode = 1 << 16;
+
+}  // namespace ddprun::launcher

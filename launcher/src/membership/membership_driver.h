@@ -1,0 +1,65 @@
+// MembershipDriver: the RendezvousClient of the agent. Membership's calls block on the store, so
+// they run off the event loop: a control thread runs join/announce/markDone one at a time in
+// order, a watch thread blocks on the current round's stop key; every outcome is posted to the
+// loop and handed to the RendezvousEvents (the agent's machine) there. The unit tests use the same driver over the
+// in-process store.
+//
+// Thread safety: the RendezvousClient calls, attach() and close() run on the loop's thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/event_loop.h"
+#include "core/rendezvous_client.h"
+#include "membership/membership.h"
+
+namespace ddprun::launcher {
+
+class MembershipDriver final : public RendezvousClient {
+ public:
+  // Every reference must outlive the driver.
+  MembershipDriver(const RendezvousConfig& config, StoreBackend& backend,
+                   NodeInfo self, EventLoop& loop);
+  ~MembershipDriver() override;
+
+  // Where outcomes go. REQUIRES: called before the first join().
+  void attach(RendezvousEvents& events) { events_ = &events; }
+
+  void join(int round) override;
+  void publishWorkerStore(int round, std::string host, std::uint16_t port) override;
+  void announce(int round, StopReason stop) override;
+  void markDone(int round, int members) override;
+  void watch(int round) override;
+  std::int64_t nodeId() const override { return membership_.self().id; }
+
+  // Leaves the rendezvous in order: stops the blocked calls, gives up the holds (a clean exit is
+  // not a lost node), and when this agent hosts the store gives the others a moment to read the
+  // outcome (`hostsStore`). Blocks up to `patience` (close_timeout when not given).
+  void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
+
+ private:
+  using Call = std::function<void()>;
+  // Runs `call` on the control thread; what it throws is reported by `onError` on the loop.
+  void runOnControl(Call call, std::function<void(std::exception_ptr)> onError);
+  void controlLoop();
+  void stopThreads();
+
+  Membership membership_;
+  EventLoop& loop_;
+  RendezvousEvents* events_ = nullptr;
+  bool opened_ = false;  // touched by the control thread only
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<Call, std::function<void(std::exception_ptr)>>> queue_;
+  bool stopping_ = false;
+  std::thread control_;
+  std::thread watch_;
+};
+
+}  // namespace ddprun::launcher

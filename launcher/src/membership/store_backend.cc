@@ -1,0 +1,50 @@
+#include "membership/store_backend.h"
+
+#include <fmt/format.h>
+
+namespace ddprun::launcher {
+namespace {
+
+// The rendezvous' own keys; everything else in the store belongs to the workers.
+constexpr std::string_view kOwnPrefix = "ddprun/";
+
+}  // namespace
+
+std::unique_ptr<rendezvous::HoldingStore> TcpStoreBackend::connect(std::chrono::milliseconds callTimeout,
+                                                                 std::chrono::milliseconds connectTimeout) {
+  rendezvous::TcpStoreOptions options = options_;
+  options.timeout = callTimeout;
+  options.connectTimeout = connectTimeout;
+  return std::make_unique<rendezvous::TcpStore>(options);
+}
+
+void TcpStoreBackend::clearWorkerKeys() {
+  // Without the client's "/" prefix, so that torch's keys (under "/" too, as the workers wrote
+  // them) and ours are listed alike.
+  rendezvous::TcpStoreOptions raw = options_;
+  raw.keyPrefix = "";
+  rendezvous::TcpStore store(raw);
+  const std::string own = fmt::format("{}{}", options_.keyPrefix, kOwnPrefix);
+  for (const std::string& key : store.listKeys()) {
+    if (!key.starts_with(own)) store.deleteKey(key);
+  }
+}
+
+std::string TcpStoreBackend::address() const {
+  return fmt::format("{}:{}", options_.host, options_.port);
+}
+
+std::unique_ptr<rendezvous::HoldingStore> InProcessStoreBackend::connect(std::chrono::milliseconds callTimeout,
+                                                                       std::chrono::milliseconds) {
+  auto connection = store_.connect();
+  connection->setTimeout(callTimeout);
+  return connection;
+}
+
+void InProcessStoreBackend::clearWorkerKeys() {
+  for (const std::string& key : store_.listKeys()) {
+    if (!key.starts_with(kOwnPrefix)) store_.deleteKey(key);
+  }
+}
+
+}  // namespace ddprun::launcher

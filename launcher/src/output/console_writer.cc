@@ -1,0 +1,163 @@
+#include "output/console_writer.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+namespace ddprun::launcher {
+namespace {
+
+// How long the agent, leaving, lets the console take what is still queued.
+constexpr std::chrono::seconds kExitPatience{2};
+
+}  // namespace
+
+struct ConsoleWriter::Shared {
+  // A descriptor of its own: the thread may outlive the owner's use of `descriptor` (a test
+  // closing its end), and must never write to a number reused for something else.
+  Shared(int descriptor, boost::asio::io_context& context, std::size_t bound)
+      : fd(::fcntl(descriptor, F_DUPFD_CLOEXEC, 3)), io(context), limit(bound) {}
+  ~Shared() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  int fd;
+  boost::asio::io_context& io;
+  const std::size_t limit;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> queue;
+  std::size_t queued = 0;    // bytes in queue, the one being written included
+  std::size_t lost = 0;
+  bool stopping = false;
+  bool broken = false;       // the console is closed: everything after is lost
+  std::vector<std::function<void()>> waiting;
+  std::function<void()> onClosed;
+
+  void run() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) {
+        // Done: close our descriptor now (readers of the console see its end with the agent's).
+        ::close(fd);
+        fd = -1;
+        return;
+      }
+      std::string next = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      const bool written = !broken && writeAll(next);
+      lock.lock();
+      if (!written) {
+        if (!broken && onClosed) boost::asio::post(io, std::exchange(onClosed, nullptr));
+        broken = true;
+        lost += next.size();
+      }
+      queued -= next.size();
+      if (queued <= limit / 2 && !waiting.empty()) {
+        for (auto& resume : std::exchange(waiting, {})) boost::asio::post(io, std::move(resume));
+      }
+      changed.notify_all();
+    }
+  }
+
+  // Blocking, as long as it takes: this thread is the one allowed to wait on the console. A
+  // descriptor somebody else made non-blocking (it is shared with the agent's parent) is waited
+  // for with poll().
+  bool writeAll(const std::string& bytes) const {
+    const char* data = bytes.data();
+    std::size_t size = bytes.size();
+    while (size > 0) {
+      const ssize_t n = ::write(fd, data, size);
+      if (n > 0) {
+        data += n;
+        size -= static_cast<std::size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd wait{fd, POLLOUT, 0};
+        ::poll(&wait, 1, -1);
+      } else {
+        return false;  // EPIPE, EIO, ENOSPC: the console is gone
+      }
+    }
+    return true;
+  }
+};
+
+ConsoleWriter::ConsoleWriter(int fd, boost::asio::io_context& io, std::size_t limit)
+    : shared_(std::make_shared<Shared>(fd, io, limit)) {
+  // Detached: a thread blocked on a stalled console must not keep the agent from exiting.
+  std::thread([shared = shared_] { shared->run(); }).detach();
+}
+
+ConsoleWriter::~ConsoleWriter() {
+  flush(kExitPatience);
+  std::lock_guard lock(shared_->mutex);
+  shared_->stopping = true;
+  shared_->waiting.clear();
+  shared_->onClosed = nullptr;
+  shared_->changed.notify_all();
+}
+
+int ConsoleWriter::fd() const { return shared_->fd; }
+
+void ConsoleWriter::write(std::string bytes) {
+  if (bytes.empty()) return;
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->broken) {
+    shared_->lost += bytes.size();
+    return;
+  }
+  shared_->queued += bytes.size();
+  shared_->queue.push_back(std::move(bytes));
+  shared_->changed.notify_all();
+}
+
+bool ConsoleWriter::full() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->queued > shared_->limit;
+}
+
+void ConsoleWriter::whenRoom(std::function<void()> resume) {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->queued <= shared_->limit / 2) {
+    boost::asio::post(shared_->io, std::move(resume));
+  } else {
+    shared_->waiting.push_back(std::move(resume));
+  }
+}
+
+bool ConsoleWriter::flush(std::chrono::milliseconds patience) {
+  std::unique_lock lock(shared_->mutex);
+  return shared_->changed.wait_for(lock, patience, [&] { return shared_->queued == 0; });
+}
+
+void ConsoleWriter::whenClosed(std::function<void()> closed) {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->broken) {
+    boost::asio::post(shared_->io, std::move(closed));
+  } else {
+    shared_->onClosed = std::move(closed);
+  }
+}
+
+std::size_t ConsoleWriter::lost() const {
+  std::lock_guard lock(shared_->mutex);
+  return shared_->lost;
+}
+
+}  // namespace ddprun::launcher

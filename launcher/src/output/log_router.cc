@@ -1,0 +1,531 @@
+#include "output/log_router.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <termios.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "ddprun/common/template.h"
+
+namespace ddprun::launcher {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr int kFileMode = 0644;
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Fd openForAppend(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path);
+  return Fd(fd);
+}
+
+// Writes everything to a log file, looping over partial writes and EINTR. A descriptor that is
+// non-blocking is waited for with poll(), up to LogRouter::kStallLimit without progress. Returns
+// false when the data could not all be written.
+bool writeAll(int fd, const char* data, std::size_t size) {
+  auto lastProgress = Clock::now();
+  while (size > 0) {
+    const ssize_t written = ::write(fd, data, size);
+    if (written > 0) {
+      data += written;
+      size -= static_cast<std::size_t>(written);
+      lastProgress = Clock::now();
+      continue;
+    }
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const auto waited = Clock::now() - lastProgress;
+      if (waited >= LogRouter::kStallLimit) return false;
+      pollfd wait{fd, POLLOUT, 0};
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(LogRouter::kStallLimit - waited);
+      ::poll(&wait, 1, static_cast<int>(std::max<std::int64_t>(1, left.count())));
+      continue;
+    }
+    return false;  // EPIPE, EIO, ENOSPC...: this batch is lost
+  }
+  return true;
+}
+
+// A pseudo-terminal in raw mode (no "\r\n" for "\n", no echo): ends[0] the agent's side,
+// ends[1] the worker's. False with errno set when none can be had.
+bool openTerminal(int ends[2]) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return false;
+  char name[64];
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 || ::ptsname_r(master, name, sizeof name) != 0) {
+    const int error = errno;
+    ::close(master);
+    errno = error;
+    return false;
+  }
+  const int worker = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (worker < 0) {
+    const int error = errno;
+    ::close(master);
+    errno = error;
+    return false;
+  }
+  termios mode{};
+  if (::tcgetattr(worker, &mode) == 0) {
+    ::cfmakeraw(&mode);
+    ::tcsetattr(worker, TCSANOW, &mode);
+  }
+  ends[0] = master;
+  ends[1] = worker;
+  return true;
+}
+
+// Where one stream of one worker goes (see the table in log_router.h).
+struct StreamPlan {
+  bool file = false;
+  bool console = false;
+  bool filtered = false;
+  // stderr always passes through the agent, even to a file only or to nowhere (a rank hidden by
+  // --local-ranks-filter): its last lines go into the failure summary.
+  bool keepTail = false;
+  bool needsPipe() const { return console || filtered || keepTail; }
+};
+
+// How much of each stream the agent keeps for its failure summary.
+constexpr std::size_t kTailLines = 20;
+constexpr std::size_t kTailLineBytes = 1024;
+
+// Reads one worker stream from its pipe and fans the bytes out.
+class Reader {
+ public:
+  Reader(asio::io_context& io, int readFd, std::string prefix, std::shared_ptr<ConsoleWriter> console,
+         Fd file, Fd filtered, std::vector<std::string> filters, std::string name)
+      : pipe_(io, readFd),
+        prefix_(std::move(prefix)),
+        console_(std::move(console)),
+        file_(std::move(file)),
+        filtered_(std::move(filtered)),
+        filters_(std::move(filters)),
+        name_(std::move(name)) {}
+
+  bool open() const { return open_; }
+  // The stream's last lines (at most kTailLines, each cut to kTailLineBytes): what the agent
+  // quotes when the worker fails.
+  const std::deque<std::string>& tail() const { return tail_; }
+
+  // Reads until EOF, then calls `closed`. Handlers hold the Reader alive; `closed` is only called
+  // for an EOF or error seen while the Reader is still open (not after finish()).
+  static void start(const std::shared_ptr<Reader>& self, std::function<void()> closed) {
+    self->closed_ = std::move(closed);
+    readMore(self);
+  }
+
+  // Flushes the partial line and closes the pipe and files. Pending reads end with
+  // operation_aborted and do nothing.
+  void finish() {
+    if (!open_) return;
+    open_ = false;
+    if (!pending_.empty()) {
+      std::string console;
+      std::string filtered;
+      emitLine(pending_, console, filtered);
+      pending_.clear();
+      writeOut(console, filtered);
+    }
+    boost::system::error_code ignored;
+    pipe_.close(ignored);
+    file_.reset();
+    filtered_.reset();
+  }
+
+ private:
+  static void readMore(const std::shared_ptr<Reader>& self) {
+    self->pipe_.async_read_some(
+        asio::buffer(self->buffer_),
+        [self](const boost::system::error_code& error, std::size_t size) {
+          if (!self->open_) return;  // finished meanwhile (drain grace, closeAll)
+          if (size > 0) self->consume(self->buffer_.data(), size);
+          if (error) {
+            // A pseudo-terminal reports the end of its last writer as EIO, not EOF.
+            if (error != asio::error::eof && error != boost::system::errc::io_error) {
+              spdlog::warn("ddprun: reading {}: {}", self->name_, error.message());
+            }
+            self->finish();
+            if (self->closed_) std::exchange(self->closed_, nullptr)();
+            return;
+          }
+          // Back-pressure: while the console has more queued than it may, the worker's pipe is
+          // left unread (the worker blocks in its own write once the pipe is full).
+          if (self->console_ && self->console_->full()) {
+            self->console_->whenRoom([self] {
+              if (self->open_) readMore(self);
+            });
+            return;
+          }
+          readMore(self);
+        });
+  }
+
+  void consume(const char* data, std::size_t size) {
+    if (file_.get() >= 0 && !writeAll(file_.get(), data, size)) warnOnce("its log file");
+    // What was pending holds no newline: search only the new bytes (a long line arriving a few
+    // bytes at a time must not be rescanned from its start on every read).
+    std::size_t searchFrom = pending_.size();
+    pending_.append(data, size);
+    std::string console;
+    std::string filtered;
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t newline = pending_.find('\n', searchFrom);
+      if (newline == std::string::npos) break;
+      std::string_view line = std::string_view(pending_).substr(start, newline - start);
+      while (line.size() > LogRouter::kMaxLineBytes) {
+        const std::size_t piece = pieceLength(line);
+        emitLine(line.substr(0, piece), console, filtered);
+        line.remove_prefix(piece);
+      }
+      emitLine(line, console, filtered);
+      start = newline + 1;
+      searchFrom = start;
+    }
+    // A line without end is not buffered without bound: its first bytes go out as lines.
+    while (pending_.size() - start > LogRouter::kMaxLineBytes) {
+      const std::size_t piece = pieceLength(std::string_view(pending_).substr(start));
+      emitLine(std::string_view(pending_).substr(start, piece), console, filtered);
+      start += piece;
+    }
+    pending_.erase(0, start);
+    writeOut(console, filtered);
+  }
+
+  // How much of an over-long line goes out as one piece: kMaxLineBytes, moved back to the start
+  // of a UTF-8 character when the cut would split one.
+  static std::size_t pieceLength(std::string_view line) {
+    const std::size_t cut = LogRouter::kMaxLineBytes;
+    auto continuation = [&](std::size_t i) {
+      return (static_cast<unsigned char>(line[i]) & 0xC0) == 0x80;
+    };
+    std::size_t back = cut;
+    while (back > cut - 3 && continuation(back)) --back;
+    return continuation(back) ? cut : back;
+  }
+
+  void emitLine(std::string_view line, std::string& console, std::string& filtered) {
+    if (tail_.size() == kTailLines) tail_.pop_front();
+    tail_.emplace_back(line.substr(0, kTailLineBytes));
+    if (console_) {
+      console += prefix_;
+      console += line;
+      console += '\n';
+    }
+    if (filtered_.get() >= 0 &&
+        std::any_of(filters_.begin(), filters_.end(), [&](const std::string& filter) {
+          return line.find(filter) != std::string_view::npos;
+        })) {
+      filtered += line;
+      filtered += '\n';
+    }
+  }
+
+  // One write(2) per destination: the console never sees half of a batch of lines.
+  void writeOut(std::string& console, const std::string& filtered) {
+    if (!console.empty()) console_->write(std::move(console));
+    if (!filtered.empty() && !writeAll(filtered_.get(), filtered.data(), filtered.size())) {
+      warnOnce("its filtered log file");
+    }
+  }
+
+  void warnOnce(const char* what) {
+    if (warned_) return;
+    warned_ = true;
+    spdlog::warn("ddprun: cannot write {} to {}: {} (output is lost)", name_, what,
+                 std::generic_category().message(errno));
+  }
+
+  asio::posix::stream_descriptor pipe_;
+  std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
+  std::string pending_;  // bytes after the last newline
+  std::string prefix_;
+  std::shared_ptr<ConsoleWriter> console_;  // null: not to the console
+  Fd file_;              // raw copy (-t, or -r with duplicate filters)
+  Fd filtered_;          // lines matching filters_
+  std::vector<std::string> filters_;
+  std::string name_;     // "local rank 3 stdout", for messages
+  std::deque<std::string> tail_;
+  bool open_ = true;
+  bool warned_ = false;
+  std::function<void()> closed_;
+};
+
+}  // namespace
+
+std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank) {
+  const std::string pattern = options.prefixTemplate.value_or("[${role_name}${local_rank}]:");
+  return common::safeSubstitute(pattern, {{"role_name", options.role},
+                                          {"local_rank", std::to_string(localRank)},
+                                          {"rank", std::to_string(rank)},
+                                          {"group_rank", std::to_string(groupRank)},
+                                          {"hostname", options.hostname}});
+}
+
+struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
+  struct Worker {
+    Fd childOut;
+    Fd childErr;
+    std::shared_ptr<Reader> out;  // null: no pipe (the child writes to a file or /dev/null)
+    std::shared_ptr<Reader> err;
+    bool started = false;
+  };
+  struct Drain {
+    std::function<void()> done;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+
+  Impl(asio::io_context& context, LogRouterOptions routerOptions)
+      : io(context), options(std::move(routerOptions)) {
+    if (!options.outWriter) options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
+    if (!options.errWriter) options.errWriter = std::make_shared<ConsoleWriter>(options.consoleErr, io);
+  }
+
+  StreamPlan plan(bool stdoutStream, int localRank, bool haveDir) const {
+    const StdStreams redirect = options.redirects.forRank(localRank);
+    const StdStreams tee = options.tee.forRank(localRank);
+    const bool r = stdoutStream ? redirect.out : redirect.err;
+    const bool t = stdoutStream ? tee.out : tee.err;
+    const bool consoleAllowed =
+        !options.localRanksFilter || options.localRanksFilter->count(localRank) > 0;
+    const auto& filters = stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters;
+    StreamPlan result;
+    result.file = haveDir && (r || t);
+    result.console = consoleAllowed && (t || !r || !haveDir);
+    result.filtered = haveDir && !filters.empty();
+    result.keepTail = !stdoutStream;
+    return result;
+  }
+
+  // The child's descriptor for one stream; `reader` gets the pipe's reading side when there is one.
+  Fd openStream(bool stdoutStream, int localRank, const std::string& prefix, const std::string& dir,
+                std::shared_ptr<Reader>& reader) {
+    const StreamPlan streamPlan = plan(stdoutStream, localRank, !dir.empty());
+    const std::string stream = stdoutStream ? "stdout" : "stderr";
+    Fd file;
+    if (streamPlan.file) file = openForAppend(dir + "/" + stream + ".log");
+    if (!streamPlan.needsPipe()) {
+      if (streamPlan.file) return file;
+      return openForAppend("/dev/null");
+    }
+    if (options.passThrough && streamPlan.console && !streamPlan.file && !streamPlan.filtered) {
+      const int console = stdoutStream ? options.consoleOut : options.consoleErr;
+      const int own = ::fcntl(console, F_DUPFD_CLOEXEC, 3);
+      if (own < 0) {
+        throw std::system_error(errno, std::generic_category(),
+                                "cannot pass the console to local rank " + std::to_string(localRank));
+      }
+      return Fd(own);
+    }
+    Fd filtered;
+    if (streamPlan.filtered) filtered = openForAppend(dir + "/filtered_" + stream + ".log");
+    int ends[2];
+    // On a terminal, a worker's stdout is a terminal too (a pseudo-terminal the agent reads),
+    // so C stdio and Python flush it by line, as they do under torchrun, whose workers inherit
+    // the terminal: "step 1" shows when it is printed, not when a 4 KiB buffer fills. Lines stay
+    // whole and prefixed all the same.
+    const bool terminal = stdoutStream && options.terminalStdout && streamPlan.console;
+    if (terminal ? !openTerminal(ends) : ::pipe2(ends, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "cannot create a pipe for local rank " + std::to_string(localRank) +
+                                  " " + stream);
+    }
+    Fd readEnd(ends[0]);
+    Fd writeEnd(ends[1]);
+    std::shared_ptr<ConsoleWriter> console;
+    if (streamPlan.console) console = stdoutStream ? options.outWriter : options.errWriter;
+    reader = std::make_shared<Reader>(
+        io, readEnd.get(), prefix, console, std::move(file), std::move(filtered),
+        stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters,
+        "local rank " + std::to_string(localRank) + " " + stream);
+    readEnd.release();  // the Reader's stream_descriptor owns it now
+    return writeEnd;
+  }
+
+  void closeWorker(Worker& worker) {
+    worker.childOut.reset();
+    worker.childErr.reset();
+    if (worker.out) worker.out->finish();
+    if (worker.err) worker.err->finish();
+  }
+
+  bool allDrained() const {
+    for (const auto& [localRank, worker] : workers) {
+      if (!worker.started) continue;
+      if ((worker.out && worker.out->open()) || (worker.err && worker.err->open())) return false;
+    }
+    return true;
+  }
+
+  void completeDrains() {
+    auto pending = std::exchange(drains, {});
+    for (auto& [id, drain] : pending) {
+      drain.timer->cancel();
+      asio::post(io, std::move(drain.done));
+    }
+  }
+
+  void checkDrained() {
+    if (!drains.empty() && allDrained()) completeDrains();
+  }
+
+  void startReading(const std::shared_ptr<Reader>& reader) {
+    if (!reader) return;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    Reader::start(reader, [weak] {
+      if (auto self = weak.lock()) self->checkDrained();
+    });
+  }
+
+  asio::io_context& io;
+  LogRouterOptions options;
+  std::map<int, Worker> workers;  // by local rank
+  std::map<std::uint64_t, Drain> drains;
+  std::uint64_t nextDrainId = 0;
+};
+
+LogRouter::LogRouter(asio::io_context& io, LogRouterOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {}
+
+LogRouter::~LogRouter() {
+  for (auto& [id, drain] : impl_->drains) drain.timer->cancel();
+  impl_->drains.clear();
+  closeAll();
+}
+
+ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const std::string& attemptDir,
+                                bool logFiles) {
+  if (auto old = impl_->workers.find(localRank); old != impl_->workers.end()) {
+    impl_->closeWorker(old->second);
+    impl_->workers.erase(old);
+  }
+  std::string dir;  // where the log files go: none without logFiles
+  if (!attemptDir.empty()) {
+    const std::string rankDir = rankDirectory(attemptDir, localRank);
+    std::error_code error;
+    std::filesystem::create_directories(rankDir, error);
+    if (error) throw std::system_error(error, "cannot create " + rankDir);
+    if (logFiles) dir = rankDir;
+  }
+  const std::string prefix = linePrefix(impl_->options, localRank, rank, groupRank);
+  Impl::Worker worker;
+  try {
+    worker.childOut = impl_->openStream(true, localRank, prefix, dir, worker.out);
+    worker.childErr = impl_->openStream(false, localRank, prefix, dir, worker.err);
+  } catch (...) {
+    impl_->closeWorker(worker);
+    throw;
+  }
+  const ChildStreams streams{worker.childOut.get(), worker.childErr.get()};
+  impl_->workers.emplace(localRank, std::move(worker));
+  impl_->checkDrained();  // closing an old attempt of this rank may have ended a drain
+  return streams;
+}
+
+void LogRouter::started(int localRank) {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end() || it->second.started) return;
+  Impl::Worker& worker = it->second;
+  // The agent must not keep the writing ends open, or EOF would never come.
+  worker.childOut.reset();
+  worker.childErr.reset();
+  worker.started = true;
+  impl_->startReading(worker.out);
+  impl_->startReading(worker.err);
+}
+
+void LogRouter::abandon(int localRank) {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end()) return;
+  impl_->closeWorker(it->second);
+  impl_->workers.erase(it);
+  impl_->checkDrained();
+}
+
+void LogRouter::drain(std::chrono::milliseconds grace, std::function<void()> done) {
+  if (impl_->allDrained()) {
+    asio::post(impl_->io, std::move(done));
+    return;
+  }
+  const std::uint64_t id = impl_->nextDrainId++;
+  Impl::Drain& entry = impl_->drains[id];
+  entry.done = std::move(done);
+  entry.timer = std::make_unique<asio::steady_timer>(impl_->io, grace);
+  std::weak_ptr<Impl> weak = impl_;
+  entry.timer->async_wait([weak, id](const boost::system::error_code& error) {
+    if (error) return;
+    auto self = weak.lock();
+    if (!self || self->drains.count(id) == 0) return;
+    // Grace is over: whatever still holds a pipe open (a grandchild) loses its console.
+    for (auto& [localRank, worker] : self->workers) {
+      if (worker.started) self->closeWorker(worker);
+    }
+    self->completeDrains();
+  });
+}
+
+std::vector<std::string> LogRouter::stderrTail(int localRank) const {
+  auto it = impl_->workers.find(localRank);
+  if (it == impl_->workers.end() || !it->second.err) return {};
+  const auto& tail = it->second.err->tail();
+  return {tail.begin(), tail.end()};
+}
+
+void LogRouter::closeAll() {
+  for (auto& [localRank, worker] : impl_->workers) impl_->closeWorker(worker);
+  impl_->workers.clear();
+  impl_->completeDrains();
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,144 @@
+#include "process/posix_launcher.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::launcher {
+
+PosixLauncher::PosixLauncher(Guardian* guardian, std::optional<rlimit> workerDescriptorLimit)
+    : spawner_(workerDescriptorLimit),
+      guardian_(guardian),
+      cgroup_(WorkerCgroup::create()),
+      self_(::getpid()) {
+  // Orphaned grandchildren come back to us instead of init: we reap them (no zombies) and can
+  // find and kill them when a worker group stops.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (cgroup_ && guardian_) guardian_->guardCgroup(cgroup_->path());
+}
+
+pid_t PosixLauncher::spawn(const ExecPlan& plan) {
+  const pid_t pid = spawner_.spawn(plan, cgroup_ ? cgroup_->procsFd() : -1);
+  running_.insert(pid);
+  if (guardian_) guardian_->track(pid);
+  return pid;
+}
+
+void PosixLauncher::signalAll(int signal) {
+  for (pid_t pid : running_) ::kill(-pid, signal);
+  for (pid_t pid : lingering_) ::kill(-pid, signal);
+}
+
+void PosixLauncher::signalProcess(pid_t pid, int signal) { ::kill(pid, signal); }
+
+std::vector<ExitedWorker> PosixLauncher::reap() {
+  std::vector<ExitedWorker> exited;
+  int status = 0;
+  pid_t pid;
+  bool anyReaped = false;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    anyReaped = true;
+    if (running_.erase(pid) > 0) {
+      // Its process group outlives it while its descendants do: keep it guarded till then.
+      lingering_.insert(pid);
+      exited.push_back({pid, status});
+    } else if (guardian_ && pid == guardian_->pid()) {
+      spdlog::warn("the guardian process exited; workers still die with the agent through "
+                   "their death signal");
+    }
+  }
+  // Descendants of exited workers come back to this subreaper, so their last exit is reaped
+  // here too: that is when their group stops existing and may be forgotten.
+  if (anyReaped) forgetEmptyGroups();
+  return exited;
+}
+
+void PosixLauncher::forgetEmptyGroups() {
+  for (auto it = lingering_.begin(); it != lingering_.end();) {
+    if (::kill(-*it, 0) == 0 || errno != ESRCH) {
+      ++it;
+      continue;
+    }
+    if (guardian_) guardian_->untrack(*it);
+    it = lingering_.erase(it);
+  }
+}
+
+namespace {
+
+// The parent pid of `pid` from /proc/<pid>/stat, or -1.
+pid_t parentOf(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');  // the command name may contain spaces and parentheses
+  if (close == std::string::npos || close + 4 > text.size()) return -1;
+  try {
+    return static_cast<pid_t>(std::stol(text.substr(close + 4)));
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    if (parentOf(static_cast<pid_t>(pid)) == parent) children.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return children;
+}
+
+}  // namespace
+
+void PosixLauncher::killStrays() {
+  if (cgroup_) cgroup_->killAll();
+  for (pid_t group : lingering_) ::kill(-group, SIGKILL);
+  // Killing a stray reparents its own children to us: go round until nothing is left (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    int killed = 0;
+    for (pid_t pid : childrenOf(self_)) {
+      if (running_.count(pid) || (guardian_ && pid == guardian_->pid())) continue;
+      ::kill(pid, SIGKILL);
+      ++killed;
+    }
+    reap();
+    if (killed == 0 || std::chrono::steady_clock::now() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void PosixLauncher::killAll() {
+  if (running_.empty()) return;
+  signalAll(SIGKILL);
+  // SIGKILL cannot be caught: every worker is gone in moments, and each is reaped here.
+  while (!running_.empty()) {
+    reap();
+    if (!running_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace ddprun::launcher

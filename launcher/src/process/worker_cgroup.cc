@@ -1,0 +1,97 @@
+#include "process/worker_cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace ddprun::launcher {
+namespace {
+
+// The cgroup v2 path of this process ("0::/path" in /proc/self/cgroup) under the mount point of
+// the cgroup2 file system, or nothing.
+std::optional<std::string> ownCgroup() {
+  std::string mount;
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    // "... <mount point> <options> - cgroup2 ..."
+    const auto separator = line.find(" - cgroup2 ");
+    if (separator == std::string::npos) continue;
+    std::istringstream fields(line.substr(0, separator));
+    std::string field;
+    for (int i = 0; i < 5 && fields >> field; ++i) {
+      if (i == 4) mount = field;
+    }
+    if (!mount.empty()) break;
+  }
+  if (mount.empty()) return std::nullopt;
+  std::ifstream own("/proc/self/cgroup");
+  for (std::string line; std::getline(own, line);) {
+    if (line.rfind("0::", 0) == 0) return mount + (line.size() > 3 && line[3] == '/' && line.size() == 4 ? "" : line.substr(3));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
+  const auto parent = ownCgroup();
+  if (!parent) return nullptr;
+  const std::string path = fmt::format("{}/ddprun-{}", *parent, ::getpid());
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return nullptr;
+  const int fd = ::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    ::rmdir(path.c_str());
+    return nullptr;
+  }
+  return std::unique_ptr<WorkerCgroup>(new WorkerCgroup(path, fd));
+}
+
+WorkerCgroup::~WorkerCgroup() {
+  ::close(procsFd_);
+  killAll();
+  ::rmdir(path_.c_str());
+}
+
+void WorkerCgroup::killAll() { killCgroup(path_, std::chrono::seconds(2)); }
+
+void killCgroup(const std::string& path, std::chrono::milliseconds patience) {
+  const std::string procs = path + "/cgroup.procs";
+  const int killFd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    std::vector<pid_t> members;
+    {
+      std::ifstream in(procs);
+      for (pid_t pid; in >> pid;) members.push_back(pid);
+    }
+    if (members.empty()) break;
+    if (killFd >= 0) {
+      (void)!::write(killFd, "1", 1);  // Linux 5.14+: the whole cgroup at once, no race with fork
+    } else {
+      for (pid_t pid : members) ::kill(pid, SIGKILL);
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (killFd >= 0) ::close(killFd);
+}
+
+}  // namespace ddprun::launcher
