@@ -1,12 +1,6 @@
-// How a run of the agent ends, and the one place that turns that into its exit code:
-//   0            every worker of every node exited 0
-//   the root cause's exit code, or 128+signal when a worker was killed by one (a deliberate
-//                improvement over torchrun's constant 1)
-//   128+signal   the agent itself was stopped by a handled signal (SIGINT, SIGTERM, ...)
-//   1            the rendezvous failed (timeout, too few nodes) or its store was lost
-//   141          ddprun's stdout closed (`ddprun ... | head`): 128+SIGPIPE, what a worker that
-//                inherited the console would have died of (torchrun exits 1 then)
-//   2            bad input found late (a wrong endpoint, the port to host the store on taken)
+// How a run of the agent ends (Ending), and the one place that turns that into its exit code
+// (exitCode). Every path of the agent ends through it, start-up problems included; docs/errors.md
+// ("Exit codes of ddprun") explains each code to users and points here.
 #pragma once
 
 #include <optional>
@@ -16,7 +10,15 @@
 
 namespace ddprun::launcher {
 
-enum class EndKind { kSucceeded, kJobFailed, kSignalled, kRendezvousFailed, kStoreLost, kBadInput, kConsoleClosed };
+enum class EndKind {
+  kSucceeded,         // 0: every worker of every node exited 0
+  kJobFailed,         // the root cause's exit code, or 128+signal when a signal killed it (torchrun: 1)
+  kSignalled,         // 128+signal: the agent itself got a handled signal (SIGINT, SIGTERM, ...)
+  kRendezvousFailed,  // 1: join timeout, too few nodes, another run owns the store
+  kStoreLost,         // 1: the rendezvous store stopped answering
+  kBadInput,          // 2: what the user gave is wrong (one line naming the fix), found at start or late
+  kConsoleClosed,     // 141 (128+SIGPIPE): ddprun's stdout closed (`ddprun ... | head`; torchrun: 1)
+};
 
 struct Ending {
   static Ending succeeded() { return {}; }

@@ -8,10 +8,16 @@
 
 namespace ddprun::launcher {
 
-std::optional<std::string> readFileText(const std::string& path, std::string* why, std::size_t limit) {
+std::optional<std::string> readFileText(const std::string& path, std::string* why, std::size_t limit,
+                                        std::size_t offset) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (why) *why = std::strerror(errno);
+    return std::nullopt;
+  }
+  if (offset > 0 && ::lseek(fd, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    if (why) *why = std::strerror(errno);
+    ::close(fd);
     return std::nullopt;
   }
   std::string text;

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "core/file_text.h"
+#include "core/proc_stat.h"
 
 extern char** environ;
 
@@ -68,17 +69,9 @@ std::vector<std::string> splitLines(const std::string& text) {
   return lines;
 }
 
-// The state letter from /proc/<pid>[/task/<tid>]/stat ("pid (comm) S ..."; comm may hold
-// spaces and parentheses, so the state follows the last ')').
-char stateFromStat(const std::string& stat) {
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return '?';
-  return stat[close + 2];
-}
-
 char processState(pid_t pid) {
-  const auto stat = readSmallFile(fmt::format("/proc/{}/stat", pid));
-  return stat ? stateFromStat(*stat) : '?';
+  const auto stat = readProcStat(pid);
+  return stat ? stat->state : '?';
 }
 
 bool isStopped(char state) { return state == 'T' || state == 't'; }
@@ -138,9 +131,9 @@ void collectThreads(pid_t pid, HangEvidence& evidence) {
     const std::string dir = fmt::format("{}/{}", taskDir, tid);
     ThreadView view;
     view.tid = tid;
-    const auto stat = readSmallFile(dir + "/stat");
+    const auto stat = readProcStat(dir + "/stat");
     if (!stat) continue;  // the thread ended while we looked
-    view.state = stateFromStat(*stat);
+    view.state = stat->state;
     if (auto comm = readSmallFile(dir + "/comm")) view.name = trimmed(*comm);
     if (auto wchan = readSmallFile(dir + "/wchan")) view.waitChannel = trimmed(*wchan);
     std::string why;
@@ -237,11 +230,10 @@ void collectPythonStack(pid_t pid, const EvidenceOptions& options, HangEvidence&
         path, elapsedMs(start), signal));
     return;
   }
-  std::ifstream file(path, std::ios::binary);
-  file.seekg(base);
-  std::string text(static_cast<std::size_t>(last - base), '\0');
-  file.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(std::max<std::streamsize>(file.gcount(), 0)));
+  std::string text = readFileText(path, nullptr, static_cast<std::size_t>(last - base),
+                                  static_cast<std::size_t>(base))
+                         .value_or("");
+  text.resize(std::min(text.size(), static_cast<std::size_t>(last - base)));
   if (text.empty()) {
     evidence.notes.push_back(fmt::format("Python stack: cannot read {}", path));
     return;

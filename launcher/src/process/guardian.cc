@@ -14,7 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 #include <sstream>
 #include <set>
 #include <thread>
@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/file_text.h"
 #include "process/worker_cgroup.h"
 
 namespace ddprun::launcher {
@@ -30,9 +31,15 @@ namespace {
 // Whether /proc/<pid>/environ holds `entry` ("NAME=value") as one whole entry. Processes of
 // other users cannot be read, and are not ours anyway.
 bool environmentHolds(const char* pid, const std::string& entry) {
-  std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-  for (std::string item; std::getline(in, item, '\0');) {
-    if (item == entry) return true;
+  // An environment is bounded by the kernel's argument limits (ARG_MAX, a few MiB at most).
+  constexpr std::size_t kEnvironLimit = 8u << 20;
+  const auto environ = readFileText(fmt::format("/proc/{}/environ", pid), nullptr, kEnvironLimit);
+  if (!environ) return false;
+  std::size_t start = 0;
+  while (start < environ->size()) {
+    const std::size_t end = std::min(environ->find('\0', start), environ->size());
+    if (std::string_view(*environ).substr(start, end - start) == entry) return true;
+    start = end + 1;
   }
   return false;
 }

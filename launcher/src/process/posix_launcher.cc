@@ -14,12 +14,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include "core/proc_stat.h"
 
 namespace ddprun::launcher {
 
@@ -83,18 +83,10 @@ void PosixLauncher::forgetEmptyGroups() {
 
 namespace {
 
-// The parent pid of `pid` from /proc/<pid>/stat, or -1.
+// The parent pid of `pid`, or -1 when it is gone.
 pid_t parentOf(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');  // the command name may contain spaces and parentheses
-  if (close == std::string::npos || close + 4 > text.size()) return -1;
-  try {
-    return static_cast<pid_t>(std::stol(text.substr(close + 4)));
-  } catch (...) {
-    return -1;
-  }
+  const auto stat = readProcStat(pid);
+  return stat ? stat->parent : -1;
 }
 
 std::vector<pid_t> childrenOf(pid_t parent) {

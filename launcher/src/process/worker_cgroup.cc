@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <optional>
 #include <thread>
@@ -22,14 +21,19 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/file_text.h"
+
 namespace ddprun::launcher {
 namespace {
+
+// /proc and cgroup files are small; past this, something is wrong and the rest is not needed.
+constexpr std::size_t kProcFileLimit = 4u << 20;
 
 // The cgroup v2 path of this process ("0::/path" in /proc/self/cgroup) under the mount point of
 // the cgroup2 file system, or nothing.
 std::optional<std::string> ownCgroup() {
   std::string mount;
-  std::ifstream mounts("/proc/self/mountinfo");
+  std::istringstream mounts(readFileText("/proc/self/mountinfo", nullptr, kProcFileLimit).value_or(""));
   for (std::string line; std::getline(mounts, line);) {
     // "... <mount point> <options> - cgroup2 ..."
     const auto separator = line.find(" - cgroup2 ");
@@ -42,7 +46,7 @@ std::optional<std::string> ownCgroup() {
     if (!mount.empty()) break;
   }
   if (mount.empty()) return std::nullopt;
-  std::ifstream own("/proc/self/cgroup");
+  std::istringstream own(readFileText("/proc/self/cgroup", nullptr, kProcFileLimit).value_or(""));
   for (std::string line; std::getline(own, line);) {
     if (line.rfind("0::", 0) == 0) return mount + (line.size() > 3 && line[3] == '/' && line.size() == 4 ? "" : line.substr(3));
   }
@@ -79,7 +83,7 @@ void killCgroup(const std::string& path, std::chrono::milliseconds patience) {
   for (;;) {
     std::vector<pid_t> members;
     {
-      std::ifstream in(procs);
+      std::istringstream in(readFileText(procs, nullptr, kProcFileLimit).value_or(""));
       for (pid_t pid; in >> pid;) members.push_back(pid);
     }
     if (members.empty()) break;

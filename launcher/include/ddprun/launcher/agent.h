@@ -15,13 +15,9 @@ class Guardian;
 // How the agent's log lines look (spdlog's pattern).
 inline constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v";
 
-// Runs the agent to the end of the job and returns its exit code:
-//   0            every worker of every node exited 0
-//   the root cause's exit code, or 128+signal when a worker was killed by one (a deliberate
-//                improvement over torchrun's constant 1)
-//   128+signal   the agent itself was stopped by a handled signal (SIGINT, SIGTERM, ...)
-//   1            the rendezvous failed (timeout, too few nodes, lost store)
-//   2            bad input found late (e.g. the port to host the store on is taken)
+// Runs the agent to the end of the job and returns its exit code (docs/errors.md, "Exit codes of
+// ddprun"; launcher/src/core/exit_codes.cc is the one place that decides them, start-up
+// problems included: one line on stderr and the bad-input code).
 // `environment` is the agent's own (workers inherit it). `guardian` may be null.
 // REQUIRES: called on the main thread (workers' death signal is tied to the forking thread).
 int runAgent(const LaunchConfig& config, const std::map<std::string, std::string>& environment,

@@ -1,0 +1,168 @@
+#include "agent/hosted_stores.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "ddprun/common/local_address.h"
+#include "ddprun/rendezvous/loopback_relay.h"
+#include "ddprun/rendezvous/server.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// True for a host name (not "localhost", not an IP literal) that resolves here to loopback
+// addresses only: Debian's "127.0.1.1 <hostname>" line in /etc/hosts does that to a machine's own
+// name, while the other nodes resolve the name to the machine's real address.
+bool namesThisHostThroughLoopback(const std::string& host) {
+  if (host == "localhost") return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) == 0) {  // an IP literal
+    ::freeaddrinfo(found);
+    return false;
+  }
+  hints.ai_flags = 0;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool loopbackOnly = true;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      loopbackOnly = loopbackOnly && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      loopbackOnly = loopbackOnly && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+  }
+  ::freeaddrinfo(found);
+  return loopbackOnly;
+}
+
+}  // namespace
+
+// How many connections each store this agent hosts may hold, given its descriptor limit. Without
+// a cap, idle connections to its store could take every descriptor, and the agent could then not
+// make the pipes to restart a worker. So it keeps a reserve: 64 for itself (stdio, the event
+// loop's epoll and eventfds, its own store clients, the FileTimer pipe, the listeners, /proc and
+// cgroup reads) and 16 per local worker (about 10 at once at worst: its stdout and stderr pipes or
+// pty, both ends while it is spawned, the spawn's error pipe, its log files under --redirects or
+// --tee, its heartbeat file, a debugger's pipe when it hangs). The rest is split between the two
+// stores it may host (the job's rendezvous store and the workers' store).
+std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit) {
+  const std::size_t reserve = 64 + 16 * static_cast<std::size_t>(std::max(1, nprocPerNode));
+  const std::size_t perStore = descriptorLimit > reserve ? (descriptorLimit - reserve) / 2 : 0;
+  // A store needs a few connections for the agents' own clients; below that nothing would work.
+  constexpr std::size_t kFewest = 16;
+  return std::clamp(perStore, kFewest, rendezvous::ServerOptions{}.maxConnections);
+}
+
+HostedStores::HostedStores(std::optional<rendezvous::JobSecret> secret,
+                           std::shared_ptr<const rendezvous::TlsConfig> tls, std::size_t maxConnections)
+    : secret_(std::move(secret)), tls_(std::move(tls)), maxConnections_(maxConnections) {}
+
+HostedStores::~HostedStores() = default;
+
+std::uint16_t HostedStores::host(const std::string& address) {
+  rendezvous::ServerOptions options = serverOptions();
+  options.host = listenEverywhere_ ? "0.0.0.0" : address;
+  options.port = 0;
+  workers_.reset();
+  workers_ = std::make_unique<rendezvous::RendezvousServer>(options);
+  workers_->start();
+  warnIfOpen(options.host, "the workers' store");
+  return workers_->port();
+}
+
+std::pair<std::string, std::uint16_t> HostedStores::reachFromWorkers(const std::string& host,
+                                                                     std::uint16_t port) {
+  if (!relay_) return {host, port};
+  relay_->setUpstream(host, port);
+  return {"127.0.0.1", relay_->port()};
+}
+
+rendezvous::ServerOptions HostedStores::serverOptions() const {
+  rendezvous::ServerOptions options;
+  options.secret = secret_;
+  options.tls = tls_;
+  options.maxConnections = maxConnections_;
+  return options;
+}
+
+void HostedStores::warnIfOpen(const std::string& host, std::string_view which) {
+  if (secret_ || warnedOpen_ || common::isLoopbackAddress(host)) return;
+  warnedOpen_ = true;
+  spdlog::warn("{} listens on {} without a token: anyone who reaches it can read and change the "
+               "job's rendezvous; give every agent --rdzv-conf token_file=PATH (a mode-600 file "
+               "with the job's secret) on a network you do not trust",
+               which, host);
+}
+
+rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config) {
+  const RendezvousConfig& rdzv = config.rdzv;
+  rendezvous::TcpStoreOptions store;
+  store.dialect = rendezvous::WireDialect::kTorch2;
+  store.host = rdzv.host;
+  store.port = rdzv.port;
+  store.secret = secret_;
+  store.tls = tls_;
+  // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
+  if (secret_) {
+    rendezvous::RelayOptions relay{*secret_};
+    relay.tls = tls_;
+    relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
+  }
+  const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;
+  const bool mustHost = staticHost || rdzv.standalone || rdzv.settings.isHost.value_or(false);
+  const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
+  // A multi-node job's endpoint named through loopback here: listen on every interface (as
+  // torchrun always does) and advertise the name, which the other nodes resolve for themselves.
+  listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
+                      namesThisHostThroughLoopback(rdzv.host);
+  if (!mayHost) return store;
+  rendezvous::ServerOptions options = serverOptions();
+  options.host = listenEverywhere_ ? "0.0.0.0" : rdzv.host;
+  options.port = rdzv.port;
+  try {
+    rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
+    rendezvous_->start();
+  } catch (const rendezvous::ServerError& error) {
+    // c10d: the endpoint is served already (another agent of this job, or ddprun-rendezvous),
+    // or it is another host's address: be a client.
+    const bool someoneElses = error.code() == rendezvous::ServerError::Code::kAddressInUse ||
+                              error.code() == rendezvous::ServerError::Code::kAddressNotAvailable;
+    if (mustHost || !someoneElses) throw;
+    rendezvous_.reset();
+    listenEverywhere_ = false;
+    return store;
+  }
+  store.port = rendezvous_->port();
+  if (listenEverywhere_) {
+    spdlog::warn("the rendezvous endpoint {} resolves to a loopback address on this host, which "
+                 "other nodes cannot reach: listening on all interfaces instead; give "
+                 "--rdzv-endpoint this host's network address to listen on it alone",
+                 rdzv.host);
+  }
+  spdlog::info("hosting the rendezvous store on {} (at most {} connections{})",
+               rendezvous_->address(), maxConnections_,
+               tls_      ? "; TLS, and clients must prove the job's token"
+               : secret_ ? "; clients must prove the job's token"
+                         : "");
+  warnIfOpen(options.host, "the rendezvous store");
+  return store;
+}
+
+std::string HostedStores::advertisedAddress(const LaunchConfig& config) const {
+  const RendezvousConfig& rdzv = config.rdzv;
+  if (!rdzv.localAddr.empty()) return rdzv.localAddr;
+  if (rdzv.standalone) return "127.0.0.1";
+  if (listenEverywhere_) return rdzv.host;
+  return common::localAddressToward(rdzv.host, rdzv.port).value_or("127.0.0.1");
+}
+
+}  // namespace ddprun::launcher

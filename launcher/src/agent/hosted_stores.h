@@ -1,0 +1,74 @@
+// HostedStores: the stores this agent serves, and the relay its workers reach them through.
+//   - the job's rendezvous store: standalone, static node 0, or the first c10d agent on the
+//     endpoint (the others find it taken and are its clients);
+//   - the round's workers' store, as group rank 0 of a c10d round (WorkerStoreHost: the machine
+//     asks for it when a round says so);
+//   - with the job's token, a LoopbackRelay that proves it for the unmodified workers.
+// It also decides the address this node advertises (MASTER_ADDR when it is group rank 0).
+//
+// Thread safety: the agent's main thread (the event loop's) only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/rendezvous_client.h"
+#include "ddprun/launcher/launch_config.h"
+#include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/tcp_store.h"
+#include "ddprun/rendezvous/tls.h"
+
+namespace ddprun::rendezvous {
+class LoopbackRelay;
+class RendezvousServer;
+struct ServerOptions;
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::launcher {
+
+// How many connections each store this agent hosts may hold, given its descriptor limit (it keeps
+// a reserve for itself and its workers: hosted_stores.cc says how much and why).
+std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit);
+
+class HostedStores final : public WorkerStoreHost {
+ public:
+  // With a secret, every store this agent hosts wants it, and the workers go through a relay.
+  // With TLS as well, every store connection between hosts is a TLS one.
+  HostedStores(std::optional<rendezvous::JobSecret> secret,
+               std::shared_ptr<const rendezvous::TlsConfig> tls, std::size_t maxConnections);
+  ~HostedStores() override;
+
+  // Decides whether to host the rendezvous store and starts it; returns where to reach it.
+  // Throws what the relay or the server throws when this agent must host it and cannot (the
+  // wiring reports it as a start-up error).
+  rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config);
+  // Where the other nodes reach this one (MASTER_ADDR if rank 0).
+  std::string advertisedAddress(const LaunchConfig& config) const;
+  bool hostsRendezvous() const { return rendezvous_ != nullptr; }
+
+  // WorkerStoreHost:
+  std::uint16_t host(const std::string& address) override;
+  std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host,
+                                                         std::uint16_t port) override;
+
+ private:
+  rendezvous::ServerOptions serverOptions() const;
+  // One line, the first time a store of this agent listens where other hosts reach it, open.
+  void warnIfOpen(const std::string& host, std::string_view which);
+
+  std::optional<rendezvous::JobSecret> secret_;
+  std::shared_ptr<const rendezvous::TlsConfig> tls_;
+  std::unique_ptr<rendezvous::LoopbackRelay> relay_;
+  std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
+  std::unique_ptr<rendezvous::RendezvousServer> workers_;
+  std::size_t maxConnections_;
+  bool listenEverywhere_ = false;
+  bool warnedOpen_ = false;
+};
+
+}  // namespace ddprun::launcher

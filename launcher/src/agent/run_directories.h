@@ -1,0 +1,47 @@
+// The directories one run of the agent writes into, made when it starts and removed when it ends
+// (and, through the guardian, even after kill -9):
+//
+//   log run dir   with --log-dir D: "D/<run id>_XXXXXX", this run's own (as torchrun makes it), so
+//                 a second run with the same id never writes into another's files; -r/-t without
+//                 --log-dir get a fresh "$TMPDIR/ddprun_logs_XXXXXX" as D (as torchrun does);
+//   scratch dir   without --log-dir: "$TMPDIR/ddprun-<agent pid>-XXXXXX", the workers' error files;
+//                 kept when the failure summary points into it, as torchrun keeps its own;
+//   private dir   "$TMPDIR/ddprun-agent-XXXXXX": heartbeats, the Python stack hook and its dumps,
+//                 the FileTimer pipe; always removed.
+//
+// Every one is a fresh mkdtemp (mode 0700). Thread safety: used by the agent's main thread only.
+#pragma once
+
+#include <string>
+
+#include "ddprun/launcher/launch_config.h"
+
+namespace ddprun::launcher {
+
+class Guardian;
+
+class RunDirectories {
+ public:
+  // Makes the directories `config` needs; a -r/-t run without --log-dir gets its log dir here
+  // (config.logs.dir is set to it). `guardian` (may be null) removes them if the agent is killed.
+  // Throws StartupError naming the directory and the fix.
+  RunDirectories(LaunchConfig& config, Guardian* guardian);
+  // Removes the private directory, and the scratch directory unless keepScratch() was called.
+  ~RunDirectories();
+  RunDirectories(const RunDirectories&) = delete;
+  RunDirectories& operator=(const RunDirectories&) = delete;
+
+  const std::string& logRunDir() const { return logRunDir_; }    // "" without --log-dir
+  const std::string& scratchDir() const { return scratchDir_; }  // "" with --log-dir
+  const std::string& privateDir() const { return privateDir_; }
+  // The failure summary names files in the scratch directory: leave it for the user.
+  void keepScratch() { keepScratch_ = true; }
+
+ private:
+  std::string logRunDir_;
+  std::string scratchDir_;
+  std::string privateDir_;
+  bool keepScratch_ = false;
+};
+
+}  // namespace ddprun::launcher
