@@ -25,7 +25,7 @@
 
 #include "ddprun/launcher/launch_config.h"
 #include "core/event_loop.h"
-#include "report/failure_report.h"
+#include "core/worker_failure.h"
 
 namespace ddprun::launcher {
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The launcher's rooms and the direction of their includes (docs/architecture.md, "The launcher's
+rooms"): each folder of launcher/src may include only itself and the rooms below it, so the
+dependency rule the docs state is checked on every build, not just read.
+
+Usage: layering_test.py SOURCE_DIR   (the repository root)
+"""
+import pathlib
+import re
+import sys
+
+# Each room and the rooms it may include (besides itself). core is the ground floor; the wiring
+# (agent) is the top; cli stands beside them and only main.cc joins the two.
+ALLOWED = {
+    "core": set(),
+    "process": {"core"},
+    "output": {"core"},
+    "report": {"core"},
+    "hang": {"core"},
+    "membership": {"core"},
+    "machine": {"core", "process", "hang", "report"},
+    "agent": {"core", "process", "output", "report", "hang", "membership", "machine"},
+    "cli": {"core"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1]) / "launcher" / "src"
+    rooms = sorted(p.name for p in root.iterdir() if p.is_dir())
+    problems = []
+    if set(rooms) != set(ALLOWED):
+        problems.append(f"rooms on disk {rooms} differ from the rule's {sorted(ALLOWED)}: update both "
+                        "this test and docs/architecture.md")
+    loose = sorted(p.name for p in root.iterdir() if p.is_file())
+    if loose:
+        problems.append(f"files outside any room: {loose}")
+    checked = 0
+    for room in rooms:
+        for source in sorted((root / room).glob("*")):
+            for included in INCLUDE.findall(source.read_text(errors="replace")):
+                checked += 1
+                target = included.split("/", 1)[0] if "/" in included else None
+                if target is None:
+                    problems.append(f"{room}/{source.name}: #include \"{included}\" names no room "
+                                    "(write it from launcher/src, e.g. \"core/event_loop.h\")")
+                elif target in ALLOWED and target != room and target not in ALLOWED.get(room, set()):
+                    problems.append(f"{room}/{source.name}: #include \"{included}\" points up or "
+                                    f"sideways ({room} may include {sorted(ALLOWED.get(room, set())) or 'only core'})")
+    for problem in problems:
+        print("layering:", problem)
+    print(f"layering: {checked} includes in {len(rooms)} rooms checked, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
