@@ -140,13 +140,10 @@ JobSecurity loadSecurity(const RendezvousSettings& settings) {
   return security;
 }
 
-// Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
-// for what stops it before any worker.
-int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
-  const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
-  RunDirectories directories(config, guardian);
-  if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
-
+// Who this agent is: its host, the environment its workers inherit, the marker that tags them
+// (the guardian kills whatever carries it if the agent dies), and where their files go.
+AgentIdentity identityOf(const Environment& environment, const RunDirectories& directories,
+                         Guardian* guardian) {
   AgentIdentity identity;
   identity.hostname = hostName();
   identity.environment = environment;
@@ -154,12 +151,92 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   if (guardian) guardian->killHoldersOf(fmt::format("{}={}", common::kEnvDdprunAgent, identity.agentMarker));
   identity.scratchDir = directories.scratchDir();
   identity.logRunDir = directories.logRunDir();
+  return identity;
+}
 
+// torch's FileTimer pipe at `path`, its lines to the machine; nothing when `path` is "".
+std::unique_ptr<FileTimerPipe> serveFileTimers(asio::io_context& io, const std::string& path,
+                                               AgentMachine& machine) {
+  if (path.empty()) return nullptr;
+  try {
+    auto pipe = std::make_unique<FileTimerPipe>(io, path, [&machine](std::string_view line) {
+      machine.onFileTimerLine(line);
+    });
+    spdlog::info("serving torch's FileTimer requests on {}", path);
+    return pipe;
+  } catch (const std::exception& error) {
+    throw StartupError(fmt::format("{}; set {} to a path in a writable directory, or unset {}",
+                                   error.what(), common::kEnvTorchelasticTimerFile,
+                                   common::kEnvTorchelasticEnableFileTimer));
+  }
+}
+
+// This node as the others will see it.
+NodeInfo selfNode(const LaunchConfig& config, const HostedStores& stores, const AgentIdentity& identity) {
+  NodeInfo self;
+  self.address = stores.advertisedAddress(config);
+  self.hostname = identity.hostname;
+  self.nproc = config.nprocPerNode;
+  self.pid = ::getpid();
+  self.staticRank = config.rdzv.backend == RdzvBackend::kStatic ? config.rdzv.nodeRank : -1;
+  return self;
+}
+
+// What watches the workers beyond their exit statuses (docs/architecture.md, WorkerWatch): the
+// heartbeat files, the evidence collector and the OOM witness, with the event log's callback.
+class Watchers {
+ public:
+  Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
+           const std::string& cgroupPath)
+      : heartbeats_(heartbeatDir(privateDir)),
+        evidence_(makeThreadedEvidenceCollector(loop, evidenceOptions(privateDir.string(), identity))),
+        oom_(cgroupPath) {}
+
+  WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
+    WorkerWatch watch;
+    watch.heartbeats = &heartbeats_;
+    watch.evidence = evidence_.get();
+    watch.oom = &oom_;
+    if (config.eventLogHandler == "console") {
+      watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
+    }
+    return watch;
+  }
+
+ private:
+  static std::string heartbeatDir(const fs::path& privateDir) {
+    std::error_code notMade;  // a failure shows when a worker's heartbeat file cannot be made
+    fs::create_directories(privateDir / "heartbeats", notMade);
+    return (privateDir / "heartbeats").string();
+  }
+
+  HeartbeatFiles heartbeats_;
+  std::unique_ptr<EvidenceCollector> evidence_;
+  KernelOomWitness oom_;
+};
+
+// SIGCHLD and the handled signals, to the machine, until it has finished.
+void forwardSignals(asio::signal_set& signals, AgentMachine& machine) {
+  signals.async_wait([&signals, &machine](const boost::system::error_code& error, int signal) {
+    if (error) return;
+    if (signal == SIGCHLD) {
+      machine.onChildExited();
+    } else {
+      machine.onSignal(signal);
+    }
+    if (machine.state() != AgentMachine::State::kFinished) forwardSignals(signals, machine);
+  });
+}
+
+// Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
+// for what stops it before any worker.
+int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
+  const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
+  RunDirectories directories(config, guardian);
+  if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
+
+  AgentIdentity identity = identityOf(environment, directories, guardian);
   const fs::path privateDir = directories.privateDir();
-  std::error_code notMade;  // a failure shows when a worker's heartbeat file cannot be made
-  fs::create_directories(privateDir / "heartbeats", notMade);
-  HeartbeatFiles heartbeats((privateDir / "heartbeats").string());
-  const EvidenceOptions evidence = evidenceOptions(privateDir.string(), identity);
   const std::string timerFile = fileTimerPath(privateDir.string(), identity);
 
   asio::io_context io;
@@ -186,62 +263,25 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   identity.hostsStore = stores.hostsRendezvous();
 
-  NodeInfo self;
-  self.address = stores.advertisedAddress(config);
-  self.hostname = identity.hostname;
-  self.nproc = config.nprocPerNode;
-  self.pid = ::getpid();
-  self.staticRank = config.rdzv.backend == RdzvBackend::kStatic ? config.rdzv.nodeRank : -1;
   TcpStoreBackend backend(storeOptions);
-  MembershipDriver driver(config.rdzv, backend, self, loop);
-
-  auto collector = makeThreadedEvidenceCollector(loop, evidence);
-  KernelOomWitness oom(launcher.cgroupPath());
-  WorkerWatch watch;
-  watch.heartbeats = &heartbeats;
-  watch.evidence = collector.get();
-  watch.oom = &oom;
-  if (config.eventLogHandler == "console") {
-    watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
-  }
+  MembershipDriver driver(config.rdzv, backend, selfNode(config, stores, identity), loop);
+  Watchers watchers(privateDir, identity, loop, launcher.cgroupPath());
 
   int code = 0;
-  AgentMachine machine(config, identity, loop, launcher, output, driver, stores, std::move(watch),
+  AgentMachine machine(config, identity, loop, launcher, output, driver, stores,
+                       watchers.seams(config, errWriter),
                        [&](int exitCode) {
                          code = exitCode;
                          io.stop();
                        });
   driver.attach(machine);
-  std::unique_ptr<FileTimerPipe> timerPipe;
-  if (!timerFile.empty()) {
-    try {
-      timerPipe = std::make_unique<FileTimerPipe>(io, timerFile, [&machine](std::string_view line) {
-        machine.onFileTimerLine(line);
-      });
-      spdlog::info("serving torch's FileTimer requests on {}", timerFile);
-    } catch (const std::exception& error) {
-      throw StartupError(fmt::format("{}; set {} to a path in a writable directory, or unset {}",
-                                     error.what(), common::kEnvTorchelasticTimerFile,
-                                     common::kEnvTorchelasticEnableFileTimer));
-    }
-  }
+  const auto timerPipe = serveFileTimers(io, timerFile, machine);
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
   asio::signal_set signals(io);
   signals.add(SIGCHLD);
   for (int signal : config.restart.signalsToHandle) signals.add(signal);
-  std::function<void()> listen = [&] {
-    signals.async_wait([&](const boost::system::error_code& error, int signal) {
-      if (error) return;
-      if (signal == SIGCHLD) {
-        machine.onChildExited();
-      } else {
-        machine.onSignal(signal);
-      }
-      if (machine.state() != AgentMachine::State::kFinished) listen();
-    });
-  };
-  listen();
+  forwardSignals(signals, machine);
   machine.start();
   io.run();
 
