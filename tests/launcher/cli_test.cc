@@ -1,6 +1,7 @@
 // The ddprun command line: torchrun 2.x options and defaults, PET_ fallbacks, pass-through of
 // script arguments, entry-point detection, and one-line UsageErrors for every bad input.
 #include "cli/cli.h"
+#include "cli/host_probes.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -517,7 +518,7 @@ TEST_CASE("option --nproc-per-node: integer >= 1, cpu, gpu, auto, xpu", "[cli]")
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES is read like the CUDA runtime does", "[cli]") {
-  using ddprun::launcher::detail::visibleGpuCount;
+  using ddprun::launcher::cli_detail::visibleGpuCount;
   CHECK(visibleGpuCount(4, std::nullopt) == 4);
   CHECK(visibleGpuCount(0, std::nullopt) == 0);
   CHECK(visibleGpuCount(4, "") == 0);

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,14 +40,5 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
 
 // "ddprun <version>", for --version.
 std::string versionText();
-
-namespace detail {
-
-// How many of `physicalGpus` NVIDIA GPUs CUDA would enumerate under CUDA_VISIBLE_DEVICES
-// (nothing = unset). Like the CUDA runtime, the list is read up to its first invalid entry (an
-// index out of range, a repeated index, anything that is neither an index nor a GPU-/MIG- UUID).
-int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices);
-
-}  // namespace detail
 
 }  // namespace ddprun::launcher
