@@ -1056,3 +1056,129 @@ TEST_CASE("option --help lists every option in both spellings, --version", "[cli
   CHECK_FALSE(version.helpRequested);
   CHECK_THAT(ddprun::launcher::versionText(), Catch::StartsWith("ddprun "));
 }
+
+// ------------------------------------------------------------------------------------------------
+// Subcommands ahead of torchrun's grammar (cli/subcommands.h)
+
+namespace {
+
+using ddprun::launcher::Subcommand;
+using ddprun::launcher::Subcommands;
+
+// A table with the subcommands a test needs; each records the arguments it ran with.
+struct TestSubcommands {
+  Subcommands table;
+  std::vector<std::string> ranWith;
+
+  explicit TestSubcommands(const std::vector<std::string>& names) {
+    for (const auto& name : names) {
+      table.add({name, "a test subcommand", [this](const std::vector<std::string>& args,
+                                                   const Environment&) {
+                   ranWith = args;
+                   return 7;
+                 }});
+    }
+  }
+
+  // The name of the subcommand `args` select, or "" for a training job.
+  std::string selected(const std::vector<std::string>& args) const {
+    std::vector<const char*> argv{"ddprun"};
+    for (const auto& arg : args) argv.push_back(arg.c_str());
+    const Subcommand* subcommand = table.select(static_cast<int>(argv.size()), argv.data());
+    return subcommand == nullptr ? "" : subcommand->name;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("subcommands: only a first argument that is exactly a subcommand's name selects it",
+          "[cli][subcommands]") {
+  const TestSubcommands commands({"status", "launch-hosts"});
+  struct Case {
+    std::vector<std::string> args;
+    std::string selected;  // "" = a training job, parsed by torchrun's grammar
+  };
+  const std::vector<Case> cases = {
+      {{"status"}, "status"},
+      {{"status", "--json", "job7"}, "status"},
+      {{"launch-hosts", "--", "x"}, "launch-hosts"},
+      // A script named like a subcommand: as a path, after --, after any option.
+      {{"./status"}, ""},
+      {{"/work/status"}, ""},
+      {{"--", "status"}, ""},
+      {{"--nproc-per-node", "2", "status"}, ""},
+      {{"--standalone", "status"}, ""},
+      // Never a prefix, another case, a .py file, or a later argument.
+      {{"stat"}, ""},
+      {{"Status"}, ""},
+      {{"status.py"}, ""},
+      {{"train.py", "status"}, ""},
+      {{}, ""},
+  };
+  for (const auto& c : cases) {
+    INFO(Catch::Detail::stringify(c.args));
+    CHECK(commands.selected(c.args) == c.selected);
+  }
+}
+
+TEST_CASE("subcommands: the selected one runs with the arguments after its name, untouched",
+          "[cli][subcommands]") {
+  TestSubcommands commands({"status"});
+  const std::vector<const char*> argv{"ddprun", "status", "--nproc-per-node", "", "-m"};
+  const Subcommand* status = commands.table.select(static_cast<int>(argv.size()), argv.data());
+  REQUIRE(status != nullptr);
+  const auto args =
+      ddprun::launcher::subcommandArguments(static_cast<int>(argv.size()), argv.data());
+  CHECK(args == std::vector<std::string>{"--nproc-per-node", "", "-m"});
+  CHECK(status->run(args, {}) == 7);
+  CHECK(commands.ranWith == args);
+}
+
+TEST_CASE("subcommands: a name that could be a training script cannot be added",
+          "[cli][subcommands]") {
+  for (const std::string bad : {"", "status.py", "a/b", "./status", "-s", "--status", "Status",
+                                "2status", "sta tus", "status_all"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(ddprun::launcher::isSubcommandName(bad));
+    Subcommands table;
+    CHECK_THROWS_AS(table.add({bad, "x", {}}), std::invalid_argument);
+  }
+  for (const std::string good : {"status", "launch-hosts", "s3"}) {
+    CHECK(ddprun::launcher::isSubcommandName(good));
+  }
+  Subcommands table;
+  table.add({"status", "x", {}});
+  CHECK_THROWS_AS(table.add({"status", "again", {}}), std::invalid_argument);
+}
+
+TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of the same name",
+          "[cli][subcommands]") {
+  const Subcommands& own = ddprun::launcher::ddprunSubcommands();
+  for (const auto& subcommand : own.all()) {
+    CHECK(ddprun::launcher::isSubcommandName(subcommand.name));
+    CHECK(subcommand.run);
+  }
+  // --help lists them after the options, or says nothing of subcommands while there are none.
+  const std::string help = parse({"--help"}).helpText;
+  CHECK((help.find("subcommands") != std::string::npos) == !own.empty());
+
+  const TestSubcommands commands({"tool", "status"});
+  CHECK_THAT(commands.table.helpSection(),
+             Catch::Contains("  tool ") && Catch::Contains("a test subcommand") &&
+                 Catch::Contains("./NAME or after --"));
+  CHECK(Subcommands().helpSection().empty());
+
+  // The sandbox has an executable `tool`: `ddprun tool` is the subcommand, with a note; the file
+  // still runs as ./tool or after --.
+  const WorkingDirectory cwd(sandbox().root);
+  const std::vector<const char*> argv{"ddprun", "tool"};
+  const Subcommand& tool = *commands.table.select(2, argv.data());
+  CHECK_THAT(ddprun::launcher::shadowedFileNote(tool),
+             Catch::Contains("'tool' is ddprun's subcommand") &&
+                 Catch::Contains("ddprun [options] ./tool"));
+  CHECK(ddprun::launcher::shadowedFileNote(commands.table.all()[1]).empty());  // no file `status`
+  CHECK(commands.selected({"./tool"}).empty());
+  CHECK(config({"./tool"}).entry.executable == "./tool");
+  CHECK(commands.selected({"--", "tool"}).empty());
+  CHECK(config({"--", "tool"}).entry.executable == "./tool");
+}

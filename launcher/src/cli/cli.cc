@@ -227,7 +227,7 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
   if (split.options.contains("help")) {
     CommandLine result;
     result.helpRequested = true;
-    result.helpText = helpText();
+    result.helpText = helpText() + ddprunSubcommands().helpSection();
     return result;
   }
   if (split.options.contains("version")) {

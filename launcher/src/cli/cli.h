@@ -5,6 +5,13 @@
 // environment fallback (command line > PET_ > default). Unlike torchrun: no prefix abbreviations,
 // everything after the training script is passed through untouched, and every bad input is
 // reported up front as one UsageError line instead of a traceback (or a failure minutes later).
+//
+// Ahead of that grammar, `ddprun SUBCOMMAND ARGS...` (subcommands.h): the first argument selects
+// a subcommand only when it is exactly one's name, and a name is [a-z][a-z0-9-]*, so a path (with
+// a '/') or a .py file is never one. A training script named like a subcommand, say `status`,
+// runs as `ddprun ./status`, `ddprun -- status`, or after any option
+// (`ddprun --nproc-per-node 2 status`). main.cc asks ddprunSubcommands().select() first, then
+// parseCommandLine().
 #pragma once
 
 #include <map>
@@ -12,13 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/subcommands.h"
 #include "ddprun/launcher/launch_config.h"
 
 namespace ddprun::launcher {
 
 // Bad input: what() is ONE line naming the problem and the fix, e.g.
 //   "--nnodes '3:2': MIN (3) is larger than MAX (2); use --nnodes MIN:MAX with MIN <= MAX"
-// The caller prints "ddprun: error: <what()>" and exits 2.
+// The caller prints "ddprun: error: <what()>" and exits 2 (exitCode(Ending::badInput(...))).
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
