@@ -2,6 +2,9 @@
 // script arguments, entry-point detection, and one-line UsageErrors for every bad input.
 #include "cli/cli.h"
 #include "cli/host_probes.h"
+#include "cli/options.h"
+#include "subprocess.h"
+#include "waits.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -385,16 +388,135 @@ TEST_CASE("the last of a repeated option wins, as with argparse", "[cli]") {
   CHECK(config({"--nproc-per-node", "2", "--nproc_per_node", "3", script()}).nprocPerNode == 3);
 }
 
-TEST_CASE("no prefix abbreviations, unknown options are errors with a suggestion", "[cli]") {
-  CHECK_THAT(usageError({"--nproc", "2", script()}),
-             Catch::Contains("unknown option --nproc") &&
+TEST_CASE("unknown options are errors with a suggestion for a near miss", "[cli]") {
+  CHECK_THAT(usageError({"--nproc-per-nodes", "2", script()}),
+             Catch::Contains("unknown option --nproc-per-nodes") &&
                  Catch::Contains("did you mean --nproc-per-node?"));
-  CHECK_THAT(usageError({"--monitor=0.1", script()}), Catch::Contains("unknown option --monitor"));
-  CHECK_THAT(usageError({"--max_restart", "2", script()}),
+  CHECK_THAT(usageError({"--max_restars", "2", script()}),
              Catch::Contains("did you mean --max_restarts?"));
-  CHECK_THAT(usageError({"--log", "x", script()}), Catch::Contains("unknown option --log"));
-  CHECK_THAT(usageError({"--zzzzzzzz", script()}), Catch::Contains("unknown option --zzzzzzzz"));
+  CHECK_THAT(usageError({"--monitr-interval=0.1", script()}),
+             Catch::Contains("unknown option --monitr-interval; did you mean --monitor-interval?"));
+  CHECK_THAT(usageError({"--zzzzzzzz", script()}),
+             Catch::Contains("unknown option --zzzzzzzz; see ddprun --help"));
   CHECK_THAT(usageError({"-x", script()}), Catch::Contains("unknown option -x"));
+  // A prefix in a mix of the two spellings is a prefix of neither, as with argparse.
+  CHECK_THAT(usageError({"--nproc_per-node", "2", script()}),
+             Catch::Contains("unknown option --nproc_per-node"));
+}
+
+namespace {
+
+// A long option shortened to a prefix: what it is typed as, and what it must set.
+struct PrefixCase {
+  std::vector<std::string> args;  // before the script
+  std::function<bool(const LaunchConfig&)> applied;
+};
+
+}  // namespace
+
+TEST_CASE("long options may be shortened to a unique prefix in either spelling, as argparse allows",
+          "[cli][prefix]") {
+  const auto redirectsBoth = [](const LaunchConfig& c) {
+    return c.logs.redirects.all == StdStreams{true, true};
+  };
+  const auto twoWorkers = [](const LaunchConfig& c) { return c.nprocPerNode == 2; };
+  const auto executable = [](const LaunchConfig& c) {
+    return c.entry.kind == EntryKind::kExecutable;
+  };
+  // torchrun 1.13 runs each of these (PyTorch's own launcher tests use --redirect=3 and friends).
+  const std::vector<PrefixCase> cases = {
+      {{"--redirect=3"}, redirectsBoth},
+      {{"--redirect", "3"}, redirectsBoth},
+      {{"--redi=3"}, redirectsBoth},
+      {{"--nproc_per=2"}, twoWorkers},
+      {{"--nproc_per", "2"}, twoWorkers},
+      {{"--nproc-per=2"}, twoWorkers},
+      {{"--nproc-per", "2"}, twoWorkers},
+      {{"--nproc", "2"}, twoWorkers},  // a prefix of both spellings of one option: that option
+      {{"--no_py"}, executable},
+      {{"--no-py"}, executable},
+      {{"--max_restart", "3"}, [](const LaunchConfig& c) { return c.restart.maxRestarts == 3; }},
+      {{"--monitor=0.5"}, [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
+      {{"--stand"}, [](const LaunchConfig& c) { return c.rdzv.standalone; }},
+      {{"--rdzv_b", "c10d"},
+       [](const LaunchConfig& c) { return c.rdzv.backend == RdzvBackend::kC10d; }},
+      {{"--virt"}, [](const LaunchConfig& c) { return c.virtualLocalRank; }},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.push_back(sandbox().path("tool"));
+    INFO(Catch::Detail::stringify(args));
+    CHECK(c.applied(config(args)));
+  }
+  CHECK(parse({"--he"}).helpRequested);
+  CHECK(parse({"--vers"}).versionRequested);
+  // Messages name the option as typed.
+  CHECK_THAT(usageError({"--nproc_per", "abc", script()}), Catch::Contains("--nproc_per 'abc'"));
+  CHECK_THAT(usageError({"--stand=1", script()}), Catch::Contains("--stand takes no value"));
+}
+
+TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the spelling typed",
+          "[cli][prefix]") {
+  // torchrun 1.13: "ambiguous option: --n could match --nnodes, --nproc_per_node, --no_python,
+  // --node_rank" (its only spelling is the underscore one).
+  CHECK(usageError({"--n", "2", script()}) ==
+        "ambiguous option: --n could match --nnodes, --nproc-per-node, --no-python, --node-rank, "
+        "--numa-binding; write more of the option's name");
+  CHECK_THAT(usageError({"--rdzv=x", script()}),
+             Catch::Contains("ambiguous option: --rdzv could match --rdzv-backend, "
+                             "--rdzv-endpoint, --rdzv-id, --rdzv-conf;"));
+  CHECK_THAT(usageError({"--master_", "x", script()}),
+             Catch::Contains("--master_ could match --master_addr, --master_port;"));
+  CHECK_THAT(usageError({"--log", "x", script()}),
+             Catch::Contains("--log could match --log-dir, --logs-specs;"));
+  CHECK_THAT(usageError({"--h"}), Catch::Contains("--h could match --help, --hang-timeout"));
+}
+
+TEST_CASE("the ddprun binary: an ambiguous prefix is one error line and exit code 2",
+          "[cli][prefix]") {
+  using namespace std::chrono_literals;
+  ddprun::test::Subprocess ddprun({DDPRUN_BIN, "--n", "2", script()});
+  REQUIRE(ddprun::test::exitsWith(ddprun, 2, 30s));
+  CHECK(ddprun.output().empty());
+  CHECK(ddprun.errors() ==
+        "ddprun: error: ambiguous option: --n could match --nnodes, --nproc-per-node, "
+        "--no-python, --node-rank, --numa-binding; write more of the option's name\n");
+}
+
+TEST_CASE("an exact spelling wins over prefixes; PET_ variables are exact names only",
+          "[cli][prefix]") {
+  using ddprun::launcher::cli_detail::matchLongOption;
+  using ddprun::launcher::cli_detail::OptionSpec;
+  // No real option's name is a prefix of another's (yet), so a table of the test's own.
+  const OptionSpec table[] = {{.name = "tee"}, {.name = "tee-all"}, {.name = "log-dir"}};
+  CHECK(matchLongOption("tee", table).option == &table[0]);
+  CHECK(matchLongOption("tee-", table).option == &table[1]);
+  CHECK(matchLongOption("tee_a", table).option == &table[1]);
+  CHECK(matchLongOption("te", table).option == nullptr);
+  CHECK(matchLongOption("te", table).candidates.size() == 2);
+  CHECK(matchLongOption("log_dir", table).option == &table[2]);
+  CHECK(matchLongOption("", table).option == nullptr);
+  CHECK(matchLongOption("x", table).candidates.empty());
+
+  Environment environment = sandbox().environment();
+  environment["PET_NPROC"] = "3";
+  environment["PET_NPROC_PER"] = "3";
+  environment["PET_REDIRECT"] = "3";
+  const LaunchConfig c = config({script()}, environment);
+  CHECK(c.nprocPerNode == 1);
+  CHECK(c.logs.redirects == StreamSelection{});
+}
+
+TEST_CASE("prefixes are read only before the training script", "[cli][prefix]") {
+  const std::vector<std::string> scriptArgs = {"--n", "2", "--redirect=3", "--nproc_per", "4",
+                                               "--no_py", "--rdzv"};
+  std::vector<std::string> args = {"--nproc", "2", script()};
+  args.insert(args.end(), scriptArgs.begin(), scriptArgs.end());
+  const LaunchConfig c = config(args);
+  CHECK(c.nprocPerNode == 2);
+  CHECK(c.entry.kind == EntryKind::kPythonScript);
+  CHECK(c.logs.redirects == StreamSelection{});
+  CHECK(c.entry.args == scriptArgs);
 }
 
 TEST_CASE("option syntax errors", "[cli]") {

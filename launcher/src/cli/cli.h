@@ -1,9 +1,11 @@
 // The ddprun command line: argv plus the PET_* environment -> a validated LaunchConfig.
 //
 // torchrun 2.x compatible: every option in both spellings (--nproc-per-node, --nproc_per_node),
-// the short forms -m/-r/-t/-h, "--opt value" and "--opt=value", and each option's PET_<DEST>
-// environment fallback (command line > PET_ > default). Unlike torchrun: no prefix abbreviations,
-// everything after the training script is passed through untouched, and every bad input is
+// the short forms -m/-r/-t/-h, "--opt value" and "--opt=value", unique prefixes of long options
+// as argparse allows them (--nproc_per 2, --redirect=3; an ambiguous one is an error naming the
+// candidates), and each option's PET_<DEST> environment fallback (command line > PET_ > default;
+// exact variable names only). Unlike torchrun: everything after the training script is passed
+// through untouched (no prefix or option there is ever read as ddprun's), and every bad input is
 // reported up front as one UsageError line instead of a traceback (or a failure minutes later).
 //
 // Ahead of that grammar, `ddprun SUBCOMMAND ARGS...` (subcommands.h): the first argument selects

@@ -1,4 +1,5 @@
-// The option table and what is derived from it. Long options match exactly, in either spelling.
+// The option table and what is derived from it. A long option is matched as argparse matches it
+// (allow_abbrev): its exact spelling, else a unique prefix of either spelling.
 #include "cli/options.h"
 
 #include <fmt/format.h>
@@ -138,8 +139,8 @@ std::size_t editDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// "unknown option --nproc; did you mean --nproc-per-node?": a prefix of a real option (what
-// argparse would have accepted as an abbreviation) or a near miss.
+// "unknown option --nprocs; did you mean --nproc-per-node?": the nearest name, in the spelling
+// the user typed, when one is near enough to be a typo.
 std::string unknownOptionMessage(std::string_view spelling) {
   const std::string_view name = spelling.substr(2);
   const bool underscores = name.find('_') != std::string_view::npos;
@@ -147,10 +148,6 @@ std::string unknownOptionMessage(std::string_view spelling) {
   std::size_t bestDistance = std::max<std::size_t>(2, name.size() / 4) + 1;
   for (const auto& spec : kOptions) {
     const std::string candidate = underscores ? underscored(spec.name) : std::string(spec.name);
-    if (name.size() >= 2 && std::string_view(candidate).starts_with(name)) {
-      best = candidate;
-      break;
-    }
     const std::size_t distance = editDistance(name, candidate);
     if (distance < bestDistance) {
       bestDistance = distance;
@@ -159,6 +156,20 @@ std::string unknownOptionMessage(std::string_view spelling) {
   }
   if (best.empty()) return fmt::format("unknown option {}; see ddprun --help", printable(spelling));
   return fmt::format("unknown option {}; did you mean --{}?", printable(spelling), best);
+}
+
+// argparse's words ("ambiguous option: --n could match --nnodes, --nproc-per-node, ..."), the
+// candidates in the spelling the user typed, and the fix.
+std::string ambiguousOptionMessage(std::string_view spelling,
+                                   const std::vector<const OptionSpec*>& candidates) {
+  const bool underscores = spelling.find('_') != std::string_view::npos;
+  std::string names;
+  for (const auto* spec : candidates) {
+    names += fmt::format("{}--{}", names.empty() ? "" : ", ",
+                         underscores ? underscored(spec->name) : std::string(spec->name));
+  }
+  return fmt::format("ambiguous option: {} could match {}; write more of the option's name",
+                     printable(spelling), names);
 }
 
 // Joins words that wrap() must keep on one line ("[env PET_X]"); turned back into a space after.
@@ -229,12 +240,29 @@ const OptionSpec& optionNamed(std::string_view name) {
   return *it;
 }
 
-// Exact match only, in either spelling: prefix abbreviations are a source of surprises
-// (--r=16 after the script taken as a torchrun option), so unlike argparse there are none.
+LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpec> table) {
+  LongOptionMatch match;
+  for (const auto& spec : table) {
+    if (name == spec.name || name == underscored(spec.name)) {
+      match.option = &spec;
+      return match;
+    }
+  }
+  if (name.empty()) return match;
+  for (const auto& spec : table) {
+    if (spec.name.starts_with(name) || underscored(spec.name).starts_with(name)) {
+      match.candidates.push_back(&spec);
+    }
+  }
+  if (match.candidates.size() == 1) match.option = match.candidates.front();
+  return match;
+}
+
 const OptionSpec& longOption(std::string_view spelling) {
-  const std::string_view name = spelling.substr(2);
-  for (const auto& spec : kOptions) {
-    if (name == spec.name || name == underscored(spec.name)) return spec;
+  const LongOptionMatch match = matchLongOption(spelling.substr(2), kOptions);
+  if (match.option != nullptr) return *match.option;
+  if (match.candidates.size() > 1) {
+    throw UsageError(ambiguousOptionMessage(spelling, match.candidates));
   }
   throw UsageError(unknownOptionMessage(spelling));
 }
@@ -251,7 +279,8 @@ std::string helpText() {
       "usage: ddprun [options] training_script [training_script_args ...]\n\n"
       "ddprun {}: a native drop-in replacement for torchrun (Torch Distributed Elastic Training "
       "Launcher).\nEach option not given falls back to its PET_ environment variable "
-      "(e.g. PET_NPROC_PER_NODE).\nOptions end at training_script (or at --); what follows it "
+      "(e.g. PET_NPROC_PER_NODE).\nA long option may be shortened to any unique prefix, as with "
+      "torchrun (--nproc_per 2).\nOptions end at training_script (or at --); what follows it "
       "is passed to it untouched.\n\npositional arguments:\n",
       DDPRUN_VERSION);
   appendHelpItem(out, "training_script",

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun::launcher::cli_detail {
 
@@ -32,8 +33,19 @@ std::string metavar(const OptionSpec& spec);
 
 // The row of a canonical (dashed) name; it must exist.
 const OptionSpec& optionNamed(std::string_view name);
-// The option a long spelling as typed ("--nproc_per_node") means; throws UsageError naming the
-// fix for a spelling that means none.
+// What a long option's name as typed (without "--") means in `table`, as argparse's allow_abbrev
+// reads it: the option spelled exactly so (dashes or underscores), which always wins; else the
+// options that name is a prefix of, in either spelling. Both spellings of one option are one
+// candidate (torchrun 1.13 has one spelling, so there --nproc is --nproc_per_node).
+struct LongOptionMatch {
+  const OptionSpec* option = nullptr;         // exact, or the only candidate
+  std::vector<const OptionSpec*> candidates;  // prefix matches; two or more: ambiguous
+};
+LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpec> table);
+
+// The option a long spelling as typed ("--nproc_per_node", "--nproc_per") means; throws
+// UsageError naming the fix for a spelling that is ambiguous or means none. Only options before
+// the training script are read, so prefixes never reach the script's own arguments.
 const OptionSpec& longOption(std::string_view spelling);
 // -m, -r, -t, -h; nullptr for any other letter.
 const OptionSpec* shortOption(char letter);
