@@ -1090,9 +1090,25 @@ TEST_CASE("option --log-dir must be, or be creatable as, a writable directory", 
   }
 }
 
-TEST_CASE("option --logs-specs is refused: it names a Python plugin", "[cli]") {
-  CHECK_THAT(usageError({"--logs-specs", "custom", script()}),
-             Catch::Contains("--logs-specs 'custom'") && Catch::Contains("no Python plugin host"));
+TEST_CASE("option --logs-specs: default (torch's built-in log specs) is accepted, a plugin is not",
+          "[cli]") {
+  // torch registers DefaultLogsSpecs as the entry point "default"; it is what ddprun does.
+  const std::vector<std::vector<std::string>> accepted = {
+      {"--logs-specs", "default"}, {"--logs_specs=default"}, {"--logs-spec", "default"}};
+  for (const auto& args : accepted) {
+    INFO(Catch::Detail::stringify(args));
+    std::vector<std::string> withScript = args;
+    withScript.push_back(script());
+    const CommandLine line = parse(withScript);
+    CHECK(line.warnings.empty());
+    CHECK(line.config.logs.dir.empty());
+  }
+  for (const std::string plugin : {"custom", "Default", " default", ""}) {
+    INFO("--logs-specs '" << plugin << "'");
+    CHECK_THAT(usageError({"--logs-specs", plugin, script()}),
+               Catch::Contains("--logs-specs '" + plugin + "'") &&
+                   Catch::Contains("no Python plugin host") && Catch::Contains("give default"));
+  }
   CHECK_THAT(usageError({"--logs_specs=custom", script()}), Catch::Contains("--logs_specs"));
 }
 

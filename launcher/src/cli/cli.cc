@@ -168,10 +168,14 @@ void applyLogSettings(const Arguments& arguments, CommandLine& result) {
   if (const auto* filters = arguments.given("duplicate-stderr-filters")) {
     logs.duplicateStderrFilters = parseDuplicateFilters(filters->value);
   }
-  if (const auto* specs = arguments.given("logs-specs")) {
+  // torch registers its built-in DefaultLogsSpecs under the name "default" (the
+  // torchrun.logs_specs entry point group); ddprun's log files follow that layout.
+  const auto* specs = arguments.given("logs-specs");
+  if (specs != nullptr && specs->value != "default") {
     throw UsageError(
-        fmt::format("{} names a Python LogsSpecs plugin and ddprun has no Python "
-                    "plugin host; drop it and use --log-dir, --redirects and --tee",
+        fmt::format("{} names a Python LogsSpecs plugin and ddprun has no Python plugin host; "
+                    "drop it (or give default, torch's own) and use --log-dir, --redirects and "
+                    "--tee",
                     label(*specs)));
   }
 }

@@ -96,7 +96,8 @@ constexpr OptionSpec kOptions[] = {
   {.name = "local-addr",
    .help = "This node's address as the other nodes should reach it. Default: its FQDN."},
   {.name = "logs-specs", .hasEnvironment = false,
-   .help = "Not supported: torchrun loads a Python LogsSpecs plugin here, and ddprun has no "
+   .help = "Only default: torch's built-in log specs (DefaultLogsSpecs), which is what ddprun "
+           "does. torchrun loads any other name as a Python LogsSpecs plugin, and ddprun has no "
            "Python plugin host."},
   {.name = "numa-binding", .hasEnvironment = false,
    .metavar = "{node,socket,exclusive,core-complex}",
