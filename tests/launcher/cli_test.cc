@@ -745,7 +745,7 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   };
   const CommandLine good = conf(
       " join_timeout = 5 , last_call_timeout=2.5,keep_alive_max_attempt=3,is_host=YES,"
-      "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,timeout=900,"
+      "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,"
       "close_timeout=1,heartbeat_timeout=5,keep_alive_interval=5,");
   CHECK(good.warnings.empty());
   // Typed: durations in milliseconds, the boolean as a boolean, nothing left as text.
@@ -771,7 +771,13 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   CHECK(staticConf("timeout=70") == milliseconds(70000));
   CHECK(staticConf("timeout=70,join_timeout=9") == milliseconds(9000));
   CHECK(staticConf("close_timeout=3") == milliseconds(900000));
-  CHECK(conf("timeout=70").config.rdzv.settings.joinTimeout == milliseconds(600000));
+  // c10d does not read `timeout` (nor does torch's): it is ignored with a warning.
+  const CommandLine c10dTimeout = conf("timeout=70");
+  CHECK(c10dTimeout.config.rdzv.settings.joinTimeout == milliseconds(600000));
+  REQUIRE(c10dTimeout.warnings.size() == 1);
+  CHECK_THAT(c10dTimeout.warnings[0],
+             Catch::Contains("timeout is not read by the c10d backend; ignored (c10d's join "
+                             "timeout is join_timeout)"));
 
   const CommandLine unknown = conf("join_timout=5,join_timeout=7");
   REQUIRE(unknown.warnings.size() == 1);
@@ -798,6 +804,117 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   CHECK_THAT(error("store_type=redis"), Catch::Contains("unknown store_type 'redis'"));
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_CONF", "x")),
              Catch::Contains("PET_RDZV_CONF: key 'x' has no value"));
+}
+
+TEST_CASE("option --rdzv-conf: PyTorch's launcher test with the quotes inside the argument runs",
+          "[cli][rdzv-conf]") {
+  // test_launch_elastic in PyTorch's test/distributed/launcher/run_test.py passes the quotes on
+  // to argparse: the first key is 'join_timeout and the last value 5'. torchrun 1.13 and 2.6 run
+  // it (c10d reads neither key), so ddprun does too: warned, never exit 2.
+  const std::vector<std::string> upstream = {
+      "--nnodes=1:2",
+      "--nproc-per-node=4",
+      "--rdzv-backend=c10d",
+      "--rdzv-endpoint=localhost:29511",
+      "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+      "--rdzv-id=1234",
+      "--monitor-interval=1",
+      "--start-method=spawn",
+      script(),
+      "--touch-file-dir=/tmp/x"};
+  const CommandLine line = parse(upstream);
+  const auto& settings = line.config.rdzv.settings;
+  CHECK(settings.lastCallTimeout == std::chrono::seconds(1));
+  CHECK(settings.joinTimeout == std::chrono::seconds(600));  // as torchrun: the key has a quote
+  CHECK(line.config.nprocPerNode == 4);
+  REQUIRE(line.warnings.size() == 3);  // the quotes, 'join_timeout, timeout
+  CHECK_THAT(line.warnings[0], Catch::Contains("is wrapped in quotes that no shell removed") &&
+                                   Catch::Contains("drop them"));
+  CHECK_THAT(line.warnings[1], Catch::Contains("unknown key ''join_timeout' ignored"));
+  CHECK_THAT(line.warnings[2], Catch::Contains("timeout is not read by the c10d backend"));
+
+  // Double quotes alike; a value that only contains quotes is not wrapped.
+  CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "\"last_call_timeout=1\"", script()})
+                 .warnings.front(),
+             Catch::Contains("wrapped in quotes"));
+  CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "x='1',y=\"2\"", script()})
+                 .warnings.front(),
+             Catch::Contains("unknown key 'x'"));
+
+  // The static backend reads `timeout`: 5' is refused, as torchrun fails on int("5'"), and the
+  // message names the quotes.
+  CHECK_THAT(usageError({"--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", script()}),
+             Catch::Contains("its value is wrapped in quotes no shell removed: drop them") &&
+                 Catch::Contains("'timeout=5'' is not a positive number of seconds"));
+}
+
+namespace {
+
+// One --rdzv-conf entry under one backend: read (and checked) or ignored with a warning.
+struct BackendKeyCase {
+  std::string backend;
+  std::string entry;
+  std::string outcome;  // "ok", "warn: TEXT" (ignored) or "error: TEXT" (exit 2)
+};
+
+}  // namespace
+
+TEST_CASE("option --rdzv-conf: keys the backend reads are strict, others warn once and are ignored",
+          "[cli][rdzv-conf]") {
+  const std::vector<BackendKeyCase> cases = {
+      // `timeout`: the static backend's join timeout; c10d reads join_timeout instead.
+      {"static", "timeout=70", "ok"},
+      {"static", "timeout=abc", "error: 'timeout=abc' is not a positive number of seconds"},
+      {"c10d", "timeout=70", "warn: timeout is not read by the c10d backend"},
+      {"c10d", "timeout=abc", "warn: timeout is not read by the c10d backend"},
+      // is_host: c10d's; with static, node rank 0 hosts the store.
+      {"c10d", "is_host=1", "ok"},
+      {"c10d", "is_host=maybe", "error: 'is_host=maybe' is not a boolean"},
+      {"static", "is_host=1", "warn: is_host is not read by the static backend"},
+      {"static", "is_host=maybe", "warn: node rank 0 hosts the store"},
+      // Keys both read stay strict under either.
+      {"static", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
+      {"c10d", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
+      {"static", "keep_alive_max_attempt=0", "error: is not a whole number >= 1"},
+      {"c10d", "read_timeout=-1", "error: is not a positive number"},
+      {"static", "store_type=file", "error: store_type=file"},
+      // Unknown keys: any value.
+      {"c10d", "join_timout=abc'", "warn: unknown key 'join_timout' ignored"},
+      {"static", "'x=\"", "warn: unknown key ''x' ignored"},
+      // A missing key or value is an error whatever the key, as in torchrun.
+      {"c10d", "timeout=", "error: key 'timeout' has no value"},
+      {"static", "is_host", "error: key 'is_host' has no value"},
+  };
+  for (const auto& c : cases) {
+    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
+    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
+                                           script()};
+    if (c.outcome.starts_with("error: ")) {
+      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
+      continue;
+    }
+    const CommandLine line = parse(args);
+    if (c.outcome == "ok") {
+      CHECK(line.warnings.empty());
+    } else {
+      REQUIRE(line.warnings.size() == 1);
+      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
+    }
+  }
+  // Ignored means ignored: no value of an unread key reaches the settings.
+  using std::chrono::milliseconds;
+  CHECK(config({"--rdzv-backend", "c10d", "--rdzv-conf", "timeout=70", script()})
+            .rdzv.settings.joinTimeout == milliseconds(600000));
+  CHECK_FALSE(config({"--rdzv-conf", "is_host=1", script()}).rdzv.settings.isHost.has_value());
+  // --standalone is c10d: `timeout` is not read there either.
+  CHECK_THAT(parse({"--standalone", "--rdzv-conf", "timeout=x", script()}).warnings.at(0),
+             Catch::Contains("not read by the c10d backend"));
+  // Each ignored key is warned about once.
+  const CommandLine repeated =
+      parse({"--rdzv-backend", "c10d", "--rdzv-conf",
+             "timeout=1,nope=1,timeout=2,nope=2,join_timeout=3", script()});
+  CHECK(repeated.warnings.size() == 2);
+  CHECK(repeated.config.rdzv.settings.joinTimeout == milliseconds(3000));
 }
 
 TEST_CASE("option --rdzv-conf: token_file and the TLS files are paths, TLS only with the token and "

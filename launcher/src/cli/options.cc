@@ -41,13 +41,16 @@ constexpr OptionSpec kOptions[] = {
    .help = "Extra rendezvous settings as key=value,key=value, in seconds: join_timeout (600), "
            "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
            "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
-           "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), timeout (static: the join timeout and how long a node waits for the master, 900), read_timeout (60; "
-           "also how long to wait for the endpoint), exit_barrier_timeout (300); and is_host, "
-           "store_type (tcp), use_libuv (ignored); token_file=PATH: the job's secret (mode 600, "
+           "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), "
+           "timeout (static only: the join timeout and how long a node waits for the master, "
+           "900), read_timeout (60; also how long to wait for the endpoint), "
+           "exit_barrier_timeout (300); and is_host (c10d only), store_type (tcp), use_libuv "
+           "(ignored); token_file=PATH: the job's secret (mode 600, "
            "the same file on every node and for ddprun-rendezvous --token-file): the stores then "
            "admit only connections that prove it, and workers reach them through a relay on "
            "127.0.0.1; with it, tls_cert=PATH,tls_key=PATH (and tls_ca=PATH, else the "
-           "certificate is its own CA): every store connection between hosts is TLS as well."},
+           "certificate is its own CA): every store connection between hosts is TLS as well. "
+           "A key the backend does not read is ignored with a warning, whatever its value."},
   {.name = "standalone", .kind = ValueKind::kFlag,
    .help = "Single-node job with its own rendezvous on 127.0.0.1, a free port and a random "
            "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},

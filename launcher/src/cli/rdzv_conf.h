@@ -22,9 +22,14 @@ struct RdzvConf {
   bool joinTimeoutGiven = false;
 };
 
-// Keys and values are stripped. Unknown keys are warned about (one line each in `warnings`) and
-// dropped; torchrun drops them silently, so a typo such as join_timout=5 goes unnoticed. Unlike
-// torchrun, an empty entry (a trailing comma) is tolerated. Throws UsageError.
-RdzvConf parseRdzvConf(const GivenValue& given, std::vector<std::string>& warnings);
+// Keys and values are stripped. A key the chosen backend reads is checked strictly: a bad value
+// is a UsageError naming the fix. A key it does not read (unknown to ddprun, or the other
+// backend's: `timeout` is static's, is_host c10d's) is ignored whatever its value, as torchrun
+// ignores it, with one warning per key in `warnings`; torchrun says nothing, so a typo such as
+// join_timout=5 would go unnoticed. A value wrapped in quotes no shell removed keeps them, as in
+// torchrun, with a warning. Unlike torchrun, an empty entry (a trailing comma) is tolerated.
+// A missing key or value is a UsageError for any key, as in torchrun.
+RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
+                       std::vector<std::string>& warnings);
 
 }  // namespace ddprun::launcher::cli_detail

@@ -135,16 +135,16 @@ void resolveStaticEndpoint(const Arguments& arguments, const GivenValue* endpoin
 
 void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   RendezvousConfig& rdzv = result.config.rdzv;
+  // The backend first: which --rdzv-conf keys are read, and so checked, depends on it.
+  const GivenValue* standalone = arguments.given("standalone");
+  rdzv.backend = standalone != nullptr ? RdzvBackend::kC10d : chooseBackend(arguments);
   RdzvConf conf;
   if (const auto* given = arguments.given("rdzv-conf")) {
-    conf = parseRdzvConf(*given, result.warnings);
+    conf = parseRdzvConf(*given, rdzv.backend, result.warnings);
   }
   rdzv.settings = conf.settings;
-  if (const auto* standalone = arguments.given("standalone")) {
-    return resolveStandalone(*standalone, arguments, result);
-  }
+  if (standalone != nullptr) return resolveStandalone(*standalone, arguments, result);
   if (const auto* id = arguments.given("rdzv-id")) rdzv.runId = id->value;
-  rdzv.backend = chooseBackend(arguments);
   // torchrun's static rendezvous waits `timeout` (its TCPStore timeout, 900 s unless given) for
   // the nodes and the master's store to come.
   if (rdzv.backend == RdzvBackend::kStatic && !conf.joinTimeoutGiven) {
