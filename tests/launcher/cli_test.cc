@@ -483,7 +483,7 @@ TEST_CASE("the ddprun binary: an ambiguous prefix is one error line and exit cod
         "--no-python, --node-rank, --numa-binding; write more of the option's name\n");
 }
 
-TEST_CASE("an exact spelling wins over prefixes; PET_ variables are exact names only",
+TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact names only",
           "[cli][prefix]") {
   using ddprun::launcher::cli_detail::matchLongOption;
   using ddprun::launcher::cli_detail::OptionSpec;
