@@ -432,15 +432,15 @@ TEST_CASE("long options may be shortened to a unique prefix in either spelling, 
       {{"--nproc_per", "2"}, twoWorkers},
       {{"--nproc-per=2"}, twoWorkers},
       {{"--nproc-per", "2"}, twoWorkers},
-      {{"--nproc", "2"}, twoWorkers},  // a prefix of both spellings of one option: that option
       {{"--no_py"}, executable},
       {{"--no-py"}, executable},
       {{"--max_restart", "3"}, [](const LaunchConfig& c) { return c.restart.maxRestarts == 3; }},
-      {{"--monitor=0.5"}, [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
+      {{"--monitor_int=0.5"},
+       [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
       {{"--stand"}, [](const LaunchConfig& c) { return c.rdzv.standalone; }},
       {{"--rdzv_b", "c10d"},
        [](const LaunchConfig& c) { return c.rdzv.backend == RdzvBackend::kC10d; }},
-      {{"--virt"}, [](const LaunchConfig& c) { return c.virtualLocalRank; }},
+      {{"--virtual-l"}, [](const LaunchConfig& c) { return c.virtualLocalRank; }},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;
@@ -457,30 +457,38 @@ TEST_CASE("long options may be shortened to a unique prefix in either spelling, 
 
 TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the spelling typed",
           "[cli][prefix]") {
-  // torchrun 1.13: "ambiguous option: --n could match --nnodes, --nproc_per_node, --no_python,
-  // --node_rank" (its only spelling is the underscore one).
-  CHECK(usageError({"--n", "2", script()}) ==
-        "ambiguous option: --n could match --nnodes, --nproc-per-node, --no-python, --node-rank, "
-        "--numa-binding; write more of the option's name");
-  CHECK_THAT(usageError({"--rdzv=x", script()}),
-             Catch::Contains("ambiguous option: --rdzv could match --rdzv-backend, "
+  // Each spelling is an option string of its own to argparse, so a prefix of both spellings of
+  // one option is ambiguous too. torchrun 2.6: "ambiguous option: --nproc could match
+  // --nproc-per-node, --nproc_per_node" (torchrun 1.13, with one spelling, takes it).
+  CHECK(usageError({"--nproc", "2", script()}) ==
+        "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node; write more of "
+        "the option's name");
+  CHECK_THAT(usageError({"--n", "2", script()}),
+             Catch::Contains("ambiguous option: --n could match --nnodes, --nproc-per-node, "
+                             "--nproc_per_node, --no-python, --no_python, --node-rank, "
+                             "--node_rank, --numa-binding, --numa_binding;"));
+  CHECK_THAT(usageError({"--rdzv-=x", script()}),
+             Catch::Contains("ambiguous option: --rdzv- could match --rdzv-backend, "
                              "--rdzv-endpoint, --rdzv-id, --rdzv-conf;"));
   CHECK_THAT(usageError({"--master_", "x", script()}),
              Catch::Contains("--master_ could match --master_addr, --master_port;"));
-  CHECK_THAT(usageError({"--log", "x", script()}),
-             Catch::Contains("--log could match --log-dir, --logs-specs;"));
+  CHECK_THAT(
+      usageError({"--log", "x", script()}),
+      Catch::Contains("--log could match --log-dir, --log_dir, --logs-specs, --logs_specs;"));
+  CHECK_THAT(usageError({"--monitor=1", script()}),
+             Catch::Contains("--monitor could match --monitor-interval, --monitor_interval;"));
   CHECK_THAT(usageError({"--h"}), Catch::Contains("--h could match --help, --hang-timeout"));
 }
 
 TEST_CASE("the ddprun binary: an ambiguous prefix is one error line and exit code 2",
           "[cli][prefix]") {
   using namespace std::chrono_literals;
-  ddprun::test::Subprocess ddprun({DDPRUN_BIN, "--n", "2", script()});
+  ddprun::test::Subprocess ddprun({DDPRUN_BIN, "--nproc", "2", script()});
   REQUIRE(ddprun::test::exitsWith(ddprun, 2, 30s));
   CHECK(ddprun.output().empty());
   CHECK(ddprun.errors() ==
-        "ddprun: error: ambiguous option: --n could match --nnodes, --nproc-per-node, "
-        "--no-python, --node-rank, --numa-binding; write more of the option's name\n");
+        "ddprun: error: ambiguous option: --nproc could match --nproc-per-node, "
+        "--nproc_per_node; write more of the option's name\n");
 }
 
 TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact names only",
@@ -493,7 +501,7 @@ TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact na
   CHECK(matchLongOption("tee-", table).option == &table[1]);
   CHECK(matchLongOption("tee_a", table).option == &table[1]);
   CHECK(matchLongOption("te", table).option == nullptr);
-  CHECK(matchLongOption("te", table).candidates.size() == 2);
+  CHECK(matchLongOption("te", table).candidates.size() == 3);  // tee, tee-all, tee_all
   CHECK(matchLongOption("log_dir", table).option == &table[2]);
   CHECK(matchLongOption("", table).option == nullptr);
   CHECK(matchLongOption("x", table).candidates.empty());
@@ -510,7 +518,7 @@ TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact na
 TEST_CASE("prefixes are read only before the training script", "[cli][prefix]") {
   const std::vector<std::string> scriptArgs = {"--n", "2", "--redirect=3", "--nproc_per", "4",
                                                "--no_py", "--rdzv"};
-  std::vector<std::string> args = {"--nproc", "2", script()};
+  std::vector<std::string> args = {"--nproc_per", "2", script()};
   args.insert(args.end(), scriptArgs.begin(), scriptArgs.end());
   const LaunchConfig c = config(args);
   CHECK(c.nprocPerNode == 2);

@@ -162,15 +162,13 @@ std::string unknownOptionMessage(std::string_view spelling) {
   return fmt::format("unknown option {}; did you mean --{}?", printable(spelling), best);
 }
 
-// argparse's words ("ambiguous option: --n could match --nnodes, --nproc-per-node, ..."), the
-// candidates in the spelling the user typed, and the fix.
+// argparse's words: "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node",
+// and the fix.
 std::string ambiguousOptionMessage(std::string_view spelling,
-                                   const std::vector<const OptionSpec*>& candidates) {
-  const bool underscores = spelling.find('_') != std::string_view::npos;
+                                   const std::vector<LongOptionMatch::Candidate>& candidates) {
   std::string names;
-  for (const auto* spec : candidates) {
-    names += fmt::format("{}--{}", names.empty() ? "" : ", ",
-                         underscores ? underscored(spec->name) : std::string(spec->name));
+  for (const auto& candidate : candidates) {
+    names += fmt::format("{}--{}", names.empty() ? "" : ", ", candidate.spelling);
   }
   return fmt::format("ambiguous option: {} could match {}; write more of the option's name",
                      printable(spelling), names);
@@ -254,11 +252,12 @@ LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpe
   }
   if (name.empty()) return match;
   for (const auto& spec : table) {
-    if (spec.name.starts_with(name) || underscored(spec.name).starts_with(name)) {
-      match.candidates.push_back(&spec);
-    }
+    const std::string dashed(spec.name);
+    const std::string other = underscored(spec.name);
+    if (dashed.starts_with(name)) match.candidates.push_back({&spec, dashed});
+    if (other != dashed && other.starts_with(name)) match.candidates.push_back({&spec, other});
   }
-  if (match.candidates.size() == 1) match.option = match.candidates.front();
+  if (match.candidates.size() == 1) match.option = match.candidates.front().option;
   return match;
 }
 

@@ -34,12 +34,18 @@ std::string metavar(const OptionSpec& spec);
 // The row of a canonical (dashed) name; it must exist.
 const OptionSpec& optionNamed(std::string_view name);
 // What a long option's name as typed (without "--") means in `table`, as argparse's allow_abbrev
-// reads it: the option spelled exactly so (dashes or underscores), which always wins; else the
-// options that name is a prefix of, in either spelling. Both spellings of one option are one
-// candidate (torchrun 1.13 has one spelling, so there --nproc is --nproc_per_node).
+// reads torchrun 2.x's parser: the option spelled exactly so (dashes or underscores), which
+// always wins; else every spelling the name is a prefix of. Each spelling counts on its own, as
+// the two are separate option strings to argparse: --nproc_per and --nproc-per name one option,
+// but --nproc (a prefix of --nproc-per-node and --nproc_per_node) is ambiguous, as in torchrun
+// 2.6; torchrun 1.13 has only the underscore spelling and took it.
 struct LongOptionMatch {
-  const OptionSpec* option = nullptr;         // exact, or the only candidate
-  std::vector<const OptionSpec*> candidates;  // prefix matches; two or more: ambiguous
+  struct Candidate {
+    const OptionSpec* option = nullptr;
+    std::string spelling;  // "nproc_per_node"
+  };
+  const OptionSpec* option = nullptr;  // exact, or the only candidate
+  std::vector<Candidate> candidates;   // prefix matches, in table order; two or more: ambiguous
 };
 LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpec> table);
 
