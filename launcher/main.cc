@@ -1,5 +1,6 @@
-// ddprun: the per-node launcher. Parses the command line (torchrun's), starts the guardian while
-// the process is still single-threaded, and runs the agent to the end of the job.
+// ddprun: the per-node launcher. Runs a subcommand when the first argument names one; else parses
+// the command line (torchrun's), starts the guardian while the process is still single-threaded,
+// and runs the agent to the end of the job.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -9,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/cli.h"
+#include "core/exit_codes.h"
 #include "ddprun/launcher/agent.h"
 #include "process/guardian.h"
 
@@ -37,6 +39,14 @@ spdlog::level::level_enum logLevel(const std::map<std::string, std::string>& env
   return spdlog::level::from_str(name);
 }
 
+// Bad input, from the command line or a subcommand's arguments: one line, and the exit code
+// every bad input gets.
+int usageFailure(const ddprun::launcher::UsageError& error) {
+  using namespace ddprun::launcher;
+  std::fprintf(stderr, "ddprun: error: %s\n", error.what());
+  return exitCode(Ending::badInput(error.what()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,10 +54,15 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::string> environment = currentEnvironment();
   CommandLine commandLine;
   try {
+    if (const Subcommand* subcommand = ddprunSubcommands().select(argc, argv)) {
+      if (const std::string note = shadowedFileNote(*subcommand); !note.empty()) {
+        std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
+      }
+      return subcommand->run(subcommandArguments(argc, argv), environment);
+    }
     commandLine = parseCommandLine(argc, argv, environment);
   } catch (const UsageError& error) {
-    std::fprintf(stderr, "ddprun: error: %s\n", error.what());
-    return 2;
+    return usageFailure(error);
   }
   if (commandLine.helpRequested) {
     std::fputs(commandLine.helpText.c_str(), stdout);

@@ -1,6 +1,10 @@
 // The ddprun command line: torchrun 2.x options and defaults, PET_ fallbacks, pass-through of
 // script arguments, entry-point detection, and one-line UsageErrors for every bad input.
 #include "cli/cli.h"
+#include "cli/host_probes.h"
+#include "cli/options.h"
+#include "subprocess.h"
+#include "waits.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -384,16 +388,143 @@ TEST_CASE("the last of a repeated option wins, as with argparse", "[cli]") {
   CHECK(config({"--nproc-per-node", "2", "--nproc_per_node", "3", script()}).nprocPerNode == 3);
 }
 
-TEST_CASE("no prefix abbreviations, unknown options are errors with a suggestion", "[cli]") {
-  CHECK_THAT(usageError({"--nproc", "2", script()}),
-             Catch::Contains("unknown option --nproc") &&
+TEST_CASE("unknown options are errors with a suggestion for a near miss", "[cli]") {
+  CHECK_THAT(usageError({"--nproc-per-nodes", "2", script()}),
+             Catch::Contains("unknown option --nproc-per-nodes") &&
                  Catch::Contains("did you mean --nproc-per-node?"));
-  CHECK_THAT(usageError({"--monitor=0.1", script()}), Catch::Contains("unknown option --monitor"));
-  CHECK_THAT(usageError({"--max_restart", "2", script()}),
+  CHECK_THAT(usageError({"--max_restars", "2", script()}),
              Catch::Contains("did you mean --max_restarts?"));
-  CHECK_THAT(usageError({"--log", "x", script()}), Catch::Contains("unknown option --log"));
-  CHECK_THAT(usageError({"--zzzzzzzz", script()}), Catch::Contains("unknown option --zzzzzzzz"));
+  CHECK_THAT(usageError({"--monitr-interval=0.1", script()}),
+             Catch::Contains("unknown option --monitr-interval; did you mean --monitor-interval?"));
+  CHECK_THAT(usageError({"--zzzzzzzz", script()}),
+             Catch::Contains("unknown option --zzzzzzzz; see ddprun --help"));
   CHECK_THAT(usageError({"-x", script()}), Catch::Contains("unknown option -x"));
+  // A prefix in a mix of the two spellings is a prefix of neither, as with argparse.
+  CHECK_THAT(usageError({"--nproc_per-node", "2", script()}),
+             Catch::Contains("unknown option --nproc_per-node"));
+}
+
+namespace {
+
+// A long option shortened to a prefix: what it is typed as, and what it must set.
+struct PrefixCase {
+  std::vector<std::string> args;  // before the script
+  std::function<bool(const LaunchConfig&)> applied;
+};
+
+}  // namespace
+
+TEST_CASE("long options may be shortened to a unique prefix in either spelling, as argparse allows",
+          "[cli][prefix]") {
+  const auto redirectsBoth = [](const LaunchConfig& c) {
+    return c.logs.redirects.all == StdStreams{true, true};
+  };
+  const auto twoWorkers = [](const LaunchConfig& c) { return c.nprocPerNode == 2; };
+  const auto executable = [](const LaunchConfig& c) {
+    return c.entry.kind == EntryKind::kExecutable;
+  };
+  // torchrun 1.13 runs each of these (PyTorch's own launcher tests use --redirect=3 and friends).
+  const std::vector<PrefixCase> cases = {
+      {{"--redirect=3"}, redirectsBoth},
+      {{"--redirect", "3"}, redirectsBoth},
+      {{"--redi=3"}, redirectsBoth},
+      {{"--nproc_per=2"}, twoWorkers},
+      {{"--nproc_per", "2"}, twoWorkers},
+      {{"--nproc-per=2"}, twoWorkers},
+      {{"--nproc-per", "2"}, twoWorkers},
+      {{"--no_py"}, executable},
+      {{"--no-py"}, executable},
+      {{"--max_restart", "3"}, [](const LaunchConfig& c) { return c.restart.maxRestarts == 3; }},
+      {{"--monitor_int=0.5"},
+       [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
+      {{"--stand"}, [](const LaunchConfig& c) { return c.rdzv.standalone; }},
+      {{"--rdzv_b", "c10d"},
+       [](const LaunchConfig& c) { return c.rdzv.backend == RdzvBackend::kC10d; }},
+      {{"--virtual-l"}, [](const LaunchConfig& c) { return c.virtualLocalRank; }},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.push_back(sandbox().path("tool"));
+    INFO(Catch::Detail::stringify(args));
+    CHECK(c.applied(config(args)));
+  }
+  CHECK(parse({"--he"}).helpRequested);
+  CHECK(parse({"--vers"}).versionRequested);
+  // Messages name the option as typed.
+  CHECK_THAT(usageError({"--nproc_per", "abc", script()}), Catch::Contains("--nproc_per 'abc'"));
+  CHECK_THAT(usageError({"--stand=1", script()}), Catch::Contains("--stand takes no value"));
+}
+
+TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the spelling typed",
+          "[cli][prefix]") {
+  // Each spelling is an option string of its own to argparse, so a prefix of both spellings of
+  // one option is ambiguous too. torchrun 2.6: "ambiguous option: --nproc could match
+  // --nproc-per-node, --nproc_per_node" (torchrun 1.13, with one spelling, takes it).
+  CHECK(usageError({"--nproc", "2", script()}) ==
+        "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node; write more of "
+        "the option's name");
+  CHECK_THAT(usageError({"--n", "2", script()}),
+             Catch::Contains("ambiguous option: --n could match --nnodes, --nproc-per-node, "
+                             "--nproc_per_node, --no-python, --no_python, --node-rank, "
+                             "--node_rank, --numa-binding, --numa_binding;"));
+  CHECK_THAT(usageError({"--rdzv-=x", script()}),
+             Catch::Contains("ambiguous option: --rdzv- could match --rdzv-backend, "
+                             "--rdzv-endpoint, --rdzv-id, --rdzv-conf;"));
+  CHECK_THAT(usageError({"--master_", "x", script()}),
+             Catch::Contains("--master_ could match --master_addr, --master_port;"));
+  CHECK_THAT(
+      usageError({"--log", "x", script()}),
+      Catch::Contains("--log could match --log-dir, --log_dir, --logs-specs, --logs_specs;"));
+  CHECK_THAT(usageError({"--monitor=1", script()}),
+             Catch::Contains("--monitor could match --monitor-interval, --monitor_interval;"));
+  CHECK_THAT(usageError({"--h"}), Catch::Contains("--h could match --help, --hang-timeout"));
+}
+
+TEST_CASE("the ddprun binary: an ambiguous prefix is one error line and exit code 2",
+          "[cli][prefix]") {
+  using namespace std::chrono_literals;
+  ddprun::test::Subprocess ddprun({DDPRUN_BIN, "--nproc", "2", script()});
+  REQUIRE(ddprun::test::exitsWith(ddprun, 2, 30s));
+  CHECK(ddprun.output().empty());
+  CHECK(ddprun.errors() ==
+        "ddprun: error: ambiguous option: --nproc could match --nproc-per-node, "
+        "--nproc_per_node; write more of the option's name\n");
+}
+
+TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact names only",
+          "[cli][prefix]") {
+  using ddprun::launcher::cli_detail::matchLongOption;
+  using ddprun::launcher::cli_detail::OptionSpec;
+  // No real option's name is a prefix of another's (yet), so a table of the test's own.
+  const OptionSpec table[] = {{.name = "tee"}, {.name = "tee-all"}, {.name = "log-dir"}};
+  CHECK(matchLongOption("tee", table).option == &table[0]);
+  CHECK(matchLongOption("tee-", table).option == &table[1]);
+  CHECK(matchLongOption("tee_a", table).option == &table[1]);
+  CHECK(matchLongOption("te", table).option == nullptr);
+  CHECK(matchLongOption("te", table).candidates.size() == 3);  // tee, tee-all, tee_all
+  CHECK(matchLongOption("log_dir", table).option == &table[2]);
+  CHECK(matchLongOption("", table).option == nullptr);
+  CHECK(matchLongOption("x", table).candidates.empty());
+
+  Environment environment = sandbox().environment();
+  environment["PET_NPROC"] = "3";
+  environment["PET_NPROC_PER"] = "3";
+  environment["PET_REDIRECT"] = "3";
+  const LaunchConfig c = config({script()}, environment);
+  CHECK(c.nprocPerNode == 1);
+  CHECK(c.logs.redirects == StreamSelection{});
+}
+
+TEST_CASE("prefixes are read only before the training script", "[cli][prefix]") {
+  const std::vector<std::string> scriptArgs = {"--n", "2", "--redirect=3", "--nproc_per", "4",
+                                               "--no_py", "--rdzv"};
+  std::vector<std::string> args = {"--nproc_per", "2", script()};
+  args.insert(args.end(), scriptArgs.begin(), scriptArgs.end());
+  const LaunchConfig c = config(args);
+  CHECK(c.nprocPerNode == 2);
+  CHECK(c.entry.kind == EntryKind::kPythonScript);
+  CHECK(c.logs.redirects == StreamSelection{});
+  CHECK(c.entry.args == scriptArgs);
 }
 
 TEST_CASE("option syntax errors", "[cli]") {
@@ -517,7 +648,7 @@ TEST_CASE("option --nproc-per-node: integer >= 1, cpu, gpu, auto, xpu", "[cli]")
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES is read like the CUDA runtime does", "[cli]") {
-  using ddprun::launcher::detail::visibleGpuCount;
+  using ddprun::launcher::cli_detail::visibleGpuCount;
   CHECK(visibleGpuCount(4, std::nullopt) == 4);
   CHECK(visibleGpuCount(0, std::nullopt) == 0);
   CHECK(visibleGpuCount(4, "") == 0);
@@ -622,7 +753,7 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   };
   const CommandLine good = conf(
       " join_timeout = 5 , last_call_timeout=2.5,keep_alive_max_attempt=3,is_host=YES,"
-      "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,timeout=900,"
+      "store_type=TCP,use_libuv=1,exit_barrier_timeout=30,read_timeout=60,"
       "close_timeout=1,heartbeat_timeout=5,keep_alive_interval=5,");
   CHECK(good.warnings.empty());
   // Typed: durations in milliseconds, the boolean as a boolean, nothing left as text.
@@ -648,7 +779,13 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   CHECK(staticConf("timeout=70") == milliseconds(70000));
   CHECK(staticConf("timeout=70,join_timeout=9") == milliseconds(9000));
   CHECK(staticConf("close_timeout=3") == milliseconds(900000));
-  CHECK(conf("timeout=70").config.rdzv.settings.joinTimeout == milliseconds(600000));
+  // c10d does not read `timeout` (nor does torch's): it is ignored with a warning.
+  const CommandLine c10dTimeout = conf("timeout=70");
+  CHECK(c10dTimeout.config.rdzv.settings.joinTimeout == milliseconds(600000));
+  REQUIRE(c10dTimeout.warnings.size() == 1);
+  CHECK_THAT(c10dTimeout.warnings[0],
+             Catch::Contains("timeout is not read by the c10d backend; ignored (c10d's join "
+                             "timeout is join_timeout)"));
 
   const CommandLine unknown = conf("join_timout=5,join_timeout=7");
   REQUIRE(unknown.warnings.size() == 1);
@@ -675,6 +812,117 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   CHECK_THAT(error("store_type=redis"), Catch::Contains("unknown store_type 'redis'"));
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_CONF", "x")),
              Catch::Contains("PET_RDZV_CONF: key 'x' has no value"));
+}
+
+TEST_CASE("option --rdzv-conf: PyTorch's launcher test with the quotes inside the argument runs",
+          "[cli][rdzv-conf]") {
+  // test_launch_elastic in PyTorch's test/distributed/launcher/run_test.py passes the quotes on
+  // to argparse: the first key is 'join_timeout and the last value 5'. torchrun 1.13 and 2.6 run
+  // it (c10d reads neither key), so ddprun does too: warned, never exit 2.
+  const std::vector<std::string> upstream = {
+      "--nnodes=1:2",
+      "--nproc-per-node=4",
+      "--rdzv-backend=c10d",
+      "--rdzv-endpoint=localhost:29511",
+      "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+      "--rdzv-id=1234",
+      "--monitor-interval=1",
+      "--start-method=spawn",
+      script(),
+      "--touch-file-dir=/tmp/x"};
+  const CommandLine line = parse(upstream);
+  const auto& settings = line.config.rdzv.settings;
+  CHECK(settings.lastCallTimeout == std::chrono::seconds(1));
+  CHECK(settings.joinTimeout == std::chrono::seconds(600));  // as torchrun: the key has a quote
+  CHECK(line.config.nprocPerNode == 4);
+  REQUIRE(line.warnings.size() == 3);  // the quotes, 'join_timeout, timeout
+  CHECK_THAT(line.warnings[0], Catch::Contains("is wrapped in quotes that no shell removed") &&
+                                   Catch::Contains("drop them"));
+  CHECK_THAT(line.warnings[1], Catch::Contains("unknown key ''join_timeout' ignored"));
+  CHECK_THAT(line.warnings[2], Catch::Contains("timeout is not read by the c10d backend"));
+
+  // Double quotes alike; a value that only contains quotes is not wrapped.
+  CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "\"last_call_timeout=1\"", script()})
+                 .warnings.front(),
+             Catch::Contains("wrapped in quotes"));
+  CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "x='1',y=\"2\"", script()})
+                 .warnings.front(),
+             Catch::Contains("unknown key 'x'"));
+
+  // The static backend reads `timeout`: 5' is refused, as torchrun fails on int("5'"), and the
+  // message names the quotes.
+  CHECK_THAT(usageError({"--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", script()}),
+             Catch::Contains("its value is wrapped in quotes no shell removed: drop them") &&
+                 Catch::Contains("'timeout=5'' is not a positive number of seconds"));
+}
+
+namespace {
+
+// One --rdzv-conf entry under one backend: read (and checked) or ignored with a warning.
+struct BackendKeyCase {
+  std::string backend;
+  std::string entry;
+  std::string outcome;  // "ok", "warn: TEXT" (ignored) or "error: TEXT" (exit 2)
+};
+
+}  // namespace
+
+TEST_CASE("option --rdzv-conf: keys the backend reads are strict, others warn once and are ignored",
+          "[cli][rdzv-conf]") {
+  const std::vector<BackendKeyCase> cases = {
+      // `timeout`: the static backend's join timeout; c10d reads join_timeout instead.
+      {"static", "timeout=70", "ok"},
+      {"static", "timeout=abc", "error: 'timeout=abc' is not a positive number of seconds"},
+      {"c10d", "timeout=70", "warn: timeout is not read by the c10d backend"},
+      {"c10d", "timeout=abc", "warn: timeout is not read by the c10d backend"},
+      // is_host: c10d's; with static, node rank 0 hosts the store.
+      {"c10d", "is_host=1", "ok"},
+      {"c10d", "is_host=maybe", "error: 'is_host=maybe' is not a boolean"},
+      {"static", "is_host=1", "warn: is_host is not read by the static backend"},
+      {"static", "is_host=maybe", "warn: node rank 0 hosts the store"},
+      // Keys both read stay strict under either.
+      {"static", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
+      {"c10d", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
+      {"static", "keep_alive_max_attempt=0", "error: is not a whole number >= 1"},
+      {"c10d", "read_timeout=-1", "error: is not a positive number"},
+      {"static", "store_type=file", "error: store_type=file"},
+      // Unknown keys: any value.
+      {"c10d", "join_timout=abc'", "warn: unknown key 'join_timout' ignored"},
+      {"static", "'x=\"", "warn: unknown key ''x' ignored"},
+      // A missing key or value is an error whatever the key, as in torchrun.
+      {"c10d", "timeout=", "error: key 'timeout' has no value"},
+      {"static", "is_host", "error: key 'is_host' has no value"},
+  };
+  for (const auto& c : cases) {
+    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
+    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
+                                           script()};
+    if (c.outcome.starts_with("error: ")) {
+      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
+      continue;
+    }
+    const CommandLine line = parse(args);
+    if (c.outcome == "ok") {
+      CHECK(line.warnings.empty());
+    } else {
+      REQUIRE(line.warnings.size() == 1);
+      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
+    }
+  }
+  // Ignored means ignored: no value of an unread key reaches the settings.
+  using std::chrono::milliseconds;
+  CHECK(config({"--rdzv-backend", "c10d", "--rdzv-conf", "timeout=70", script()})
+            .rdzv.settings.joinTimeout == milliseconds(600000));
+  CHECK_FALSE(config({"--rdzv-conf", "is_host=1", script()}).rdzv.settings.isHost.has_value());
+  // --standalone is c10d: `timeout` is not read there either.
+  CHECK_THAT(parse({"--standalone", "--rdzv-conf", "timeout=x", script()}).warnings.at(0),
+             Catch::Contains("not read by the c10d backend"));
+  // Each ignored key is warned about once.
+  const CommandLine repeated =
+      parse({"--rdzv-backend", "c10d", "--rdzv-conf",
+             "timeout=1,nope=1,timeout=2,nope=2,join_timeout=3", script()});
+  CHECK(repeated.warnings.size() == 2);
+  CHECK(repeated.config.rdzv.settings.joinTimeout == milliseconds(3000));
 }
 
 TEST_CASE("option --rdzv-conf: token_file and the TLS files are paths, TLS only with the token and "
@@ -967,9 +1215,25 @@ TEST_CASE("option --log-dir must be, or be creatable as, a writable directory", 
   }
 }
 
-TEST_CASE("option --logs-specs is refused: it names a Python plugin", "[cli]") {
-  CHECK_THAT(usageError({"--logs-specs", "custom", script()}),
-             Catch::Contains("--logs-specs 'custom'") && Catch::Contains("no Python plugin host"));
+TEST_CASE("option --logs-specs: default (torch's built-in log specs) is accepted, a plugin is not",
+          "[cli]") {
+  // torch registers DefaultLogsSpecs as the entry point "default"; it is what ddprun does.
+  const std::vector<std::vector<std::string>> accepted = {
+      {"--logs-specs", "default"}, {"--logs_specs=default"}, {"--logs-spec", "default"}};
+  for (const auto& args : accepted) {
+    INFO(Catch::Detail::stringify(args));
+    std::vector<std::string> withScript = args;
+    withScript.push_back(script());
+    const CommandLine line = parse(withScript);
+    CHECK(line.warnings.empty());
+    CHECK(line.config.logs.dir.empty());
+  }
+  for (const std::string plugin : {"custom", "Default", " default", ""}) {
+    INFO("--logs-specs '" << plugin << "'");
+    CHECK_THAT(usageError({"--logs-specs", plugin, script()}),
+               Catch::Contains("--logs-specs '" + plugin + "'") &&
+                   Catch::Contains("no Python plugin host") && Catch::Contains("give default"));
+  }
   CHECK_THAT(usageError({"--logs_specs=custom", script()}), Catch::Contains("--logs_specs"));
 }
 
@@ -1054,4 +1318,130 @@ TEST_CASE("option --help lists every option in both spellings, --version", "[cli
   CHECK(version.versionRequested);
   CHECK_FALSE(version.helpRequested);
   CHECK_THAT(ddprun::launcher::versionText(), Catch::StartsWith("ddprun "));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Subcommands ahead of torchrun's grammar (cli/subcommands.h)
+
+namespace {
+
+using ddprun::launcher::Subcommand;
+using ddprun::launcher::Subcommands;
+
+// A table with the subcommands a test needs; each records the arguments it ran with.
+struct TestSubcommands {
+  Subcommands table;
+  std::vector<std::string> ranWith;
+
+  explicit TestSubcommands(const std::vector<std::string>& names) {
+    for (const auto& name : names) {
+      table.add({name, "a test subcommand", [this](const std::vector<std::string>& args,
+                                                   const Environment&) {
+                   ranWith = args;
+                   return 7;
+                 }});
+    }
+  }
+
+  // The name of the subcommand `args` select, or "" for a training job.
+  std::string selected(const std::vector<std::string>& args) const {
+    std::vector<const char*> argv{"ddprun"};
+    for (const auto& arg : args) argv.push_back(arg.c_str());
+    const Subcommand* subcommand = table.select(static_cast<int>(argv.size()), argv.data());
+    return subcommand == nullptr ? "" : subcommand->name;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("subcommands: only a first argument that is exactly a subcommand's name selects it",
+          "[cli][subcommands]") {
+  const TestSubcommands commands({"status", "launch-hosts"});
+  struct Case {
+    std::vector<std::string> args;
+    std::string selected;  // "" = a training job, parsed by torchrun's grammar
+  };
+  const std::vector<Case> cases = {
+      {{"status"}, "status"},
+      {{"status", "--json", "job7"}, "status"},
+      {{"launch-hosts", "--", "x"}, "launch-hosts"},
+      // A script named like a subcommand: as a path, after --, after any option.
+      {{"./status"}, ""},
+      {{"/work/status"}, ""},
+      {{"--", "status"}, ""},
+      {{"--nproc-per-node", "2", "status"}, ""},
+      {{"--standalone", "status"}, ""},
+      // Never a prefix, another case, a .py file, or a later argument.
+      {{"stat"}, ""},
+      {{"Status"}, ""},
+      {{"status.py"}, ""},
+      {{"train.py", "status"}, ""},
+      {{}, ""},
+  };
+  for (const auto& c : cases) {
+    INFO(Catch::Detail::stringify(c.args));
+    CHECK(commands.selected(c.args) == c.selected);
+  }
+}
+
+TEST_CASE("subcommands: the selected one runs with the arguments after its name, untouched",
+          "[cli][subcommands]") {
+  TestSubcommands commands({"status"});
+  const std::vector<const char*> argv{"ddprun", "status", "--nproc-per-node", "", "-m"};
+  const Subcommand* status = commands.table.select(static_cast<int>(argv.size()), argv.data());
+  REQUIRE(status != nullptr);
+  const auto args =
+      ddprun::launcher::subcommandArguments(static_cast<int>(argv.size()), argv.data());
+  CHECK(args == std::vector<std::string>{"--nproc-per-node", "", "-m"});
+  CHECK(status->run(args, {}) == 7);
+  CHECK(commands.ranWith == args);
+}
+
+TEST_CASE("subcommands: a name that could be a training script cannot be added",
+          "[cli][subcommands]") {
+  for (const std::string bad : {"", "status.py", "a/b", "./status", "-s", "--status", "Status",
+                                "2status", "sta tus", "status_all"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(ddprun::launcher::isSubcommandName(bad));
+    Subcommands table;
+    CHECK_THROWS_AS(table.add({bad, "x", {}}), std::invalid_argument);
+  }
+  for (const std::string good : {"status", "launch-hosts", "s3"}) {
+    CHECK(ddprun::launcher::isSubcommandName(good));
+  }
+  Subcommands table;
+  table.add({"status", "x", {}});
+  CHECK_THROWS_AS(table.add({"status", "again", {}}), std::invalid_argument);
+}
+
+TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of the same name",
+          "[cli][subcommands]") {
+  const Subcommands& own = ddprun::launcher::ddprunSubcommands();
+  for (const auto& subcommand : own.all()) {
+    CHECK(ddprun::launcher::isSubcommandName(subcommand.name));
+    CHECK(subcommand.run);
+  }
+  // --help lists them after the options, or says nothing of subcommands while there are none.
+  const std::string help = parse({"--help"}).helpText;
+  CHECK((help.find("subcommands") != std::string::npos) == !own.empty());
+
+  const TestSubcommands commands({"tool", "status"});
+  CHECK_THAT(commands.table.helpSection(),
+             Catch::Contains("  tool ") && Catch::Contains("a test subcommand") &&
+                 Catch::Contains("./NAME or after --"));
+  CHECK(Subcommands().helpSection().empty());
+
+  // The sandbox has an executable `tool`: `ddprun tool` is the subcommand, with a note; the file
+  // still runs as ./tool or after --.
+  const WorkingDirectory cwd(sandbox().root);
+  const std::vector<const char*> argv{"ddprun", "tool"};
+  const Subcommand& tool = *commands.table.select(2, argv.data());
+  CHECK_THAT(ddprun::launcher::shadowedFileNote(tool),
+             Catch::Contains("'tool' is ddprun's subcommand") &&
+                 Catch::Contains("ddprun [options] ./tool"));
+  CHECK(ddprun::launcher::shadowedFileNote(commands.table.all()[1]).empty());  // no file `status`
+  CHECK(commands.selected({"./tool"}).empty());
+  CHECK(config({"./tool"}).entry.executable == "./tool");
+  CHECK(commands.selected({"--", "tool"}).empty());
+  CHECK(config({"--", "tool"}).entry.executable == "./tool");
 }

@@ -1,25 +1,34 @@
 // The ddprun command line: argv plus the PET_* environment -> a validated LaunchConfig.
 //
 // torchrun 2.x compatible: every option in both spellings (--nproc-per-node, --nproc_per_node),
-// the short forms -m/-r/-t/-h, "--opt value" and "--opt=value", and each option's PET_<DEST>
-// environment fallback (command line > PET_ > default). Unlike torchrun: no prefix abbreviations,
-// everything after the training script is passed through untouched, and every bad input is
+// the short forms -m/-r/-t/-h, "--opt value" and "--opt=value", unique prefixes of long options
+// as argparse allows them (--nproc_per 2, --redirect=3; an ambiguous one is an error naming the
+// candidates), and each option's PET_<DEST> environment fallback (command line > PET_ > default;
+// exact variable names only). Unlike torchrun: everything after the training script is passed
+// through untouched (no prefix or option there is ever read as ddprun's), and every bad input is
 // reported up front as one UsageError line instead of a traceback (or a failure minutes later).
+//
+// Ahead of that grammar, `ddprun SUBCOMMAND ARGS...` (subcommands.h): the first argument selects
+// a subcommand only when it is exactly one's name, and a name is [a-z][a-z0-9-]*, so a path (with
+// a '/') or a .py file is never one. A training script named like a subcommand, say `status`,
+// runs as `ddprun ./status`, `ddprun -- status`, or after any option
+// (`ddprun --nproc-per-node 2 status`). main.cc asks ddprunSubcommands().select() first, then
+// parseCommandLine().
 #pragma once
 
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "cli/subcommands.h"
 #include "ddprun/launcher/launch_config.h"
 
 namespace ddprun::launcher {
 
 // Bad input: what() is ONE line naming the problem and the fix, e.g.
 //   "--nnodes '3:2': MIN (3) is larger than MAX (2); use --nnodes MIN:MAX with MIN <= MAX"
-// The caller prints "ddprun: error: <what()>" and exits 2.
+// The caller prints "ddprun: error: <what()>" and exits 2 (exitCode(Ending::badInput(...))).
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -41,14 +50,5 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
 
 // "ddprun <version>", for --version.
 std::string versionText();
-
-namespace detail {
-
-// How many of `physicalGpus` NVIDIA GPUs CUDA would enumerate under CUDA_VISIBLE_DEVICES
-// (nothing = unset). Like the CUDA runtime, the list is read up to its first invalid entry (an
-// index out of range, a repeated index, anything that is neither an index nor a GPU-/MIG- UUID).
-int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices);
-
-}  // namespace detail
 
 }  // namespace ddprun::launcher

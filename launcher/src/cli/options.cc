@@ -1,0 +1,314 @@
+// The option table and what is derived from it. A long option is matched as argparse matches it
+// (allow_abbrev): its exact spelling, else a unique prefix of either spelling.
+#include "cli/options.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+#include <vector>
+
+#include "cli/cli.h"
+#include "cli/helpers.h"
+#include "ddprun/common/text.h"
+
+namespace ddprun::launcher::cli_detail {
+namespace {
+
+using common::printable;
+
+// clang-format off
+constexpr OptionSpec kOptions[] = {
+  {.name = "help", .shortName = 'h', .kind = ValueKind::kFlag, .hasEnvironment = false,
+   .help = "Show this help and exit."},
+  {.name = "version", .kind = ValueKind::kFlag, .hasEnvironment = false,
+   .help = "Show ddprun's version and exit."},
+  {.name = "nnodes",
+   .help = "How many nodes (agents) take part: N, or MIN:MAX for an elastic job. Default: 1:1."},
+  {.name = "nproc-per-node",
+   .help = "Workers per node: a number, or cpu (CPU count), gpu (visible NVIDIA GPUs), xpu "
+           "(Intel GPUs) or auto (GPUs if any, else CPUs). Default: 1."},
+  {.name = "rdzv-backend",
+   .help = "Rendezvous backend: static (--node-rank, --master-addr, --master-port) or c10d "
+           "(--rdzv-endpoint). Default: static."},
+  {.name = "rdzv-endpoint",
+   .help = "Rendezvous store address: HOST[:PORT] or [IPv6][:PORT]; the c10d port defaults to "
+           "29400. Default for c10d: localhost:29400; for static: MASTER_ADDR:MASTER_PORT."},
+  {.name = "rdzv-id",
+   .help = "Job id shared by every node; becomes TORCHELASTIC_RUN_ID. Default: none."},
+  {.name = "rdzv-conf",
+   .help = "Extra rendezvous settings as key=value,key=value, in seconds: join_timeout (600), "
+           "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
+           "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
+           "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), "
+           "timeout (static only: the join timeout and how long a node waits for the master, "
+           "900), read_timeout (60; also how long to wait for the endpoint), "
+           "exit_barrier_timeout (300); and is_host (c10d only), store_type (tcp), use_libuv "
+           "(ignored); token_file=PATH: the job's secret (mode 600, "
+           "the same file on every node and for ddprun-rendezvous --token-file): the stores then "
+           "admit only connections that prove it, and workers reach them through a relay on "
+           "127.0.0.1; with it, tls_cert=PATH,tls_key=PATH (and tls_ca=PATH, else the "
+           "certificate is its own CA): every store connection between hosts is TLS as well. "
+           "A key the backend does not read is ignored with a warning, whatever its value."},
+  {.name = "standalone", .kind = ValueKind::kFlag,
+   .help = "Single-node job with its own rendezvous on 127.0.0.1, a free port and a random "
+           "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},
+  {.name = "max-restarts", .kind = ValueKind::kInteger,
+   .help = "How many times the worker group may be restarted after a failure. Default: 0."},
+  {.name = "monitor-interval", .kind = ValueKind::kNumber,
+   .help = "Accepted for compatibility (seconds, > 0): ddprun learns of worker exits at once "
+           "instead of polling. Default: 0.1."},
+  {.name = "start-method", .metavar = "{spawn,fork,forkserver}",
+   .help = "Accepted for compatibility: torchrun's --run-path runs the script in a "
+           "multiprocessing child started this way; ddprun starts every worker as a fresh "
+           "process (as spawn does), so fork and forkserver make no difference. Default: spawn."},
+  {.name = "event-log-handler",
+   .help = "Where agent and rendezvous events go: null, console (the agent's log on stderr "
+           "at info level, as LOGLEVEL=INFO) or dynamic_rendezvous (null). Default: null."},
+  {.name = "role",
+   .help = "Role name of the workers, shown in the [<role><local_rank>]: prefix. "
+           "Default: default."},
+  {.name = "module", .shortName = 'm', .kind = ValueKind::kFlag,
+   .help = "Run training_script as a Python module, like 'python -m'."},
+  {.name = "no-python", .kind = ValueKind::kFlag,
+   .help = "Run training_script directly as an executable, without Python (executable files "
+           "that are not .py are run directly even without it)."},
+  {.name = "run-path", .kind = ValueKind::kFlag,
+   .help = "Run training_script through Python's runpy.run_path in a child interpreter."},
+  {.name = "log-dir",
+   .help = "Base directory for the per-attempt, per-rank log files; created if missing."},
+  {.name = "redirects", .shortName = 'r',
+   .help = "Send worker output to files in the log directory: 0 none, 1 stdout, 2 stderr, "
+           "3 both, or per local rank, e.g. 0:3,1:1. Default: 0."},
+  {.name = "tee", .shortName = 't',
+   .help = "Like --redirects, and also copy the output to the console. Default: 0."},
+  {.name = "local-ranks-filter",
+   .help = "Comma list of local ranks whose output reaches the console, e.g. 0,2. Default: all."},
+  {.name = "duplicate-stdout-filters",
+   .help = "Comma list of substrings (,, for a literal comma): stdout lines containing one are "
+           "also written to filtered_stdout.log."},
+  {.name = "duplicate-stderr-filters",
+   .help = "Like --duplicate-stdout-filters, for stderr (filtered_stderr.log)."},
+  {.name = "node-rank", .kind = ValueKind::kInteger,
+   .help = "This node's rank, 0..nnodes-1 (static backend only). Default: 0."},
+  {.name = "master-addr",
+   .help = "Address of the rank-0 node (static backend only). Default: 127.0.0.1."},
+  {.name = "master-port", .kind = ValueKind::kInteger,
+   .help = "Port of the store on the rank-0 node (static backend only). Default: 29500."},
+  {.name = "local-addr",
+   .help = "This node's address as the other nodes should reach it. Default: its FQDN."},
+  {.name = "logs-specs", .hasEnvironment = false,
+   .help = "Only default: torch's built-in log specs (DefaultLogsSpecs), which is what ddprun "
+           "does. torchrun loads any other name as a Python LogsSpecs plugin, and ddprun has no "
+           "Python plugin host."},
+  {.name = "numa-binding", .hasEnvironment = false,
+   .metavar = "{node,socket,exclusive,core-complex}",
+   .help = "Bind each worker with numactl to the CPUs and memory nearest its GPU."},
+  {.name = "signals-to-handle",
+   .help = "Signals the agent catches and forwards to the workers. "
+           "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
+  {.name = "shutdown-timeout", .kind = ValueKind::kNumber,
+   .help = "Seconds between the forwarded signal and SIGKILL. Default: "
+           "$TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30."},
+  {.name = "hang-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: seconds without progress after which a worker that reported progress is "
+           "hung: its stacks are recorded, it is killed and the group restarts as after any "
+           "failure. Progress: the runtime library's collectives, or os.utime() of "
+           "$DDPRUN_HEARTBEAT_FILE. 0: off. Default: 0."},
+  {.name = "hang-startup-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: with --hang-timeout, seconds a worker may take to its first progress "
+           "report. 0: unbounded. Default: 600."},
+  {.name = "exit-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: once a worker exited 0, seconds the node's other workers have to exit "
+           "too; then they are hung at exit: their stacks are recorded, they are killed and the "
+           "job fails without a restart. 0: wait for ever. Default: 300."},
+  {.name = "virtual-local-rank", .kind = ValueKind::kFlag,
+   .help = "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its one GPU."},
+};
+// clang-format on
+
+std::size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown option --nprocs; did you mean --nproc-per-node?": the nearest name, in the spelling
+// the user typed, when one is near enough to be a typo.
+std::string unknownOptionMessage(std::string_view spelling) {
+  const std::string_view name = spelling.substr(2);
+  const bool underscores = name.find('_') != std::string_view::npos;
+  std::string best;
+  std::size_t bestDistance = std::max<std::size_t>(2, name.size() / 4) + 1;
+  for (const auto& spec : kOptions) {
+    const std::string candidate = underscores ? underscored(spec.name) : std::string(spec.name);
+    const std::size_t distance = editDistance(name, candidate);
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  if (best.empty()) return fmt::format("unknown option {}; see ddprun --help", printable(spelling));
+  return fmt::format("unknown option {}; did you mean --{}?", printable(spelling), best);
+}
+
+// argparse's words: "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node",
+// and the fix.
+std::string ambiguousOptionMessage(std::string_view spelling,
+                                   const std::vector<LongOptionMatch::Candidate>& candidates) {
+  std::string names;
+  for (const auto& candidate : candidates) {
+    names += fmt::format("{}--{}", names.empty() ? "" : ", ", candidate.spelling);
+  }
+  return fmt::format("ambiguous option: {} could match {}; write more of the option's name",
+                     printable(spelling), names);
+}
+
+// Joins words that wrap() must keep on one line ("[env PET_X]"); turned back into a space after.
+constexpr char kNoBreakSpace = '\x01';
+
+std::string wrap(std::string_view text, std::size_t indent, std::size_t width) {
+  std::string out;
+  std::size_t column = indent;
+  bool first = true;
+  for (const auto word : split(text, ' ')) {
+    if (word.empty()) continue;
+    if (!first && column + 1 + word.size() > width) {
+      out += '\n';
+      out.append(indent, ' ');
+      column = indent;
+      first = true;
+    }
+    if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first = false;
+  }
+  std::replace(out.begin(), out.end(), kNoBreakSpace, ' ');
+  return out;
+}
+
+// argparse's layout: invocation in column 2, help in column 24 (on the next line when the
+// invocation is too wide).
+void appendHelpItem(std::string& out, const std::string& invocation, std::string_view help) {
+  constexpr std::size_t kHelpColumn = 24;
+  constexpr std::size_t kWidth = 100;
+  out += "  " + invocation;
+  if (invocation.size() + 2 + 2 <= kHelpColumn) {
+    out.append(kHelpColumn - invocation.size() - 2, ' ');
+  } else {
+    out += '\n';
+    out.append(kHelpColumn, ' ');
+  }
+  out += wrap(help, kHelpColumn, kWidth);
+  out += '\n';
+}
+
+}  // namespace
+
+std::span<const OptionSpec> options() { return kOptions; }
+
+std::string underscored(std::string_view name) {
+  std::string out(name);
+  std::replace(out.begin(), out.end(), '-', '_');
+  return out;
+}
+
+std::string environmentName(const OptionSpec& spec) {
+  return "PET_" + upperCase(underscored(spec.name));
+}
+
+std::string metavar(const OptionSpec& spec) {
+  return spec.metavar.empty() ? upperCase(underscored(spec.name)) : std::string(spec.metavar);
+}
+
+const OptionSpec& optionNamed(std::string_view name) {
+  const auto it = std::find_if(std::begin(kOptions), std::end(kOptions),
+                               [&](const OptionSpec& spec) { return spec.name == name; });
+  if (it == std::end(kOptions)) throw std::logic_error("no option --" + std::string(name));
+  return *it;
+}
+
+LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpec> table) {
+  LongOptionMatch match;
+  for (const auto& spec : table) {
+    if (name == spec.name || name == underscored(spec.name)) {
+      match.option = &spec;
+      return match;
+    }
+  }
+  if (name.empty()) return match;
+  for (const auto& spec : table) {
+    const std::string dashed(spec.name);
+    const std::string other = underscored(spec.name);
+    if (dashed.starts_with(name)) match.candidates.push_back({&spec, dashed});
+    if (other != dashed && other.starts_with(name)) match.candidates.push_back({&spec, other});
+  }
+  if (match.candidates.size() == 1) match.option = match.candidates.front().option;
+  return match;
+}
+
+const OptionSpec& longOption(std::string_view spelling) {
+  const LongOptionMatch match = matchLongOption(spelling.substr(2), kOptions);
+  if (match.option != nullptr) return *match.option;
+  if (match.candidates.size() > 1) {
+    throw UsageError(ambiguousOptionMessage(spelling, match.candidates));
+  }
+  throw UsageError(unknownOptionMessage(spelling));
+}
+
+const OptionSpec* shortOption(char letter) {
+  for (const auto& spec : kOptions) {
+    if (spec.shortName != 0 && spec.shortName == letter) return &spec;
+  }
+  return nullptr;
+}
+
+std::string helpText() {
+  std::string out = fmt::format(
+      "usage: ddprun [options] training_script [training_script_args ...]\n\n"
+      "ddprun {}: a native drop-in replacement for torchrun (Torch Distributed Elastic Training "
+      "Launcher).\nEach option not given falls back to its PET_ environment variable "
+      "(e.g. PET_NPROC_PER_NODE).\nA long option may be shortened to any unique prefix, as with "
+      "torchrun (--nproc_per 2).\nOptions end at training_script (or at --); what follows it "
+      "is passed to it untouched.\n\npositional arguments:\n",
+      DDPRUN_VERSION);
+  appendHelpItem(out, "training_script",
+                 "The script to run: a .py file, a module name (-m), or an executable.");
+  appendHelpItem(out, "training_script_args", "Arguments for the training script, untouched.");
+  out += "\noptions:\n";
+  for (const auto& spec : kOptions) {
+    const std::string suffix = spec.kind == ValueKind::kFlag ? "" : " " + metavar(spec);
+    std::vector<std::string> spellings;
+    if (spec.shortName != 0) spellings.push_back(fmt::format("-{}{}", spec.shortName, suffix));
+    spellings.push_back(fmt::format("--{}{}", spec.name, suffix));
+    if (spec.name.find('-') != std::string_view::npos) {
+      spellings.push_back(fmt::format("--{}{}", underscored(spec.name), suffix));
+    }
+    std::string invocation;
+    for (const auto& spelling : spellings) {
+      invocation += (invocation.empty() ? "" : ", ") + spelling;
+    }
+    std::string help(spec.help);
+    if (spec.hasEnvironment) {
+      help += fmt::format(" [env{}{}]", kNoBreakSpace, environmentName(spec));
+    }
+    appendHelpItem(out, invocation, help);
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher::cli_detail

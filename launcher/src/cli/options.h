@@ -1,0 +1,62 @@
+// The option table: one row per torchrun option (plus ddprun's own), and what is derived from
+// it: the underscore spelling, the PET_ variable, the metavar, the lookup of a spelling as typed,
+// and the --help text.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::launcher::cli_detail {
+
+enum class ValueKind { kFlag, kText, kInteger, kNumber };
+
+struct OptionSpec {
+  std::string_view name{};  // dashed long name without "--": the canonical key
+  char shortName = 0;       // -m, -r, -t, -h
+  ValueKind kind = ValueKind::kText;
+  bool hasEnvironment = true;  // falls back to PET_<NAME>
+  std::string_view metavar{};  // "" = the name upper-cased, as argparse prints it
+  std::string_view help{};
+};
+
+// Every option, in --help order.
+std::span<const OptionSpec> options();
+
+// "nproc-per-node" -> "nproc_per_node".
+std::string underscored(std::string_view name);
+// PET_NPROC_PER_NODE.
+std::string environmentName(const OptionSpec& spec);
+// NPROC_PER_NODE, or the row's own ("{spawn,fork,forkserver}").
+std::string metavar(const OptionSpec& spec);
+
+// The row of a canonical (dashed) name; it must exist.
+const OptionSpec& optionNamed(std::string_view name);
+// What a long option's name as typed (without "--") means in `table`, as argparse's allow_abbrev
+// reads torchrun 2.x's parser: the option spelled exactly so (dashes or underscores), which
+// always wins; else every spelling the name is a prefix of. Each spelling counts on its own, as
+// the two are separate option strings to argparse: --nproc_per and --nproc-per name one option,
+// but --nproc (a prefix of --nproc-per-node and --nproc_per_node) is ambiguous, as in torchrun
+// 2.6; torchrun 1.13 has only the underscore spelling and took it.
+struct LongOptionMatch {
+  struct Candidate {
+    const OptionSpec* option = nullptr;
+    std::string spelling;  // "nproc_per_node"
+  };
+  const OptionSpec* option = nullptr;  // exact, or the only candidate
+  std::vector<Candidate> candidates;   // prefix matches, in table order; two or more: ambiguous
+};
+LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpec> table);
+
+// The option a long spelling as typed ("--nproc_per_node", "--nproc_per") means; throws
+// UsageError naming the fix for a spelling that is ambiguous or means none. Only options before
+// the training script are read, so prefixes never reach the script's own arguments.
+const OptionSpec& longOption(std::string_view spelling);
+// -m, -r, -t, -h; nullptr for any other letter.
+const OptionSpec* shortOption(char letter);
+
+// ddprun --help, laid out as argparse does.
+std::string helpText();
+
+}  // namespace ddprun::launcher::cli_detail

@@ -1,0 +1,261 @@
+#include "cli/rdzv_conf.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <set>
+#include <string_view>
+
+#include "cli/cli.h"
+#include "ddprun/common/text.h"
+
+namespace ddprun::launcher::cli_detail {
+namespace {
+
+using common::printable;
+
+// What each key holds.
+enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored, kFile };
+
+// Which backends read a key. ddprun's static rendezvous runs on the same rounds, keep-alives and
+// store as its c10d (one store, hosted by node rank 0), so it reads every key c10d reads except
+// is_host: its host is node rank 0 whatever a node says (torch's static backend reads no is_host
+// either). `timeout` is the static backend's alone: torchrun's static rendezvous waits that long
+// for the nodes and the master's store; c10d reads its join timeout from join_timeout, and
+// torch's c10d never reads `timeout` (PyTorch's own launcher test passes a garbled one to c10d).
+enum class ReadBy { kBoth, kStatic, kC10d };
+
+using Seconds = std::chrono::milliseconds RendezvousSettings::*;
+using FilePath = std::string RendezvousSettings::*;
+
+struct ConfKey {
+  std::string_view name;
+  ConfKind kind;
+  ReadBy readBy = ReadBy::kBoth;
+  Seconds seconds = nullptr;        // kSeconds: the field it sets
+  FilePath file = nullptr;          // kFile: the field it sets
+  std::string_view elsewhere = "";  // not kBoth: what the other backend uses instead
+};
+
+constexpr auto kBoth = ReadBy::kBoth;
+
+// `timeout` (the static backend's join timeout) is resolved by resolveRendezvous.
+constexpr ConfKey kRdzvConfKeys[] = {
+    {"join_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::joinTimeout},
+    {"last_call_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::lastCallTimeout},
+    {"close_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::closeTimeout},
+    {"heartbeat_timeout", ConfKind::kOptionalSeconds},
+    {"keep_alive_interval", ConfKind::kSeconds, kBoth, &RendezvousSettings::keepAliveInterval},
+    {"keep_alive_max_attempt", ConfKind::kCount},
+    {"timeout", ConfKind::kOptionalSeconds, ReadBy::kStatic, nullptr, nullptr,
+     "c10d's join timeout is join_timeout"},
+    {"read_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::readTimeout},
+    {"is_host", ConfKind::kBoolean, ReadBy::kC10d, nullptr, nullptr,
+     "with static, node rank 0 hosts the store"},
+    {"store_type", ConfKind::kStoreType},
+    {"use_libuv", ConfKind::kIgnored},  // TCPStore flavour in torch; ddprun's store is its own
+    // ddprun extra: how long the nodes wait for each other at the end.
+    {"exit_barrier_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::exitBarrierTimeout},
+    // ddprun extras: the job's token and TLS files.
+    {"token_file", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tokenFile},
+    {"tls_cert", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsCert},
+    {"tls_key", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsKey},
+    {"tls_ca", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsCa},
+};
+
+bool reads(RdzvBackend backend, const ConfKey& key) {
+  switch (key.readBy) {
+    case ReadBy::kBoth:
+      return true;
+    case ReadBy::kStatic:
+      return backend == RdzvBackend::kStatic;
+    case ReadBy::kC10d:
+      return backend == RdzvBackend::kC10d;
+  }
+  return true;
+}
+
+std::string_view backendName(RdzvBackend backend) {
+  return backend == RdzvBackend::kStatic ? "static" : "c10d";
+}
+
+// A value wrapped in one pair of quotes that no shell removed: "'join_timeout=5,timeout=5'"
+// passed from Python, as PyTorch's own launcher test does. torchrun keeps them, so the first key
+// and the last value carry a quote; ddprun keeps them too (stripping them would apply settings
+// torchrun ignores) and says so.
+bool wrappedInQuotes(std::string_view text) {
+  text = trim(text);
+  return text.size() >= 2 && (text.front() == '\'' || text.front() == '"') &&
+         text.back() == text.front();
+}
+
+// Where an --rdzv-conf value came from, for messages: the option or variable, and whether the
+// quotes around the value are the likely cause.
+struct ConfSource {
+  const GivenValue& given;
+  bool quoted = false;
+
+  std::string where() const {
+    if (!quoted) return printable(given.origin);
+    return fmt::format("{} (its value is wrapped in quotes no shell removed: drop them)",
+                       printable(given.origin));
+  }
+};
+
+const ConfKey* findConfKey(std::string_view key) {
+  const auto known = std::find_if(std::begin(kRdzvConfKeys), std::end(kRdzvConfKeys),
+                                  [&](const ConfKey& k) { return k.name == key; });
+  return known == std::end(kRdzvConfKeys) ? nullptr : known;
+}
+
+std::string knownKeyNames() {
+  std::string names;
+  for (const auto& k : kRdzvConfKeys) names += (names.empty() ? "" : ", ") + std::string(k.name);
+  return names;
+}
+
+std::chrono::milliseconds secondsValue(const ConfSource& source, std::string_view key,
+                                       std::string_view value) {
+  const auto seconds = parseFiniteNumber(value);
+  if (!seconds || *seconds <= 0) {
+    throw UsageError(fmt::format("{}: {} is not a positive number of seconds; e.g. {}=60",
+                                 source.where(), quote(fmt::format("{}={}", key, value)), key));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000));
+}
+
+int countValue(const ConfSource& source, std::string_view key, std::string_view value) {
+  const auto count = parseWholeNumber(value);
+  if (!count || *count < 1) {
+    throw UsageError(fmt::format("{}: {} is not a whole number >= 1; e.g. {}=3", source.where(),
+                                 quote(fmt::format("{}={}", key, value)), key));
+  }
+  return static_cast<int>(std::min<long long>(*count, 1000000));
+}
+
+bool booleanValue(const ConfSource& source, std::string_view key, std::string_view value) {
+  const std::string word = lowerCase(value);
+  if (word == "1" || word == "true" || word == "t" || word == "yes" || word == "y") return true;
+  if (word == "0" || word == "false" || word == "f" || word == "no" || word == "n") return false;
+  throw UsageError(fmt::format("{}: {} is not a boolean; use {}=true or {}=false", source.where(),
+                               quote(fmt::format("{}={}", key, value)), key, key));
+}
+
+// store_type: only tcp, the one store ddprun has.
+void checkStoreType(const ConfSource& source, std::string_view value) {
+  const std::string type = lowerCase(value);
+  if (type == "tcp") return;
+  if (type == "file") {
+    throw UsageError(fmt::format(
+        "{}: store_type=file (a FileStore on a shared file system) is not supported by ddprun; "
+        "drop it or use store_type=tcp",
+        source.where()));
+  }
+  throw UsageError(fmt::format("{}: unknown store_type {}; ddprun supports store_type=tcp",
+                               source.where(), quote(value)));
+}
+
+// One key=value, of a key the backend reads, into `conf`: checked strictly.
+void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::string_view value,
+                        RdzvConf& conf) {
+  const std::string_view key = known.name;
+  RendezvousSettings& settings = conf.settings;
+  switch (known.kind) {
+    case ConfKind::kSeconds:
+      settings.*known.seconds = secondsValue(source, key, value);
+      conf.joinTimeoutGiven = conf.joinTimeoutGiven || key == "join_timeout";
+      return;
+    case ConfKind::kOptionalSeconds:
+      (key == "timeout" ? conf.staticTimeout : settings.heartbeatTimeout) =
+          secondsValue(source, key, value);
+      return;
+    case ConfKind::kCount:
+      settings.keepAliveMaxAttempts = countValue(source, key, value);
+      return;
+    case ConfKind::kBoolean:
+      settings.isHost = booleanValue(source, key, value);
+      return;
+    case ConfKind::kStoreType:
+      checkStoreType(source, value);
+      return;
+    case ConfKind::kIgnored:
+      return;
+    case ConfKind::kFile:
+      // Read (and a secret's mode checked) by the agent when it starts: one place reads them.
+      settings.*known.file = std::string(value);
+      return;
+  }
+}
+
+// The token and TLS files make sense only together. One function, so that the shared check from
+// rendezvous/ can replace it as a whole; its messages are what users see today.
+void checkTokenAndTls(const RendezvousSettings& s, const GivenValue& given) {
+  if (s.tlsCert.empty() && s.tlsKey.empty() && s.tlsCa.empty()) return;
+  // TLS hides the bytes; the token is what keeps strangers out, and the relay needs it.
+  if (s.tokenFile.empty()) {
+    throw UsageError(fmt::format("{}: TLS needs the job's token too; add token_file=PATH",
+                                 printable(given.origin)));
+  }
+  // Any agent may host the workers' store (group rank 0 of a round), so each needs both.
+  if (s.tlsCert.empty() || s.tlsKey.empty()) {
+    throw UsageError(fmt::format("{}: give every agent both tls_cert=PATH and tls_key=PATH (any "
+                                 "agent may host the workers' store)",
+                                 printable(given.origin)));
+  }
+}
+
+// One line for a key the backend does not read: unknown to ddprun, or the other backend's.
+std::string ignoredKeyWarning(const GivenValue& given, std::string_view key, const ConfKey* known,
+                              RdzvBackend backend) {
+  if (known == nullptr) {
+    return fmt::format("{}: unknown key {} ignored (ddprun knows {})", printable(given.origin),
+                       quote(key), knownKeyNames());
+  }
+  return fmt::format("{}: {} is not read by the {} backend; ignored ({})", printable(given.origin),
+                     key, backendName(backend), known->elsewhere);
+}
+
+}  // namespace
+
+RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
+                       std::vector<std::string>& warnings) {
+  RdzvConf conf;
+  if (trim(given.value).empty()) return conf;
+  const ConfSource source{given, wrappedInQuotes(given.value)};
+  if (source.quoted) {
+    warnings.push_back(fmt::format(
+        "{} is wrapped in quotes that no shell removed; as with torchrun they stay part of the "
+        "first key and the last value: drop them",
+        label(given)));
+  }
+  std::set<std::string, std::less<>> warned;  // each ignored key once
+  for (const auto item : split(given.value, ',')) {
+    if (trim(item).empty()) continue;
+    const auto equals = item.find('=');
+    const std::string_view key = trim(item.substr(0, equals));
+    const std::string_view value =
+        equals == std::string_view::npos ? std::string_view() : trim(item.substr(equals + 1));
+    if (key.empty()) {
+      throw UsageError(fmt::format("{}: entry {} has no key; write key=value,key=value, e.g. {}",
+                                   source.where(), quote(item),
+                                   example(given, "join_timeout=600")));
+    }
+    if (value.empty()) {
+      throw UsageError(fmt::format("{}: key {} has no value; write {}=VALUE", source.where(),
+                                   quote(key), printable(key)));
+    }
+    const ConfKey* known = findConfKey(key);
+    if (known != nullptr && reads(backend, *known)) {
+      applyRdzvConfValue(source, *known, value, conf);
+    } else if (warned.insert(std::string(key)).second) {
+      warnings.push_back(ignoredKeyWarning(given, key, known, backend));
+    }
+  }
+  checkTokenAndTls(conf.settings, given);
+  return conf;
+}
+
+}  // namespace ddprun::launcher::cli_detail
