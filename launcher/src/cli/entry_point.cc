@@ -1,16 +1,16 @@
 // What runs: the training script, module or executable, its arguments, and the interpreter.
 #include "cli/entry_point.h"
 
-#include <fmt/format.h>
-
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/helpers.h"
 #include "cli/host_probes.h"
+#include "core/file_text.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/text.h"
 
@@ -94,10 +94,9 @@ std::string resolveExplicitExecutable(const std::string& script, const GivenValu
 // What a file that is not executable is meant for, from its first bytes: a program or a script
 // of another language ("a program", "a /bin/sh script"), or nothing when it may be Python.
 std::optional<std::string> notPythonKind(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(256, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
+  constexpr std::size_t kHead = 256;
+  std::string head = readFileText(path, nullptr, kHead).value_or("");
+  head.resize(std::min(head.size(), kHead));
   if (head.starts_with("\x7f" "ELF")) return "a program";
   if (head.starts_with("#!")) {
     const std::string interpreter = head.substr(2, head.find('\n') - 2);

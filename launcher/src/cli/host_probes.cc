@@ -1,6 +1,5 @@
 #include "cli/host_probes.h"
 
-#include <fmt/format.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -8,11 +7,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "cli/cli.h"
+#include "core/file_text.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher::cli_detail {
@@ -80,9 +81,8 @@ int visibleIntelGpuCount(const Environment& environment) {
   for (std::filesystem::directory_iterator it("/sys/class/drm", error), end; !error && it != end;
        it.increment(error)) {
     if (!it->path().filename().string().starts_with("renderD")) continue;
-    std::ifstream vendorFile(it->path() / "device" / "vendor");
-    std::string vendor;
-    if (vendorFile >> vendor && vendor == "0x8086") ++count;
+    const auto vendor = readFileText((it->path() / "device" / "vendor").string(), nullptr, 64);
+    if (vendor && trim(*vendor) == "0x8086") ++count;
   }
   if (const auto* mask = lookup(environment, "ZE_AFFINITY_MASK");
       mask != nullptr && !mask->empty()) {
