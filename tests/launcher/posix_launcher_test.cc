@@ -44,39 +44,46 @@ using namespace std::chrono_literals;
 const std::vector<std::string> kShellEnvironment = {"PATH=/usr/bin:/bin"};
 
 // A pipe whose ends close with it; both ends close-on-exec (the worker gets one through dup2).
-struct Pipe {
-  Pipe() { REQUIRE(::pipe2(fds, O_CLOEXEC) == 0); }
+class Pipe {
+ public:
+  Pipe() { REQUIRE(::pipe2(fds_, O_CLOEXEC) == 0); }
   ~Pipe() {
     closeWriteEnd();
-    ::close(fds[0]);
+    ::close(fds_[0]);
   }
   Pipe(const Pipe&) = delete;
   Pipe& operator=(const Pipe&) = delete;
-  int readEnd() const { return fds[0]; }
-  int writeEnd() const { return fds[1]; }
+  int writeEnd() const { return fds_[1]; }
   void closeWriteEnd() {
-    if (fds[1] >= 0) ::close(fds[1]);
-    fds[1] = -1;
+    if (fds_[1] >= 0) ::close(fds_[1]);
+    fds_[1] = -1;
   }
   // Everything written until every writer closed it, or what came within `timeout` (then the
   // text says so, for the assertion that follows).
-  std::string readAll(std::chrono::milliseconds timeout) {
+  std::string readAll(std::chrono::milliseconds timeout) { return read(timeout, /*toEnd=*/true); }
+  // The first line (with its '\n'), for a writer that stays: what was written so far also tells
+  // what was seen when no line came within `timeout`.
+  std::string readLine(std::chrono::milliseconds timeout) { return read(timeout, /*toEnd=*/false); }
+
+ private:
+  std::string read(std::chrono::milliseconds timeout, bool toEnd) {
     closeWriteEnd();
     const Deadline deadline(timeout);
     std::string text;
     for (;;) {
-      pollfd ready{fds[0], POLLIN, 0};
+      pollfd ready{fds_[0], POLLIN, 0};
       const int n = ::poll(&ready, 1, static_cast<int>(deadline.left().count()));
-      if (n == 0) return text + "<no end of output within " + std::to_string(timeout.count()) + " ms>";
+      if (n == 0) return text + "<no " + (toEnd ? "end of output" : "line") + " within " + std::to_string(timeout.count()) + " ms>";
       if (n < 0 && errno == EINTR) continue;
-      char buffer[4096];
-      const ssize_t got = ::read(fds[0], buffer, sizeof buffer);
+      char c;  // one byte at a time: nothing after the line is taken
+      const ssize_t got = ::read(fds_[0], &c, 1);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) return text;
-      text.append(buffer, static_cast<std::size_t>(got));
+      text += c;
+      if (!toEnd && c == '\n') return text;
     }
   }
-  int fds[2] = {-1, -1};
+  int fds_[2] = {-1, -1};
 };
 
 // A launcher for one test that leaves nothing behind, whatever the test did: every worker is
@@ -257,16 +264,7 @@ TEST_CASE("signalAll reaches what the workers started in their process groups", 
     Pipe out;
     // The worker starts a child in its group, says its pid, and waits for it.
     const pid_t worker = workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
-    out.closeWriteEnd();
-    std::string line;
-    REQUIRE(eventually(
-        [&] {
-          char c;
-          while (::read(out.readEnd(), &c, 1) == 1 && c != '\n') line += c;
-          return !line.empty();
-        },
-        5s, [&] { return processTree({worker}); }));
-    const pid_t grandchild = pidFrom(line);
+    const pid_t grandchild = pidFrom(out.readLine(5s));
     CHECK(::getpgid(grandchild) == worker);
     workers.launcher.signalAll(SIGTERM);
     CHECK(killedBy(workers.waitStatus(worker), SIGTERM));
@@ -328,16 +326,7 @@ TEST_CASE("killAll leaves no worker and nothing of their process groups", "[posi
     // SIGTERM ignored: only SIGKILL ends these.
     pids.push_back(workers.launcher.spawn(
         shell("trap '' TERM; sleep 30 >/dev/null & echo $!; exec sleep 30", out.writeEnd())));
-    std::string line;
-    out.closeWriteEnd();
-    REQUIRE(eventually(
-        [&] {
-          char c;
-          while (::read(out.readEnd(), &c, 1) == 1 && c != '\n') line += c;
-          return !line.empty();
-        },
-        5s, [&] { return processTree({pids.back()}); }));
-    grandchildren.push_back(pidFrom(line));
+    grandchildren.push_back(pidFrom(out.readLine(5s)));
   }
   workers.launcher.killAll();
   CHECK_FALSE(workers.launcher.anyRunning());
