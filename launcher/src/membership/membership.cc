@@ -17,8 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The one key every agent of the active run holds: a store serves one run at a time.
-constexpr const char* kActiveRunKey = "ddprun/active_run";
 // How often joiners re-check whether their round can close while they wait for it.
 constexpr auto kJoinPollInterval = 50ms;
 // How long each attempt to reach the store lasts while it may still be coming up, so that
@@ -102,19 +100,9 @@ Membership::Membership(const RendezvousConfig& config, StoreBackend& backend,
       backend_(backend),
       self_(std::move(self)),
       now_(std::move(now)),
-      prefix_(fmt::format("ddprun/{}/", config.runId)) {}
+      keys_(config.runId) {}
 
 Membership::~Membership() { close(/*hostsStore=*/false); }
-
-std::string Membership::key(const std::string& suffix) const { return prefix_ + suffix; }
-
-std::string Membership::aliveKey(std::int64_t node) const {
-  return fmt::format("{}alive/{}", prefix_, node);
-}
-
-std::string Membership::roundKey(int round, const std::string& suffix) const {
-  return fmt::format("{}round/{}/{}", prefix_, round, suffix);
-}
 
 void Membership::throwIfStopped() const {
   if (cancelled_) throw MembershipCancelled();
@@ -167,17 +155,17 @@ void Membership::open() {
         "the same --rdzv-id as the running job to join it",
         backend_.address(), active, config_.runId));
   }
-  self_.id = control().add(key("next_node_id"), 1);
+  self_.id = control().add(keys_.nextNodeId(), 1);
   const std::string me = toJsonText(self_);
-  control().set(key(fmt::format("node/{}", self_.id)), me);
-  heartbeatStore_->hold(aliveKey(self_.id), me, settings_.holdTimeToLive(), "", "");
+  control().set(keys_.node(self_.id), me);
+  heartbeatStore_->hold(keys_.alive(self_.id), me, settings_.holdTimeToLive(), "", "");
   heartbeatThread_ = std::thread([this] { heartbeat(); });
 }
 
 void Membership::renewHold(int round, int groupRank) {
-  const std::string notify = round >= 0 ? roundKey(round, "stop") : std::string();
+  const std::string notify = round >= 0 ? keys_.stop(round) : std::string();
   const std::string lost = StopReason::nodeLost(self_.id, groupRank, self_.hostname).serialize();
-  heartbeatStore_->hold(aliveKey(self_.id), toJsonText(self_),
+  heartbeatStore_->hold(keys_.alive(self_.id), toJsonText(self_),
                         settings_.holdTimeToLive(), notify, lost);
 }
 
@@ -205,11 +193,11 @@ void Membership::heartbeat() {
 
 int Membership::currentRound() {
   // The first agent of the run creates the counter at round 0.
-  return std::stoi(control().compareSet(key("current_round"), "", "0"));
+  return std::stoi(control().compareSet(keys_.currentRound(), "", "0"));
 }
 
 std::optional<Membership::Closed> Membership::closed(int round) {
-  const std::string closedKey = roundKey(round, "closed");
+  const std::string closedKey = keys_.closed(round);
   if (!control().check({closedKey})) return std::nullopt;
   const json record = json::parse(control().get(closedKey), nullptr, /*allow_exceptions=*/false);
   Closed result;
@@ -223,19 +211,19 @@ std::optional<Membership::Closed> Membership::closed(int round) {
 }
 
 std::optional<StopReason> Membership::stopOf(int round) {
-  const std::string stopKey = roundKey(round, "stop");
+  const std::string stopKey = keys_.stop(round);
   if (!control().check({stopKey})) return std::nullopt;
   return StopReason::parse(control().get(stopKey));
 }
 
 bool Membership::alive(std::int64_t node) {
-  return control().check({aliveKey(node)});
+  return control().check({keys_.alive(node)});
 }
 
 std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
-  const int joined = static_cast<int>(control().add(roundKey(round, "joined"), 0));
+  const int joined = static_cast<int>(control().add(keys_.joined(round), 0));
   std::vector<std::string> slots;
-  for (int k = 1; k <= joined; ++k) slots.push_back(roundKey(round, fmt::format("member/{}", k)));
+  for (int k = 1; k <= joined; ++k) slots.push_back(keys_.member(round, k));
   if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
   std::vector<std::int64_t> live;
   for (const std::string& text : control().multiGet(slots)) {
@@ -252,7 +240,7 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
   }
   if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
     std::vector<std::string> nodeKeys;
-    for (std::int64_t id : live) nodeKeys.push_back(key(fmt::format("node/{}", id)));
+    for (std::int64_t id : live) nodeKeys.push_back(keys_.node(id));
     const std::vector<std::string> records = control().multiGet(nodeKeys);
     // One live agent per node rank, the earliest: a later one was given a rank that is taken
     // (a restarted agent's dead predecessor is not live, so it never counts here).
@@ -316,17 +304,17 @@ bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
     }
   }
   std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
-  control().compareSet(roundKey(round, "closed"), "", json{{"members", members}, {"restarts", restarts}}.dump());
+  control().compareSet(keys_.closed(round), "", json{{"members", members}, {"restarts", restarts}}.dump());
   return true;
 }
 
 void Membership::takeSlot(int round) {
-  const int slot = static_cast<int>(control().add(roundKey(round, "joined"), 1));
-  control().set(roundKey(round, fmt::format("member/{}", slot)), std::to_string(self_.id));
+  const int slot = static_cast<int>(control().add(keys_.joined(round), 1));
+  control().set(keys_.member(round, slot), std::to_string(self_.id));
   // Keep the job's current round up to date for agents that start later.
   for (std::string current = std::to_string(round - 1); round > 0;) {
     const std::string seen =
-        control().compareSet(key("current_round"), current, std::to_string(round));
+        control().compareSet(keys_.currentRound(), current, std::to_string(round));
     if (std::stoi(seen) >= round) break;
     current = seen;
   }
@@ -375,7 +363,7 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
       reportedJoined = joined;
     }
     try {
-      control().wait({roundKey(round, "closed")}, kJoinPollInterval);
+      control().wait({keys_.closed(round)}, kJoinPollInterval);
     } catch (const StoreTimeoutError&) {
     }
   }
@@ -387,7 +375,7 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
 }
 
 void Membership::waitForRoundToStop(int round, TimePoint deadline) {
-  const std::string stopKey = roundKey(round, "stop");
+  const std::string stopKey = keys_.stop(round);
   if (control().check({stopKey})) return;  // over already (a finished run of this id, or a re-form)
   spdlog::info("the job already has {} nodes (the maximum); waiting for a place", config_.maxNodes);
   while (!control().check({stopKey})) {
@@ -442,7 +430,7 @@ Round Membership::readRound(int number, const Closed& record) {
   round.restartCount = record.restarts;
   const int members = static_cast<int>(record.members.size());
   std::vector<std::string> nodeKeys;
-  for (std::int64_t id : record.members) nodeKeys.push_back(key(fmt::format("node/{}", id)));
+  for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
   for (const std::string& text : control().multiGet(nodeKeys)) {
     auto node = nodeFromJsonText(text);
     if (!node) {
@@ -482,11 +470,11 @@ Round Membership::readRound(int number, const Closed& record) {
     round.worldSize += round.members[i].nproc;
   }
 
-  const std::string masterKey = roundKey(number, "master");
+  const std::string masterKey = keys_.master(number);
   if (round.groupRank == 0) {
     // Forget rounds nobody will read again: every agent is in this round, so none reads r-2.
     if (number >= 2) {
-      const std::string old = fmt::format("{}round/{}/", prefix_, number - 2);
+      const std::string old = keys_.roundPrefix(number - 2);
       for (const std::string& k : control().listKeys()) {
         if (k.starts_with(old)) control().deleteKey(k);
       }
@@ -525,12 +513,12 @@ Round Membership::readRound(int number, const Closed& record) {
 }
 
 void Membership::publishWorkerStore(int round, const std::string& host, std::uint16_t port) {
-  control().set(roundKey(round, "master"), fmt::format("{}:{}", host, port));
+  control().set(keys_.master(round), fmt::format("{}:{}", host, port));
 }
 
 StopReason Membership::announce(int round, const StopReason& stop) {
   const std::string text = stop.serialize();
-  const std::string held = control().compareSet(roundKey(round, "stop"), "", text);
+  const std::string held = control().compareSet(keys_.stop(round), "", text);
   if (held == text) return stop;
   auto earlier = StopReason::parse(held);
   if (!earlier) throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt", round));
@@ -538,7 +526,7 @@ StopReason Membership::announce(int round, const StopReason& stop) {
 }
 
 void Membership::markDone(int round, int members) {
-  if (control().add(roundKey(round, "done"), 1) >= members) announce(round, StopReason::done());
+  if (control().add(keys_.done(round), 1) >= members) announce(round, StopReason::done());
 }
 
 void Membership::reportMembersLostEarly(int round) {
@@ -550,16 +538,16 @@ void Membership::reportMembersLostEarly(int round) {
   }
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     const NodeInfo& node = members[rank];
-    if (node.id == self_.id || watch_->check({aliveKey(node.id)})) continue;
+    if (node.id == self_.id || watch_->check({keys_.alive(node.id)})) continue;
     const std::string lost =
         StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
-    watch_->compareSet(roundKey(round, "stop"), "", lost);
+    watch_->compareSet(keys_.stop(round), "", lost);
     return;
   }
 }
 
 StopReason Membership::waitForStop(int round) {
-  const std::string stopKey = roundKey(round, "stop");
+  const std::string stopKey = keys_.stop(round);
   bool checkedMembers = false;
   std::optional<std::chrono::steady_clock::time_point> troubleSince;
   for (;;) {
@@ -604,13 +592,13 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
   if (!heartbeatStore_ || storeLost()) return;
   try {
-    heartbeatStore_->release(aliveKey(self_.id));
+    heartbeatStore_->release(keys_.alive(self_.id));
     heartbeatStore_->release(kActiveRunKey);
     if (hostsStore) {
       // This agent hosts the store: the others read the final state from it, so let them leave
       // first (bounded: one that died is gone with its connection anyway).
       const auto deadline = std::chrono::steady_clock::now() + patience.value_or(settings_.closeTimeout);
-      const std::string alive = prefix_ + "alive/";
+      const std::string alive = keys_.alivePrefix();
       while (std::chrono::steady_clock::now() < deadline) {
         const auto keys = control().listKeys();
         if (std::none_of(keys.begin(), keys.end(),

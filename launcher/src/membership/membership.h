@@ -1,7 +1,7 @@
 // Membership: how the agents of one job agree, round after round, on who is in the job.
 //
-// Everything lives in the rendezvous store under "ddprun/<run id>/" (docs/architecture.md has
-// the key layout). A round:
+// Everything lives in the rendezvous store under "ddprun/<run id>/" (membership_keys.h writes the
+// key layout once; docs/architecture.md has its table). A round:
 //
 //   join    every agent adds itself to round r (a counter and a member slot);
 //   close   the first agent that sees the round complete writes its size: complete means MAX
@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
+#include "membership/membership_keys.h"
 #include "membership/store_backend.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
@@ -131,10 +132,6 @@ class Membership {
 
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
-  std::string key(const std::string& suffix) const;
-  std::string roundKey(int round, const std::string& suffix) const;
-  // The key a node holds while it lives.
-  std::string aliveKey(std::int64_t node) const;
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
   int currentRound();
@@ -174,7 +171,7 @@ class Membership {
   StoreBackend& backend_;
   NodeInfo self_;
   Now now_;
-  std::string prefix_;  // "ddprun/<run id>/"
+  MembershipKeys keys_;  // under "ddprun/<run id>/"
   std::unique_ptr<rendezvous::HoldingStore> control_;
   std::unique_ptr<rendezvous::HoldingStore> watch_;
   std::unique_ptr<rendezvous::HoldingStore> heartbeatStore_;

@@ -2,13 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "membership/membership_keys.h"
+
 namespace ddprun::launcher {
-namespace {
-
-// The rendezvous' own keys; everything else in the store belongs to the workers.
-constexpr std::string_view kOwnPrefix = "ddprun/";
-
-}  // namespace
 
 std::unique_ptr<rendezvous::HoldingStore> TcpStoreBackend::connect(std::chrono::milliseconds callTimeout,
                                                                  std::chrono::milliseconds connectTimeout) {
@@ -24,7 +20,7 @@ void TcpStoreBackend::clearWorkerKeys() {
   rendezvous::TcpStoreOptions raw = options_;
   raw.keyPrefix = "";
   rendezvous::TcpStore store(raw);
-  const std::string own = fmt::format("{}{}", options_.keyPrefix, kOwnPrefix);
+  const std::string own = fmt::format("{}{}", options_.keyPrefix, kRendezvousKeyPrefix);
   for (const std::string& key : store.listKeys()) {
     if (!key.starts_with(own)) store.deleteKey(key);
   }
@@ -43,7 +39,7 @@ std::unique_ptr<rendezvous::HoldingStore> InProcessStoreBackend::connect(std::ch
 
 void InProcessStoreBackend::clearWorkerKeys() {
   for (const std::string& key : store_.listKeys()) {
-    if (!key.starts_with(kOwnPrefix)) store_.deleteKey(key);
+    if (!key.starts_with(kRendezvousKeyPrefix)) store_.deleteKey(key);
   }
 }
 

@@ -1,0 +1,36 @@
+#include "membership/membership_keys.h"
+
+#include <fmt/format.h>
+
+namespace ddprun::launcher {
+
+MembershipKeys::MembershipKeys(std::string_view runId)
+    : prefix_(fmt::format("{}{}/", kRendezvousKeyPrefix, runId)) {}
+
+std::string MembershipKeys::nextNodeId() const { return prefix_ + "next_node_id"; }
+
+std::string MembershipKeys::node(std::int64_t id) const { return fmt::format("{}node/{}", prefix_, id); }
+
+std::string MembershipKeys::alive(std::int64_t id) const { return fmt::format("{}{}", alivePrefix(), id); }
+
+std::string MembershipKeys::alivePrefix() const { return prefix_ + "alive/"; }
+
+std::string MembershipKeys::currentRound() const { return prefix_ + "current_round"; }
+
+std::string MembershipKeys::roundPrefix(int round) const { return fmt::format("{}round/{}/", prefix_, round); }
+
+std::string MembershipKeys::joined(int round) const { return roundPrefix(round) + "joined"; }
+
+std::string MembershipKeys::member(int round, int slot) const {
+  return fmt::format("{}member/{}", roundPrefix(round), slot);
+}
+
+std::string MembershipKeys::closed(int round) const { return roundPrefix(round) + "closed"; }
+
+std::string MembershipKeys::master(int round) const { return roundPrefix(round) + "master"; }
+
+std::string MembershipKeys::stop(int round) const { return roundPrefix(round) + "stop"; }
+
+std::string MembershipKeys::done(int round) const { return roundPrefix(round) + "done"; }
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,54 @@
+// The rendezvous store's key layout, written once: every key the agents of one job read and
+// write (docs/architecture.md, "Rendezvous rounds", has the table). This is the wire format
+// between agents of the same version, so a key's text never changes without a version bump.
+//
+//   ddprun/active_run                    held by every agent of the running job
+//   ddprun/<run id>/next_node_id         node id counter
+//   ddprun/<run id>/node/<id>            a node's record (toJsonText in membership.h)
+//   ddprun/<run id>/alive/<id>           held by the node's heartbeat connection
+//   ddprun/<run id>/current_round        the round the job is in
+//   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
+//   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ddprun::launcher {
+
+// What every key of the rendezvous' own starts with: a store's other keys are its workers' (the
+// static backend shares the store with them; StoreBackend::clearWorkerKeys keeps these).
+inline constexpr std::string_view kRendezvousKeyPrefix = "ddprun/";
+// The one key outside every run's prefix: held by each agent of the running job, so that a store
+// serves one run at a time (an agent of another run id is refused).
+inline constexpr std::string_view kActiveRunKey = "ddprun/active_run";
+
+// The keys of one run, all under prefix() = "ddprun/<run id>/".
+class MembershipKeys {
+ public:
+  explicit MembershipKeys(std::string_view runId);
+
+  const std::string& prefix() const { return prefix_; }
+  std::string nextNodeId() const;
+  std::string node(std::int64_t id) const;
+  std::string alive(std::int64_t id) const;
+  // What every alive key starts with: the store's host waits for none to be left at close.
+  std::string alivePrefix() const;
+  std::string currentRound() const;
+  // What every key of round `round` starts with: the round is forgotten by deleting them.
+  std::string roundPrefix(int round) const;
+  std::string joined(int round) const;
+  std::string member(int round, int slot) const;
+  std::string closed(int round) const;
+  std::string master(int round) const;
+  std::string stop(int round) const;
+  std::string done(int round) const;
+
+ private:
+  std::string prefix_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,350 @@
+// Membership's wire format, without a network: the store keys a job uses
+// (membership/membership_keys.h) and the checks on what is read back from the store
+// (roundMembersProblem, masterProblem, node records). Agents of the same version read each
+// other's keys and records, and anyone who reaches a store without a token can write them, so
+// both the exact strings and the refusals are what the agents rely on.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/stop_reason.h"
+#include "ddprun/rendezvous/hash_store.h"
+#include "membership/membership.h"
+#include "membership/membership_keys.h"
+#include "membership/store_backend.h"
+
+namespace {
+
+using namespace ddprun::launcher;
+using ddprun::rendezvous::HashStore;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// A key of a run, with what it belongs to.
+struct LabelledKey {
+  std::string key;
+  int round = -1;      // the round whose key it is (-1: none)
+  bool alive = false;  // a node's alive key
+};
+
+// Every key run `runId` can use, for node ids, rounds and slots up to `upTo`.
+std::vector<LabelledKey> labelledKeys(const std::string& runId, int upTo) {
+  const MembershipKeys keys(runId);
+  std::vector<LabelledKey> all = {{keys.nextNodeId()}, {keys.currentRound()}};
+  for (int i = 0; i <= upTo; ++i) {
+    all.push_back({keys.node(i)});
+    all.push_back({keys.alive(i), -1, true});
+    for (const std::string& key : {keys.joined(i), keys.closed(i), keys.master(i), keys.stop(i), keys.done(i)}) {
+      all.push_back({key, i});
+    }
+    for (int slot = 1; slot <= upTo; ++slot) all.push_back({keys.member(i, slot), i});
+  }
+  return all;
+}
+
+std::vector<std::string> everyKey(const std::string& runId, int upTo) {
+  std::vector<std::string> all;
+  for (const LabelledKey& labelled : labelledKeys(runId, upTo)) all.push_back(labelled.key);
+  return all;
+}
+
+// For messages: the problem found, or "<none>".
+std::string problemText(const std::optional<std::string>& problem) { return problem.value_or("<none>"); }
+
+TEST_CASE("every membership key has its exact wire string", "[membership_keys]") {
+  // Agents of one version must agree on these byte for byte: a changed string splits a job.
+  const MembershipKeys keys("job-7");
+  CHECK(kActiveRunKey == "ddprun/active_run");
+  CHECK(kRendezvousKeyPrefix == "ddprun/");
+  CHECK(keys.prefix() == "ddprun/job-7/");
+  CHECK(keys.nextNodeId() == "ddprun/job-7/next_node_id");
+  CHECK(keys.node(3) == "ddprun/job-7/node/3");
+  CHECK(keys.alive(3) == "ddprun/job-7/alive/3");
+  CHECK(keys.alivePrefix() == "ddprun/job-7/alive/");
+  CHECK(keys.currentRound() == "ddprun/job-7/current_round");
+  CHECK(keys.roundPrefix(12) == "ddprun/job-7/round/12/");
+  CHECK(keys.joined(12) == "ddprun/job-7/round/12/joined");
+  CHECK(keys.member(12, 4) == "ddprun/job-7/round/12/member/4");
+  CHECK(keys.closed(12) == "ddprun/job-7/round/12/closed");
+  CHECK(keys.master(12) == "ddprun/job-7/round/12/master");
+  CHECK(keys.stop(12) == "ddprun/job-7/round/12/stop");
+  CHECK(keys.done(12) == "ddprun/job-7/round/12/done");
+  // Node ids are 64-bit counters.
+  CHECK(keys.node(INT64_MAX) == "ddprun/job-7/node/9223372036854775807");
+}
+
+TEST_CASE("the prefixes that forget a round and wait for the alive keys cover exactly their keys",
+          "[membership_keys]") {
+  const MembershipKeys keys("job");
+  // Forgetting round 1 deletes every key under roundPrefix(1): never round 10's or 11's.
+  for (int round : {0, 1, 2, 10, 11, 12}) {
+    for (const LabelledKey& labelled : labelledKeys("job", 12)) {
+      INFO("round " << round << ", key " << labelled.key);
+      CHECK(labelled.key.starts_with(keys.roundPrefix(round)) == (labelled.round == round));
+    }
+  }
+  // The host's close waits for the alive keys (node 1's and node 10's alike), and only those.
+  for (const LabelledKey& labelled : labelledKeys("job", 12)) {
+    INFO(labelled.key);
+    CHECK(labelled.key.starts_with(keys.alivePrefix()) == labelled.alive);
+  }
+  // Clearing the workers' keys keeps every key of the rendezvous', the active-run key included.
+  CHECK(std::string_view(kActiveRunKey).starts_with(kRendezvousKeyPrefix));
+  for (const std::string& key : everyKey("job", 3)) CHECK(key.starts_with(kRendezvousKeyPrefix));
+}
+
+TEST_CASE("a run id cannot reach another run's keys or the active-run key", "[membership_keys]") {
+  // --rdzv-id is taken as given (cli.cc checks nothing), '/' included: the keys must stay apart
+  // anyway. Run ids built from another run's key suffixes are the ones that could collide.
+  const std::vector<std::string> runIds = {"a",       "a/round/0", "a/round", "a/node",    "a/node/1",
+                                           "a/alive", "a/alive/1", "a/round/0/member", "active_run",
+                                           "",        "..",        "a/..",    "a/round/0/member/1"};
+  std::map<std::string, std::string> owner;  // key -> the run that uses it
+  for (const std::string& runId : runIds) {
+    const MembershipKeys keys(runId);
+    CHECK(keys.prefix() == "ddprun/" + runId + "/");
+    for (const std::string& key : everyKey(runId, 3)) {
+      INFO("run '" << runId << "', key " << key);
+      CHECK(key.starts_with(keys.prefix()));  // no normalisation: keys are not paths
+      CHECK(key != kActiveRunKey);
+      const auto [it, fresh] = owner.emplace(key, runId);
+      CHECK((fresh || it->second == runId));
+    }
+  }
+}
+
+// The key table of docs/architecture.md ("Rendezvous rounds"), each name as written there.
+std::set<std::string> documentedKeys() {
+  std::ifstream file(std::string(DDPRUN_SOURCE_DIR) + "/docs/architecture.md");
+  REQUIRE(file);
+  std::set<std::string> keys;
+  bool inSection = false;
+  bool inTable = false;
+  for (std::string line; std::getline(file, line);) {
+    if (line.starts_with("### ")) inSection = line.find("Rendezvous rounds") != std::string::npos;
+    if (!inSection) continue;
+    if (line.starts_with("Keys live under")) CHECK_THAT(line, Catch::Contains("`ddprun/<run id>/`"));
+    if (line.starts_with("| key |")) inTable = true;
+    if (!inTable) continue;
+    if (!line.starts_with("|")) break;
+    const std::string firstColumn = line.substr(1, line.find('|', 1) - 1);
+    static const std::regex name("`([^`]+)`");
+    for (auto it = std::sregex_iterator(firstColumn.begin(), firstColumn.end(), name); it != std::sregex_iterator(); ++it) {
+      keys.insert((*it)[1]);
+    }
+  }
+  return keys;
+}
+
+TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses", "[membership_keys]") {
+  // The code's keys as the table writes them: relative to the run's prefix, with placeholders.
+  const MembershipKeys keys("RUN");
+  const auto relative = [&](std::string key) {
+    REQUIRE(key.starts_with(keys.prefix()));
+    key = key.substr(keys.prefix().size());
+    key = std::regex_replace(key, std::regex("9001"), "<id>");
+    key = std::regex_replace(key, std::regex("9002"), "<r>");
+    return std::regex_replace(key, std::regex("9003"), "<k>");
+  };
+  const std::set<std::string> code = {std::string(kActiveRunKey),
+                                      relative(keys.nextNodeId()),
+                                      relative(keys.node(9001)),
+                                      relative(keys.alive(9001)),
+                                      relative(keys.currentRound()),
+                                      relative(keys.joined(9002)),
+                                      relative(keys.member(9002, 9003)),
+                                      relative(keys.closed(9002)),
+                                      relative(keys.master(9002)),
+                                      relative(keys.stop(9002)),
+                                      relative(keys.done(9002))};
+  CHECK(documentedKeys() == code);
+}
+
+NodeInfo nodeInfo(std::int64_t id, const std::string& address, int nproc = 2, long pid = 1000, int staticRank = -1) {
+  NodeInfo node;
+  node.id = id;
+  node.address = address;
+  node.hostname = "host-" + address;
+  node.nproc = nproc;
+  node.pid = pid;
+  node.staticRank = staticRank;
+  return node;
+}
+
+TEST_CASE("a job's membership writes only keys of the layout, under its run's prefix", "[membership_keys]") {
+  // The real Membership on the in-process store: one node forms a round, publishes its workers'
+  // store, passes the exit barrier. Every key it leaves is one MembershipKeys names.
+  HashStore store;
+  InProcessStoreBackend backend(store);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.runId = "job/with/slashes";
+  Membership membership(config, backend, nodeInfo(-1, "10.0.0.1"), [] { return std::chrono::steady_clock::now(); });
+  membership.open();
+  const Round round = membership.join(-1);
+  REQUIRE(round.hostsWorkerStore);
+  membership.publishWorkerStore(round.number, "10.0.0.1", 29512);
+  membership.markDone(round.number, 1);
+  const std::int64_t self = membership.self().id;
+
+  const MembershipKeys keys(config.runId);
+  const std::vector<std::string> listed = store.listKeys();
+  const std::set<std::string> written(listed.begin(), listed.end());
+  CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
+                                         keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
+                                         keys.closed(0), keys.master(0), keys.stop(0), keys.done(0)});
+  CHECK(store.get(kActiveRunKey) == config.runId);
+  CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
+  CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");
+  CHECK(json::parse(store.get(keys.closed(0))) == json{{"members", {self}}, {"restarts", 0}});
+  const auto stop = StopReason::parse(store.get(keys.stop(0)));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kDone);
+  membership.close(/*hostsStore=*/false);
+  // Leaving gives up the holds: the next run may take the store.
+  CHECK(!store.check({std::string(kActiveRunKey)}));
+  CHECK(!store.check({keys.alive(self)}));
+}
+
+TEST_CASE("a node record survives the store as written", "[membership_records]") {
+  const std::int64_t id = GENERATE(as<std::int64_t>{}, 0, 1, INT64_C(1) << 40);
+  const int staticRank = GENERATE(-1, 0, 3);
+  NodeInfo node = nodeInfo(id, "fe80::1%eth0", 8, 4194304, staticRank);
+  node.hostname = "hôte-ü.example";
+  const std::string text = toJsonText(node);
+  // The record's field names are part of the wire format.
+  const json record = json::parse(text);
+  std::set<std::string> fields;
+  for (const auto& [name, value] : record.items()) fields.insert(name);
+  CHECK(fields == std::set<std::string>{"id", "address", "hostname", "nproc", "pid", "static_rank"});
+  const auto back = nodeFromJsonText(text);
+  REQUIRE(back);
+  CHECK(back->id == node.id);
+  CHECK(back->address == node.address);
+  CHECK(back->hostname == node.hostname);
+  CHECK(back->nproc == node.nproc);
+  CHECK(back->pid == node.pid);
+  CHECK(back->staticRank == node.staticRank);
+}
+
+TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_records]") {
+  const std::string text = GENERATE(as<std::string>{},
+      // not JSON, or not an object
+      "", "{", "garbage", "null", "42", "\"node\"", "[]", R"([{"id": 1, "nproc": 1}])",
+      R"({"id": 1, "nproc": 1} trailing)",
+      // the id and nproc that make a node: missing or out of range
+      R"({"address": "a", "nproc": 1})", R"({"id": -1, "address": "a", "nproc": 1})",
+      R"({"id": 1, "address": "a"})", R"({"id": 1, "address": "a", "nproc": 0})",
+      R"({"id": 1, "address": "a", "nproc": -4})",
+      // a field of the wrong type
+      R"({"id": "1", "address": "a", "nproc": 1})", R"({"id": 1, "address": 5, "nproc": 1})",
+      R"({"id": 1, "address": "a", "nproc": "2"})", R"({"id": 1, "address": "a", "nproc": 1, "hostname": []})",
+      R"({"id": 1, "address": "a", "nproc": 1, "pid": "7"})",
+      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": {}})", R"({"id": null, "address": "a", "nproc": 1})");
+  INFO("record: " << text);
+  CHECK_FALSE(nodeFromJsonText(text));
+}
+
+TEST_CASE("what a round's world is made of is checked before any worker starts", "[membership_records]") {
+  const NodeInfo self = nodeInfo(2, "10.0.0.2", 4, 2222, -1);
+  const std::vector<std::int64_t> ids = {1, 2, 3};
+  const std::vector<NodeInfo> members = {nodeInfo(1, "10.0.0.1"), self, nodeInfo(3, "10.0.0.3")};
+  REQUIRE_FALSE(roundMembersProblem(ids, members, self, 3));
+  // The same for a one-node job.
+  REQUIRE_FALSE(roundMembersProblem({2}, {self}, self, 1));
+
+  struct Row {
+    const char* what;
+    std::vector<std::int64_t> ids;
+    std::vector<NodeInfo> members;
+    int maxNodes;
+    std::string problem;
+  };
+  auto with = [&](std::size_t index, auto change) {
+    std::vector<NodeInfo> changed = members;
+    change(changed[index]);
+    return changed;
+  };
+  std::vector<std::int64_t> many(65, 0);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<std::int64_t>(i);
+  const std::vector<Row> rows = {
+      {"no members", {}, {}, 3, "0 members where the job allows 1 to 3"},
+      {"more members than --nnodes MAX", ids, members, 2, "3 members where the job allows 1 to 2"},
+      {"far more members than MAX", many, std::vector<NodeInfo>(65, self), 64, "65 members where the job allows 1 to 64"},
+      {"a record missing", ids, {members[0], members[1]}, 3, "2 node records for 3 members"},
+      {"the same node twice", {1, 2, 1}, {members[0], self, members[0]}, 3, "node 1 is a member twice"},
+      {"a record stored under another node's id", ids, with(2, [](NodeInfo& n) { n.id = 7; }), 3,
+       "the record of node 3 says it is node 7"},
+      {"no workers", ids, with(0, [](NodeInfo& n) { n.nproc = 0; }), 3, "node 1 claims 0 workers"},
+      {"negative workers", ids, with(0, [](NodeInfo& n) { n.nproc = -1; }), 3, "node 1 claims -1 workers"},
+      {"more workers than any node has", ids, with(2, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode + 1; }), 3,
+       "node 3 claims 65537 workers"},
+      {"no address", ids, with(0, [](NodeInfo& n) { n.address.clear(); }), 3, "node 1 has no address"},
+      {"this node's address forged", ids, with(1, [](NodeInfo& n) { n.address = "6.6.6.6"; }), 3,
+       "this node's own record (node 2) is not what it wrote"},
+      {"this node's nproc forged", ids, with(1, [](NodeInfo& n) { n.nproc = 64; }), 3,
+       "this node's own record (node 2) is not what it wrote"},
+      {"this node's pid forged", ids, with(1, [](NodeInfo& n) { n.pid = 1; }), 3,
+       "this node's own record (node 2) is not what it wrote"},
+      {"this node's node rank forged", ids, with(1, [](NodeInfo& n) { n.staticRank = 0; }), 3,
+       "this node's own record (node 2) is not what it wrote"},
+      {"this node left out", {1, 3}, {members[0], members[2]}, 3, "this node (node 2) is not among the members"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    const auto problem = roundMembersProblem(row.ids, row.members, self, row.maxNodes);
+    CHECK(problemText(problem) == row.problem);
+  }
+  // The largest nproc a record may claim is allowed.
+  CHECK_FALSE(roundMembersProblem(ids, with(0, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode; }), self, 3));
+}
+
+TEST_CASE("a round's worker store is host:port on group rank 0's address", "[membership_records]") {
+  struct Row {
+    std::string master;
+    std::string expectedHost;
+    std::optional<std::string> problem;  // nothing: accepted
+  };
+  const Row row = GENERATE(
+      Row{"10.0.0.1:29512", "", std::nullopt}, Row{"10.0.0.1:29512", "10.0.0.1", std::nullopt},
+      Row{"node-a.example:1", "", std::nullopt}, Row{"10.0.0.1:65535", "", std::nullopt},
+      Row{"10.0.0.1:00080", "10.0.0.1", std::nullopt},
+      // IPv6 as the agents publish it: the address, ':' and the port (the last ':' splits).
+      Row{"fe80::1:29512", "fe80::1", std::nullopt},
+      Row{"10.0.0.1", "", "\"10.0.0.1\" is not host:port"}, Row{":29512", "", "\":29512\" is not host:port"},
+      Row{"", "", "\"\" is not host:port"}, Row{"10.0.0.1:", "", "\"10.0.0.1:\" has no port in 1..65535"},
+      Row{"10.0.0.1:0", "", "\"10.0.0.1:0\" has no port in 1..65535"},
+      Row{"10.0.0.1:65536", "", "\"10.0.0.1:65536\" has no port in 1..65535"},
+      Row{"10.0.0.1:-1", "", "\"10.0.0.1:-1\" has no port in 1..65535"},
+      Row{"10.0.0.1:+80", "", "\"10.0.0.1:+80\" has no port in 1..65535"},
+      Row{"10.0.0.1: 80", "", "\"10.0.0.1: 80\" has no port in 1..65535"},
+      Row{"10.0.0.1:80x", "", "\"10.0.0.1:80x\" has no port in 1..65535"},
+      Row{"10.0.0.1:99999999999999999999", "", "\"10.0.0.1:99999999999999999999\" has no port in 1..65535"},
+      // Somebody else's machine: the workers would connect there.
+      Row{"6.6.6.6:29512", "10.0.0.1", "\"6.6.6.6:29512\" is not on group rank 0's address 10.0.0.1"},
+      Row{"10.0.0.10:29512", "10.0.0.1", "\"10.0.0.10:29512\" is not on group rank 0's address 10.0.0.1"});
+  INFO("master \"" << row.master << "\", expected host \"" << row.expectedHost << "\"");
+  CHECK(problemText(masterProblem(row.master, row.expectedHost)) == problemText(row.problem));
+}
+
+TEST_CASE("a problem quotes at most 200 bytes of what the store held", "[membership_records]") {
+  // The line goes to the user's terminal: a forged megabyte must not.
+  const std::string huge(1 << 20, 'x');
+  const auto problem = masterProblem(huge, "");
+  REQUIRE(problem);
+  CHECK(problem->size() < 250);
+  CHECK(masterProblem(huge + ":0", "")->size() < 250);
+}
+
+}  // namespace

@@ -1,0 +1,407 @@
+// The real process launcher (process/posix_launcher.h, with clone_spawn.h and child_exec.h under
+// it) with real processes, where the operating system is the point: what a worker is started
+// with (argv, exactly the environment given, its output descriptors, its directory, its own
+// session, nothing else of the agent's), how its end is reaped, that signals reach its whole
+// process group, that strays which left its session are found, and how a program that cannot
+// start is reported. Every wait is bounded and says what it saw; nothing outlives a test.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/exec_plan.h"
+#include "core/process_launcher.h"
+#include "process/child_exec.h"
+#include "process/posix_launcher.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+#include "waits.h"
+
+namespace {
+
+using namespace ddprun::launcher;
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+
+// Enough for sh, sleep and setsid; nothing else of the test's environment.
+const std::vector<std::string> kShellEnvironment = {"PATH=/usr/bin:/bin"};
+
+// A pipe whose ends close with it; both ends close-on-exec (the worker gets one through dup2).
+class Pipe {
+ public:
+  Pipe() { REQUIRE(::pipe2(fds_, O_CLOEXEC) == 0); }
+  ~Pipe() {
+    closeWriteEnd();
+    ::close(fds_[0]);
+  }
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  int writeEnd() const { return fds_[1]; }
+  void closeWriteEnd() {
+    if (fds_[1] >= 0) ::close(fds_[1]);
+    fds_[1] = -1;
+  }
+  // Everything written until every writer closed it, or what came within `timeout` (then the
+  // text says so, for the assertion that follows).
+  std::string readAll(std::chrono::milliseconds timeout) { return read(timeout, /*toEnd=*/true); }
+  // The first line (with its '\n'), for a writer that stays: what was written so far also tells
+  // what was seen when no line came within `timeout`.
+  std::string readLine(std::chrono::milliseconds timeout) { return read(timeout, /*toEnd=*/false); }
+
+ private:
+  std::string read(std::chrono::milliseconds timeout, bool toEnd) {
+    closeWriteEnd();
+    const Deadline deadline(timeout);
+    std::string text;
+    for (;;) {
+      pollfd ready{fds_[0], POLLIN, 0};
+      const int n = ::poll(&ready, 1, static_cast<int>(deadline.left().count()));
+      if (n == 0) return text + "<no " + (toEnd ? "end of output" : "line") + " within " + std::to_string(timeout.count()) + " ms>";
+      if (n < 0 && errno == EINTR) continue;
+      char c;  // one byte at a time: nothing after the line is taken
+      const ssize_t got = ::read(fds_[0], &c, 1);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return text;
+      text += c;
+      if (!toEnd && c == '\n') return text;
+    }
+  }
+  int fds_[2] = {-1, -1};
+};
+
+// A launcher for one test that leaves nothing behind, whatever the test did: every worker is
+// killed and reaped, then every stray. Exits are collected as reap() reports them.
+struct Workers {
+  PosixLauncher launcher{/*guardian=*/nullptr};
+  std::map<pid_t, int> exits;  // worker -> wait status
+
+  ~Workers() {
+    launcher.killAll();
+    launcher.killStrays();
+  }
+  void collect() {
+    for (const ExitedWorker& exited : launcher.reap()) exits[exited.pid] = exited.waitStatus;
+  }
+  // The wait status of worker `pid` once reap() reports it, polling within `timeout`.
+  std::optional<int> waitStatus(pid_t pid, std::chrono::milliseconds timeout = 5s) {
+    const bool done = eventually([&] { collect(); return exits.count(pid) > 0; }, timeout,
+                                 [&] { return "worker " + std::to_string(pid) + " has not exited:\n" + processTree({pid}); });
+    if (!done) return std::nullopt;
+    return exits.at(pid);
+  }
+  // True once process `pid` no longer exists; what comes back to this subreaper is reaped meanwhile.
+  bool gone(pid_t pid, std::chrono::milliseconds timeout = 5s) {
+    return eventually(
+        [&] {
+          collect();
+          return ::kill(pid, 0) != 0 && errno == ESRCH;
+        },
+        timeout, [&] { return "process " + std::to_string(pid) + " still exists:\n" + processTree({pid}); });
+  }
+};
+
+ExecPlan shell(const std::string& script, int out = -1, int err = -1, std::string directory = {}) {
+  return ExecPlan("/bin/sh", {"sh", "-c", script}, kShellEnvironment, out, err, std::move(directory));
+}
+
+// The decimal pid a worker printed (its first line).
+pid_t pidFrom(const std::string& text) {
+  INFO("the worker printed: " << text);
+  REQUIRE(!text.empty());
+  REQUIRE(std::isdigit(static_cast<unsigned char>(text[0])));
+  return static_cast<pid_t>(std::stol(text));
+}
+
+bool exitedWith(const std::optional<int>& status, int code) {
+  return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;
+}
+bool killedBy(const std::optional<int>& status, int signal) {
+  return status && WIFSIGNALED(*status) && WTERMSIG(*status) == signal;
+}
+
+TEST_CASE("a worker gets exactly the argv and environment of its plan", "[posix_launcher]") {
+  Workers workers;
+  SECTION("the environment, and nothing else of the agent's") {
+    // env prints its environment: the plan's entries, in order, byte for byte.
+    Pipe out;
+    const std::vector<std::string> environment = {"ONLY=1", "SPACES=a b  c", "EMPTY=", "LINES=x\ny", "EQUALS=a=b"};
+    const pid_t pid = workers.launcher.spawn(ExecPlan("/usr/bin/env", {"env"}, environment, out.writeEnd(), -1));
+    CHECK(out.readAll(5s) == "ONLY=1\nSPACES=a b  c\nEMPTY=\nLINES=x\ny\nEQUALS=a=b\n");
+    CHECK(exitedWith(workers.waitStatus(pid), 0));
+  }
+  SECTION("argv as given, argv[0] included") {
+    Pipe out;
+    const pid_t pid = workers.launcher.spawn(ExecPlan(
+        "/bin/sh", {"worker-name", "-c", "printf '[%s]\\n' \"$0\" \"$@\"", "zero", "one", "two words", ""},
+        kShellEnvironment, out.writeEnd(), -1));
+    CHECK(out.readAll(5s) == "[zero]\n[one]\n[two words]\n[]\n");
+    CHECK(exitedWith(workers.waitStatus(pid), 0));
+    // What ps shows (the process's own argv[0]) is the plan's, not the path. Read until the
+    // exec is complete: spawn() returns as the new program's memory is made, before its
+    // arguments are in it.
+    const pid_t named = workers.launcher.spawn(ExecPlan("/bin/sleep", {"worker-name", "5"}, {}, -1, -1));
+    std::string cmdline;
+    CHECK(eventually(
+        [&] {
+          std::getline(std::ifstream("/proc/" + std::to_string(named) + "/cmdline"), cmdline);
+          return !cmdline.empty();
+        },
+        5s, [&] { return processTree({named}); }));
+    CHECK(cmdline == std::string("worker-name\0005\0", 14));
+    workers.launcher.signalAll(SIGKILL);
+    CHECK(killedBy(workers.waitStatus(named), SIGKILL));
+  }
+}
+
+TEST_CASE("a worker writes to the descriptors and runs in the directory of its plan", "[posix_launcher]") {
+  Workers workers;
+  TempDir dir;
+  Pipe out;
+  Pipe err;
+  const pid_t pid = workers.launcher.spawn(
+      shell("echo out; echo err >&2; pwd -P", out.writeEnd(), err.writeEnd(), dir.path));
+  CHECK(out.readAll(5s) == "out\n" + std::filesystem::canonical(dir.path).string() + "\n");
+  CHECK(err.readAll(5s) == "err\n");
+  CHECK(exitedWith(workers.waitStatus(pid), 0));
+}
+
+TEST_CASE("a worker leads its own session and starts clean", "[posix_launcher]") {
+  Workers workers;
+  SECTION("its own session and process group, so that signals reach the whole group") {
+    const pid_t pid = workers.launcher.spawn(ExecPlan("/bin/sleep", {"sleep", "30"}, {}, -1, -1));
+    CHECK(::getsid(pid) == pid);
+    CHECK(::getpgid(pid) == pid);
+    CHECK(workers.launcher.anyRunning());
+  }
+  SECTION("no descriptor of the agent's but stdin, stdout and stderr") {
+    // One the agent left inheritable (a store socket, another worker's pipe would be others).
+    const int leaked = ::open("/dev/null", O_RDONLY);  // deliberately without O_CLOEXEC
+    REQUIRE(leaked >= 3);
+    const pid_t pid = workers.launcher.spawn(ExecPlan("/bin/sleep", {"sleep", "30"}, {}, -1, -1));
+    ::close(leaked);
+    // Read from outside, once the exec has closed what it closes (spawn() returns a moment
+    // before): a leaked descriptor would stay.
+    std::set<std::string> open;
+    CHECK(eventually(
+        [&] {
+          open.clear();
+          for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+            open.insert(entry.path().filename().string());
+          }
+          return open == std::set<std::string>{"0", "1", "2"};
+        },
+        2s, [&] {
+          std::string seen;
+          for (const std::string& fd : open) seen += fd + " ";
+          return "open descriptors: " + seen;
+        }));
+  }
+  SECTION("no signal ignored or blocked, whatever the agent's own dispositions") {
+    // The agent ignores SIGPIPE and blocks signals around its threads; exec would keep both.
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction previousPipe = {};
+    ::sigaction(SIGPIPE, &ignore, &previousPipe);
+    sigset_t block;
+    sigset_t previousMask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR1);
+    ::sigprocmask(SIG_BLOCK, &block, &previousMask);
+    Pipe out;
+    const pid_t pid = workers.launcher.spawn(
+        ExecPlan("/bin/grep", {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"}, {}, out.writeEnd(), -1));
+    ::sigprocmask(SIG_SETMASK, &previousMask, nullptr);
+    ::sigaction(SIGPIPE, &previousPipe, nullptr);
+    CHECK(out.readAll(5s) == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+    CHECK(exitedWith(workers.waitStatus(pid), 0));
+  }
+}
+
+TEST_CASE("reap() reports how each worker ended, without blocking", "[posix_launcher]") {
+  Workers workers;
+  const pid_t sleeper = workers.launcher.spawn(ExecPlan("/bin/sleep", {"sleep", "30"}, {}, -1, -1));
+  // Nothing has ended: reap() returns at once with nothing.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(workers.launcher.reap().empty());
+  CHECK(std::chrono::steady_clock::now() - start < 1s);  // not the sleeper's 30 s
+
+  const pid_t ok = workers.launcher.spawn(shell("exit 0"));
+  const pid_t three = workers.launcher.spawn(shell("exit 3"));
+  const pid_t killed = workers.launcher.spawn(shell("kill -USR1 $$"));
+  CHECK(exitedWith(workers.waitStatus(ok), 0));
+  CHECK(exitedWith(workers.waitStatus(three), 3));
+  CHECK(killedBy(workers.waitStatus(killed), SIGUSR1));
+  CHECK(workers.exits.count(sleeper) == 0);
+  CHECK(workers.launcher.anyRunning());
+
+  workers.launcher.signalProcess(sleeper, SIGTERM);
+  CHECK(killedBy(workers.waitStatus(sleeper), SIGTERM));
+  CHECK_FALSE(workers.launcher.anyRunning());
+  // Each end is reported once.
+  CHECK(workers.launcher.reap().empty());
+}
+
+TEST_CASE("signalAll reaches what the workers started in their process groups", "[posix_launcher]") {
+  Workers workers;
+  SECTION("a grandchild of a running worker") {
+    Pipe out;
+    // The worker starts a child in its group, says its pid, and waits for it.
+    const pid_t worker = workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
+    const pid_t grandchild = pidFrom(out.readLine(5s));
+    CHECK(::getpgid(grandchild) == worker);
+    workers.launcher.signalAll(SIGTERM);
+    CHECK(killedBy(workers.waitStatus(worker), SIGTERM));
+    CHECK(workers.gone(grandchild));
+  }
+  SECTION("what an exited worker left behind in its group") {
+    Pipe out;
+    const pid_t worker = workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!", out.writeEnd()));
+    const pid_t orphan = pidFrom(out.readAll(5s));
+    CHECK(exitedWith(workers.waitStatus(worker), 0));
+    CHECK_FALSE(workers.launcher.anyRunning());
+    REQUIRE(::kill(orphan, 0) == 0);
+    CHECK(::getpgid(orphan) == worker);
+    workers.launcher.signalAll(SIGKILL);
+    CHECK(workers.gone(orphan));
+  }
+}
+
+TEST_CASE("killStrays finds a descendant that left the worker's session", "[posix_launcher]") {
+  Workers workers;
+  Pipe out;
+  // setsid leaves the worker's session and process group: no signal to the group reaches it.
+  const pid_t worker = workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", out.writeEnd()));
+  const pid_t stray = pidFrom(out.readAll(5s));
+  CHECK(exitedWith(workers.waitStatus(worker), 0));
+  REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s, [&] { return processTree({stray}); }));
+  workers.launcher.signalAll(SIGKILL);
+  std::this_thread::sleep_for(50ms);
+  CHECK(::kill(stray, 0) == 0);  // out of reach of the group's signal
+  SECTION("as an orphan that came back to the agent, a subreaper") {
+    workers.launcher.killStrays();
+    CHECK(workers.gone(stray));
+  }
+  SECTION("in the worker cgroup, where cgroup v2 is writable") {
+    if (workers.launcher.cgroupPath().empty()) {
+      WARN("skipped: cgroup v2 is not mounted or not writable here, so there is no worker cgroup");
+      return;
+    }
+    // The stray is in the cgroup even though it made a session of its own.
+    std::ifstream cgroups("/proc/" + std::to_string(stray) + "/cgroup");
+    std::string membership;
+    for (std::string line; std::getline(cgroups, line);) {
+      if (line.starts_with("0::")) membership = line.substr(3);
+    }
+    INFO("the stray's cgroup: " << membership << "; the worker cgroup: " << workers.launcher.cgroupPath());
+    CHECK(!membership.empty());
+    CHECK(workers.launcher.cgroupPath().ends_with(membership));
+    workers.launcher.killStrays();
+    CHECK(workers.gone(stray));
+  }
+}
+
+TEST_CASE("killAll leaves no worker and nothing of their process groups", "[posix_launcher]") {
+  Workers workers;
+  std::vector<pid_t> pids;
+  std::vector<pid_t> grandchildren;
+  for (int i = 0; i < 3; ++i) {
+    Pipe out;
+    // SIGTERM ignored: only SIGKILL ends these.
+    pids.push_back(workers.launcher.spawn(
+        shell("trap '' TERM; sleep 30 >/dev/null & echo $!; exec sleep 30", out.writeEnd())));
+    grandchildren.push_back(pidFrom(out.readLine(5s)));
+  }
+  workers.launcher.killAll();
+  CHECK_FALSE(workers.launcher.anyRunning());
+  for (pid_t pid : pids) {
+    INFO("worker " << pid);
+    // Reaped by killAll itself: not even a zombie is left.
+    CHECK((::kill(pid, 0) != 0 && errno == ESRCH));
+  }
+  for (pid_t pid : grandchildren) CHECK(workers.gone(pid));
+}
+
+TEST_CASE("a program that cannot start is a SpawnError naming it", "[posix_launcher]") {
+  Workers workers;
+  TempDir dir;
+  const std::string notExecutable = dir.path + "/data.txt";
+  std::ofstream(notExecutable) << "not a program\n";
+  const std::string garbage = dir.path + "/garbage";
+  std::ofstream(garbage) << "\x01\x02\x03 not an ELF, no #!\n";
+  REQUIRE(::chmod(garbage.c_str(), 0755) == 0);
+  struct Row {
+    std::string path;
+    std::string directory;
+    std::string reason;
+  };
+  const std::vector<Row> rows = {
+      {dir.path + "/missing", "", "No such file or directory"},
+      {notExecutable, "", "Permission denied"},
+      {dir.path, "", "Permission denied"},  // a directory
+      {garbage, "", "Exec format error"},
+  };
+  for (const Row& row : rows) {
+    INFO("path " << row.path << ", directory '" << row.directory << "'");
+    const ExecPlan plan(row.path, {"worker"}, {}, -1, -1, row.directory);
+    CHECK_THROWS_MATCHES(workers.launcher.spawn(plan), SpawnError,
+                         Catch::Message("cannot start " + row.path + ": " + row.reason));
+    CHECK_FALSE(workers.launcher.anyRunning());
+  }
+  // The failed children were reaped by spawn itself: none is left, not even a zombie.
+  CHECK(workers.launcher.reap().empty());
+  errno = 0;
+  CHECK(::waitpid(-1, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("a child whose exec fails reports the errno and exits 127 or 126", "[posix_launcher]") {
+  // child_exec.h's side alone, in a forked child of this (single-threaded) test: the status a
+  // shell would give, and the errno through the pipe.
+  TempDir dir;
+  const std::string notExecutable = dir.path + "/data.txt";
+  std::ofstream(notExecutable) << "not a program\n";
+  struct Row {
+    std::string path;
+    int error;
+    int status;
+  };
+  const std::vector<Row> rows = {{dir.path + "/missing", ENOENT, 127}, {notExecutable, EACCES, 126},
+                                 {dir.path, EACCES, 126}};
+  for (const Row& row : rows) {
+    INFO("path " << row.path);
+    const ExecPlan plan(row.path, {"worker"}, {}, -1, -1);
+    int errorPipe[2];
+    REQUIRE(::pipe2(errorPipe, O_CLOEXEC) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) execChild(plan, errorPipe[1], ::getppid(), -1, nullptr);
+    ::close(errorPipe[1]);
+    int reported = 0;
+    CHECK(::read(errorPipe[0], &reported, sizeof reported) == static_cast<ssize_t>(sizeof reported));
+    ::close(errorPipe[0]);
+    CHECK(reported == row.error);
+    int status = 0;
+    REQUIRE(eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 5s,
+                       [&] { return processTree({child}); }));
+    CHECK(exitedWith(status, row.status));
+  }
+}
+
+}  // namespace
