@@ -267,6 +267,11 @@ TEST_CASE("ddprun's exit status says how the job ended", "[exit_codes]") {
   WorkerFailure cannotStart = sampleFailure();
   cannotStart.exitCode = 127;  // as a shell: the program was not found
 
+  const auto exitedWith256 = [] {
+    WorkerFailure failure;
+    failure.exitCode = 256;
+    return failure;
+  };
   struct Row {
     const char* what;
     Ending ending;
@@ -278,6 +283,9 @@ TEST_CASE("ddprun's exit status says how the job ended", "[exit_codes]") {
       {"the root cause died of SIGSEGV", Ending::jobFailed(killed, "failed"), 128 + SIGSEGV},
       {"the root cause could not start", Ending::jobFailed(cannotStart, "failed"), 127},
       {"a failed job without a known root cause", Ending{EndKind::kJobFailed, std::nullopt, 0, "failed"}, 1},
+      // A stop record {"kind":"failure","failure":{}} parses with exit code 0: still a failure.
+      {"a root cause that claims exit 0", Ending::jobFailed(WorkerFailure{}, "failed"), 1},
+      {"a root cause that claims exit 256 (0 to a shell)", Ending::jobFailed(exitedWith256(), "failed"), 1},
       {"the agent got SIGINT", Ending::signalled(SIGINT), 130},
       {"the agent got SIGTERM", Ending::signalled(SIGTERM), 143},
       {"the agent got SIGHUP", Ending::signalled(SIGHUP), 129},

@@ -437,3 +437,18 @@ TEST_CASE("NUMA binding wraps the worker in numactl found on the caller's PATH",
 }
 
 }  // namespace
+
+TEST_CASE("the heartbeat file replaces an inherited one (ddprun inside a ddprun worker)", "[worker_env]") {
+  // asMap fails on a second entry of one name: the worker would read the outer agent's file and
+  // be found hung by this one.
+  const Environment caller{{"DDPRUN_HEARTBEAT_FILE", "/tmp/outer-agent/heartbeats/0"}};
+  SECTION("this agent watches progress: its file, once") {
+    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(),
+                                                    kErrorFile, "/tmp/inner-agent/heartbeats/0"));
+    CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/inner-agent/heartbeats/0");
+  }
+  SECTION("no file of its own: the inherited entry is left as it was") {
+    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/outer-agent/heartbeats/0");
+  }
+}

@@ -8,8 +8,13 @@ int exitCode(const Ending& ending) {
   switch (ending.kind) {
     case EndKind::kSucceeded:
       return 0;
-    case EndKind::kJobFailed:
-      return ending.rootCause ? exitCodeOf(*ending.rootCause) : 1;
+    case EndKind::kJobFailed: {
+      // A failed job never exits 0, nor with a code the shell would read as 0 (256): a root
+      // cause whose status says otherwise (a stop record forged in a store without a token, or
+      // corrupted) fails with 1.
+      const int code = ending.rootCause ? exitCodeOf(*ending.rootCause) : 1;
+      return code >= 1 && code <= 255 ? code : 1;
+    }
     case EndKind::kSignalled:
       return 128 + ending.signal;
     case EndKind::kRendezvousFailed:

@@ -147,12 +147,9 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
     const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
     const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
                                                  /*logFiles=*/!config_.logs.dir.empty());
-    std::vector<std::string> environment = workerEnvironment(identity_.environment, config_, placement,
-                                                             roundEnvironment, worker.errorFile);
-    if (watch_.heartbeats) {
-      environment.push_back(fmt::format("{}={}", common::kEnvDdprunHeartbeatFile,
-                                        watch_.heartbeats->prepare(localRank)));
-    }
+    const std::string heartbeatFile = watch_.heartbeats ? watch_.heartbeats->prepare(localRank) : std::string();
+    const std::vector<std::string> environment = workerEnvironment(
+        identity_.environment, config_, placement, roundEnvironment, worker.errorFile, heartbeatFile);
     const ExecPlan plan(command.path, command.argv, environment, streams.out, streams.err);
     try {
       worker.pid = launcher_.spawn(plan);

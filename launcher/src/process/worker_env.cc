@@ -76,7 +76,8 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
                                            const LaunchConfig& config,
                                            const WorkerPlacement& placement,
                                            const RoundEnvironment& round,
-                                           const std::string& errorFile) {
+                                           const std::string& errorFile,
+                                           const std::string& heartbeatFile) {
   std::map<std::string, std::string> env = inherited;
   const std::string localRank =
       std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
@@ -97,6 +98,9 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
   // Workers connect to the agents' store as clients instead of rank 0 hosting one.
   env[common::kEnvTorchelasticUseAgentStore] = common::kAgentStoreEnabled;
   env[common::kEnvTorchelasticErrorFile] = errorFile;
+  // Replaced, never added beside an inherited one (ddprun inside a ddprun worker): getenv and
+  // os.environ take the first entry, which would report to the outer agent's file.
+  if (!heartbeatFile.empty()) env[common::kEnvDdprunHeartbeatFile] = heartbeatFile;
   env[common::kEnvTorchelasticSignalsToHandle] =
       common::signalNames(config.restart.signalsToHandle);
   // Both names: torch 1.13 reads the first, 2.x the second. A value the user set is kept.
