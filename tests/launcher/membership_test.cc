@@ -238,6 +238,14 @@ TEST_CASE("a node record survives the store as written", "[membership_records]")
   CHECK(back->staticRank == node.staticRank);
 }
 
+TEST_CASE("a host name that is not UTF-8 still makes a node record", "[membership_records]") {
+  NodeInfo node = nodeInfo(3, "10.0.0.3", 2, 99, -1);
+  node.hostname = "host\xff\xfe";  // gethostname() returns bytes
+  const auto back = nodeFromJsonText(toJsonText(node));  // did not throw json's type_error 316
+  REQUIRE(back);
+  CHECK(back->hostname == "host\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_records]") {
   const std::string text = GENERATE(as<std::string>{},
       // not JSON, or not an object
@@ -251,7 +259,11 @@ TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_
       R"({"id": "1", "address": "a", "nproc": 1})", R"({"id": 1, "address": 5, "nproc": 1})",
       R"({"id": 1, "address": "a", "nproc": "2"})", R"({"id": 1, "address": "a", "nproc": 1, "hostname": []})",
       R"({"id": 1, "address": "a", "nproc": 1, "pid": "7"})",
-      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": {}})", R"({"id": null, "address": "a", "nproc": 1})");
+      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": {}})", R"({"id": null, "address": "a", "nproc": 1})",
+      // numbers that narrowing would have turned into sane ones (4294967297 -> nproc 1)
+      R"({"id": 1, "address": "a", "nproc": 4294967297})", R"({"id": 1, "address": "a", "nproc": 65537})",
+      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": 4294967296})",
+      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": -2})");
   INFO("record: " << text);
   CHECK_FALSE(nodeFromJsonText(text));
 }

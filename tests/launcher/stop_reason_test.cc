@@ -104,6 +104,13 @@ TEST_CASE("a worker failure names its node by the failure's group rank and host"
   CHECK(stop.host == "host-c");
 }
 
+TEST_CASE("a host name that is not UTF-8 still makes a stop record", "[stop_reason]") {
+  const StopReason lost = StopReason::nodeLost(7, 1, "host\xff");  // gethostname() returns bytes
+  const auto back = StopReason::parse(lost.serialize());  // did not throw json's type_error 316
+  REQUIRE(back);
+  CHECK(back->host == "host\xEF\xBF\xBD");
+}
+
 TEST_CASE("the local-only kinds are never written to the store", "[stop_reason]") {
   // Another agent reading "the store was lost" or "I was signalled" would act on news that is not
   // its own.

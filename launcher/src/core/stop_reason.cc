@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddprun/common/text.h"
+
 namespace ddprun::launcher {
 
 using nlohmann::json;
@@ -94,7 +96,7 @@ std::string StopReason::serialize() const {
   json record{{"kind", stopKindName(kind)}};
   if (node >= 0) record["node"] = node;
   if (groupRank >= 0) record["group_rank"] = groupRank;
-  if (!host.empty()) record["host"] = host;
+  if (!host.empty()) record["host"] = common::validUtf8(host);  // gethostname()'s bytes
   if (signal != 0) record["signal"] = signal;
   if (storeHost) record["store_host"] = true;
   if (failure) record["failure"] = toJson(*failure);

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
 
@@ -26,8 +29,13 @@ constexpr auto kConnectAttempt = 1s;
 }  // namespace
 
 std::string toJsonText(const NodeInfo& node) {
-  return json{{"id", node.id},       {"address", node.address}, {"hostname", node.hostname},
-              {"nproc", node.nproc}, {"pid", node.pid},         {"static_rank", node.staticRank}}
+  // A host name is whatever gethostname() gave: bytes that are not UTF-8 must not make dump() throw.
+  return json{{"id", node.id},
+              {"address", common::validUtf8(node.address)},
+              {"hostname", common::validUtf8(node.hostname)},
+              {"nproc", node.nproc},
+              {"pid", node.pid},
+              {"static_rank", node.staticRank}}
       .dump();
 }
 
@@ -35,17 +43,23 @@ std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
   const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!value.is_object()) return std::nullopt;
   NodeInfo node;
+  std::int64_t nproc = 0;
+  std::int64_t staticRank = -1;
   try {
     node.id = value.value("id", std::int64_t{-1});
     node.address = value.value("address", std::string());
     node.hostname = value.value("hostname", std::string());
-    node.nproc = value.value("nproc", 0);
+    // Read wide and range-checked before narrowing: 4294967297 must not become nproc 1.
+    nproc = value.value("nproc", std::int64_t{0});
     node.pid = value.value("pid", 0L);
-    node.staticRank = value.value("static_rank", -1);
+    staticRank = value.value("static_rank", std::int64_t{-1});
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  if (node.id < 0 || node.nproc <= 0) return std::nullopt;
+  if (node.id < 0 || nproc <= 0 || nproc > kMaxNprocPerNode) return std::nullopt;
+  if (staticRank < -1 || staticRank > std::numeric_limits<int>::max()) return std::nullopt;
+  node.nproc = static_cast<int>(nproc);
+  node.staticRank = static_cast<int>(staticRank);
   return node;
 }
 
