@@ -438,11 +438,8 @@ Round Membership::join(int fromRound) {
   }
 }
 
-Round Membership::readRound(int number, const Closed& record) {
-  Round round;
-  round.number = number;
-  round.restartCount = record.restarts;
-  const int members = static_cast<int>(record.members.size());
+std::vector<NodeInfo> Membership::readMembers(int number, const Closed& record) {
+  std::vector<NodeInfo> members;
   std::vector<std::string> nodeKeys;
   for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
   for (const std::string& text : control().multiGet(nodeKeys)) {
@@ -452,43 +449,40 @@ Round Membership::readRound(int number, const Closed& record) {
                                         "the store was written by something other than ddprun",
                                         number, text.substr(0, 200)));
     }
-    round.members.push_back(std::move(*node));
+    members.push_back(std::move(*node));
   }
-  if (const auto problem = roundMembersProblem(record.members, round.members, self_, config_.maxNodes)) {
+  if (const auto problem = roundMembersProblem(record.members, members, self_, config_.maxNodes)) {
     throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
                                       "something else writing to the rendezvous store?",
                                       number, *problem));
   }
+  const int count = static_cast<int>(members.size());
   if (config_.backend == RdzvBackend::kStatic) {
-    std::sort(round.members.begin(), round.members.end(),
+    std::sort(members.begin(), members.end(),
               [](const NodeInfo& a, const NodeInfo& b) { return a.staticRank < b.staticRank; });
-    for (int i = 0; i < members; ++i) {
-      if (round.members[i].staticRank != i) {
+    for (int i = 0; i < count; ++i) {
+      if (members[i].staticRank != i) {
         throw MembershipError(fmt::format(
             "node ranks of the {} agents are not 0..{} (got {} at place {}): give every agent a "
             "distinct --node-rank",
-            members, members - 1, round.members[i].staticRank, i));
+            count, count - 1, members[i].staticRank, i));
       }
     }
   } else {
     // Deterministic group ranks: by address, then by the order the agents first registered.
-    std::sort(round.members.begin(), round.members.end(), [](const NodeInfo& a, const NodeInfo& b) {
+    std::sort(members.begin(), members.end(), [](const NodeInfo& a, const NodeInfo& b) {
       return std::tie(a.address, a.id) < std::tie(b.address, b.id);
     });
   }
-  for (int i = 0; i < members; ++i) {
-    if (round.members[i].id == self_.id) round.groupRank = i;
-  }
-  for (int i = 0; i < members; ++i) {
-    if (i < round.groupRank) round.baseRank += round.members[i].nproc;
-    round.worldSize += round.members[i].nproc;
-  }
+  return members;
+}
 
-  const std::string masterKey = keys_.master(number);
+void Membership::settleWorkerStore(Round& round) {
+  const std::string masterKey = keys_.master(round.number);
   if (round.groupRank == 0) {
     // Forget rounds nobody will read again: every agent is in this round, so none reads r-2.
-    if (number >= 2) {
-      const std::string old = keys_.roundPrefix(number - 2);
+    if (round.number >= 2) {
+      const std::string old = keys_.roundPrefix(round.number - 2);
       for (const std::string& k : control().listKeys()) {
         if (k.starts_with(old)) control().deleteKey(k);
       }
@@ -500,20 +494,35 @@ Round Membership::readRound(int number, const Closed& record) {
       control().set(masterKey, backend_.address());  // where it really listens (--master-port 0)
     } else {
       round.hostsWorkerStore = true;  // the agent starts it and publishes it (publishWorkerStore)
+      return;
     }
   }
-  if (!round.hostsWorkerStore) {
-    const std::string master = control().get(masterKey);
-    const std::string expectedHost = config_.backend == RdzvBackend::kC10d ? round.members[0].address : "";
-    if (const auto problem = masterProblem(master, expectedHost)) {
-      throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
-                                        "is something else writing to the rendezvous store?",
-                                        number, *problem));
-    }
-    const auto colon = master.rfind(':');
-    round.masterAddr = master.substr(0, colon);
-    round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
+  const std::string master = control().get(masterKey);
+  const std::string expectedHost = config_.backend == RdzvBackend::kC10d ? round.members[0].address : "";
+  if (const auto problem = masterProblem(master, expectedHost)) {
+    throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
+                                      "is something else writing to the rendezvous store?",
+                                      round.number, *problem));
   }
+  const auto colon = master.rfind(':');
+  round.masterAddr = master.substr(0, colon);
+  round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
+}
+
+Round Membership::readRound(int number, const Closed& record) {
+  Round round;
+  round.number = number;
+  round.restartCount = record.restarts;
+  round.members = readMembers(number, record);
+  const int members = static_cast<int>(round.members.size());
+  for (int i = 0; i < members; ++i) {
+    if (round.members[i].id == self_.id) round.groupRank = i;
+  }
+  for (int i = 0; i < members; ++i) {
+    if (i < round.groupRank) round.baseRank += round.members[i].nproc;
+    round.worldSize += round.members[i].nproc;
+  }
+  settleWorkerStore(round);
   {
     std::lock_guard lock(heartbeatMutex_);
     heartbeatRound_ = number;

@@ -161,6 +161,12 @@ class Membership {
   // unreported): announce them lost. Once per round, from the watch.
   void reportMembersLostEarly(int round);
   std::optional<StopReason> stopOf(int round);
+  // The members of a closed round, checked (nothing read from the store is trusted) and in
+  // group-rank order.
+  std::vector<NodeInfo> readMembers(int round, const Closed& record);
+  // Where the round's workers meet: group rank 0 is told it hosts the store (c10d) or points it
+  // at the static backend's store; everyone else reads what group rank 0 published.
+  void settleWorkerStore(Round& round);
   Round readRound(int round, const Closed& record);
   void heartbeat();
   // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
