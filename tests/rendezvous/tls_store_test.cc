@@ -165,6 +165,24 @@ TEST_CASE("with TLS every operation works and no key or value can be read on the
   CHECK(tap.seen().find("tls-secret-key-name") != std::string::npos);
 }
 
+TEST_CASE("a server given TLS without the token, or a TLS config without its key, is refused at "
+          "construction",
+          "[tls]") {
+  JobTls tls;
+  ServerOptions noToken = withTls(tls.config);
+  noToken.secret.reset();
+  noToken.port = 0;
+  try {
+    RendezvousServer server(noToken);
+    FAIL("a TLS store without a token was built: it would admit anyone");
+  } catch (const ServerError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("without the job's token"));
+  }
+  ServerOptions clientOnly = withTls(TlsConfig::load({tls.files.certificate, "", ""}));
+  clientOnly.port = 0;
+  CHECK_THROWS_AS(RendezvousServer(clientOnly), ServerError);
+}
+
 TEST_CASE("a client without TLS gets no reply byte, and the refusal is logged once", "[tls]") {
   JobTls tls;
   LogCapture log;

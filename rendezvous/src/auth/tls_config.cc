@@ -97,12 +97,15 @@ TlsConfig::~TlsConfig() {
 std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   std::shared_ptr<TlsConfig> config(new TlsConfig());
   config->files_ = files;
+  // What files make a TlsConfig at all. A program that takes them from a person refuses a
+  // combination it cannot use before this, in its own spelling (securityOptionsProblem()); these
+  // are for a caller that builds TlsFiles itself (a client needs only what it checks a store by).
   if (!files.privateKey.empty() && files.certificate.empty()) {
-    throw TlsError(fmt::format("the TLS key {} comes without its certificate; give tls_cert too",
+    throw TlsError(fmt::format("the TLS key {} comes without its certificate; give the certificate too",
                                files.privateKey));
   }
   if (files.certificate.empty() && files.authority.empty()) {
-    throw TlsError("TLS needs a certificate (tls_cert) or the CA to check the store's by (tls_ca)");
+    throw TlsError("TLS needs a certificate or the CA to check the store's certificate by");
   }
   // The client side: the store's certificate must chain to the authority (or be the certificate).
   const std::string& authorityPath = files.authority.empty() ? files.certificate : files.authority;
