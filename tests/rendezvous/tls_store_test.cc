@@ -193,14 +193,16 @@ TEST_CASE("a client without TLS gets no reply byte, and the refusal is logged on
     CHECK(!torch.receive(1, 2s));
     CHECK(torch.closedWithin(1s));
   }
-  // A ddprun client with the token but no TLS: its token hello is no TLS hello either.
+  // A ddprun client with the token but no TLS: its token hello is no TLS hello either. It asks
+  // whether a TLS store is there (store_handshake.h) and says so.
   TcpStoreOptions noTls = client(server.port(), nullptr);
   try {
     TcpStore store(noTls);
     FAIL("connected without TLS");
   } catch (const StoreAuthError& error) {
-    CHECK(error.code() == StoreAuthError::Code::kNoToken);
-    CHECK_THAT(error.what(), Catch::Contains("TLS"));
+    CHECK(error.code() == StoreAuthError::Code::kTlsRequired);
+    CHECK_THAT(error.what(), Catch::Contains("the store serves TLS"));
+    CHECK_THAT(error.what(), Catch::Contains("tls_cert=PATH"));
   }
   CHECK(eventually([&] { return server.server().stats().refusedHandshakes >= 4; }, 3s,
                    [&] { return log.text(); }));

@@ -89,6 +89,16 @@ std::optional<std::string> auth::refusedCertificate(const ssl_st* connection) {
   return std::string(::X509_verify_cert_error_string(verified));
 }
 
+ssl_ctx_st* auth::probeContext() {
+  // Contexts are safe to share between threads once set up; this one lives as long as the process.
+  static SSL_CTX* const context = [] {
+    SSL_CTX* probe = newContext(::TLS_client_method());
+    ::SSL_CTX_set_verify(probe, SSL_VERIFY_NONE, nullptr);
+    return probe;
+  }();
+  return context;
+}
+
 TlsConfig::~TlsConfig() {
   ::SSL_CTX_free(server_);
   ::SSL_CTX_free(client_);
