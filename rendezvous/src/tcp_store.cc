@@ -1,5 +1,7 @@
 #include "ddprun/rendezvous/tcp_store.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,17 +10,25 @@
 #include <random>
 #include <thread>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include "auth/handshake.h"
 #include "client/client_socket.h"
+#include "client/store_handshake.h"
 #include "protocol/wire.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
 using detail::ClientSocket;
+using detail::Finding;
+using detail::Opening;
+using detail::pingEcho;
+using detail::probe;
+using detail::ProbeResult;
+using detail::recognise;
+using detail::sendValidateAndPing;
+using detail::shownBytes;
+using detail::sighting;
+using detail::Sighting;
 using detail::SocketError;
 using detail::SocketTimeout;
 using detail::TlsHandshakeError;
@@ -27,6 +37,9 @@ using Clock = std::chrono::steady_clock;
 
 // Longest we wait for CANCEL_WAIT's answer or a handshake reply from a server that is up.
 constexpr auto kControlReplyTimeout = std::chrono::seconds(30);
+// Longest each question to a peer that failed the handshake waits for its answer: a store answers
+// at once (a round trip), and what waits for a line end answers one at once too.
+constexpr auto kProbePatience = std::chrono::seconds(1);
 
 void putOp(std::string& out, WireDialect dialect, Op op) {
   protocol::putU8(out, *protocol::wireCode(dialect, op));
@@ -92,6 +105,139 @@ std::int64_t millisecondsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
+// "something answers there but is not a ddprun/TCPStore store: WHAT (EVIDENCE)", thrown as
+// StoreHandshakeError with `peer`. `prefix` is "store HOST:PORT: CONTEXT".
+[[noreturn]] void throwNotAStore(StoreHandshakeError::Peer peer, std::string_view evidence,
+                                 std::string_view prefix) {
+  using Peer = StoreHandshakeError::Peer;
+  std::string_view looks;
+  switch (peer) {
+    case Peer::kHttpServer:
+      looks = "it looks like an HTTP server";
+      break;
+    case Peer::kSshServer:
+      looks = "it looks like an SSH server";
+      break;
+    case Peer::kTlsServer:
+      looks = "it speaks TLS, but no ddprun store answers inside it";
+      break;
+    case Peer::kOtherBytes:
+      looks = "it answers with bytes no store sends";
+      break;
+    case Peer::kSilent:
+    case Peer::kClosesAtOnce:
+    case Peer::kStore:
+      break;  // the evidence says it all
+  }
+  const std::string said = looks.empty()      ? std::string(evidence)
+                           : evidence.empty() ? std::string(looks)
+                                              : fmt::format("{} ({})", looks, evidence);
+  throw StoreHandshakeError(
+      fmt::format("{}something answers there but is not a ddprun/TCPStore store: {}", prefix, said),
+      peer);
+}
+
+// After a failed handshake: throws StoreHandshakeError when the peer's bytes (or its silence, a
+// line end asked) show it is no store; counts a close without a byte in `closedAtOnce`; returns
+// otherwise (a store in trouble: worth another try). `prefix` is "store HOST:PORT: CONTEXT".
+void handshakeFailed(ClientSocket& socket, const SocketError& error, std::size_t answered,
+                     std::string_view expected, std::string_view prefix, int& closedAtOnce) {
+  switch (sighting(socket, error, answered, expected)) {
+    case Sighting::kForeign:
+      // The rest of what it sent is likely here already (OpenSSL stops at a record header).
+      socket.receivePlain(Clock::now());
+      throwNotAStore(
+          recognise(socket.received().substr(answered)),
+          fmt::format("it answered '{}'", shownBytes(socket.received().substr(answered))), prefix);
+    case Sighting::kSilent: {
+      // A store answers every opening at once, or closes. What waits for a line end before it
+      // answers (HTTP and most text protocols) is asked with one; a store would read it as a
+      // PING after ours (0x0d) or as a wrong proof, and answer or close.
+      const auto started = Clock::now();
+      socket.sendPlain("\r\n\r\n");
+      socket.receivePlain(started + kProbePatience);
+      if (socket.received().size() > answered) {
+        const std::string_view sent = std::string_view(socket.received()).substr(answered);
+        // A store that was only slow: its reply came after all. Another try.
+        if (!expected.empty() &&
+            sent.starts_with(expected.substr(0, std::min(sent.size(), expected.size())))) {
+          return;
+        }
+        throwNotAStore(recognise(sent),
+                       fmt::format("it answered '{}' to a line end", shownBytes(sent)), prefix);
+      }
+      throwNotAStore(StoreHandshakeError::Peer::kSilent,
+                     fmt::format("it accepts connections but answers nothing to the store's "
+                                 "handshake or to a line end ({}); a torch 1.13 TCPStore server "
+                                 "needs the torch-1.13 dialect",
+                                 error.what()),
+                     prefix);
+    }
+    case Sighting::kClosed:
+      ++closedAtOnce;
+      return;
+    case Sighting::kBroken:
+      return;
+  }
+}
+
+// After `attempts` handshakes the peer closed without a byte: the error that names what the
+// probes found (store_handshake.h), for a client with a token (`token`) and TLS files (`tls`) or
+// not.
+[[noreturn]] void throwWhatAnswers(const ProbeResult& found, bool token, bool tls,
+                                   std::string_view prefix, int attempts) {
+  using Code = StoreAuthError::Code;
+  // This client has TLS and the store completed no TLS handshake, yet answered plain openings.
+  const auto withoutTls = [&](std::string_view alsoWithout, Code code) {
+    throw StoreAuthError(
+        fmt::format("{}the store did not complete a TLS handshake ({} attempts): it runs without "
+                    "TLS{}; give the store the job's TLS files (ddprun-rendezvous "
+                    "--tls-cert/--tls-key, or the hosting agent's --rdzv-conf tls_cert=,tls_key=), "
+                    "or give no agent any",
+                    prefix, attempts, alsoWithout),
+        code);
+  };
+  switch (found.finding) {
+    case Finding::kTokenStore:
+      if (token) withoutTls("", Code::kNoTls);  // this client's opening was TLS, then
+      throw StoreAuthError(
+          fmt::format("{}the store requires the job's token and this client has none; give it "
+                      "the store's token file (--rdzv-conf token_file=PATH)",
+                      prefix),
+          Code::kTokenRequired);
+    case Finding::kOpenStore:
+      if (tls) withoutTls(" and without a token", token ? Code::kNoToken : Code::kNoTls);
+      throw StoreAuthError(
+          fmt::format("{}the store runs without a token ({} attempts closed at the token "
+                      "handshake, and it answers a client without one); give it the same token "
+                      "(ddprun-rendezvous --token-file, or the hosting agent's --rdzv-conf "
+                      "token_file=), or give no agent any",
+                      prefix, attempts),
+          Code::kNoToken);
+    case Finding::kTlsStore:
+      throw StoreAuthError(
+          fmt::format("{}the store serves TLS and this client has no TLS files; give every agent "
+                      "the job's {}TLS files (--rdzv-conf {}tls_cert=PATH,tls_key=PATH)",
+                      prefix, token ? "" : "token and ", token ? "" : "token_file=PATH,"),
+          Code::kTlsRequired);
+    case Finding::kTlsOther:
+      throwNotAStore(StoreHandshakeError::Peer::kTlsServer, "", prefix);
+    case Finding::kForeign:
+      throwNotAStore(recognise(found.bytes),
+                     fmt::format("it answered '{}'", shownBytes(found.bytes)), prefix);
+    case Finding::kNothing:
+      break;
+  }
+  throwNotAStore(
+      StoreHandshakeError::Peer::kClosesAtOnce,
+      fmt::format("it accepts connections and closes them without a byte, whatever is "
+                  "sent ({} attempts, and the openings of stores with other settings); "
+                  "a ddprun store does so only at its connection limit (its log says so), "
+                  "and a torch 1.13 TCPStore server needs the torch-1.13 dialect",
+                  attempts),
+      prefix);
+}
+
 // Two values nobody stores, for reading a key with compareSet (see readLocked()).
 constexpr std::string_view kProbes[] = {"<ddprun get probe 1>", "<ddprun get probe 2>"};
 
@@ -114,8 +260,15 @@ std::string TcpStore::where() const {
 void TcpStore::proveToken(ClientSocket& socket, Clock::time_point deadline) {
   const auth::ClientHandshake handshake(*options_.secret);
   socket.sendAll(handshake.hello());
+  // The magic first: a peer that is no store (an SSH banner, say) is told by its first bytes at
+  // once, not after waiting for a whole challenge it will never send.
   std::string challenge(auth::kServerChallengeBytes, '\0');
-  socket.readExact(challenge.data(), challenge.size(), deadline);
+  socket.readExact(challenge.data(), auth::kMagic.size(), deadline);
+  if (std::string_view(challenge).substr(0, auth::kMagic.size()) != auth::kMagic) {
+    throw SocketError("the reply to the token hello is not a token challenge");
+  }
+  socket.readExact(challenge.data() + auth::kMagic.size(), challenge.size() - auth::kMagic.size(),
+                   deadline);
   std::string proof;
   switch (handshake.answer(challenge, proof)) {
     case auth::ClientHandshake::Verdict::kAccepted:
@@ -139,111 +292,86 @@ void TcpStore::connect(std::string_view context) {
   Backoff backoff(options_);
   std::string lastError;
   int lastSystemError = 0;
-  bool handshakeFailed = false;
-  bool tokenRefused = false;  // the store dropped or mis-answered the token hello
-  bool foreignReply = false;  // something answered the handshake with bytes no store sends
-  bool tlsRefused = false;    // with TLS: what answers does not complete a TLS handshake
-  int handshakeFailures = 0;
+  int closedAtOnce = 0;  // handshakes the peer closed without a byte
   int attempts = 0;
+  const Opening opening = options_.tls      ? Opening::kTls
+                          : options_.secret ? Opening::kTokenHello
+                                            : Opening::kValidate;
+  const std::string prefix = fmt::format("{}: {}", where(), context);
   for (;;) {
     ++attempts;
+    std::unique_ptr<ClientSocket> socket;
     try {
-      auto socket = ClientSocket::connect(options_.host, options_.port, deadline);
-      if (options_.tls) {
-        tlsRefused = false;
-        socket->startTls(options_.tls->clientContext(),
-                         std::min(deadline, Clock::now() + kControlReplyTimeout));
-      }
-      socket->setSendTimeout(options_.timeout);
-      if (options_.secret) {
-        tokenRefused = true;
-        proveToken(*socket, std::min(deadline, Clock::now() + kControlReplyTimeout));
-        tokenRefused = false;
-      }
-      if (options_.dialect == WireDialect::kTorch2) {
-        // VALIDATE, then PING with a random nonce that must come back unchanged. Separate writes,
-        // as torch's client does: the libuv server rejects a VALIDATE split from its magic, and
-        // one frame per send is the layout every server has been tested with.
-        handshakeFailed = true;
-        std::string frame;
-        putOp(frame, options_.dialect, Op::kValidate);
-        protocol::putU32(frame, protocol::kValidationMagic);
-        const auto nonce = static_cast<std::uint32_t>(std::random_device{}());
-        try {
-          socket->sendAll(frame);
-          frame.clear();
-          putOp(frame, options_.dialect, Op::kPing);
-          protocol::putU32(frame, nonce);
-          socket->sendAll(frame);
-        } catch (const SocketError&) {
-          // Something that answers with bytes of its own and closes breaks the send; that it
-          // sent anything tells it from a store refusing us, which closes without a byte.
-          foreignReply = socket->peerSentBytes();
-          throw;
-        }
-        const std::uint32_t echoed =
-            socket->readU32(std::min(deadline, Clock::now() + kControlReplyTimeout));
-        if (echoed != nonce) {
-          foreignReply = true;
-          throw SocketError(fmt::format("PING returned 0x{:08x} instead of 0x{:08x}", echoed, nonce));
-        }
-        handshakeFailed = false;
-      }
-      socket_ = std::move(socket);
-      return;
-    } catch (const TlsHandshakeError& error) {
-      if (error.kind() == TlsHandshakeError::Kind::kUntrusted) {
-        throw StoreAuthError(fmt::format("{}: {}{}", where(), context, error.what()),
-                             StoreAuthError::Code::kUntrustedCertificate);
-      }
-      lastError = error.what();
-      tlsRefused = true;
-      if (++handshakeFailures >= 3) break;
+      socket = ClientSocket::connect(options_.host, options_.port, deadline);
     } catch (const SocketError& error) {
       lastError = error.what();
       lastSystemError = error.systemError();
-      // Something answers there but drops the handshake: not a 2.x store (e.g. torch 1.13's),
-      // or a store that wants a token. A few tries cover a server shedding load; beyond that,
-      // say so instead of retrying for the whole connect timeout.
-      if ((handshakeFailed || tokenRefused) && ++handshakeFailures >= 3) break;
+    }
+    if (socket) {
+      // What a store would have answered so far (`answered` bytes of socket->received()) and how
+      // its next reply begins: what the peer's bytes are checked against if the handshake fails.
+      std::size_t answered = 0;
+      std::string expected;
+      bool inTls = false;
+      try {
+        if (options_.tls) {
+          socket->startTls(options_.tls->clientContext(),
+                           std::min(deadline, Clock::now() + kControlReplyTimeout));
+          inTls = true;
+        }
+        socket->setSendTimeout(options_.timeout);
+        if (options_.secret) {
+          expected = auth::kMagic;
+          proveToken(*socket, std::min(deadline, Clock::now() + kControlReplyTimeout));
+          answered = auth::kServerChallengeBytes;
+        }
+        if (options_.dialect == WireDialect::kTorch2) {
+          const auto nonce = static_cast<std::uint32_t>(std::random_device{}());
+          expected = pingEcho(nonce);
+          sendValidateAndPing(*socket, nonce);
+          const std::uint32_t echoed =
+              socket->readU32(std::min(deadline, Clock::now() + kControlReplyTimeout));
+          if (echoed != nonce) {
+            throw SocketError(
+                fmt::format("PING returned 0x{:08x} instead of 0x{:08x}", echoed, nonce));
+          }
+        }
+        socket_ = std::move(socket);
+        return;
+      } catch (const TlsHandshakeError& error) {
+        if (error.kind() == TlsHandshakeError::Kind::kUntrusted) {
+          throw StoreAuthError(fmt::format("{}: {}{}", where(), context, error.what()),
+                               StoreAuthError::Code::kUntrustedCertificate);
+        }
+        lastError = error.what();
+        handshakeFailed(*socket, error, 0, "", prefix, closedAtOnce);
+      } catch (const SocketError& error) {
+        lastError = error.what();
+        lastSystemError = error.systemError();
+        // Inside TLS the bytes kept are ciphertext: only a peer with the job's certificate gets
+        // there, a store of the job whose failure is worth another try.
+        if (!inTls) handshakeFailed(*socket, error, answered, expected, prefix, closedAtOnce);
+      }
+      // A few closed handshakes cover a store shedding load (at its connection limit it accepts
+      // and closes); beyond that, ask what it is instead of retrying for the whole timeout.
+      if (closedAtOnce >= 3) break;
     }
     const auto delay = backoff.nextDelay();
     if (Clock::now() + delay >= deadline) break;
     std::this_thread::sleep_for(delay);
   }
+  if (closedAtOnce > 0) {
+    throwWhatAnswers(probe(options_.host, options_.port, opening, kProbePatience),
+                     options_.secret.has_value(), options_.tls != nullptr, prefix, attempts);
+  }
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-  std::string hint;
-  if (tlsRefused) {
-    throw StoreAuthError(
-        fmt::format("{}: {}{} ({} attempts); give the store the job's TLS files "
-                    "(ddprun-rendezvous --tls-cert/--tls-key, or the hosting agent's --rdzv-conf "
-                    "tls_cert=,tls_key=), or give no agent any",
-                    where(), context, lastError, attempts),
-        StoreAuthError::Code::kNoTls);
-  }
-  if (tokenRefused) {
-    throw StoreAuthError(
-        fmt::format("{}: {}the store closed the connection at the token handshake after {} "
-                    "attempts ({}): it runs without a token, or with TLS (then give this client "
-                    "tls_cert too), or is not a ddprun store; give it the same token (ddprun-rendezvous --token-file, or the hosting agent's "
-                    "--rdzv-conf token_file=)",
-                    where(), context, attempts, lastError),
-        StoreAuthError::Code::kNoToken);
-  }
-  if (handshakeFailed) {
-    hint = foreignReply || options_.secret
-               ? "; what listens there is not a ddprun or torch 2.x store (a torch 1.13 TCPStore "
-                 "server needs the torch-1.13 dialect)"
-               : "; the rendezvous refused this connection without a token: it requires the "
-                 "job's token (--rdzv-conf token_file=PATH), unless it is a torch 1.13 TCPStore "
-                 "server (which needs the torch-1.13 dialect)";
-  } else if (lastSystemError == ECONNREFUSED) {
-    hint = "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?";
-  }
-  const std::string message = fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
-                                          where(), context, waited.count(), attempts, lastError, hint);
-  if (handshakeFailed) throw StoreHandshakeError(message);
-  throw StoreConnectionError(message);
+  const std::string hint =
+      lastSystemError == ECONNREFUSED
+          ? "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?"
+          : "";
+  throw StoreConnectionError(fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
+                                         where(), context, waited.count(), attempts, lastError,
+                                         hint));
 }
 
 // The keys are formatted only for a message (connecting, failing), not on every call.

@@ -13,14 +13,19 @@
 #include <spdlog/spdlog.h>
 
 #include "ddprun/common/descriptor_limit.h"
-#include "ddprun/common/local_address.h"
+#include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/server.h"
-#include "ddprun/rendezvous/tls.h"
+#include "ddprun/rendezvous/server_limits.h"
 
 namespace po = boost::program_options;
 using ddprun::rendezvous::RendezvousServer;
 using ddprun::rendezvous::ServerError;
+using ddprun::rendezvous::kDaemonSecurityOptions;
+using ddprun::rendezvous::openStoreWarning;
+using ddprun::rendezvous::ServerLimits;
+using ddprun::rendezvous::serverLimitsProblem;
 using ddprun::rendezvous::ServerOptions;
+using ddprun::rendezvous::storeSecurityNote;
 
 namespace {
 
@@ -32,13 +37,10 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::chrono::milliseconds seconds(double value, const char* option) {
-  if (!(value > 0)) throw UsageError(fmt::format("--{} must be a positive number of seconds", option));
-  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000));
-}
-
 struct Parsed {
   ServerOptions server;
+  // The token and TLS as loaded, also in `server`: for the log lines about the store's security.
+  ddprun::rendezvous::JobSecurity security;
   spdlog::level::level_enum logLevel = spdlog::level::info;
   bool exitNow = false;
 };
@@ -48,22 +50,10 @@ Parsed parse(int argc, char** argv) {
   ServerOptions& o = parsed.server;
   int port = o.port;
   std::string logLevel = "info";
-  std::string tokenFile;
-  ddprun::rendezvous::TlsFiles tls;
-  double handshakeTimeout = static_cast<double>(o.handshakeTimeout.count()) / 1000;
-  double partialTimeout = static_cast<double>(o.partialRequestTimeout.count()) / 1000;
-  double writeStallTimeout = static_cast<double>(o.writeStallTimeout.count()) / 1000;
-  long keepAliveIdle = o.keepAliveIdle.count();
-  long keepAliveInterval = o.keepAliveInterval.count();
-  // Every count is read signed, so that a negative number is an error rather than 2^64 - 1.
-  auto maxConnections = static_cast<long long>(o.maxConnections);
-  auto maxKeyBytes = static_cast<long long>(o.limits.maxKeyBytes);
-  auto maxValueBytes = static_cast<long long>(o.limits.maxValueBytes);
-  auto maxKeysPerRequest = static_cast<long long>(o.limits.maxKeysPerRequest);
-  auto maxRequestBytes = static_cast<long long>(o.limits.maxRequestBytes);
-  auto maxPendingHandshakes = static_cast<long long>(o.maxPendingHandshakes);
-  auto maxStoredBytes = static_cast<long long>(o.maxStoredBytes);
-  auto maxPendingReplyBytes = static_cast<long long>(o.maxTotalPendingReplyBytes);
+  ddprun::rendezvous::JobSecurityFiles security;
+  // Read as ServerLimits (signed counts, seconds as real numbers): a negative number is an error
+  // rather than 2^64 - 1, and serverLimitsProblem() checks them as every server's limits.
+  ServerLimits limits = ServerLimits::of(o);
 
   po::options_description options(fmt::format(
       "Usage: {} [--host H] [--port P] [options]\n\n"
@@ -78,46 +68,54 @@ Parsed parse(int argc, char** argv) {
       ("host", po::value(&o.host)->default_value(o.host),
        "the one address to listen on (0.0.0.0 for every IPv4 interface)")
       ("port", po::value(&port)->default_value(port), "TCP port; 0 picks a free one")
-      ("max-connections", po::value(&maxConnections)->default_value(maxConnections),
+      ("max-connections", po::value(&limits.maxConnections)->default_value(limits.maxConnections),
        "connections beyond this are closed at once")
-      ("max-key-bytes", po::value(&maxKeyBytes)->default_value(maxKeyBytes),
+      ("max-key-bytes", po::value(&limits.maxKeyBytes)->default_value(limits.maxKeyBytes),
        "longest key a request may carry")
-      ("max-value-bytes", po::value(&maxValueBytes)->default_value(maxValueBytes),
+      ("max-value-bytes", po::value(&limits.maxValueBytes)->default_value(limits.maxValueBytes),
        "largest value a request may carry")
       ("max-keys-per-request",
-       po::value(&maxKeysPerRequest)->default_value(maxKeysPerRequest),
+       po::value(&limits.maxKeysPerRequest)->default_value(limits.maxKeysPerRequest),
        "most keys one CHECK/WAIT/MULTI_GET/MULTI_SET may name")
-      ("max-request-bytes", po::value(&maxRequestBytes)->default_value(maxRequestBytes),
+      ("max-request-bytes",
+       po::value(&limits.maxRequestBytes)->default_value(limits.maxRequestBytes),
        "the keys and values of one request together (never below one value and its key); a "
        "request announcing more closes its connection before the bytes arrive")
-      ("max-stored-bytes", po::value(&maxStoredBytes)->default_value(maxStoredBytes),
+      ("max-stored-bytes", po::value(&limits.maxStoredBytes)->default_value(limits.maxStoredBytes),
        "the most data the store holds (keys, values, queues, each with ~128 bytes of bookkeeping); "
        "a write beyond it closes the writer's connection")
       ("max-pending-reply-bytes",
-       po::value(&maxPendingReplyBytes)->default_value(maxPendingReplyBytes),
+       po::value(&limits.maxTotalPendingReplyBytes)->default_value(limits.maxTotalPendingReplyBytes),
        "the most reply bytes waiting for their readers, all connections together; beyond it, "
        "connections with replies waiting take no new requests until the total falls")
-      ("partial-request-timeout", po::value(&partialTimeout)->default_value(partialTimeout),
+      ("partial-request-timeout",
+       po::value(&limits.partialRequestTimeoutSeconds)
+           ->default_value(limits.partialRequestTimeoutSeconds),
        "seconds a connection may sit on half a request before it is closed")
-      ("write-stall-timeout", po::value(&writeStallTimeout)->default_value(writeStallTimeout),
+      ("write-stall-timeout",
+       po::value(&limits.writeStallTimeoutSeconds)->default_value(limits.writeStallTimeoutSeconds),
        "seconds a connection may leave its replies unread before it is closed")
-      ("keepalive-idle", po::value(&keepAliveIdle)->default_value(keepAliveIdle),
+      ("keepalive-idle",
+       po::value(&limits.keepAliveIdleSeconds)->default_value(limits.keepAliveIdleSeconds),
        "seconds of silence before TCP keep-alive probes check that the peer still exists (0: off)")
-      ("keepalive-interval", po::value(&keepAliveInterval)->default_value(keepAliveInterval),
+      ("keepalive-interval",
+       po::value(&limits.keepAliveIntervalSeconds)->default_value(limits.keepAliveIntervalSeconds),
        "seconds between keep-alive probes")
-      ("keepalive-probes", po::value(&o.keepAliveProbes)->default_value(o.keepAliveProbes),
+      ("keepalive-probes", po::value(&limits.keepAliveProbes)->default_value(limits.keepAliveProbes),
        "unanswered probes after which the connection is dropped")
-      ("token-file", po::value(&tokenFile),
+      ("token-file", po::value(&security.tokenFile),
        "file with the job's token (mode 600): every client must prove it holds the same token "
        "(agents: --rdzv-conf token_file=PATH); without it the store is open to anyone who reaches it")
-      ("tls-cert", po::value(&tls.certificate),
+      ("tls-cert", po::value(&security.tls.certificate),
        "with --token-file: serve TLS with this certificate (PEM); agents check it against "
        "--rdzv-conf tls_ca, or take it as its own CA")
-      ("tls-key", po::value(&tls.privateKey), "the certificate's private key (PEM, mode 600)")
-      ("handshake-timeout", po::value(&handshakeTimeout)->default_value(handshakeTimeout),
+      ("tls-key", po::value(&security.tls.privateKey),
+       "the certificate's private key (PEM, mode 600)")
+      ("handshake-timeout",
+       po::value(&limits.handshakeTimeoutSeconds)->default_value(limits.handshakeTimeoutSeconds),
        "with --token-file: seconds a new connection has to prove the token before it is closed")
       ("max-pending-handshakes",
-       po::value(&maxPendingHandshakes)->default_value(maxPendingHandshakes),
+       po::value(&limits.maxPendingHandshakes)->default_value(limits.maxPendingHandshakes),
        "with --token-file: connections still proving the token at most; a new one closes the oldest")
       ("log-level", po::value(&logLevel)->default_value(logLevel),
        "trace, debug, info, warn, error or off");
@@ -150,52 +148,22 @@ Parsed parse(int argc, char** argv) {
   }
   if (port < 0 || port > 65535) throw UsageError(fmt::format("--port {} is not in 0..65535", port));
   o.port = static_cast<std::uint16_t>(port);
-  const auto positive = [](long long given, const char* option) {
-    if (given < 1) throw UsageError(fmt::format("--{} {} must be at least 1", option, given));
-    return static_cast<std::size_t>(given);
-  };
-  o.maxConnections = positive(maxConnections, "max-connections");
-  o.limits.maxKeyBytes = positive(maxKeyBytes, "max-key-bytes");
-  o.limits.maxValueBytes = positive(maxValueBytes, "max-value-bytes");
-  o.limits.maxKeysPerRequest = positive(maxKeysPerRequest, "max-keys-per-request");
-  o.limits.maxRequestBytes = positive(maxRequestBytes, "max-request-bytes");
-  o.maxPendingHandshakes = positive(maxPendingHandshakes, "max-pending-handshakes");
-  // Either budget below one value would refuse (or hold back) the values the limits allow.
-  const auto atLeastOneValue = [&o](long long given, const char* option) {
-    if (given < 0 || static_cast<unsigned long long>(given) < o.limits.maxValueBytes) {
-      throw UsageError(fmt::format("--{} {} is less than --max-value-bytes {}: give at least {}",
-                                   option, given, o.limits.maxValueBytes, o.limits.maxValueBytes));
-    }
-    return static_cast<std::size_t>(given);
-  };
-  o.maxStoredBytes = atLeastOneValue(maxStoredBytes, "max-stored-bytes");
-  o.maxTotalPendingReplyBytes = atLeastOneValue(maxPendingReplyBytes, "max-pending-reply-bytes");
-  o.partialRequestTimeout = seconds(partialTimeout, "partial-request-timeout");
-  o.writeStallTimeout = seconds(writeStallTimeout, "write-stall-timeout");
-  if (keepAliveIdle < 0 || keepAliveInterval < 1 || o.keepAliveProbes < 1) {
-    throw UsageError("--keepalive-idle must be >= 0, --keepalive-interval and --keepalive-probes >= 1");
-  }
-  o.keepAliveIdle = std::chrono::seconds(keepAliveIdle);
-  o.keepAliveInterval = std::chrono::seconds(keepAliveInterval);
-  o.handshakeTimeout = seconds(handshakeTimeout, "handshake-timeout");
-  if (values.count("token-file")) {
-    try {
-      o.secret = ddprun::rendezvous::readTokenFile(tokenFile);
-    } catch (const ddprun::rendezvous::TokenFileError& error) {
-      throw UsageError(error.what());
+  if (auto problem = serverLimitsProblem(limits)) throw UsageError(*problem);
+  limits.applyTo(o);
+  // An empty path is how JobSecurityFiles says "not given": `--token-file ""` must not quietly
+  // leave the store open.
+  for (const char* option : {"token-file", "tls-cert", "tls-key"}) {
+    if (values.count(option) && values[option].as<std::string>().empty()) {
+      throw UsageError(fmt::format("--{} '' names no file; give the file's path", option));
     }
   }
-  if (!tls.certificate.empty() || !tls.privateKey.empty()) {
-    if (!o.secret) throw UsageError("TLS needs the job's token too; add --token-file FILE");
-    if (tls.certificate.empty() || tls.privateKey.empty()) {
-      throw UsageError("give both --tls-cert and --tls-key");
-    }
-    try {
-      o.tls = ddprun::rendezvous::TlsConfig::load(tls);
-    } catch (const ddprun::rendezvous::TlsError& error) {
-      throw UsageError(error.what());
-    }
+  try {
+    parsed.security = ddprun::rendezvous::loadJobSecurity(security, kDaemonSecurityOptions);
+  } catch (const ddprun::rendezvous::JobSecurityError& error) {
+    throw UsageError(error.what());
   }
+  o.secret = parsed.security.secret;
+  o.tls = parsed.security.tls;
   parsed.logLevel = spdlog::level::from_str(logLevel);
   if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
     throw UsageError(fmt::format("--log-level '{}' is not one of trace, debug, info, warn, error, off",
@@ -236,15 +204,10 @@ int main(int argc, char** argv) {
     std::printf("listening on %s\n", server.address().c_str());
     std::fflush(stdout);
     spdlog::info("listening on {} (max {} connections{})", server.address(),
-                 parsed.server.maxConnections,
-                 parsed.server.tls      ? "; TLS, and clients must prove the token"
-                 : parsed.server.secret ? "; clients must prove the token"
-                                        : "");
-    if (!parsed.server.secret && !ddprun::common::isLoopbackAddress(parsed.server.host)) {
-      spdlog::warn("listening on {} without a token: anyone who reaches this port can read and "
-                   "change every job's rendezvous; give --token-file (and the agents "
-                   "--rdzv-conf token_file=) on a network you do not trust",
-                   server.address());
+                 parsed.server.maxConnections, storeSecurityNote(parsed.security));
+    if (auto warning = openStoreWarning("the rendezvous store", parsed.server.host, server.address(),
+                                        parsed.security, kDaemonSecurityOptions)) {
+      spdlog::warn("{}", *warning);
     }
     int signal = 0;
     sigwait(&stopSignals, &signal);

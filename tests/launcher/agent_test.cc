@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "ddprun_command.h"
+#include "fake_peer.h"
 #include "lines.h"
 #include "ports.h"
 #include "raw_client.h"
@@ -647,4 +648,37 @@ TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store 
   REQUIRE(exitsWith(job, 0, 60s));
   CHECK(countLines(job.output(), "restart=1 generation=1") == 1);
   CHECK_THAT(job.errors(), Catch::Contains("refusing connection from 127.0.0.1"));
+}
+
+TEST_CASE("an --rdzv-endpoint where something that is no store answers (HTTP, SSH, silence, a "
+          "hang-up) is named as such in one line, exit 2, with and without a token",
+          "[agent]") {
+  struct Case {
+    FakePeer::Kind kind;
+    std::string says;
+  };
+  const Case which = GENERATE(Case{FakePeer::Kind::kHttp09, "it looks like an HTTP server"},
+                              Case{FakePeer::Kind::kSsh, "it looks like an SSH server"},
+                              Case{FakePeer::Kind::kSilent, "answers nothing"},
+                              Case{FakePeer::Kind::kClose, "closes them without a byte"});
+  const bool withToken = GENERATE(false, true);
+  TempDir dir;
+  const std::string token = dir.path + "/job.token";
+  std::ofstream(token) << "0123456789abcdef0123456789abcdef-the-job-secret\n";
+  ::chmod(token.c_str(), 0600);
+  FakePeer peer(which.kind);
+  const std::string conf = withToken ? "read_timeout=5,token_file=" + token : "read_timeout=5";
+  Subprocess job(ddprunCommand({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                fmt::format("127.0.0.1:{}", peer.port()), "--rdzv-conf", conf,
+                                "--no-python", "true"}));
+  // At once: well before read_timeout (5 s) would have ended a wait for a store to come up.
+  INFO(peer.describe());
+  REQUIRE(exitsWith(job, 2, 4500ms));
+  const auto said = lines(job.errors());
+  REQUIRE(said.size() == 1);
+  CHECK_THAT(said[0], Catch::StartsWith("ddprun: error: store 127.0.0.1:"));
+  CHECK_THAT(said[0], Catch::Contains("something answers there but is not a ddprun/TCPStore store"));
+  CHECK_THAT(said[0], Catch::Contains(which.says));
+  CHECK_THAT(said[0], Catch::EndsWith("; check --rdzv-endpoint"));
+  CHECK_THAT(said[0], !Catch::Contains("token_file"));  // not guessed to be a store wanting one
 }

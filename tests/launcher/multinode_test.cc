@@ -230,7 +230,8 @@ TEST_CASE("an endpoint that never answers, or where something else answers, is e
   auto foreign = agent("2", foreignPort, "foreign", "",
                        {"--rdzv-conf", "is_host=false,read_timeout=5"});
   CHECK(exitsWith(*foreign, 2, 20s));
-  CHECK_THAT(foreign->errors(), Catch::Contains("not a ddprun or torch 2.x store"));
+  CHECK_THAT(foreign->errors(), Catch::Contains("is not a ddprun/TCPStore store: it looks like an "
+                                                "HTTP server (it answered 'HTTP/1.1 400 Bad Request')"));
   stop = true;
   ::shutdown(listener, SHUT_RDWR);
   ::close(listener);

@@ -125,6 +125,11 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
       Case{{"--max-pending-handshakes", "-5"}, "--max-pending-handshakes -5 must be at least 1"},
       Case{{"--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key"},
            "TLS needs the job's token too; add --token-file FILE"},
+      // The combination is checked before any file is read.
+      Case{{"--token-file", "/nonexistent.token", "--tls-cert", "/nonexistent.crt"},
+           "give both --tls-cert FILE and --tls-key FILE"},
+      Case{{"--token-file", ""}, "--token-file '' names no file"},
+      Case{{"--handshake-timeout", "0.0001"}, "--handshake-timeout must be a positive number of seconds"},
       Case{{"--bogus"}, "unrecognised option '--bogus'"},
       Case{{"29401"}, "unexpected argument '29401'; give the port as --port 29401"},
       Case{{"--port", "0", "extra"}, "unexpected argument 'extra'"},
@@ -203,7 +208,7 @@ TEST_CASE("with a token and TLS files it serves TLS clients only, and a key othe
   CHECK_THROWS_AS(TcpStore(options), StoreAuthError);
   daemon->signal(SIGTERM);
   CHECK(exitsWith(*daemon, 0, 10s));
-  CHECK_THAT(daemon->errors(), Catch::Contains("TLS, and clients must prove the token"));
+  CHECK_THAT(daemon->errors(), Catch::Contains("TLS, and clients must prove the job's token"));
 
   ::chmod(files.privateKey.c_str(), 0640);
   const auto [status, errors] = refusedStart({"--port", "0", "--token-file", token, "--tls-cert",

@@ -165,6 +165,24 @@ TEST_CASE("with TLS every operation works and no key or value can be read on the
   CHECK(tap.seen().find("tls-secret-key-name") != std::string::npos);
 }
 
+TEST_CASE("a server given TLS without the token, or a TLS config without its key, is refused at "
+          "construction",
+          "[tls]") {
+  JobTls tls;
+  ServerOptions noToken = withTls(tls.config);
+  noToken.secret.reset();
+  noToken.port = 0;
+  try {
+    RendezvousServer server(noToken);
+    FAIL("a TLS store without a token was built: it would admit anyone");
+  } catch (const ServerError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("without the job's token"));
+  }
+  ServerOptions clientOnly = withTls(TlsConfig::load({tls.files.certificate, "", ""}));
+  clientOnly.port = 0;
+  CHECK_THROWS_AS(RendezvousServer(clientOnly), ServerError);
+}
+
 TEST_CASE("a client without TLS gets no reply byte, and the refusal is logged once", "[tls]") {
   JobTls tls;
   LogCapture log;
@@ -175,14 +193,16 @@ TEST_CASE("a client without TLS gets no reply byte, and the refusal is logged on
     CHECK(!torch.receive(1, 2s));
     CHECK(torch.closedWithin(1s));
   }
-  // A ddprun client with the token but no TLS: its token hello is no TLS hello either.
+  // A ddprun client with the token but no TLS: its token hello is no TLS hello either. It asks
+  // whether a TLS store is there (store_handshake.h) and says so.
   TcpStoreOptions noTls = client(server.port(), nullptr);
   try {
     TcpStore store(noTls);
     FAIL("connected without TLS");
   } catch (const StoreAuthError& error) {
-    CHECK(error.code() == StoreAuthError::Code::kNoToken);
-    CHECK_THAT(error.what(), Catch::Contains("TLS"));
+    CHECK(error.code() == StoreAuthError::Code::kTlsRequired);
+    CHECK_THAT(error.what(), Catch::Contains("the store serves TLS"));
+    CHECK_THAT(error.what(), Catch::Contains("tls_cert=PATH"));
   }
   CHECK(eventually([&] { return server.server().stats().refusedHandshakes >= 4; }, 3s,
                    [&] { return log.text(); }));

@@ -89,6 +89,16 @@ std::optional<std::string> auth::refusedCertificate(const ssl_st* connection) {
   return std::string(::X509_verify_cert_error_string(verified));
 }
 
+ssl_ctx_st* auth::probeContext() {
+  // Contexts are safe to share between threads once set up; this one lives as long as the process.
+  static SSL_CTX* const context = [] {
+    SSL_CTX* probe = newContext(::TLS_client_method());
+    ::SSL_CTX_set_verify(probe, SSL_VERIFY_NONE, nullptr);
+    return probe;
+  }();
+  return context;
+}
+
 TlsConfig::~TlsConfig() {
   ::SSL_CTX_free(server_);
   ::SSL_CTX_free(client_);
@@ -97,12 +107,15 @@ TlsConfig::~TlsConfig() {
 std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   std::shared_ptr<TlsConfig> config(new TlsConfig());
   config->files_ = files;
+  // What files make a TlsConfig at all. A program that takes them from a person refuses a
+  // combination it cannot use before this, in its own spelling (securityOptionsProblem()); these
+  // are for a caller that builds TlsFiles itself (a client needs only what it checks a store by).
   if (!files.privateKey.empty() && files.certificate.empty()) {
-    throw TlsError(fmt::format("the TLS key {} comes without its certificate; give tls_cert too",
+    throw TlsError(fmt::format("the TLS key {} comes without its certificate; give the certificate too",
                                files.privateKey));
   }
   if (files.certificate.empty() && files.authority.empty()) {
-    throw TlsError("TLS needs a certificate (tls_cert) or the CA to check the store's by (tls_ca)");
+    throw TlsError("TLS needs a certificate or the CA to check the store's certificate by");
   }
   // The client side: the store's certificate must chain to the authority (or be the certificate).
   const std::string& authorityPath = files.authority.empty() ? files.certificate : files.authority;

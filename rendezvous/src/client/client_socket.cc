@@ -1,18 +1,20 @@
 #include "client/client_socket.h"
 
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include "auth/tls_peer.h"
 #include "protocol/wire.h"
@@ -96,18 +98,59 @@ ClientSocket::~ClientSocket() {
   ::close(fd_);
 }
 
+SigpipeBlocked::SigpipeBlocked() {
+  sigset_t pipe;
+  ::sigemptyset(&pipe);
+  ::sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  sigset_t pending;
+  ::sigpending(&pending);
+  wasPending_ = ::sigismember(&pending, SIGPIPE) == 1;
+}
+
+SigpipeBlocked::~SigpipeBlocked() {
+  sigset_t pending;
+  ::sigpending(&pending);
+  if (!wasPending_ && ::sigismember(&pending, SIGPIPE) == 1) {
+    sigset_t pipe;
+    ::sigemptyset(&pipe);
+    ::sigaddset(&pipe, SIGPIPE);
+    const timespec now{};
+    ::sigtimedwait(&pipe, nullptr, &now);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+long ClientSocket::keepTlsReads(BIO* bio, int operation, const char* data, std::size_t, int, long,
+                                int result, std::size_t* processed) {
+  if (operation == (BIO_CB_READ | BIO_CB_RETURN) && result > 0 && processed != nullptr) {
+    auto* socket = reinterpret_cast<ClientSocket*>(::BIO_get_callback_arg(bio));
+    socket->keep(data, *processed);
+  }
+  return result;
+}
+
 void ClientSocket::startTls(ssl_ctx_st* context, Clock::time_point deadline) {
   tls_ = ::SSL_new(context);
   if (tls_ == nullptr || ::SSL_set_fd(tls_, fd_) != 1) {
     ::ERR_clear_error();
     throw SocketError("cannot set up TLS on the connection");
   }
+  // What the handshake reads is kept, so that a peer that is no TLS store can be told by its bytes
+  // (an SSH banner, an HTTP reply); only during the handshake, never the data after it.
+  const SigpipeBlocked quiet;
+  BIO* wire = ::SSL_get_rbio(tls_);
+  ::BIO_set_callback_arg(wire, reinterpret_cast<char*>(this));
+  ::BIO_set_callback_ex(wire, &ClientSocket::keepTlsReads);
   for (;;) {
     const Clock::duration remaining = deadline - Clock::now();
     if (remaining <= Clock::duration::zero()) throw SocketTimeout("timed out in the TLS handshake");
     armReceiveTimeout(remaining);
     const int rc = ::SSL_connect(tls_);
-    if (rc == 1) return;
+    if (rc == 1) {
+      ::BIO_set_callback_ex(wire, nullptr);
+      return;
+    }
     const int error = ::SSL_get_error(tls_, rc);
     const int systemError = errno;
     ::ERR_clear_error();
@@ -202,7 +245,10 @@ std::size_t ClientSocket::receiveSome(char* destination, std::size_t size,
                             : std::string("receive failed: the TLS connection broke"));
     }
     const ssize_t got = ::recv(fd_, destination, size, 0);
-    if (got > 0) return static_cast<std::size_t>(got);
+    if (got > 0) {
+      keep(destination, static_cast<std::size_t>(got));
+      return static_cast<std::size_t>(got);
+    }
     if (got == 0) throw SocketError("the server closed the connection");
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
     throw SocketError(fmt::format("receive failed: {}", errnoText(errno)));
@@ -235,9 +281,43 @@ void ClientSocket::readExact(void* destination, std::size_t size, Clock::time_po
   }
 }
 
-bool ClientSocket::peerSentBytes() {
-  char byte;
-  return end_ > begin_ || ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+void ClientSocket::keep(const char* bytes, std::size_t size) {
+  // One comparison per receive once full: an ordinary call pays nothing more.
+  if (received_.size() < kKeptBytes) {
+    received_.append(bytes, std::min(size, kKeptBytes - received_.size()));
+  }
+}
+
+void ClientSocket::sendPlain(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t sent = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return;  // a probe: a peer that takes nothing more has said what it will
+    bytes.remove_prefix(static_cast<std::size_t>(sent));
+  }
+}
+
+bool ClientSocket::receivePlain(Clock::time_point deadline) {
+  bool got = false;
+  char chunk[512];
+  for (;;) {
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n > 0) {
+      keep(chunk, static_cast<std::size_t>(n));
+      got = true;
+      if (received_.size() >= kKeptBytes) return true;  // a peer that streams on is not waited out
+      continue;  // take what has arrived, then return
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || got) return got;
+    const auto remaining =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (remaining <= 0) return false;
+    pollfd ready{fd_, POLLIN, 0};
+    if (::poll(&ready, 1, static_cast<int>(std::min<long long>(remaining, INT32_MAX))) < 0 &&
+        errno != EINTR) {
+      return false;
+    }
+  }
 }
 
 std::uint8_t ClientSocket::readU8(Clock::time_point deadline) {

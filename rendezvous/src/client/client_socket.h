@@ -9,6 +9,8 @@
 // Not thread-safe; TcpStore serialises access.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -19,6 +21,7 @@
 
 struct ssl_st;      // OpenSSL's SSL
 struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+struct bio_st;      // OpenSSL's BIO
 
 namespace ddprun::rendezvous::detail {
 
@@ -52,6 +55,23 @@ class SocketTimeout : public SocketError {
   using SocketError::SocketError;
 };
 
+// OpenSSL writes with write(2), which raises SIGPIPE when the peer has closed: that kills a
+// process that does not ignore it. While one of these lives, SIGPIPE is blocked on this thread
+// (the kernel sends it to the writing thread), and one raised meanwhile is taken back before the
+// old mask returns. For the TLS handshake, where a peer that is no store hangs up; the data after
+// it is written by processes that ignore SIGPIPE (tcp_store.h), at no cost per call.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked();
+  ~SigpipeBlocked();
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t old_{};
+  bool wasPending_ = false;
+};
+
 class ClientSocket {
  public:
   using Clock = std::chrono::steady_clock;
@@ -73,19 +93,34 @@ class ClientSocket {
   void setSendTimeout(std::chrono::milliseconds timeout);
 
   void readExact(void* destination, std::size_t size, Clock::time_point deadline);
-  // Whether the peer has sent bytes not read yet (without waiting; also after it closed).
-  bool peerSentBytes();
   std::uint8_t readU8(Clock::time_point deadline);
   std::uint32_t readU32(Clock::time_point deadline);
   std::int64_t readI64(Clock::time_point deadline);
   // A uint64 length then that many bytes; a length over `maxBytes` is a SocketError.
   std::string readBlob(std::size_t maxBytes, Clock::time_point deadline);
 
+  // --- Telling what answers when a handshake fails (client/store_handshake.h).
+  // The first bytes the peer sent on this connection (at most kKeptBytes), as they came off the
+  // wire: also those OpenSSL read in a TLS handshake, and those read but not consumed yet.
+  static constexpr std::size_t kKeptBytes = 256;
+  const std::string& received() const { return received_; }
+  // Writes `bytes` on the socket itself, past TLS: for a probe of a peer that failed the handshake.
+  void sendPlain(std::string_view bytes);
+  // Waits until the peer sends more bytes, closes, or `deadline` passes (a deadline now: only what
+  // has arrived already), keeping what it sends in received(); past TLS, as sendPlain(). Returns
+  // whether anything new arrived.
+  bool receivePlain(Clock::time_point deadline);
+
  private:
   explicit ClientSocket(int fd);
   // recv() into `destination`, honouring `deadline`; returns the byte count (> 0).
   std::size_t receiveSome(char* destination, std::size_t size, Clock::time_point deadline);
   void armReceiveTimeout(Clock::duration remaining);
+  void keep(const char* bytes, std::size_t size);
+  // OpenSSL's read callback on the socket BIO: keeps what a TLS handshake reads
+  // (BIO_callback_fn_ex).
+  static long keepTlsReads(bio_st* bio, int operation, const char* data, std::size_t length, int,
+                           long, int result, std::size_t* processed);
 
   int fd_;
   ssl_st* tls_ = nullptr;  // after startTls(): every byte goes through it
@@ -93,6 +128,7 @@ class ClientSocket {
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   Clock::duration armedTimeout_{0};  // current SO_RCVTIMEO; 0 = not armed (blocks forever)
+  std::string received_;             // received(): the first kKeptBytes bytes from the peer
 };
 
 }  // namespace ddprun::rendezvous::detail

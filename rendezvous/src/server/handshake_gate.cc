@@ -78,8 +78,10 @@ void HandshakeGate::onChallengeSent(const boost::system::error_code& error) {
 void HandshakeGate::onProof(const boost::system::error_code& error) {
   if (done_) return;
   if (error) {
-    // A client with another token stops here: it saw the server's proof fail.
-    refuse("left the token handshake after the challenge (a client with another token)");
+    // A client with another token stops here: it saw the server's proof fail. So does a ddprun
+    // client without one that asks whether this store wants one (client/store_handshake.h).
+    refuse("left the token handshake after the challenge (a client with another token, or one "
+           "without a token finding out that this store wants one)");
     return;
   }
   if (!handshake_.verify(std::string_view(proof_.data(), proof_.size()))) {

@@ -105,8 +105,15 @@ class RendezvousServer::Impl {
         stopEvent_(io_),
         context_(options_) {
     if (options_.tls) {
+      // The invariant loadJobSecurity() gives every program that takes the files from a person
+      // (securityOptionsProblem() names the option to fix there): here it is the options a caller
+      // built, and a TLS store without a token would admit anyone. A thrown error rather than an
+      // assert, which a release build would drop.
       if (!options_.secret || !options_.tls->canServe()) {
-        throw ServerError("TLS needs the job's token and a certificate with its key");
+        throw ServerError(fmt::format(
+            "ServerOptions: TLS {}; load the token and TLS files together with loadJobSecurity()",
+            !options_.secret ? "without the job's token (secret)"
+                             : "from a TlsConfig without the certificate's key"));
       }
       tls_.emplace(auth::asioContext(options_.tls->serverContext()));
     }

@@ -26,24 +26,44 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 
-// Something answers at the address but drops the torch 2.x handshake: it is not a ddprun or
-// torch 2.x store (a torch 1.13 server, another service). Waiting longer will not help.
+// Something answers at the address but fails the store's handshake: waiting or retrying will not
+// help, the address (or the client's token or TLS files) must change. peer() says what answers,
+// as far as the handshake and a few probes on fresh connections tell (docs/errors.md), so that a
+// caller decides on it and never on the message.
 class StoreHandshakeError : public StoreConnectionError {
  public:
-  using StoreConnectionError::StoreConnectionError;
+  enum class Peer {
+    kStore,  // a ddprun store whose token or TLS does not match this client's: a StoreAuthError
+    kHttpServer,    // answers "HTTP/...": a web server, an etcd's HTTP port, a proxy
+    kSshServer,     // greets with "SSH-..."
+    kTlsServer,     // speaks TLS, but no ddprun store answers inside it
+    kOtherBytes,    // answers with bytes no store sends, of no protocol recognised
+    kSilent,        // accepts connections and answers nothing, not even to a line end
+    kClosesAtOnce,  // accepts connections and closes them without a byte, whatever is sent
+                    // (a ddprun store does that only at its connection limit, and logs it)
+  };
+  StoreHandshakeError(const std::string& message, Peer peer)
+      : StoreConnectionError(message), peer_(peer) {}
+  Peer peer() const { return peer_; }
+
+ private:
+  Peer peer_;
 };
 
-// The token handshake (auth/handshake.h) or the TLS handshake failed: waiting or retrying will not
-// help, the token, the TLS files or the address must change. what() says which.
+// The token handshake (auth/handshake.h) or the TLS handshake failed against a ddprun store: the
+// token, the TLS files or the address must change. what() says which.
 class StoreAuthError : public StoreHandshakeError {
  public:
   enum class Code {
-    kWrongToken,  // the store holds a different token than this client
-    kNoToken,     // the store answered the token hello as no token-holding ddprun store does
+    kWrongToken,            // the store holds a different token than this client
+    kNoToken,               // the store runs without a token, and this client has one
+    kTokenRequired,         // the store wants a token, and this client has none
     kUntrustedCertificate,  // TLS: the store's certificate is not signed by the job's CA
-    kNoTls,                 // TLS: the store does not complete a TLS handshake
+    kNoTls,                 // TLS: the store does not complete a TLS handshake (it has no TLS)
+    kTlsRequired,           // the store serves TLS, and this client has no TLS files
   };
-  StoreAuthError(const std::string& message, Code code) : StoreHandshakeError(message), code_(code) {}
+  StoreAuthError(const std::string& message, Code code)
+      : StoreHandshakeError(message, Peer::kStore), code_(code) {}
   Code code() const { return code_; }
 
  private:

@@ -74,8 +74,8 @@ struct ServerOptions {
   // With a secret: connections still in the handshake at most; a new one beyond this closes the
   // oldest, so a flood of idle connections cannot keep the job's own clients out.
   std::size_t maxPendingHandshakes = 1024;
-  // TLS (needs a secret and TlsConfig::canServe()): every connection is a TLS one, then proves
-  // the token inside it. The handshake deadline and the pending limit cover both handshakes.
+  // TLS (needs a secret and TlsConfig::canServe(), else the constructor throws ServerError:
+  // loadJobSecurity() gives both): every connection is a TLS one, then proves the token inside it. The handshake deadline and the pending limit cover both handshakes.
   std::shared_ptr<const TlsConfig> tls;
 };
 

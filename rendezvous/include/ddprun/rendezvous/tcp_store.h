@@ -4,7 +4,10 @@
 // One TCP connection (TCP_NODELAY) per object. Connecting retries with exponential backoff and
 // jitter until options.connectTimeout; with a token, a connection first passes the token
 // handshake (StoreAuthError at once when the store holds another token); in the 2.x dialect it is
-// accepted only after the VALIDATE + PING handshake. Keys go on the wire with options.keyPrefix ("/" like torch's
+// accepted only after the VALIDATE + PING handshake. When something answers that fails the
+// handshake, connecting stops and names it (StoreHandshakeError::peer(): an HTTP or SSH server,
+// silence, a peer that hangs up; or a StoreAuthError for a ddprun store of other settings), after
+// asking a peer that closed the handshake the other openings (rendezvous/src/client/store_handshake.h). Keys go on the wire with options.keyPrefix ("/" like torch's
 // client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
 //
 // get() and multiGet() are WAIT then GET, as in torch; a key deleted between the two is waited for
@@ -58,7 +61,7 @@ struct TcpStoreOptions {
   std::optional<JobSecret> secret;
   // TLS (needs `secret`): the connection is encrypted and the store's certificate checked before
   // the token handshake. The process must ignore SIGPIPE (ddprun does), as OpenSSL writes with
-  // write(2).
+  // write(2); only the TLS handshake blocks it itself (a peer that is no store hangs up there).
   std::shared_ptr<const TlsConfig> tls;
 };
 

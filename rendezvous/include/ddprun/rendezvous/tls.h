@@ -13,7 +13,8 @@ struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 namespace ddprun::rendezvous {
 
 // The files a job's TLS is made of (PEM). Agents take them as --rdzv-conf tls_cert, tls_key and
-// tls_ca; ddprun-rendezvous as --tls-cert, --tls-key and --tls-ca.
+// tls_ca; ddprun-rendezvous as --tls-cert and --tls-key only: it serves and checks no store's
+// certificate, so it has no CA option. security_options.h holds the rules of their combination.
 struct TlsFiles {
   std::string certificate;  // the store's certificate (and its chain)
   std::string privateKey;   // its key, mode 600: needed to host a store
