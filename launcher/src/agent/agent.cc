@@ -28,8 +28,7 @@
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/random_id.h"
 #include "ddprun/common/worker_env_names.h"
-#include "ddprun/rendezvous/job_secret.h"
-#include "ddprun/rendezvous/tls.h"
+#include "ddprun/rendezvous/security_options.h"
 #include "hang/file_timer_pipe.h"
 #include "hang/hang_evidence.h"
 #include "hang/oom.h"
@@ -116,28 +115,18 @@ std::string fileTimerPath(const std::string& privateDir, AgentIdentity& identity
 }
 
 // The job's token and TLS files, read once for every store this agent hosts or reaches.
-struct JobSecurity {
-  std::optional<rendezvous::JobSecret> secret;
-  std::shared_ptr<const rendezvous::TlsConfig> tls;
-};
-
-JobSecurity loadSecurity(const RendezvousSettings& settings) {
-  JobSecurity security;
-  if (!settings.tokenFile.empty()) {
-    try {
-      security.secret = rendezvous::readTokenFile(settings.tokenFile);
-    } catch (const rendezvous::TokenFileError& error) {
-      throw StartupError(fmt::format("--rdzv-conf token_file: {}", error.what()));
-    }
+rendezvous::JobSecurity loadSecurity(const RendezvousSettings& settings) {
+  const rendezvous::JobSecurityFiles files{settings.tokenFile,
+                                           {settings.tlsCert, settings.tlsKey, settings.tlsCa}};
+  try {
+    return rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
+  } catch (const rendezvous::JobSecurityError& error) {
+    // Which option the line is about, as the user gave it.
+    const char* option = error.code() == rendezvous::JobSecurityError::Code::kTokenFile
+                             ? "--rdzv-conf token_file"
+                             : "--rdzv-conf";
+    throw StartupError(fmt::format("{}: {}", option, error.what()));
   }
-  if (!settings.tlsCert.empty()) {
-    try {
-      security.tls = rendezvous::TlsConfig::load({settings.tlsCert, settings.tlsKey, settings.tlsCa});
-    } catch (const rendezvous::TlsError& error) {
-      throw StartupError(fmt::format("--rdzv-conf: {}", error.what()));
-    }
-  }
-  return security;
 }
 
 // Who this agent is: its host, the environment its workers inherit, the marker that tags them
@@ -252,8 +241,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   routerOptions.errWriter = errWriter;
   LogRouter output(io, routerOptions);
 
-  JobSecurity security = loadSecurity(config.rdzv.settings);
-  HostedStores stores(std::move(security.secret), std::move(security.tls),
+  HostedStores stores(loadSecurity(config.rdzv.settings),
                       hostedStoreConnections(config.nprocPerNode, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
   try {

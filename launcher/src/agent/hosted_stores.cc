@@ -5,12 +5,14 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
 #include "ddprun/common/local_address.h"
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
+#include "ddprun/rendezvous/server_limits.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -62,20 +64,17 @@ std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit
   return std::clamp(perStore, kFewest, rendezvous::ServerOptions{}.maxConnections);
 }
 
-HostedStores::HostedStores(std::optional<rendezvous::JobSecret> secret,
-                           std::shared_ptr<const rendezvous::TlsConfig> tls, std::size_t maxConnections)
-    : secret_(std::move(secret)), tls_(std::move(tls)), maxConnections_(maxConnections) {}
+HostedStores::HostedStores(rendezvous::JobSecurity security, std::size_t maxConnections)
+    : security_(std::move(security)), maxConnections_(maxConnections) {}
 
 HostedStores::~HostedStores() = default;
 
 std::uint16_t HostedStores::host(const std::string& address) {
-  rendezvous::ServerOptions options = serverOptions();
-  options.host = listenEverywhere_ ? "0.0.0.0" : address;
-  options.port = 0;
+  const rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : address, 0);
   workers_.reset();
   workers_ = std::make_unique<rendezvous::RendezvousServer>(options);
   workers_->start();
-  warnIfOpen(options.host, "the workers' store");
+  warnIfOpen(options.host, workers_->address(), "the workers' store");
   return workers_->port();
 }
 
@@ -86,21 +85,28 @@ std::pair<std::string, std::uint16_t> HostedStores::reachFromWorkers(const std::
   return {"127.0.0.1", relay_->port()};
 }
 
-rendezvous::ServerOptions HostedStores::serverOptions() const {
+rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host, std::uint16_t port) const {
   rendezvous::ServerOptions options;
-  options.secret = secret_;
-  options.tls = tls_;
+  options.host = host;
+  options.port = port;
+  options.secret = security_.secret;
+  options.tls = security_.tls;
   options.maxConnections = maxConnections_;
+  // The agent sets only what it derives (the connection budget); the check is the daemon's, so
+  // a limit that is wrong here is a bug, said as the daemon would say it.
+  if (auto problem = rendezvous::serverLimitsProblem(options)) {
+    throw std::logic_error("the agent's store limits are out of range: " + *problem);
+  }
   return options;
 }
 
-void HostedStores::warnIfOpen(const std::string& host, std::string_view which) {
-  if (secret_ || warnedOpen_ || common::isLoopbackAddress(host)) return;
-  warnedOpen_ = true;
-  spdlog::warn("{} listens on {} without a token: anyone who reaches it can read and change the "
-               "job's rendezvous; give every agent --rdzv-conf token_file=PATH (a mode-600 file "
-               "with the job's secret) on a network you do not trust",
-               which, host);
+void HostedStores::warnIfOpen(const std::string& host, std::string_view address, std::string_view which) {
+  if (warnedOpen_) return;
+  if (auto warning = rendezvous::openStoreWarning(which, host, address, security_,
+                                                  rendezvous::kAgentSecurityOptions)) {
+    warnedOpen_ = true;
+    spdlog::warn("{}", *warning);
+  }
 }
 
 rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config) {
@@ -109,12 +115,12 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   store.dialect = rendezvous::WireDialect::kTorch2;
   store.host = rdzv.host;
   store.port = rdzv.port;
-  store.secret = secret_;
-  store.tls = tls_;
+  store.secret = security_.secret;
+  store.tls = security_.tls;
   // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
-  if (secret_) {
-    rendezvous::RelayOptions relay{*secret_};
-    relay.tls = tls_;
+  if (security_.secret) {
+    rendezvous::RelayOptions relay{*security_.secret};
+    relay.tls = security_.tls;
     relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
   }
   const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;
@@ -125,9 +131,7 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
                       namesThisHostThroughLoopback(rdzv.host);
   if (!mayHost) return store;
-  rendezvous::ServerOptions options = serverOptions();
-  options.host = listenEverywhere_ ? "0.0.0.0" : rdzv.host;
-  options.port = rdzv.port;
+  const rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : rdzv.host, rdzv.port);
   try {
     rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
     rendezvous_->start();
@@ -149,11 +153,8 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
                  rdzv.host);
   }
   spdlog::info("hosting the rendezvous store on {} (at most {} connections{})",
-               rendezvous_->address(), maxConnections_,
-               tls_      ? "; TLS, and clients must prove the job's token"
-               : secret_ ? "; clients must prove the job's token"
-                         : "");
-  warnIfOpen(options.host, "the rendezvous store");
+               rendezvous_->address(), maxConnections_, rendezvous::storeSecurityNote(security_));
+  warnIfOpen(options.host, rendezvous_->address(), "the rendezvous store");
   return store;
 }
 

@@ -19,9 +19,8 @@
 
 #include "core/rendezvous_client.h"
 #include "ddprun/launcher/launch_config.h"
-#include "ddprun/rendezvous/job_secret.h"
+#include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/tcp_store.h"
-#include "ddprun/rendezvous/tls.h"
 
 namespace ddprun::rendezvous {
 class LoopbackRelay;
@@ -37,10 +36,9 @@ std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit
 
 class HostedStores final : public WorkerStoreHost {
  public:
-  // With a secret, every store this agent hosts wants it, and the workers go through a relay.
-  // With TLS as well, every store connection between hosts is a TLS one.
-  HostedStores(std::optional<rendezvous::JobSecret> secret,
-               std::shared_ptr<const rendezvous::TlsConfig> tls, std::size_t maxConnections);
+  // With the job's secret, every store this agent hosts wants it, and the workers go through a
+  // relay. With TLS as well, every store connection between hosts is a TLS one.
+  HostedStores(rendezvous::JobSecurity security, std::size_t maxConnections);
   ~HostedStores() override;
 
   // Decides whether to host the rendezvous store and starts it; returns where to reach it.
@@ -57,12 +55,12 @@ class HostedStores final : public WorkerStoreHost {
                                                          std::uint16_t port) override;
 
  private:
-  rendezvous::ServerOptions serverOptions() const;
+  // The options of a store this agent hosts on host:port, its limits checked as the daemon's are.
+  rendezvous::ServerOptions serverOptions(const std::string& host, std::uint16_t port) const;
   // One line, the first time a store of this agent listens where other hosts reach it, open.
-  void warnIfOpen(const std::string& host, std::string_view which);
+  void warnIfOpen(const std::string& host, std::string_view address, std::string_view which);
 
-  std::optional<rendezvous::JobSecret> secret_;
-  std::shared_ptr<const rendezvous::TlsConfig> tls_;
+  rendezvous::JobSecurity security_;
   std::unique_ptr<rendezvous::LoopbackRelay> relay_;
   std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
   std::unique_ptr<rendezvous::RendezvousServer> workers_;

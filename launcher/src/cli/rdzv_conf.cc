@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "ddprun/common/text.h"
+#include "ddprun/rendezvous/security_options.h"
 
 namespace ddprun::launcher::cli_detail {
 namespace {
@@ -192,18 +193,12 @@ void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::str
 
 // The token and TLS files make sense only together. One function, so that the shared check from
 // rendezvous/ can replace it as a whole; its messages are what users see today.
+// One rule for every program that takes the job's token and TLS files (security_options.h):
+// TLS needs the token, and every agent needs both tls_cert and tls_key (any may host a store).
 void checkTokenAndTls(const RendezvousSettings& s, const GivenValue& given) {
-  if (s.tlsCert.empty() && s.tlsKey.empty() && s.tlsCa.empty()) return;
-  // TLS hides the bytes; the token is what keeps strangers out, and the relay needs it.
-  if (s.tokenFile.empty()) {
-    throw UsageError(fmt::format("{}: TLS needs the job's token too; add token_file=PATH",
-                                 printable(given.origin)));
-  }
-  // Any agent may host the workers' store (group rank 0 of a round), so each needs both.
-  if (s.tlsCert.empty() || s.tlsKey.empty()) {
-    throw UsageError(fmt::format("{}: give every agent both tls_cert=PATH and tls_key=PATH (any "
-                                 "agent may host the workers' store)",
-                                 printable(given.origin)));
+  const rendezvous::JobSecurityFiles files{s.tokenFile, {s.tlsCert, s.tlsKey, s.tlsCa}};
+  if (auto problem = rendezvous::securityOptionsProblem(files, rendezvous::kAgentSecurityOptions)) {
+    throw UsageError(fmt::format("{}: {}", printable(given.origin), *problem));
   }
 }
 
