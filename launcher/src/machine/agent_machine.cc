@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -121,14 +120,14 @@ bool AgentMachine::applyWorkerStore() {
 
 void AgentMachine::startWorkers() {
   const std::string attempt = attemptDirectory(round_.number);
-  const auto spawnStart = std::chrono::steady_clock::now();
+  const auto spawnStart = loop_.now();
   local_.clear();
   state_ = State::kRunning;
   if (watch_.oom) watch_.oom->attemptStarted();
   for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
   progress_.start(config_.nprocPerNode);
   spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - spawnStart).count());
+                std::chrono::duration<double, std::milli>(loop_.now() - spawnStart).count());
   if (!localFailures_.empty()) announceFailure();
 }
 
