@@ -35,14 +35,13 @@ void HandshakeGate::readHello() {
 void HandshakeGate::onHello(const boost::system::error_code& error, std::size_t bytes) {
   if (done_) return;
   if (error) {
-    refuse(helloReceived_ + bytes == 0 ? "disconnected before sending anything"
-                                       : "disconnected in the middle of the token handshake");
+    refuse(helloReceived_ + bytes == 0 ? Refusal::kSilent : Refusal::kLeftHandshake);
     return;
   }
   helloReceived_ += bytes;
   const std::string_view received(hello_.data(), helloReceived_);
   if (!auth::ServerHandshake::mayBeHello(received)) {
-    refuse("its first bytes are not a token handshake (a client without the job's token)");
+    refuse(Refusal::kNotHandshake);
     return;
   }
   if (helloReceived_ < hello_.size()) {
@@ -51,7 +50,7 @@ void HandshakeGate::onHello(const boost::system::error_code& error, std::size_t 
   }
   auto challenge = handshake_.challenge(received);
   if (!challenge) {
-    refuse("sent a malformed token hello");
+    refuse(Refusal::kMalformedHello);
     return;
   }
   challenge_ = std::move(*challenge);
@@ -64,7 +63,7 @@ void HandshakeGate::onHello(const boost::system::error_code& error, std::size_t 
 void HandshakeGate::onChallengeSent(const boost::system::error_code& error) {
   if (done_) return;
   if (error) {
-    refuse("disconnected in the middle of the token handshake");
+    refuse(Refusal::kLeftHandshake);
     return;
   }
   // Exactly the proof: the client may send its first request right behind it, and those bytes
@@ -80,12 +79,11 @@ void HandshakeGate::onProof(const boost::system::error_code& error) {
   if (error) {
     // A client with another token stops here: it saw the server's proof fail. So does a ddprun
     // client without one that asks whether this store wants one (client/store_handshake.h).
-    refuse("left the token handshake after the challenge (a client with another token, or one "
-           "without a token finding out that this store wants one)");
+    refuse(Refusal::kLeftAfterChallenge);
     return;
   }
   if (!handshake_.verify(std::string_view(proof_.data(), proof_.size()))) {
-    refuse("presented a wrong token proof");
+    refuse(Refusal::kWrongProof);
     return;
   }
   done_ = true;
@@ -96,15 +94,15 @@ void HandshakeGate::onProof(const boost::system::error_code& error) {
 
 void HandshakeGate::checkDeadline(Clock::time_point now) {
   if (!done_ && now - acceptedAt_ > context_.options.handshakeTimeout) {
-    refuse(fmt::format("did not finish the token handshake within {} ms",
-                       context_.options.handshakeTimeout.count()));
+    refuse(Refusal::kHandshakeTimeout,
+           fmt::format("({} ms)", context_.options.handshakeTimeout.count()));
   }
 }
 
-void HandshakeGate::refuse(std::string_view reason) {
+void HandshakeGate::refuse(Refusal reason, std::string_view detail) {
   if (done_) return;
   context_.refusedHandshakes.fetch_add(1, std::memory_order_relaxed);
-  context_.refusals.report(peer_, peerAddress_, reason);
+  context_.refusals.report(peer_, peerAddress_, reason, detail);
   close();
 }
 

@@ -21,6 +21,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "auth/handshake.h"
+#include "server/refusal_log.h"
 
 namespace ddprun::rendezvous {
 
@@ -35,8 +36,9 @@ class HandshakeGate final : public std::enable_shared_from_this<HandshakeGate> {
                 ServerContext& context);
 
   void start();
-  // Closes without a reply; `reason` goes into the (rate-limited) refusal line. Idempotent.
-  void refuse(std::string_view reason);
+  // Closes without a reply; `reason` and `detail` go to the refusal log (server/refusal_log.h).
+  // Idempotent.
+  void refuse(Refusal reason, std::string_view detail = {});
   // Closes without a word (the server is shutting down). Idempotent.
   void close();
   void checkDeadline(Clock::time_point now);

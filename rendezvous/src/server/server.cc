@@ -265,12 +265,11 @@ class RendezvousServer::Impl {
         front = candidate;
       }
     }
-    const std::string reason = fmt::format(
-        "was still in the handshake when {} newer connections were", options_.maxPendingHandshakes);
+    const std::string detail = fmt::format("({} of them)", options_.maxPendingHandshakes);
     if (front && (!gate || front->acceptedAt() < gate->acceptedAt())) {
-      front->refuse(reason);
+      front->refuse(Refusal::kEvicted, detail);
     } else if (gate) {
-      gate->refuse(reason);
+      gate->refuse(Refusal::kEvicted, detail);
     }
   }
 
@@ -291,6 +290,7 @@ class RendezvousServer::Impl {
       for (const auto& gate : gateSnapshot()) gate->checkDeadline(now);
       for (const auto& front : frontSnapshot()) front->checkDeadline(now);
       context_.kv.expireHolds(now);
+      context_.refusals.flush(now);  // the refusal counts whose window has ended
       scheduleSweep();
     });
   }
@@ -326,6 +326,7 @@ class RendezvousServer::Impl {
     for (const auto& session : snapshot()) session->close("server shutting down", false);
     for (const auto& gate : gateSnapshot()) gate->close();
     for (const auto& front : frontSnapshot()) front->close();
+    context_.refusals.flushAll(Session::Clock::now());
   }
 
   ServerOptions options_;

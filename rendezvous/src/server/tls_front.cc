@@ -40,13 +40,12 @@ void TlsFront::onHandshake(const boost::system::error_code& error) {
   if (closed_) return;
   if (error) {
     // A client without TLS (torch's, a scanner) sends bytes that are no TLS hello: refused at once.
-    refuse(error == asio::error::eof ? "disconnected in the TLS handshake"
-                                     : "did not complete a TLS handshake (a client without TLS)");
+    refuse(error == asio::error::eof ? Refusal::kLeftTlsHandshake : Refusal::kNotTls);
     return;
   }
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    refuse(fmt::format("no socket pair for it: {}", std::strerror(errno)));
+    refuse(Refusal::kNoSocketPair, fmt::format("({})", std::strerror(errno)));
     return;
   }
   boost::system::error_code ignored;
@@ -88,15 +87,14 @@ void TlsFront::carry(From& from, To& to, Buffer& buffer) {
 
 void TlsFront::checkDeadline(Clock::time_point now) {
   if (inHandshake() && now - acceptedAt_ > context_.options.handshakeTimeout) {
-    refuse(fmt::format("did not finish the TLS handshake within {} ms",
-                       context_.options.handshakeTimeout.count()));
+    refuse(Refusal::kTlsTimeout, fmt::format("({} ms)", context_.options.handshakeTimeout.count()));
   }
 }
 
-void TlsFront::refuse(std::string_view reason) {
+void TlsFront::refuse(Refusal reason, std::string_view detail) {
   if (!inHandshake()) return;
   context_.refusedHandshakes.fetch_add(1, std::memory_order_relaxed);
-  context_.refusals.report(peer_, peerAddress_, reason);
+  context_.refusals.report(peer_, peerAddress_, reason, detail);
   close();
 }
 

@@ -25,6 +25,8 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 
+#include "server/refusal_log.h"
+
 namespace ddprun::rendezvous {
 
 struct ServerContext;
@@ -38,9 +40,9 @@ class TlsFront final : public std::enable_shared_from_this<TlsFront> {
            std::string peerAddress, ServerContext& context);
 
   void start();
-  // In the TLS handshake: closes without a reply; `reason` goes into the (rate-limited) refusal
-  // line. Idempotent; does nothing once the handshake is done.
-  void refuse(std::string_view reason);
+  // In the TLS handshake: closes without a reply; `reason` and `detail` go to the refusal log
+  // (server/refusal_log.h). Idempotent; does nothing once the handshake is done.
+  void refuse(Refusal reason, std::string_view detail = {});
   // Closes both ends without a word (the server is shutting down). Idempotent.
   void close();
   void checkDeadline(Clock::time_point now);
