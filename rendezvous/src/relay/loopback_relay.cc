@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -21,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "auth/asio_tls.h"
+#include "refusal_tally.h"
 #include "relay/peer_user.h"
 #include "relay/relay_link.h"
 
@@ -28,6 +30,35 @@ namespace ddprun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+
+namespace {
+
+// Refusals are counted per local user (unknown for a peer gone) and verdict: one line per window.
+using RelayRefusals = RefusalTally<std::optional<uid_t>, PeerVerdict>;
+constexpr std::chrono::seconds kRefusalWindow{60};
+// Users and verdicts followed at most (a node has few users; the bound is for memory alone).
+constexpr std::size_t kMaxRefusalsFollowed = 1024;
+
+std::string_view describeRefusal(PeerVerdict verdict) {
+  switch (verdict) {
+    case PeerVerdict::kOtherUser:
+      return "not the agent's user";
+    case PeerVerdict::kGone:
+      return "peer gone before it was served";
+    case PeerVerdict::kLookupFailed:
+      return "the kernel could not be asked who opened it";
+    case PeerVerdict::kAdmit:
+    case PeerVerdict::kAdmitUnchecked:
+      break;
+  }
+  return "refused";
+}
+
+std::string describeSource(const std::optional<uid_t>& user) {
+  return user ? fmt::format("uid {}", *user) : std::string("an unknown local user");
+}
+
+}  // namespace
 
 class LoopbackRelay::Impl {
  public:
@@ -39,7 +70,10 @@ class LoopbackRelay::Impl {
         acceptor_(io_),
         worker_(io_),
         retryTimer_(io_),
-        stopEvent_(io_) {
+        refusalTimer_(io_),
+        stopEvent_(io_),
+        agentUser_(::geteuid()),
+        refusals_(kRefusalWindow, kMaxRefusalsFollowed) {
     if (options_.tls) {
       tls_.emplace(auth::asioContext(options_.tls->clientContext()));
     }
@@ -51,6 +85,7 @@ class LoopbackRelay::Impl {
     if (error) throw std::runtime_error(fmt::format("cannot listen on 127.0.0.1 for the workers' "
                                                     "store relay: {}", error.message()));
     port_ = acceptor_.local_endpoint().port();
+    peers_.emplace(acceptor_.local_endpoint());
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) throw std::runtime_error("cannot create an eventfd for the store relay");
     stopEvent_.assign(fd);
@@ -88,7 +123,7 @@ class LoopbackRelay::Impl {
 
   Stats stats() const {
     return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load(),
-                 refusedUsers_.load()};
+                 refusedUsers_.load(), refusedGone_.load(), refusedLookups_.load()};
   }
 
  private:
@@ -116,8 +151,9 @@ class LoopbackRelay::Impl {
       endpoints = upstreamEndpoints_;
       set = upstreamSet_;
     }
-    // Before a round has formed there is nothing a worker could want; another user is not served.
-    if (!set || !fromOwnUser()) {
+    // Another user, or a peer already gone, is not served; before a round has formed, nobody is
+    // (there is nothing a worker could want).
+    if (!admitted() || !set) {
       boost::system::error_code ignored;
       worker_.close(ignored);
     } else {
@@ -138,33 +174,101 @@ class LoopbackRelay::Impl {
     acceptNext();
   }
 
-  // Whether the accepted connection comes from a process of this agent's user (or root, who can
-  // read the token file anyway): the relay proves the token for whoever connects, so on a node
-  // shared with other users it must not serve them. When the kernel cannot say (no sock_diag),
-  // the connection is served, with one warning.
-  bool fromOwnUser() {
+  // Whether the accepted connection may be served: the kernel's answer on the socket that opened
+  // it (relay/peer_user.h) must show a live socket of this agent's user. The relay proves the
+  // token for whoever it serves, so on a node shared with other users it must not serve them,
+  // nor bytes left in the queue by a peer that has closed (issue #18). When the kernel cannot
+  // tell (no socket diagnostics), the connection is served, with one warning.
+  bool admitted() {
     boost::system::error_code error;
     const tcp::endpoint local = worker_.local_endpoint(error);
     const tcp::endpoint peer = error ? tcp::endpoint() : worker_.remote_endpoint(error);
-    if (error) return false;  // already gone
-    const std::optional<uid_t> user = localPeerUser(local, peer);
-    if (!user) {
-      if (!warnedUnknownUser_) {
-        warnedUnknownUser_ = true;
-        spdlog::warn("workers' store relay: the kernel cannot tell which user opened a "
-                     "connection (no sock_diag): other local users can reach the job's store "
-                     "through this relay");
-      }
-      return true;
+    if (error) {  // reset while it waited: gone
+      refuse(PeerAdmission{PeerVerdict::kGone, std::nullopt}, peer,
+             "(reset before it was accepted)");
+      return false;
     }
-    if (*user == ::geteuid() || *user == 0) return true;
-    refusedUsers_.fetch_add(1, std::memory_order_relaxed);
-    if (loggedUsers_.insert(*user).second) {
-      spdlog::warn("workers' store relay: refused a connection from local user {} (only user {}'s "
-                   "processes are relayed); further refusals of that user are not logged",
-                   *user, ::geteuid());
+    const PeerLookup lookup = peers_->connectingSocket(local, peer);
+    const PeerAdmission admission = admitPeer(lookup, agentUser_);
+    switch (admission.verdict) {
+      case PeerVerdict::kAdmit:
+        return true;
+      case PeerVerdict::kAdmitUnchecked:
+        if (!warnedUnchecked_) {
+          warnedUnchecked_ = true;
+          spdlog::warn("workers' store relay: the kernel cannot tell which user opened a "
+                       "connection (no socket diagnostics: {}): other local users can reach the "
+                       "job's store through this relay",
+                       std::strerror(lookup.error));
+        }
+        return true;
+      case PeerVerdict::kOtherUser:
+        refuse(admission, peer, fmt::format("(only uid {}'s processes are relayed)", agentUser_));
+        return false;
+      case PeerVerdict::kGone:
+        refuse(admission, peer,
+               lookup.outcome == PeerLookup::Outcome::kFound
+                   ? fmt::format("(its socket is in {} with inode {})",
+                                 tcpStateName(lookup.socket.state), lookup.socket.inode)
+                   : std::string("(its socket no longer exists)"));
+        return false;
+      case PeerVerdict::kLookupFailed:
+        refuse(admission, peer, fmt::format("({})", std::strerror(lookup.error)));
+        return false;
     }
     return false;
+  }
+
+  // Counts a refusal; its line at once if it is the first of its user and verdict, otherwise in
+  // the window's count (refusal_tally.h). Nothing here comes from the peer's bytes.
+  void refuse(const PeerAdmission& admission, const tcp::endpoint& peer,
+              const std::string& detail) {
+    switch (admission.verdict) {
+      case PeerVerdict::kOtherUser:
+        refusedUsers_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case PeerVerdict::kGone:
+        refusedGone_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case PeerVerdict::kLookupFailed:
+        refusedLookups_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case PeerVerdict::kAdmit:
+      case PeerVerdict::kAdmitUnchecked:
+        return;  // not refusals
+    }
+    const auto now = RelayRefusals::Clock::now();
+    if (refusals_.count(admission.owner, admission.verdict, now)) {
+      const std::string source = describeSource(admission.owner);
+      spdlog::warn("workers' store relay: refused a connection from {} (port {}): {} {}; more of "
+                   "these from {} are counted and logged once per {} s",
+                   source, peer.port(), describeRefusal(admission.verdict), detail, source,
+                   kRefusalWindow.count());
+    }
+    armRefusalTimer();
+  }
+
+  // Wakes the serving thread when the next window of counted refusals ends.
+  void armRefusalTimer() {
+    const auto due = refusals_.nextDue();
+    if (!due || refusalTimerArmed_) return;
+    refusalTimerArmed_ = true;
+    refusalTimer_.expires_at(*due);
+    refusalTimer_.async_wait([this](const boost::system::error_code& error) {
+      refusalTimerArmed_ = false;
+      if (error || stopping_) return;
+      logRefusals(refusals_.due(RelayRefusals::Clock::now()));
+      armRefusalTimer();
+    });
+  }
+
+  static void logRefusals(const std::vector<RelayRefusals::Summary>& summaries) {
+    for (const auto& summary : summaries) {
+      const std::string text = refusalSummaryText(
+          describeSource(summary.source), describeRefusal(summary.reason), summary.count,
+          summary.over);
+      spdlog::warn("workers' store relay: {}", text);
+    }
   }
 
   void onLinkEnd(RelayLink* link, RelayLink::End end, const std::string& upstream,
@@ -205,6 +309,8 @@ class LoopbackRelay::Impl {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     retryTimer_.cancel();
+    refusalTimer_.cancel();
+    logRefusals(refusals_.remaining(RelayRefusals::Clock::now()));
     stopEvent_.close(ignored);
     std::vector<std::shared_ptr<RelayLink>> links;
     for (const auto& entry : links_) links.push_back(entry.second);
@@ -218,10 +324,15 @@ class LoopbackRelay::Impl {
   tcp::acceptor acceptor_;
   tcp::socket worker_;
   asio::steady_timer retryTimer_;
+  asio::steady_timer refusalTimer_;
   asio::posix::stream_descriptor stopEvent_;
   std::uint16_t port_ = 0;
   std::thread thread_;
   bool stopping_ = false;  // serving thread only
+  const uid_t agentUser_;
+  std::optional<PeerSocketTable> peers_;  // serving thread only, once listening
+  RelayRefusals refusals_;                // serving thread only
+  bool refusalTimerArmed_ = false;        // serving thread only
 
   mutable std::mutex mutex_;
   std::string upstream_;                      // "host:port", for messages
@@ -230,12 +341,13 @@ class LoopbackRelay::Impl {
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
   std::set<std::pair<std::string, int>> reported_;                      // serving thread only
-  std::set<uid_t> loggedUsers_;                                         // serving thread only
-  bool warnedUnknownUser_ = false;                                      // serving thread only
+  bool warnedUnchecked_ = false;                                        // serving thread only
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> upstreamFailures_{0};
   std::atomic<std::uint64_t> refusedUsers_{0};
+  std::atomic<std::uint64_t> refusedGone_{0};
+  std::atomic<std::uint64_t> refusedLookups_{0};
 };
 
 LoopbackRelay::LoopbackRelay(RelayOptions options)

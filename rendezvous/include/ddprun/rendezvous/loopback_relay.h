@@ -9,9 +9,10 @@
 // keep their exact meaning, and the relay parses nothing a worker sends. docs/security.md says
 // why this beats one multiplexed connection.
 //
-// Only processes of the agent's own user (and root) are served: the relay proves the token for
-// whoever connects, so another user's connection on a shared node is closed at once (the kernel
-// names each socket's owner: relay/peer_user.h).
+// Only live processes of the agent's own user are served: the relay proves the token for whoever
+// connects, so another user's connection on a shared node is closed at once, and so is one whose
+// peer has already closed (the kernel names each socket's state, inode and owner:
+// relay/peer_user.h). Refusals are logged per user and reason, then counted (refusal_tally.h).
 //
 // A connection is accepted at once; its bytes wait in the kernel until the upstream connection has
 // passed the handshake. If that fails, the worker's connection is closed (its client reports a
@@ -45,6 +46,8 @@ class LoopbackRelay {
     std::uint64_t accepted = 0;      // since start
     std::uint64_t upstreamFailures = 0;  // worker connections closed because the store was not reached
     std::uint64_t refusedUsers = 0;  // connections from another local user, closed at once
+    std::uint64_t refusedGone = 0;   // connections whose peer had closed before they were served
+    std::uint64_t refusedLookups = 0;  // closed because the kernel could not be asked (fail closed)
   };
 
   // Listens on 127.0.0.1 (a free port) and starts serving. Throws std::runtime_error.
