@@ -5,7 +5,9 @@ relay's accept queue with idle connections while sending TCPStore SETs on other 
 it closes at once. A connection closed while it waits in the queue leaves a TIME_WAIT or FIN_WAIT2
 mini-socket, which the kernel's socket diagnostics report as uid 0, inode 0: a relay that trusted
 that uid carried the SET to the workers' store under the job's token. Passes when no key the
-attacker sent ever appears in the workers' store.
+attacker sent ever appears in the workers' store, and the flood is in the agent's log: the first
+refusal of the attacker's uid at once, and, once the agent is stopped (the counting windows are a
+minute long), how many of its connections were refused.
 
     relay_flood_test.py --ddprun BIN [--rendezvous BIN] [--bursts N] [--timeout S]
 
@@ -18,7 +20,9 @@ Every wait is bounded by one deadline; every process started here is killed on t
 import argparse
 import json
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -32,9 +36,10 @@ from secjobs import (Deadline, Job, free_port, give_up, listening_ports, wait_un
 
 # The keys the attacker writes: KEY_PREFIX + "<burst>/<connection>", raw on the wire.
 KEY_PREFIX = b"relay-flood/"
-# Per burst, as in the issue: two processes hold this many idle connections each for HOLD seconds
-# (together more than the relay's accept queue, capped by net.core.somaxconn, 4096 by default),
-# while a third sends a SET on each of WRITES other connections and closes it at once.
+# Per burst, as in the issue: for HOLD seconds two processes keep up to FLOOD idle connections each
+# open to the relay (together more than its accept queue, capped by net.core.somaxconn, 4096 by
+# default), opening new ones as the relay refuses them, while a third sends a SET on each of WRITES
+# other connections and closes it at once.
 FLOOD = 3000
 HOLD = 1.0
 WRITES = 50
@@ -43,7 +48,7 @@ SETTLE = 2.0
 
 # The attacker's program, written to a file the other user can read (it may not read this tree).
 ATTACKER = r'''
-import errno, json, resource, select, socket, struct, sys, time
+import collections, errno, json, resource, select, socket, struct, sys, time
 
 def blob(data):
     return struct.pack("<Q", len(data)) + data
@@ -63,22 +68,29 @@ def start_connect():
     return s, 0
 
 def flood(count, hold):
-    # Non-blocking connects, never waited for: SYNs the full queue drops are retried by the kernel.
+    # Non-blocking connects, never waited for (SYNs the full queue drops are retried by the
+    # kernel), for the whole hold, so that the queue stays full: with `count` open, the oldest
+    # (refused by now) are closed to make room, and so on running out of ports or descriptors.
     raise_fd_limit(count + 64)
     end = time.monotonic() + hold
-    held, errors = [], {}
-    while len(held) < count and time.monotonic() < end:
+    held, opened, errors = collections.deque(), 0, {}
+    while time.monotonic() < end:
+        if len(held) >= count:
+            for _ in range(count // 10):
+                held.popleft().close()
         s, code = start_connect()
         if s is None:
             name = errno.errorcode.get(code, str(code))
             errors[name] = errors.get(name, 0) + 1
+            for _ in range(min(len(held), count // 10)):
+                held.popleft().close()
             time.sleep(0.001)
             continue
         held.append(s)
-    time.sleep(max(0.0, end - time.monotonic()))
+        opened += 1
     for s in held:
         s.close()
-    return {"held": len(held), "errors": errors}
+    return {"opened": opened, "errors": errors}
 
 def write(prefix, count, delay, spread):
     # VALIDATE (torch 2.x) then SET key value, then close at once: the bytes wait in the relay's
@@ -233,24 +245,38 @@ class Flood:
                 self.fail("the agent exited %d under the flood" % self.agent.returncode)
             keys = self.store_keys(relay)
             landed[number] = [k for k in keys if k.startswith(KEY_PREFIX + b"%d/" % number)]
-            print("burst %d: %d + %d idle connections held %.1f s (errors %s %s); %d SET+close "
+            print("burst %d: %d + %d idle connections opened in %.1f s (errors %s %s); %d SET+close "
                   "sent (%d connects failed, %d never connected): %d landed in the workers' store" %
-                  (number, flood_a["held"], flood_b["held"], HOLD, flood_a["errors"] or "none",
+                  (number, flood_a["opened"], flood_b["opened"], HOLD, flood_a["errors"] or "none",
                    flood_b["errors"] or "none", writer["sent"], writer["failed"],
                    writer["unconnected"], len(landed[number])), flush=True)
         # Late arrivals too: a write still in the relay's queue at its burst's check.
         time.sleep(SETTLE)
         final = self.store_keys(relay)
-        relay_lines = [line for line in self.agent.errors.splitlines() if "relay" in line]
-        print("the agent's relay log lines (%d):" % len(relay_lines))
-        for line in relay_lines[:20]:
-            print("  " + line)
         hit = sum(1 for n in landed if landed[n])
         if final:
             self.fail("the attack landed: %d of %d bursts put keys of user %s into the workers' "
                       "store through the relay (%d keys in all, e.g. %s)" %
                       (hit, len(landed), user.name, len(final), final[:5]))
-        return "no key of %s reached the workers' store in %d bursts" % (user.name, len(landed))
+        # The flood is in the log: the attacker's first refusal at once, and, when the agent stops
+        # (the windows are a minute long), how many of its connections were refused.
+        self.agent.signal(signal.SIGTERM)
+        if self.agent.wait(self.deadline.cap(30)) is None:
+            self.fail("the agent did not stop within 30 s of SIGTERM")
+        relay_lines = [line for line in self.agent.errors.splitlines() if "relay" in line]
+        print("the agent's relay log lines (%d):" % len(relay_lines))
+        for line in relay_lines[:20]:
+            print("  " + line)
+        source = "from uid %d" % user.uid
+        if not any("refused a connection " + source in line for line in relay_lines):
+            self.fail("the agent's log has no line for the refusal of uid %d's connections" % user.uid)
+        counted = [int(m.group(1).replace(",", "")) for line in relay_lines
+                   for m in [re.search(r"refused ([\d,]+) connections? %s " % source, line)] if m]
+        if not counted:
+            self.fail("the agent's log has no count of uid %d's refused connections" % user.uid)
+        return ("no key of %s reached the workers' store in %d bursts; the agent logged %d lines "
+                "for it, counting %s refused connections" %
+                (user.name, len(landed), len(relay_lines), "+".join(map(str, counted))))
 
 
 def main():
