@@ -771,3 +771,108 @@ TEST_CASE("a forged member slot ends the join with a clear error, not a crash", 
   CHECK(*node.exitCode == 1);
   CHECK_THAT(captured.text(), Catch::Contains("holds \"not-a-node\", not a node id"));
 }
+
+// --- outside bytes in the log (docs/security.md, "On the node") ---
+
+namespace {
+
+// A whole line in the agent's log format, then what would retitle and clear the terminal: what
+// whoever writes the store (anyone, without a token) puts in a host name or a text.
+const std::string kForgedLine = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+const std::string kForged = "node-z\n" + kForgedLine + "\x1b]0;owned\x07\x1b[2J";
+// kForged as the log shows it.
+const std::string kForgedEscaped = "node-z\\n" + kForgedLine + "\\x1b]0;owned\\x07\\x1b[2J";
+
+// No line of `text` starts with the forged one, and no byte in it is one a terminal acts on.
+void checkNotForged(const std::string& text) {
+  CHECK(std::none_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c != '\n' && (byte < 0x20 || byte == 0x7f);
+  }));
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    CHECK_FALSE(text.substr(start, end - start).starts_with(kForgedLine));
+    start = end + 1;
+  }
+}
+
+// The line of `text` that holds `marker` ("" when none).
+std::string lineWith(const std::string& text, const std::string& marker) {
+  const std::size_t at = text.find(marker);
+  if (at == std::string::npos) return "";
+  const std::size_t start = text.rfind('\n', at);
+  const std::size_t begin = start == std::string::npos ? 0 : start + 1;
+  return text.substr(begin, std::min(text.find('\n', at), text.size()) - begin);
+}
+
+}  // namespace
+
+TEST_CASE("forged stop records reach the log and the last error line escaped, one line each",
+          "[agent][unit][store-records]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  auto outsider = job.store.connect();
+  LogCapture log;
+  ddprun::test::CaptureStderr captured;
+
+  // Round 0: a node that never was "leaves" (a re-form, no restart spent).
+  outsider->compareSet("ddprun/unit/round/0/stop", "",
+                       StopReason::nodeLeft(99, 0, kForged, SIGTERM).serialize());
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  // Rounds 1 and 2: forged failures spend the restart, then fail the job with the forged code.
+  WorkerFailure forged;
+  forged.rank = 0;
+  forged.groupRank = 0;
+  forged.host = kForged;
+  forged.exitCode = 42;
+  forged.message = "boom\n" + kForged;
+  forged.hang = HangKind::kFileTimer;
+  forged.hangDetail = kForged;
+  forged.oom = kForged;
+  outsider->compareSet("ddprun/unit/round/1/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  REQUIRE(job.until([&] { return node.runningRound(2); }));
+  outsider->compareSet("ddprun/unit/round/2/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 42);  // what the attack makes of a job without a token
+
+  const std::string logged = log.text();
+  INFO(logged);
+  CHECK_THAT(lineWith(logged, "left the job"), Catch::Contains("node 0 (" + kForgedEscaped + ") left the job"));
+  CHECK_THAT(lineWith(logged, "restarting the job"),
+             Catch::Contains("after rank 0 on " + kForgedEscaped + " failed: exitcode 42"));
+  checkNotForged(logged);
+
+  const std::string printed = captured.text();
+  INFO(printed);
+  CHECK_THAT(lineWith(printed, "ddprun: error: the job failed"),
+             Catch::Contains("rank 0 on " + kForgedEscaped + ": hung: " + kForgedEscaped + "; " + kForgedEscaped));
+  CHECK_THAT(printed, Catch::Contains("  host      : " + kForgedEscaped + "\n"));
+  // The summary keeps the message's lines (torchrun's layout), indented under its entry.
+  CHECK_THAT(printed, Catch::Contains("  traceback : boom\n  node-z\n  " + kForgedLine + "\\x1b]0;owned"));
+  checkNotForged(printed);
+}
+
+TEST_CASE("a forged round record's value is quoted escaped in the one-line error",
+          "[agent][unit][store-records]") {
+  CHECK(*masterProblem(kForged + ":1", "10.0.0.1") ==
+        "\"" + kForgedEscaped + ":1\" is not on group rank 0's address 10.0.0.1");
+  CHECK(*masterProblem("10.0.0.1:1", kForged) ==
+        "\"10.0.0.1:1\" is not on group rank 0's address " + kForgedEscaped);
+  // A long value is cut: the log holds a bounded part of whatever was written.
+  const std::string longValue(100000, 'x');
+  CHECK(masterProblem(longValue, "")->size() < 300);
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  auto outsider = job.store.connect();
+  outsider->set("ddprun/unit/round/0/joined", "1");
+  outsider->set("ddprun/unit/round/0/member/1", kForged);
+  ddprun::test::CaptureStderr captured;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 1);
+  CHECK_THAT(captured.text(), Catch::Contains("holds \"" + kForgedEscaped + "\", not a node id"));
+  checkNotForged(captured.text());
+}

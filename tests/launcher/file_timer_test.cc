@@ -111,6 +111,17 @@ std::string describe(const std::vector<FileTimerExpiry>& expired) {
   return out.str();
 }
 
+TEST_CASE("parse: a malformed request is quoted escaped, on one line", "[file_timer]") {
+  Fixture fixture;
+  LogCapture log;
+  fixture.timers.onLine("{\"pid\": \x1b[2J\n\x07}");
+  const std::string text = log.text();
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\x07') == std::string::npos);
+  CHECK_THAT(text, Catch::Contains("\\x1b[2J\\n\\x07}"));
+}
+
 // --- parsing ---
 
 TEST_CASE("parse: the lines torch's FileTimerClient writes", "[file_timer]") {

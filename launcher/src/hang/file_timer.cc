@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/shown_text.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -22,8 +24,6 @@ constexpr double kLatestDeadline = 9e9;
 // The longest wait armed at once: a deadline further away is reached by re-arming when this one
 // passes with nothing due, so no clock arithmetic ever nears its limits.
 constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24);
-// How much of a rejected line a warning quotes.
-constexpr std::size_t kQuotedBytes = 200;
 
 // The instant a timer is due. Arming and the due check both go through this one conversion, so
 // a timer armed for its deadline always finds itself due when it fires (no double rounding
@@ -125,11 +125,6 @@ std::optional<FileTimerRequest> parseRequest(std::string_view line, std::string&
   return request;
 }
 
-std::string quoted(std::string_view line) {
-  if (line.size() <= kQuotedBytes) return std::string(line);
-  return std::string(line.substr(0, kQuotedBytes)) + "...";
-}
-
 }  // namespace
 
 std::optional<FileTimerRequest> parseFileTimerRequest(std::string_view line) {
@@ -146,7 +141,8 @@ void FileTimers::onLine(std::string_view line) {
   std::string why;
   const auto request = parseRequest(line, why);
   if (!request) {
-    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", why, quoted(line));
+    // Both the line and the parser's account of it hold the worker's bytes.
+    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", shown(why), quotedValue(line));
     return;
   }
   apply(*request);
