@@ -876,3 +876,60 @@ TEST_CASE("a forged round record's value is quoted escaped in the one-line error
   CHECK_THAT(captured.text(), Catch::Contains("holds \"" + kForgedEscaped + "\", not a node id"));
   checkNotForged(captured.text());
 }
+
+TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no signal, and "
+          "one line for many refusals",
+          "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  const pid_t child = 5000;  // a process worker 0 started (torch's client names the asking process)
+  node.launcher.descendants.insert(child);
+  auto request = [&](pid_t pid, const std::string& scope, double in, int signal) {
+    const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
+    node.machine.onFileTimerLine(fmt::format(
+        R"({{"version": 1, "pid": {}, "scope_id": "{}", "expiration_time": {}, "signal": {}}})", pid,
+        scope, now + in, signal));
+  };
+  LogCapture log;
+  // Another user's process, the agent's own pid (any pid the worker likes), and the worker's child.
+  request(4242, R"(s\u001b]0;owned\u0007\n[x)", 1, SIGKILL);
+  request(4343, "agent", 1, SIGKILL);
+  request(child, "child", 1, SIGTERM);
+  job.loop.advance(1s);
+  job.until([] { return true; });
+  CHECK(node.launcher.processSignals == std::vector<std::pair<pid_t, int>>{{child, SIGTERM}});
+  CHECK(node.machine.state() == State::kRunning);
+  CHECK(node.evidence.requests.empty());
+  std::string logged = log.text();
+  INFO(logged);
+  // The first refusal in full, its scope id escaped; the second only counted.
+  CHECK_THAT(lineWith(logged, "not sending"),
+             Catch::Contains("not sending SIGKILL to pid 4242: FileTimer \"s\\x1b]0;owned\\x07\\n[x\" names a "
+                             "process that is neither a worker of this agent nor a descendant of one"));
+  CHECK(logged.find("4343") == std::string::npos);
+  CHECK_THAT(lineWith(logged, "process 5000"), Catch::Contains("sending it SIGTERM"));
+  checkNotForged(logged);
+
+  // A worker that keeps asking: counted, one line per minute at most.
+  for (pid_t pid = 6000; pid < 6050; ++pid) request(pid, "flood", 1, SIGKILL);
+  job.loop.advance(1s);
+  job.until([] { return true; });
+  CHECK(log.text() == logged);
+  job.loop.advance(60s);
+  job.until([] { return true; });
+  const std::string counted = log.text().substr(logged.size());
+  CHECK(std::count(counted.begin(), counted.end(), '\n') == 1);
+  CHECK_THAT(counted, Catch::Contains("refused 51 more FileTimer signal(s) to processes outside this "
+                                      "agent's workers (pids 4343, 6000, 6001, 6002, 6003, 6004, 6005, 6006, ...)"));
+  CHECK(node.launcher.processSignals.size() == 1);
+
+  // The worker's own timer still works: the stacks, then the signal.
+  request(workers[1].pid, "own", 1, SIGKILL);
+  job.loop.advance(1s);
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
+}

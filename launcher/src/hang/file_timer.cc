@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/shown_text.h"
+#include "ddprun/common/signal_names.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -248,6 +249,51 @@ void FileTimers::fire() {
   }
   firing_ = false;
   rearm();
+}
+
+FileTimerRefusals::FileTimerRefusals(EventLoop& loop, std::chrono::milliseconds window)
+    : loop_(loop), window_(window) {}
+
+void FileTimerRefusals::refused(const FileTimerExpiry& expiry) {
+  ++total_;
+  if (timer_) {
+    ++counted_;
+    if (std::find(countedPids_.begin(), countedPids_.end(), expiry.pid) == countedPids_.end()) {
+      if (countedPids_.size() < kNamedPids) {
+        countedPids_.push_back(expiry.pid);
+      } else {
+        morePids_ = true;
+      }
+    }
+    return;
+  }
+  spdlog::warn("ddprun: not sending {} to pid {}: FileTimer {} names a process that is neither a "
+               "worker of this agent nor a descendant of one (torch's FileTimerServer would signal "
+               "it); further refusals within {} s are counted",
+               common::signalName(expiry.signal), expiry.pid, quotedValue(expiry.scopeId),
+               std::chrono::duration_cast<std::chrono::seconds>(window_).count());
+  timer_ = loop_.after(window_, [this] { windowEnded(); });
+}
+
+void FileTimerRefusals::windowEnded() {
+  // The running Timer stays alive until this returns (as in FileTimers::fire).
+  const std::unique_ptr<EventLoop::Timer> running = std::move(timer_);
+  if (counted_ == 0) return;  // a quiet window: the next refusal is logged in full
+  flush();
+  timer_ = loop_.after(window_, [this] { windowEnded(); });
+}
+
+void FileTimerRefusals::flush() {
+  if (counted_ == 0) return;
+  std::string pids;
+  for (pid_t pid : countedPids_) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+  if (morePids_) pids += ", ...";
+  spdlog::warn("ddprun: refused {} more FileTimer signal(s) to processes outside this agent's "
+               "workers (pids {})",
+               counted_, pids);
+  counted_ = 0;
+  countedPids_.clear();
+  morePids_ = false;
 }
 
 }  // namespace ddprun::launcher

@@ -55,6 +55,7 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
                   onHung(hung.localRank, hung.kind, hung.detail, SIGKILL);
                 }),
       fileTimers_(loop, [this](const FileTimerExpiry& expiry) { onFileTimerExpired(expiry); }),
+      fileTimerRefusals_(loop),
       startedAt_(epochSeconds(loop_.wallNow())) {}
 
 void AgentMachine::start() {
@@ -456,6 +457,7 @@ void AgentMachine::finish(Ending ending) {
   barrierTimer_.reset();
   progress_.stop();
   fileTimers_.clear();
+  fileTimerRefusals_.flush();
   launcher_.killAll();
   launcher_.killStrays();
   // Every line the workers wrote reaches the console before the agent goes.
@@ -478,15 +480,23 @@ void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
   const std::string detail = fmt::format("its FileTimer \"{}\" expired (torch's FileTimerClient asked "
                                          "for {} then)", expiry.scopeId, common::signalName(expiry.signal));
   LocalWorker* worker = workerByPid(expiry.pid);
-  if (worker == nullptr || !worker->running || state_ != State::kRunning) {
-    // A process the worker started (torch's server kills any pid it is given), or a worker the
-    // round is stopping anyway: the signal only, as torch's server does.
-    spdlog::warn("process {}: {}; sending it {}", expiry.pid, common::printable(detail),
-                 common::signalName(expiry.signal));
-    launcher_.signalProcess(expiry.pid, expiry.signal);
+  if (worker != nullptr && worker->running && state_ == State::kRunning) {
+    onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
     return;
   }
-  onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
+  // torch's server sends the signal to whatever pid the request names, and any process that can
+  // open the pipe (every worker) writes requests: a root `sleep`, the agent itself. Only the job's
+  // own processes are signalled here: a worker, or a process one started (torch's client names
+  // the process that asks, which may be a worker's child).
+  if (!launcher_.belongsToWorkers(expiry.pid)) {
+    fileTimerRefusals_.refused(expiry);
+    return;
+  }
+  // A worker's descendant, or a worker the round is stopping anyway: the signal only, as torch's
+  // server does.
+  spdlog::warn("process {}: {}; sending it {}", expiry.pid, common::printable(detail),
+               common::signalName(expiry.signal));
+  launcher_.signalProcess(expiry.pid, expiry.signal);
 }
 
 void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int signal) {
