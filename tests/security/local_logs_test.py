@@ -35,7 +35,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from attack_client import AttackClient, StoreClosed  # noqa: E402
+from attack_client import AttackClient, StoreClosed, StoreTimeout  # noqa: E402
 from secjobs import Deadline, Job, free_port, give_up, key, listening_ports, wait_until  # noqa: E402
 
 SCENARIOS = ["forged-log-line", "file-timer-foreign-pid"]
@@ -108,25 +108,31 @@ def forged_log_line(args, deadline, jobs):
 
     # A key: the store logs the connection it closes for an ADD on a value that is no integer.
     forged_key = "/" + FORGED
-    with AttackClient("127.0.0.1", port, timeout=5) as store:
-        store.set(forged_key, "not a number")
-        try:
-            store.add(forged_key, 1)
-            give_up("the store added 1 to a value that is not an integer", jobs)
-        except StoreClosed:
-            print("key: the store closed the connection of an ADD on the forged key")
+    try:
+        with AttackClient("127.0.0.1", port, timeout=5) as store:
+            store.set(forged_key, "not a number")
+            try:
+                store.add(forged_key, 1)
+                give_up("the store added 1 to a value that is not an integer", jobs)
+            except StoreClosed:
+                print("key: the store closed the connection of an ADD on the forged key")
+    except (StoreTimeout, OSError) as error:
+        give_up("the attacker could not write the forged key: %s" % error, jobs)
 
-    with AttackClient("127.0.0.1", port, timeout=5) as store:
-        for index, (record, _) in enumerate(STOPS):
-            # Round `index` runs: its record is closed and its worker is up (one start per round).
-            store.wait([key(run_id, "round/%d/closed" % index)], deadline.cap(30))
-            wait_until(lambda: workers_up() >= index + 1, deadline, 30,
-                       "round %d's worker did not start" % index, jobs)
-            held = store.compare_set(key(run_id, "round/%d/stop" % index), "",
-                                     json.dumps(record(index))).decode()
-            if json.loads(held)["kind"] != record(index)["kind"]:
-                give_up("round %d already had a stop: %r" % (index, held[:200]), jobs)
-            print("round %d: forged a %s stop" % (index, record(index)["kind"]))
+    try:
+        with AttackClient("127.0.0.1", port, timeout=5) as store:
+            for index, (record, _) in enumerate(STOPS):
+                # Round `index` runs: its record is closed and its worker is up (one start each).
+                store.wait([key(run_id, "round/%d/closed" % index)], deadline.cap(30))
+                wait_until(lambda: workers_up() >= index + 1, deadline, 30,
+                           "round %d's worker did not start" % index, jobs)
+                held = store.compare_set(key(run_id, "round/%d/stop" % index), "",
+                                         json.dumps(record(index))).decode()
+                if json.loads(held)["kind"] != record(index)["kind"]:
+                    give_up("round %d already had a stop: %r" % (index, held[:200]), jobs)
+                print("round %d: forged a %s stop" % (index, record(index)["kind"]))
+    except (StoreTimeout, OSError) as error:  # StoreClosed is an OSError too
+        give_up("the attack on the store did not go through: %s" % error, jobs)
 
     code = agent.wait(deadline.cap(30))
     if code is None:
