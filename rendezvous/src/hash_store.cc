@@ -4,9 +4,9 @@
 #include <mutex>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "kv_state.h"
+#include "protocol/wire.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -85,7 +85,7 @@ std::int64_t HashStore::add(std::string_view key, std::int64_t delta) {
   shared_->expire();
   std::optional<std::int64_t> value = shared_->state.add(key, delta);
   if (!value) {
-    throw StoreError(fmt::format("add '{}': the stored value is not an integer", key));
+    throw StoreError(fmt::format("add {}: the stored value is not an integer", protocol::shownKey(key)));
   }
   shared_->changed.notify_all();
   return *value;
@@ -127,8 +127,10 @@ void HashStore::waitLocked(std::unique_lock<std::mutex>& lock, const std::vector
   }
   shared.state.forget(&call);
   if (!done) {
+    std::string shown;
+    for (const std::string& key : keys) shown += (shown.empty() ? "" : ", ") + protocol::shownKey(key);
     throw StoreTimeoutError(fmt::format("in-process store: {} timed out after {} ms, keys: {}",
-                                        what, timeout.count(), fmt::join(keys, ", ")));
+                                        what, timeout.count(), shown));
   }
 }
 

@@ -1,7 +1,6 @@
 #include "ddprun/rendezvous/tcp_store.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,8 +82,9 @@ class Backoff {
   std::mt19937 random_;
 };
 
-// " 'k'", the key as error messages show it.
-std::string quoted(std::string_view key) { return fmt::format(" '{}'", key); }
+// " 'k'", the key as error messages show it (escaped: a key may be a name listKeys() returned,
+// which whoever can write the store chose).
+std::string quoted(std::string_view key) { return " " + protocol::shownKey(key); }
 
 // A call about no key in particular (numKeys, listKeys).
 struct NoKey {};
@@ -95,7 +95,7 @@ std::string quoted(const std::vector<std::string>& keys) {
   constexpr std::size_t kShown = 8;
   std::string out;
   for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
-    out += fmt::format("{} '{}'", i == 0 ? "" : ",", keys[i]);
+    out += fmt::format("{} {}", i == 0 ? "" : ",", protocol::shownKey(keys[i]));
   }
   if (keys.size() > kShown) out += fmt::format(", ... ({} keys)", keys.size());
   return out;
@@ -428,8 +428,8 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Clock::time_poin
     // 1.13 cannot cancel: a late STOP_WAITING would be taken as the next reply. Start afresh.
     socket_.reset();
   }
-  throw StoreTimeoutError(fmt::format("{}: wait timed out after {} ms, keys: {}", where(),
-                                      timeout.count(), fmt::join(keys, ", ")));
+  throw StoreTimeoutError(fmt::format("{}: wait timed out after {} ms, keys:{}", where(),
+                                      timeout.count(), quoted(keys)));
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {

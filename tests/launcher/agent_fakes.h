@@ -146,6 +146,8 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   bool obeySignals = true;
   // Spawns of these local ranks fail (LOCAL_RANK in the environment).
   std::set<int> failingSpawns;
+  // Processes the workers started (belongsToWorkers() says yes to them as to running workers).
+  std::set<pid_t> descendants;
 
   pid_t spawn(const launcher::ExecPlan& plan) override {
     Worker worker{nextPid_++, {}, {}};
@@ -172,6 +174,10 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   void signalProcess(pid_t pid, int signal) override {
     processSignals.push_back({pid, signal});
     if (running_.count(pid) > 0 && (obeySignals || signal == SIGKILL)) dieOf(pid, signal);
+  }
+
+  bool belongsToWorkers(pid_t pid) const override {
+    return running_.count(pid) > 0 || descendants.count(pid) > 0;
   }
 
   bool anyRunning() const override { return !running_.empty(); }

@@ -771,3 +771,165 @@ TEST_CASE("a forged member slot ends the join with a clear error, not a crash", 
   CHECK(*node.exitCode == 1);
   CHECK_THAT(captured.text(), Catch::Contains("holds \"not-a-node\", not a node id"));
 }
+
+// --- outside bytes in the log (docs/security.md, "On the node") ---
+
+namespace {
+
+// A whole line in the agent's log format, then what would retitle and clear the terminal: what
+// whoever writes the store (anyone, without a token) puts in a host name or a text.
+const std::string kForgedLine = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+const std::string kForged = "node-z\n" + kForgedLine + "\x1b]0;owned\x07\x1b[2J";
+// kForged as the log shows it.
+const std::string kForgedEscaped = "node-z\\n" + kForgedLine + "\\x1b]0;owned\\x07\\x1b[2J";
+
+// No line of `text` starts with the forged one, and no byte in it is one a terminal acts on.
+void checkNotForged(const std::string& text) {
+  CHECK(std::none_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c != '\n' && (byte < 0x20 || byte == 0x7f);
+  }));
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    CHECK_FALSE(text.substr(start, end - start).starts_with(kForgedLine));
+    start = end + 1;
+  }
+}
+
+// The line of `text` that holds `marker` ("" when none).
+std::string lineWith(const std::string& text, const std::string& marker) {
+  const std::size_t at = text.find(marker);
+  if (at == std::string::npos) return "";
+  const std::size_t start = text.rfind('\n', at);
+  const std::size_t begin = start == std::string::npos ? 0 : start + 1;
+  return text.substr(begin, std::min(text.find('\n', at), text.size()) - begin);
+}
+
+}  // namespace
+
+TEST_CASE("forged stop records reach the log and the last error line escaped, one line each",
+          "[agent][unit][store-records]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  auto outsider = job.store.connect();
+  LogCapture log;
+  ddprun::test::CaptureStderr captured;
+
+  // Round 0: a node that never was "leaves" (a re-form, no restart spent).
+  outsider->compareSet("ddprun/unit/round/0/stop", "",
+                       StopReason::nodeLeft(99, 0, kForged, SIGTERM).serialize());
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  // Rounds 1 and 2: forged failures spend the restart, then fail the job with the forged code.
+  WorkerFailure forged;
+  forged.rank = 0;
+  forged.groupRank = 0;
+  forged.host = kForged;
+  forged.exitCode = 42;
+  forged.message = "boom\n" + kForged;
+  forged.hang = HangKind::kFileTimer;
+  forged.hangDetail = kForged;
+  forged.oom = kForged;
+  outsider->compareSet("ddprun/unit/round/1/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  REQUIRE(job.until([&] { return node.runningRound(2); }));
+  outsider->compareSet("ddprun/unit/round/2/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 42);  // what the attack makes of a job without a token
+
+  const std::string logged = log.text();
+  INFO(logged);
+  CHECK_THAT(lineWith(logged, "left the job"), Catch::Contains("node 0 (" + kForgedEscaped + ") left the job"));
+  CHECK_THAT(lineWith(logged, "restarting the job"),
+             Catch::Contains("after rank 0 on " + kForgedEscaped + " failed: exitcode 42"));
+  checkNotForged(logged);
+
+  const std::string printed = captured.text();
+  INFO(printed);
+  CHECK_THAT(lineWith(printed, "ddprun: error: the job failed"),
+             Catch::Contains("rank 0 on " + kForgedEscaped + ": hung: " + kForgedEscaped + "; " + kForgedEscaped));
+  CHECK_THAT(printed, Catch::Contains("  host      : " + kForgedEscaped + "\n"));
+  // The summary keeps the message's lines (torchrun's layout), indented under its entry.
+  CHECK_THAT(printed, Catch::Contains("  traceback : boom\n  node-z\n  " + kForgedLine + "\\x1b]0;owned"));
+  checkNotForged(printed);
+}
+
+TEST_CASE("a forged round record's value is quoted escaped in the one-line error",
+          "[agent][unit][store-records]") {
+  CHECK(*masterProblem(kForged + ":1", "10.0.0.1") ==
+        "\"" + kForgedEscaped + ":1\" is not on group rank 0's address 10.0.0.1");
+  CHECK(*masterProblem("10.0.0.1:1", kForged) ==
+        "\"10.0.0.1:1\" is not on group rank 0's address " + kForgedEscaped);
+  // A long value is cut: the log holds a bounded part of whatever was written.
+  const std::string longValue(100000, 'x');
+  CHECK(masterProblem(longValue, "")->size() < 300);
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  auto outsider = job.store.connect();
+  outsider->set("ddprun/unit/round/0/joined", "1");
+  outsider->set("ddprun/unit/round/0/member/1", kForged);
+  ddprun::test::CaptureStderr captured;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 1);
+  CHECK_THAT(captured.text(), Catch::Contains("holds \"" + kForgedEscaped + "\", not a node id"));
+  checkNotForged(captured.text());
+}
+
+TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no signal, and "
+          "one line for many refusals",
+          "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  const pid_t child = 5000;  // a process worker 0 started (torch's client names the asking process)
+  node.launcher.descendants.insert(child);
+  auto request = [&](pid_t pid, const std::string& scope, double in, int signal) {
+    const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
+    node.machine.onFileTimerLine(fmt::format(
+        R"({{"version": 1, "pid": {}, "scope_id": "{}", "expiration_time": {}, "signal": {}}})", pid,
+        scope, now + in, signal));
+  };
+  LogCapture log;
+  // Another user's process, the agent's own pid (any pid the worker likes), and the worker's child.
+  request(4242, R"(s\u001b]0;owned\u0007\n[x)", 1, SIGKILL);
+  request(4343, "agent", 1, SIGKILL);
+  request(child, "child", 1, SIGTERM);
+  job.loop.advance(1s);
+  job.until([] { return true; });
+  CHECK(node.launcher.processSignals == std::vector<std::pair<pid_t, int>>{{child, SIGTERM}});
+  CHECK(node.machine.state() == State::kRunning);
+  CHECK(node.evidence.requests.empty());
+  std::string logged = log.text();
+  INFO(logged);
+  // The first refusal in full, its scope id escaped; the second only counted.
+  CHECK_THAT(lineWith(logged, "not sending"),
+             Catch::Contains("not sending SIGKILL to pid 4242: FileTimer \"s\\x1b]0;owned\\x07\\n[x\" names a "
+                             "process that is neither a worker of this agent nor a descendant of one"));
+  CHECK(logged.find("4343") == std::string::npos);
+  CHECK_THAT(lineWith(logged, "process 5000"), Catch::Contains("sending it SIGTERM"));
+  checkNotForged(logged);
+
+  // A worker that keeps asking: counted, one line per minute at most.
+  for (pid_t pid = 6000; pid < 6050; ++pid) request(pid, "flood", 1, SIGKILL);
+  job.loop.advance(1s);
+  job.until([] { return true; });
+  CHECK(log.text() == logged);
+  job.loop.advance(60s);
+  job.until([] { return true; });
+  const std::string counted = log.text().substr(logged.size());
+  CHECK(std::count(counted.begin(), counted.end(), '\n') == 1);
+  CHECK_THAT(counted, Catch::Contains("refused 51 more FileTimer signal(s) to processes outside this "
+                                      "agent's workers (pids 4343, 6000, 6001, 6002, 6003, 6004, 6005, 6006, ...)"));
+  CHECK(node.launcher.processSignals.size() == 1);
+
+  // The worker's own timer still works: the stacks, then the signal.
+  request(workers[1].pid, "own", 1, SIGKILL);
+  job.loop.advance(1s);
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
+}

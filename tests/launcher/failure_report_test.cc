@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -312,6 +313,51 @@ TEST_CASE("a lone failure without a traceback: capped border and the hint", "[fa
       "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" +
       border;
   CHECK(formatSummary("/usr/bin/worker", {failure}) == expected);
+}
+
+TEST_CASE("the summary keeps a traceback's lines and escapes every other control character",
+          "[failure_report]") {
+  useUtc();
+  // What a worker (or, through a forged stop record, whoever writes the store) may put in its
+  // message: a whole line in the agent's log format, a carriage return that would overwrite the
+  // line it is on, and escape sequences that retitle and clear the terminal.
+  const std::string forgedLine = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  WorkerFailure failure = raisedRank1();
+  failure.traceback = "Traceback (most recent call last):\n  File \"train.py\", line 3\n" + forgedLine +
+                      "\x1b]0;owned\x07\x1b[2J\rValueError: boom\tat\n";
+  failure.host = "node-z\n" + forgedLine + "\x1b[2J";
+  failure.errorFile = "/logs/\x1b[2J/error.json";
+  failure.hang = HangKind::kFileTimer;
+  failure.hangDetail = "its FileTimer \"s\n\x1b[2J\" expired";
+  failure.oom = "killed\r\x1b[2J";
+  failure.stack = {"Thread 1 (\x1b]0;owned\x07):", "  File \"x.py\", line 1"};
+  failure.evidenceFile = "/logs/stacks\n.txt";
+  WorkerFailure quiet = segfaultedRank0();
+  quiet.stderrTail = {"progress 50%\r\x1b[Kprogress 100%", "died\x1b[0m"};
+  const std::string summary = formatSummary("train.py", {failure, quiet});
+
+  // Torchrun's layout: the traceback's lines stay lines, indented under its entry; nothing else
+  // breaks a line.
+  CHECK_THAT(summary, Catch::Contains("  traceback : Traceback (most recent call last):\n"
+                                      "    File \"train.py\", line 3\n"
+                                      "  " + forgedLine + "\\x1b]0;owned\\x07\\x1b[2J\\x0dValueError: boom\\tat\n"
+                                      "  \n"));
+  CHECK_THAT(summary, Catch::Contains("  host      : node-z\\n" + forgedLine + "\\x1b[2J\n"));
+  CHECK_THAT(summary, Catch::Contains("  error_file: /logs/\\x1b[2J/error.json\n"));
+  CHECK_THAT(summary, Catch::Contains("  hung      : its FileTimer \"s\\n\\x1b[2J\" expired\n"));
+  CHECK_THAT(summary, Catch::Contains("  oom       : killed\\x0d\\x1b[2J\n"));
+  CHECK_THAT(summary, Catch::Contains("  stack     : Thread 1 (\\x1b]0;owned\\x07):\n"
+                                      "    File \"x.py\", line 1\n"
+                                      "              (every thread: /logs/stacks\\n.txt)"));
+  CHECK_THAT(summary, Catch::Contains("  stderr    : progress 50%\\x0d\\x1b[Kprogress 100%\n"
+                                      "  died\\x1b[0m"));
+  // No byte a terminal acts on, and no line the forged one starts.
+  CHECK(std::none_of(summary.begin(), summary.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return c != '\n' && (byte < 0x20 || byte == 0x7f);
+  }));
+  std::istringstream lines(summary);
+  for (std::string line; std::getline(lines, line);) CHECK_FALSE(line.starts_with(forgedLine));
 }
 
 TEST_CASE("a failure survives the JSON round trip", "[failure_report]") {

@@ -317,6 +317,29 @@ TEST_CASE("killStrays finds a descendant that left the worker's session", "[posi
   }
 }
 
+TEST_CASE("belongsToWorkers: a running worker and what it started, nothing else", "[posix_launcher]") {
+  Workers workers;
+  Pipe out;
+  // A grandchild in a session of its own still descends from the worker (its parent is the shell).
+  const pid_t worker = workers.launcher.spawn(
+      shell("sleep 30 >/dev/null & echo $!; setsid sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
+  const pid_t child = pidFrom(out.readLine(5s));
+  const pid_t sessionLeader = pidFrom(out.readLine(5s));
+  CHECK(workers.launcher.belongsToWorkers(worker));
+  CHECK(workers.launcher.belongsToWorkers(child));
+  CHECK(workers.launcher.belongsToWorkers(sessionLeader));
+  CHECK_FALSE(workers.launcher.belongsToWorkers(::getpid()));   // the agent itself
+  CHECK_FALSE(workers.launcher.belongsToWorkers(::getppid()));  // a process of nobody's job
+  CHECK_FALSE(workers.launcher.belongsToWorkers(1));
+  CHECK_FALSE(workers.launcher.belongsToWorkers(0x3fffffff));   // no such process
+  // Once the worker is gone its orphans came back to this subreaper: no worker's any more.
+  ::kill(worker, SIGKILL);
+  REQUIRE(workers.waitStatus(worker));
+  CHECK_FALSE(workers.launcher.belongsToWorkers(worker));
+  CHECK_FALSE(workers.launcher.belongsToWorkers(child));
+  CHECK_FALSE(workers.launcher.belongsToWorkers(sessionLeader));
+}
+
 TEST_CASE("killAll leaves no worker and nothing of their process groups", "[posix_launcher]") {
   Workers workers;
   std::vector<pid_t> pids;

@@ -184,6 +184,21 @@ TEST_CASE("messages name the node a stop concerns", "[stop_reason]") {
   CHECK(StopReason::nodeJoined(9, "").nodeText() == "a node");
 }
 
+TEST_CASE("a forged host name is one line, escaped, when a message names its node", "[stop_reason]") {
+  // A stop record read from the store: whoever can write it (anyone, without a token) chooses the
+  // host name, and the record must still read back, its host raw, and show escaped.
+  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  const std::string host = "node-z\n" + line + "\x1b]0;owned\x07\x1b[2J\r";
+  const auto read = StopReason::parse(StopReason::nodeLost(7, 1, host).serialize());
+  REQUIRE(read);
+  CHECK(read->host == host);
+  CHECK(read->nodeText() == "node 1 (node-z\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J\\x0d)");
+  // A long one is cut: a log line holds a bounded part of it.
+  const std::string text = StopReason::nodeJoined(9, std::string(100000, 'h')).nodeText();
+  CHECK(text.size() < 300);
+  CHECK(text.ends_with("...)"));
+}
+
 TEST_CASE("a failure's payload crosses the store capped, keeping what tells the story", "[stop_reason]") {
   WorkerFailure failure = sampleFailure();
   // A megabyte of message: the exception is at its end, where a traceback names it.

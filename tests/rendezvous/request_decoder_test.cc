@@ -13,6 +13,7 @@ using ddprun::rendezvous::ProtocolLimits;
 using ddprun::rendezvous::WireDialect;
 using ddprun::rendezvous::protocol::Op;
 using ddprun::rendezvous::protocol::Request;
+namespace protocol = ddprun::rendezvous::protocol;
 using ddprun::rendezvous::protocol::RequestDecoder;
 using ddprun::test::hex;
 
@@ -270,4 +271,17 @@ TEST_CASE("the decoder reports when it is in the middle of a request", "[decoder
   CHECK(decoder.midRequest());
   CHECK(decoder.decode(cursor, data + stream.size()) == RequestDecoder::Status::kRequest);
   CHECK_FALSE(decoder.midRequest());
+}
+
+TEST_CASE("a key in a message is quoted, escaped and cut", "[protocol]") {
+  // Whoever reaches a store without a token names its keys: a name must not end a log line and
+  // start a forged one, nor reach a terminal as an escape sequence.
+  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  CHECK(protocol::shownKey("/x\n" + line + "\x1b]0;owned\x07\x1b[2J") ==
+        "'/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J'");
+  CHECK(protocol::shownKey("/ddprun/run/node/1") == "'/ddprun/run/node/1'");
+  const std::string shown = protocol::shownKey(std::string(8192, '\x1b'));
+  CHECK(shown.starts_with("'\\x1b\\x1b"));
+  CHECK(shown.ends_with("'... (8192 bytes)"));
+  CHECK(shown.size() == 2 + 4 * protocol::kShownKeyBytes + std::string("... (8192 bytes)").size());
 }

@@ -257,6 +257,28 @@ TEST_CASE("an APPEND past the value limit closes its connection and changes noth
   CHECK(store.get("log") == std::string(1000, 'a'));
 }
 
+TEST_CASE("a key name in the server's log is one line, escaped: no forged line, no terminal "
+          "escape",
+          "[abuse]") {
+  LogCapture log;
+  TestServer server;
+  // Anyone who reaches a store without a token names its keys. An ADD on a value that is no
+  // integer closes the connection with a warning that names the key.
+  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  const std::string key = "/x\n" + line + "\x1b]0;owned\x07\x1b[2J";
+  RawClient c("127.0.0.1", server.port());
+  c.handshake2x();
+  c.send(hex("01") + blob(key) + blob("not a number"));            // SET
+  c.send(hex("04") + blob(key) + u64(1));                           // ADD
+  CHECK(c.closedWithin(2s));
+  const std::string text = log.text();
+  CHECK_THAT(text, Catch::Contains("ADD on key '/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J' whose value "
+                                   "is not an integer"));
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\x07') == std::string::npos);
+}
+
 TEST_CASE("an announced value costs only the bytes that actually arrive", "[abuse]") {
   TestServer server;
   const std::size_t rssBefore = residentBytes();

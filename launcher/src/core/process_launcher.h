@@ -34,8 +34,13 @@ class ProcessLauncher {
   virtual pid_t spawn(const ExecPlan& plan) = 0;
   // Sends `signal` to every worker still running and to what its descendants left behind.
   virtual void signalAll(int signal) = 0;
-  // Sends `signal` to the one process `pid` (a hung worker; the pid a FileTimer names).
+  // Sends `signal` to the one process `pid` (a hung worker; the pid a FileTimer names, once
+  // belongsToWorkers() said yes).
   virtual void signalProcess(pid_t pid, int signal) = 0;
+  // Whether `pid` is a running worker or a descendant of one: the processes a worker's FileTimer
+  // request may have signalled (torch's client names the process that asks, which may be one the
+  // worker started). Asked when the timer expires, just before the signal. Never blocks.
+  virtual bool belongsToWorkers(pid_t pid) const = 0;
   virtual bool anyRunning() const = 0;
   // The workers that exited since the last call (call when SIGCHLD arrives); never blocks.
   virtual std::vector<ExitedWorker> reap() = 0;

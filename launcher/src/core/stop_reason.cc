@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/shown_text.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
@@ -134,7 +135,8 @@ std::optional<StopReason> StopReason::parse(std::string_view text) {
 
 std::string StopReason::nodeText() const {
   const std::string who = groupRank >= 0 ? fmt::format("node {}", groupRank) : std::string("a node");
-  return host.empty() ? who : fmt::format("{} ({})", who, host);
+  // The host came from the stop record, which whoever can write the store may have forged.
+  return host.empty() ? who : fmt::format("{} ({})", who, shown(host));
 }
 
 int restartsAfter(int restarts, const StopReason& stop) {

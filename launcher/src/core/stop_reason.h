@@ -50,7 +50,7 @@ struct StopReason {
 
   // Whether the job's re-forming after this stop costs a restart.
   bool costsRestart() const { return kind == StopKind::kWorkerFailed; }
-  // "node 1 (host-b)": how messages name the node it concerns.
+  // "node 1 (host-b)": how messages name the node it concerns (the host escaped: shown()).
   std::string nodeText() const;
 };
 

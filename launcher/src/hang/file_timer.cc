@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/shown_text.h"
+#include "ddprun/common/signal_names.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -22,8 +25,6 @@ constexpr double kLatestDeadline = 9e9;
 // The longest wait armed at once: a deadline further away is reached by re-arming when this one
 // passes with nothing due, so no clock arithmetic ever nears its limits.
 constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24);
-// How much of a rejected line a warning quotes.
-constexpr std::size_t kQuotedBytes = 200;
 
 // The instant a timer is due. Arming and the due check both go through this one conversion, so
 // a timer armed for its deadline always finds itself due when it fires (no double rounding
@@ -125,11 +126,6 @@ std::optional<FileTimerRequest> parseRequest(std::string_view line, std::string&
   return request;
 }
 
-std::string quoted(std::string_view line) {
-  if (line.size() <= kQuotedBytes) return std::string(line);
-  return std::string(line.substr(0, kQuotedBytes)) + "...";
-}
-
 }  // namespace
 
 std::optional<FileTimerRequest> parseFileTimerRequest(std::string_view line) {
@@ -146,7 +142,8 @@ void FileTimers::onLine(std::string_view line) {
   std::string why;
   const auto request = parseRequest(line, why);
   if (!request) {
-    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", why, quoted(line));
+    // Both the line and the parser's account of it hold the worker's bytes.
+    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", shown(why), quotedValue(line));
     return;
   }
   apply(*request);
@@ -252,6 +249,51 @@ void FileTimers::fire() {
   }
   firing_ = false;
   rearm();
+}
+
+FileTimerRefusals::FileTimerRefusals(EventLoop& loop, std::chrono::milliseconds window)
+    : loop_(loop), window_(window) {}
+
+void FileTimerRefusals::refused(const FileTimerExpiry& expiry) {
+  ++total_;
+  if (timer_) {
+    ++counted_;
+    if (std::find(countedPids_.begin(), countedPids_.end(), expiry.pid) == countedPids_.end()) {
+      if (countedPids_.size() < kNamedPids) {
+        countedPids_.push_back(expiry.pid);
+      } else {
+        morePids_ = true;
+      }
+    }
+    return;
+  }
+  spdlog::warn("ddprun: not sending {} to pid {}: FileTimer {} names a process that is neither a "
+               "worker of this agent nor a descendant of one (torch's FileTimerServer would signal "
+               "it); further refusals within {} s are counted",
+               common::signalName(expiry.signal), expiry.pid, quotedValue(expiry.scopeId),
+               std::chrono::duration_cast<std::chrono::seconds>(window_).count());
+  timer_ = loop_.after(window_, [this] { windowEnded(); });
+}
+
+void FileTimerRefusals::windowEnded() {
+  // The running Timer stays alive until this returns (as in FileTimers::fire).
+  const std::unique_ptr<EventLoop::Timer> running = std::move(timer_);
+  if (counted_ == 0) return;  // a quiet window: the next refusal is logged in full
+  flush();
+  timer_ = loop_.after(window_, [this] { windowEnded(); });
+}
+
+void FileTimerRefusals::flush() {
+  if (counted_ == 0) return;
+  std::string pids;
+  for (pid_t pid : countedPids_) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+  if (morePids_) pids += ", ...";
+  spdlog::warn("ddprun: refused {} more FileTimer signal(s) to processes outside this agent's "
+               "workers (pids {})",
+               counted_, pids);
+  counted_ = 0;
+  countedPids_.clear();
+  morePids_ = false;
 }
 
 }  // namespace ddprun::launcher

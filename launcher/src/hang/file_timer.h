@@ -11,6 +11,8 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,7 +40,9 @@ struct FileTimerRequest {
 // absent (torch's server never reads it).
 std::optional<FileTimerRequest> parseFileTimerRequest(std::string_view line);
 
-// A due timer: the worker `pid` is to receive `signal` because timer `scopeId` expired.
+// A due timer: the worker `pid` is to receive `signal` because timer `scopeId` expired. Whether
+// `pid` may be signalled at all is the caller's to decide (AgentMachine: only the job's own
+// processes, where torch's server signals whatever pid a request names).
 struct FileTimerExpiry {
   pid_t pid = 0;
   std::string scopeId;
@@ -75,6 +79,38 @@ class FileTimers {
   std::unique_ptr<EventLoop::Timer> timer_;
   EventLoop::WallTime armedFor_;  // the deadline timer_ is armed for
   bool firing_ = false;           // fire() is reporting expiries; it re-arms once done
+};
+
+// The log of FileTimer signals refused because the pid a request named is not one of the job's
+// processes. Any worker may name any pid, as often as it likes, so a refusal is not a line each:
+// the first is logged in full; those that follow within `window` are counted and logged as one
+// line (how many, and the first few pids) when the window ends, which opens the next one, so a
+// worker that keeps asking gets one line per window at most. A quiet window closes the
+// series: the next refusal is logged in full again.
+class FileTimerRefusals {
+ public:
+  static constexpr std::chrono::milliseconds kWindow = std::chrono::minutes(1);
+  // How many pids the counted line names.
+  static constexpr std::size_t kNamedPids = 8;
+
+  explicit FileTimerRefusals(EventLoop& loop, std::chrono::milliseconds window = kWindow);
+  // `expiry` was refused: no signal was sent.
+  void refused(const FileTimerExpiry& expiry);
+  // Logs what is counted and not logged yet (the agent is finishing, or a test looks).
+  void flush();
+  // Refusals seen in all (logged or counted).
+  std::size_t total() const { return total_; }
+
+ private:
+  void windowEnded();
+
+  EventLoop& loop_;
+  std::chrono::milliseconds window_;
+  std::unique_ptr<EventLoop::Timer> timer_;  // the open window; none: the next refusal is logged
+  std::size_t counted_ = 0;                  // refusals since the last line
+  std::vector<pid_t> countedPids_;           // the first kNamedPids distinct ones of them
+  bool morePids_ = false;                    // and others beyond those
+  std::size_t total_ = 0;
 };
 
 }  // namespace ddprun::launcher

@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/shown_text.h"
 #include "ddprun/common/signal_names.h"
+#include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
 #include "process/worker_env.h"
 
@@ -53,6 +55,7 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
                   onHung(hung.localRank, hung.kind, hung.detail, SIGKILL);
                 }),
       fileTimers_(loop, [this](const FileTimerExpiry& expiry) { onFileTimerExpired(expiry); }),
+      fileTimerRefusals_(loop),
       startedAt_(epochSeconds(loop_.wallNow())) {}
 
 void AgentMachine::start() {
@@ -91,7 +94,7 @@ void AgentMachine::onRoundFormed(Round round) {
   const bool relayed = workersStore_ != std::pair(round_.masterAddr, round_.masterPort);
   spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}{}, restart {}",
                round_.number, round_.groupRank, round_.members.size(), round_.worldSize,
-               round_.masterAddr, round_.masterPort,
+               shown(round_.masterAddr), round_.masterPort,
                relayed ? fmt::format(" (workers through the token relay on {}:{})",
                                      workersStore_.first, workersStore_.second)
                        : std::string(),
@@ -355,12 +358,12 @@ void AgentMachine::nextStep() {
     if (cause.hang == HangKind::kAtExit) {
       // Its peers exited 0: the job's work is done, and a restart would do it all again.
       spdlog::warn("rank {} on {} hung at exit: not restarting a job whose other workers "
-                   "finished", cause.rank, cause.host);
+                   "finished", cause.rank, shown(cause.host));
       failJob(stop);
       return;
     }
     spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
-                 config_.restart.maxRestarts, cause.rank, cause.host, statusText(cause));
+                 config_.restart.maxRestarts, cause.rank, shown(cause.host), statusText(cause));
     if (watch_.event) {
       WorkerEvent event = agentEvent("ddprun.worker_group.restart", "RESTARTING");
       event.restarts = restarts;
@@ -407,8 +410,11 @@ void AgentMachine::failJob(const StopReason& stop) {
   std::string why = statusText(cause);
   if (cause.hang != HangKind::kNone) why = "hung: " + cause.hangDetail;
   if (!cause.oom.empty()) why += "; " + cause.oom;
+  // The cause may be another node's, read from the stop record: its host and details are
+  // escaped here, where they become the line.
   finish(Ending::jobFailed(cause, fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
-                                              round_.restartCount, cause.rank, cause.host, why)));
+                                              round_.restartCount, cause.rank, shown(cause.host),
+                                              common::printable(why))));
 }
 
 void AgentMachine::onSignal(int signal) {
@@ -451,6 +457,7 @@ void AgentMachine::finish(Ending ending) {
   barrierTimer_.reset();
   progress_.stop();
   fileTimers_.clear();
+  fileTimerRefusals_.flush();
   launcher_.killAll();
   launcher_.killStrays();
   // Every line the workers wrote reaches the console before the agent goes.
@@ -468,17 +475,28 @@ AgentMachine::LocalWorker* AgentMachine::workerByPid(pid_t pid) {
 }
 
 void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
+  // The scope id is the worker's text, kept raw in the detail (it travels in the failure's JSON);
+  // every line that shows the detail escapes it.
   const std::string detail = fmt::format("its FileTimer \"{}\" expired (torch's FileTimerClient asked "
                                          "for {} then)", expiry.scopeId, common::signalName(expiry.signal));
   LocalWorker* worker = workerByPid(expiry.pid);
-  if (worker == nullptr || !worker->running || state_ != State::kRunning) {
-    // A process the worker started (torch's server kills any pid it is given), or a worker the
-    // round is stopping anyway: the signal only, as torch's server does.
-    spdlog::warn("process {}: {}; sending it {}", expiry.pid, detail, common::signalName(expiry.signal));
-    launcher_.signalProcess(expiry.pid, expiry.signal);
+  if (worker != nullptr && worker->running && state_ == State::kRunning) {
+    onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
     return;
   }
-  onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
+  // torch's server sends the signal to whatever pid the request names, and any process that can
+  // open the pipe (every worker) writes requests: a root `sleep`, the agent itself. Only the job's
+  // own processes are signalled here: a worker, or a process one started (torch's client names
+  // the process that asks, which may be a worker's child).
+  if (!launcher_.belongsToWorkers(expiry.pid)) {
+    fileTimerRefusals_.refused(expiry);
+    return;
+  }
+  // A worker's descendant, or a worker the round is stopping anyway: the signal only, as torch's
+  // server does.
+  spdlog::warn("process {}: {}; sending it {}", expiry.pid, common::printable(detail),
+               common::signalName(expiry.signal));
+  launcher_.signalProcess(expiry.pid, expiry.signal);
 }
 
 void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int signal) {
@@ -488,7 +506,8 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
   worker.hang = kind;
   worker.hangDetail = fmt::format("{}; killed with {}", detail, common::signalName(signal));
   spdlog::warn("worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
-               "sending it {}", worker.localRank, worker.rank, worker.pid, detail, common::signalName(signal));
+               "sending it {}", worker.localRank, worker.rank, worker.pid, common::printable(detail),
+               common::signalName(signal));
   emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
   const pid_t pid = worker.pid;
   if (watch_.evidence == nullptr) {
@@ -513,9 +532,10 @@ void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidenc
     spdlog::warn("worker {} (rank {}): its threads' stacks are in {}", localRank, worker.rank, evidence.savedTo);
   } else {
     spdlog::warn("cannot write the stacks of worker {} (rank {}): {}", localRank, worker.rank,
-                 evidence.notes.empty() ? std::string("no file") : evidence.notes.back());
+                 evidence.notes.empty() ? std::string("no file") : common::printable(evidence.notes.back()));
   }
-  for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, line);
+  // The worker's own stacks: its thread names, file names and frames are its to choose.
+  for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, common::printable(line));
 }
 
 WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const {

@@ -159,6 +159,7 @@ class AgentMachine final : public RendezvousEvents {
   Finished finished_;
   ProgressWatch progress_;
   FileTimers fileTimers_;
+  FileTimerRefusals fileTimerRefusals_;  // FileTimer signals to processes not the job's
   const double startedAt_;  // epoch seconds, for the events' total_run_time
 
   State state_ = State::kIdle;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/shown_text.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
@@ -94,16 +95,16 @@ std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& 
 
 std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost) {
   const auto colon = master.rfind(':');
-  if (colon == std::string::npos || colon == 0) return fmt::format("\"{}\" is not host:port", master.substr(0, 200));
+  if (colon == std::string::npos || colon == 0) return fmt::format("{} is not host:port", quotedValue(master));
   int port = 0;
   const char* begin = master.data() + colon + 1;
   const char* end = master.data() + master.size();
   const auto [stop, error] = std::from_chars(begin, end, port);
   if (error != std::errc() || stop != end || port < 1 || port > 65535) {
-    return fmt::format("\"{}\" has no port in 1..65535", master.substr(0, 200));
+    return fmt::format("{} has no port in 1..65535", quotedValue(master));
   }
   if (!expectedHost.empty() && master.substr(0, colon) != expectedHost) {
-    return fmt::format("\"{}\" is not on group rank 0's address {}", master.substr(0, 200), expectedHost);
+    return fmt::format("{} is not on group rank 0's address {}", quotedValue(master), shown(expectedHost));
   }
   return std::nullopt;
 }
@@ -167,7 +168,7 @@ void Membership::open() {
         "the rendezvous store at {} belongs to run '{}', and this agent's run is '{}': agents "
         "of different jobs never share a rendezvous; give this job its own --rdzv-endpoint, or "
         "the same --rdzv-id as the running job to join it",
-        backend_.address(), active, config_.runId));
+        backend_.address(), shown(active), config_.runId));
   }
   self_.id = control().add(keys_.nextNodeId(), 1);
   const std::string me = toJsonText(self_);
@@ -244,9 +245,9 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
     std::int64_t id = -1;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
     if (error != std::errc() || end != text.data() + text.size() || id < 0) {
-      throw MembershipError(fmt::format("round {}: a member slot in the store holds \"{}\", not a "
+      throw MembershipError(fmt::format("round {}: a member slot in the store holds {}, not a "
                                         "node id; is something else writing to the rendezvous store?",
-                                        round, text.substr(0, 200)));
+                                        round, quotedValue(text)));
     }
     // A node that joined and died before the round closed must not be counted: its workers
     // would never exist, and the others would wait for them.
@@ -270,7 +271,7 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
         throw BadInputError(fmt::format(
             "--node-rank {} is taken by the running agent on {}: give every agent a distinct "
             "--node-rank (0..{})",
-            node->staticRank, holder->second, config_.maxNodes - 1));
+            node->staticRank, shown(holder->second), config_.maxNodes - 1));
       }
     }
     live = std::move(unique);
@@ -447,7 +448,7 @@ std::vector<NodeInfo> Membership::readMembers(int number, const Closed& record) 
     if (!node) {
       throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
                                         "the store was written by something other than ddprun",
-                                        number, text.substr(0, 200)));
+                                        number, shown(text)));
     }
     members.push_back(std::move(*node));
   }
@@ -581,7 +582,7 @@ StopReason Membership::waitForStop(int round) {
       const std::string text = watch_->get(stopKey);
       if (auto stop = StopReason::parse(text)) return *stop;
       throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt: {}", round,
-                                        text.substr(0, 200)));
+                                        shown(text)));
     } catch (const rendezvous::StoreConnectionError& error) {
       // A network blip broke the watch's connection (it holds nothing, so dropping it tells the
       // store nothing). The heartbeat decides whether the store is lost: until it does, or for

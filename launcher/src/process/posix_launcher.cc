@@ -48,6 +48,19 @@ void PosixLauncher::signalAll(int signal) {
 
 void PosixLauncher::signalProcess(pid_t pid, int signal) { ::kill(pid, signal); }
 
+bool PosixLauncher::belongsToWorkers(pid_t pid) const {
+  // A chain of parents ends at init (1), the kernel's threads (0, 2) or this agent; the bound
+  // only guards against a chain that a reused pid made circular while it was read.
+  constexpr int kMaxDepth = 4096;
+  for (int depth = 0; depth < kMaxDepth && pid > 1 && pid != self_; ++depth) {
+    if (running_.count(pid) > 0) return true;
+    const auto stat = readProcStat(pid);
+    if (!stat) return false;  // gone
+    pid = stat->parent;
+  }
+  return false;
+}
+
 std::vector<ExitedWorker> PosixLauncher::reap() {
   std::vector<ExitedWorker> exited;
   int status = 0;

@@ -62,6 +62,27 @@ std::size_t codePoints(std::string_view line) {
   }));
 }
 
+// The summary's rule for text from outside the agent: a worker's message and traceback (from its
+// error file, or from another node's stop record, which whoever can write the store may have
+// forged), its stack and stderr lines, host names. A multi-line field keeps its line breaks, as
+// torchrun lays it out (and indentContinuation() indents every line after the first, so none
+// starts where the agent's own lines do); every other control character is escaped as
+// common::printable escapes it (ESC, CR, BEL, tab, ...), so that no field can move the cursor,
+// clear the screen or retitle the terminal. A one-line field keeps no line break either.
+std::string multiLineField(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (;;) {
+    const std::size_t newline = text.find('\n');
+    out += common::printable(text.substr(0, newline));
+    if (newline == std::string_view::npos) return out;
+    out += '\n';
+    text.remove_prefix(newline + 1);
+  }
+}
+
+std::string oneLineField(std::string_view text) { return common::printable(text); }
+
 // Replaces every "\n" with "\n  ", as torchrun does to indent a traceback under its entry.
 std::string indentContinuation(const std::string& text) {
   std::string out;
@@ -85,8 +106,8 @@ std::string localTimeText(double epochSeconds) {
 
 // The "traceback :" value of a summary entry (torchrun's ProcessFailure.message rules).
 std::string tracebackText(const WorkerFailure& failure) {
-  if (!failure.traceback.empty()) return indentContinuation(failure.traceback);
-  if (!failure.message.empty()) return indentContinuation(failure.message);
+  if (!failure.traceback.empty()) return indentContinuation(multiLineField(failure.traceback));
+  if (!failure.message.empty()) return indentContinuation(multiLineField(failure.message));
   if (failure.errorFileFound) return kNotAvailable;  // a file without message or callstack
   if (failure.signal != 0) {
     return statusText(failure) + " received by PID " + std::to_string(failure.pid);
@@ -102,10 +123,11 @@ int torchExitCode(const WorkerFailure& failure) {
 // How many stderr lines an entry quotes.
 constexpr std::size_t kSummaryStderrLines = 10;
 
-// Lines as one indented block: the first after "name : ", the others aligned under it.
+// Lines as one indented block: the first after "name : ", the others aligned under it. Each is
+// one line of the worker's output or stacks: a one-line field.
 std::string block(const std::vector<std::string>& lines) {
   std::string text;
-  for (const std::string& line : lines) text += (text.empty() ? "" : "\n") + line;
+  for (const std::string& line : lines) text += (text.empty() ? "" : "\n") + oneLineField(line);
   return indentContinuation(text);
 }
 
@@ -120,18 +142,21 @@ std::string formatEntry(std::size_t index, const WorkerFailure& failure, const E
   std::ostringstream out;
   out << '[' << index << "]:\n"
       << "  time      : " << localTimeText(failureTime(failure)) << '\n'
-      << "  host      : " << failure.host << '\n'
+      << "  host      : " << oneLineField(failure.host) << '\n'
       << "  rank      : " << failure.rank << " (local_rank: " << failure.localRank << ")\n"
       << "  exitcode  : " << torchExitCode(failure) << " (pid: " << failure.pid << ")\n"
       << "  error_file: "
-      << (failure.errorFileFound && !failure.errorFile.empty() ? failure.errorFile : kNotAvailable)
+      << (failure.errorFileFound && !failure.errorFile.empty() ? oneLineField(failure.errorFile)
+                                                               : kNotAvailable)
       << '\n'
       << "  traceback : " << extras.traceback;
-  if (failure.hang != HangKind::kNone) out << "\n  hung      : " << failure.hangDetail;
-  if (!failure.oom.empty()) out << "\n  oom       : " << failure.oom;
+  if (failure.hang != HangKind::kNone) out << "\n  hung      : " << oneLineField(failure.hangDetail);
+  if (!failure.oom.empty()) out << "\n  oom       : " << oneLineField(failure.oom);
   if (!failure.stack.empty()) {
     out << "\n  stack     : " << block(failure.stack);
-    if (!failure.evidenceFile.empty()) out << "\n              (every thread: " << failure.evidenceFile << ")";
+    if (!failure.evidenceFile.empty()) {
+      out << "\n              (every thread: " << oneLineField(failure.evidenceFile) << ")";
+    }
   }
   if (!extras.stderrText.empty()) out << "\n  stderr    : " << extras.stderrText;
   return out.str();

@@ -228,9 +228,9 @@ bool Session::fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::
   if (stored <= budget && upperBound <= budget - stored) return true;
   const std::size_t growth = exactGrowth();
   if (stored <= budget && growth <= budget - stored) return true;
-  close(fmt::format("{} of key '{}' would take the stored data to {} bytes, over the {}-byte "
+  close(fmt::format("{} of key {} would take the stored data to {} bytes, over the {}-byte "
                     "budget (ddprun-rendezvous --max-stored-bytes sets it)",
-                    op, key, stored + growth, budget),
+                    op, protocol::shownKey(key), stored + growth, budget),
         /*isError=*/true);
   return false;
 }
@@ -283,7 +283,7 @@ bool Session::handle(Request& request) {
       const std::string* value = kv.find(request.keys[0]);
       if (value == nullptr && dialect == WireDialect::kTorch113) {
         // torch 1.13's server drops the connection here; its clients always WAIT first.
-        close(fmt::format("GET of missing key '{}'", request.keys[0]), /*isError=*/false);
+        close(fmt::format("GET of missing key {}", protocol::shownKey(request.keys[0])), /*isError=*/false);
         return false;
       }
       protocol::putBlob(out, value ? std::string_view(*value) : std::string_view());
@@ -297,7 +297,7 @@ bool Session::handle(Request& request) {
       }
       const auto value = kv.add(key, request.integer);
       if (!value) {
-        close(fmt::format("ADD on key '{}' whose value is not an integer", request.keys[0]),
+        close(fmt::format("ADD on key {} whose value is not an integer", protocol::shownKey(request.keys[0])),
               /*isError=*/true);
         return false;
       }
@@ -346,8 +346,8 @@ bool Session::handle(Request& request) {
       const std::string* existing = kv.find(key);
       const std::size_t total = (existing ? existing->size() : 0) + request.values[0].size();
       if (total > context_.options.limits.maxValueBytes) {
-        close(fmt::format("APPEND to key '{}' would make a {}-byte value, over the {}-byte limit",
-                          key, total, context_.options.limits.maxValueBytes),
+        close(fmt::format("APPEND to key {} would make a {}-byte value, over the {}-byte limit",
+                          protocol::shownKey(key), total, context_.options.limits.maxValueBytes),
               /*isError=*/true);
         return false;
       }
@@ -462,7 +462,7 @@ bool Session::handle(Request& request) {
       }
       const auto released = kv.barrier(this, ++nextWaitId_, key, request.integer);
       if (!released) {
-        close(fmt::format("BARRIER on key '{}' whose value is not an integer", request.keys[0]),
+        close(fmt::format("BARRIER on key {} whose value is not an integer", protocol::shownKey(request.keys[0])),
               /*isError=*/true);
         return false;
       }
