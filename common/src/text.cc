@@ -24,6 +24,10 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+std::string printablePrefix(std::string_view text, std::size_t limit) {
+  return printable(text.substr(0, limit));
+}
+
 std::string validUtf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -17,16 +17,12 @@
 
 namespace ddprun::launcher {
 
-// How many bytes of one outside value a message quotes.
-inline constexpr std::size_t kShownBytes = 200;
-
 // `text` with its control characters escaped (common::printable: "\n", "\x1b", ...), so that it
 // cannot end the line and start a forged one nor reach a terminal as an escape sequence; its
-// first kShownBytes bytes only, "..." after them when it was longer. Cut before escaping, so an
+// first common::kShownBytes bytes only, "..." after them when it was longer. Cut before escaping, so an
 // escape is never split.
 inline std::string shown(std::string_view text) {
-  if (text.size() <= kShownBytes) return common::printable(text);
-  return common::printable(text.substr(0, kShownBytes)) + "...";
+  return common::printablePrefix(text) + (text.size() > common::kShownBytes ? "..." : "");
 }
 
 // shown(text) in double quotes: a value quoted in a message.

@@ -131,7 +131,7 @@ std::string shownKey(std::string_view key) {
   // Cut before escaping: the cut bounds the raw bytes a peer makes the log hold, and an escape is
   // never split.
   const bool cut = key.size() > kShownKeyBytes;
-  std::string shown = "'" + common::printable(key.substr(0, kShownKeyBytes)) + "'";
+  std::string shown = "'" + common::printablePrefix(key, kShownKeyBytes) + "'";
   if (cut) shown += "... (" + std::to_string(key.size()) + " bytes)";
   return shown;
 }

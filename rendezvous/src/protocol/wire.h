@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "ddprun/common/text.h"
 #include "ddprun/rendezvous/limits.h"
 #include "ddprun/rendezvous/wire_dialect.h"
 
@@ -103,7 +104,7 @@ std::uint64_t getU64(const unsigned char* p);
 // kShownKeyBytes bytes, control characters escaped (common::printable). Whoever reaches a store
 // without a token chooses the key names it holds, so a name must never end a log line and start
 // a forged one, nor reach a terminal as an escape sequence.
-inline constexpr std::size_t kShownKeyBytes = 200;
+inline constexpr std::size_t kShownKeyBytes = common::kShownBytes;
 std::string shownKey(std::string_view key);
 
 }  // namespace ddprun::rendezvous::protocol

@@ -2,6 +2,7 @@
 // the two places it goes: one-line messages and logs (printable), and JSON (validUtf8).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,14 @@ namespace ddprun::common {
 // Control characters escaped ("\n", "\t", "\x1b"), so that a message stays one line and a
 // terminal never sees an escape sequence it would act on. Everything else is kept as it is.
 std::string printable(std::string_view text);
+
+// How many bytes of one outside value (a key, a host name read from a store, a worker's text) a
+// log line or a one-line error quotes: enough to recognise it, too few to flood the log.
+inline constexpr std::size_t kShownBytes = 200;
+
+// printable() of the first `limit` bytes of `text`: cut before escaping, so that the cut bounds
+// the raw bytes an outsider makes a message hold and an escape is never split.
+std::string printablePrefix(std::string_view text, std::size_t limit = kShownBytes);
 
 // Each byte that is not part of a well-formed UTF-8 sequence (overlong forms and surrogates
 // included) replaced by U+FFFD: nlohmann::json::dump() throws on invalid UTF-8, and a message may
