@@ -24,6 +24,9 @@ Without torch (the secret's handling; PY only runs a no-op worker):
   short-token          a secret under 16 bytes (15 and a newline): agent and daemon exit 2
   tls-untrusted        an agent whose certificate did not sign the TLS daemon's: exit 2, one line
   tls-needs-token      TLS files without token_file: exit 2, one line naming token_file
+Against another user of the node (run by local_files_test.py as token-other-owner, token-fifo):
+  other_owner          a mode-600 token file another user owns: agent and daemon exit 2, one line
+  token_fifo           a FIFO at the token path: agent and daemon exit 2 within a second, one line
 """
 import argparse
 import os
@@ -237,6 +240,43 @@ def short_token(s):
     s.refused_quickly(s.agent(path, free_port(), nnodes="1"), [], "an agent with a 15-byte secret",
                       names=[path, "16"])
     return "daemon and agent exit 2 (15 bytes and a newline is not 16)"
+
+
+def other_owner(s):
+    """A mode-600 token file owned by another user of the node (local_user.py's), who can read
+    and change the secret: refused by the daemon and the agent, one line naming the owner and
+    `chown`. The old reader took it (mode 600 was all it checked)."""
+    from local_user import other_user
+    user = other_user()
+    os.chmod(s.work, 0o711)  # the other user may pass through to its file, as anywhere it owns one
+    path = write_token(s.work, "their-token")
+    os.chown(path, user.uid, user.gid)
+    shown = user.run(["cat", path], timeout=10, capture_output=True, text=True)
+    if shown.returncode != 0 or not shown.stdout.strip():
+        s.fail("%s cannot read its own token file: the case tests nothing" % user.name)
+    words = ["belongs to uid %d" % user.uid, "chown"]
+    daemon = s.track(Job([s.args.rendezvous, "--port", "0", "--token-file", path], name="daemon"))
+    took = [s.refused_quickly(daemon, words, "the daemon with %s's token file" % user.name, names=[path])]
+    took.append(s.refused_quickly(s.agent(path, free_port(), nnodes="1"), words,
+                                  "an agent with %s's token file" % user.name, names=[path]))
+    return "daemon and agent exit 2 for a mode-600 token file of %s (at most %.2f s)" % (user.name, max(took))
+
+
+# "Within a second": a FIFO is refused by the open itself, not after a wait.
+FIFO_LIMIT = 1.0
+
+
+def token_fifo(s):
+    """A FIFO at the token path: the old reader's open() waited for a writer forever."""
+    path = os.path.join(s.work, "token")
+    os.mkfifo(path, 0o600)
+    daemon = s.track(Job([s.args.rendezvous, "--port", "0", "--token-file", path], name="daemon"))
+    took = [s.refused_quickly(daemon, ["FIFO", "regular file"], "the daemon with a FIFO token", names=[path])]
+    took.append(s.refused_quickly(s.agent(path, free_port(), nnodes="1"), ["FIFO", "regular file"],
+                                  "an agent with a FIFO token", names=[path]))
+    if max(took) > FIFO_LIMIT:
+        s.fail("a FIFO token file took %.2f s to refuse, not within %.0f s" % (max(took), FIFO_LIMIT))
+    return "daemon and agent exit 2 within %.2f s" % max(took)
 
 
 def tls_untrusted(s):

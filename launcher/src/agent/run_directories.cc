@@ -2,16 +2,15 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <optional>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/startup_error.h"
+#include "ddprun/common/safe_files.h"
 #include "process/guardian.h"
 
 namespace ddprun::launcher {
@@ -27,60 +26,101 @@ bool selectsAny(const StreamSelection& selection) {
   return false;
 }
 
-// mkdtemp of `pattern` (ending in XXXXXX); the path, or nothing with errno set.
-std::optional<std::string> freshDirectory(const fs::path& pattern) {
-  std::string path = pattern.string();
-  if (::mkdtemp(path.data()) == nullptr) return std::nullopt;
-  return path;
-}
-
 void removeQuietly(const std::string& path) {
   if (path.empty()) return;
   std::error_code ignored;
   fs::remove_all(path, ignored);
 }
 
+// The directory the run's private and scratch directories go into (TMPDIR, else /tmp), once
+// checked. Everything the agent makes there is a fresh mkdtemp (mode 0700), which is safe in a
+// directory everyone can write into as long as it is sticky (as /tmp): no one else may then
+// rename or remove the agent's directory and put a link of theirs in its place. Without the
+// sticky bit, or in a directory another user owns, someone else could do just that, and the
+// private directory holds the stack hook's sitecustomize.py, which every Python worker runs: so
+// every exposure is refused here (a group-writable TMPDIR too), not warned about.
+fs::path temporaryDirectory() {
+  std::error_code error;
+  const fs::path temp = fs::temp_directory_path(error);
+  if (error) {
+    throw StartupError(fmt::format("TMPDIR is not a usable directory ({}); set TMPDIR to an "
+                                   "existing directory, or unset it for /tmp",
+                                   error.message()));
+  }
+  const auto exposures = common::directoryExposures(temp.string());
+  if (!exposures.empty()) {
+    throw StartupError(fmt::format(
+        "the temporary directory {} is not safe for the agent's files: {}, so another user could "
+        "replace them; set TMPDIR to a directory that only you and root can write into (or a "
+        "sticky one, as /tmp)",
+        temp.string(), exposures.front().describe()));
+  }
+  return temp;
+}
+
+// --log-dir, once made. Another user who owns it (or a directory above it), or a directory every
+// user can write into without the sticky bit, could rename this run's directory away and put a
+// link in its place, leading the agent's and the workers' files (logs, error files) wherever
+// they like: refused, and an existing directory of another user is never adopted. A directory
+// its group can write into is only warned about: shared group directories for a project's logs
+// are a common, deliberate setup, and what lands there is logs, not code the workers run.
+void checkLogDirectory(const std::string& logDir) {
+  const auto exposures = common::directoryExposures(logDir);
+  for (const auto& exposure : exposures) {
+    if (exposure.exposure == common::Exposure::kGroupWritable) continue;
+    throw StartupError(fmt::format(
+        "--log-dir {}: {}, so another user could replace this run's log directory; give a "
+        "--log-dir that only you and root can write into (or chown/chmod it)",
+        logDir, exposure.describe()));
+  }
+  if (!exposures.empty()) {
+    spdlog::warn("--log-dir {}: {}: its members could replace this run's log directory (chmod g-w "
+                 "or +t it if they should not)",
+                 logDir, exposures.front().describe());
+  }
+}
+
+// mkdtemp of `pattern` (ending in XXXXXX), or StartupError saying `fix`.
+std::string freshDirectory(const fs::path& pattern, const std::string& where, const std::string& fix) {
+  auto made = common::makePrivateDirectory(pattern.string());
+  if (!made) {
+    throw StartupError(fmt::format("cannot create a directory under {} ({}); {}", where,
+                                   made.error().describe(), fix));
+  }
+  return made.value();
+}
+
 }  // namespace
 
 RunDirectories::RunDirectories(LaunchConfig& config, Guardian* guardian) {
-  const fs::path temp = fs::temp_directory_path();
+  const fs::path temp = temporaryDirectory();
+  const std::string tempFix = "set TMPDIR to a writable directory";
   if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
     // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
-    const auto made = freshDirectory(temp / "ddprun_logs_XXXXXX");
-    if (!made) {
-      throw StartupError(fmt::format("cannot create a temporary log directory ({}); give --log-dir",
-                                     std::strerror(errno)));
-    }
-    config.logs.dir = *made;
-    spdlog::warn("--redirects/--tee without --log-dir: the workers' log files go under {}", *made);
-  }
-  if (config.logs.dir.empty()) {
-    const auto made = freshDirectory(temp / fmt::format("ddprun-{}-XXXXXX", ::getpid()));
-    if (!made) {
-      throw StartupError(fmt::format("cannot create a directory under {} ({}); set TMPDIR to a "
-                                     "writable directory", temp.string(), std::strerror(errno)));
-    }
-    scratchDir_ = *made;
-    if (guardian) guardian->removeOnDeath(scratchDir_);  // even after kill -9
-  } else {
-    std::error_code ignored;
+    config.logs.dir = freshDirectory(temp / "ddprun_logs_XXXXXX", temp.string(), "give --log-dir");
+    spdlog::warn("--redirects/--tee without --log-dir: the workers' log files go under {}",
+                 config.logs.dir);
+  } else if (!config.logs.dir.empty()) {
+    std::error_code ignored;  // a directory that cannot be made fails at mkdtemp below, named
     fs::create_directories(config.logs.dir, ignored);
-    const auto made = freshDirectory(fs::path(config.logs.dir) / (config.rdzv.runId + "_XXXXXX"));
-    if (!made) {
-      throw StartupError(fmt::format("cannot create a log directory under --log-dir {}: {}; give a "
-                                     "writable --log-dir", config.logs.dir, std::strerror(errno)));
-    }
-    logRunDir_ = *made;
+    checkLogDirectory(config.logs.dir);
+  }
+  // Each directory is registered with the guardian as soon as it exists: all of them are removed
+  // if the agent is killed, even with kill -9.
+  if (config.logs.dir.empty()) {
+    scratchDir_ = freshDirectory(temp / fmt::format("ddprun-{}-XXXXXX", ::getpid()), temp.string(), tempFix);
+    if (guardian) guardian->removeOnDeath(scratchDir_);
+  } else {
+    logRunDir_ = freshDirectory(fs::path(config.logs.dir) / (config.rdzv.runId + "_XXXXXX"),
+                                "--log-dir " + config.logs.dir, "give a writable --log-dir");
     spdlog::info("logs of this run: {}", logRunDir_);
   }
-  const auto made = freshDirectory(temp / "ddprun-agent-XXXXXX");
-  if (!made) {
-    const int error = errno;
+  try {
+    privateDir_ = freshDirectory(temp / "ddprun-agent-XXXXXX", temp.string(), tempFix);
+  } catch (...) {
     removeQuietly(scratchDir_);
-    throw StartupError(fmt::format("cannot create a directory under {} ({}); set TMPDIR to a "
-                                   "writable directory", temp.string(), std::strerror(error)));
+    throw;
   }
-  privateDir_ = *made;
   if (guardian) guardian->removeOnDeath(privateDir_);
 }
 

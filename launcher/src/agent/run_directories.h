@@ -9,7 +9,10 @@
 //   private dir   "$TMPDIR/ddprun-agent-XXXXXX": heartbeats, the Python stack hook and its dumps,
 //                 the FileTimer pipe; always removed.
 //
-// Every one is a fresh mkdtemp (mode 0700). Thread safety: used by the agent's main thread only.
+// Every one is a fresh mkdtemp (mode 0700, common::makePrivateDirectory), and each is registered
+// with the guardian as soon as it exists. Before anything is made, TMPDIR and --log-dir are
+// checked for other users who could write into them (common::directoryExposures; the .cc says
+// what is refused and what warned about). Thread safety: used by the agent's main thread only.
 #pragma once
 
 #include <string>
@@ -23,8 +26,9 @@ class Guardian;
 class RunDirectories {
  public:
   // Makes the directories `config` needs; a -r/-t run without --log-dir gets its log dir here
-  // (config.logs.dir is set to it). `guardian` (may be null) removes them if the agent is killed.
-  // Throws StartupError naming the directory and the fix.
+  // (config.logs.dir is set to it). `guardian` (may be null) removes the scratch and private
+  // directories if the agent is killed. Throws StartupError naming the directory and the fix
+  // (one another user can write into, too).
   RunDirectories(LaunchConfig& config, Guardian* guardian);
   // Removes the private directory, and the scratch directory unless keepScratch() was called.
   ~RunDirectories();

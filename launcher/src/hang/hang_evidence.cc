@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -27,6 +26,7 @@
 
 #include "core/file_text.h"
 #include "core/proc_stat.h"
+#include "ddprun/common/safe_files.h"
 
 extern char** environ;
 
@@ -555,16 +555,23 @@ std::string threadLine(const ThreadView& thread) {
 
 // --- the threaded collector ---
 
-// Writes text() into `path` (off the loop: the text can be megabytes of gdb output).
+// Writes text() into `path` (off the loop: the text can be megabytes of gdb output). The file is
+// new (O_EXCL, never through a link: the rank's directory is one the worker writes into too), in
+// a directory of the agent's own (made if missing, never another user's).
 void saveEvidence(HangEvidence& evidence, const std::string& path) {
-  std::error_code ignored;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-  std::ofstream out(path);
-  out << evidence.text();
-  if (out.flush()) {
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  std::optional<common::FileError> problem = common::ensureOwnDirectories(directory);
+  if (!problem) {
+    auto file = common::createNewFile(path, 0600);
+    problem = file ? common::writeAll(file->get(), evidence.text()) : file.error();
+    if (file && !problem && ::close(file->release()) != 0) {
+      problem = common::FileError{common::FileProblem::kSystem, errno};
+    }
+  }
+  if (!problem) {
     evidence.savedTo = path;
   } else {
-    evidence.notes.push_back(fmt::format("evidence: cannot write {}", path));
+    evidence.notes.push_back(fmt::format("evidence: cannot write {}: {}", path, problem->describe()));
   }
 }
 

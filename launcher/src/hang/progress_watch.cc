@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/common/safe_files.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -30,15 +32,24 @@ std::string HeartbeatFiles::path(int localRank) const {
 }
 
 std::string HeartbeatFiles::prepare(int localRank) {
+  // The directory is the agent's own (in its private directory); one that is a link or another
+  // user's is refused, never used.
+  if (auto problem = common::ensureOwnDirectory(directory_)) {
+    throw std::system_error(problem->code(), "cannot create " + directory_);
+  }
   const std::string file = path(localRank);
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + file);
+  // A fresh file for each attempt: the last attempt's (its workers could touch it, or put a link
+  // there) is removed, and the new one made with O_EXCL, so nothing planted is written through.
+  if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
+    throw std::system_error(errno, std::generic_category(), "cannot replace " + file);
+  }
+  auto made = common::createNewFile(file, 0600);
+  if (!made) throw std::system_error(made.error().code(), "cannot create " + file);
   // Time 0: "no report yet" (a worker's report sets the time to now).
   const timespec zero[2] = {{0, 0}, {0, 0}};
-  const int failed = ::futimens(fd, zero);
-  const int error = errno;
-  ::close(fd);
-  if (failed != 0) throw std::system_error(error, std::generic_category(), "cannot reset " + file);
+  if (::futimens(made->get(), zero) != 0) {
+    throw std::system_error(errno, std::generic_category(), "cannot reset " + file);
+  }
   return file;
 }
 

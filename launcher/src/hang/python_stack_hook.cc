@@ -1,14 +1,13 @@
 #include "hang/python_stack_hook.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <filesystem>
 #include <string>
 #include <string_view>
 #include <system_error>
+
+#include "ddprun/common/safe_files.h"
 
 namespace ddprun::launcher {
 
@@ -60,7 +59,9 @@ def _ddprun_install_stack_hook():
         stack_file = None
         try:
             path = os.path.join(directory, "%d.txt" % os.getpid())
-            stack_file = open(path, "wb", buffering=0)
+            # Never through a link at the name; readable by this user only.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+            stack_file = open(os.open(path, flags, 0o600), "wb", buffering=0)
             faulthandler.register(signum, file=stack_file, all_threads=True, chain=False)
         except Exception:
             # Not registered (in a forked child: still the parent's file). Unregistered, the
@@ -153,44 +154,22 @@ except Exception:
     pass
 )PY";
 
-[[noreturn]] void fail(int error, const std::string& what) {
-  throw std::system_error(error, std::generic_category(), what);
-}
-
-// Writes `content` to `path` through a temporary file and a rename, so that a Python starting
-// at the same moment reads either the old file or the new one, never half of one.
-void writeFileAtomically(const std::string& path, std::string_view content) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(errno, "cannot write the Python stack hook " + temporary);
-  std::size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      fail(error, "cannot write the Python stack hook " + temporary);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    fail(error, "cannot write the Python stack hook " + temporary);
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    fail(error, "cannot write the Python stack hook " + path);
+// The hook's directories: made, or ours already (a second install into the same place); a link
+// or another user's directory there is refused: the workers run what is written into it.
+void makeOwnDirectory(const std::string& path) {
+  if (auto problem = common::ensureOwnDirectories(path)) {
+    throw std::system_error(problem->code(), "cannot create the directory " + path);
   }
 }
 
-void createDirectories(const std::string& path) {
-  std::error_code error;
-  std::filesystem::create_directories(path, error);
-  if (error) throw std::system_error(error, "cannot create the directory " + path);
+// Writes the hook through a new file under a random name and a rename (so a Python starting at
+// the same moment reads either the old file or the new one, never half of one, and nothing
+// planted at a guessable temporary name is written through). Mode 0600: only the agent's user,
+// who runs the workers, reads it.
+void writeHook(const std::string& path, std::string_view content) {
+  if (auto problem = common::writeFileAtomically(path, content, 0600)) {
+    throw std::system_error(problem->code(), "cannot write the Python stack hook " + path);
+  }
 }
 
 }  // namespace
@@ -204,9 +183,9 @@ PythonStackHook installPythonStackHook(const std::string& directory) {
   // terminates, so it is only ever sent to a process that catches it (hang_evidence.cc checks).
   hook.signal = SIGRTMIN + 5;
   if (hook.signal > SIGRTMAX) hook.signal = SIGRTMIN;
-  createDirectories(hook.pythonPath);
-  createDirectories(hook.stackDir);
-  writeFileAtomically(hook.pythonPath + "/sitecustomize.py", kSiteCustomize);
+  makeOwnDirectory(hook.pythonPath);
+  makeOwnDirectory(hook.stackDir);
+  writeHook(hook.pythonPath + "/sitecustomize.py", kSiteCustomize);
   return hook;
 }
 

@@ -18,7 +18,8 @@ struct PythonStackHook {
   int signal = 0;          // the signal that asks for a dump (a real-time signal)
 };
 
-// Writes the hook under `directory` (created if needed). Throws std::system_error naming the path.
+// Writes the hook under `directory` (made if needed; an existing one must be this user's own
+// directory, not a link). Throws std::system_error naming the path.
 PythonStackHook installPythonStackHook(const std::string& directory);
 
 // Adds the hook to a worker environment: PYTHONPATH (prepended to what is there),

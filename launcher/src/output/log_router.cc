@@ -23,6 +23,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/common/safe_files.h"
 #include "ddprun/common/template.h"
 
 namespace ddprun::launcher {
@@ -32,7 +33,9 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kReadChunk = 64 * 1024;
-constexpr int kFileMode = 0644;
+// As torchrun's (Python's open(): 0666 less the umask); the directory above is the run's own,
+// mode 0700, so this mode lets no one else in, and a user who opens that up means to share.
+constexpr mode_t kFileMode = 0644;
 
 // An owned file descriptor.
 class Fd {
@@ -62,10 +65,29 @@ class Fd {
   int fd_ = -1;
 };
 
-Fd openForAppend(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kFileMode);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path);
+// A worker's log file: a new one (O_EXCL), or one of ours already there to append to, never
+// through a link or into a FIFO (common::openForAppend). The rank's directory is the agent's own,
+// but the workers (and whatever they run) can write into it too.
+Fd openLogFile(const std::string& path) {
+  auto opened = common::openForAppend(path, kFileMode);
+  if (!opened) {
+    throw std::system_error(opened.error().code(), "cannot open " + path);
+  }
+  return Fd(opened->release());
+}
+
+Fd openDevNull() {
+  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open /dev/null");
   return Fd(fd);
+}
+
+// The attempt's and the rank's directories: made, or ours already (the ranks of an attempt share
+// theirs); a link or another user's directory there is refused, never entered.
+void makeOwnDirectory(const std::string& path) {
+  if (auto problem = common::ensureOwnDirectory(path)) {
+    throw std::system_error(problem->code(), "cannot create " + path);
+  }
 }
 
 // Writes everything to a log file, looping over partial writes and EINTR. A descriptor that is
@@ -354,10 +376,10 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     const StreamPlan streamPlan = plan(stdoutStream, localRank, !dir.empty());
     const std::string stream = stdoutStream ? "stdout" : "stderr";
     Fd file;
-    if (streamPlan.file) file = openForAppend(dir + "/" + stream + ".log");
+    if (streamPlan.file) file = openLogFile(dir + "/" + stream + ".log");
     if (!streamPlan.needsPipe()) {
       if (streamPlan.file) return file;
-      return openForAppend("/dev/null");
+      return openDevNull();
     }
     if (options.passThrough && streamPlan.console && !streamPlan.file && !streamPlan.filtered) {
       const int console = stdoutStream ? options.consoleOut : options.consoleErr;
@@ -369,7 +391,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
       return Fd(own);
     }
     Fd filtered;
-    if (streamPlan.filtered) filtered = openForAppend(dir + "/filtered_" + stream + ".log");
+    if (streamPlan.filtered) filtered = openLogFile(dir + "/filtered_" + stream + ".log");
     int ends[2];
     // On a terminal, a worker's stdout is a terminal too (a pseudo-terminal the agent reads),
     // so C stdio and Python flush it by line, as they do under torchrun, whose workers inherit
@@ -453,9 +475,8 @@ ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const st
   std::string dir;  // where the log files go: none without logFiles
   if (!attemptDir.empty()) {
     const std::string rankDir = rankDirectory(attemptDir, localRank);
-    std::error_code error;
-    std::filesystem::create_directories(rankDir, error);
-    if (error) throw std::system_error(error, "cannot create " + rankDir);
+    makeOwnDirectory(attemptDir);
+    makeOwnDirectory(rankDir);
     if (logFiles) dir = rankDir;
   }
   const std::string prefix = linePrefix(impl_->options, localRank, rank, groupRank);

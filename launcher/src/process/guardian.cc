@@ -18,6 +18,7 @@
 #include <sstream>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -84,7 +85,9 @@ void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
   }
   std::set<pid_t> groups;
   std::string cgroup;
-  std::string directory;
+  // Every directory the agent registered (its scratch and private directories, and any other):
+  // each "d" line adds one, none replaces another.
+  std::vector<std::string> directories;
   std::string environmentEntry;
   std::string pending;
   char buffer[512];
@@ -98,7 +101,7 @@ void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
       if (line.empty()) continue;
       if (line[0] == 'x') ::_exit(0);
       if (line[0] == 'c') cgroup = line.substr(1);
-      if (line[0] == 'd') directory = line.substr(1);
+      if (line[0] == 'd') directories.push_back(line.substr(1));
       if (line[0] == 'e') environmentEntry = line.substr(1);
       if (line[0] == '+') groups.insert(static_cast<pid_t>(std::atol(line.c_str() + 1)));
       if (line[0] == '-') groups.erase(static_cast<pid_t>(std::atol(line.c_str() + 1)));
@@ -110,7 +113,7 @@ void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
     ::rmdir(cgroup.c_str());
   }
   if (!environmentEntry.empty()) killHolders(environmentEntry, std::chrono::seconds(2));
-  if (!directory.empty()) {
+  for (const std::string& directory : directories) {
     std::error_code ignored;
     std::filesystem::remove_all(directory, ignored);
   }

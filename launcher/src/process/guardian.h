@@ -1,5 +1,5 @@
 // The guardian: a helper process, forked before the agent starts any thread, that kills every
-// worker (and removes the agent's scratch files) when the agent dies, however it dies: it holds
+// worker (and removes the agent's directories) when the agent dies, however it dies: it holds
 // the read end of a pipe from the agent and acts when the pipe closes. process_launcher.h says
 // how it fits with the other mechanisms that keep workers from outliving the agent.
 #pragma once
@@ -26,7 +26,8 @@ class Guardian {
   void untrack(pid_t processGroup);
   // The cgroup to kill (and remove) too if the agent dies.
   void guardCgroup(const std::string& path);
-  // A directory of the agent's to delete if it dies (its scratch files).
+  // A directory of the agent's to delete if it dies (its scratch files); every directory so
+  // registered is removed, not only the last.
   void removeOnDeath(const std::string& directory);
   // If the agent dies, also SIGKILL every process whose environment holds `entry` ("NAME=value"):
   // the workers' descendants that left their process group, where no cgroup holds them.

@@ -20,7 +20,7 @@
 
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
-#include "core/file_text.h"
+#include "ddprun/common/safe_files.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -218,11 +218,35 @@ std::size_t widestLine(const std::string& text) {
   return widest;
 }
 
-std::string readWholeFile(const std::string& path) {
-  std::string why;
-  auto text = readFileText(path, &why);
-  if (!text) throw std::runtime_error("cannot read: " + why);
-  return std::move(*text);
+// A worker's error file is the worker's to write, and whatever it runs can put anything at that
+// name: a link to any file on the node, a FIFO, gigabytes. So it is read without following a
+// link, without waiting on a FIFO, and no further than this: an error file holds a message and a
+// traceback (kilobytes; torch writes nothing else there), and a larger one is not read at all.
+constexpr std::size_t kErrorFileLimit = 4u << 20;
+
+std::string errorFileLimitText() { return fmt::format("{} MiB", kErrorFileLimit >> 20); }
+
+// What reading a worker's error file gave: its text, that there is none (torchrun's
+// os.path.isfile is false: no name, or a directory), or why it was not read.
+struct ErrorFileRead {
+  enum class Outcome { kRead, kNone, kNotRead };
+  Outcome outcome = Outcome::kNone;
+  std::string text;  // kRead: the file; kNotRead: why ("is a FIFO, not a regular file")
+};
+
+ErrorFileRead readErrorFile(const std::string& path) {
+  auto read = common::readFile(path, {kErrorFileLimit, 0, common::Links::kRefuse});
+  if (read && read->truncated) {
+    return {ErrorFileRead::Outcome::kNotRead, "is larger than " + errorFileLimitText() + ": not read"};
+  }
+  if (read) return {ErrorFileRead::Outcome::kRead, std::move(read->bytes)};
+  const common::FileError& error = read.error();
+  const bool absent = error.problem == common::FileProblem::kSystem &&
+                      (error.error == ENOENT || error.error == ENOTDIR);
+  const bool directory = error.problem == common::FileProblem::kNotRegular &&
+                         error.kind == common::FileKind::kDirectory;
+  if (absent || directory) return {ErrorFileRead::Outcome::kNone, {}};
+  return {ErrorFileRead::Outcome::kNotRead, error.describe() + ": not read"};
 }
 
 // The synthesized message of a failure that left no error file behind.
@@ -235,23 +259,14 @@ std::string synthesizedMessage(const WorkerFailure& failure) {
          statusText(failure);
 }
 
-void writeFileAtomically(const std::string& path, const std::string& content) {
-  const std::string temporary = path + ".ddprun-" + std::to_string(::getpid()) + ".tmp";
-  std::FILE* file = std::fopen(temporary.c_str(), "w");
-  if (file == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "cannot write " + temporary);
-  }
-  const bool written = std::fwrite(content.data(), 1, content.size(), file) == content.size();
-  const int writeErrno = errno;
-  if (std::fclose(file) != 0 || !written) {
-    const int code = written ? errno : writeErrno;
-    std::remove(temporary.c_str());
-    throw std::system_error(code, std::generic_category(), "cannot write " + temporary);
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int code = errno;
-    std::remove(temporary.c_str());
-    throw std::system_error(code, std::generic_category(), "cannot write " + path);
+// The parent's error file is replaced through a new file under a random name beside it and a
+// rename (common::writeFileAtomically): its directory may be a shared one (/tmp), where a
+// guessable temporary name could have been planted as a link to any file. Mode 0644, as Python's
+// open() makes torch's own error files (0666 less the usual umask): the parent may be another
+// launcher, and the file holds what the worker's error file held.
+void writeParentErrorFile(const std::string& path, const std::string& content) {
+  if (auto problem = common::writeFileAtomically(path, content, 0644)) {
+    throw std::system_error(problem->code(), "cannot write " + path);
   }
 }
 
@@ -279,15 +294,21 @@ WorkerFailure fromWaitStatus(int waitStatus, const WorkerIdentity& who, double o
 
 bool loadErrorFile(WorkerFailure& failure) {
   if (failure.errorFile.empty()) return false;
-  std::error_code ignored;
-  // torchrun checks os.path.isfile: a directory or a dangling name is "no file".
-  if (!std::filesystem::is_regular_file(failure.errorFile, ignored)) return false;
+  // torchrun checks os.path.isfile: a directory or a dangling name is "no file". One open decides
+  // (no check that a swap could race): anything else that is there is found, and what cannot be
+  // read (a link, a FIFO, a file over the limit) says so as its message.
+  ErrorFileRead read = readErrorFile(failure.errorFile);
+  if (read.outcome == ErrorFileRead::Outcome::kNone) return false;
   failure.errorFileFound = true;
   failure.message.clear();
   failure.traceback.clear();
   failure.errorTimestamp.reset();
+  if (read.outcome == ErrorFileRead::Outcome::kNotRead) {
+    failure.message = "<error file " + failure.errorFile + " " + read.text + ">";
+    return true;
+  }
   try {
-    const json data = json::parse(readWholeFile(failure.errorFile));
+    const json data = json::parse(read.text);
     if (!data.is_object() || !data.contains("message")) {
       throw std::runtime_error("no \"message\" key");
     }
@@ -388,9 +409,13 @@ void propagateErrorFile(const WorkerFailure& rootCause, const std::string& paren
   // Prefer the worker's own file, copied whole (unknown keys included), as torchrun does.
   std::optional<json> data;
   if (rootCause.errorFileFound && !rootCause.errorFile.empty()) {
+    // Read again as loadErrorFile reads it (the worker's processes may have changed it since).
+    ErrorFileRead read = readErrorFile(rootCause.errorFile);
     try {
-      json parsed = json::parse(readWholeFile(rootCause.errorFile));
-      if (parsed.is_object() && parsed.contains("message")) data = std::move(parsed);
+      if (read.outcome == ErrorFileRead::Outcome::kRead) {
+        json parsed = json::parse(read.text);
+        if (parsed.is_object() && parsed.contains("message")) data = std::move(parsed);
+      }
     } catch (const std::exception&) {
       // Unreadable here (or written on another node): synthesize below.
     }
@@ -408,7 +433,7 @@ void propagateErrorFile(const WorkerFailure& rootCause, const std::string& paren
                   {"extraInfo", extraInfo},
                   {"errorCode", errorCode}}}};
   }
-  writeFileAtomically(parentErrorFile, data->dump());
+  writeParentErrorFile(parentErrorFile, data->dump());
 }
 
 std::optional<std::string> missingModuleHint(const std::vector<std::vector<std::string>>& stderrTails,

@@ -41,10 +41,13 @@ WorkerFailure fromWaitStatus(int waitStatus, const WorkerIdentity& who, double o
 // Reads failure.errorFile if it names an existing file and fills errorFileFound, message,
 // traceback and errorTimestamp. Understands torchrun's schema
 //   {"message": {"message": "...", "extraInfo": {"py_callstack": "...", "timestamp": "<secs>"}}}
-// and the legacy one ({"message": "<text>", "timestamp": <secs>}). A missing file is not an
-// error (fatal signals and sys.exit() leave none). Never throws: a file that exists but cannot
-// be read or parsed sets errorFileFound and a message saying why (torchrun would crash).
-// Returns whether the file existed.
+// and the legacy one ({"message": "<text>", "timestamp": <secs>}). A missing file (or a
+// directory: torchrun's os.path.isfile) is not an error (fatal signals and sys.exit() leave none).
+// Never throws and never blocks: the file is opened once, without following a link and without
+// waiting on a FIFO, and read no further than 4 MiB; a file that is there but cannot be read
+// (a link, a FIFO, larger than 4 MiB: "<error file PATH is larger than 4 MiB: not read>") or
+// parsed sets errorFileFound and a message saying why (torchrun would crash, or block, or read it
+// all). Returns whether the file existed.
 bool loadErrorFile(WorkerFailure& failure);
 
 // When the failure happened: the error file's timestamp when there is one (it is written before
@@ -94,7 +97,9 @@ std::optional<std::string> missingModuleHint(const std::vector<std::vector<std::
 // error file to `parentErrorFile` with "errorCode" (the worker's exit code; -N for signal N, as
 // torchrun) added inside "message". When the root cause has no readable error file on this node
 // (a signal, sys.exit(), or a failure on another node) one is synthesized in the same schema from
-// what is known (torchrun writes nothing then). The file is replaced atomically. Does nothing
+// what is known (torchrun writes nothing then); so is it when the worker's file cannot be read
+// here as loadErrorFile reads it. The file is replaced atomically, through a new file under a
+// random name beside it (never one planted at a guessable name). Does nothing
 // when parentErrorFile is empty. Throws std::system_error (naming the path) when it cannot write.
 void propagateErrorFile(const WorkerFailure& rootCause, const std::string& parentErrorFile);
 

@@ -1,5 +1,7 @@
 // Reading a file that holds a secret (the job's token, a TLS private key): it must be a regular
-// file that only its owner can read or write, as ssh insists for its keys.
+// file (checked without blocking: a FIFO is refused, not waited on), owned by this user or root,
+// that only its owner can read or write, as ssh insists for its keys. One reader for the agent and
+// ddprun-rendezvous (through loadJobSecurity), on common::openForReading.
 #pragma once
 
 #include <cstddef>

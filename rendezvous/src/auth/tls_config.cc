@@ -7,14 +7,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "auth/private_file.h"
+#include "ddprun/common/safe_files.h"
 #include "auth/tls_peer.h"
 
 namespace ddprun::rendezvous {
@@ -33,17 +32,19 @@ std::string lastSslError() {
   return reason != nullptr ? reason : fmt::format("OpenSSL error {:#x}", code);
 }
 
+// A certificate file: no secret, but read as carefully as one (the one file reader,
+// common::readFile): a FIFO at the path is refused instead of waited on, and a huge file is not
+// read whole.
 std::string readPublicFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw TlsError(fmt::format("cannot read the TLS {} {}: {}", what, path, std::strerror(errno)));
+  auto read = common::readFile(path, {kMaxPemBytes, 0, common::Links::kFollow});
+  if (!read) {
+    throw TlsError(fmt::format("cannot read the TLS {} {}: {}", what, path, read.error().describe()));
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() > kMaxPemBytes) {
+  if (read->truncated) {
     throw TlsError(fmt::format("the TLS {} {} is over {} bytes: it is not a PEM file", what, path,
                                kMaxPemBytes));
   }
-  return bytes;
+  return std::move(read->bytes);
 }
 
 struct BioDeleter {
