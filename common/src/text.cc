@@ -1,25 +1,74 @@
 #include "ddprun/common/text.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace ddprun::common {
+namespace {
+
+// The length of the well-formed UTF-8 sequence that starts at text[i] (overlong forms and
+// surrogates are not), or 0.
+std::size_t sequenceLength(std::string_view text, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  std::size_t length = 0;
+  if (lead < 0x80) length = 1;
+  else if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+  else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+  else if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+  bool ok = length != 0 && i + length <= text.size();
+  for (std::size_t k = 1; ok && k < length; ++k) {
+    ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+  }
+  if (ok && length == 3) {
+    const auto second = static_cast<unsigned char>(text[i + 1]);
+    ok = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);  // overlong, surrogates
+  } else if (ok && length == 4) {
+    const auto second = static_cast<unsigned char>(text[i + 1]);
+    ok = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);
+  }
+  return ok ? length : 0;
+}
+
+void appendEscaped(std::string& out, unsigned char byte) {
+  char escaped[5];
+  std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+  out += escaped;
+}
+
+}  // namespace
 
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
     const auto byte = static_cast<unsigned char>(c);
     if (c == '\n') {
       out += "\\n";
     } else if (c == '\t') {
       out += "\\t";
     } else if (byte < 0x20 || byte == 0x7f) {
-      char escaped[5];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
-      out += escaped;
-    } else {
+      appendEscaped(out, byte);
+    } else if (byte < 0x80) {
       out += c;
+    } else {
+      const std::size_t length = sequenceLength(text, i);
+      // C1 controls act on terminals too: U+0080..U+009F (C2 80..C2 9F), and any byte that is
+      // not UTF-8 (an 8-bit terminal reads 0x80..0x9F as them).
+      const bool c1 = length == 2 && byte == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
+      if (length == 0 || c1) {
+        for (std::size_t k = 0; k < std::max<std::size_t>(length, 1); ++k) {
+          appendEscaped(out, static_cast<unsigned char>(text[i + k]));
+        }
+        i += std::max<std::size_t>(length, 1);
+        continue;
+      }
+      out.append(text.substr(i, length));
+      i += length;
+      continue;
     }
+    ++i;
   }
   return out;
 }
@@ -33,24 +82,7 @@ std::string validUtf8(std::string_view text) {
   out.reserve(text.size());
   std::size_t i = 0;
   while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    std::size_t length = 0;
-    if (lead < 0x80) length = 1;
-    else if (lead >= 0xC2 && lead <= 0xDF) length = 2;
-    else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
-    else if (lead >= 0xF0 && lead <= 0xF4) length = 4;
-    bool ok = length != 0 && i + length <= text.size();
-    for (std::size_t k = 1; ok && k < length; ++k) {
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && length == 3) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      ok = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);  // overlong, surrogates
-    } else if (ok && length == 4) {
-      const auto second = static_cast<unsigned char>(text[i + 1]);
-      ok = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);
-    }
-    if (ok) {
+    if (const std::size_t length = sequenceLength(text, i); length != 0) {
       out.append(text.substr(i, length));
       i += length;
     } else {

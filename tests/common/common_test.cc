@@ -17,6 +17,7 @@
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/template.h"
+#include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
 #include "temp_dir.h"
 
@@ -133,4 +134,23 @@ TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one 
   REQUIRE(limit.started);
   CHECK(limit.started->rlim_cur == lowered.rlim_cur);
   CHECK(limit.started->rlim_max == saved.rlim_max);
+}
+
+TEST_CASE("printable: one line, no control sequence a terminal acts on, UTF-8 kept", "[common]") {
+  using ddprun::common::printable;
+  CHECK(printable("plain text, ünïcode, 漢字") == "plain text, ünïcode, 漢字");
+  CHECK(printable("a\nb\tc\r\x1b[2J\x07\x7f") == "a\\nb\\tc\\x0d\\x1b[2J\\x07\\x7f");
+  // C1 controls: U+009B (CSI) as UTF-8, and a lone 0x9b an 8-bit terminal reads as CSI.
+  CHECK(printable("x\xc2\x9b" "2J") == "x\\xc2\\x9b2J");
+  CHECK(printable("x\x9b" "2J") == "x\\x9b2J");
+  CHECK(printable("\xc2\xa0 nbsp, \xc4\x80 A-macron") == "\xc2\xa0 nbsp, \xc4\x80 A-macron");
+  CHECK(printable("cut \xe2\x82") == "cut \\xe2\\x82");  // a sequence cut short is no UTF-8
+  CHECK(ddprun::common::printablePrefix(std::string(300, 'k')).size() == ddprun::common::kShownBytes);
+}
+
+TEST_CASE("validUtf8: each byte that is no UTF-8 becomes U+FFFD", "[common]") {
+  using ddprun::common::validUtf8;
+  CHECK(validUtf8("ok ü") == "ok ü");
+  CHECK(validUtf8("a\xff" "b") == "a\xEF\xBF\xBD" "b");
+  CHECK(validUtf8("\xed\xa0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
 }

@@ -89,7 +89,7 @@ TEST_CASE("a timed-out wait names the store, the keys and the time, and the clie
     } catch (const StoreTimeoutError& error) {
       CHECK_THAT(error.what(), Catch::Contains(fmt::format("store 127.0.0.1:{}", server.port())));
       CHECK_THAT(error.what(), Catch::Contains("after 150 ms"));
-      CHECK_THAT(error.what(), Catch::Contains("never, nor-this"));
+      CHECK_THAT(error.what(), Catch::Contains("'never', 'nor-this'"));  // quoted, escaped (shownKey)
     }
     // The keys appearing now, which completes the wait on the server unless it was cancelled,
     // must not confuse the next replies: a stale STOP_WAITING in front of them would shift every

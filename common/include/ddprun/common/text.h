@@ -8,8 +8,9 @@
 
 namespace ddprun::common {
 
-// Control characters escaped ("\n", "\t", "\x1b"), so that a message stays one line and a
-// terminal never sees an escape sequence it would act on. Everything else is kept as it is.
+// Control characters escaped ("\n", "\t", "\x1b"; the C1 controls U+0080..U+009F and bytes that
+// are not UTF-8 as "\xNN" each), so that a message stays one line and a terminal never sees a
+// control sequence it would act on. Everything else (UTF-8 text included) is kept as it is.
 std::string printable(std::string_view text);
 
 // How many bytes of one outside value (a key, a host name read from a store, a worker's text) a
