@@ -230,8 +230,9 @@ void collectPythonStack(pid_t pid, const EvidenceOptions& options, HangEvidence&
         path, elapsedMs(start), signal));
     return;
   }
+  // The dump file is in the private directory, but the worker writes it: never through a link.
   std::string text = readFileText(path, nullptr, static_cast<std::size_t>(last - base),
-                                  static_cast<std::size_t>(base))
+                                  static_cast<std::size_t>(base), common::Links::kRefuse)
                          .value_or("");
   text.resize(std::min(text.size(), static_cast<std::size_t>(last - base)));
   if (text.empty()) {

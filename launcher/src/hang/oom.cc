@@ -13,7 +13,9 @@
 namespace ddprun::launcher {
 namespace {
 
-std::string readText(const std::string& path) { return readFileText(path).value_or(""); }
+// memory.events and /proc/vmstat are a few hundred bytes; a bound keeps an odd file from costing more.
+constexpr std::size_t kCounterFileLimit = 64 * 1024;
+std::string readText(const std::string& path) { return readFileText(path, nullptr, kCounterFileLimit).value_or(""); }
 
 // Every record of the kernel log still in its ring buffer. /dev/kmsg hands out one record per
 // read() and fails a read whose buffer is too small for it, hence the generous buffer.

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "auth/asio_tls.h"
+#include "ddprun/common/text.h"
 #include "refusal_tally.h"
 #include "relay/peer_user.h"
 #include "relay/relay_link.h"
@@ -114,7 +115,11 @@ class LoopbackRelay::Impl {
                                               tcp::resolver::numeric_service, error)) {
       endpoints.push_back(entry.endpoint());
     }
-    if (error) spdlog::warn("workers' store relay: cannot resolve {}: {}", host, error.message());
+    // The host comes from the round's master record, which an open store lets anyone write.
+    if (error) {
+      spdlog::warn("workers' store relay: cannot resolve {}: {}", common::printablePrefix(host),
+                   error.message());
+    }
     std::lock_guard lock(mutex_);
     upstream_ = fmt::format("{}:{}", host, port);
     upstreamEndpoints_ = std::move(endpoints);
