@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -47,9 +48,20 @@ class TmpdirFor {
   std::optional<std::string> old_;
 };
 
+// The process's environment as the agent is given it (TmpdirFor changes the real one).
+std::map<std::string, std::string> environmentNow() {
+  std::map<std::string, std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const auto equals = text.find('=');
+    if (equals != std::string::npos) environment[text.substr(0, equals)] = text.substr(equals + 1);
+  }
+  return environment;
+}
+
 std::string startupError(LaunchConfig& config) {
   try {
-    RunDirectories directories(config, nullptr);
+    RunDirectories directories(config, environmentNow(), nullptr);
   } catch (const StartupError& error) {
     return error.what();
   }
@@ -70,7 +82,7 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
   TmpdirFor tmpdir(dir.path);
   LaunchConfig config;
   {
-    RunDirectories directories(config, nullptr);
+    RunDirectories directories(config, environmentNow(), nullptr);
     CHECK(modeOf(directories.scratchDir()) == 0700);
     CHECK(modeOf(directories.privateDir()) == 0700);
     CHECK(fs::path(directories.scratchDir()).parent_path() == dir.path);
@@ -94,9 +106,21 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
     REQUIRE(::chown(dir.path.c_str(), kOtherUid, kOtherUid) == 0);
     CHECK_THAT(startupError(config), Catch::Contains("owned by uid 54321") && Catch::Contains("set TMPDIR"));
   }
-  SECTION("a TMPDIR that is no directory is one line too") {
+  SECTION("a TMPDIR that does not exist is skipped, as Python's tempfile skips it (#19)") {
     TmpdirFor missing(dir.path + "/none");
-    CHECK_THAT(startupError(config), Catch::Contains("TMPDIR"));
+    CHECK(startupError(config).empty());
+    const fs::path chosen = temporaryDirectoryFor(environmentNow());
+    CHECK(chosen.is_absolute());
+    CHECK_FALSE(chosen.string().starts_with(dir.path));
+  }
+  SECTION("a relative TMPDIR is made absolute") {
+    const fs::path cwd = fs::current_path();
+    fs::current_path(dir.path);
+    fs::create_directory("relative");
+    TmpdirFor relative("relative");
+    const fs::path chosen = temporaryDirectoryFor(environmentNow());
+    fs::current_path(cwd);
+    CHECK(chosen == fs::path(dir.path) / "relative");
   }
 }
 
@@ -110,7 +134,7 @@ TEST_CASE("run directories: a --log-dir others can change is refused, a group's 
   config.rdzv.runId = "job";
 
   SECTION("made when missing, and this run's directory in it is fresh") {
-    RunDirectories directories(config, nullptr);
+    RunDirectories directories(config, environmentNow(), nullptr);
     CHECK(fs::path(directories.logRunDir()).parent_path() == logs);
     CHECK(modeOf(directories.logRunDir()) == 0700);
   }

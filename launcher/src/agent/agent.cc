@@ -107,8 +107,10 @@ std::string fileTimerPath(const std::string& privateDir, AgentIdentity& identity
   const auto enabled = environment.find(common::kEnvTorchelasticEnableFileTimer);
   if (enabled == environment.end() || enabled->second != "1") return "";
   const auto given = environment.find(common::kEnvTorchelasticTimerFile);
+  // Absolute, as every path the workers get: a worker that changes directory still finds it.
+  std::error_code ignored;
   const std::string path = given != environment.end() && !given->second.empty()
-                               ? given->second
+                               ? fs::absolute(given->second, ignored).lexically_normal().string()
                                : (fs::path(privateDir) / "watchdog_timer").string();
   environment[common::kEnvTorchelasticTimerFile] = path;
   return path;
@@ -221,7 +223,7 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine) {
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
   const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
-  RunDirectories directories(config, guardian);
+  RunDirectories directories(config, environment, guardian);
   if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
 
   AgentIdentity identity = identityOf(environment, directories, guardian);

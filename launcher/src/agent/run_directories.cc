@@ -2,15 +2,22 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "agent/startup_error.h"
 #include "ddprun/common/safe_files.h"
+#include "ddprun/common/text.h"
 #include "process/guardian.h"
 
 namespace ddprun::launcher {
@@ -32,21 +39,61 @@ void removeQuietly(const std::string& path) {
   fs::remove_all(path, ignored);
 }
 
-// The directory the run's private and scratch directories go into (TMPDIR, else /tmp), once
+// Why a candidate temporary directory cannot be used, or nothing when it can: an existing
+// directory this process can create files in (access(2) also says EROFS for a read-only mount).
+std::optional<std::string> unusableBecause(const fs::path& candidate) {
+  std::error_code error;
+  if (!fs::is_directory(candidate, error)) {
+    return error ? error.message() : std::string(fs::exists(candidate) ? "not a directory" : "it does not exist");
+  }
+  if (::access(candidate.c_str(), W_OK | X_OK) != 0) return std::strerror(errno);
+  return std::nullopt;
+}
+
+}  // namespace
+
+fs::path temporaryDirectoryFor(const std::map<std::string, std::string>& environment) {
+  // Python's tempfile.gettempdir(), which torchrun's directories come from: TMPDIR, TEMP, TMP,
+  // then /tmp, /var/tmp, /usr/tmp, then the working directory; the first usable one, made
+  // absolute (a worker that changes directory must still find its files).
+  std::vector<std::pair<std::string, fs::path>> candidates;
+  for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {
+    if (auto it = environment.find(name); it != environment.end() && !it->second.empty()) {
+      candidates.emplace_back(fmt::format("{}={}", name, it->second), it->second);
+    }
+  }
+  for (const char* path : {"/tmp", "/var/tmp", "/usr/tmp"}) candidates.emplace_back(path, path);
+  std::error_code error;
+  const fs::path workingDirectory = fs::current_path(error);
+  if (!error) candidates.emplace_back("the working directory", workingDirectory);
+  std::vector<std::string> skipped;
+  for (const auto& [label, path] : candidates) {
+    if (const auto why = unusableBecause(path)) {
+      skipped.push_back(fmt::format("{} ({})", common::printable(label), *why));
+      continue;
+    }
+    const fs::path chosen = fs::absolute(path, error).lexically_normal();
+    if (!skipped.empty()) {
+      spdlog::warn("temporary files go under {}: {} is not usable, as Python's tempfile would skip it",
+                   chosen.string(), fmt::join(skipped, ", "));
+    }
+    return chosen;
+  }
+  throw StartupError(fmt::format("no usable temporary directory: {}; set TMPDIR to a writable directory",
+                                 fmt::join(skipped, ", ")));
+}
+
+namespace {
+
+// The directory the run's private and scratch directories go into (temporaryDirectoryFor), once
 // checked. Everything the agent makes there is a fresh mkdtemp (mode 0700), which is safe in a
 // directory everyone can write into as long as it is sticky (as /tmp): no one else may then
 // rename or remove the agent's directory and put a link of theirs in its place. Without the
 // sticky bit, or in a directory another user owns, someone else could do just that, and the
 // private directory holds the stack hook's sitecustomize.py, which every Python worker runs: so
 // every exposure is refused here (a group-writable TMPDIR too), not warned about.
-fs::path temporaryDirectory() {
-  std::error_code error;
-  const fs::path temp = fs::temp_directory_path(error);
-  if (error) {
-    throw StartupError(fmt::format("TMPDIR is not a usable directory ({}); set TMPDIR to an "
-                                   "existing directory, or unset it for /tmp",
-                                   error.message()));
-  }
+fs::path temporaryDirectory(const std::map<std::string, std::string>& environment) {
+  const fs::path temp = temporaryDirectoryFor(environment);
   const auto exposures = common::directoryExposures(temp.string());
   if (!exposures.empty()) {
     throw StartupError(fmt::format(
@@ -92,8 +139,9 @@ std::string freshDirectory(const fs::path& pattern, const std::string& where, co
 
 }  // namespace
 
-RunDirectories::RunDirectories(LaunchConfig& config, Guardian* guardian) {
-  const fs::path temp = temporaryDirectory();
+RunDirectories::RunDirectories(LaunchConfig& config, const std::map<std::string, std::string>& environment,
+                               Guardian* guardian) {
+  const fs::path temp = temporaryDirectory(environment);
   const std::string tempFix = "set TMPDIR to a writable directory";
   if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
     // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
@@ -102,6 +150,8 @@ RunDirectories::RunDirectories(LaunchConfig& config, Guardian* guardian) {
                  config.logs.dir);
   } else if (!config.logs.dir.empty()) {
     std::error_code ignored;  // a directory that cannot be made fails at mkdtemp below, named
+    // Absolute: the workers get paths in it (their error files) and may change directory.
+    config.logs.dir = fs::absolute(config.logs.dir, ignored).lexically_normal().string();
     fs::create_directories(config.logs.dir, ignored);
     checkLogDirectory(config.logs.dir);
   }

@@ -15,6 +15,8 @@
 // what is refused and what warned about). Thread safety: used by the agent's main thread only.
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <string>
 
 #include "ddprun/launcher/launch_config.h"
@@ -23,13 +25,21 @@ namespace ddprun::launcher {
 
 class Guardian;
 
+// Where the run's temporary directories go, chosen as Python's tempfile.gettempdir() chooses
+// (torchrun's come from it): the first usable of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp and
+// the working directory, absolute; one warning line names what was skipped and why. Throws
+// StartupError when none is usable.
+std::filesystem::path temporaryDirectoryFor(const std::map<std::string, std::string>& environment);
+
 class RunDirectories {
  public:
   // Makes the directories `config` needs; a -r/-t run without --log-dir gets its log dir here
   // (config.logs.dir is set to it). `guardian` (may be null) removes the scratch and private
   // directories if the agent is killed. Throws StartupError naming the directory and the fix
   // (one another user can write into, too).
-  RunDirectories(LaunchConfig& config, Guardian* guardian);
+  // `environment` is the agent's (TMPDIR, TEMP, TMP: temporaryDirectoryFor).
+  RunDirectories(LaunchConfig& config, const std::map<std::string, std::string>& environment,
+                 Guardian* guardian);
   // Removes the private directory, and the scratch directory unless keepScratch() was called.
   ~RunDirectories();
   RunDirectories(const RunDirectories&) = delete;
