@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "core/exit_codes.h"
+#include "ddprun/common/text.h"
 #include "ddprun/launcher/agent.h"
 #include "process/guardian.h"
 
@@ -63,6 +64,11 @@ int main(int argc, char** argv) {
     commandLine = parseCommandLine(argc, argv, environment);
   } catch (const UsageError& error) {
     return usageFailure(error);
+  } catch (const std::exception& error) {
+    // A probe of the host that failed unexpectedly (a file system error, say): a bug, but one
+    // line and the bad-input code, never an abort.
+    return usageFailure(UsageError(ddprun::common::printable(error.what()) +
+                                   " (an unexpected error: please report it with this line)"));
   }
   if (commandLine.helpRequested) {
     std::fputs(commandLine.helpText.c_str(), stdout);

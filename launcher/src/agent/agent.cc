@@ -27,6 +27,7 @@
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/random_id.h"
+#include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
 #include "ddprun/rendezvous/security_options.h"
 #include "hang/file_timer_pipe.h"
@@ -301,6 +302,14 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
     // Everything built so far is gone (the console writers flushed what they held), so this line
     // comes last, as the bad input's one line.
     const Ending ending = Ending::badInput(fmt::format("ddprun: error: {}", error.what()));
+    std::fprintf(stderr, "%s\n", ending.message.c_str());
+    return exitCode(ending);
+  } catch (const std::exception& error) {
+    // Anything else that escapes is a bug; still one line and the bad-input code, never an
+    // abort (std::terminate would skip the guardian's orderly end and print no reason).
+    const Ending ending = Ending::badInput(fmt::format(
+        "ddprun: error: {} (an unexpected error: please report it with this line)",
+        common::printable(error.what())));
     std::fprintf(stderr, "%s\n", ending.message.c_str());
     return exitCode(ending);
   }
