@@ -11,23 +11,12 @@
 
 #include "cli/cli.h"
 #include "core/exit_codes.h"
+#include "ddprun/common/process_environment.h"
 #include "ddprun/common/text.h"
 #include "ddprun/launcher/agent.h"
 #include "process/guardian.h"
 
-extern char** environ;
-
 namespace {
-
-std::map<std::string, std::string> currentEnvironment() {
-  std::map<std::string, std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string text(*entry);
-    const auto equals = text.find('=');
-    if (equals != std::string::npos) environment[text.substr(0, equals)] = text.substr(equals + 1);
-  }
-  return environment;
-}
 
 // torchrun reads LOGLEVEL (default WARNING); so does ddprun.
 spdlog::level::level_enum logLevel(const std::map<std::string, std::string>& environment) {
@@ -52,7 +41,7 @@ int usageFailure(const ddprun::launcher::UsageError& error) {
 
 int main(int argc, char** argv) {
   using namespace ddprun::launcher;
-  const std::map<std::string, std::string> environment = currentEnvironment();
+  const std::map<std::string, std::string> environment = ddprun::common::processEnvironment();
   CommandLine commandLine;
   try {
     if (const Subcommand* subcommand = ddprunSubcommands().select(argc, argv)) {

@@ -18,6 +18,7 @@
 
 #include "agent/run_directories.h"
 #include "agent/startup_error.h"
+#include "ddprun/common/process_environment.h"
 #include "process/guardian.h"
 #include "temp_dir.h"
 
@@ -48,20 +49,9 @@ class TmpdirFor {
   std::optional<std::string> old_;
 };
 
-// The process's environment as the agent is given it (TmpdirFor changes the real one).
-std::map<std::string, std::string> environmentNow() {
-  std::map<std::string, std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string text(*entry);
-    const auto equals = text.find('=');
-    if (equals != std::string::npos) environment[text.substr(0, equals)] = text.substr(equals + 1);
-  }
-  return environment;
-}
-
 std::string startupError(LaunchConfig& config) {
   try {
-    RunDirectories directories(config, environmentNow(), nullptr);
+    RunDirectories directories(config, ddprun::common::processEnvironment(), nullptr);
   } catch (const StartupError& error) {
     return error.what();
   }
@@ -82,7 +72,7 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
   TmpdirFor tmpdir(dir.path);
   LaunchConfig config;
   {
-    RunDirectories directories(config, environmentNow(), nullptr);
+    RunDirectories directories(config, ddprun::common::processEnvironment(), nullptr);
     CHECK(modeOf(directories.scratchDir()) == 0700);
     CHECK(modeOf(directories.privateDir()) == 0700);
     CHECK(fs::path(directories.scratchDir()).parent_path() == dir.path);
@@ -109,7 +99,7 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
   SECTION("a TMPDIR that does not exist is skipped, as Python's tempfile skips it (#19)") {
     TmpdirFor missing(dir.path + "/none");
     CHECK(startupError(config).empty());
-    const fs::path chosen = temporaryDirectoryFor(environmentNow());
+    const fs::path chosen = temporaryDirectoryFor(ddprun::common::processEnvironment());
     CHECK(chosen.is_absolute());
     CHECK_FALSE(chosen.string().starts_with(dir.path));
   }
@@ -118,7 +108,7 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
     fs::current_path(dir.path);
     fs::create_directory("relative");
     TmpdirFor relative("relative");
-    const fs::path chosen = temporaryDirectoryFor(environmentNow());
+    const fs::path chosen = temporaryDirectoryFor(ddprun::common::processEnvironment());
     fs::current_path(cwd);
     CHECK(chosen == fs::path(dir.path) / "relative");
   }
@@ -134,7 +124,7 @@ TEST_CASE("run directories: a --log-dir others can change is refused, a group's 
   config.rdzv.runId = "job";
 
   SECTION("made when missing, and this run's directory in it is fresh") {
-    RunDirectories directories(config, environmentNow(), nullptr);
+    RunDirectories directories(config, ddprun::common::processEnvironment(), nullptr);
     CHECK(fs::path(directories.logRunDir()).parent_path() == logs);
     CHECK(modeOf(directories.logRunDir()) == 0700);
   }
