@@ -24,7 +24,7 @@ TORCH_BENCH = os.path.join(HERE, "torch_allreduce.py")
 
 def run(ddprun, ranks, program, sizes):
     """One run of one implementation: {bytes: busbw GB/s} from rank 0's CSV."""
-    argv = [ddprun, "--standalone", "--nproc-per-node", str(ranks), *program,
+    argv = [ddprun, "--standalone", "--nproc-per-node", str(ranks), "--no-python", *program,
             "--csv", "--min-bytes", str(sizes[0]), "--max-bytes", str(sizes[1])]
     # The agent prefixes each worker line with "[default<local rank>]:"; only rank 0 prints.
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)

@@ -100,7 +100,7 @@ struct KillLeftovers {
 
 TEST_CASE("a standalone job runs its workers with torchrun's ranks and every line prefixed",
           "[agent]") {
-  Subprocess job(ddprunCommand(4, {kReport}));
+  Subprocess job(ddprunCommand(4, {"--no-python", kReport}));
   REQUIRE(exitsWith(job, 0, 30s));
   const std::string out = job.output();
   INFO(out << job.errors());
@@ -114,7 +114,7 @@ TEST_CASE("a standalone job runs its workers with torchrun's ranks and every lin
 
 TEST_CASE("the agent exits with the root cause's exit code and prints torchrun's summary",
           "[agent]") {
-  Subprocess job(ddprunCommand(3, {kReport, "--fail-rank", "1", "--exit", "7"}));
+  Subprocess job(ddprunCommand(3, {"--no-python", kReport, "--fail-rank", "1", "--exit", "7"}));
   REQUIRE(exitsWith(job, 7, 30s));
   const std::string errors = job.errors();
   INFO(errors);
@@ -126,7 +126,7 @@ TEST_CASE("the agent exits with the root cause's exit code and prints torchrun's
 }
 
 TEST_CASE("a worker killed by a signal makes the agent exit 128+signal", "[agent]") {
-  Subprocess job(ddprunCommand(2, {kReport, "--fail-rank", "0", "--exit", "SIGKILL"}));
+  Subprocess job(ddprunCommand(2, {"--no-python", kReport, "--fail-rank", "0", "--exit", "SIGKILL"}));
   REQUIRE(exitsWith(job, 128 + SIGKILL, 30s));
   CHECK_THAT(job.errors(), Catch::Contains("Signal 9 (SIGKILL)"));
 }
@@ -138,7 +138,7 @@ TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts
   const std::string go = flags.path + "/go";
   // Every worker reports, then waits for `go`, which the test gives once all four of the first
   // round have reported: rank 2 dies only after everyone has run (however slow the machine).
-  Subprocess job(ddprunCommand(4, {"--max-restarts", "2", kReport, "--fail-rank", "2",
+  Subprocess job(ddprunCommand(4, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank", "2",
                                    "--fail-restart", "0", "--exit", "SIGKILL", "--touch",
                                    dir.path, "--until", go}));
   REQUIRE(eventually([&] { return countLines(job.output(), "restart=0 generation=0") == 4; }, 30s,
@@ -159,7 +159,7 @@ TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts
 
 TEST_CASE("restarts stop at --max-restarts and the job fails with the cause's code", "[agent]") {
   TempDir dir;
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "2", kReport, "--fail-rank", "0", "--exit",
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank", "0", "--exit",
                                    "3", "--touch", dir.path}));
   REQUIRE(exitsWith(job, 3, 60s));
   for (int generation = 0; generation < 3; ++generation) {
@@ -172,7 +172,7 @@ TEST_CASE("restarts stop at --max-restarts and the job fails with the cause's co
 TEST_CASE("kill -9 of the agent leaves nothing behind, grandchildren that ignore SIGTERM included",
           "[agent]") {
   TempDir dir;
-  Subprocess job(ddprunCommand(3, {kStubborn, dir.path}));
+  Subprocess job(ddprunCommand(3, {"--no-python", kStubborn, dir.path}));
   REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s,
                      {&job}));
   const auto pids = readPids(dir.path);
@@ -208,7 +208,7 @@ TEST_CASE("kill -9 of the agent where no cgroup can hold the workers: descendant
       "umount -l \"$m\" || exit 1; done; exec \"$@\"";
   std::vector<std::string> argv = {"unshare", "--mount", "--propagation", "private", "sh", "-c",
                                    withoutCgroup, "sh"};
-  const auto agent = ddprunCommand(3, {kStubborn, dir.path, "--exit-rank", "0"});
+  const auto agent = ddprunCommand(3, {"--no-python", kStubborn, dir.path, "--exit-rank", "0"});
   argv.insert(argv.end(), agent.begin(), agent.end());
   Subprocess job(argv, {"LOGLEVEL=DEBUG"});
   REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s,
@@ -232,7 +232,7 @@ TEST_CASE("kill -9 of the agent where no cgroup can hold the workers: descendant
 TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-timeout",
           "[agent]") {
   TempDir dir;
-  Subprocess job(ddprunCommand(2, {"--shutdown-timeout", "1", kStubborn, dir.path}));
+  Subprocess job(ddprunCommand(2, {"--shutdown-timeout", "1", "--no-python", kStubborn, dir.path}));
   REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 2; }, 30s,
                      {&job}));
   const auto pids = readPids(dir.path);
@@ -258,7 +258,7 @@ TEST_CASE("the log directory keeps every attempt", "[agent]") {
   const std::string go = flags.path + "/go";
   // Rank 0 fails in attempt 0 only once both ranks have reported (the test gives `go` then).
   Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--log-dir", dir.path, "--rdzv-id",
-                                   "logjob", "--tee", "3", kReport, "--fail-rank", "0",
+                                   "logjob", "--tee", "3", "--no-python", kReport, "--fail-rank", "0",
                                    "--fail-restart", "0", "--until", go}));
   REQUIRE(eventually([&] { return countLines(job.output(), "restart=0 ") == 2; }, 30s, {&job}));
   std::ofstream(go).put('\n');
@@ -289,7 +289,7 @@ TEST_CASE("an error file left by an earlier job with the same --log-dir and run 
   writeRecordingScript(script, "ValueError: stale", "old traceback", 5, /*onlyWithArgument=*/"record");
   for (const std::string mode : {"record", "plain"}) {
     Subprocess job(ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir",
-                                  dir.path, "--rdzv-id", "samejob", script, mode}));
+                                  dir.path, "--rdzv-id", "samejob", "--no-python", script, mode}));
     REQUIRE(exitsWith(job, 5, 30s));
     if (mode == "record") {
       CHECK_THAT(job.errors(), Catch::Contains("old traceback"));
@@ -301,8 +301,8 @@ TEST_CASE("an error file left by an earlier job with the same --log-dir and run 
 }
 
 TEST_CASE("two standalone jobs on one host never meet", "[agent]") {
-  Subprocess first(ddprunCommand(2, {kReport, "--sleep", "1"}));
-  Subprocess second(ddprunCommand(3, {kReport, "--sleep", "1"}));
+  Subprocess first(ddprunCommand(2, {"--no-python", kReport, "--sleep", "1"}));
+  Subprocess second(ddprunCommand(3, {"--no-python", kReport, "--sleep", "1"}));
   const Deadline deadline(45s);
   REQUIRE(exitsWith(first, 0, deadline.left(), {&second}));
   REQUIRE(exitsWith(second, 0, deadline.left(), {&first}));
@@ -316,23 +316,23 @@ TEST_CASE("bad input is one line naming the fix, exit code 2, and nothing starte
   std::ofstream(shellScript) << "#!/bin/sh\necho hello\n";
   fs::permissions(shellScript, fs::perms::owner_read | fs::perms::owner_write);
   const std::vector<std::vector<std::string>> cases = {
-      {"--nnodes", "two", kReport},
-      {"--nnodes", "3:2", kReport},
-      {"--nnodes", "1:2:3", kReport},
-      {"--max-restarts", "-1", kReport},
-      {"--rdzv-backend", "etcd-v3", kReport},
-      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:99999", kReport},
-      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", kReport},
-      {"--nproc", "2", kReport},
-      {"--nproc-per-node", "0", kReport},
-      {"--standalone", "--nnodes", "2", kReport},
-      {"--nnodes", "2", "--master-port", "0", kReport},
+      {"--nnodes", "two", "--no-python", kReport},
+      {"--nnodes", "3:2", "--no-python", kReport},
+      {"--nnodes", "1:2:3", "--no-python", kReport},
+      {"--max-restarts", "-1", "--no-python", kReport},
+      {"--rdzv-backend", "etcd-v3", "--no-python", kReport},
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:99999", "--no-python", kReport},
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", "--no-python", kReport},
+      {"--nproc", "2", "--no-python", kReport},
+      {"--nproc-per-node", "0", "--no-python", kReport},
+      {"--standalone", "--nnodes", "2", "--no-python", kReport},
+      {"--nnodes", "2", "--master-port", "0", "--no-python", kReport},
       {"-m", "--no-python", "json.tool"},
       {"--no-python", shellScript},
       {shellScript},
       {dir.path + "/missing.py"},
-      {"--log-dir", "/proc/ddprun-cannot-be-here", kReport},
-      {"--redirects", "7", kReport},
+      {"--log-dir", "/proc/ddprun-cannot-be-here", "--no-python", kReport},
+      {"--redirects", "7", "--no-python", kReport},
   };
   // All at once, under one deadline: one slow case (a name lookup) cannot add up with the others.
   std::vector<std::unique_ptr<Subprocess>> jobs;
@@ -361,12 +361,12 @@ TEST_CASE("a static rank 0 whose port is taken says so and exits 2", "[agent]") 
   // second one at it.
   const std::string port = std::to_string(ddprun::test::freePort());
   Subprocess first(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", port,
-                                  "--rdzv-conf", "join_timeout=60", kReport}),
+                                  "--rdzv-conf", "join_timeout=60", "--no-python", kReport}),
                    {"LOGLEVEL=INFO"});
   REQUIRE(eventually([&] { return countLines(first.errors(), "hosting the rendezvous store") == 1; },
                      20s, {&first}));
   Subprocess second(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", port,
-                                   kReport}));
+                                   "--no-python", kReport}));
   REQUIRE(exitsWith(second, 2, 20s, {&first}));
   CHECK_THAT(second.errors(), Catch::Contains(port));
   CHECK_THAT(second.errors(), Catch::Contains("already in use"));
@@ -414,7 +414,7 @@ TEST_CASE("the error file the failure summary names still exists after ddprun ex
   TempDir dir;
   const std::string script = dir.path + "/record.sh";
   writeRecordingScript(script, "ValueError: kept", "tb", 3);
-  Subprocess job(ddprunCommand(1, {script}));
+  Subprocess job(ddprunCommand(1, {"--no-python", script}));
   REQUIRE(exitsWith(job, 3, 30s));
   const std::string errors = job.errors();
   INFO(errors);
@@ -614,7 +614,7 @@ TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store 
                                    "ulimit -Sn 1024 && ulimit -Hn 1024 && exec \"$@\"", "sh"};
   for (std::string& word :
        c10dCommand("1", 1, fmt::format("127.0.0.1:{}", port), "descriptors",
-                   {"--max-restarts", "1", kReport, "--fail-rank", "0", "--fail-restart", "0",
+                   {"--max-restarts", "1", "--no-python", kReport, "--fail-rank", "0", "--fail-restart", "0",
                     "--exit", "3", "--until", go})) {
     command.push_back(std::move(word));
   }

@@ -38,10 +38,11 @@ void writeFile(const fs::path& path, const std::string& content, mode_t mode) {
 }
 
 // Files the tests point ddprun at, created once under a fresh temporary directory:
-//   bin/python3, bin/mytool   executables found through PATH=bin
+//   bin/python3, bin/mytool   executables found through PATH=bin (bin/pytool: a Python one)
 //   numabin/numactl           a stand-in numactl (PATH=bin:numabin)
 //   nopython/                 a PATH without python3
-//   train.py (0644), exec.py (0755), tool (0755 shell script), data.txt (0644)
+//   train.py (0644), exec.py (0755), tool (0755 shell script), data.txt (0644),
+//   finetune (0755, #!/usr/bin/env python3), program (0755, an ELF header)
 //   pkg/__main__.py, emptydir/
 struct Sandbox {
   fs::path root;
@@ -60,6 +61,9 @@ struct Sandbox {
     const std::string shell = "#!/bin/sh\nexit 0\n";
     writeFile(bin / "python3", shell, 0755);
     writeFile(bin / "mytool", shell, 0755);
+    writeFile(bin / "pytool", "#!/usr/bin/env python3\nprint('hi')\n", 0755);
+    writeFile(root / "finetune", "#!/usr/bin/env python3\nprint('hi')\n", 0755);
+    writeFile(root / "program", std::string("\x7f" "ELF\x02\x01\x01", 7), 0755);
     writeFile(root / "numabin" / "numactl", shell, 0755);
     writeFile(root / "train.py", "print('hi')\n", 0644);
     writeFile(root / "exec.py", "#!/usr/bin/env python3\n", 0755);
@@ -444,7 +448,7 @@ TEST_CASE("long options may be shortened to a unique prefix in either spelling, 
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;
-    args.push_back(sandbox().path("tool"));
+    args.push_back(sandbox().path("finetune"));  // Python, and executable for --no-py
     INFO(Catch::Detail::stringify(args));
     CHECK(c.applied(config(args)));
   }
@@ -995,11 +999,21 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     CHECK(config({box.path("exec.py")}).entry.kind == EntryKind::kPythonScript);
     CHECK(config({box.path("exec.py")}).entry.python == box.python());
   }
-  SECTION("other executable files run directly, without --no-python") {
-    const LaunchConfig c = config({box.path("tool"), "--x"});
+  SECTION("an executable Python script without .py runs under $PYTHON_EXEC, not its shebang") {
+    const LaunchConfig c = config({box.path("finetune"), "--x"});
+    CHECK(c.entry.kind == EntryKind::kPythonScript);
+    CHECK(c.entry.python == box.python());
+    CHECK(c.entry.script == box.path("finetune"));
+  }
+  SECTION("an executable that is not Python is for --no-python, as with torchrun") {
+    CHECK_THAT(usageError({box.path("tool"), "--x"}),
+               Catch::Contains("is a script for /bin/sh") &&
+                   Catch::Contains("run it with --no-python") && !Catch::Contains("chmod"));
+    CHECK_THAT(usageError({box.path("program")}),
+               Catch::Contains("is a program") && Catch::Contains("run it with --no-python"));
+    const LaunchConfig c = config({"--no-python", box.path("tool"), "--x"});
     CHECK(c.entry.kind == EntryKind::kExecutable);
     CHECK(c.entry.executable == box.path("tool"));
-    CHECK(c.entry.script == box.path("tool"));
     CHECK(c.entry.python.empty());
   }
   SECTION("a non-executable file that is not .py runs under Python, as with torchrun") {
@@ -1009,18 +1023,21 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     CHECK(config({box.path("pkg")}).entry.kind == EntryKind::kPythonScript);
     CHECK_THAT(usageError({box.path("emptydir")}), Catch::Contains("without __main__.py"));
   }
-  SECTION("a bare name found on PATH runs directly") {
-    const LaunchConfig c = config({"mytool"});
-    CHECK(c.entry.kind == EntryKind::kExecutable);
-    CHECK(c.entry.executable == (box.bin / "mytool").string());
-    CHECK(c.entry.script == "mytool");
+  SECTION("a bare name found on PATH: a Python script runs under Python from there") {
+    const LaunchConfig c = config({"pytool"});
+    CHECK(c.entry.kind == EntryKind::kPythonScript);
+    CHECK(c.entry.script == (box.bin / "pytool").string());
+    CHECK_THAT(usageError({"mytool"}), Catch::Contains("found on PATH as") &&
+                                           Catch::Contains("run it with --no-python"));
+    CHECK(config({"--no-python", "mytool"}).entry.executable == (box.bin / "mytool").string());
   }
   SECTION("bare names in the working directory are files there, kept as given") {
     const WorkingDirectory cwd(box.root);
-    const LaunchConfig tool = config({"tool"});
+    CHECK_THAT(usageError({"tool"}), Catch::Contains("'tool' is a script for /bin/sh"));
+    const LaunchConfig tool = config({"--no-python", "./tool"});
     CHECK(tool.entry.kind == EntryKind::kExecutable);
-    CHECK(tool.entry.executable == "./tool");  // execvp("tool") would search PATH instead
-    CHECK(tool.entry.script == "tool");
+    CHECK(tool.entry.executable == "./tool");
+    CHECK(tool.entry.script == "./tool");
     const LaunchConfig train = config({"train.py"});
     CHECK(train.entry.kind == EntryKind::kPythonScript);
     CHECK(train.entry.script == "train.py");
@@ -1050,7 +1067,7 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     // No Python needed to run an executable.
     const Environment bare{{"PATH", box.path("nopython")}};
     CHECK(config({"--no-python", box.path("tool")}, bare).entry.kind == EntryKind::kExecutable);
-    CHECK(config({box.path("tool")}, bare).entry.kind == EntryKind::kExecutable);
+    CHECK_THAT(usageError({box.path("tool")}, bare), Catch::Contains("--no-python"));
   }
   SECTION("-m with --no-python is an error") {
     CHECK_THAT(usageError({"-m", "--no-python", "mod"}),
@@ -1441,7 +1458,8 @@ TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of th
                  Catch::Contains("ddprun [options] ./tool"));
   CHECK(ddprun::launcher::shadowedFileNote(commands.table.all()[1]).empty());  // no file `status`
   CHECK(commands.selected({"./tool"}).empty());
-  CHECK(config({"./tool"}).entry.executable == "./tool");
+  CHECK(config({"--no-python", "./tool"}).entry.executable == "./tool");
   CHECK(commands.selected({"--", "tool"}).empty());
-  CHECK(config({"--", "tool"}).entry.executable == "./tool");
+  // After "--" it is the training script: the file, which is for --no-python.
+  CHECK_THAT(usageError({"--", "tool"}), Catch::Contains("'tool' is a script for /bin/sh"));
 }

@@ -47,6 +47,7 @@ std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port,
                                   const std::string& logLevel = "INFO") {
   std::vector<std::string> rest = {"--rdzv-conf", "last_call_timeout=1,join_timeout=20"};
   rest.insert(rest.end(), extra.begin(), extra.end());
+  rest.push_back("--no-python");
   rest.push_back(kReport);
   if (reportArgs.empty()) reportArgs = {"--until", until};
   rest.insert(rest.end(), reportArgs.begin(), reportArgs.end());
@@ -74,7 +75,7 @@ bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern,
 // A static agent of `nnodes` (one worker each) at node rank `rank`, logging at INFO.
 std::unique_ptr<Subprocess> staticNode(int nnodes, int rank, int port, const std::string& until) {
   return std::make_unique<Subprocess>(
-      ddprun::test::staticCommand(nnodes, 1, rank, port, {kReport, "--until", until}),
+      ddprun::test::staticCommand(nnodes, 1, rank, port, {"--no-python", kReport, "--until", until}),
       std::vector<std::string>{"LOGLEVEL=INFO"});
 }
 
@@ -101,7 +102,7 @@ TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int rank : {1, 0}) {  // rank 1 first: it waits for rank 0's store
     nodes.push_back(std::make_unique<Subprocess>(
-        ddprun::test::staticCommand(2, 2, rank, port, {kReport, "--until", until})));
+        ddprun::test::staticCommand(2, 2, rank, port, {"--no-python", kReport, "--until", until})));
   }
   REQUIRE(reported({nodes[0].get(), nodes[1].get()}, "world=4 ", 4));
   finishJob(until, {nodes[0].get(), nodes[1].get()});
@@ -297,7 +298,7 @@ TEST_CASE("static: a non-zero node that starts before the master waits for its s
   const int port = freePort();
   // read_timeout=1: before, node 1 gave up on the master's store after it; torchrun's static
   // rendezvous waits its `timeout` (900 s) for the master, and so does ddprun now.
-  const std::vector<std::string> rest = {"--rdzv-conf", "read_timeout=1", kReport, "--until", until};
+  const std::vector<std::string> rest = {"--rdzv-conf", "read_timeout=1", "--no-python", kReport, "--until", until};
   Subprocess early(ddprun::test::staticCommand(2, 1, 1, port, rest));
   std::this_thread::sleep_for(3s);  // the master comes late, on purpose
   REQUIRE(exitStatus(early, 0ms) == std::nullopt);

@@ -21,7 +21,7 @@ until_file="$dir/stop"
 for i in 1 2; do
   ip netns exec "${tag}$i" env LOGLEVEL=INFO "$ddprun" --nnodes 2 --nproc-per-node 1 \
     --rdzv-backend c10d --rdzv-endpoint "${subnet}.1:$port" --rdzv-id blipjob \
-    "$report" --until "$until_file" > "$dir/out.$i" 2> "$dir/err.$i" &
+    --no-python "$report" --until "$until_file" > "$dir/out.$i" 2> "$dir/err.$i" &
   pids+=($!)
   eval "agent$i=$!"
   if [[ $i -eq 1 ]]; then

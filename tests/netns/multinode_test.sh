@@ -22,7 +22,7 @@ start_agent() {  # start_agent N
   ip netns exec "${tag}$1" env LOGLEVEL=INFO "$ddprun" --nnodes 2:3 --nproc-per-node 2 \
     --rdzv-backend c10d --rdzv-endpoint "10.233.0.1:$port" --rdzv-id netjob \
     --rdzv-conf last_call_timeout=1,join_timeout=30 \
-    "$report" --until "$until_file" > "$dir/out.$1" 2> "$dir/err.$1" &
+    --no-python "$report" --until "$until_file" > "$dir/out.$1" 2> "$dir/err.$1" &
   pids+=($!)
   eval "agent$1=$!"
 }
@@ -84,7 +84,7 @@ echo "10.233.0.1 $name" > "/etc/netns/${tag}2/hosts"
 for i in 1 2; do
   ip netns exec "${tag}$i" env LOGLEVEL=INFO "$ddprun" --nnodes 2 --nproc-per-node 2 \
     --rdzv-backend c10d --rdzv-endpoint "$name:$((port + 1))" --rdzv-id namejob \
-    --rdzv-conf read_timeout=20 "$report" > "$dir/name.out.$i" 2> "$dir/name.err.$i" &
+    --rdzv-conf read_timeout=20 --no-python "$report" > "$dir/name.out.$i" 2> "$dir/name.err.$i" &
   pids+=($!)
   eval "named$i=$!"
   if [[ $i -eq 1 ]]; then

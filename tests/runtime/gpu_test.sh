@@ -18,15 +18,15 @@ fi
 nvidia-smi -L
 export DDPRUN_BACKEND=nccl DDPRUN_TIMEOUT=60
 echo "--- host buffers"
-"$ddprun" --standalone --nproc-per-node 1 "$check" | tee /dev/stderr | grep -q "checks passed (backend nccl"
+"$ddprun" --standalone --nproc-per-node 1 --no-python "$check" | tee /dev/stderr | grep -q "checks passed (backend nccl"
 echo "--- device buffers"
-"$ddprun" --standalone --nproc-per-node 1 "$check" --device | tee /dev/stderr | grep -q "checks passed (backend nccl"
+"$ddprun" --standalone --nproc-per-node 1 --no-python "$check" --device | tee /dev/stderr | grep -q "checks passed (backend nccl"
 echo "--- all-reduce, device buffers"
-"$ddprun" --standalone --nproc-per-node 1 "$bench" --device --max-bytes 256M
+"$ddprun" --standalone --nproc-per-node 1 --no-python "$bench" --device --max-bytes 256M
 echo "--- gloo refuses device buffers"
 errors=$(mktemp)
 trap 'rm -f "$errors"' EXIT
-if DDPRUN_BACKEND=gloo "$ddprun" --standalone --nproc-per-node 1 "$check" --device 2> "$errors"; then
+if DDPRUN_BACKEND=gloo "$ddprun" --standalone --nproc-per-node 1 --no-python "$check" --device 2> "$errors"; then
   echo "gpu_test: gloo accepted a device buffer" >&2
   exit 1
 fi

@@ -38,7 +38,7 @@ echo "--- find_package(ddprun)"
 cmake -S "$source/tests/runtime/consumer" -B "$work/consumer" -G Ninja \
       -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log"
 cmake --build "$work/consumer" > "$work/build.log"
-out=$("$prefix/bin/ddprun" --standalone --nproc-per-node 2 "$work/consumer/consumer")
+out=$("$prefix/bin/ddprun" --standalone --nproc-per-node 2 --no-python "$work/consumer/consumer")
 echo "$out"
 [[ $(grep -c "sum 3 ok" <<< "$out") == 2 ]]
 
@@ -52,7 +52,7 @@ pkg_config_consumer() {
   c++ -std=c++17 -Wall -Wextra -Wpedantic -Werror "$source/tests/runtime/consumer/consumer.cc" \
       -o "$work/consumer-pc" $(PKG_CONFIG_PATH=$root/$libdir/pkgconfig \
                                pkg-config --cflags --libs ddprun-runtime)
-  out=$("$prefix/bin/ddprun" --standalone --nproc-per-node 2 "$work/consumer-pc")
+  out=$("$prefix/bin/ddprun" --standalone --nproc-per-node 2 --no-python "$work/consumer-pc")
   echo "$out"
   [[ $(grep -c "sum 3 ok" <<< "$out") == 2 ]]
 }

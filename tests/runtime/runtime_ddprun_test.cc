@@ -39,7 +39,7 @@ TEST_CASE("every collective, op and data type is exact under ddprun (gloo, 2, 3 
   // 3: Gloo's bcube all_reduce (small messages) on a world that is not a power of two.
   for (int ranks : {2, 3, 4}) {
     TempDir dir;
-    Subprocess job(ddprunCommand(ranks, {RUNTIME_COLLECTIVES_CHECK}),
+    Subprocess job(ddprunCommand(ranks, {"--no-python", RUNTIME_COLLECTIVES_CHECK}),
                    {"DDPRUN_CHECK_DIR=" + dir.path, "DDPRUN_BACKEND=gloo", "DDPRUN_TIMEOUT=60"});
     const auto status = job.wait(240s);
     INFO(job.output() << job.errors());
@@ -58,7 +58,7 @@ TEST_CASE("the data-parallel example ends with the weights of a single full-batc
   REQUIRE(expected.size() > 100);
   for (int ranks : {1, 2, 4}) {
     const std::string out = fmt::format("{}/weights{}.txt", dir.path, ranks);
-    Subprocess job(ddprunCommand(ranks, {EXAMPLE_DP_TRAINER, "--steps", "60", "--out", out}),
+    Subprocess job(ddprunCommand(ranks, {"--no-python", EXAMPLE_DP_TRAINER, "--steps", "60", "--out", out}),
                    {"DDPRUN_BACKEND=gloo"});
     const auto status = job.wait(180s);
     INFO(job.output() << job.errors());
@@ -82,7 +82,7 @@ TEST_CASE("a rank killed mid-loop: its peers error out within the timeout, the g
     // The workers ignore the agent's SIGTERM and the grace before its SIGKILL (30 s) is longer
     // than DDPRUN_TIMEOUT (10 s), so the agent cannot stop a survivor before it fails by itself.
     Subprocess job(ddprunCommand(world, {"--max-restarts", "1", "--shutdown-timeout", "30",
-                                         RUNTIME_RESILIENCE_WORKER, "--ignore-sigterm",
+                                         "--no-python", RUNTIME_RESILIENCE_WORKER, "--ignore-sigterm",
                                          "--iterations", "60", "--fault", "kill", "--fault-rank",
                                          "1", "--fault-at", "20"}),
                    {"DDPRUN_BACKEND=gloo", "DDPRUN_TIMEOUT=10"});
@@ -112,7 +112,7 @@ TEST_CASE("a rank killed mid-loop: its peers error out within the timeout, the g
 }
 
 TEST_CASE("a rank that hangs: its peers fail within DDPRUN_TIMEOUT, the group restarts and finishes") {
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--shutdown-timeout", "1", RUNTIME_RESILIENCE_WORKER,
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--shutdown-timeout", "1", "--no-python", RUNTIME_RESILIENCE_WORKER,
                             "--iterations", "40", "--fault", "hang", "--fault-rank", "1",
                             "--fault-at", "10"}),
                  {"DDPRUN_BACKEND=gloo", "DDPRUN_TIMEOUT=2"});
@@ -135,7 +135,7 @@ TEST_CASE("a rank that stops calling collectives: ddprun --hang-timeout finds bo
   // DDPRUN_TIMEOUT (5 min by default) would let rank 0 wait for minutes; --hang-timeout 5 ends
   // the hang seconds after the last collective, which reported progress by itself (and is long
   // enough that a loaded CI machine does not make a healthy attempt look hung).
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--hang-timeout", "5", RUNTIME_RESILIENCE_WORKER,
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--hang-timeout", "5", "--no-python", RUNTIME_RESILIENCE_WORKER,
                             "--iterations", "40", "--fault", "stall", "--fault-rank", "1",
                             "--fault-at", "10"}),
                  {"DDPRUN_BACKEND=gloo"});

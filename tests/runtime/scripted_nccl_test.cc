@@ -30,8 +30,10 @@ struct Job {
   std::string log;  // what the scripted libraries logged, a line per event
 };
 
-// Runs `ddprun --standalone --nproc-per-node N args...` with the scripted libraries and `env`.
+// Runs `ddprun --standalone --nproc-per-node N --no-python args...` (every worker here is a C++
+// program) with the scripted libraries and `env`.
 Job runScripted(int nproc, std::vector<std::string> args, std::vector<std::string> env) {
+  args.insert(args.begin(), "--no-python");
   TempDir dir;
   env.push_back(std::string("LD_LIBRARY_PATH=") + SCRIPTED_NCCL_DIR);
   env.push_back("DDPRUN_SCRIPTED_NCCL_LOG=" + dir.path + "/log");

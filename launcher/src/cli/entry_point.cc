@@ -107,9 +107,23 @@ std::optional<std::string> notPythonKind(const std::string& path) {
   return std::nullopt;
 }
 
-// No flag: a .py file runs under Python; any other executable file (an ELF binary, a shebang
-// script) runs directly, so existing training binaries work without --no-python; a
-// non-executable file runs under Python, as torchrun would, unless it plainly is not Python.
+// What to say about a training script that plainly is not Python (`kind` from notPythonKind):
+// the fix is --no-python, and chmod +x as well where the file cannot be executed.
+std::string notPythonMessage(const std::string& script, const std::string& where,
+                             const std::string& kind, bool executable) {
+  return fmt::format(
+      "training script {}{} is {}, and every training script runs under Python unless "
+      "--no-python is given, as with torchrun; run it with --no-python{}",
+      quote(script), where, kind, executable ? "" : " (and chmod +x it)");
+}
+
+// No flag: torchrun's rule. Every training script runs as `$PYTHON_EXEC -u script` whatever
+// its suffix or shebang, so that a console-script style `train` (#!/usr/bin/env python3) gets
+// the job's interpreter and unbuffered output rather than the first python3 on PATH. Where
+// torchrun would hand Python a file that plainly is not Python (a program, a script for another
+// interpreter) and every rank would die of a SyntaxError, the command line stops with one line
+// naming --no-python. A bare name that is no file here but a Python script on PATH runs under
+// Python from there (torchrun cannot open it).
 void detectEntry(LaunchConfig& config, const Environment& environment) {
   const std::string& script = config.entry.script;
   const bool bareName = script.find('/') == std::string::npos;
@@ -124,19 +138,19 @@ void detectEntry(LaunchConfig& config, const Environment& environment) {
       }
       return;
     }
-    if (!script.ends_with(".py") && common::isExecutableFile(script)) {
-      config.entry.kind = EntryKind::kExecutable;
-      config.entry.executable = bareName ? "./" + script : script;
-    } else if (const auto kind = script.ends_with(".py") ? std::nullopt : notPythonKind(script)) {
-      throw UsageError(fmt::format("training script {} is {} but not executable; chmod +x it",
-                                   quote(script), *kind));
+    if (const auto kind = script.ends_with(".py") ? std::nullopt : notPythonKind(script)) {
+      throw UsageError(notPythonMessage(script, "", *kind, common::isExecutableFile(script)));
     }
     return;
   }
   if (bareName && !script.ends_with(".py")) {
     if (const auto found = common::findExecutable(script, environment)) {
-      config.entry.kind = EntryKind::kExecutable;
-      config.entry.executable = *found;
+      if (const auto kind = notPythonKind(*found)) {
+        throw UsageError(notPythonMessage(
+            script, fmt::format(" (not a file here; found on PATH as {})", quote(*found)), *kind,
+            true));
+      }
+      config.entry.script = absolutePath(*found);
       return;
     }
   }

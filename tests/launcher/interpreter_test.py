@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""torchrun's interpreter rule (issue #19, point 4): every training script that is not
+--no-python runs as `$PYTHON_EXEC -u script`, whatever its suffix or shebang.
+
+    interpreter_test.py --ddprun BIN --scenario NAME
+
+  shebang      an executable console-script style `train` (no .py, `#!/usr/bin/env python3`) with a
+               torch-less python3 first on PATH and PYTHON_EXEC naming the interpreter that has
+               torch: every rank runs under PYTHON_EXEC with -u and imports torch, under ddprun
+               and torchrun 1.13 side by side
+  not-python   a shell script given without --no-python: ddprun stops with one line naming
+               --no-python and exit 2 before any worker; torchrun 1.13 hands it to Python and
+               fails in every rank (its exit code is printed beside ddprun's)
+
+Every run is bounded (a timeout) and prints what it saw when it fails.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+TORCH_PYTHON = "/usr/bin/python3"
+TRAIN = """#!/usr/bin/env python3
+import os, sys
+import torch
+print(f"rank {os.environ['RANK']} python={sys.executable} unbuffered={'-u' in sys.orig_argv} torch={torch.__version__}")
+"""
+
+
+def fail(message):
+    print(f"FAIL: {message}", flush=True)
+    sys.exit(1)
+
+
+def run(argv, env, cwd, timeout=90):
+    try:
+        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        fail(f"{argv[0]} did not finish within {timeout} s; output so far:\n{expired.stdout}\n{expired.stderr}")
+
+
+def check(condition, message, done):
+    if not condition:
+        fail(f"{message}\n--- exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
+
+
+def environment(work):
+    # A python3 without torch first on PATH: Python with -S has no site-packages, so no torch.
+    fake = os.path.join(work, "fakebin")
+    os.mkdir(fake)
+    with open(os.path.join(fake, "python3"), "w") as f:
+        f.write(f"#!/bin/sh\nexec {TORCH_PYTHON} -S \"$@\"\n")
+    os.chmod(os.path.join(fake, "python3"), 0o755)
+    env = dict(os.environ)
+    env["PATH"] = fake + ":" + env.get("PATH", "/usr/bin:/bin")
+    env["PYTHON_EXEC"] = TORCH_PYTHON
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return env
+
+
+def launchers(ddprun, script, extra=()):
+    common = ["--standalone", "--nproc_per_node", "2", *extra, script]  # 1.13 spells it so
+    yield "ddprun", [ddprun, *common]
+    if os.path.exists(TORCHRUN):
+        yield "torchrun 1.13", [TORCH_PYTHON, TORCHRUN, *common]
+    else:
+        print(f"note: {TORCHRUN} is missing; torchrun's side is not run")
+
+
+def shebang(ddprun, work, env):
+    path = os.path.join(work, "train")
+    with open(path, "w") as f:
+        f.write(TRAIN)
+    os.chmod(path, 0o755)
+    # Its shebang alone would pick the torch-less python3 first on PATH.
+    alone = run(["./train"], env, work, timeout=30)
+    check(alone.returncode != 0 and "torch" in alone.stderr,
+          "the test's premise: ./train run directly should fail to import torch", alone)
+    for name, argv in launchers(ddprun, "./train"):
+        done = run(argv, env, work)
+        print(f"{name}: exit {done.returncode}")
+        check(done.returncode == 0, f"{name} should run ./train under PYTHON_EXEC", done)
+        for rank in (0, 1):
+            line = f"rank {rank} python={TORCH_PYTHON} unbuffered=True torch="
+            check(line in done.stdout, f"{name}: rank {rank} should report {line!r}", done)
+
+
+def not_python(ddprun, work, env):
+    path = os.path.join(work, "job.sh")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\necho ran as a shell script\n")
+    os.chmod(path, 0o755)
+    codes = {}
+    for name, argv in launchers(ddprun, "./job.sh"):
+        done = run(argv, env, work)
+        codes[name] = done.returncode
+        if name == "ddprun":
+            check(done.returncode == 2, "ddprun should refuse a shell script without --no-python", done)
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            check(len(lines) == 1 and "--no-python" in lines[0] and "a script for /bin/sh" in lines[0],
+                  "one line naming --no-python", done)
+            check("ran as a shell script" not in done.stdout, "no worker should have started", done)
+    print("exit codes side by side:", codes)
+    # With --no-python it runs, as under torchrun.
+    done = run([ddprun, "--standalone", "--nproc-per-node", "2", "--no-python", "./job.sh"], env, work)
+    check(done.returncode == 0 and done.stdout.count("ran as a shell script") == 2,
+          "with --no-python both ranks run the shell script", done)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--scenario", required=True, choices=["shebang", "not-python"])
+    args = parser.parse_args()
+    probe = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        print(f"skipped: {TORCH_PYTHON} has no torch")
+        sys.exit(SKIP)
+    with tempfile.TemporaryDirectory(prefix="ddprun-interpreter-") as work:
+        env = environment(work)
+        {"shebang": shebang, "not-python": not_python}[args.scenario](os.path.abspath(args.ddprun), work, env)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
