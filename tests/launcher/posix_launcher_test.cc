@@ -29,6 +29,7 @@
 #include "core/exec_plan.h"
 #include "core/process_launcher.h"
 #include "process/child_exec.h"
+#include "process/guardian.h"
 #include "process/posix_launcher.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -314,6 +315,102 @@ TEST_CASE("killStrays finds a descendant that left the worker's session", "[posi
     CHECK(workers.launcher.cgroupPath().ends_with(membership));
     workers.launcher.killStrays();
     CHECK(workers.gone(stray));
+  }
+}
+
+TEST_CASE("killStrays spares a process kept on purpose by this agent's workers, and no other",
+          "[posix_launcher][detach]") {
+  // `ddprun detach` puts DDPRUN_DETACHED=<the worker's DDPRUN_AGENT> in place of DDPRUN_AGENT
+  // (core/kept_process.h); the launcher learns the marker from the plans it starts.
+  Workers workers;
+  Pipe out;
+  const std::string marker = "4242-" + std::to_string(::getpid()) + "feedc0de";
+  std::vector<std::string> environment = kShellEnvironment;
+  environment.push_back("DDPRUN_AGENT=" + marker);
+  // Three strays in sessions of their own: kept, kept by another agent, a bare flag.
+  const std::string script =
+      "DDPRUN_DETACHED=" + marker + " setsid sleep 30 >/dev/null & echo $!; "
+      "DDPRUN_DETACHED=" + marker + "0 setsid sleep 30 >/dev/null & echo $!; "
+      "DDPRUN_DETACHED=1 setsid sleep 30 >/dev/null & echo $!";
+  const pid_t worker = workers.launcher.spawn(
+      ExecPlan("/bin/sh", {"sh", "-c", script}, environment, out.writeEnd(), -1));
+  const pid_t kept = pidFrom(out.readLine(5s));
+  const pid_t otherAgents = pidFrom(out.readLine(5s));
+  const pid_t flagged = pidFrom(out.readLine(5s));
+  CHECK(exitedWith(workers.waitStatus(worker), 0));
+  // Out of the worker's process group (which killStrays kills too), back to this subreaper.
+  for (pid_t stray : {kept, otherAgents, flagged}) {
+    REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s, [&] { return processTree({stray}); }));
+  }
+  // Where there is a worker cgroup, `ddprun detach` also leaves it for the agent's own.
+  if (const std::string cgroup = workers.launcher.cgroupPath(); !cgroup.empty()) {
+    const std::string parentProcs = cgroup.substr(0, cgroup.rfind('/')) + "/cgroup.procs";
+    std::ofstream(parentProcs) << kept << "\n";
+  }
+  workers.launcher.killStrays();
+  CHECK(workers.gone(otherAgents));
+  CHECK(workers.gone(flagged));
+  INFO(processTree({kept}));
+  CHECK(::kill(kept, 0) == 0);
+  // It is this test's to end: the launcher never will.
+  ::kill(kept, SIGKILL);
+  CHECK(workers.gone(kept));
+}
+
+TEST_CASE("the guardian spares a process kept on purpose when the agent dies", "[posix_launcher][detach][guardian]") {
+  const std::string marker = "4343-" + std::to_string(::getpid()) + "0ddba11";
+  // Started by the test itself: the guardian finds them by their environment alone.
+  auto start = [](std::vector<std::string> environment) {
+    std::vector<char*> envp;
+    for (auto& entry : environment) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("30"), nullptr};
+      ::execve("/bin/sleep", argv, envp.data());
+      ::_exit(127);
+    }
+    return pid;
+  };
+  const pid_t holder = start({"DDPRUN_AGENT=" + marker});
+  const pid_t keptHolder = start({"DDPRUN_AGENT=" + marker, "DDPRUN_DETACHED=" + marker});
+  const pid_t detached = start({"DDPRUN_DETACHED=" + marker});
+  const pid_t otherKept = start({"DDPRUN_AGENT=" + marker, "DDPRUN_DETACHED=1"});
+  // Each has exec'd (its environ is sleep's) before the guardian looks.
+  for (pid_t pid : {holder, keptHolder, detached, otherKept}) {
+    REQUIRE(eventually(
+        [&] {
+          std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+          std::string name;
+          return std::getline(comm, name) && name == "sleep";
+        },
+        5s, [&] { return processTree({pid}); }));
+  }
+  // The "agent": a child that starts a guardian, gives it the marker, and dies without a word.
+  const pid_t agent = ::fork();
+  REQUIRE(agent >= 0);
+  if (agent == 0) {
+    auto guardian = Guardian::start();
+    if (!guardian) ::_exit(3);
+    guardian->killHoldersOf("DDPRUN_AGENT=" + marker);
+    guardian.release();  // no destructor: as after kill -9
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(agent, &status, 0) == agent);
+  REQUIRE(exitedWith(status, 0));
+  auto killedBySignal = [](pid_t pid) {
+    int how = 0;
+    return ::waitpid(pid, &how, WNOHANG) == pid && WIFSIGNALED(how) && WTERMSIG(how) == SIGKILL;
+  };
+  CHECK(eventually([&] { return killedBySignal(holder); }, 10s, [&] { return processTree({holder}); }));
+  CHECK(eventually([&] { return killedBySignal(otherKept); }, 10s, [&] { return processTree({otherKept}); }));
+  for (pid_t pid : {keptHolder, detached}) {
+    INFO("kept process " << pid << ":\n" << processTree({pid}));
+    CHECK(::waitpid(pid, &status, WNOHANG) == 0);
+    ::kill(pid, SIGKILL);
+    CHECK(::waitpid(pid, &status, 0) == pid);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "cli/subcommands.h"
 
+#include "cli/detach.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -64,7 +66,8 @@ std::string shadowedFileNote(const Subcommand& subcommand) {
 const Subcommands& ddprunSubcommands() {
   static const Subcommands table = [] {
     Subcommands subcommands;
-    // One add() per subcommand, e.g. subcommands.add(statusSubcommand()); none yet.
+    // One add() per subcommand (`ddprun status` and the multi-host launch will be rows here).
+    subcommands.add(detachSubcommand());
     return subcommands;
   }();
   return table;

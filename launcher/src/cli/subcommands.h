@@ -59,8 +59,8 @@ std::vector<std::string> subcommandArguments(int argc, const char* const* argv);
 // to run the file instead (a torchrun user may have meant it); "" otherwise.
 std::string shadowedFileNote(const Subcommand& subcommand);
 
-// ddprun's own subcommands. None yet: `ddprun status` and the multi-host launch will be rows
-// here.
+// ddprun's own subcommands: `ddprun detach` (cli/detach.h); `ddprun status` and the multi-host
+// launch will be rows here.
 const Subcommands& ddprunSubcommands();
 
 }  // namespace ddprun::launcher

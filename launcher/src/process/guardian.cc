@@ -23,32 +23,21 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "core/file_text.h"
+#include "core/kept_process.h"
 #include "process/worker_cgroup.h"
 
 namespace ddprun::launcher {
 namespace {
 
-// Whether /proc/<pid>/environ holds `entry` ("NAME=value") as one whole entry. Processes of
-// other users cannot be read, and are not ours anyway.
-bool environmentHolds(const char* pid, const std::string& entry) {
-  // An environment is bounded by the kernel's argument limits (ARG_MAX, a few MiB at most).
-  constexpr std::size_t kEnvironLimit = 8u << 20;
-  const auto environ = readFileText(fmt::format("/proc/{}/environ", pid), nullptr, kEnvironLimit);
-  if (!environ) return false;
-  std::size_t start = 0;
-  while (start < environ->size()) {
-    const std::size_t end = std::min(environ->find('\0', start), environ->size());
-    if (std::string_view(*environ).substr(start, end - start) == entry) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-// SIGKILLs every process (but this one) whose environment holds `entry`, until none is left
-// (those being killed may still fork) or `patience` runs out.
+// SIGKILLs every process (but this one) whose environment holds `entry` ("DDPRUN_AGENT=<marker>")
+// and was not kept on purpose (core/kept_process.h: DDPRUN_DETACHED=<marker>, which `ddprun
+// detach` sets, so it also spares a kept process that still carries the marker), until none is
+// left (those being killed may still fork) or `patience` runs out. Processes of other users
+// cannot be read, and are not ours anyway.
 void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
   const std::string self = std::to_string(::getpid());
+  const auto equals = entry.find('=');
+  const std::string kept = equals == std::string::npos ? std::string() : keptEntry(entry.substr(equals + 1));
   const auto deadline = std::chrono::steady_clock::now() + patience;
   for (;;) {
     int found = 0;
@@ -56,10 +45,11 @@ void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
       while (dirent* process = ::readdir(proc)) {
         const char* name = process->d_name;
         if (name[0] < '1' || name[0] > '9' || self == name) continue;
-        if (environmentHolds(name, entry)) {
-          ::kill(static_cast<pid_t>(std::atol(name)), SIGKILL);
-          ++found;
-        }
+        const pid_t pid = static_cast<pid_t>(std::atol(name));
+        const auto bytes = readEnviron(pid);
+        if (!bytes || !environHolds(*bytes, entry) || environHolds(*bytes, kept)) continue;
+        ::kill(pid, SIGKILL);
+        ++found;
       }
       ::closedir(proc);
     }

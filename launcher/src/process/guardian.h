@@ -30,7 +30,9 @@ class Guardian {
   // registered is removed, not only the last.
   void removeOnDeath(const std::string& directory);
   // If the agent dies, also SIGKILL every process whose environment holds `entry` ("NAME=value"):
-  // the workers' descendants that left their process group, where no cgroup holds them.
+  // the workers' descendants that left their process group, where no cgroup holds them. A
+  // process kept on purpose is spared: one whose environment also holds DDPRUN_DETACHED=<the
+  // same value> (core/kept_process.h; `ddprun detach` takes the entry out anyway).
   void killHoldersOf(const std::string& entry);
 
  private:

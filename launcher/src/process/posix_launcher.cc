@@ -19,7 +19,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include "core/kept_process.h"
 #include "core/proc_stat.h"
+#include "ddprun/common/worker_env_names.h"
 
 namespace ddprun::launcher {
 
@@ -35,6 +37,15 @@ PosixLauncher::PosixLauncher(Guardian* guardian, std::optional<rlimit> workerDes
 }
 
 pid_t PosixLauncher::spawn(const ExecPlan& plan) {
+  // The marker `ddprun detach` copies into DDPRUN_DETACHED is the one its worker carries: learn
+  // it from what the workers get, so that only this agent's kept processes are spared.
+  for (char* const* entry = plan.envp(); *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::string_view prefix = common::kEnvDdprunAgent;
+    if (text.size() > prefix.size() && text.starts_with(prefix) && text[prefix.size()] == '=') {
+      keptEntry_ = keptEntry(text.substr(prefix.size() + 1));
+    }
+  }
   const pid_t pid = spawner_.spawn(plan, cgroup_ ? cgroup_->procsFd() : -1);
   running_.insert(pid);
   if (guardian_) guardian_->track(pid);
@@ -126,7 +137,7 @@ void PosixLauncher::killStrays() {
   for (;;) {
     int killed = 0;
     for (pid_t pid : childrenOf(self_)) {
-      if (running_.count(pid) || (guardian_ && pid == guardian_->pid())) continue;
+      if (running_.count(pid) || (guardian_ && pid == guardian_->pid()) || kept(pid)) continue;
       ::kill(pid, SIGKILL);
       ++killed;
     }
@@ -134,6 +145,12 @@ void PosixLauncher::killStrays() {
     if (killed == 0 || std::chrono::steady_clock::now() > deadline) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+bool PosixLauncher::kept(pid_t pid) const {
+  if (keptEntry_.empty()) return false;
+  const auto bytes = readEnviron(pid);
+  return bytes && environHolds(*bytes, keptEntry_);
 }
 
 void PosixLauncher::killAll() {

@@ -17,6 +17,12 @@
 // it reaps them (no zombies) and kills them with the rest. (Only a descendant that both leaves
 // its session and clears its environment escapes, where no cgroup v2 is writable.)
 //
+// The one exception is on purpose: a process a worker started with `ddprun detach` (cli/detach.h)
+// left the worker's session and cgroup and carries DDPRUN_DETACHED=<this agent's marker>
+// (core/kept_process.h) instead of DDPRUN_AGENT. Neither the stray sweep nor the guardian kills
+// it; when it comes back to this subreaper it is reaped if it exits while the agent lives, and
+// the agent never waits for it.
+//
 // Thread safety: used from the agent's main thread only. That matters: PR_SET_PDEATHSIG fires
 // when the *thread* that started the worker exits, and the main thread lives as long as the agent.
 #pragma once
@@ -27,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "process/clone_spawn.h"
@@ -56,7 +63,7 @@ class PosixLauncher final : public ProcessLauncher {
   // Orphaned descendants and the guardian are reaped too, and otherwise ignored.
   std::vector<ExitedWorker> reap() override;
   // The worker cgroup (everything, whatever session it made), then any other descendant that
-  // was reparented to this subreaper; reaps them.
+  // was reparented to this subreaper, but one kept on purpose; reaps them.
   void killStrays() override;
   void killAll() override;
   // The worker cgroup's path ("" = none: cgroup v2 is not writable here).
@@ -65,6 +72,8 @@ class PosixLauncher final : public ProcessLauncher {
  private:
   // Drops (and untracks in the guardian) the groups in lingering_ that have no process left.
   void forgetEmptyGroups();
+  // Whether `pid` was kept on purpose by `ddprun detach` from this agent's workers.
+  bool kept(pid_t pid) const;
 
   CloneSpawner spawner_;
   Guardian* guardian_;
@@ -72,6 +81,7 @@ class PosixLauncher final : public ProcessLauncher {
   pid_t self_;
   std::set<pid_t> running_;    // workers started and not reaped yet
   std::set<pid_t> lingering_;  // groups of reaped workers that may still have members
+  std::string keptEntry_;      // DDPRUN_DETACHED=<the workers' DDPRUN_AGENT>; "" = none yet
 };
 
 }  // namespace ddprun::launcher

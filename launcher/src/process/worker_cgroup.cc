@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/file_text.h"
+#include "core/own_cgroup.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -29,36 +30,12 @@ namespace {
 // /proc and cgroup files are small; past this, something is wrong and the rest is not needed.
 constexpr std::size_t kProcFileLimit = 4u << 20;
 
-// The cgroup v2 path of this process ("0::/path" in /proc/self/cgroup) under the mount point of
-// the cgroup2 file system, or nothing.
-std::optional<std::string> ownCgroup() {
-  std::string mount;
-  std::istringstream mounts(readFileText("/proc/self/mountinfo", nullptr, kProcFileLimit).value_or(""));
-  for (std::string line; std::getline(mounts, line);) {
-    // "... <mount point> <options> - cgroup2 ..."
-    const auto separator = line.find(" - cgroup2 ");
-    if (separator == std::string::npos) continue;
-    std::istringstream fields(line.substr(0, separator));
-    std::string field;
-    for (int i = 0; i < 5 && fields >> field; ++i) {
-      if (i == 4) mount = field;
-    }
-    if (!mount.empty()) break;
-  }
-  if (mount.empty()) return std::nullopt;
-  std::istringstream own(readFileText("/proc/self/cgroup", nullptr, kProcFileLimit).value_or(""));
-  for (std::string line; std::getline(own, line);) {
-    if (line.rfind("0::", 0) == 0) return mount + (line.size() > 3 && line[3] == '/' && line.size() == 4 ? "" : line.substr(3));
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
   const auto parent = ownCgroup();
   if (!parent) return nullptr;
-  const std::string path = fmt::format("{}/ddprun-{}", *parent, ::getpid());
+  const std::string path = *parent + "/" + workerCgroupName(::getpid());
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return nullptr;
   const int fd = ::open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -41,6 +41,9 @@ inline constexpr const char* kEnvCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 // everything they start.
 inline constexpr const char* kEnvDdprunGeneration = "DDPRUN_GENERATION";
 inline constexpr const char* kEnvDdprunAgent = "DDPRUN_AGENT";
+// Set by `ddprun detach` in place of DDPRUN_AGENT, to the same value: a process kept after the
+// job on purpose, which that agent spares (launcher/src/core/kept_process.h).
+inline constexpr const char* kEnvDdprunDetached = "DDPRUN_DETACHED";
 // The worker's progress heartbeat: a file whose modification time the worker sets to report
 // progress (os.utime(path)); --hang-timeout watches it.
 inline constexpr const char* kEnvDdprunHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
