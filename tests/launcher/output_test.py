@@ -6,10 +6,12 @@
   bar-pty     the launcher's stdout and stderr are one pseudo-terminal; worker 0 draws a tqdm bar
               (a hand-drawn "\\rNN%" bar where tqdm is missing) over ~2 s while worker 1 prints a
               few lines: the bar's updates reach the terminal as they are drawn (at least 3
-              distinct percentages seen well before the bar ends), each one after the rank's prefix
+              distinct percentages seen well before the bar ends), each one after the rank's
+              prefix and no wider than the terminal
   order-pty   2 ranks alternate print() (stdout) and logging (stderr) records with sequence
-              numbers, 200 each, every 5 ms, on one pseudo-terminal: 0 records out of their rank's
-              order and no line holding two records under ddprun
+              numbers, 200 each (a print and a logging record back to back, then 5 ms), on one
+              pseudo-terminal: 0 records out of their rank's order and no line holding two
+              records under ddprun
   order-pipe  the same through one pipe (2>&1 | tee)
 
 torchrun 1.13 runs the same job beside ddprun and its figures are printed (not asserted: its
