@@ -592,6 +592,7 @@ ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const st
     impl_->closeWorker(worker);
     throw;
   }
+  // One channel: fd 1 and fd 2 of the worker are the same descriptor.
   const int childErr = worker.childErr.get() >= 0 ? worker.childErr.get() : worker.childOut.get();
   const ChildStreams streams{worker.childOut.get(), childErr};
   impl_->workers.emplace(localRank, std::move(worker));
