@@ -10,6 +10,7 @@ packages=(
   libboost-dev libboost-program-options-dev libboost-system-dev  # Boost.Asio, Program_options
   libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   python3-torch                                         # torch 1.13: anchors and real clients
+  python3-tqdm                                          # a real progress bar (tests/launcher/output_test.py)
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
   gdb                                                   # native stacks of hung workers (optional at run time)

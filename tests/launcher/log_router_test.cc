@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <sstream>
@@ -81,7 +82,10 @@ class Console {
       for (;;) {
         const ssize_t n = ::read(read_, buffer, sizeof buffer);
         if (n > 0) {
-          text_.append(buffer, static_cast<std::size_t>(n));
+          {
+            std::lock_guard lock(mutex_);
+            text_.append(buffer, static_cast<std::size_t>(n));
+          }
           // A slow terminal, now and then, so the agent's writes meet a full pipe.
           if (++reads_ % 64 == 0) std::this_thread::sleep_for(1ms);
         } else if (n == 0 || errno != EINTR) {
@@ -92,6 +96,11 @@ class Console {
   }
   ~Console() { text(); }
   int fd() const { return write_; }
+  // What has arrived so far (the writing side stays open).
+  std::string snapshot() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
   // Everything written, once the writing side is closed.
   const std::string& text() {
     if (write_ >= 0) {
@@ -107,17 +116,23 @@ class Console {
   int read_ = -1;
   int write_ = -1;
   std::thread reader_;
+  std::mutex mutex_;
   std::string text_;
   int reads_ = 0;
 };
 
+// Where the harness's agent writes: a console for stdout and one for stderr, or one console
+// for both (as on one terminal, or under 2>&1).
+enum class Consoles { kTwo, kOne };
+
 // A LogRouter, its io_context, two consoles and the workers started through them.
 class Harness {
  public:
-  explicit Harness(LogRouterOptions options, bool nonBlockingConsole = false)
+  explicit Harness(LogRouterOptions options, bool nonBlockingConsole = false,
+                   Consoles consoles = Consoles::kTwo)
       : out_(nonBlockingConsole), err_(nonBlockingConsole) {
     options.consoleOut = out_.fd();
-    options.consoleErr = err_.fd();
+    options.consoleErr = consoles == Consoles::kOne ? out_.fd() : err_.fd();
     router_ = std::make_unique<LogRouter>(io_, options);
   }
   ~Harness() {
@@ -170,6 +185,19 @@ class Harness {
     reapAll();
     return std::chrono::duration_cast<std::chrono::milliseconds>(took);
   }
+
+  // Runs the loop until the stdout console has received `wanted` (true), or 10 s went by (false:
+  // the caller's REQUIRE shows what did arrive).
+  bool runUntilOut(const std::string& wanted) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (out_.snapshot().find(wanted) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      io_.restart();
+      io_.run_for(10ms);
+    }
+    return true;
+  }
+  std::string outSoFar() { return out_.snapshot(); }
 
   void reapAll() {
     for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
@@ -519,6 +547,134 @@ TEST_CASE("a redirected, filtered-out rank writes straight to its file", "[log_r
   struct stat info {};
   REQUIRE(::fstat(streams.out, &info) == 0);
   CHECK(S_ISREG(info.st_mode));  // no pipe, no copying by the agent
+  harness.router().abandon(0);
+  harness.finish();
+}
+
+// A worker script's wait for the test: until `path` exists (the harness kills it at the end).
+std::string waitFor(const std::string& path) {
+  return "while [ ! -e " + path + " ]; do sleep 0.01; done; ";
+}
+
+void touch(const std::string& path) { std::ofstream(path) << ""; }
+
+TEST_CASE("a partial line reaches the console after the hold, and its rest follows",
+          "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.partialLineDelay = 20ms;
+  Harness harness(options);
+  harness.spawn(0, "printf 'abc'; " + waitFor(dir.path("go")) + "echo def");
+  INFO("console so far: " << harness.outSoFar());
+  REQUIRE(harness.runUntilOut("[default0]:abc"));
+  CHECK(harness.outSoFar() == "[default0]:abc");  // no '\n' of its own: the line is still open
+  touch(dir.path("go"));
+  harness.drain(10s);
+  CHECK(harness.finish().first == "[default0]:abcdef\n");
+}
+
+TEST_CASE("within the hold, a line written in pieces stays whole", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.partialLineDelay = 60s;  // longer than the test: only the '\n' lets the line out
+  Harness harness(options);
+  harness.spawn(0, "printf 'a'; " + waitFor(dir.path("go")) + "echo b");
+  harness.spawn(1, "echo x");
+  REQUIRE(harness.runUntilOut("[default1]:x\n"));
+  touch(dir.path("go"));
+  harness.drain(10s);
+  CHECK(harness.finish().first == "[default1]:x\n[default0]:ab\n");
+}
+
+TEST_CASE("two workers never share a console line: an open line is ended first",
+          "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.partialLineDelay = 1ms;
+  Harness harness(options);
+  harness.spawn(0, "printf 'abc'; " + waitFor(dir.path("go0")) + "echo def");
+  harness.spawn(1, waitFor(dir.path("go1")) + "echo xyz");
+  REQUIRE(harness.runUntilOut("[default0]:abc"));
+  touch(dir.path("go1"));
+  REQUIRE(harness.runUntilOut("[default1]:xyz\n"));
+  touch(dir.path("go0"));
+  harness.drain(10s);
+  // Rank 0's line continues on a line of its own, under its prefix.
+  CHECK(harness.finish().first == "[default0]:abc\n[default1]:xyz\n[default0]:def\n");
+}
+
+TEST_CASE("a line redrawn after a carriage return keeps its prefix", "[log_router]") {
+  TempDir dir;
+  LogRouterOptions options;
+  options.partialLineDelay = 1ms;
+  Harness harness(options);
+  harness.spawn(0, "printf '\\r 10%%'; " + waitFor(dir.path("go")) +
+                       "printf '\\r 20%%\\r 30%%\\n'; printf 'crlf\\r\\n'");
+  REQUIRE(harness.runUntilOut("[default0]: 10%"));
+  touch(dir.path("go"));
+  harness.drain(10s);
+  CHECK(harness.finish().first ==
+        "\r[default0]: 10%\r[default0]: 20%\r[default0]: 30%\n[default0]:crlf\r\n");
+}
+
+TEST_CASE("one console: a worker's stdout and stderr share one channel and keep their order",
+          "[log_router]") {
+  SECTION("the order is the worker's") {
+    Harness harness(LogRouterOptions{}, false, Consoles::kOne);
+    harness.spawn(0,
+                  "i=0; while [ $i -lt 500 ]; do echo out $i; echo err $i >&2; i=$((i+1)); done; "
+                  "echo last-words >&2");
+    harness.drain(30s);
+    // The "stderr tail" is the channel's: stdout's lines are in it too.
+    const std::vector<std::string> tail = harness.router().stderrTail(0);
+    REQUIRE(tail.size() >= 2);
+    CHECK(tail.back() == "last-words");
+    CHECK(tail[tail.size() - 2] == "err 499");
+    CHECK(tail[tail.size() - 3] == "out 499");
+    const std::vector<std::string> lines = splitLines(harness.finish().first);
+    REQUIRE(lines.size() == 1001);
+    for (int i = 0; i < 500; ++i) {
+      REQUIRE(lines[2 * i] == "[default0]:out " + std::to_string(i));
+      REQUIRE(lines[2 * i + 1] == "[default0]:err " + std::to_string(i));
+    }
+  }
+  SECTION("one descriptor for fd 1 and 2") {
+    Harness harness(LogRouterOptions{}, false, Consoles::kOne);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+    CHECK(streams.out == streams.err);
+    CHECK(fdIsOpen(streams.out));
+    harness.router().abandon(0);
+    CHECK_FALSE(fdIsOpen(streams.out));
+    harness.finish();
+  }
+  SECTION("a file for a stream (-t) keeps two channels; both still reach the one console") {
+    TempDir dir;
+    LogRouterOptions options;
+    options.tee = every(false, true);
+    Harness harness(options, false, Consoles::kOne);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
+    CHECK(streams.out != streams.err);
+    harness.router().abandon(0);
+    harness.spawn(0, "echo out; sleep 0.1; echo err >&2", dir.path("a"));
+    harness.drain(10s);
+    CHECK(harness.finish().first == "[default0]:out\n[default0]:err\n");
+    CHECK(readFile(dir.path("a/0/stderr.log")) == "err\n");
+  }
+  SECTION("a passed-through worker keeps the agent's own descriptors") {
+    LogRouterOptions options;
+    options.passThrough = true;
+    Harness harness(options, false, Consoles::kOne);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+    CHECK(streams.out != streams.err);
+    harness.router().abandon(0);
+    harness.finish();
+  }
+}
+
+TEST_CASE("two consoles: stdout and stderr keep a channel each", "[log_router]") {
+  Harness harness(LogRouterOptions{});
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+  CHECK(streams.out != streams.err);
   harness.router().abandon(0);
   harness.finish();
 }

@@ -236,7 +236,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   PosixLauncher launcher(guardian, descriptors.started);
   // The console: written by threads of its own, so a stalled reader never stalls the loop.
   auto outWriter = std::make_shared<ConsoleWriter>(STDOUT_FILENO, io);
-  auto errWriter = std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
+  auto errWriter = samePlace(STDOUT_FILENO, STDERR_FILENO)  // one place, one queue: samePlace()
+                       ? outWriter : std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
   LogThroughConsole logThrough(errWriter);
   identity.printError = [errWriter](std::string text) { errWriter->write(std::move(text)); };
   LogRouterOptions routerOptions = logOptions(config, identity);

@@ -12,7 +12,8 @@
 namespace ddprun::launcher {
 
 // The descriptors a worker gets as its fd 1 and 2 (the child dup2()s them). They are O_CLOEXEC,
-// so other workers never inherit them; they stay owned by the WorkerOutput.
+// so other workers never inherit them; they stay owned by the WorkerOutput. `out` and `err` may
+// be one descriptor (one channel for both streams, so their order is kept).
 struct ChildStreams {
   int out = -1;
   int err = -1;
@@ -42,7 +43,8 @@ class WorkerOutput {
   // reached EOF, or after `grace`: what is still open is then flushed and closed.
   virtual void drain(std::chrono::milliseconds grace, std::function<void()> done) = 0;
   // The last lines worker `localRank` of the latest attempt wrote to stderr (those that passed
-  // through the agent; none when its stderr goes straight to a file).
+  // through the agent; none when its stderr goes straight to a file). With one channel for
+  // both streams, the last lines of that channel, stdout's included.
   virtual std::vector<std::string> stderrTail(int localRank) const = 0;
   // Flushes and closes everything now (agent exiting); pending drains complete (posted).
   virtual void closeAll() = 0;

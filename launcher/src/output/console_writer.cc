@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include "output/console_lines.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -22,6 +25,13 @@ namespace {
 constexpr std::chrono::seconds kExitPatience{2};
 
 }  // namespace
+
+bool samePlace(int fd, int other) {
+  struct stat first {};
+  struct stat second {};
+  if (::fstat(fd, &first) != 0 || ::fstat(other, &second) != 0) return false;
+  return first.st_dev == second.st_dev && first.st_ino == second.st_ino;
+}
 
 struct ConsoleWriter::Shared {
   // A descriptor of its own: the thread may outlive the owner's use of `descriptor` (a test
@@ -39,6 +49,7 @@ struct ConsoleWriter::Shared {
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::string> queue;
+  ConsoleLines lines;        // framed in queue order, which is the order written
   std::size_t queued = 0;    // bytes in queue, the one being written included
   std::size_t lost = 0;
   bool stopping = false;
@@ -72,6 +83,13 @@ struct ConsoleWriter::Shared {
       }
       changed.notify_all();
     }
+  }
+
+  // Under the lock.
+  void enqueue(std::string bytes) {
+    queued += bytes.size();
+    queue.push_back(std::move(bytes));
+    changed.notify_all();
   }
 
   // Blocking, as long as it takes: this thread is the one allowed to wait on the console. A
@@ -122,9 +140,24 @@ void ConsoleWriter::write(std::string bytes) {
     shared_->lost += bytes.size();
     return;
   }
-  shared_->queued += bytes.size();
-  shared_->queue.push_back(std::move(bytes));
-  shared_->changed.notify_all();
+  if (shared_->lines.openSource() != 0) {
+    std::string framed;
+    shared_->lines.frameUnsourced(bytes, framed);
+    bytes = std::move(framed);
+  }
+  shared_->enqueue(std::move(bytes));
+}
+
+void ConsoleWriter::write(std::uint64_t source, std::string_view prefix, std::string_view text) {
+  if (text.empty()) return;
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->broken) {
+    shared_->lost += text.size();
+    return;
+  }
+  std::string framed;
+  shared_->lines.frame(source, prefix, text, framed);
+  shared_->enqueue(std::move(framed));
 }
 
 bool ConsoleWriter::full() const {

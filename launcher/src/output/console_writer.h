@@ -9,22 +9,35 @@
 // torchrun worker blocks on a stalled terminal it inherited. Nothing is dropped while the agent
 // runs; when it exits, it gives the console 2 s and then leaves what is still queued.
 //
-// Thread safety: write(), full(), whenRoom() and flush() from the event loop's thread; the
-// writer thread touches only the shared queue. A writer blocked in write(2) when the agent
+// Lines stay apart: the pieces are framed as they are queued (ConsoleLines, console_lines.h), so a
+// worker's line left open (no '\n' yet: a progress bar) is ended before anybody else's text, and
+// a source's prefix is put at the start of each of its lines and after each '\r' in them.
+//
+// Thread safety: write() from any thread (the agent's log lines come from its other threads
+// too); full(), whenRoom() and flush() from the event loop's thread; the writer thread touches
+// only the shared queue. A writer blocked in write(2) when the agent
 // exits is left behind (detached): the process's exit ends it.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace boost::asio {
 class io_context;
 }  // namespace boost::asio
 
 namespace ddprun::launcher {
+
+// Whether two descriptors write to the same place (one terminal, one pipe, one file: the same
+// device and inode), e.g. the agent's stdout and stderr under `2>&1` or on one terminal. The
+// agent then has one ConsoleWriter for both, so its own lines too are kept apart from a worker's
+// open line (two writers on one terminal could not know of each other's).
+bool samePlace(int fd, int other);
 
 class ConsoleWriter {
  public:
@@ -38,8 +51,12 @@ class ConsoleWriter {
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
   int fd() const;
-  // Queues `bytes` to be written in one piece (whole lines never interleave). Never blocks.
+  // Queues `bytes` (whole lines of no worker's: the agent's own) to be written in one piece,
+  // after ending a worker's open line. Never blocks.
   void write(std::string bytes);
+  // Queues `text` of worker stream `source` (ConsoleLines::newSource()), framed with `prefix` as
+  // ConsoleLines says; `text` may end inside a line. Never blocks.
+  void write(std::uint64_t source, std::string_view prefix, std::string_view text);
   // More than the limit is queued: stop producing until whenRoom() calls back.
   bool full() const;
   // Calls `resume` (posted) once the queue is at most half the limit; at once when it is.

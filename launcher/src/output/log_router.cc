@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <poll.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 
 #include "ddprun/common/safe_files.h"
 #include "ddprun/common/template.h"
+#include "output/console_lines.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -119,8 +121,12 @@ bool writeAll(int fd, const char* data, std::size_t size) {
 }
 
 // A pseudo-terminal in raw mode (no "\r\n" for "\n", no echo): ends[0] the agent's side,
-// ends[1] the worker's. False with errno set when none can be had.
-bool openTerminal(int ends[2]) {
+// ends[1] the worker's. Its size is the console's (`console`, when that is a terminal) less
+// `prefixWidth` columns: tqdm and the like size their bar to the terminal, and a bar as wide as
+// the console would wrap once the prefix is in front of it, so each '\r' redraw would leave its
+// wrapped part behind. (A later resize of the console does not reach the worker.) False with
+// errno set when none can be had.
+bool openTerminal(int ends[2], int console, std::size_t prefixWidth) {
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (master < 0) return false;
   char name[64];
@@ -142,6 +148,16 @@ bool openTerminal(int ends[2]) {
     ::cfmakeraw(&mode);
     ::tcsetattr(worker, TCSANOW, &mode);
   }
+  winsize size{};
+  if (::ioctl(console, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+    // A prefix too wide to leave a sensible line (20 columns) is ignored: the bar may wrap then.
+    if (size.ws_col > prefixWidth + 20) {
+      size.ws_col = static_cast<unsigned short>(size.ws_col - prefixWidth);
+    }
+    size.ws_xpixel = 0;
+    size.ws_ypixel = 0;
+    ::ioctl(worker, TIOCSWINSZ, &size);
+  }
   ends[0] = master;
   ends[1] = worker;
   return true;
@@ -162,14 +178,25 @@ struct StreamPlan {
 constexpr std::size_t kTailLines = 20;
 constexpr std::size_t kTailLineBytes = 1024;
 
-// Reads one worker stream from its pipe and fans the bytes out.
-class Reader {
+// Reads one worker stream (or one channel carrying both of a worker's streams) from its pipe or
+// pseudo-terminal and fans the bytes out.
+//
+// To the console, whole lines go out as they arrive. A line without its '\n' yet is held for at
+// most `partialDelay` and then written as it stands (the ConsoleWriter keeps it apart from other
+// workers' lines and puts the prefix after each '\r' in it), so a progress bar drawn with '\r'
+// shows as it is drawn; only its rest follows when the line ends. Holding a little first keeps
+// the lines of a worker that writes a line in several pieces whole on the console.
+class Reader : public std::enable_shared_from_this<Reader> {
  public:
   Reader(asio::io_context& io, int readFd, std::string prefix, std::shared_ptr<ConsoleWriter> console,
-         Fd file, Fd filtered, std::vector<std::string> filters, std::string name)
+         Fd file, Fd filtered, std::vector<std::string> filters, std::string name,
+         std::chrono::milliseconds partialDelay)
       : pipe_(io, readFd),
+        holdTimer_(io),
+        partialDelay_(partialDelay),
         prefix_(std::move(prefix)),
         console_(std::move(console)),
+        source_(ConsoleLines::newSource()),
         file_(std::move(file)),
         filtered_(std::move(filtered)),
         filters_(std::move(filters)),
@@ -192,6 +219,7 @@ class Reader {
   void finish() {
     if (!open_) return;
     open_ = false;
+    holdTimer_.cancel();
     if (!pending_.empty()) {
       std::string console;
       std::string filtered;
@@ -263,6 +291,22 @@ class Reader {
     }
     pending_.erase(0, start);
     writeOut(console, filtered);
+    if (console_ && pending_.size() > shown_) holdPartial();
+  }
+
+  // The partial line goes to the console `partialDelay_` after its first unshown byte arrived,
+  // however much more arrives meanwhile (a bar redrawn every 10 ms must still show).
+  void holdPartial() {
+    if (holding_) return;
+    holding_ = true;
+    holdTimer_.expires_after(partialDelay_);
+    holdTimer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+      self->holding_ = false;
+      if (error || !self->open_ || self->pending_.size() <= self->shown_) return;
+      const std::string_view unshown = std::string_view(self->pending_).substr(self->shown_);
+      self->console_->write(self->source_, self->prefix_, unshown);
+      self->shown_ = self->pending_.size();
+    });
   }
 
   // How much of an over-long line goes out as one piece: kMaxLineBytes, moved back to the start
@@ -277,13 +321,16 @@ class Reader {
     return continuation(back) ? cut : back;
   }
 
+  // One line (or piece of an over-long one) from the start of pending_: to the tail, the
+  // filtered file and the console (but for what the console already shows of it).
   void emitLine(std::string_view line, std::string& console, std::string& filtered) {
     if (tail_.size() == kTailLines) tail_.pop_front();
     tail_.emplace_back(line.substr(0, kTailLineBytes));
     if (console_) {
-      console += prefix_;
-      console += line;
+      const std::size_t shown = std::min(shown_, line.size());
+      console += line.substr(shown);
       console += '\n';
+      shown_ -= shown;
     }
     if (filtered_.get() >= 0 &&
         std::any_of(filters_.begin(), filters_.end(), [&](const std::string& filter) {
@@ -294,9 +341,9 @@ class Reader {
     }
   }
 
-  // One write(2) per destination: the console never sees half of a batch of lines.
+  // One piece per destination: the console never sees half of a batch of lines.
   void writeOut(std::string& console, const std::string& filtered) {
-    if (!console.empty()) console_->write(std::move(console));
+    if (!console.empty()) console_->write(source_, prefix_, console);
     if (!filtered.empty() && !writeAll(filtered_.get(), filtered.data(), filtered.size())) {
       warnOnce("its filtered log file");
     }
@@ -310,10 +357,15 @@ class Reader {
   }
 
   asio::posix::stream_descriptor pipe_;
+  asio::steady_timer holdTimer_;
+  std::chrono::milliseconds partialDelay_;
+  bool holding_ = false;  // holdTimer_ is armed
   std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
   std::string pending_;  // bytes after the last newline
+  std::size_t shown_ = 0;  // how much of pending_ the console already has
   std::string prefix_;
   std::shared_ptr<ConsoleWriter> console_;  // null: not to the console
+  std::uint64_t source_;  // who this is to the console
   Fd file_;              // raw copy (-t, or -r with duplicate filters)
   Fd filtered_;          // lines matching filters_
   std::vector<std::string> filters_;
@@ -338,9 +390,9 @@ std::string linePrefix(const LogRouterOptions& options, int localRank, int rank,
 struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   struct Worker {
     Fd childOut;
-    Fd childErr;
+    Fd childErr;  // none with one channel: childOut is both
     std::shared_ptr<Reader> out;  // null: no pipe (the child writes to a file or /dev/null)
-    std::shared_ptr<Reader> err;
+    std::shared_ptr<Reader> err;  // with one channel: its reader (the tail comes from it)
     bool started = false;
   };
   struct Drain {
@@ -349,9 +401,55 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   };
 
   Impl(asio::io_context& context, LogRouterOptions routerOptions)
-      : io(context), options(std::move(routerOptions)) {
+      : io(context),
+        options(std::move(routerOptions)),
+        oneConsole(samePlace(options.consoleOut, options.consoleErr)) {
     if (!options.outWriter) options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
-    if (!options.errWriter) options.errWriter = std::make_shared<ConsoleWriter>(options.consoleErr, io);
+    if (!options.errWriter) {
+      options.errWriter = oneConsole ? options.outWriter
+                                     : std::make_shared<ConsoleWriter>(options.consoleErr, io);
+    }
+  }
+
+  // The writer for one stream's console lines. On one console, both streams' lines go through
+  // the stdout writer: one queue keeps a worker's open line (a bar) apart from every other line,
+  // which two writers on the same terminal could not.
+  const std::shared_ptr<ConsoleWriter>& consoleFor(bool stdoutStream) const {
+    return stdoutStream || oneConsole ? options.outWriter : options.errWriter;
+  }
+
+  // Whether worker `localRank` gets one channel for its stdout and stderr: both go to the
+  // console only (no -r/-t file, no duplicate filters, the rank not hidden), and the console's
+  // stdout and stderr are one place (one terminal, or `2>&1`). Its lines then keep the order the
+  // worker wrote them in (the kernel's), as under torchrun, whose workers write straight to that
+  // place; with two channels nothing could tell which of two lines read apart came first. A
+  // passed-through worker keeps the agent's own descriptors.
+  bool oneChannel(int localRank, bool haveDir) const {
+    auto consoleOnly = [](const StreamPlan& stream) {
+      return stream.console && !stream.file && !stream.filtered;
+    };
+    return oneConsole && !options.passThrough && consoleOnly(plan(true, localRank, haveDir)) &&
+           consoleOnly(plan(false, localRank, haveDir));
+  }
+
+  // The worker's one channel for both streams (oneChannel): a pseudo-terminal when the console
+  // is a terminal, else a pipe, read as one stream whose lines go to the agent's stdout and
+  // whose tail is the rank's "stderr tail" (its stdout lines among them).
+  Fd openChannel(int localRank, const std::string& prefix, std::shared_ptr<Reader>& reader) {
+    int ends[2];
+    const bool terminal = options.terminalStdout;
+    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.size())
+                 : ::pipe2(ends, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "cannot create a pipe for local rank " + std::to_string(localRank));
+    }
+    Fd readEnd(ends[0]);
+    Fd writeEnd(ends[1]);
+    reader = std::make_shared<Reader>(
+        io, readEnd.get(), prefix, options.outWriter, Fd(), Fd(), std::vector<std::string>{},
+        "local rank " + std::to_string(localRank) + " stdout and stderr", options.partialLineDelay);
+    readEnd.release();  // the Reader's stream_descriptor owns it now
+    return writeEnd;
   }
 
   StreamPlan plan(bool stdoutStream, int localRank, bool haveDir) const {
@@ -398,7 +496,8 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     // the terminal: "step 1" shows when it is printed, not when a 4 KiB buffer fills. Lines stay
     // whole and prefixed all the same.
     const bool terminal = stdoutStream && options.terminalStdout && streamPlan.console;
-    if (terminal ? !openTerminal(ends) : ::pipe2(ends, O_CLOEXEC) != 0) {
+    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.size())
+                 : ::pipe2(ends, O_CLOEXEC) != 0) {
       throw std::system_error(errno, std::generic_category(),
                               "cannot create a pipe for local rank " + std::to_string(localRank) +
                                   " " + stream);
@@ -406,11 +505,11 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     Fd readEnd(ends[0]);
     Fd writeEnd(ends[1]);
     std::shared_ptr<ConsoleWriter> console;
-    if (streamPlan.console) console = stdoutStream ? options.outWriter : options.errWriter;
+    if (streamPlan.console) console = consoleFor(stdoutStream);
     reader = std::make_shared<Reader>(
         io, readEnd.get(), prefix, console, std::move(file), std::move(filtered),
         stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters,
-        "local rank " + std::to_string(localRank) + " " + stream);
+        "local rank " + std::to_string(localRank) + " " + stream, options.partialLineDelay);
     readEnd.release();  // the Reader's stream_descriptor owns it now
     return writeEnd;
   }
@@ -452,6 +551,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
 
   asio::io_context& io;
   LogRouterOptions options;
+  const bool oneConsole;  // the console's stdout and stderr are one place
   std::map<int, Worker> workers;  // by local rank
   std::map<std::uint64_t, Drain> drains;
   std::uint64_t nextDrainId = 0;
@@ -482,13 +582,19 @@ ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const st
   const std::string prefix = linePrefix(impl_->options, localRank, rank, groupRank);
   Impl::Worker worker;
   try {
-    worker.childOut = impl_->openStream(true, localRank, prefix, dir, worker.out);
-    worker.childErr = impl_->openStream(false, localRank, prefix, dir, worker.err);
+    if (impl_->oneChannel(localRank, !dir.empty())) {
+      worker.childOut = impl_->openChannel(localRank, prefix, worker.err);
+    } else {
+      worker.childOut = impl_->openStream(true, localRank, prefix, dir, worker.out);
+      worker.childErr = impl_->openStream(false, localRank, prefix, dir, worker.err);
+    }
   } catch (...) {
     impl_->closeWorker(worker);
     throw;
   }
-  const ChildStreams streams{worker.childOut.get(), worker.childErr.get()};
+  // One channel: fd 1 and fd 2 of the worker are the same descriptor.
+  const int childErr = worker.childErr.get() >= 0 ? worker.childErr.get() : worker.childOut.get();
+  const ChildStreams streams{worker.childOut.get(), childErr};
   impl_->workers.emplace(localRank, std::move(worker));
   impl_->checkDrained();  // closing an old attempt of this rank may have ended a drain
   return streams;

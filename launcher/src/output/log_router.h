@@ -12,17 +12,36 @@
 //   console   = C && (T || !R || !D)     (redirect without a log dir falls back to the console)
 //   filtered  = D && F
 //   file only (no console, no filters): the child writes to the file itself (no pipe);
-//   nothing at all: the child writes to /dev/null; otherwise: a pipe read on the io_context.
+//   nothing at all: the child writes to /dev/null; otherwise: a pipe read on the io_context (a
+//   pseudo-terminal for stdout bound for a terminal console: terminalStdout).
 // <attempt>/<local_rank>/ is created whenever an attempt directory is given (it is also where the
 // worker's error.json goes); log files only with D. Files are opened for appending and
 // never truncated, so an attempt directory reused by a later round keeps the earlier output.
 //
-// Console output goes through a ConsoleWriter (console_writer.h): one queued piece per batch of
-// whole lines, so no two workers' lines ever interleave inside a line, and the event loop never
-// waits on the console. When the writer's queue is full, the router stops reading the workers'
-// pipes until it has room (back-pressure on the workers, nothing dropped). A line longer than
-// kMaxLineBytes is cut into pieces of that size; a final line without '\n' gets one when the
-// stream ends. A worker whose stream passes through (LogRouterOptions::passThrough) writes to
+// One channel for both streams: when a rank's stdout and stderr both go to the console only
+// (console, no file, no filtered, for both; not passed through) and the console's stdout and
+// stderr are one place (the same device and inode: one terminal, or `2>&1 | tee`), the worker
+// gets ONE pipe (one pseudo-terminal on a terminal) as its fd 1 and fd 2, read as one stream and
+// written to the agent's stdout. Its stdout and stderr lines then keep the order the worker wrote
+// them in (the kernel's), as under torchrun, whose workers write straight to that one place; two
+// channels read apart cannot tell which of two lines came first. The rank's "stderr tail" (the
+// failure summary's `stderr :`) is then that channel's tail, stdout's lines among them. Where the
+// streams go to different places, or one has a -r/-t file or filters, each keeps its own channel
+// as above.
+//
+// Console output goes through a ConsoleWriter (console_writer.h), one per place (on one console
+// both streams' lines go through the stdout writer), so the event loop never waits on the
+// console. Whole lines go out as they arrive, one queued piece per batch. A line not ended yet
+// (a progress bar drawn with '\r', a prompt) is held at most LogRouterOptions::partialLineDelay
+// (kPartialLineDelay) and then written as it stands: a bar shows as it is drawn. The writer keeps
+// workers' lines apart (console_lines.h): before another worker's text it ends an open line with
+// '\n', the open worker's next text starts under its prefix again, and after each '\r' in a
+// line the prefix is written again so a redrawn bar keeps it. No two workers' text ever shares a
+// console line. A worker's pseudo-terminal is as wide as the console's less the prefix, so a bar
+// sized to it does not wrap. When the writer's queue is full, the router stops reading the
+// workers' pipes until it has room (back-pressure on the workers, nothing dropped). A line longer
+// than kMaxLineBytes is cut into pieces of that size; a final line without '\n' gets one when
+// the stream ends. A worker whose stream passes through (LogRouterOptions::passThrough) writes to
 // the console itself. The agent should ignore SIGPIPE: a closed console then only loses output.
 #pragma once
 
@@ -44,6 +63,12 @@ class io_context;
 
 namespace ddprun::launcher {
 
+// A worker's partial line (no '\n' yet) reaches the console at most this long after it was
+// written. tqdm redraws its bar at most every 0.1 s (its default mininterval), so each redraw
+// shows about as it is drawn; a worker writing one line in several pieces within it still gets
+// the line whole on the console.
+inline constexpr std::chrono::milliseconds kPartialLineDelay{100};
+
 struct LogRouterOptions {
   std::string role = "default";  // ${role_name}
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (nothing = "[${role_name}${local_rank}]:", "" = no
@@ -59,6 +84,8 @@ struct LogRouterOptions {
   // The agent's stdout is a terminal: workers' stdout bound for the console gets a
   // pseudo-terminal instead of a pipe, so their output is line-buffered as on a terminal.
   bool terminalStdout = false;
+  // How long a worker's line without '\n' is held before the console gets it as it stands.
+  std::chrono::milliseconds partialLineDelay = kPartialLineDelay;
   std::string hostname;  // ${hostname}
   StreamSelection redirects;  // -r/--redirects
   StreamSelection tee;        // -t/--tee
@@ -106,8 +133,10 @@ class LogRouter final : public WorkerOutput {
   // the worker died): the streams still open are then flushed (partial lines included) and
   // closed. Several drains may be pending; all complete together.
   void drain(std::chrono::milliseconds grace, std::function<void()> done) override;
-  // Flushes and closes everything now (agent exiting); pending drains complete (posted).
+  // The rank's last stderr lines; with one channel for both streams, that channel's (stdout's
+  // lines among them).
   std::vector<std::string> stderrTail(int localRank) const override;
+  // Flushes and closes everything now (agent exiting); pending drains complete (posted).
   void closeAll() override;
 
  private:

@@ -1,0 +1,133 @@
+// console_writer: how pieces of several sources are framed on one console (ConsoleLines, pure),
+// and the ConsoleWriter doing it on a real pipe.
+#include "output/console_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "output/console_lines.h"
+
+using namespace ddprun::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Frames pieces in order, as the writer does.
+class Framer {
+ public:
+  Framer& piece(std::uint64_t source, const std::string& prefix, const std::string& text) {
+    lines_.frame(source, prefix, text, out_);
+    return *this;
+  }
+  Framer& agent(const std::string& text) {
+    lines_.frameUnsourced(text, out_);
+    return *this;
+  }
+  const std::string& out() const { return out_; }
+  std::uint64_t open() const { return lines_.openSource(); }
+
+ private:
+  ConsoleLines lines_;
+  std::string out_;
+};
+
+}  // namespace
+
+TEST_CASE("ConsoleLines: every line of a source starts with its prefix", "[console_writer]") {
+  Framer framer;
+  framer.piece(1, "[p]:", "a\n\nb\n");
+  CHECK(framer.out() == "[p]:a\n[p]:\n[p]:b\n");
+  CHECK(framer.open() == 0);
+}
+
+TEST_CASE("ConsoleLines: an open line continues without a prefix until another source comes",
+          "[console_writer]") {
+  Framer framer;
+  framer.piece(1, "[a]:", "ab").piece(1, "[a]:", "c\n");
+  CHECK(framer.out() == "[a]:abc\n");
+  Framer other;
+  other.piece(1, "[a]:", "ab");
+  CHECK(other.open() == 1);
+  other.piece(2, "[b]:", "xy\n").piece(1, "[a]:", "c\n");
+  CHECK(other.out() == "[a]:ab\n[b]:xy\n[a]:c\n");
+  // An empty prefix: the lines are still kept apart.
+  Framer bare;
+  bare.piece(1, "", "ab").piece(2, "", "xy").piece(1, "", "c\n");
+  CHECK(bare.out() == "ab\nxy\nc\n");
+}
+
+TEST_CASE("ConsoleLines: redraws after a carriage return keep the prefix", "[console_writer]") {
+  SECTION("in one piece") {
+    Framer framer;
+    framer.piece(1, "[p]:", "\r 10%\r 20%\n");
+    CHECK(framer.out() == "\r[p]: 10%\r[p]: 20%\n");
+  }
+  SECTION("a carriage return ending a piece: the prefix comes with the next one") {
+    Framer framer;
+    framer.piece(1, "[p]:", " 10%\r").piece(1, "[p]:", " 20%");
+    CHECK(framer.out() == "[p]: 10%\r[p]: 20%");
+    CHECK(framer.open() == 1);
+  }
+  SECTION("CRLF lines get no stray prefix") {
+    Framer framer;
+    framer.piece(1, "[p]:", "a\r\nb\r").piece(1, "[p]:", "\n");
+    CHECK(framer.out() == "[p]:a\r\n[p]:b\r\n");
+    CHECK(framer.open() == 0);
+  }
+  SECTION("a bar ended by another source is redrawn on a line of its own") {
+    Framer framer;
+    framer.piece(1, "[p]:", "\r 10%").piece(2, "[q]:", "x\n").piece(1, "[p]:", "\r 20%");
+    CHECK(framer.out() == "\r[p]: 10%\n[q]:x\n\r[p]: 20%");
+  }
+}
+
+TEST_CASE("ConsoleLines: the agent's lines end an open line and are left as they are",
+          "[console_writer]") {
+  Framer framer;
+  framer.agent("agent 1\n").piece(1, "[p]:", "50%").agent("agent 2\n").piece(1, "[p]:", "\r60%\n");
+  CHECK(framer.out() == "agent 1\n[p]:50%\nagent 2\n\r[p]:60%\n");
+}
+
+TEST_CASE("ConsoleWriter: framed pieces and the agent's lines on a real pipe", "[console_writer]") {
+  int ends[2];
+  REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+  boost::asio::io_context io;
+  {
+    ConsoleWriter writer(ends[1], io);
+    const std::uint64_t rank0 = ConsoleLines::newSource();
+    const std::uint64_t rank1 = ConsoleLines::newSource();
+    CHECK(rank0 != rank1);
+    writer.write(rank0, "[0]:", "\r 5%");
+    writer.write(rank1, "[1]:", "hello\n");
+    writer.write(rank0, "[0]:", "\r10%");
+    writer.write(std::string("agent line\n"));
+    writer.write(rank0, "[0]:", "\r15%\n");
+    CHECK(writer.flush(10s));
+  }
+  ::close(ends[1]);
+  std::string text;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(ends[0], buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(ends[0]);
+  CHECK(text == "\r[0]: 5%\n[1]:hello\n\r[0]:10%\nagent line\n\r[0]:15%\n");
+}
+
+TEST_CASE("samePlace: one pipe through two descriptors, or two pipes", "[console_writer]") {
+  int one[2];
+  int two[2];
+  REQUIRE(::pipe2(one, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(two, O_CLOEXEC) == 0);
+  const int copy = ::fcntl(one[1], F_DUPFD_CLOEXEC, 3);
+  CHECK(samePlace(one[1], copy));
+  CHECK(samePlace(one[1], one[0]));  // both ends: one pipe
+  CHECK_FALSE(samePlace(one[1], two[1]));
+  CHECK_FALSE(samePlace(one[1], -1));
+  for (int fd : {one[0], one[1], two[0], two[1], copy}) ::close(fd);
+}
