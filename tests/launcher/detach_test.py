@@ -20,19 +20,18 @@ while it runs does not depend on the machine's speed; every wait is bounded and 
 saw. Every process the test started carries a token of its own in its environment and is killed
 on the way out.
 """
-import argparse
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from side_by_side import TORCHRUN, fail, scenario_main, shown  # noqa: E402
+import side_by_side  # noqa: E402
 TOKEN = "DETACH_TEST_TOKEN"
 
 # The uploader, `sh -c UPLOADER WORK NAME`: its pid, then (after the test's "go", at most 30 s)
@@ -68,22 +67,10 @@ exit 0
 '''.replace("@UPLOADER@", UPLOADER)
 
 
-def fail(message):
-    print(f"FAIL: {message}", flush=True)
-    sys.exit(1)
-
-
-def shown(done):
-    return f"--- exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-
-
 def run(argv, env, cwd, timeout=60):
+    """The run and how long it took."""
     start = time.monotonic()
-    try:
-        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        fail(f"{argv[0]} did not finish within {timeout} s (a kept process holding its output?); "
-             f"output so far:\n{expired.stdout}\n{expired.stderr}")
+    done = side_by_side.run(argv, env, cwd, timeout, hint=" (a kept process holding its output?)")
     return done, time.monotonic() - start
 
 
@@ -293,24 +280,16 @@ def nohup(args, work, token):
 SCENARIOS = {"kept": kept, "nohup": nohup}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ddprun", required=True)
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--torchrun-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    args.ddprun = os.path.abspath(args.ddprun)
-    work = tempfile.mkdtemp(prefix="ddprun-detach-test-")
-    token = secrets.token_hex(8)
+# Every process of the test carries it: the cleanup's key.
+TOKEN = secrets.token_hex(8)
+
+
+def prepare(args, work):
     with open(os.path.join(work, "worker.sh"), "w") as f:
         f.write(WORKER)
-    try:
-        SCENARIOS[args.scenario](args, work, token)
-    finally:
-        kill_ours(token)
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"PASS: {args.scenario}")
+    return (TOKEN,)
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(__doc__, SCENARIOS, prefix="ddprun-detach-test-", before=prepare,
+                  after=lambda: kill_ours(TOKEN))

@@ -14,38 +14,20 @@
 
 Every run is bounded (a timeout) and prints what it saw when it fails.
 """
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
-SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from side_by_side import SKIP, TORCHRUN, check, run, scenario_main  # noqa: E402
+
 TORCH_PYTHON = "/usr/bin/python3"
 TRAIN = """#!/usr/bin/env python3
 import os, sys
 import torch
 print(f"rank {os.environ['RANK']} python={sys.executable} unbuffered={'-u' in sys.orig_argv} torch={torch.__version__}")
 """
-
-
-def fail(message):
-    print(f"FAIL: {message}", flush=True)
-    sys.exit(1)
-
-
-def run(argv, env, cwd, timeout=90):
-    try:
-        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        fail(f"{argv[0]} did not finish within {timeout} s; output so far:\n{expired.stdout}\n{expired.stderr}")
-
-
-def check(condition, message, done):
-    if not condition:
-        fail(f"{message}\n--- exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
 
 
 def environment(work):
@@ -81,7 +63,7 @@ def shebang(ddprun, work, env):
     check(alone.returncode != 0 and "torch" in alone.stderr,
           "the test's premise: ./train run directly should fail to import torch", alone)
     for name, argv in launchers(ddprun, "./train"):
-        done = run(argv, env, work)
+        done = run(argv, env, work, timeout=90)
         print(f"{name}: exit {done.returncode}")
         check(done.returncode == 0, f"{name} should run ./train under PYTHON_EXEC", done)
         for rank in (0, 1):
@@ -111,20 +93,17 @@ def not_python(ddprun, work, env):
           "with --no-python both ranks run the shell script", done)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ddprun", required=True)
-    parser.add_argument("--scenario", required=True, choices=["shebang", "not-python"])
-    args = parser.parse_args()
-    probe = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=60)
-    if probe.returncode != 0:
-        print(f"skipped: {TORCH_PYTHON} has no torch")
-        sys.exit(SKIP)
-    with tempfile.TemporaryDirectory(prefix="ddprun-interpreter-") as work:
-        env = environment(work)
-        {"shebang": shebang, "not-python": not_python}[args.scenario](os.path.abspath(args.ddprun), work, env)
-    print("PASS")
+def scenario(body):
+    """`body(ddprun, work, env)` as a scenario; skipped where the workers' interpreter has no torch."""
+    def run_it(args, work):
+        probe = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=60)
+        if probe.returncode != 0:
+            print(f"skipped: {TORCH_PYTHON} has no torch")
+            sys.exit(SKIP)
+        body(args.ddprun, work, environment(work))
+    return run_it
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(__doc__, {"shebang": scenario(shebang), "not-python": scenario(not_python)},
+                  prefix="ddprun-interpreter-")

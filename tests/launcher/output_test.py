@@ -19,7 +19,6 @@ workers write straight to the terminal, so its order is the kernel's, and its ba
 A record is "out of its rank's order" when its sequence number is lower than one already seen
 from that rank. Every run is bounded (a timeout) and prints what it saw when it fails.
 """
-import argparse
 import fcntl
 import os
 import pty
@@ -29,14 +28,13 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import time
 import tty
 
-SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from side_by_side import SKIP, TORCHRUN, fail, scenario_main  # noqa: E402
 RUN_TIMEOUT = 60  # seconds for one launcher run (torchrun 1.13 imports torch: a few seconds)
 COLUMNS = 80  # the test terminal's width
 
@@ -78,11 +76,6 @@ for seq in range(200):
         logging.info("REC r%d s%d", rank, seq)
         time.sleep(0.005)
 '''
-
-
-def fail(message):
-    print(f"FAIL: {message}", flush=True)
-    sys.exit(1)
 
 
 def launchers(args, script):
@@ -250,23 +243,12 @@ SCENARIOS = {
 }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ddprun", required=True)
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--torchrun-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    args.ddprun = os.path.abspath(args.ddprun)  # the launchers run in a scratch directory
+def need_interpreter(args, work):
     if shutil.which(args.torchrun_python) is None:
         print(f"SKIP: {args.torchrun_python} (the workers' interpreter) is missing")
         sys.exit(SKIP)
-    work = tempfile.mkdtemp(prefix="ddprun-output-test-")
-    try:
-        SCENARIOS[args.scenario](args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"PASS: {args.scenario}")
+    return ()
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(__doc__, SCENARIOS, prefix="ddprun-output-test-", before=need_interpreter)

@@ -16,37 +16,17 @@ the same way, says so in one line, and hands its workers absolute paths only.
 
 Every run is bounded (a timeout) and prints what it saw when it fails.
 """
-import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 
-SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from side_by_side import SKIP, TORCHRUN, check, run, scenario_main  # noqa: E402
+
 # The worker: its paths, then (in `relative`) a change of directory and a write of its error file.
 WORKER = ('echo "EF=$TORCHELASTIC_ERROR_FILE"; echo "HB=$DDPRUN_HEARTBEAT_FILE"; '
           'cd / && echo "{}" > "$TORCHELASTIC_ERROR_FILE" && echo WROTE')
-
-
-def run(argv, env, cwd, timeout=60):
-    try:
-        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:
-        fail(f"{argv[0]} did not finish within {timeout} s; output so far:\n{expired.stdout}\n{expired.stderr}")
-    return done
-
-
-def fail(message):
-    print(f"FAIL: {message}", flush=True)
-    sys.exit(1)
-
-
-def check(condition, message, done):
-    if not condition:
-        fail(f"{message}\n--- exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
 
 
 def worker_paths(stdout):
@@ -111,20 +91,6 @@ def readonly_tmp(args, work):
 SCENARIOS = {"missing": missing, "relative": relative, "readonly-tmp": readonly_tmp}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ddprun", required=True)
-    parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    parser.add_argument("--torchrun-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    # Not under /tmp: the read-only scenario must be able to run from it.
-    work = tempfile.mkdtemp(prefix="ddprun-tempdir-test-", dir=os.getcwd())
-    try:
-        SCENARIOS[args.scenario](args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(f"PASS: {args.scenario}")
-
-
 if __name__ == "__main__":
-    main()
+    # Not under /tmp: the read-only scenario must be able to run from it.
+    scenario_main(__doc__, SCENARIOS, prefix="ddprun-tempdir-test-", work_dir=os.getcwd())
