@@ -81,6 +81,7 @@ struct Node {
     seams.heartbeats = &heartbeats;
     seams.evidence = &evidence;
     seams.oom = &oom;
+    seams.activity = &activity;
     seams.event = [this](std::string line) { events.push_back(std::move(line)); };
     return seams;
   }
@@ -112,6 +113,7 @@ struct Node {
   FakeHeartbeats heartbeats;
   FakeEvidence evidence;
   FakeOom oom;
+  FakeActivity activity;
   std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
   std::optional<int> exitCode;
@@ -631,6 +633,30 @@ TEST_CASE("a straggler still running --exit-timeout after a peer exited 0 is hun
   CHECK(*node.exitCode == 128 + SIGKILL);
   CHECK(node.machine.ending()->rootCause->hang == HangKind::kAtExit);
   CHECK(node.launcher.spawned.size() == 3);  // no restart
+}
+
+TEST_CASE("a straggler that works (rank 0's evaluation after its peers exited 0) outlives "
+          "--exit-timeout, and the job exits 0",
+          "[agent][unit][hang]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 3, /*maxRestarts=*/3);
+  config.hang.exitTimeout = 60s;
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.launcher.exitWith(workers[1].pid, 0);
+  node.launcher.exitWith(workers[2].pid, 0);
+  job.until([] { return true; });
+  // Rank 0 evaluates for five exit timeouts, at half a core, through a child of its own.
+  for (int second = 0; second < 300; ++second) {
+    node.activity.cpu[workers[0].pid] += 500ms;
+    job.loop.advance(1s);
+  }
+  CHECK(node.evidence.requests.empty());
+  node.launcher.exitWith(workers[0].pid, 0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
 }
 
 TEST_CASE("a FileTimer that expires: the worker's stacks, then the signal it asked for",

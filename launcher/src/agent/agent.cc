@@ -35,6 +35,7 @@
 #include "hang/oom.h"
 #include "hang/progress_watch.h"
 #include "hang/python_stack_hook.h"
+#include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
 #include "membership/membership_driver.h"
 #include "membership/store_backend.h"
@@ -189,6 +190,7 @@ class Watchers {
     watch.heartbeats = &heartbeats_;
     watch.evidence = evidence_.get();
     watch.oom = &oom_;
+    watch.activity = &activity_;
     if (config.eventLogHandler == "console") {
       watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
     }
@@ -205,6 +207,7 @@ class Watchers {
   HeartbeatFiles heartbeats_;
   std::unique_ptr<EvidenceCollector> evidence_;
   KernelOomWitness oom_;
+  ProcActivity activity_;
 };
 
 // SIGCHLD and the handled signals, to the machine, until it has finished.

@@ -48,7 +48,7 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       workerStores_(workerStores),
       watch_(std::move(watch)),
       finished_(std::move(finished)),
-      progress_(loop, config.hang, watch_.heartbeats,
+      progress_(loop, config.hang, watch_.heartbeats, watch_.activity,
                 [this](const HungWorker& hung) {
                   // Evidence first, then SIGKILL: a hung worker may ignore SIGTERM, or hang in
                   // its handler.
@@ -128,7 +128,9 @@ void AgentMachine::startWorkers() {
   state_ = State::kRunning;
   if (watch_.oom) watch_.oom->attemptStarted();
   for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
-  progress_.start(config_.nprocPerNode);
+  std::vector<pid_t> pids;
+  for (const LocalWorker& worker : local_) pids.push_back(worker.running ? worker.pid : -1);
+  progress_.start(std::move(pids));
   spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
                 std::chrono::duration<double, std::milli>(loop_.now() - spawnStart).count());
   if (!localFailures_.empty()) announceFailure();

@@ -40,6 +40,7 @@
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "hang/progress_watch.h"
+#include "hang/worker_activity.h"
 #include "core/stop_reason.h"
 #include "core/worker_output.h"
 
@@ -62,6 +63,7 @@ struct WorkerWatch {
   Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
   EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
   OomWitness* oom = nullptr;              // OOM kills
+  WorkerActivity* activity = nullptr;     // busy or idle (--exit-timeout's stragglers)
   // --event-log-handler console: where each event's JSON line goes (nothing: no events).
   std::function<void(std::string)> event;
 };
