@@ -168,6 +168,11 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 
   void signalAll(int signal) override {
     signals.push_back(signal);
+    // Job control stops and continues; it ends no worker.
+    if (signal == SIGSTOP || signal == SIGCONT) {
+      stopped = signal == SIGSTOP;
+      return;
+    }
     if (!obeySignals && signal != SIGKILL) return;
     for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
   }
@@ -211,6 +216,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   std::vector<int> signals;
   std::vector<std::pair<pid_t, int>> processSignals;  // signalProcess() calls, in order
   int strayKills = 0;
+  bool stopped = false;  // the last job-control signal was SIGSTOP
 
  private:
   void end(pid_t pid, int waitStatus) {
