@@ -473,6 +473,14 @@ bool KvState::dropHolder(std::string_view key, const KvObserver* observer, bool 
   return true;
 }
 
+void KvState::postponeHolds(std::chrono::steady_clock::duration by) {
+  for (auto& [key, held] : holds_) {
+    for (Holder& holder : held.holders) {
+      if (holder.deadline != TimePoint::max()) holder.deadline += by;
+    }
+  }
+}
+
 void KvState::expireHolds(TimePoint now) {
   std::vector<std::pair<std::string, const KvObserver*>> expired;
   for (const auto& [key, held] : holds_) {

@@ -146,6 +146,9 @@ class KvState {
   bool release(KvObserver* observer, std::string_view key);
   // Drops every holder whose time-to-live has passed, with notification.
   void expireHolds(TimePoint now);
+  // Moves every holder's deadline on by `by`: time the server could not run (its process was
+  // stopped, its host suspended) is time no holder could renew in, and not theirs to lose.
+  void postponeHolds(std::chrono::steady_clock::duration by);
   // The value `key` is held at, or nullptr when nobody holds it.
   const std::string* heldValue(std::string_view key) const;
   bool hasHolds() const { return !holds_.empty(); }

@@ -28,6 +28,7 @@
 #include "membership/membership.h"
 #include "hang/oom.h"
 #include "hang/progress_watch.h"
+#include "hang/worker_activity.h"
 #include "core/process_launcher.h"
 #include "membership/store_backend.h"
 #include "core/worker_output.h"
@@ -167,6 +168,11 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 
   void signalAll(int signal) override {
     signals.push_back(signal);
+    // Job control stops and continues; it ends no worker.
+    if (signal == SIGSTOP || signal == SIGCONT) {
+      stopped = signal == SIGSTOP;
+      return;
+    }
     if (!obeySignals && signal != SIGKILL) return;
     for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
   }
@@ -210,6 +216,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   std::vector<int> signals;
   std::vector<std::pair<pid_t, int>> processSignals;  // signalProcess() calls, in order
   int strayKills = 0;
+  bool stopped = false;  // the last job-control signal was SIGSTOP
 
  private:
   void end(pid_t pid, int waitStatus) {
@@ -370,6 +377,25 @@ class FakeHeartbeats final : public launcher::Heartbeats {
     return it->second;
   }
   std::map<int, EventLoop::WallTime> reports;
+};
+
+// Work done by each worker's tree, as the test sets it: the total CPU time and I/O of the worker
+// (one process per tree) so far.
+class FakeActivity final : public launcher::WorkerActivity {
+ public:
+  std::vector<launcher::TreeSample> sample(const std::vector<pid_t>& workers) override {
+    ++samples;
+    std::vector<launcher::TreeSample> trees;
+    for (pid_t pid : workers) {
+      launcher::TreeSample tree;
+      tree[pid] = launcher::ProcessWork{1, cpu[pid], io[pid]};
+      trees.push_back(std::move(tree));
+    }
+    return trees;
+  }
+  std::map<pid_t, std::chrono::milliseconds> cpu;
+  std::map<pid_t, std::uint64_t> io;
+  int samples = 0;  // passes over the trees
 };
 
 // Evidence that arrives (posted, as from the real collector's thread) with one Python frame

@@ -81,6 +81,7 @@ struct Node {
     seams.heartbeats = &heartbeats;
     seams.evidence = &evidence;
     seams.oom = &oom;
+    seams.activity = &activity;
     seams.event = [this](std::string line) { events.push_back(std::move(line)); };
     return seams;
   }
@@ -112,6 +113,7 @@ struct Node {
   FakeHeartbeats heartbeats;
   FakeEvidence evidence;
   FakeOom oom;
+  FakeActivity activity;
   std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
   std::optional<int> exitCode;
@@ -631,6 +633,98 @@ TEST_CASE("a straggler still running --exit-timeout after a peer exited 0 is hun
   CHECK(*node.exitCode == 128 + SIGKILL);
   CHECK(node.machine.ending()->rootCause->hang == HangKind::kAtExit);
   CHECK(node.launcher.spawned.size() == 3);  // no restart
+}
+
+TEST_CASE("a straggler that works (rank 0's evaluation after its peers exited 0) outlives "
+          "--exit-timeout, and the job exits 0",
+          "[agent][unit][hang]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 3, /*maxRestarts=*/3);
+  config.hang.exitTimeout = 60s;
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.launcher.exitWith(workers[1].pid, 0);
+  node.launcher.exitWith(workers[2].pid, 0);
+  job.until([] { return true; });
+  // Rank 0 evaluates for five exit timeouts, at half a core, through a child of its own.
+  for (int second = 0; second < 300; ++second) {
+    node.activity.cpu[workers[0].pid] += 500ms;
+    job.loop.advance(1s);
+  }
+  CHECK(node.evidence.requests.empty());
+  node.launcher.exitWith(workers[0].pid, 0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
+TEST_CASE("Ctrl-Z stops every worker and every timeout of the agent, fg continues the workers, and "
+          "the stopped time counts for no timeout",
+          "[agent][unit][hang][job_control]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 3);
+  config.hang.exitTimeout = 60s;
+  config.hang.hangTimeout = 30s;
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  // Rank 1 reports progress, rank 2 exits 0, rank 0 waits quietly for something.
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = job.loop.wallNow();
+  node.launcher.exitWith(workers[2].pid, 0);
+  job.until([] { return true; });
+  job.loop.advance(20s);
+  node.heartbeats.reports[1] = job.loop.wallNow();
+  const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
+  node.machine.onFileTimerLine(fmt::format(
+      R"({{"version": 1, "pid": {}, "scope_id": "step", "expiration_time": {}, "signal": 9}})",
+      workers[1].pid, now + 5));
+
+  node.machine.onSuspend(SIGTSTP);
+  CHECK(node.machine.suspended());
+  CHECK(node.launcher.signals == std::vector<int>{SIGSTOP});
+  CHECK(node.launcher.stopped);
+  // Stopped for ten minutes, ten exit timeouts (within the in-process store's hold lifetime,
+  // which ages on this manual clock): nothing is hung.
+  job.loop.advance(std::chrono::minutes(10));
+  CHECK(node.evidence.requests.empty());
+  CHECK(node.machine.state() == State::kRunning);
+
+  node.machine.onResume();
+  CHECK_FALSE(node.machine.suspended());
+  CHECK(node.launcher.signals == std::vector<int>{SIGSTOP, SIGCONT});
+  CHECK_FALSE(node.launcher.stopped);
+  node.machine.onResume();  // a second SIGCONT (the shell's, after the agent continued): nothing
+  CHECK(node.launcher.signals.size() == 2);
+  // Rank 1's FileTimer had 5 s left when the job stopped: it has them again.
+  job.loop.advance(4999ms);
+  CHECK(node.evidence.requests.empty());
+  job.loop.advance(1ms);
+  REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
+}
+
+TEST_CASE("Ctrl-Z while the workers are being stopped: the shutdown grace waits for the job to "
+          "continue", "[agent][unit][job_control]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.obeySignals = false;  // the workers take their time over SIGTERM
+  node.machine.onSignal(SIGTERM);
+  job.loop.advance(2s);
+  node.machine.onSuspend(SIGTSTP);
+  job.loop.advance(60s);
+  CHECK(std::count(node.launcher.signals.begin(), node.launcher.signals.end(), SIGKILL) == 0);
+  node.machine.onResume();
+  job.loop.advance(2999ms);  // 5 s of grace: 2 before the stop, 3 after
+  CHECK(std::count(node.launcher.signals.begin(), node.launcher.signals.end(), SIGKILL) == 0);
+  job.loop.advance(1ms);
+  CHECK(std::count(node.launcher.signals.begin(), node.launcher.signals.end(), SIGKILL) == 1);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGTERM);
 }
 
 TEST_CASE("a FileTimer that expires: the worker's stacks, then the signal it asked for",

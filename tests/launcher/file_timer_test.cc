@@ -500,6 +500,55 @@ std::string joined(const std::vector<std::string>& lines) {
   return all;
 }
 
+TEST_CASE("timers: a stopped job (pause, resume) gets its stopped time added to every deadline",
+          "[file_timer]") {
+  Fixture f;
+  const double start = f.loop.epoch();
+  f.set(7, "step", 2);
+  f.set(8, "step", 5, SIGTERM);
+  f.loop.advance(1s);
+  f.timers.pause();
+  CHECK(f.loop.armed() == 0);
+  f.loop.advance(100s);  // stopped: nothing fires, whatever the clock says
+  CHECK(f.expired.empty());
+  f.set(9, "late", 1);  // taken while stopped (read from the pipe just before the stop)
+  CHECK(f.loop.armed() == 0);
+  f.timers.resume();
+  CHECK(f.loop.armed() == 1);
+  f.loop.advance(999ms);
+  CHECK(f.expired.empty());
+  f.loop.advance(1ms);  // pid 7 ran 1 s before the stop and 1 s after: its 2 s are up
+  REQUIRE(f.expired.size() == 1);
+  CHECK(f.expired[0].pid == 7);
+  CHECK(f.expired[0].expirationTime == start + 102);
+  f.loop.advance(3s);
+  REQUIRE(f.expired.size() == 2);
+  CHECK(f.expired[1].pid == 8);
+  // pid 9's request came at 101 s with 1 s to go; it was moved on by the stop as well.
+  CHECK(f.timers.size() == 1);
+  f.loop.advance(98s);
+  REQUIRE(f.expired.size() == 3);
+  CHECK(f.expired[2].pid == 9);
+}
+
+TEST_CASE("pipe: readAvailable() takes what is in the pipe now, without the loop",
+          "[file_timer][pipe]") {
+  TempDir dir;
+  const std::string path = dir.path + "/timer.pipe";
+  boost::asio::io_context io;
+  std::vector<std::string> lines;
+  FileTimerPipe pipe(io, path, [&](std::string_view line) { lines.emplace_back(line); });
+  writeAsClient(path, {"one\ntwo\nthr"});
+  pipe.readAvailable();
+  CHECK(lines == std::vector<std::string>{"one", "two"});
+  writeAsClient(path, {"ee\n"});
+  pipe.readAvailable();
+  CHECK(lines == std::vector<std::string>{"one", "two", "three"});
+  pipe.readAvailable();  // an empty pipe: nothing, at once
+  pump(io);              // and the loop's own read finds nothing twice
+  CHECK(lines.size() == 3);
+}
+
 TEST_CASE("pipe: lines from non-blocking writers arrive whole, and the FIFO goes with the pipe",
           "[file_timer][pipe]") {
   TempDir dir;

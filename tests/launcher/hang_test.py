@@ -2,21 +2,29 @@
 """Hangs and unexplained deaths under the real ddprun, with real Python workers
 (workers/hang_worker.py): what a user sees when a rank is stuck or killed.
 
-  hang_test.py --ddprun BIN --python PY --scenario file-timer|heartbeat|at-exit|oom
+  hang_test.py --ddprun BIN --python PY --scenario file-timer|heartbeat|at-exit|busy-at-exit|oom
 
 PY is /usr/bin/python3 (torch 1.13) or scripts/torch2-python (torch 2.6; exit 77 = skipped when
 it is missing). Exit 77 also when the scenario needs what is not here (oom: root and a memory
 cgroup).
+
+The exit timeout's two sides (issue #19, point 1): at-exit is the deadlock it exists for (a rank
+blocked for ever after its peers exited 0, using no CPU: killed with its stacks, 137, no restart);
+busy-at-exit is a rank 0 that works on past it (its own CPU, then a child's), which ddprun must
+leave to finish (exit 0), as torchrun 1.13 does (run side by side with the same worker).
 """
 import argparse
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "hang_worker.py")
+TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
+TORCH113_PYTHON = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from jobs import SKIP, Deadline, Job, torch_version, wait_all  # noqa: E402
 
@@ -68,7 +76,7 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", required=True,
-                        choices=["file-timer", "heartbeat", "at-exit", "oom"])
+                        choices=["file-timer", "heartbeat", "at-exit", "busy-at-exit", "oom"])
     parser.add_argument("--timeout", type=float, default=100)
     args = parser.parse_args()
     deadline = Deadline(args.timeout)
@@ -87,6 +95,12 @@ def main():
         options += ["--max-restarts", "1", "--hang-timeout", "2"]
     elif args.scenario == "at-exit":
         options += ["--max-restarts", "2", "--exit-timeout", "2"]
+    elif args.scenario == "busy-at-exit":
+        # Rank 0 works for three exit timeouts after rank 1 exited 0: three looks, each sees work
+        # (its own CPU, then its child's). LOGLEVEL=INFO shows the agent's account of each look.
+        env["BUSY_SECONDS"] = "3"
+        env["LOGLEVEL"] = "INFO"
+        options += ["--max-restarts", "2", "--exit-timeout", "2"]
     elif args.scenario == "oom":
         cgroup = memory_cgroup(256 << 20)
         if cgroup is None:
@@ -99,8 +113,20 @@ def main():
 
     started = time.monotonic()
     job = Job([args.ddprun, *options, WORKER, args.scenario], name="ddprun", env=env)
+    # torchrun 1.13 side by side where ddprun must behave as it does (it has no exit timeout).
+    anchor = None
+    if (args.scenario == "busy-at-exit" and os.path.realpath(args.python) == os.path.realpath(TORCH113_PYTHON)
+            and os.path.exists(TORCHRUN)):
+        # Not --standalone: torchrun 1.13 puts that store on the fixed port 29400, which another
+        # job on the machine may hold.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        anchor = Job([TORCH113_PYTHON, TORCHRUN, "--nnodes", "1", "--rdzv_backend", "c10d",
+                      "--rdzv_endpoint", f"127.0.0.1:{port}", "--nproc_per_node", "2", WORKER,
+                      args.scenario], name="torchrun 1.13", env=env)
     try:
-        wait_all([job], deadline, f"torch {version}, {args.scenario}")
+        wait_all([job] + ([anchor] if anchor else []), deadline, f"torch {version}, {args.scenario}")
     finally:
         if cgroup:
             try:
@@ -125,8 +151,26 @@ def main():
         check(job.returncode == 137, f"a straggler ends the job with 137, no restart (got {job.returncode})", job)
         check("hung      : still running" in err and "--exit-timeout 2" in err,
               "the summary says the rank hung at exit", job)
+        check(re.search(r"exited 0 and idle [^:]*: 0\.0\d s of CPU time, \d+ bytes of I/O, no progress "
+                        r"report \(--exit-timeout 2\)", err),
+              "the summary says what was seen: no CPU time, no I/O, no report", job)
         check("linger_after_peers" in err, "the summary's stack names where rank 1 lingered", job)
         check("restarting the job" not in err, "no restart after a straggler", job)
+    elif args.scenario == "busy-at-exit":
+        check(job.returncode == 0, f"a rank 0 that works past --exit-timeout finishes: exit 0 (got "
+              f"{job.returncode})", job)
+        check("rank 0: evaluated for" in job.output, "rank 0 said it finished its evaluation", job)
+        check("is hung" not in err and "hung      :" not in err, "nothing was found hung", job)
+        looks = re.findall(r"worker 0 \(pid \d+\) still runs [\d.]+ s after a worker of this node "
+                           r"exited 0, and works", err)
+        check(len(looks) >= 2, f"the agent looked at least twice and saw work each time (saw {len(looks)})", job)
+        if anchor is not None:
+            check(anchor.returncode == 0, f"torchrun 1.13 runs the same job to exit 0 (got {anchor.returncode})",
+                  anchor)
+            check("rank 0: evaluated for" in anchor.output, "under torchrun 1.13 too, rank 0 finished", anchor)
+            print(f"side by side: ddprun exit {job.returncode}, torchrun 1.13 exit {anchor.returncode}")
+        else:
+            print(f"torchrun 1.13 side by side skipped: {TORCHRUN} missing or not torch 1.13's python")
     elif args.scenario == "oom":
         check(job.returncode == 137, f"the OOM kill ends the job with 137 (got {job.returncode})", job)
         check("oom       : " in err and "OOM killer" in err, "the summary names the OOM kill", job)

@@ -187,6 +187,24 @@ TEST_CASE("a held key lives while someone holds it and a holder lost for cause r
   CHECK_FALSE(kv.release(&b, "alive/1"));
 }
 
+TEST_CASE("time the server could not run is added to every hold's time-to-live", "[kv][hold]") {
+  using namespace std::chrono_literals;
+  KvState kv;
+  Recorder a;
+  Recorder b;
+  const auto t0 = KvState::TimePoint{} + 1h;
+  kv.hold(&a, "alive/1", "n1", 1000ms, "stop", "lost n1", t0);
+  kv.hold(&b, "alive/2", "n2", 0ms, "stop", "lost n2", t0);  // no time-to-live: stays so
+  kv.postponeHolds(60s);  // the server was stopped for a minute
+  kv.expireHolds(t0 + 60s);
+  CHECK(kv.find("alive/1") != nullptr);
+  CHECK(kv.find("stop") == nullptr);
+  kv.expireHolds(t0 + 61s);
+  CHECK(kv.find("alive/1") == nullptr);
+  CHECK(*kv.find("stop") == "lost n1");
+  CHECK(kv.find("alive/2") != nullptr);
+}
+
 TEST_CASE("a hold that is not renewed within its time-to-live lapses", "[kv][hold]") {
   using namespace std::chrono_literals;
   KvState kv;

@@ -35,6 +35,7 @@
 #include "hang/oom.h"
 #include "hang/progress_watch.h"
 #include "hang/python_stack_hook.h"
+#include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
 #include "membership/membership_driver.h"
 #include "membership/store_backend.h"
@@ -189,6 +190,7 @@ class Watchers {
     watch.heartbeats = &heartbeats_;
     watch.evidence = evidence_.get();
     watch.oom = &oom_;
+    watch.activity = &activity_;
     if (config.eventLogHandler == "console") {
       watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
     }
@@ -205,18 +207,48 @@ class Watchers {
   HeartbeatFiles heartbeats_;
   std::unique_ptr<EvidenceCollector> evidence_;
   KernelOomWitness oom_;
+  ProcActivity activity_;
 };
 
-// SIGCHLD and the handled signals, to the machine, until it has finished.
-void forwardSignals(asio::signal_set& signals, AgentMachine& machine) {
-  signals.async_wait([&signals, &machine](const boost::system::error_code& error, int signal) {
+// The job-control signals that stop a process: Ctrl-Z (SIGTSTP), a background job reading from or
+// writing to the terminal (SIGTTIN, SIGTTOU).
+bool isStopSignal(int signal) { return signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU; }
+
+// Stops this process as `signal` would have without a handler, so that the shell sees the job
+// stopped by it ("Stopped", "Stopped (tty output)"), and returns once it is continued. Asio's
+// handler is set aside meanwhile and put back after. In an orphaned process group the kernel
+// discards such a signal instead: then this returns at once, and the job goes on.
+void stopAgentAs(int signal) {
+  struct sigaction byDefault {};
+  byDefault.sa_handler = SIG_DFL;
+  sigemptyset(&byDefault.sa_mask);
+  struct sigaction asios {};
+  ::sigaction(signal, &byDefault, &asios);
+  ::raise(signal);  // the whole process stops here, every thread, until SIGCONT
+  ::sigaction(signal, &asios, nullptr);
+}
+
+// SIGCHLD, job control and the handled signals, to the machine, until it has finished.
+void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerPipe* timerPipe) {
+  signals.async_wait([&signals, &machine, timerPipe](const boost::system::error_code& error, int signal) {
     if (error) return;
     if (signal == SIGCHLD) {
       machine.onChildExited();
+    } else if (isStopSignal(signal)) {
+      // Ctrl-Z: the workers and the timeouts first, then the agent itself; the same handler
+      // continues them all once the agent runs again, before anything else is handled.
+      machine.onSuspend(signal);
+      // A FileTimer request written just before the workers stopped is taken now, so that its
+      // deadline is moved on with the others.
+      if (timerPipe != nullptr) timerPipe->readAvailable();
+      stopAgentAs(signal);
+      machine.onResume();
+    } else if (signal == SIGCONT) {
+      machine.onResume();  // already done when the agent stopped itself; nothing then
     } else {
       machine.onSignal(signal);
     }
-    if (machine.state() != AgentMachine::State::kFinished) forwardSignals(signals, machine);
+    if (machine.state() != AgentMachine::State::kFinished) forwardSignals(signals, machine, timerPipe);
   });
 }
 
@@ -272,8 +304,13 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
 
   asio::signal_set signals(io);
   signals.add(SIGCHLD);
-  for (int signal : config.restart.signalsToHandle) signals.add(signal);
-  forwardSignals(signals, machine);
+  // Job control whatever --signals-to-handle says (those are the signals that end the job): the
+  // workers' sessions are their own, so only the agent can stop and continue them with the job.
+  for (int signal : {SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT}) signals.add(signal);
+  for (int signal : config.restart.signalsToHandle) {
+    if (!isStopSignal(signal) && signal != SIGCONT) signals.add(signal);
+  }
+  forwardSignals(signals, machine, timerPipe.get());
   machine.start();
   io.run();
 

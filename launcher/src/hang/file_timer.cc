@@ -178,9 +178,26 @@ void FileTimers::clear() {
   rearm();
 }
 
+void FileTimers::pause() {
+  if (pausedAt_) return;
+  pausedAt_ = loop_.wallNow();
+  timer_.reset();
+}
+
+void FileTimers::resume() {
+  if (!pausedAt_) return;
+  const double stopped = std::chrono::duration<double>(loop_.wallNow() - *pausedAt_).count();
+  pausedAt_.reset();
+  if (stopped > 0) {
+    for (auto& [key, request] : timers_) request.expirationTime += stopped;
+  }
+  rearm();
+}
+
 void FileTimers::rearm() {
-  // While expiries are being reported the timers change under fire(), which re-arms once after.
-  if (firing_) return;
+  // While expiries are being reported the timers change under fire(), which re-arms once after;
+  // while the job is stopped nothing is armed (resume() re-arms).
+  if (firing_ || pausedAt_) return;
   if (timers_.empty()) {
     timer_.reset();
     return;

@@ -6,6 +6,10 @@
 // kills). Unlike torch's server (a thread polling every 0.1 s) one EventLoop timer is armed for
 // the earliest deadline: no work at all while no timer is due.
 //
+// Job control: while the job is stopped (Ctrl-Z) its workers cannot release their timers, so
+// the deadlines they gave (epoch times) are moved on by the time the job stood still: pause()
+// and resume(). torch's server, polling in the stopped agent, fires them all at the resume.
+//
 // Thread safety: every method runs on the event loop's thread.
 #pragma once
 
@@ -47,7 +51,7 @@ struct FileTimerExpiry {
   pid_t pid = 0;
   std::string scopeId;
   int signal = 0;
-  double expirationTime = 0;
+  double expirationTime = 0;  // when it was due: the worker's deadline plus the time stopped
 };
 
 class FileTimers {
@@ -65,6 +69,11 @@ class FileTimers {
   // Drops every timer of `pid` (the worker exited) or all of them (a new round).
   void forget(pid_t pid);
   void clear();
+  // The job is stopped: nothing fires until resume(); requests are still taken.
+  void pause();
+  // The job runs again: every timer taken so far is due that much later, the time since pause()
+  // added to its deadline (a worker armed it before it was stopped, and could not run since).
+  void resume();
   std::size_t size() const { return timers_.size(); }
 
  private:
@@ -79,6 +88,7 @@ class FileTimers {
   std::unique_ptr<EventLoop::Timer> timer_;
   EventLoop::WallTime armedFor_;  // the deadline timer_ is armed for
   bool firing_ = false;           // fire() is reporting expiries; it re-arms once done
+  std::optional<EventLoop::WallTime> pausedAt_;  // the job is stopped since then
 };
 
 // The log of FileTimer signals refused because the pid a request named is not one of the job's

@@ -37,7 +37,7 @@ struct FileTimerPipe::State {
                                                                                 error_code& error,
                                                                             std::size_t size) {
       if (!self->open) return;
-      if (size > 0) self->consume(size);
+      if (size > 0) self->consume(std::string_view(self->buffer.data(), size));
       if (!self->open) return;  // the pipe was destroyed by onLine
       if (error) {
         // The agent holds a writing end itself, so there is no end-of-file; any error means
@@ -52,8 +52,7 @@ struct FileTimerPipe::State {
   }
 
   // Splits what arrived into lines; keeps a partial line for the next read.
-  void consume(std::size_t size) {
-    std::string_view data(buffer.data(), size);
+  void consume(std::string_view data) {
     while (!data.empty() && open) {
       const std::size_t newline = data.find('\n');
       const std::string_view piece = data.substr(0, newline);
@@ -151,5 +150,23 @@ FileTimerPipe::~FileTimerPipe() {
 }
 
 const std::string& FileTimerPipe::path() const { return state_->path; }
+
+void FileTimerPipe::readAvailable() {
+  // The descriptor is non-blocking: read until the pipe is empty. The pending asynchronous read
+  // runs on this same thread, so it cannot be filling the buffer meanwhile; it simply finds
+  // nothing (or what comes later).
+  // `onLine` may destroy this FileTimerPipe: the state is held here until the loop ends.
+  const std::shared_ptr<State> state = state_;
+  std::array<char, kReadChunk> chunk;
+  while (state->open) {
+    const ssize_t size = ::read(state->descriptor.native_handle(), chunk.data(), chunk.size());
+    if (size > 0) {
+      state->consume(std::string_view(chunk.data(), static_cast<std::size_t>(size)));
+      continue;
+    }
+    if (size < 0 && errno == EINTR) continue;
+    return;  // empty (EAGAIN), or an error the pending read will report
+  }
+}
 
 }  // namespace ddprun::launcher

@@ -23,6 +23,10 @@ class FileTimerPipe {
   FileTimerPipe(const FileTimerPipe&) = delete;
   FileTimerPipe& operator=(const FileTimerPipe&) = delete;
   const std::string& path() const;
+  // Hands every whole line already in the pipe to `onLine` now, without waiting for the loop
+  // (the job is being stopped: a request a worker wrote just before must be taken before the
+  // agent stops, so that its deadline is moved on with the others).
+  void readAvailable();
 
  private:
   struct State;

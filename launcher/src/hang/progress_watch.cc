@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ddprun/common/safe_files.h"
 
@@ -16,6 +17,11 @@ namespace ddprun::launcher {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The exit rule's idea of a worker that works (see progress_watch.h): over one window, at least
+// a hundredth of one core, or a page read or written.
+constexpr double kBusyCpuShare = 0.01;
+constexpr std::uint64_t kBusyIoBytes = 4096;
 
 double seconds(std::chrono::milliseconds duration) {
   return std::chrono::duration<double>(duration).count();
@@ -62,11 +68,19 @@ std::optional<EventLoop::WallTime> HeartbeatFiles::lastReport(int localRank) con
 }
 
 ProgressWatch::ProgressWatch(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
-                             OnHung onHung)
-    : loop_(loop), policy_(policy), heartbeats_(heartbeats), onHung_(std::move(onHung)) {}
+                             WorkerActivity* activity, OnHung onHung)
+    : loop_(loop),
+      policy_(policy),
+      heartbeats_(heartbeats),
+      activity_(activity),
+      onHung_(std::move(onHung)) {}
 
-void ProgressWatch::start(int count) {
-  workers_.assign(static_cast<std::size_t>(count), Watched{});
+void ProgressWatch::start(std::vector<pid_t> pids) {
+  workers_.assign(pids.size(), Watched{});
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    workers_[i].pid = pids[i];
+    workers_[i].running = pids[i] > 0;
+  }
   startedAt_ = loop_.wallNow();
   firstSuccessAt_.reset();
   check();
@@ -77,6 +91,7 @@ void ProgressWatch::exited(int localRank, bool succeeded) {
   workers_[localRank].running = false;
   if (succeeded && !firstSuccessAt_) {
     firstSuccessAt_ = loop_.wallNow();
+    if (policy_.exitTimeout) openWindows(*firstSuccessAt_);
     check();
   }
 }
@@ -86,8 +101,100 @@ void ProgressWatch::stop() {
   timer_.reset();
 }
 
-std::optional<HungWorker> ProgressWatch::verdict(int localRank, EventLoop::WallTime now,
-                                                 std::optional<EventLoop::WallTime>& deadline) const {
+void ProgressWatch::pause() {
+  paused_ = true;
+  timer_.reset();
+}
+
+void ProgressWatch::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  const auto now = loop_.wallNow();
+  resumedAt_ = now;
+  // What the trees did before the stop must not make a worker look busy in its first window
+  // after it, so every window starts here, with a fresh sample.
+  if (firstSuccessAt_ && policy_.exitTimeout) openWindows(now);
+  check();
+}
+
+std::vector<TreeSample> ProgressWatch::sample(const std::vector<std::size_t>& which) {
+  std::vector<pid_t> pids;
+  for (std::size_t i : which) pids.push_back(workers_[i].pid);
+  std::vector<TreeSample> samples = activity_ ? activity_->sample(pids) : std::vector<TreeSample>{};
+  samples.resize(which.size());
+  return samples;
+}
+
+void ProgressWatch::openWindows(EventLoop::WallTime now) {
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i].running && !workers_[i].hung) which.push_back(i);
+  }
+  if (which.empty()) return;
+  std::vector<TreeSample> samples = sample(which);
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    workers_[which[k]].windowStart = now;
+    workers_[which[k]].atWindowStart = std::move(samples[k]);
+  }
+}
+
+void ProgressWatch::judgeWindows(EventLoop::WallTime now, std::vector<HungWorker>& found) {
+  if (!firstSuccessAt_ || !policy_.exitTimeout) return;
+  const auto timeout = *policy_.exitTimeout;
+  std::vector<std::size_t> due;
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    const Watched& worker = workers_[i];
+    if (worker.running && !worker.hung && worker.windowStart + timeout <= now) due.push_back(i);
+  }
+  if (due.empty()) return;
+  std::vector<TreeSample> samples = sample(due);
+  for (std::size_t k = 0; k < due.size(); ++k) {
+    const int localRank = static_cast<int>(due[k]);
+    Watched& worker = workers_[due[k]];
+    const WorkDone done = workBetween(worker.atWindowStart, samples[k]);
+    const auto window = since(worker.windowStart, now);
+    std::optional<EventLoop::WallTime> report;
+    if (heartbeats_ != nullptr) report = heartbeats_->lastReport(localRank);
+    const bool reported = report && *report > worker.windowStart;
+    // Busy: a hundredth of one core over the window (never "any tick": torch 2.x's NCCL watchdog
+    // wakes ten times a second in a process stuck for good, and costs far less), or a page of
+    // I/O, or a progress report.
+    const bool busy = reported || (activity_ != nullptr &&
+                                   (done.cpu.count() >= window.count() * kBusyCpuShare ||
+                                    done.ioBytes >= kBusyIoBytes));
+    if (busy) {
+      spdlog::info("worker {} (pid {}) still runs {:.1f} s after a worker of this node exited 0, "
+                   "and works ({:.2f} s of CPU time, {} bytes of I/O{} in the last {:.1f} s): "
+                   "looking again in {:g} s (--exit-timeout)",
+                   localRank, worker.pid, seconds(since(*firstSuccessAt_, now)), seconds(done.cpu),
+                   done.ioBytes, reported ? ", a progress report" : "", seconds(window),
+                   seconds(timeout));
+      worker.windowStart = now;
+      worker.atWindowStart = std::move(samples[k]);
+      continue;
+    }
+    worker.hung = true;
+    const double after = seconds(since(*firstSuccessAt_, now));
+    std::string detail;
+    if (activity_ == nullptr) {
+      detail = fmt::format("still running {:.1f} s after a worker of this node exited 0 "
+                           "(--exit-timeout {:g})", after, seconds(timeout));
+    } else {
+      detail = fmt::format(
+          "still running {:.1f} s after a worker of this node exited 0 and idle {}: {:.2f} s of CPU "
+          "time, {} bytes of I/O{} (--exit-timeout {:g})",
+          after,
+          worker.windowStart == *firstSuccessAt_ ? std::string("all that time")
+                                                 : fmt::format("for the last {:.1f} s", seconds(window)),
+          seconds(done.cpu), done.ioBytes, heartbeats_ != nullptr ? ", no progress report" : "",
+          seconds(timeout));
+    }
+    found.push_back(HungWorker{localRank, HangKind::kAtExit, window, std::move(detail)});
+  }
+}
+
+std::optional<HungWorker> ProgressWatch::progressVerdict(
+    int localRank, EventLoop::WallTime now, std::optional<EventLoop::WallTime>& deadline) const {
   // Each rule gives a deadline; the worker is hung by the first one that passed.
   std::optional<HungWorker> hung;
   auto consider = [&](EventLoop::WallTime due, HangKind kind, EventLoop::WallTime from,
@@ -98,34 +205,38 @@ std::optional<HungWorker> ProgressWatch::verdict(int localRank, EventLoop::WallT
       deadline = due;
     }
   };
+  // No silence counts from before the job's latest resume (job control).
+  auto counted = [&](EventLoop::WallTime from) {
+    return resumedAt_ && *resumedAt_ > from ? *resumedAt_ : from;
+  };
   if (policy_.hangTimeout && heartbeats_ != nullptr) {
     const auto timeout = *policy_.hangTimeout;
     if (const auto last = heartbeats_->lastReport(localRank)) {
-      consider(*last + timeout, HangKind::kNoProgress, *last,
-               fmt::format("no progress reported for {:.1f} s (--hang-timeout {:g})",
-                           seconds(since(*last, now)), seconds(timeout)));
+      const auto from = counted(*last);
+      consider(from + timeout, HangKind::kNoProgress, from,
+               fmt::format("no progress reported for {:.1f} s{} (--hang-timeout {:g})",
+                           seconds(since(from, now)),
+                           from == *last ? "" : " since the job was resumed", seconds(timeout)));
     } else {
       if (policy_.startupTimeout) {
-        consider(startedAt_ + *policy_.startupTimeout, HangKind::kNoFirstProgress, startedAt_,
-                 fmt::format("no progress reported in the {:.1f} s since it started "
+        const auto from = counted(startedAt_);
+        consider(from + *policy_.startupTimeout, HangKind::kNoFirstProgress, from,
+                 fmt::format("no progress reported in the {:.1f} s since {} "
                              "(--hang-startup-timeout {:g})",
-                             seconds(since(startedAt_, now)), seconds(*policy_.startupTimeout)));
+                             seconds(since(from, now)),
+                             from == startedAt_ ? "it started" : "the job was resumed",
+                             seconds(*policy_.startupTimeout)));
       }
       // Look again within one hang timeout: a first report may come any time, and from then on
       // the worker is on the hang timeout's clock.
       if (!deadline || now + timeout < *deadline) deadline = now + timeout;
     }
   }
-  if (firstSuccessAt_ && policy_.exitTimeout) {
-    consider(*firstSuccessAt_ + *policy_.exitTimeout, HangKind::kAtExit, *firstSuccessAt_,
-             fmt::format("still running {:.1f} s after a worker of this node exited 0 "
-                         "(--exit-timeout {:g})",
-                         seconds(since(*firstSuccessAt_, now)), seconds(*policy_.exitTimeout)));
-  }
   return hung;
 }
 
 void ProgressWatch::check() {
+  if (paused_) return;
   timer_.reset();
   const auto now = loop_.wallNow();
   std::optional<EventLoop::WallTime> deadline;
@@ -133,9 +244,17 @@ void ProgressWatch::check() {
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     Watched& worker = workers_[i];
     if (!worker.running || worker.hung) continue;
-    if (auto hung = verdict(static_cast<int>(i), now, deadline)) {
+    if (auto hung = progressVerdict(static_cast<int>(i), now, deadline)) {
       worker.hung = true;
       found.push_back(std::move(*hung));
+    }
+  }
+  judgeWindows(now, found);
+  if (firstSuccessAt_ && policy_.exitTimeout) {
+    for (const Watched& worker : workers_) {
+      if (!worker.running || worker.hung) continue;
+      const auto due = worker.windowStart + *policy_.exitTimeout;
+      if (!deadline || due < *deadline) deadline = due;
     }
   }
   rearm(deadline);

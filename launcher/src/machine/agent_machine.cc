@@ -48,7 +48,7 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       workerStores_(workerStores),
       watch_(std::move(watch)),
       finished_(std::move(finished)),
-      progress_(loop, config.hang, watch_.heartbeats,
+      progress_(loop, config.hang, watch_.heartbeats, watch_.activity,
                 [this](const HungWorker& hung) {
                   // Evidence first, then SIGKILL: a hung worker may ignore SIGTERM, or hang in
                   // its handler.
@@ -56,7 +56,9 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
                 }),
       fileTimers_(loop, [this](const FileTimerExpiry& expiry) { onFileTimerExpired(expiry); }),
       fileTimerRefusals_(loop),
-      startedAt_(epochSeconds(loop_.wallNow())) {}
+      startedAt_(epochSeconds(loop_.wallNow())),
+      graceTimer_(loop),
+      barrierTimer_(loop) {}
 
 void AgentMachine::start() {
   state_ = State::kJoining;
@@ -128,7 +130,9 @@ void AgentMachine::startWorkers() {
   state_ = State::kRunning;
   if (watch_.oom) watch_.oom->attemptStarted();
   for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
-  progress_.start(config_.nprocPerNode);
+  std::vector<pid_t> pids;
+  for (const LocalWorker& worker : local_) pids.push_back(worker.running ? worker.pid : -1);
+  progress_.start(std::move(pids));
   spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
                 std::chrono::duration<double, std::milli>(loop_.now() - spawnStart).count());
   if (!localFailures_.empty()) announceFailure();
@@ -184,7 +188,7 @@ void AgentMachine::onStop(int round, StopReason stop) {
   stop_ = std::move(stop);
   if (stop_->kind == StopKind::kDone) {
     // Every node's workers succeeded (the last one through the exit barrier said so).
-    barrierTimer_.reset();
+    barrierTimer_.cancel();
     finish(Ending::succeeded());
     return;
   }
@@ -213,7 +217,7 @@ void AgentMachine::onStop(int round, StopReason stop) {
         break;
     }
     state_ = State::kStopping;
-    barrierTimer_.reset();
+    barrierTimer_.cancel();
     stopWorkers();
   }
   maybeRoundOver();
@@ -228,7 +232,7 @@ void AgentMachine::onStoreLost(const std::string& reason) {
 }
 
 void AgentMachine::endOnceStopped(Ending ending) {
-  barrierTimer_.reset();
+  barrierTimer_.cancel();
   endAfterStop_ = std::move(ending);
   state_ = State::kStopping;
   stopWorkers();
@@ -294,7 +298,7 @@ void AgentMachine::judgeWorkers() {
   spdlog::debug("round {}: every local worker exited 0", round_.number);
   state_ = State::kLocalDone;
   rendezvous_.markDone(round_.number, static_cast<int>(round_.members.size()));
-  barrierTimer_ = loop_.after(config_.rdzv.settings.exitBarrierTimeout, [this] {
+  barrierTimer_.arm(config_.rdzv.settings.exitBarrierTimeout, [this] {
     if (state_ != State::kLocalDone) return;
     if (identity_.hostsStore) {
       // Leaving would take the store from under the nodes still at work and kill their workers.
@@ -320,7 +324,7 @@ void AgentMachine::stopWorkers() {
   progress_.stop();
   if (!launcher_.anyRunning()) return;
   launcher_.signalAll(signal_ != 0 ? signal_ : SIGTERM);
-  graceTimer_ = loop_.after(config_.restart.shutdownTimeout, [this] {
+  graceTimer_.arm(config_.restart.shutdownTimeout, [this] {
     if (!launcher_.anyRunning()) return;
     spdlog::warn("workers still running {} ms after the stop signal: killing them",
                  config_.restart.shutdownTimeout.count());
@@ -330,7 +334,7 @@ void AgentMachine::stopWorkers() {
 
 void AgentMachine::maybeRoundOver() {
   if (state_ != State::kStopping || launcher_.anyRunning()) return;
-  graceTimer_.reset();
+  graceTimer_.cancel();
   if (endAfterStop_) {
     finish(std::move(*endAfterStop_));
     return;
@@ -439,6 +443,38 @@ void AgentMachine::onSignal(int signal) {
   stopWorkers();
 }
 
+void AgentMachine::onSuspend(int signal) {
+  if (state_ == State::kFinished || suspendedAt_) return;
+  suspendedAt_ = loop_.now();
+  // The workers run in sessions of their own, so the terminal's Ctrl-Z reaches none of them:
+  // every worker's process group is stopped here (and what exited workers left behind), with
+  // SIGSTOP, which no worker can catch or ignore, as the terminal would have stopped them.
+  spdlog::info("received {}: stopping every worker and the agent until the job is continued "
+               "(fg, bg or SIGCONT)", common::signalName(signal));
+  launcher_.signalAll(SIGSTOP);
+  // A stopped job is neither hung nor slow to exit: no timeout of this agent counts while it is
+  // stopped. (The other nodes' view is theirs: a node stopped for longer than the rendezvous's
+  // keep-alive allows is lost to them, and they re-form without it; docs/env_contract.md.)
+  progress_.pause();
+  fileTimers_.pause();
+  graceTimer_.pause();
+  barrierTimer_.pause();
+}
+
+void AgentMachine::onResume() {
+  if (!suspendedAt_) return;
+  const auto stopped = std::chrono::duration<double>(loop_.now() - *suspendedAt_).count();
+  suspendedAt_.reset();
+  if (state_ == State::kFinished) return;
+  launcher_.signalAll(SIGCONT);
+  spdlog::info("the job continues after {:.1f} s stopped: the hang and exit timeouts start afresh, "
+               "FileTimer deadlines and the agent's own timeouts are moved on by that time", stopped);
+  progress_.resume();
+  fileTimers_.resume();
+  graceTimer_.resume();
+  barrierTimer_.resume();
+}
+
 void AgentMachine::onConsoleClosed() {
   if (state_ == State::kFinished || endAfterStop_) return;
   // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
@@ -453,8 +489,8 @@ void AgentMachine::finish(Ending ending) {
   spdlog::debug("finishing with exit code {}", code);
   if (!ending.message.empty()) printError(ending.message + "\n");
   ending_ = std::move(ending);
-  graceTimer_.reset();
-  barrierTimer_.reset();
+  graceTimer_.cancel();
+  barrierTimer_.cancel();
   progress_.stop();
   fileTimers_.clear();
   fileTimerRefusals_.flush();

@@ -15,6 +15,10 @@
 //              worker failed: restart (job-global budget) or fail with the root cause's code;
 //              node lost/joined/left: re-form (no restart counted); signal: exit 128+signal.
 //
+// Job control (Ctrl-Z) is across all states: onSuspend() stops every worker and pauses every
+// timeout of this agent; onResume() continues the workers and gives the timeouts their time
+// back (the wiring stops the agent's own process in between).
+//
 // Thread safety: every method runs on the event loop's thread.
 #pragma once
 
@@ -40,6 +44,8 @@
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "hang/progress_watch.h"
+#include "hang/worker_activity.h"
+#include "machine/pausable_timer.h"
 #include "core/stop_reason.h"
 #include "core/worker_output.h"
 
@@ -62,6 +68,7 @@ struct WorkerWatch {
   Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
   EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
   OomWitness* oom = nullptr;              // OOM kills
+  WorkerActivity* activity = nullptr;     // busy or idle (--exit-timeout's stragglers)
   // --event-log-handler console: where each event's JSON line goes (nothing: no events).
   std::function<void(std::string)> event;
 };
@@ -90,6 +97,13 @@ class AgentMachine final : public RendezvousEvents {
   void onChildExited();
   // A handled signal (SIGTERM, SIGINT, ...).
   void onSignal(int signal);
+  // Job control: the job is to stop (SIGTSTP, SIGTTIN, SIGTTOU: Ctrl-Z, or a background job
+  // touching the terminal). Every worker is stopped and no timeout counts until onResume().
+  void onSuspend(int signal);
+  // The job is continued (SIGCONT: fg, bg): the workers too, and every timeout resumes, the
+  // stopped time not counted. Nothing when the job was not suspended.
+  void onResume();
+  bool suspended() const { return suspendedAt_.has_value(); }
   // The agent's stdout stopped taking output (its reader exited: `ddprun ... | head`).
   void onConsoleClosed();
   // A line from torch's FileTimer pipe (TORCHELASTIC_TIMER_FILE).
@@ -171,8 +185,9 @@ class AgentMachine final : public RendezvousEvents {
   int signal_ = 0;                            // a handled signal that arrived
   std::optional<Ending> endAfterStop_;        // end so once the workers are gone
   std::optional<Ending> ending_;
-  std::unique_ptr<EventLoop::Timer> graceTimer_;
-  std::unique_ptr<EventLoop::Timer> barrierTimer_;
+  PausableTimer graceTimer_;
+  PausableTimer barrierTimer_;
+  std::optional<EventLoop::TimePoint> suspendedAt_;  // the job is stopped (job control) since then
 };
 
 }  // namespace ddprun::launcher

@@ -32,6 +32,10 @@ using asio::ip::tcp;
 
 namespace {
 
+// How late a sweep (due every 250 ms at most) may be before the server counts the time as its own
+// stall rather than the holders' silence.
+constexpr std::chrono::seconds kServerStall{1};
+
 std::string formatEndpoint(const tcp::endpoint& endpoint) {
   const auto address = endpoint.address();
   return address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
@@ -283,9 +287,19 @@ class RendezvousServer::Impl {
         std::chrono::milliseconds(20), std::chrono::milliseconds(250));
     if (context_.kv.hasHolds()) period = std::min(period, std::chrono::milliseconds(50));
     sweepTimer_.expires_after(period);
-    sweepTimer_.async_wait([this](const boost::system::error_code& error) {
+    const auto due = Session::Clock::now() + period;
+    sweepTimer_.async_wait([this, due](const boost::system::error_code& error) {
       if (error || stopRequested_) return;
       const auto now = Session::Clock::now();
+      // A sweep far later than due means this server did not run meanwhile (its process was
+      // stopped, e.g. the agent hosting it by Ctrl-Z, or its host was suspended): nobody could
+      // renew a hold in that time, so it is added to every hold's time-to-live instead of
+      // expiring them all at once (which would report every node lost, this agent's own too).
+      if (now - due > kServerStall) {
+        spdlog::info("the store did not run for {:.1f} s: hold deadlines moved on by that time",
+                     std::chrono::duration<double>(now - due).count());
+        context_.kv.postponeHolds(now - due);
+      }
       for (const auto& session : snapshot()) session->checkDeadlines(now);
       for (const auto& gate : gateSnapshot()) gate->checkDeadline(now);
       for (const auto& front : frontSnapshot()) front->checkDeadline(now);

@@ -4,14 +4,19 @@ in a function with a telling name (the stack evidence must show it); in a later 
 
   file-timer   rank 0 arms torch's FileTimer (expires(after=1)) and overruns it
   heartbeat    rank 1 reports progress (os.utime of $DDPRUN_HEARTBEAT_FILE), then stops reporting
-  at-exit      rank 0 exits 0 at once; rank 1 lingers for ever
+  at-exit      rank 0 exits 0 at once; rank 1 lingers for ever (blocked, no CPU: the shape of
+               torch 1.13's gloo teardown deadlock)
+  busy-at-exit rank 1 exits 0 at once; rank 0 goes on working past --exit-timeout (a final
+               evaluation: BUSY_SECONDS of CPU of its own, then as long again in a child process it
+               waits for, as a wrapper whose child does the work), then exits 0
   oom          rank 1 moves into the memory-limited cgroup $OOM_CGROUP and allocates past it
 """
 import os
+import subprocess
 import sys
 import time
 
-RANK = int(os.environ["RANK"])
+RANK = int(os.environ.get("RANK", "-1"))
 ATTEMPT = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 SCENARIO = sys.argv[1]
 FOREVER = 3600
@@ -34,6 +39,15 @@ def stop_reporting_and_wait():
 
 def linger_after_peers():
     time.sleep(FOREVER)
+
+
+def evaluate_after_peers(seconds):
+    """Spins the CPU for `seconds` (of wall time), itself."""
+    end = time.monotonic() + seconds
+    total = 0
+    while time.monotonic() < end:
+        total += sum(i * i for i in range(10000))
+    return total
 
 
 def allocate_past_the_limit():
@@ -66,6 +80,19 @@ def main():
     elif SCENARIO == "at-exit":
         if RANK == 1:
             linger_after_peers()
+        return 0
+    elif SCENARIO == "busy-at-exit":
+        if RANK == 0:
+            seconds = float(os.environ.get("BUSY_SECONDS", "3"))
+            started = time.monotonic()
+            evaluate_after_peers(seconds)
+            # Then the work goes on in a child; this process only waits (no CPU of its own).
+            subprocess.run([sys.executable, __file__, "busy-child", str(seconds)], check=True)
+            print(f"rank 0: evaluated for {time.monotonic() - started:.1f} s after its peers exited",
+                  flush=True)
+        return 0
+    elif SCENARIO == "busy-child":
+        evaluate_after_peers(float(sys.argv[2]))
         return 0
     elif SCENARIO == "oom":
         if RANK == 1:
