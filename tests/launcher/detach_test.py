@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from side_by_side import TORCHRUN, fail, scenario_main, shown  # noqa: E402
+from side_by_side import TORCHRUN, fail, scenario_main, shown, torchrun_command  # noqa: E402
 import side_by_side  # noqa: E402
 TOKEN = "DETACH_TEST_TOKEN"
 
@@ -261,8 +261,8 @@ def nohup(args, work, token):
     side = os.path.join(work, "torchrun")
     os.mkdir(side)
     worker = os.path.join(work, "worker.sh")
-    anchor, anchor_seconds = run([args.torchrun_python, TORCHRUN, "--standalone", "--nproc_per_node", "1",
-                                  "--no_python", "/bin/sh", worker, side, "nohup"],
+    anchor, anchor_seconds = run(torchrun_command(args.torchrun_python, "--nproc_per_node", "1",
+                                  "--no_python", "/bin/sh", worker, side, "nohup"),
                                  job_env(side, token, args.ddprun), side, timeout=120)
     if anchor.returncode != 0:
         fail(f"torchrun 1.13 did not run the job: the anchor is broken\n{shown(anchor)}")
@@ -281,15 +281,15 @@ SCENARIOS = {"kept": kept, "nohup": nohup}
 
 
 # Every process of the test carries it: the cleanup's key.
-TOKEN = secrets.token_hex(8)
+RUN_TOKEN = secrets.token_hex(8)
 
 
 def prepare(args, work):
     with open(os.path.join(work, "worker.sh"), "w") as f:
         f.write(WORKER)
-    return (TOKEN,)
+    return (RUN_TOKEN,)
 
 
 if __name__ == "__main__":
     scenario_main(__doc__, SCENARIOS, prefix="ddprun-detach-test-", before=prepare,
-                  after=lambda: kill_ours(TOKEN))
+                  after=lambda: kill_ours(RUN_TOKEN))

@@ -16,17 +16,16 @@ leave to finish (exit 0), as torchrun 1.13 does (run side by side with the same 
 import argparse
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "hang_worker.py")
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
 TORCH113_PYTHON = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from jobs import SKIP, Deadline, Job, torch_version, wait_all  # noqa: E402
+from side_by_side import TORCHRUN, torchrun_command  # noqa: E402
 
 
 
@@ -117,14 +116,8 @@ def main():
     anchor = None
     if (args.scenario == "busy-at-exit" and os.path.realpath(args.python) == os.path.realpath(TORCH113_PYTHON)
             and os.path.exists(TORCHRUN)):
-        # Not --standalone: torchrun 1.13 puts that store on the fixed port 29400, which another
-        # job on the machine may hold.
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        anchor = Job([TORCH113_PYTHON, TORCHRUN, "--nnodes", "1", "--rdzv_backend", "c10d",
-                      "--rdzv_endpoint", f"127.0.0.1:{port}", "--nproc_per_node", "2", WORKER,
-                      args.scenario], name="torchrun 1.13", env=env)
+        anchor = Job(torchrun_command(TORCH113_PYTHON, "--nproc_per_node", "2", WORKER,
+                                      args.scenario), name="torchrun 1.13", env=env)
     try:
         wait_all([job] + ([anchor] if anchor else []), deadline, f"torch {version}, {args.scenario}")
     finally:

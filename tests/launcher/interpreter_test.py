@@ -20,7 +20,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from side_by_side import SKIP, TORCHRUN, check, run, scenario_main  # noqa: E402
+from side_by_side import SKIP, TORCHRUN, check, run, scenario_main, torchrun_command  # noqa: E402
 
 TORCH_PYTHON = "/usr/bin/python3"
 TRAIN = """#!/usr/bin/env python3
@@ -44,11 +44,10 @@ def environment(work):
     return env
 
 
-def launchers(ddprun, script, extra=()):
-    common = ["--standalone", "--nproc_per_node", "2", *extra, script]  # 1.13 spells it so
-    yield "ddprun", [ddprun, *common]
+def launchers(ddprun, script):
+    yield "ddprun", [ddprun, "--standalone", "--nproc_per_node", "2", script]  # 1.13's spelling
     if os.path.exists(TORCHRUN):
-        yield "torchrun 1.13", [TORCH_PYTHON, TORCHRUN, *common]
+        yield "torchrun 1.13", torchrun_command(TORCH_PYTHON, "--nproc_per_node", "2", script)
     else:
         print(f"note: {TORCHRUN} is missing; torchrun's side is not run")
 

@@ -17,16 +17,16 @@ import argparse
 import os
 import pty
 import re
+import shlex
 import signal
-import socket
 import sys
 import threading
 import time
 
-SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from side_by_side import SKIP, TORCHRUN, torchrun_command  # noqa: E402
 WORKER = os.path.join(HERE, "workers", "job_control_worker.py")
-TORCHRUN = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "tools", "torchrun-py311.py"))
 STOPPED_FOR = 7.0  # longer than --exit-timeout and --hang-timeout below
 TIMEOUT = 5
 # The whole test's end, well inside its CTest TIMEOUT (200 s): every wait takes what is left.
@@ -195,14 +195,8 @@ def main():
     if not os.path.exists(TORCHRUN) or not os.path.exists(args.torchrun_python):
         print(f"torchrun 1.13 side by side skipped: {TORCHRUN} or {args.torchrun_python} missing")
         return 0
-    # Not --standalone: torchrun 1.13 puts that store on the fixed port 29400, which another job
-    # on the machine may hold.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     anchor_code, anchor = run_stopped_job(
-        "torchrun 1.13", f"{args.torchrun_python} {TORCHRUN} --nnodes 1 --rdzv_backend c10d "
-        f"--rdzv_endpoint 127.0.0.1:{port} --nproc_per_node 3 {WORKER}", env)
+        "torchrun 1.13", shlex.join(torchrun_command(args.torchrun_python, "--nproc_per_node", "3", WORKER)), env)
     if anchor_code != 0:
         print(f"FAIL: torchrun 1.13 did not finish the stopped job either (exit {anchor_code}): the "
               f"anchor is broken\n--- the terminal ---\n{anchor}", flush=True)

@@ -34,7 +34,7 @@ import tty
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from side_by_side import SKIP, TORCHRUN, fail, scenario_main  # noqa: E402
+from side_by_side import SKIP, TORCHRUN, fail, scenario_main, torchrun_command  # noqa: E402
 RUN_TIMEOUT = 60  # seconds for one launcher run (torchrun 1.13 imports torch: a few seconds)
 COLUMNS = 80  # the test terminal's width
 
@@ -83,8 +83,8 @@ def launchers(args, script):
     env = dict(os.environ, PYTHON_EXEC=args.torchrun_python)
     runs = [("ddprun", [args.ddprun, "--standalone", "--nproc-per-node", "2", script], env)]
     if os.path.exists(TORCHRUN) and shutil.which(args.torchrun_python) is not None:
-        runs.append(("torchrun 1.13", [args.torchrun_python, TORCHRUN, "--standalone", "--nproc_per_node", "2",
-                                       script], dict(os.environ)))
+        runs.append(("torchrun 1.13", torchrun_command(args.torchrun_python, "--nproc_per_node", "2",
+                                                        script), dict(os.environ)))
     else:
         print(f"torchrun side by side skipped: {TORCHRUN} or {args.torchrun_python} is missing")
     return runs

@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from side_by_side import SKIP, TORCHRUN, check, run, scenario_main  # noqa: E402
+from side_by_side import SKIP, TORCHRUN, check, run, scenario_main, torchrun_command  # noqa: E402
 
 # The worker: its paths, then (in `relative`) a change of directory and a write of its error file.
 WORKER = ('echo "EF=$TORCHELASTIC_ERROR_FILE"; echo "HB=$DDPRUN_HEARTBEAT_FILE"; '
@@ -53,8 +53,8 @@ def missing(args, work):
     if not os.path.exists(TORCHRUN) or shutil.which(args.torchrun_python) is None:
         print(f"torchrun side by side skipped: {TORCHRUN} or {args.torchrun_python} is missing")
         return
-    anchor = run([args.torchrun_python, TORCHRUN, "--standalone", "--nproc_per_node", "1", "--no_python",
-                  "/bin/sh", "-c", WORKER], env, work, timeout=120)
+    anchor = run(torchrun_command(args.torchrun_python, "--nproc_per_node", "1", "--no_python",
+                  "/bin/sh", "-c", WORKER), env, work, timeout=120)
     check(anchor.returncode == 0, "torchrun 1.13 did not run the job either: the anchor is broken", anchor)
     print("torchrun 1.13 and ddprun both run the job with a missing TMPDIR")
 

@@ -9,6 +9,7 @@ output, detach): where torchrun is, one bounded run, one way to fail with what w
 import argparse
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,17 @@ from jobs import SKIP  # noqa: F401  (re-exported: the scenario scripts skip wit
 # Debian's torchrun 1.13 on Python 3.11 (../shared/tools beside the repository).
 TORCHRUN = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                                          "shared", "tools", "torchrun-py311.py"))
+
+
+def torchrun_command(python, *options):
+    """torchrun 1.13 as `--standalone` runs it, but on a port of its own: 1.13's --standalone always
+    takes localhost:29400 and, when that is busy (another test beside this one), silently joins
+    whatever job listens there. `options` follow (--nproc_per_node N, the script, ...)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return [python, TORCHRUN, "--nnodes", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+            f"127.0.0.1:{port}", *options]
 
 
 def fail(message):
