@@ -54,7 +54,8 @@ class Terminal:
             os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
         self.text = ""
         self.changed = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         while True:
@@ -102,6 +103,11 @@ class Terminal:
         except OSError:
             pass
         os.waitpid(self.pid, 0)
+        # The reader ends at the terminal's end (every process that had it is gone) and only then
+        # is the descriptor closed: closed while the reader may still call read() on its number,
+        # the next Terminal's pseudo-terminal could get that number and the old reader would take
+        # the new terminal's output (torchrun's run lost its ranks' "ready" lines so).
+        self.reader.join(timeout=10)
         os.close(self.fd)
 
 
