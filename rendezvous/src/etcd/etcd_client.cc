@@ -427,12 +427,24 @@ namespace {
 Deadline deadlineOf(const EtcdClientOptions& options, std::optional<Deadline> deadline) {
   return deadline ? *deadline : Clock::now() + options.timeout;
 }
+
+// An answer read into its type, with the call named when the answer does not read.
+template <typename Parse>
+auto parsed(const std::string& what, Parse&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const EtcdError& error) {
+    if (error.code() != EtcdError::Code::kBadResponse) throw;
+    throw EtcdError(error.code(), "etcd: " + what + ": the answer's " + error.what());
+  }
+}
 }  // namespace
 
 RangeResult EtcdClient::range(const RangeRequest& request, std::optional<Deadline> deadline) {
-  auto answer = impl_->call("range " + rangeText(request.range), "/kv/range", wire::rangeBody(request),
+  const std::string what = "range " + rangeText(request.range);
+  auto answer = impl_->call(what, "/kv/range", wire::rangeBody(request),
                             deadlineOf(impl_->options, deadline), Impl::Effect::kRead);
-  return wire::parseRange(answer.body);
+  return parsed(what, [&] { return wire::parseRange(answer.body); });
 }
 
 std::optional<KeyValue> EtcdClient::get(const std::string& key, std::optional<Deadline> deadline) {
@@ -442,16 +454,21 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key, std::optional<De
 }
 
 PutResult EtcdClient::put(const PutRequest& request, std::optional<Deadline> deadline) {
-  auto answer = impl_->call("put " + shown(request.key), "/kv/put", wire::putBody(request),
+  const std::string what = "put " + shown(request.key);
+  auto answer = impl_->call(what, "/kv/put", wire::putBody(request),
                             deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
-  return wire::parsePut(answer.body);
+  PutResult result = parsed(what, [&] { return wire::parsePut(answer.body); });
+  result.afterUncertainAttempt = answer.afterUncertainAttempt;
+  return result;
 }
 
 DeleteResult EtcdClient::deleteRange(const DeleteRequest& request, std::optional<Deadline> deadline) {
-  auto answer = impl_->call("delete " + rangeText(request.range), "/kv/deleterange",
-                            wire::deleteBody(request), deadlineOf(impl_->options, deadline),
-                            Impl::Effect::kWrite);
-  return wire::parseDelete(answer.body);
+  const std::string what = "delete " + rangeText(request.range);
+  auto answer = impl_->call(what, "/kv/deleterange", wire::deleteBody(request),
+                            deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
+  DeleteResult result = parsed(what, [&] { return wire::parseDelete(answer.body); });
+  result.afterUncertainAttempt = answer.afterUncertainAttempt;
+  return result;
 }
 
 TxnResult EtcdClient::txn(const Txn& txn, std::optional<Deadline> deadline) {
@@ -460,7 +477,7 @@ TxnResult EtcdClient::txn(const Txn& txn, std::optional<Deadline> deadline) {
   if (txn.compares.size() > 1) what += " and " + std::to_string(txn.compares.size() - 1) + " more";
   auto answer = impl_->call(what, "/kv/txn", wire::txnBody(txn), deadlineOf(impl_->options, deadline),
                             Impl::Effect::kWrite);
-  TxnResult result = wire::parseTxn(answer.body);
+  TxnResult result = parsed(what, [&] { return wire::parseTxn(answer.body); });
   result.afterUncertainAttempt = answer.afterUncertainAttempt;
   return result;
 }
@@ -474,20 +491,20 @@ void EtcdClient::compact(Revision revision, std::optional<Deadline> deadline) {
 LeaseGrant EtcdClient::grantLease(std::int64_t ttlSeconds, std::optional<Deadline> deadline) {
   // A grant failed over after an uncertain attempt may leave a lease nobody holds: it expires
   // by itself after its TTL, with no key bound to it.
-  auto answer = impl_->call("lease grant (TTL " + std::to_string(ttlSeconds) + " s)", "/lease/grant",
-                            json{{"TTL", std::to_string(ttlSeconds)}},
+  const std::string what = "lease grant (TTL " + std::to_string(ttlSeconds) + " s)";
+  auto answer = impl_->call(what, "/lease/grant", json{{"TTL", std::to_string(ttlSeconds)}},
                             deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
-  return wire::parseLeaseGrant(answer.body);
+  return parsed(what, [&] { return wire::parseLeaseGrant(answer.body); });
 }
 
 LeaseKeepAlive EtcdClient::keepAliveOnce(LeaseId lease, std::optional<Deadline> deadline) {
   // A renewal repeated on another member only renews again: a read, as far as fail-over goes.
-  auto answer = impl_->call("keep-alive of lease " + std::to_string(lease), "/lease/keepalive",
-                            wire::leaseIdBody(lease), deadlineOf(impl_->options, deadline),
-                            Impl::Effect::kRead);
+  const std::string what = "keep-alive of lease " + std::to_string(lease);
+  auto answer = impl_->call(what, "/lease/keepalive", wire::leaseIdBody(lease),
+                            deadlineOf(impl_->options, deadline), Impl::Effect::kRead);
   // The keep-alive is a stream call: its one answer is {"result": ...}, and an error the stream
   // ends with is {"error": {...}}, which call() has turned into an EtcdError already.
-  return wire::parseKeepAlive(answer.body);
+  return parsed(what, [&] { return wire::parseKeepAlive(answer.body); });
 }
 
 void EtcdClient::revokeLease(LeaseId lease, std::optional<Deadline> deadline) {
@@ -505,9 +522,10 @@ LeaseTimeToLive EtcdClient::leaseTimeToLive(LeaseId lease, bool withKeys,
                                             std::optional<Deadline> deadline) {
   json body = wire::leaseIdBody(lease);
   if (withKeys) body["keys"] = true;
-  auto answer = impl_->call("time-to-live of lease " + std::to_string(lease), "/lease/timetolive",
-                            body, deadlineOf(impl_->options, deadline), Impl::Effect::kRead);
-  return wire::parseTimeToLive(answer.body);
+  const std::string what = "time-to-live of lease " + std::to_string(lease);
+  auto answer = impl_->call(what, "/lease/timetolive", body, deadlineOf(impl_->options, deadline),
+                            Impl::Effect::kRead);
+  return parsed(what, [&] { return wire::parseTimeToLive(answer.body); });
 }
 
 MemberStatus EtcdClient::memberStatus(std::size_t endpoint, std::optional<Deadline> deadline) {
@@ -516,7 +534,7 @@ MemberStatus EtcdClient::memberStatus(std::size_t endpoint, std::optional<Deadli
   }
   auto answer = impl_->call("status", "/maintenance/status", json::object(),
                             deadlineOf(impl_->options, deadline), Impl::Effect::kRead, endpoint);
-  return wire::parseStatus(answer.body);
+  return parsed("status", [&] { return wire::parseStatus(answer.body); });
 }
 
 }  // namespace ddprun::rendezvous::etcd

@@ -158,9 +158,11 @@ class Watch final : public EtcdWatch {
           continue;
         case wire::WatchMessage::Kind::kEvents: {
           // Events carry their revision: the watch goes on after the last. A progress
-          // notification moves nothing: etcd 3.4 before 3.4.24 (and 3.5 before 3.5.8) could
-          // send one for a watcher still catching up, ahead of events it had not sent yet
-          // (etcd#15220), and resuming after it would skip them.
+          // notification moves nothing: etcd's progress notifications were not ordered with
+          // the event stream (etcd#15220, fixed by #15237 and #17557 after the Debian 3.4.23
+          // this was tested on), so one could name a revision whose events were still to
+          // come, and resuming after it would skip them. Resuming from the last event costs at
+          // most a compaction report after a long quiet time.
           for (const WatchEvent& event : message.events) {
             next_ = std::max(next_, event.kv.modRevision + 1);
           }

@@ -150,6 +150,9 @@ struct PutRequest {
 struct PutResult {
   ResponseHeader header;
   std::optional<KeyValue> prevKv;
+  // As TxnResult's: an earlier attempt may have applied too (the key then has more versions
+  // than puts were asked for; prevKv may be this call's own value).
+  bool afterUncertainAttempt = false;
 };
 
 struct DeleteRequest {
@@ -158,8 +161,9 @@ struct DeleteRequest {
 };
 struct DeleteResult {
   ResponseHeader header;
-  std::int64_t deleted = 0;
+  std::int64_t deleted = 0;  // after an uncertain attempt, what that attempt left to delete
   std::vector<KeyValue> prevKvs;
+  bool afterUncertainAttempt = false;  // as TxnResult's
 };
 
 // One comparison of a transaction's guard. Build with the named constructors.
