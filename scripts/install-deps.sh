@@ -16,6 +16,7 @@ packages=(
   gdb                                                   # native stacks of hung workers (optional at run time)
   libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
   openssl                                               # the tests' TLS certificates (openssl req)
+  etcd-server etcd-client                               # etcd 3.4: the etcd rendezvous' tests
 )
 
 missing=()
