@@ -1,8 +1,6 @@
 #include "cli/detach.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "cli/helpers.h"
+#include "core/close_on_exec.h"
 #include "core/kept_process.h"
 #include "core/own_cgroup.h"
 #include "ddprun/common/path_lookup.h"
@@ -116,10 +115,7 @@ int exitCodeOf(const ChildFailure& failure) {
   }
   // Nothing else of the worker's goes along (as the agent starts workers, and as Python's
   // subprocess does by default): a pipe of the job held open would keep its reader waiting.
-  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-    const long limit = ::sysconf(_SC_OPEN_MAX);
-    for (long fd = 3; fd < limit; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
-  }
+  closeOnExecFrom3();
   ::execve(program.path.c_str(), argv, envp);
   childFails(reportFd, ChildFailure::kExec, errno);
 }

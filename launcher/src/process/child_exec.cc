@@ -1,14 +1,14 @@
 #include "process/child_exec.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "core/close_on_exec.h"
 
 namespace ddprun::launcher {
 
@@ -55,10 +55,7 @@ DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t pare
   if (plan.stderrFd() >= 0 && ::dup2(plan.stderrFd(), STDERR_FILENO) < 0) fail(errorPipe, errno);
   // Nothing of the agent's (store sockets, the listening socket, other workers' pipes) may leak
   // into a worker: a leaked connection would keep it open after the agent closed it.
-  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-    const long limit = ::sysconf(_SC_OPEN_MAX);
-    for (long fd = 3; fd < limit; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
-  }
+  closeOnExecFrom3();
   if (plan.workingDirectory() != nullptr && ::chdir(plan.workingDirectory()) != 0) {
     fail(errorPipe, errno);
   }
