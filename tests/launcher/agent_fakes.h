@@ -312,8 +312,8 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     links_.push_back(link);
     return std::make_unique<Connection>(link, store_.holdLapse());
   }
-  void clearWorkerKeys() override {}
   std::string address() const override { return "in-process:0"; }
+  launcher::StoreTenancy tenancy() const override { return launcher::StoreTenancy::kOneJob; }
 
   void sever() {
     std::lock_guard lock(mutex_);
