@@ -1,6 +1,8 @@
 #include "ddprun/rendezvous/hash_store.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -31,6 +33,7 @@ struct HashStore::Shared {
   KvState state;
   std::uint64_t nextWaitId = 1;
   Now now;
+  HoldLapse lapse = HoldLapse::kStoreNotifies;
 
   // Every operation first lets lapsed holds report: there is no sweep thread.
   void expire() {
@@ -44,8 +47,10 @@ class HashStore::Holder final : public KvObserver {
   void onWaitDone(std::uint64_t) override {}
 };
 
-HashStore::HashStore(Now now) : shared_(std::make_shared<Shared>()), holder_(std::make_unique<Holder>()) {
+HashStore::HashStore(Now now, HoldLapse lapse)
+    : shared_(std::make_shared<Shared>()), holder_(std::make_unique<Holder>()) {
   shared_->now = now ? std::move(now) : Now([] { return std::chrono::steady_clock::now(); });
+  shared_->lapse = lapse;
 }
 
 HashStore::HashStore(std::shared_ptr<Shared> shared)
@@ -146,7 +151,9 @@ bool HashStore::check(const std::vector<std::string>& keys) {
 bool HashStore::deleteKey(std::string_view key) {
   std::lock_guard lock(shared_->mutex);
   shared_->expire();
-  return shared_->state.erase(key);
+  const bool existed = shared_->state.erase(key);
+  shared_->changed.notify_all();  // waitForAnyMissing looks for exactly this
+  return existed;
 }
 
 std::int64_t HashStore::numKeys() {
@@ -168,13 +175,33 @@ std::vector<std::string> HashStore::listKeys() {
   return shared_->state.keys();
 }
 
+ListedKeys HashStore::listPrefix(std::string_view prefix, std::size_t maxKeys) {
+  std::lock_guard lock(shared_->mutex);
+  shared_->expire();
+  KvState::PrefixListing listing =
+      shared_->state.listPrefix(prefix, std::min(maxKeys, kMaxListedKeys), kMaxListedBytes);
+  return ListedKeys{std::move(listing.keys), listing.more};
+}
+
+std::int64_t HashStore::deletePrefix(std::string_view prefix) {
+  std::lock_guard lock(shared_->mutex);
+  shared_->expire();
+  // All at once: in process, nobody else is kept waiting on a network round trip.
+  const auto erased = shared_->state.erasePrefix(prefix, std::numeric_limits<std::size_t>::max());
+  shared_->changed.notify_all();
+  return static_cast<std::int64_t>(erased.erased);
+}
+
 std::string HashStore::hold(std::string_view key, std::string_view value,
                             std::chrono::milliseconds ttl, std::string_view notifyKey,
                             std::string_view notifyValue) {
   std::lock_guard lock(shared_->mutex);
   shared_->expire();
-  std::string held =
-      shared_->state.hold(holder_.get(), key, value, ttl, notifyKey, notifyValue, shared_->now());
+  // A store that only deletes a lapsed hold's key is one whose holds carry no notice.
+  const bool notifies = shared_->lapse == HoldLapse::kStoreNotifies;
+  std::string held = shared_->state.hold(holder_.get(), key, value, ttl,
+                                         notifies ? notifyKey : std::string_view(),
+                                         notifies ? notifyValue : std::string_view(), shared_->now());
   shared_->changed.notify_all();
   return held;
 }
@@ -185,6 +212,32 @@ bool HashStore::release(std::string_view key) {
   const bool held = shared_->state.release(holder_.get(), key);
   shared_->changed.notify_all();
   return held;
+}
+
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+
+HoldLapse HashStore::holdLapse() const { return shared_->lapse; }
+
+std::vector<std::string> HashStore::waitForAnyMissing(const std::vector<std::string>& keys,
+                                                      Duration timeout) {
+  std::unique_lock lock(shared_->mutex);
+  Shared& shared = *shared_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    shared.expire();  // a lapsed hold is what this usually waits for
+    std::vector<std::string> missing;
+    for (const std::string& key : keys) {
+      if (!shared.state.present(key)) missing.push_back(key);
+    }
+    if (!missing.empty() || keys.empty()) return missing;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    // Every deletion notifies; holds lapse only when someone looks, so look at the sweep's pace.
+    const auto until = shared.state.hasHolds() ? std::min(deadline, now + kHoldSweep) : deadline;
+    shared.changed.wait_until(lock, until);
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -51,6 +51,21 @@ std::unique_ptr<KeyListing> KvState::listKeys() {
   return listing;
 }
 
+KvState::PrefixListing KvState::listPrefix(std::string_view prefix, std::size_t maxKeys,
+                                           std::size_t maxBytes) const {
+  PrefixListing listing;
+  std::size_t bytes = 0;
+  for (auto it = index_.lower_bound(prefix); it != index_.end() && it->starts_with(prefix); ++it) {
+    if (listing.keys.size() >= maxKeys || (!listing.keys.empty() && bytes + it->size() > maxBytes)) {
+      listing.more = true;
+      break;
+    }
+    bytes += it->size();
+    listing.keys.emplace_back(*it);
+  }
+  return listing;
+}
+
 std::size_t KvState::growthOfSet(std::string_view key, std::size_t valueBytes) const {
   const std::string* existing = find(key);
   if (existing == nullptr) return key.size() + valueBytes + kEntryOverhead;
@@ -108,6 +123,7 @@ void KvState::store(std::string_view key, std::string value) {
     it = map_.emplace(std::string(key), Entry{std::move(value), nextOrder_++, nullptr, newest_})
              .first;
     Slot* slot = &*it;
+    index_.insert(std::string_view(slot->first));
     if (newest_ != nullptr) {
       newest_->second.newer = slot;
     } else {
@@ -128,6 +144,7 @@ void KvState::store(std::string_view key, std::string value) {
 void KvState::eraseSlot(Map<Entry>::iterator it) {
   Slot& slot = *it;
   for (KeyListing* listing : listings_) listing->onErase(slot);
+  index_.erase(std::string_view(slot.first));
   Entry& entry = slot.second;
   (entry.older != nullptr ? entry.older->second.newer : oldest_) = entry.newer;
   (entry.newer != nullptr ? entry.newer->second.older : newest_) = entry.older;
@@ -192,6 +209,17 @@ bool KvState::erase(std::string_view key) {
     eraseSlot(it);
   }
   return true;
+}
+
+KvState::PrefixErasure KvState::erasePrefix(std::string_view prefix, std::size_t maxKeys) {
+  // The names first: erasing invalidates the index's iterators (and the views, with the entry).
+  const PrefixListing doomed = listPrefix(prefix, maxKeys, static_cast<std::size_t>(-1));
+  PrefixErasure result;
+  for (const std::string& key : doomed.keys) {
+    if (erase(key)) ++result.erased;
+  }
+  result.more = doomed.more;
+  return result;
 }
 
 void KvState::queuePush(std::string_view key, std::string value) {

@@ -26,6 +26,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,9 +56,10 @@ class KvState {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   // What one stored entry costs besides its bytes: a map node with its key and value headers and
-  // its bucket (about 120 bytes with libstdc++), rounded up. Counting it makes a million empty
-  // keys cost what they really do instead of nothing.
-  static constexpr std::size_t kEntryOverhead = 128;
+  // its bucket (about 120 bytes with libstdc++), and its node in the ordered index of names that
+  // prefix listings walk (a tree node and a view of the name: 64 bytes with malloc's header),
+  // rounded up. Counting it makes a million empty keys cost what they really do instead of nothing.
+  static constexpr std::size_t kEntryOverhead = 192;
   // The same for one queue item (a deque slot and its string header).
   static constexpr std::size_t kQueueItemOverhead = 48;
   // The longest value add() writes: "-9223372036854775808".
@@ -83,6 +85,14 @@ class KvState {
   // The names of every key as of now, to be taken a few at a time while the state changes (see
   // KeyListing). Cheap: nothing is copied up front.
   std::unique_ptr<KeyListing> listKeys();
+  // The names that start with `prefix`, in byte order: at most `maxKeys`, and at most `maxBytes`
+  // of names unless the first alone is longer; `more` when further names match. Costs a lookup
+  // in the ordered index and the names returned, whatever the size of the state.
+  struct PrefixListing {
+    std::vector<std::string> keys;
+    bool more = false;
+  };
+  PrefixListing listPrefix(std::string_view prefix, std::size_t maxKeys, std::size_t maxBytes) const;
 
   // --- what the data costs ---
   // Bytes held for the data: every key and value, every queue's name and items, every hold and
@@ -106,6 +116,13 @@ class KvState {
   std::optional<std::int64_t> add(std::string_view key, std::int64_t delta);
   void append(std::string_view key, std::string_view bytes);
   bool erase(std::string_view key);
+  // Erases the first `maxKeys` keys (in byte order) whose names start with `prefix`, each as
+  // erase() does; returns how many, and whether further keys match.
+  struct PrefixErasure {
+    std::size_t erased = 0;
+    bool more = false;
+  };
+  PrefixErasure erasePrefix(std::string_view prefix, std::size_t maxKeys);
 
   // --- queues (torch 2.8+, separate from the key map) ---
   void queuePush(std::string_view key, std::string value);
@@ -224,6 +241,9 @@ class KvState {
   void dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::iterator state);
 
   Map<Entry> map_;
+  // map_'s names in byte order, for prefix listings and deletions: views of the map's own keys
+  // (a node's key never moves), added and removed with their entries.
+  std::set<std::string_view> index_;
   Slot* oldest_ = nullptr;
   Slot* newest_ = nullptr;
   std::uint64_t nextOrder_ = 0;

@@ -60,6 +60,17 @@ std::vector<std::string> PrefixStore::listKeys() {
   return out;
 }
 
+ListedKeys PrefixStore::listPrefix(std::string_view prefix, std::size_t maxKeys) {
+  ListedKeys listed = base_->listPrefix(full(prefix), maxKeys);
+  const std::size_t head = prefix_.size() + 1;  // every name starts with full(prefix)
+  for (std::string& key : listed.keys) key.erase(0, head);
+  return listed;
+}
+
+std::int64_t PrefixStore::deletePrefix(std::string_view prefix) {
+  return base_->deletePrefix(full(prefix));
+}
+
 void PrefixStore::barrier(std::string_view key, std::int64_t worldSize, Duration timeout) {
   base_->barrier(full(key), worldSize, timeout);
 }

@@ -2,7 +2,12 @@
 // (and wire dialects) that have no native form of them.
 #include "ddprun/rendezvous/store.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <fmt/format.h>
+
+#include "ddprun/rendezvous/holding_store.h"
 
 namespace ddprun::rendezvous {
 
@@ -42,6 +47,59 @@ void Store::append(std::string_view key, std::string_view value) {
 
 std::vector<std::string> Store::listKeys() {
   throw StoreUnsupportedError("listKeys is not supported by this store");
+}
+
+ListedKeys Store::listPrefix(std::string_view prefix, std::size_t maxKeys) {
+  std::vector<std::string> all = listKeys();
+  std::erase_if(all, [prefix](const std::string& key) { return !key.starts_with(prefix); });
+  std::sort(all.begin(), all.end());
+  ListedKeys listed;
+  const std::size_t limit = std::min(maxKeys, kMaxListedKeys);
+  std::size_t bytes = 0;
+  for (std::string& key : all) {
+    if (listed.keys.size() == limit || (!listed.keys.empty() && bytes + key.size() > kMaxListedBytes)) {
+      listed.more = true;
+      break;
+    }
+    bytes += key.size();
+    listed.keys.push_back(std::move(key));
+  }
+  return listed;
+}
+
+std::int64_t Store::deletePrefix(std::string_view prefix) {
+  // A page at a time. Each page's keys are deleted before the next is asked for, so every page
+  // but a raced one is new; the bound only stops a writer that refills the prefix as fast as it
+  // is emptied (4096 pages: more keys than a store within its memory budget holds).
+  constexpr int kMaxPages = 4096;
+  std::int64_t deleted = 0;
+  for (int page = 0; page < kMaxPages; ++page) {
+    const ListedKeys listed = listPrefix(prefix, kMaxListedKeys);
+    for (const std::string& key : listed.keys) {
+      if (deleteKey(key)) ++deleted;
+    }
+    if (!listed.more || listed.keys.empty()) break;
+  }
+  return deleted;
+}
+
+std::vector<std::string> HoldingStore::waitForAnyMissing(const std::vector<std::string>& keys,
+                                                         Duration timeout) {
+  constexpr Duration kPoll(50);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<std::string> missing;
+    if (!check(keys)) {  // one request in the usual case, every key there
+      for (const std::string& key : keys) {
+        if (!check({key})) missing.push_back(key);
+      }
+    }
+    if (!missing.empty() || keys.empty()) return missing;
+    // Every key there (or the missing one came back between the two checks): look again later.
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kPoll, deadline - now));
+  }
 }
 
 void Store::barrier(std::string_view key, std::int64_t worldSize, Duration timeout) {

@@ -608,6 +608,52 @@ std::vector<std::string> TcpStore::listKeys() {
   });
 }
 
+ListedKeys TcpStore::listPrefix(std::string_view prefix, std::size_t maxKeys) {
+  if (options_.dialect == WireDialect::kTorch113) throwUnsupported("listPrefix");
+  return call("listPrefix", prefix, [&](ClientSocket& socket) {
+    putOp(request_, options_.dialect, Op::kListPrefix);
+    putKey(request_, options_.keyPrefix, prefix);
+    protocol::putI64(request_, static_cast<std::int64_t>(std::min(maxKeys, kMaxListedKeys)));
+    socket.sendAll(request_);
+    const auto deadline = Clock::now() + options_.timeout;
+    const std::int64_t count = socket.readI64(deadline);
+    // The server never sends more; a peer that says it would is not one to read further from.
+    if (count < 0 || static_cast<std::uint64_t>(count) > kMaxListedKeys) {
+      throw SocketError(fmt::format("LIST_PREFIX reply announces {} names, over the limit of {}",
+                                    count, kMaxListedKeys));
+    }
+    ListedKeys listed;
+    listed.keys.reserve(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::string key = socket.readBlob(kMaxListedBytes, deadline);
+      key.erase(0, std::min(key.size(), options_.keyPrefix.size()));  // every name carries it
+      listed.keys.push_back(std::move(key));
+    }
+    listed.more = socket.readU8(deadline) != 0;
+    return listed;
+  });
+}
+
+std::int64_t TcpStore::deletePrefix(std::string_view prefix) {
+  if (options_.dialect == WireDialect::kTorch113) throwUnsupported("deletePrefix");
+  // A request per batch of Store::kMaxListedKeys keys; bounded as Store::deletePrefix's pages.
+  constexpr int kMaxBatches = 4096;
+  std::int64_t deleted = 0;
+  for (int batch = 0; batch < kMaxBatches; ++batch) {
+    const auto [count, more] = call("deletePrefix", prefix, [&](ClientSocket& socket) {
+      putOp(request_, options_.dialect, Op::kDeletePrefix);
+      putKey(request_, options_.keyPrefix, prefix);
+      socket.sendAll(request_);
+      const auto deadline = Clock::now() + options_.timeout;
+      const std::int64_t n = socket.readI64(deadline);
+      return std::pair<std::int64_t, bool>(n, socket.readU8(deadline) != 0);
+    });
+    deleted += count;
+    if (!more || count <= 0) break;
+  }
+  return deleted;
+}
+
 std::string TcpStore::hold(std::string_view key, std::string_view value,
                            std::chrono::milliseconds ttl, std::string_view notifyKey,
                            std::string_view notifyValue) {

@@ -82,7 +82,7 @@ Parsed parse(int argc, char** argv) {
        "the keys and values of one request together (never below one value and its key); a "
        "request announcing more closes its connection before the bytes arrive")
       ("max-stored-bytes", po::value(&limits.maxStoredBytes)->default_value(limits.maxStoredBytes),
-       "the most data the store holds (keys, values, queues, each with ~128 bytes of bookkeeping); "
+       "the most data the store holds (keys, values, queues, each with ~192 bytes of bookkeeping); "
        "a write beyond it closes the writer's connection")
       ("max-pending-reply-bytes",
        po::value(&limits.maxTotalPendingReplyBytes)->default_value(limits.maxTotalPendingReplyBytes),

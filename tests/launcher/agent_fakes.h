@@ -310,10 +310,10 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     link->store->setTimeout(callTimeout);
     std::lock_guard lock(mutex_);
     links_.push_back(link);
-    return std::make_unique<Connection>(link);
+    return std::make_unique<Connection>(link, store_.holdLapse());
   }
-  void clearWorkerKeys() override {}
   std::string address() const override { return "in-process:0"; }
+  launcher::StoreTenancy tenancy() const override { return launcher::StoreTenancy::kOneJob; }
 
   void sever() {
     std::lock_guard lock(mutex_);
@@ -330,7 +330,7 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
   };
   class Connection final : public rendezvous::HoldingStore {
    public:
-    explicit Connection(std::shared_ptr<Link> link) : link_(std::move(link)) {}
+    Connection(std::shared_ptr<Link> link, rendezvous::HoldLapse lapse) : link_(std::move(link)), lapse_(lapse) {}
     void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
     std::string get(std::string_view k) override { return live()->get(k); }
     std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
@@ -349,6 +349,12 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       return live()->hold(k, v, ttl, nk, nv);
     }
     bool release(std::string_view k) override { return live()->release(k); }
+    rendezvous::ListedKeys listPrefix(std::string_view p, std::size_t n) override { return live()->listPrefix(p, n); }
+    std::int64_t deletePrefix(std::string_view p) override { return live()->deletePrefix(p); }
+    rendezvous::HoldLapse holdLapse() const override { return lapse_; }
+    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
+      return live()->waitForAnyMissing(keys, timeout);
+    }
 
    private:
     std::shared_ptr<rendezvous::HashStore> live() {
@@ -357,6 +363,7 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       return link_->store;
     }
     std::shared_ptr<Link> link_;
+    rendezvous::HoldLapse lapse_;  // the store's, still known once severed
   };
 
   rendezvous::HashStore& store_;

@@ -13,21 +13,26 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "agent_fakes.h"
 #include "core/stop_reason.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "membership/membership.h"
 #include "membership/membership_keys.h"
 #include "membership/store_backend.h"
+#include "membership/store_backends.h"
 
 namespace {
 
 using namespace ddprun::launcher;
 using ddprun::rendezvous::HashStore;
+using ddprun::rendezvous::HoldLapse;
+using ddprun::test::SeverableStoreBackend;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -357,6 +362,190 @@ TEST_CASE("a problem quotes at most 200 bytes of what the store held", "[members
   REQUIRE(problem);
   CHECK(problem->size() < 250);
   CHECK(masterProblem(huge + ":0", "")->size() < 250);
+}
+
+
+// --- The store seam: what differs between stores is asked of the backend (store_backend.h).
+
+Membership::Now steadyNow() {
+  return [] { return std::chrono::steady_clock::now(); };
+}
+
+// A one-node job through a whole round: open, join, publish, pass the exit barrier.
+void runOneNodeJob(Membership& membership) {
+  membership.open();
+  const Round round = membership.join(-1);
+  REQUIRE(round.hostsWorkerStore);
+  membership.publishWorkerStore(round.number, "10.0.0.1", 29512);
+  membership.markDone(round.number, 1);
+}
+
+TEST_CASE("on a shared store two runs side by side each keep to their prefix and claim nothing",
+          "[membership][tenancy]") {
+  // An etcd a cluster shares: run ids are jobs, and a job never sees another's keys.
+  HashStore store;
+  InProcessStoreBackend backend(store, StoreTenancy::kShared);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.runId = "job-a";
+  Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  config.runId = "job-b";
+  Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
+  runOneNodeJob(a);
+  runOneNodeJob(b);  // not refused: the store is not job-a's
+  CHECK_FALSE(store.check({std::string(kActiveRunKey)}));
+  for (const std::string& key : store.listKeys()) {
+    INFO(key);
+    CHECK((key.starts_with(MembershipKeys("job-a").prefix()) || key.starts_with(MembershipKeys("job-b").prefix())));
+  }
+  // Each formed its own round 0 with itself alone.
+  const auto closedA = json::parse(store.get(MembershipKeys("job-a").closed(0)));
+  const auto closedB = json::parse(store.get(MembershipKeys("job-b").closed(0)));
+  CHECK(closedA["members"] == json::array({a.self().id}));
+  CHECK(closedB["members"] == json::array({b.self().id}));
+  a.close(/*hostsStore=*/false);
+  b.close(/*hostsStore=*/false);
+}
+
+TEST_CASE("on a store that is one job's, an agent of another run is refused", "[membership][tenancy]") {
+  HashStore store;
+  InProcessStoreBackend backend(store);  // kOneJob: ddprun's own store
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.runId = "job-a";
+  Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  a.open();
+  CHECK(store.get(kActiveRunKey) == "job-a");
+  config.runId = "job-b";
+  Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
+  CHECK_THROWS_WITH(b.open(), Catch::Contains("belongs to run 'job-a'") && Catch::Contains("job-b"));
+  a.close(/*hostsStore=*/false);
+  CHECK_FALSE(store.check({std::string(kActiveRunKey)}));  // the next run may take the store
+}
+
+// Two agents of one elastic job in round 0, each on a backend of its own over `store` (sever()
+// makes one vanish as kill -9 would).
+struct TwoNodes {
+  explicit TwoNodes(HashStore& store) : backendA(store), backendB(store) {
+    config.backend = RdzvBackend::kC10d;
+    config.minNodes = 2;
+    config.maxNodes = 2;
+    config.runId = "pair";
+    a = std::make_unique<Membership>(config, backendA, nodeInfo(-1, "10.0.0.1"), steadyNow());
+    b = std::make_unique<Membership>(config, backendB, nodeInfo(-1, "10.0.0.2"), steadyNow());
+    a->open();
+    b->open();
+    // Group rank 0 publishes its workers' store, which the other waits for.
+    const auto join = [](Membership& node, Round& round, std::string& error) {
+      try {
+        round = node.join(-1);
+        if (round.hostsWorkerStore) node.publishWorkerStore(round.number, node.self().address, 29512);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    };
+    std::string errorB;
+    std::thread joinB([&] { join(*b, roundB, errorB); });
+    std::string errorA;
+    join(*a, roundA, errorA);
+    joinB.join();
+    REQUIRE(errorA.empty());
+    REQUIRE(errorB.empty());
+    REQUIRE(roundA.number == 0);
+    REQUIRE(roundB.number == 0);
+  }
+  RendezvousConfig config;
+  SeverableStoreBackend backendA;
+  SeverableStoreBackend backendB;
+  std::unique_ptr<Membership> a;
+  std::unique_ptr<Membership> b;
+  Round roundA;
+  Round roundB;
+};
+
+TEST_CASE("a lost node stops the round whether the store reports it or only deletes its key",
+          "[membership][hold_lapse]") {
+  // ddprun's store writes a lapsed hold's notice itself; an etcd only deletes the leased key,
+  // and the peers write the notice (LapseReporter). Either way the others wake on the same stop.
+  const HoldLapse lapse = GENERATE(HoldLapse::kStoreNotifies, HoldLapse::kKeyDeletedOnly);
+  INFO((lapse == HoldLapse::kStoreNotifies ? "the store notifies" : "the store only deletes"));
+  HashStore store({}, lapse);
+  TwoNodes nodes(store);
+  std::optional<StopReason> seen;
+  std::thread watching([&] { seen = nodes.a->waitForStop(0); });
+  const auto severed = std::chrono::steady_clock::now();
+  nodes.backendB.sever();  // B vanishes: its connections close without giving up their holds
+  watching.join();
+  CHECK(std::chrono::steady_clock::now() - severed < 3s);  // the close, not the 5 s hold lifetime
+  REQUIRE(seen);
+  CHECK(seen->kind == StopKind::kNodeLost);
+  CHECK(seen->node == nodes.b->self().id);
+  CHECK(seen->groupRank == nodes.roundB.groupRank);
+  CHECK(seen->host == "host-10.0.0.2");
+  // The record is exactly the one the store would have written for B.
+  const StopReason expected = StopReason::nodeLost(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2");
+  CHECK(store.get(MembershipKeys("pair").stop(0)) == expected.serialize());
+}
+
+TEST_CASE("where the peers report lost nodes, one that leaves after the round stopped is no news",
+          "[membership][hold_lapse]") {
+  HashStore store({}, HoldLapse::kKeyDeletedOnly);
+  TwoNodes nodes(store);
+  const StopReason left = StopReason::nodeLeft(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2", 15);
+  nodes.b->announce(0, left);
+  nodes.b->close(/*hostsStore=*/false);  // its alive key goes quietly
+  std::this_thread::sleep_for(LapseReporter::kWatchSlice * 2);  // A's reporter has seen it go
+  CHECK(store.get(MembershipKeys("pair").stop(0)) == left.serialize());  // create-if-absent kept it
+  CHECK(nodes.a->waitForStop(0).kind == StopKind::kNodeLeft);
+}
+
+TEST_CASE("a round forgets round r-2 with one prefix delete, and only it", "[membership][prefix]") {
+  HashStore store;
+  InProcessStoreBackend backend(store);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.runId = "job";
+  Membership membership(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  membership.open();
+  const MembershipKeys keys(config.runId);
+  store.set(keys.prefix() + "round/10/unrelated", "x");  // round 1's prefix must not reach round 10
+  for (int round = 0; round <= 3; ++round) {
+    const Round formed = membership.join(round);
+    REQUIRE(formed.number == round);
+    membership.publishWorkerStore(round, "10.0.0.1", 29512);
+    if (round < 3) membership.announce(round, StopReason::nodeJoined(99, "late"));
+  }
+  CHECK_FALSE(store.listPrefix(keys.roundPrefix(0), 0).more);
+  CHECK_FALSE(store.listPrefix(keys.roundPrefix(1), 0).more);
+  CHECK(store.check({keys.closed(2), keys.closed(3), keys.prefix() + "round/10/unrelated"}));
+  membership.close(/*hostsStore=*/true, 0ms);
+}
+
+TEST_CASE("the backend factory: one entry per --rdzv-backend", "[membership][factory]") {
+  RendezvousConfig config;
+  StoreBackendInputs inputs;
+  inputs.ddprunStore.host = "10.1.2.3";
+  inputs.ddprunStore.port = 29400;
+  for (const RdzvBackend kind : {RdzvBackend::kStatic, RdzvBackend::kC10d}) {
+    config.backend = kind;
+    const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config, inputs);  // connects nothing
+    REQUIRE(backend);
+    CHECK(backend->address() == "10.1.2.3:29400");
+    CHECK(backend->tenancy() == StoreTenancy::kOneJob);
+    // Both are ddprun's store, which the static workers can share.
+    REQUIRE(backend->staticFacet() != nullptr);
+    CHECK(backend->staticFacet()->masterAddress() == "10.1.2.3:29400");
+  }
+}
+
+TEST_CASE("a static job needs a backend with the static facet", "[membership][factory]") {
+  HashStore store;
+  SeverableStoreBackend noFacet(store);  // a backend with no StaticStoreFacet, as an etcd's
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kStatic;
+  CHECK_THROWS_AS(Membership(config, noFacet, nodeInfo(-1, "10.0.0.1"), steadyNow()), std::invalid_argument);
+  config.backend = RdzvBackend::kC10d;
+  CHECK_NOTHROW(Membership(config, noFacet, nodeInfo(-1, "10.0.0.1"), steadyNow()));
 }
 
 }  // namespace

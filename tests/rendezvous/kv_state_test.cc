@@ -364,3 +364,42 @@ TEST_CASE("a key listing survives the erasure of the very key it would yield nex
   kv.set("fourth", "4");
   CHECK(kv.erase("third"));
 }
+
+TEST_CASE("prefix listings and deletions follow the keys as they come and go", "[kv][prefix]") {
+  KvState kv;
+  Recorder watcher;
+  for (const char* key : {"r/2/b", "r/1/a", "r/10/a", "r/1/b", "q"}) kv.set(key, "v");
+  kv.queuePush("r/1/queue", "item");  // queues are no keys
+  kv.watch(&watcher, "r/1/a");
+  auto listed = kv.listPrefix("r/1/", 100, 1 << 20);
+  CHECK(listed.keys == std::vector<std::string>{"r/1/a", "r/1/b"});
+  CHECK_FALSE(listed.more);
+  // A snapshot listing (LIST_KEYS) in progress sees the erased keys still, as it always did.
+  auto snapshot = kv.listKeys();
+  const auto erased = kv.erasePrefix("r/1/", 100);
+  CHECK(erased.erased == 2);
+  CHECK_FALSE(erased.more);
+  CHECK(watcher.events == std::vector<std::string>{"2:r/1/a:v>"});  // a deletion, as DELETE_KEY's
+  std::size_t names = 0;
+  while (snapshot->next()) ++names;
+  CHECK(names == 5);
+  CHECK(kv.numKeys() == 3);
+  CHECK(kv.queueLength("r/1/queue") == 1);
+  // The index follows a key erased and set again, and an erasure in batches.
+  kv.set("r/1/a", "again");
+  CHECK(kv.listPrefix("r/", 100, 1 << 20).keys == std::vector<std::string>{"r/1/a", "r/10/a", "r/2/b"});
+  const auto first = kv.erasePrefix("r/", 2);
+  CHECK(first.erased == 2);
+  CHECK(first.more);
+  CHECK(kv.listPrefix("r/", 100, 1 << 20).keys == std::vector<std::string>{"r/2/b"});
+  // Bounded by bytes, the first name always given.
+  kv.set("long/a", std::string());
+  kv.set("long/b", std::string());
+  listed = kv.listPrefix("long/", 100, 3);
+  CHECK(listed.keys == std::vector<std::string>{"long/a"});
+  CHECK(listed.more);
+  listed = kv.listPrefix("long/", 0, 1 << 20);
+  CHECK(listed.keys.empty());
+  CHECK(listed.more);
+  kv.forget(&watcher);
+}

@@ -588,7 +588,8 @@ TEST_CASE("writes and parked waits that would take the stored data over its budg
   ServerOptions options;
   options.maxStoredBytes = 1 * kMiB;
   TestServer server(options);
-  // Filled to 100 bytes short of the budget: a SET costs its key, its value and 128 bytes.
+  // Filled to 100 bytes short of the budget: a SET costs its key, its value and
+  // KvState::kEntryOverhead (192) bytes.
   const std::size_t fill = options.maxStoredBytes - 100 - std::string("/fill").size() -
                            KvState::kEntryOverhead;
   {

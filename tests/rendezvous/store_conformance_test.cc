@@ -1,9 +1,12 @@
 // One conformance suite, run against every Store implementation: whatever backend the agent or
 // the runtime is given, it must behave the same.
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "ddprun/rendezvous/hash_store.h"
 #include "ddprun/rendezvous/prefix_store.h"
@@ -56,6 +59,16 @@ class Fixture {
   }
 
   bool canListKeys() const { return backend_ != Backend::kTcp113; }
+
+  // A client of the store underneath: the PrefixStore's wrapped store (another namespace's
+  // view), otherwise the same as connect().
+  std::shared_ptr<Store> connectBase() {
+    switch (backend_) {
+      case Backend::kPrefixHash: return hash_;
+      case Backend::kPrefixTcp2: return std::make_shared<TcpStore>(server_->clientOptions());
+      default: return connect();
+    }
+  }
 
  private:
   Backend backend_;
@@ -300,4 +313,183 @@ TEST_CASE("concurrent adds from many clients are exact", "[store][conformance]")
   }
   for (auto& t : threads) t.join();
   CHECK(fixture.connect()->add("hammer", 0) == kThreads * kAdds);
+}
+
+TEST_CASE("listPrefix lists the keys under a prefix in byte order, or says it cannot",
+          "[store][conformance][prefix]") {
+  const Backend backend = anyBackend();
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  auto store = fixture.connect();
+  const std::string binary("p/\0z", 4);
+  for (const std::string& key : {std::string("p/b"), std::string("p/a"), std::string("p/c/1"),
+                                 std::string("p/\xff"), binary, std::string("p"),
+                                 std::string("pa"), std::string("q/a")}) {
+    store->set(key, "v");
+  }
+  if (!fixture.canListKeys()) {
+    CHECK_THROWS_AS(store->listPrefix("p/", Store::kMaxListedKeys), StoreUnsupportedError);
+    CHECK_THROWS_AS(store->deletePrefix("p/"), StoreUnsupportedError);
+    return;
+  }
+  // memcmp order: NUL first, 0xff last (unsigned bytes, as etcd orders keys).
+  const std::vector<std::string> under = {binary, "p/a", "p/b", "p/c/1", "p/\xff"};
+  ListedKeys listed = store->listPrefix("p/", Store::kMaxListedKeys);
+  CHECK(listed.keys == under);
+  CHECK_FALSE(listed.more);
+  listed = store->listPrefix("p/", 2);
+  CHECK(listed.keys == std::vector<std::string>(under.begin(), under.begin() + 2));
+  CHECK(listed.more);
+  // maxKeys 0: only whether anything is there.
+  CHECK(store->listPrefix("p/", 0).keys.empty());
+  CHECK(store->listPrefix("p/", 0).more);
+  CHECK_FALSE(store->listPrefix("nothing/", 0).more);
+  CHECK(store->listPrefix("p/c/", 10).keys == std::vector<std::string>{"p/c/1"});
+  // "" is everything this store sees: a PrefixStore's own keys, never another namespace's.
+  fixture.connectBase()->set("elsewhere", "v");
+  listed = store->listPrefix("", Store::kMaxListedKeys);
+  CHECK(std::is_sorted(listed.keys.begin(), listed.keys.end()));
+  CHECK(std::count(listed.keys.begin(), listed.keys.end(), "elsewhere") ==
+        (backend == Backend::kPrefixHash || backend == Backend::kPrefixTcp2 ? 0 : 1));
+  CHECK(std::count(listed.keys.begin(), listed.keys.end(), "q/a") == 1);
+}
+
+TEST_CASE("a listing stops at its limit of names and bytes", "[store][conformance][prefix]") {
+  const Backend backend = anyBackend();
+  if (backend == Backend::kTcp113) return;  // no listing in 1.13 (the test above)
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  auto store = fixture.connect();
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < Store::kMaxListedKeys + 10; ++i) {
+    keys.push_back(fmt::format("many/{:05}", i));
+    values.emplace_back();
+  }
+  store->multiSet(keys, values);
+  ListedKeys listed = store->listPrefix("many/", std::numeric_limits<std::size_t>::max());
+  REQUIRE(listed.keys.size() == Store::kMaxListedKeys);
+  CHECK(listed.more);
+  CHECK(listed.keys.front() == "many/00000");
+  CHECK(listed.keys.back() == fmt::format("many/{:05}", Store::kMaxListedKeys - 1));
+  // Long names: the byte bound comes first (300 names of 4000 bytes are over 1 MiB).
+  keys.clear();
+  values.clear();
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back(fmt::format("long/{:03}/{}", i, std::string(4000, 'n')));
+    values.emplace_back();
+  }
+  store->multiSet(keys, values);
+  listed = store->listPrefix("long/", Store::kMaxListedKeys);
+  CHECK(listed.more);
+  CHECK(listed.keys.size() >= 200);
+  CHECK(listed.keys.size() < 300);
+  std::size_t bytes = 0;
+  for (const std::string& key : listed.keys) bytes += key.size();
+  CHECK(bytes <= Store::kMaxListedBytes);
+}
+
+TEST_CASE("deletePrefix deletes exactly the keys under a prefix", "[store][conformance][prefix]") {
+  const Backend backend = anyBackend();
+  if (backend == Backend::kTcp113) return;  // unsupported there (the listing test checks it)
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  auto store = fixture.connect();
+  for (const char* key : {"r/1/a", "r/1/b", "r/1/c/d", "r/10/a", "r/1", "q"}) store->set(key, "v");
+  CHECK(store->deletePrefix("r/1/") == 3);
+  CHECK_FALSE(store->check({"r/1/a"}));
+  CHECK_FALSE(store->check({"r/1/c/d"}));
+  CHECK(store->check({"r/10/a", "r/1", "q"}));  // round 10 is not round 1
+  CHECK(store->deletePrefix("r/1/") == 0);
+  // More than one server batch.
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < 2 * Store::kMaxListedKeys + 5; ++i) keys.push_back(fmt::format("bulk/{}", i));
+  store->multiSet(keys, std::vector<std::string>(keys.size(), "x"));
+  CHECK(store->deletePrefix("bulk/") == static_cast<std::int64_t>(keys.size()));
+  CHECK_FALSE(store->listPrefix("bulk/", 0).more);
+  // "" is everything this store sees, and nothing another namespace holds.
+  auto base = fixture.connectBase();
+  base->set("outside", "v");
+  const bool prefixed = backend == Backend::kPrefixHash || backend == Backend::kPrefixTcp2;
+  CHECK(store->deletePrefix("") == (prefixed ? 3 : 4));
+  CHECK(base->check({"outside"}) == prefixed);
+}
+
+namespace {
+
+// A HoldingStore under test: a connection per call of connect(), as each agent has its own.
+enum class Holding { kHashNotifies, kHashDeletesOnly, kTcp2 };
+
+class HoldingFixture {
+ public:
+  explicit HoldingFixture(Holding kind) : kind_(kind) {
+    if (kind == Holding::kTcp2) {
+      server_ = std::make_unique<TestServer>();
+    } else {
+      hash_ = std::make_unique<HashStore>(HashStore::Now{}, kind == Holding::kHashNotifies
+                                                                 ? HoldLapse::kStoreNotifies
+                                                                 : HoldLapse::kKeyDeletedOnly);
+    }
+  }
+  std::unique_ptr<HoldingStore> connect() {
+    if (server_) return std::make_unique<TcpStore>(server_->clientOptions());
+    return hash_->connect();
+  }
+  HoldLapse expected() const {
+    return kind_ == Holding::kHashDeletesOnly ? HoldLapse::kKeyDeletedOnly : HoldLapse::kStoreNotifies;
+  }
+
+ private:
+  Holding kind_;
+  std::unique_ptr<HashStore> hash_;
+  std::unique_ptr<TestServer> server_;
+};
+
+}  // namespace
+
+TEST_CASE("a lapsed hold: the key goes, and the notice is written where the store says it writes it",
+          "[store][conformance][hold]") {
+  const Holding kind = GENERATE(Holding::kHashNotifies, Holding::kHashDeletesOnly, Holding::kTcp2);
+  HoldingFixture fixture(kind);
+  auto watcher = fixture.connect();
+  auto holder = fixture.connect();
+  CHECK(watcher->holdLapse() == fixture.expected());
+  CHECK(holder->holdLapse() == fixture.expected());
+  REQUIRE(holder->hold("alive/1", "n1", 0ms, "stop", "lost n1") == "n1");
+  REQUIRE(holder->hold("alive/2", "n2", 0ms, "stop", "lost n2") == "n2");
+  CHECK(watcher->waitForAnyMissing({"alive/1", "alive/2"}, 50ms).empty());  // both held
+  CHECK(watcher->waitForAnyMissing({}, 5s).empty());                        // nothing to watch
+  std::vector<std::string> missing;
+  std::thread watching([&] { missing = watcher->waitForAnyMissing({"alive/1", "alive/2"}, 10s); });
+  std::this_thread::sleep_for(50ms);
+  const auto dropped = std::chrono::steady_clock::now();
+  holder.reset();  // the connection closes: every hold of it lapses
+  watching.join();
+  CHECK(std::chrono::steady_clock::now() - dropped < 5s);
+  CHECK(missing == std::vector<std::string>{"alive/1", "alive/2"});  // in the order given
+  if (fixture.expected() == HoldLapse::kStoreNotifies) {
+    watcher->setTimeout(5s);
+    const std::string notice = watcher->get("stop");
+    CHECK((notice == "lost n1" || notice == "lost n2"));
+  } else {
+    CHECK_FALSE(watcher->check({"stop"}));
+    // What the peers do instead: create-if-absent, so the first report wins.
+    CHECK(watcher->compareSet("stop", "", "lost n2") == "lost n2");
+    CHECK(watcher->compareSet("stop", "", "lost n1") == "lost n2");
+  }
+}
+
+TEST_CASE("a quietly released hold is missing to a watcher too", "[store][conformance][hold]") {
+  const Holding kind = GENERATE(Holding::kHashNotifies, Holding::kHashDeletesOnly, Holding::kTcp2);
+  HoldingFixture fixture(kind);
+  auto watcher = fixture.connect();
+  auto holder = fixture.connect();
+  REQUIRE(holder->hold("alive/1", "n1", 0ms, "stop", "lost n1") == "n1");
+  std::vector<std::string> missing;
+  std::thread watching([&] { missing = watcher->waitForAnyMissing({"absent-never", "alive/1"}, 10s); });
+  watching.join();  // one of them is missing from the start
+  CHECK(missing == std::vector<std::string>{"absent-never"});
+  CHECK(holder->release("alive/1"));
+  CHECK(watcher->waitForAnyMissing({"alive/1"}, 5s) == std::vector<std::string>{"alive/1"});
+  CHECK_FALSE(watcher->check({"stop"}));  // released, not lost: no notice either way
 }

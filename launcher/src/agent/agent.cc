@@ -38,7 +38,7 @@
 #include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
 #include "membership/membership_driver.h"
-#include "membership/store_backend.h"
+#include "membership/store_backends.h"
 #include "output/agent_log.h"
 #include "output/console_writer.h"
 #include "output/log_router.h"
@@ -287,8 +287,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   identity.hostsStore = stores.hostsRendezvous();
 
-  TcpStoreBackend backend(storeOptions);
-  MembershipDriver driver(config.rdzv, backend, selfNode(config, stores, identity), loop);
+  const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config.rdzv, {storeOptions});
+  MembershipDriver driver(config.rdzv, *backend, selfNode(config, stores, identity), loop);
   Watchers watchers(privateDir, identity, loop, launcher.cgroupPath());
 
   int code = 0;

@@ -115,7 +115,11 @@ Membership::Membership(const RendezvousConfig& config, StoreBackend& backend,
       backend_(backend),
       self_(std::move(self)),
       now_(std::move(now)),
-      keys_(config.runId) {}
+      keys_(config.runId) {
+  if (config_.backend == RdzvBackend::kStatic && backend_.staticFacet() == nullptr) {
+    throw std::invalid_argument("Membership: the static rendezvous needs a store its workers share");
+  }
+}
 
 Membership::~Membership() { close(/*hostsStore=*/false); }
 
@@ -162,13 +166,22 @@ void Membership::open() {
   watch_ = backend_.connect(quick, kConnectAttempt);
   heartbeatStore_ = backend_.connect(quick, settings_.holdTimeToLive());
 
-  const std::string active = heartbeatStore_->hold(kActiveRunKey, config_.runId, 0ms, "", "");
-  if (active != config_.runId) {
-    throw MembershipError(fmt::format(
-        "the rendezvous store at {} belongs to run '{}', and this agent's run is '{}': agents "
-        "of different jobs never share a rendezvous; give this job its own --rdzv-endpoint, or "
-        "the same --rdzv-id as the running job to join it",
-        backend_.address(), shown(active), config_.runId));
+  // A store that is this job's alone is claimed by the run, so that an agent of another run id
+  // is told at once instead of waiting beside it; a shared store (an etcd) serves every run id
+  // side by side, each under its own prefix, and is claimed by none.
+  if (backend_.tenancy() == StoreTenancy::kOneJob) {
+    const std::string active = heartbeatStore_->hold(kActiveRunKey, config_.runId, 0ms, "", "");
+    if (active != config_.runId) {
+      throw MembershipError(fmt::format(
+          "the rendezvous store at {} belongs to run '{}', and this agent's run is '{}': agents "
+          "of different jobs never share a rendezvous; give this job its own --rdzv-endpoint, or "
+          "the same --rdzv-id as the running job to join it",
+          backend_.address(), shown(active), config_.runId));
+    }
+    claimsStore_ = true;
+  }
+  if (heartbeatStore_->holdLapse() == rendezvous::HoldLapse::kKeyDeletedOnly) {
+    lapseReporter_ = std::make_unique<LapseReporter>(backend_.connect(quick, kConnectAttempt));
   }
   self_.id = control().add(keys_.nextNodeId(), 1);
   const std::string me = toJsonText(self_);
@@ -330,6 +343,12 @@ void Membership::takeSlot(int round) {
   for (std::string current = std::to_string(round - 1); round > 0;) {
     const std::string seen =
         control().compareSet(keys_.currentRound(), current, std::to_string(round));
+    // c10d answers `expected` itself only for a missing key (a swap answers the new value, a
+    // mismatch the one stored): create it then, or this would ask the same question forever.
+    if (seen == current && !current.empty()) {
+      current.clear();
+      continue;
+    }
     if (std::stoi(seen) >= round) break;
     current = seen;
   }
@@ -482,17 +501,14 @@ void Membership::settleWorkerStore(Round& round) {
   const std::string masterKey = keys_.master(round.number);
   if (round.groupRank == 0) {
     // Forget rounds nobody will read again: every agent is in this round, so none reads r-2.
-    if (round.number >= 2) {
-      const std::string old = keys_.roundPrefix(round.number - 2);
-      for (const std::string& k : control().listKeys()) {
-        if (k.starts_with(old)) control().deleteKey(k);
-      }
-    }
+    // One prefix delete, never a listing of the store (others' keys may be there).
+    if (round.number >= 2) control().deletePrefix(keys_.roundPrefix(round.number - 2));
     if (config_.backend == RdzvBackend::kStatic) {
       // The workers share this store, on the port the user gave: remove the previous round's
       // worker keys first (every worker of that round is dead: all agents have rejoined).
-      backend_.clearWorkerKeys();
-      control().set(masterKey, backend_.address());  // where it really listens (--master-port 0)
+      StaticStoreFacet& store = *backend_.staticFacet();
+      store.clearWorkerKeys();
+      control().set(masterKey, store.masterAddress());  // where it really listens (--master-port 0)
     } else {
       round.hostsWorkerStore = true;  // the agent starts it and publishes it (publishWorkerStore)
       return;
@@ -533,6 +549,16 @@ Round Membership::readRound(int number, const Closed& record) {
   // From now on a lapse of our hold must stop this round: armed before anyone starts workers,
   // so that a node lost at any moment of the round is reported to it.
   renewHold(number, round.groupRank);
+  if (lapseReporter_) {
+    // The store will not write the others' notices: watch their alive keys and write them.
+    std::vector<LapseReporter::Watched> others;
+    for (int rank = 0; rank < members; ++rank) {
+      const NodeInfo& node = round.members[rank];
+      if (node.id == self_.id) continue;
+      others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, rank, node.hostname).serialize()});
+    }
+    lapseReporter_->arm(keys_.stop(number), std::move(others));
+  }
   return round;
 }
 
@@ -614,21 +640,19 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   }
   heartbeatWake_.notify_all();
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
+  // Before our holds go: the others leaving from now on is no news to report.
+  if (lapseReporter_) lapseReporter_->stop();
   if (!heartbeatStore_ || storeLost()) return;
   try {
     heartbeatStore_->release(keys_.alive(self_.id));
-    heartbeatStore_->release(kActiveRunKey);
+    if (claimsStore_) heartbeatStore_->release(kActiveRunKey);
     if (hostsStore) {
       // This agent hosts the store: the others read the final state from it, so let them leave
-      // first (bounded: one that died is gone with its connection anyway).
+      // first (bounded: one that died is gone with its connection anyway). Whether any alive key
+      // is left is one bounded listing of our run's prefix (maxKeys 0: only "any?").
       const auto deadline = std::chrono::steady_clock::now() + patience.value_or(settings_.closeTimeout);
-      const std::string alive = keys_.alivePrefix();
       while (std::chrono::steady_clock::now() < deadline) {
-        const auto keys = control().listKeys();
-        if (std::none_of(keys.begin(), keys.end(),
-                         [&](const std::string& k) { return k.starts_with(alive); })) {
-          break;
-        }
+        if (!control().listPrefix(keys_.alivePrefix(), 0).more) break;
         std::this_thread::sleep_for(5ms);
       }
     }

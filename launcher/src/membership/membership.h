@@ -12,9 +12,11 @@
 //           publishes where it listens: MASTER_ADDR:MASTER_PORT); everyone else waits for that,
 //           then everyone starts its workers and blocks on the round's stop key;
 //   stop    the first agent with news writes the stop key (a StopReason): a worker failure, a
-//           node lost (written by the store itself when a node's alive hold lapses or its
-//           connection drops: nobody polls), a node joining below MAX, a node leaving, or "done"
-//           from the last agent through the exit barrier. Everyone wakes at once and moves on.
+//           node lost (written when a node's alive hold lapses or its connection drops: by the
+//           store itself where it can, ddprun's; by the peers that see the key go, where the
+//           store only deletes it, an etcd's: LapseReporter; nobody polls), a node joining below
+//           MAX, a node leaving, or "done" from the last agent through the exit barrier.
+//           Everyone wakes at once and moves on.
 //
 // Restart accounting is job-global: the restart count of round r+1 is restartsAfter(round r's,
 // its stop), written into round r+1's close record, the same for every node.
@@ -22,7 +24,10 @@
 // Membership decides and returns; it never calls back into the agent (it starts no store: hosting
 // the round's workers' store is the agent's, told by Round::hostsWorkerStore). Its store is reached
 // through a StoreBackend, so the in-process store serves the unit tests, and its deadlines
-// are measured on the clock it is given.
+// are measured on the clock it is given. What differs between stores is asked of the backend,
+// never of the backend's name: whether the store reports a lapsed hold (HoldLapse), whether it
+// is this job's alone (StoreTenancy: the store-wide active-run claim), and the static backend's
+// extras (StaticStoreFacet). Every key it lists or deletes is under its run's prefix.
 //
 // Thread safety: join/announce/markDone run on one thread (the agent's control thread),
 // waitForStop on another (its watch thread), the heartbeat on its own; each has its own store
@@ -43,6 +48,7 @@
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
+#include "membership/lapse_reporter.h"
 #include "membership/membership_keys.h"
 #include "membership/store_backend.h"
 #include "core/rendezvous_client.h"
@@ -91,14 +97,15 @@ class Membership {
  public:
   using Now = std::function<std::chrono::steady_clock::time_point()>;
 
-  // `backend` must outlive this object. `now`: the clock of every deadline.
+  // `backend` must outlive this object. `now`: the clock of every deadline. Throws
+  // std::invalid_argument for a static job on a backend without a StaticStoreFacet.
   Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
   ~Membership();
 
-  // Connects (waiting up to read_timeout for the store to come up), checks that the store's
-  // active run is ours (a different run id is refused, never merged), gets a node id, publishes
-  // this node and starts holding its alive key. Throws EndpointError, MembershipError,
-  // MembershipCancelled or rendezvous::StoreError.
+  // Connects (waiting up to read_timeout for the store to come up), checks, on a store that is
+  // this job's alone, that the store's active run is ours (a different run id is refused, never
+  // merged), gets a node id, publishes this node and starts holding its alive key. Throws
+  // EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
   void open();
   const NodeInfo& self() const { return self_; }
 
@@ -181,6 +188,9 @@ class Membership {
   std::unique_ptr<rendezvous::HoldingStore> control_;
   std::unique_ptr<rendezvous::HoldingStore> watch_;
   std::unique_ptr<rendezvous::HoldingStore> heartbeatStore_;
+  // Where the store does not report lapsed holds itself (HoldLapse::kKeyDeletedOnly).
+  std::unique_ptr<LapseReporter> lapseReporter_;
+  bool claimsStore_ = false;  // holds kActiveRunKey (a store that is this job's alone)
 
   std::thread heartbeatThread_;
   std::mutex heartbeatMutex_;

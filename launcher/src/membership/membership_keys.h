@@ -2,7 +2,7 @@
 // write (docs/architecture.md, "Rendezvous rounds", has the table). This is the wire format
 // between agents of the same version, so a key's text never changes without a version bump.
 //
-//   ddprun/active_run                    held by every agent of the running job
+//   ddprun/active_run                    held by every agent of the running job (one-job stores)
 //   ddprun/<run id>/next_node_id         node id counter
 //   ddprun/<run id>/node/<id>            a node's record (toJsonText in membership.h)
 //   ddprun/<run id>/alive/<id>           held by the node's heartbeat connection
@@ -23,7 +23,9 @@ namespace ddprun::launcher {
 // static backend shares the store with them; StoreBackend::clearWorkerKeys keeps these).
 inline constexpr std::string_view kRendezvousKeyPrefix = "ddprun/";
 // The one key outside every run's prefix: held by each agent of the running job, so that a store
-// serves one run at a time (an agent of another run id is refused).
+// that is one job's (StoreTenancy::kOneJob, ddprun's own) serves one run at a time: an agent of
+// another run id is refused. Never written on a store that jobs share (an etcd), where a run id is
+// a job of its own and nothing of one is visible to another.
 inline constexpr std::string_view kActiveRunKey = "ddprun/active_run";
 
 // The keys of one run, all under prefix() = "ddprun/<run id>/".

@@ -44,11 +44,13 @@ const RequestDecoder::Layout& RequestDecoder::layoutOf(Op op) {
     case Op::kQueuePop:
     case Op::kQueueLen:
     case Op::kRelease:
+    case Op::kDeletePrefix:
       return kKey;
     case Op::kHold:
       return kHold;
     case Op::kAdd:
     case Op::kBarrier:
+    case Op::kListPrefix:
       return kKeyInteger;
     case Op::kCheck:
     case Op::kWait:

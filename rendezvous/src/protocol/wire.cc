@@ -61,6 +61,8 @@ std::string_view opName(Op op) {
     case Op::kBarrier: return "BARRIER";
     case Op::kHold: return "HOLD";
     case Op::kRelease: return "RELEASE";
+    case Op::kListPrefix: return "LIST_PREFIX";
+    case Op::kDeletePrefix: return "DELETE_PREFIX";
   }
   return "?";
 }
@@ -73,6 +75,8 @@ std::optional<Op> opFromWire(WireDialect dialect, std::uint8_t code) {
   if (code < kTorch2Ops.size()) return kTorch2Ops[code];
   if (code == ddprun_ext::kHold) return Op::kHold;
   if (code == ddprun_ext::kRelease) return Op::kRelease;
+  if (code == ddprun_ext::kListPrefix) return Op::kListPrefix;
+  if (code == ddprun_ext::kDeletePrefix) return Op::kDeletePrefix;
   return std::nullopt;
 }
 
@@ -80,6 +84,8 @@ std::optional<std::uint8_t> wireCode(WireDialect dialect, Op op) {
   if (dialect == WireDialect::kTorch113) return findCode(kTorch113Ops, op);
   if (op == Op::kHold) return ddprun_ext::kHold;
   if (op == Op::kRelease) return ddprun_ext::kRelease;
+  if (op == Op::kListPrefix) return ddprun_ext::kListPrefix;
+  if (op == Op::kDeletePrefix) return ddprun_ext::kDeletePrefix;
   return findCode(kTorch2Ops, op);
 }
 

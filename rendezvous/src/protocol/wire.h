@@ -43,6 +43,8 @@ enum class Op : std::uint8_t {
   // ddprun extensions (2.x dialect, ddprun's server only; torch's clients never send them):
   kHold,        // key, value, uint32 ttl ms, notify key, notify value; reply the key's value blob
   kRelease,     // key; reply int64 1 if this connection held it, else 0
+  kListPrefix,  // prefix, int64 max keys; reply int64 n, n key blobs, uint8 more (1: others match)
+  kDeletePrefix,  // prefix; reply int64 deleted, uint8 more (1: keys under it remain)
 };
 
 std::string_view opName(Op op);
@@ -67,7 +69,7 @@ enum Code : std::uint8_t {
 // ddprun's own ops, on 2.x connections. Far above torch's append-only numbering (18 today) so a
 // future torch op cannot collide with them.
 namespace ddprun_ext {
-enum Code : std::uint8_t { kHold = 0xD0, kRelease = 0xD1 };
+enum Code : std::uint8_t { kHold = 0xD0, kRelease = 0xD1, kListPrefix = 0xD2, kDeletePrefix = 0xD3 };
 }  // namespace ddprun_ext
 
 // The op a wire code means in `dialect`, or nothing for a code the dialect does not have.

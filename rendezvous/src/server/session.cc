@@ -7,6 +7,8 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "ddprun/rendezvous/store.h"
+
 namespace ddprun::rendezvous {
 
 using protocol::Op;
@@ -214,6 +216,11 @@ std::size_t Session::replyBytesOf(const Request& request) const {
     case Op::kHold:  // the value given, or the one the key is held or stored at
       return 8 + std::max({request.values[0].size(), size(kv.find(request.keys[0])),
                            size(kv.heldValue(request.keys[0]))});
+    case Op::kListPrefix: {  // at most: the count, a length per name, the names, the flag
+      const std::uint64_t asked = request.integer < 0 ? 0 : static_cast<std::uint64_t>(request.integer);
+      const std::size_t names = static_cast<std::size_t>(std::min<std::uint64_t>(asked, Store::kMaxListedKeys));
+      return 9 + names * 8 + Store::kMaxListedBytes;
+    }
     default:  // a count, a code or a nonce; MULTI_GET and LIST_KEYS are admitted a slice at a time
       return 16;
   }
@@ -452,6 +459,26 @@ bool Session::handle(Request& request) {
     case Op::kRelease:
       protocol::putI64(out, kv.release(this, request.keys[0]) ? 1 : 0);
       return true;
+    case Op::kListPrefix: {
+      // One turn: the listing is bounded (Store::kMaxListedKeys names within kMaxListedBytes) and
+      // found through the ordered index, so its cost is the reply's, not the store's size.
+      const std::uint64_t asked = request.integer < 0 ? 0 : static_cast<std::uint64_t>(request.integer);
+      const auto listing = kv.listPrefix(
+          request.keys[0], static_cast<std::size_t>(std::min<std::uint64_t>(asked, Store::kMaxListedKeys)),
+          Store::kMaxListedBytes);
+      protocol::putI64(out, static_cast<std::int64_t>(listing.keys.size()));
+      for (const std::string& key : listing.keys) protocol::putBlob(out, key);
+      protocol::putU8(out, listing.more ? 1 : 0);
+      return true;
+    }
+    case Op::kDeletePrefix: {
+      // A batch per request, the client asking again while `more`: other connections are served
+      // between batches, so wiping a large prefix never stops the server for its whole length.
+      const auto erased = kv.erasePrefix(request.keys[0], Store::kMaxListedKeys);
+      protocol::putI64(out, static_cast<std::int64_t>(erased.erased));
+      protocol::putU8(out, erased.more ? 1 : 0);
+      return true;
+    }
     case Op::kBarrier: {
       const std::string& key = request.keys[0];
       const std::size_t parked = KvState::registrationBytes(key);

@@ -1,8 +1,11 @@
 // HashStore: an in-process Store with exactly the server's semantics (it shares the server's
 // KvState), for tests and for single-process use, holds included. Each HashStore object is one
 // "connection": connect() gives another connection to the same data, and destroying one is what a
-// closed TCP connection is to the server (its holds lapse with notification). Time-to-live of
-// holds is measured on the clock given at construction, so a test can move time by hand.
+// closed TCP connection is to the server (its holds lapse). Time-to-live of holds is measured on
+// the clock given at construction, so a test can move time by hand. A lapsed hold is reported
+// as ddprun's server reports it (HoldLapse::kStoreNotifies, the default) or, for the tests of
+// what the agents do over an etcd, only deleted (kKeyDeletedOnly); every connection of one store
+// behaves the same.
 //
 // Thread-safe: one mutex (shared by every connection) guards the state, and blocked callers sleep
 // on a condition variable without holding it.
@@ -22,8 +25,9 @@ class HashStore final : public HoldingStore {
   using TimePoint = std::chrono::steady_clock::time_point;
   using Now = std::function<TimePoint()>;
 
-  // `now` measures the holds' time-to-live (default: the steady clock).
-  explicit HashStore(Now now = {});
+  // `now` measures the holds' time-to-live (default: the steady clock); `lapse` is what a lapsed
+  // hold does (HoldingStore).
+  explicit HashStore(Now now = {}, HoldLapse lapse = HoldLapse::kStoreNotifies);
   // Closes this connection: its holds lapse, with notification.
   ~HashStore() override;
 
@@ -42,9 +46,14 @@ class HashStore final : public HoldingStore {
   std::int64_t numKeys() override;
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
+  ListedKeys listPrefix(std::string_view prefix, std::size_t maxKeys) override;
+  std::int64_t deletePrefix(std::string_view prefix) override;
   std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
                    std::string_view notifyKey, std::string_view notifyValue) override;
   bool release(std::string_view key) override;
+  HoldLapse holdLapse() const override;
+  std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys,
+                                             Duration timeout) override;
 
  private:
   struct Shared;

@@ -35,6 +35,10 @@ class PrefixStore final : public Store {
                 const std::vector<std::string>& values) override;
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
+  // Only this store's keys: the wrapped store lists and deletes under "<prefix>/" + `prefix`, so
+  // "" means every key of this namespace and never one of another.
+  ListedKeys listPrefix(std::string_view prefix, std::size_t maxKeys) override;
+  std::int64_t deletePrefix(std::string_view prefix) override;
   void barrier(std::string_view key, std::int64_t worldSize, Duration timeout) override;
   // Also sets the wrapped store's timeout, which governs the calls forwarded to it.
   void setTimeout(Duration timeout) override;

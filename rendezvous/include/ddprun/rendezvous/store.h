@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,12 @@
 #include "ddprun/rendezvous/errors.h"
 
 namespace ddprun::rendezvous {
+
+// What a prefix listing returns (Store::listPrefix).
+struct ListedKeys {
+  std::vector<std::string> keys;  // in byte order (memcmp), as visible through the store
+  bool more = false;              // further keys match: the listing stopped at its limit
+};
 
 class Store {
  public:
@@ -84,7 +91,32 @@ class Store {
 
   // The keys visible through this store: in a PrefixStore, those under its prefix with the prefix
   // removed. Throws StoreUnsupportedError where the backend cannot list (torch 1.13's protocol).
+  // Unbounded: it names every key of the store; a store that others share is listed with
+  // listPrefix() instead.
   virtual std::vector<std::string> listKeys();
+
+  // A listing is bounded so that one call cannot return the whole keyspace of a store that many
+  // jobs share (an etcd): at most this many names, and at most this many bytes of names (the
+  // first name always fits: keys are at most 8 KiB). The same figures as one slice of ddprun's
+  // LIST_KEYS reply, so the server builds a reply in one event-loop turn.
+  static constexpr std::size_t kMaxListedKeys = 4096;
+  static constexpr std::size_t kMaxListedBytes = std::size_t{1} << 20;
+
+  // The keys visible through this store whose names start with `prefix` ("" = all), in byte
+  // order: the first min(maxKeys, kMaxListedKeys) of them within kMaxListedBytes, `more` set when
+  // others match too (maxKeys 0 asks only whether any key matches). Keys only, never queues. One
+  // moment's keys where the store lists natively (HashStore, ddprun's server: an ordered index,
+  // so the cost is that of the names returned, not of the store's size). The default form filters
+  // listKeys() (the whole store) and throws StoreUnsupportedError where that does.
+  virtual ListedKeys listPrefix(std::string_view prefix, std::size_t maxKeys);
+
+  // Deletes every key visible through this store whose name starts with `prefix` ("" = every
+  // key this store sees: a PrefixStore's own, a TcpStore's under its key prefix) and returns how
+  // many it deleted. As deleteKey: waiters are not woken, a held key goes like any other.
+  // ddprun's server deletes at most kMaxListedKeys per request, serving other clients in between,
+  // so a large prefix is not atomic: a key a concurrent writer creates under it meanwhile may
+  // stay. The default form is listPrefix() and deleteKey() a page at a time.
+  virtual std::int64_t deletePrefix(std::string_view prefix);
 
   // Blocks until `worldSize` callers have entered the barrier named `key`, then returns in every
   // one of them. Each key serves one barrier (use a fresh key, e.g. with a round number, per use).

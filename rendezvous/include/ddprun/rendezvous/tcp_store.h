@@ -89,11 +89,17 @@ class TcpStore final : public HoldingStore {
   void append(std::string_view key, std::string_view value) override;
   std::vector<std::string> listKeys() override;
 
-  // --- HoldingStore: ddprun extensions that only ddprun's own server (daemon or agent) has.
-  // Throw StoreUnsupportedError in the 1.13 dialect; a torch server closes the connection.
+  // --- ddprun extensions that only ddprun's own server (daemon or agent) has: LIST_PREFIX,
+  // DELETE_PREFIX, HOLD, RELEASE (docs/protocol.md). Throw StoreUnsupportedError in the 1.13
+  // dialect; a torch server closes the connection.
+  ListedKeys listPrefix(std::string_view prefix, std::size_t maxKeys) override;
+  // Asks again while the server says keys remain (it deletes a batch per request).
+  std::int64_t deletePrefix(std::string_view prefix) override;
   std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
                    std::string_view notifyKey, std::string_view notifyValue) override;
   bool release(std::string_view key) override;
+  // ddprun's server writes a lapsed hold's notice itself.
+  HoldLapse holdLapse() const override { return HoldLapse::kStoreNotifies; }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -1,0 +1,19 @@
+#include "membership/store_backends.h"
+
+#include <stdexcept>
+
+namespace ddprun::launcher {
+
+std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
+                                               const StoreBackendInputs& inputs) {
+  // A switch, not a table: a backend added to RdzvBackend without its case here is a compiler
+  // warning (-Wswitch), not a job that fails at run time.
+  switch (config.backend) {
+    case RdzvBackend::kStatic:  // node rank 0's store, which the workers share (the static facet)
+    case RdzvBackend::kC10d:    // the store on the endpoint: an agent's or a daemon
+      return std::make_unique<TcpStoreBackend>(inputs.ddprunStore);
+  }
+  throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,26 @@
+// The rendezvous backends by name: the one place that turns --rdzv-backend (RdzvBackend) into the
+// StoreBackend Membership runs on. Adding a backend (etcd) is one more case here and one more
+// StoreBackend implementation; neither Membership nor the agent changes.
+//
+// Thread safety: a plain function.
+#pragma once
+
+#include <memory>
+
+#include "ddprun/launcher/launch_config.h"
+#include "ddprun/rendezvous/tcp_store.h"
+#include "membership/store_backend.h"
+
+namespace ddprun::launcher {
+
+// What a backend may be made of besides the job's rendezvous config: where ddprun's own store is
+// (the agent hosts it or found it: HostedStores::hostOrFind), for the backends built on it.
+struct StoreBackendInputs {
+  rendezvous::TcpStoreOptions ddprunStore;
+};
+
+// The StoreBackend of `config.backend`.
+std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
+                                               const StoreBackendInputs& inputs);
+
+}  // namespace ddprun::launcher
