@@ -1,5 +1,11 @@
 // One conformance suite, run against every Store implementation: whatever backend the agent or
 // the runtime is given, it must behave the same.
+//
+// Built twice: store_conformance_test runs the in-process and TCP backends; with
+// DDPRUN_CONFORMANCE_ETCD defined, store_conformance_etcd_test runs EtcdStore alone, on one real
+// 3-member etcd (Debian's etcd-server) for the binary's life, each fixture under a prefix of its
+// own (skipped, 77, without /usr/bin/etcd). What differs between backends is asked of the
+// fixture (canListKeys, connectBase, holdTtl), never of the backend's name.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -12,6 +18,12 @@
 #include "ddprun/rendezvous/prefix_store.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "test_server.h"
+#ifdef DDPRUN_CONFORMANCE_ETCD
+#include <unistd.h>
+
+#include "ddprun/rendezvous/etcd_store.h"
+#include "etcd_cluster.h"
+#endif
 
 using namespace ddprun::rendezvous;
 using ddprun::test::TestServer;
@@ -19,7 +31,31 @@ using namespace std::chrono_literals;
 
 namespace {
 
-enum class Backend { kHash, kPrefixHash, kTcp2, kTcp113, kPrefixTcp2 };
+enum class Backend { kHash, kPrefixHash, kTcp2, kTcp113, kPrefixTcp2, kEtcd };
+
+#ifdef DDPRUN_CONFORMANCE_ETCD
+// One cluster for the whole binary (started at the first fixture, ~2 s).
+ddprun::test::EtcdCluster& etcdCluster() {
+  ddprun::test::EtcdCluster::skipUnlessInstalled();
+  static ddprun::test::EtcdCluster cluster;
+  return cluster;
+}
+
+// A client of the cluster and a key prefix no other fixture of this run (or another run sharing
+// the machine) uses: the store is empty at the start of each case, as a fresh server is.
+struct EtcdPlace {
+  std::shared_ptr<etcd::EtcdClient> client;
+  std::string keyPrefix;
+};
+
+EtcdPlace freshEtcdPlace() {
+  static int fixtures = 0;
+  etcd::EtcdClientOptions options;
+  options.endpoints = etcd::parseEtcdEndpoints(etcdCluster().endpoints());
+  return {std::make_shared<etcd::EtcdClient>(options),
+          fmt::format("/ddprun-conformance/{}-{}/", ::getpid(), ++fixtures)};
+}
+#endif
 
 std::string backendName(Backend b) {
   switch (b) {
@@ -28,6 +64,7 @@ std::string backendName(Backend b) {
     case Backend::kTcp2: return "TcpStore(torch-2.x) -> RendezvousServer";
     case Backend::kTcp113: return "TcpStore(torch-1.13) -> RendezvousServer";
     case Backend::kPrefixTcp2: return "PrefixStore(TcpStore(torch-2.x))";
+    case Backend::kEtcd: return "EtcdStore -> etcd (3 members)";
   }
   return "?";
 }
@@ -39,6 +76,10 @@ class Fixture {
   explicit Fixture(Backend backend) : backend_(backend) {
     if (backend == Backend::kHash || backend == Backend::kPrefixHash) {
       hash_ = std::make_shared<HashStore>();
+    } else if (backend == Backend::kEtcd) {
+#ifdef DDPRUN_CONFORMANCE_ETCD
+      etcd_ = freshEtcdPlace();
+#endif
     } else {
       server_ = std::make_unique<TestServer>();
     }
@@ -54,6 +95,11 @@ class Fixture {
       case Backend::kPrefixTcp2:
         return std::make_shared<PrefixStore>(std::make_shared<TcpStore>(server_->clientOptions()),
                                              "job/3");
+      case Backend::kEtcd:
+#ifdef DDPRUN_CONFORMANCE_ETCD
+        return std::make_shared<EtcdStore>(etcd_.client, etcd_.keyPrefix);
+#endif
+        break;
     }
     return nullptr;
   }
@@ -74,11 +120,18 @@ class Fixture {
   Backend backend_;
   std::shared_ptr<HashStore> hash_;
   std::unique_ptr<TestServer> server_;
+#ifdef DDPRUN_CONFORMANCE_ETCD
+  EtcdPlace etcd_;
+#endif
 };
 
 Backend anyBackend() {
+#ifdef DDPRUN_CONFORMANCE_ETCD
+  return GENERATE(Backend::kEtcd);
+#else
   return GENERATE(Backend::kHash, Backend::kPrefixHash, Backend::kTcp2, Backend::kTcp113,
                   Backend::kPrefixTcp2);
+#endif
 }
 
 }  // namespace
@@ -418,13 +471,25 @@ TEST_CASE("deletePrefix deletes exactly the keys under a prefix", "[store][confo
 namespace {
 
 // A HoldingStore under test: a connection per call of connect(), as each agent has its own.
-enum class Holding { kHashNotifies, kHashDeletesOnly, kTcp2 };
+enum class Holding { kHashNotifies, kHashDeletesOnly, kTcp2, kEtcd };
+
+Holding anyHolding() {
+#ifdef DDPRUN_CONFORMANCE_ETCD
+  return GENERATE(Holding::kEtcd);
+#else
+  return GENERATE(Holding::kHashNotifies, Holding::kHashDeletesOnly, Holding::kTcp2);
+#endif
+}
 
 class HoldingFixture {
  public:
   explicit HoldingFixture(Holding kind) : kind_(kind) {
     if (kind == Holding::kTcp2) {
       server_ = std::make_unique<TestServer>();
+    } else if (kind == Holding::kEtcd) {
+#ifdef DDPRUN_CONFORMANCE_ETCD
+      etcd_ = freshEtcdPlace();
+#endif
     } else {
       hash_ = std::make_unique<HashStore>(HashStore::Now{}, kind == Holding::kHashNotifies
                                                                  ? HoldLapse::kStoreNotifies
@@ -433,30 +498,42 @@ class HoldingFixture {
   }
   std::unique_ptr<HoldingStore> connect() {
     if (server_) return std::make_unique<TcpStore>(server_->clientOptions());
+#ifdef DDPRUN_CONFORMANCE_ETCD
+    if (kind_ == Holding::kEtcd) return std::make_unique<EtcdStore>(etcd_.client, etcd_.keyPrefix);
+#endif
     return hash_->connect();
   }
   HoldLapse expected() const {
-    return kind_ == Holding::kHashDeletesOnly ? HoldLapse::kKeyDeletedOnly : HoldLapse::kStoreNotifies;
+    return kind_ == Holding::kHashDeletesOnly || kind_ == Holding::kEtcd ? HoldLapse::kKeyDeletedOnly
+                                                                          : HoldLapse::kStoreNotifies;
   }
+  // The time-to-live of a hold that lasts as long as its connection. ddprun's store and
+  // HashStore tie a ttl-0 hold to the connection; on etcd only a leased hold (ttl > 0) goes with
+  // its store (the lease revoked when it closes), while a ttl-0 hold is a plain key. Long enough
+  // that nothing lapses by time during a case.
+  std::chrono::milliseconds holdTtl() const { return kind_ == Holding::kEtcd ? 30s : 0ms; }
 
  private:
   Holding kind_;
   std::unique_ptr<HashStore> hash_;
   std::unique_ptr<TestServer> server_;
+#ifdef DDPRUN_CONFORMANCE_ETCD
+  EtcdPlace etcd_;
+#endif
 };
 
 }  // namespace
 
 TEST_CASE("a lapsed hold: the key goes, and the notice is written where the store says it writes it",
           "[store][conformance][hold]") {
-  const Holding kind = GENERATE(Holding::kHashNotifies, Holding::kHashDeletesOnly, Holding::kTcp2);
+  const Holding kind = anyHolding();
   HoldingFixture fixture(kind);
   auto watcher = fixture.connect();
   auto holder = fixture.connect();
   CHECK(watcher->holdLapse() == fixture.expected());
   CHECK(holder->holdLapse() == fixture.expected());
-  REQUIRE(holder->hold("alive/1", "n1", 0ms, "stop", "lost n1") == "n1");
-  REQUIRE(holder->hold("alive/2", "n2", 0ms, "stop", "lost n2") == "n2");
+  REQUIRE(holder->hold("alive/1", "n1", fixture.holdTtl(), "stop", "lost n1") == "n1");
+  REQUIRE(holder->hold("alive/2", "n2", fixture.holdTtl(), "stop", "lost n2") == "n2");
   CHECK(watcher->waitForAnyMissing({"alive/1", "alive/2"}, 50ms).empty());  // both held
   CHECK(watcher->waitForAnyMissing({}, 5s).empty());                        // nothing to watch
   std::vector<std::string> missing;
@@ -480,11 +557,11 @@ TEST_CASE("a lapsed hold: the key goes, and the notice is written where the stor
 }
 
 TEST_CASE("a quietly released hold is missing to a watcher too", "[store][conformance][hold]") {
-  const Holding kind = GENERATE(Holding::kHashNotifies, Holding::kHashDeletesOnly, Holding::kTcp2);
+  const Holding kind = anyHolding();
   HoldingFixture fixture(kind);
   auto watcher = fixture.connect();
   auto holder = fixture.connect();
-  REQUIRE(holder->hold("alive/1", "n1", 0ms, "stop", "lost n1") == "n1");
+  REQUIRE(holder->hold("alive/1", "n1", fixture.holdTtl(), "stop", "lost n1") == "n1");
   std::vector<std::string> missing;
   std::thread watching([&] { missing = watcher->waitForAnyMissing({"absent-never", "alive/1"}, 10s); });
   watching.join();  // one of them is missing from the start
