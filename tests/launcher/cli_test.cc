@@ -733,6 +733,14 @@ TEST_CASE("option --rdzv-endpoint with etcd: members host:port[,...], port 2379,
   CHECK_THAT(error("ftp://127.0.0.1"), Catch::Contains("--rdzv-endpoint 'ftp://127.0.0.1'"));
   CHECK_THAT(error("127.0.0.1,,127.0.0.2"), Catch::Contains("--rdzv-endpoint"));
   CHECK_THAT(error("127.0.0.1,no-such-host.invalid"), Catch::Contains("no-such-host.invalid"));
+  // Several nodes and every member on this host: their address toward etcd is loopback.
+  const auto loopback = parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                               "localhost,127.0.0.2", script()});
+  REQUIRE(loopback.warnings.size() == 1);
+  CHECK_THAT(loopback.warnings[0], Catch::Contains("every etcd member is on this host") &&
+                                       Catch::Contains("give --local-addr"));
+  CHECK(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
+               "--local-addr", "10.0.0.1", script()}).warnings.empty());
   // The static backend's options mean nothing here.
   const CommandLine master = parse({"--rdzv-backend", "etcd", "--master-port", "1234", script()});
   REQUIRE(master.warnings.size() == 1);

@@ -166,9 +166,13 @@ TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::string endpoints = cluster.endpoints();
-  auto a = agent("2", endpoints, "leaderloss", until);
-  auto b = agent("2", endpoints, "leaderloss", until);
+  // Under torch's legacy prefix, to see etcd_prefix put every key of the job there.
+  auto a = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
+  auto b = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
   REQUIRE(reported({a.get(), b.get()}, "world=2 .*generation=0", 2));
+  CHECK_THAT(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/ddprun/leaderloss/"}),
+             Catch::Contains("/torchelastic/p2p/ddprun/leaderloss/alive/"));
+  CHECK(keysOf(cluster, "leaderloss").empty());
   const int leader = cluster.leader(10s);
   REQUIRE(leader >= 0);
   cluster.kill(leader);
@@ -178,6 +182,7 @@ TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form
   CHECK(countLines(a->output() + b->output(), "generation=[1-9]") == 0);
   finishJob(until, {a.get(), b.get()});
   CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("was lost"));
+  CHECK(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/"}).empty());
   cluster.heal();
 }
 

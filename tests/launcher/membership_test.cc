@@ -555,6 +555,19 @@ TEST_CASE("the backend factory: etcd is a shared store on its members, with no s
   CHECK(etcdKeyPrefix("/") == "/");
   CHECK(etcdKeyPrefix("/torchelastic/p2p") == "/torchelastic/p2p/");
   CHECK(etcdKeyPrefix("jobs//") == "jobs/");
+  // How the client is made: the members, read_timeout as a call's deadline, the https files.
+  config.settings.readTimeout = std::chrono::seconds(7);
+  config.settings.etcdCaCert = "/ca.pem";
+  config.settings.etcdCert = "/c.pem";
+  config.settings.etcdKey = "/k.pem";
+  const auto options = etcdClientOptions(config);
+  CHECK(options.endpoints == config.etcdEndpoints);
+  CHECK(options.timeout == std::chrono::seconds(7));
+  CHECK(options.tls.caCertificate == "/ca.pem");
+  CHECK(options.tls.certificate == "/c.pem");
+  CHECK(options.tls.privateKey == "/k.pem");
+  config.settings.etcdCert.clear();
+  config.settings.etcdKey.clear();
   // A certificate file that cannot be used: one line naming it, before anything starts.
   config.settings.etcdCaCert = "/nonexistent/ca.pem";
   CHECK_THROWS_AS(makeStoreBackend(config, {}), StoreBackendError);

@@ -103,6 +103,19 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
   // Where this node's address is looked for (toward etcd) and what messages call the endpoint.
   rdzv.host = rdzv.etcdEndpoints.front().host;
   rdzv.port = rdzv.etcdEndpoints.front().port;
+  // Each round's group rank 0 hosts its workers' store on its address toward etcd: toward a
+  // member on this host (a per-node etcd gateway) that is a loopback address, which the other
+  // hosts cannot reach.
+  const bool allLoopback = std::all_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
+    return e.host == "localhost" || e.host.starts_with("127.") || e.host == "::1";
+  });
+  if (allLoopback && rdzv.maxNodes > 1 && rdzv.localAddr.empty()) {
+    result.warnings.push_back(fmt::format(
+        "{}: every etcd member is on this host, so this node's address toward etcd is a loopback "
+        "address, which other hosts cannot reach for the round's workers' store; this works only "
+        "when every node runs on this host: give --local-addr with this host's network address",
+        label(given)));
+  }
   const bool anyHttps = std::any_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
     return e.scheme == rendezvous::etcd::EtcdEndpoint::Scheme::kHttps;
   });
