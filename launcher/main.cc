@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     logger->set_level(spdlog::level::info);
   }
   spdlog::set_default_logger(logger);
+  for (const std::string& note : commandLine.notes) std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
   for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
 
   // Before any thread exists: the guardian is a fork of this process and runs ordinary code.

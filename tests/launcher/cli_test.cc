@@ -666,17 +666,137 @@ TEST_CASE("CUDA_VISIBLE_DEVICES is read like the CUDA runtime does", "[cli]") {
   CHECK(visibleGpuCount(0, "0") == 0);
 }
 
-TEST_CASE("option --rdzv-backend: static and c10d only", "[cli]") {
-  for (const std::string etcd : {"etcd", "etcd-v2"}) {
-    CHECK_THAT(usageError({"--rdzv-backend", etcd, script()}),
-               Catch::Contains("not supported by ddprun; use --rdzv-backend c10d"));
-  }
+TEST_CASE("option --rdzv-backend: static, c10d or etcd, and nothing else", "[cli]") {
   CHECK_THAT(usageError({"--rdzv-backend", "zookeeper", script()}),
              Catch::Contains("--rdzv-backend 'zookeeper' is not a rendezvous backend") &&
-                 Catch::Contains("static or c10d"));
-  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd")),
-             Catch::Contains("PET_RDZV_BACKEND 'etcd'"));
+                 Catch::Contains("static, c10d or etcd"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd-v4")),
+             Catch::Contains("PET_RDZV_BACKEND 'etcd-v4'"));
 }
+
+TEST_CASE("option --rdzv-backend etcd: etcd, etcd-v2 and etcd-v3 are one backend on etcd's v3 API",
+          "[cli][etcd]") {
+  for (const std::string name : {"etcd", "etcd-v2", "etcd-v3"}) {
+    INFO(name);
+    const CommandLine line = parse({"--rdzv-backend", name, "--rdzv-endpoint", "127.0.0.1:2379",
+                                    "--rdzv-id", "job", script()});
+    CHECK(line.config.rdzv.backend == RdzvBackend::kEtcd);
+    CHECK(line.config.rdzv.runId == "job");
+    CHECK(line.warnings.empty());
+    // torchrun's two names: one note, that ddprun speaks v3 (etcd 3.4 turned v2 off).
+    if (name == "etcd-v3") {
+      CHECK(line.notes.empty());
+    } else {
+      REQUIRE(line.notes.size() == 1);
+      CHECK_THAT(line.notes[0], Catch::Contains("--rdzv-backend '" + name + "'") &&
+                                    Catch::Contains("ddprun speaks etcd's v3 API") &&
+                                    Catch::Contains("etcd 3.4 turns off"));
+    }
+  }
+  CHECK(config({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd-v2")).rdzv.backend ==
+        RdzvBackend::kEtcd);
+}
+
+TEST_CASE("option --rdzv-endpoint with etcd: members host:port[,...], port 2379, http:// or https://",
+          "[cli][etcd]") {
+  using Scheme = ddprun::rendezvous::etcd::EtcdEndpoint::Scheme;
+  const auto etcd = [](const std::string& endpoint, const std::string& conf = "") {
+    std::vector<std::string> args = {"--rdzv-backend", "etcd", "--rdzv-endpoint", endpoint};
+    if (!conf.empty()) args.insert(args.end(), {"--rdzv-conf", conf});
+    args.push_back(script());
+    return parse(args);
+  };
+  const CommandLine three = etcd("127.0.0.1,localhost:2380,https://[::1]:3000");
+  const auto& members = three.config.rdzv.etcdEndpoints;
+  REQUIRE(members.size() == 3);
+  CHECK(members[0].text() == "http://127.0.0.1:2379");
+  CHECK(members[1].text() == "http://localhost:2380");
+  CHECK(members[2].text() == "https://[::1]:3000");
+  // This node's address is looked up toward the first member.
+  CHECK(three.config.rdzv.host == "127.0.0.1");
+  CHECK(three.config.rdzv.port == 2379);
+  // No endpoint: a member on this host, as torch's etcd backends default to.
+  const LaunchConfig local = config({"--rdzv-backend", "etcd", script()});
+  REQUIRE(local.rdzv.etcdEndpoints.size() == 1);
+  CHECK(local.rdzv.etcdEndpoints[0].text() == "http://localhost:2379");
+  // protocol=https (torch's key) for the entries that name no scheme.
+  const auto https = etcd("127.0.0.1:1,http://127.0.0.1:2", "protocol=HTTPS").config.rdzv.etcdEndpoints;
+  CHECK(https.at(0).scheme == Scheme::kHttps);
+  CHECK(https.at(1).scheme == Scheme::kHttp);
+  CHECK(etcd("127.0.0.1", "protocol=http").config.rdzv.etcdEndpoints.at(0).scheme == Scheme::kHttp);
+
+  // A bad entry: one line naming it (the client's parser's words), exit 2.
+  const auto error = [](const std::string& endpoint) {
+    return usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint", endpoint, script()});
+  };
+  CHECK_THAT(error("127.0.0.1:70000"), Catch::Contains("--rdzv-endpoint '127.0.0.1:70000'"));
+  CHECK_THAT(error("ftp://127.0.0.1"), Catch::Contains("--rdzv-endpoint 'ftp://127.0.0.1'"));
+  CHECK_THAT(error("127.0.0.1,,127.0.0.2"), Catch::Contains("--rdzv-endpoint"));
+  CHECK_THAT(error("127.0.0.1,no-such-host.invalid"), Catch::Contains("no-such-host.invalid"));
+  // Several nodes and every member on this host: their address toward etcd is loopback.
+  const auto loopback = parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+                               "localhost,127.0.0.2", script()});
+  REQUIRE(loopback.warnings.size() == 1);
+  CHECK_THAT(loopback.warnings[0], Catch::Contains("every etcd member is on this host") &&
+                                       Catch::Contains("give --local-addr"));
+  CHECK(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
+               "--local-addr", "10.0.0.1", script()}).warnings.empty());
+  // The static backend's options mean nothing here.
+  const CommandLine master = parse({"--rdzv-backend", "etcd", "--master-port", "1234", script()});
+  REQUIRE(master.warnings.size() == 1);
+  CHECK_THAT(master.warnings[0], Catch::Contains("--master-port '1234' is only used by the static "
+                                                 "backend; with etcd give its members"));
+}
+
+TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spellings) are read",
+          "[cli][etcd][rdzv-conf]") {
+  using std::chrono::milliseconds;
+  const auto etcd = [](const std::string& conf) {
+    return parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://127.0.0.1", "--rdzv-conf",
+                  conf, script()});
+  };
+  const CommandLine legacy = etcd("cacert=/ca.pem,cert=/c.pem,key=/k.pem,etcd_prefix=/torchelastic/p2p,"
+                                  "timeout=70,last_call_timeout=3");
+  CHECK(legacy.warnings.empty());
+  const auto& l = legacy.config.rdzv.settings;
+  CHECK(l.etcdCaCert == "/ca.pem");
+  CHECK(l.etcdCert == "/c.pem");
+  CHECK(l.etcdKey == "/k.pem");
+  CHECK(l.etcdPrefix == "/torchelastic/p2p");
+  CHECK(l.joinTimeout == milliseconds(70000));  // the legacy backend's `timeout`
+  CHECK(l.lastCallTimeout == milliseconds(3000));
+  const auto& v2 = etcd("ca_cert=/ca.pem,ssl_cert=/c.pem,ssl_cert_key=/k.pem,read_timeout=7,protocol=https")
+                       .config.rdzv.settings;
+  CHECK(v2.etcdCaCert == "/ca.pem");
+  CHECK(v2.etcdCert == "/c.pem");
+  CHECK(v2.etcdKey == "/k.pem");
+  CHECK(v2.readTimeout == milliseconds(7000));
+  CHECK(v2.etcdHttps == true);
+  // Without `timeout`, join_timeout's default (torch's legacy etcd default is 600 s too); with
+  // both, join_timeout.
+  CHECK(etcd("last_call_timeout=3").config.rdzv.settings.joinTimeout == milliseconds(600000));
+  CHECK(etcd("timeout=70,join_timeout=9").config.rdzv.settings.joinTimeout == milliseconds(9000));
+  // The workers' store is still an agent's: the job's token and TLS files protect it.
+  CHECK(etcd("token_file=/t").config.rdzv.settings.tokenFile == "/t");
+
+  const auto error = [](const std::string& conf) {
+    return usageError({"--rdzv-backend", "etcd", "--rdzv-conf", conf, script()});
+  };
+  CHECK_THAT(error("protocol=ftp"), Catch::Contains("protocol=ftp is not http or https"));
+  CHECK_THAT(error("cacert=/a,ca_cert=/b"),
+             Catch::Contains("cacert and ca_cert name the same file, given as '/a' and '/b'; give one"));
+  CHECK_THAT(error("cert=/c.pem"), Catch::Contains("needs its key: give both cert=PATH and key=PATH"));
+  CHECK_THAT(error("etcd_prefix=/a b"), Catch::Contains("etcd_prefix '/a b' has a space"));
+  CHECK_THAT(error("timeout=x"), Catch::Contains("'timeout=x' is not a positive number"));
+  // The same file under both spellings is fine.
+  CHECK(etcd("cacert=/a,ca_cert=/a").warnings.empty());
+  // Certificates with members that are all http://: said, not used.
+  const CommandLine plain = parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
+                                   "--rdzv-conf", "cacert=/ca.pem", script()});
+  REQUIRE(plain.warnings.size() == 1);
+  CHECK_THAT(plain.warnings[0], Catch::Contains("etcd's certificate files are not used"));
+}
+
 
 TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "[cli]") {
   const auto endpoint = [](const std::string& value) {
@@ -1462,4 +1582,34 @@ TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of th
   CHECK(commands.selected({"--", "tool"}).empty());
   // After "--" it is the training script: the file, which is for --no-python.
   CHECK_THAT(usageError({"--", "tool"}), Catch::Contains("'tool' is a script for /bin/sh"));
+}
+
+TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about", "[cli][etcd][rdzv-conf]") {
+  const std::vector<BackendKeyCase> cases = {
+      {"etcd", "is_host=1", "warn: is_host is not read by the etcd backend; ignored (only c10d's "
+                            "agents choose whether to host the rendezvous store"},
+      {"etcd", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
+      {"etcd", "keep_alive_interval=2", "ok"},
+      {"etcd", "close_timeout=2", "ok"},
+      {"c10d", "cacert=/ca.pem", "warn: cacert is not read by the c10d backend; ignored (it is for "
+                                 "--rdzv-backend etcd)"},
+      {"static", "etcd_prefix=/x", "warn: etcd_prefix is not read by the static backend"},
+      {"c10d", "protocol=ftp", "warn: protocol is not read by the c10d backend"},
+  };
+  for (const auto& c : cases) {
+    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
+    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
+                                           script()};
+    if (c.outcome.starts_with("error: ")) {
+      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
+      continue;
+    }
+    const CommandLine line = parse(args);
+    if (c.outcome == "ok") {
+      CHECK(line.warnings.empty());
+    } else {
+      REQUIRE(line.warnings.size() == 1);
+      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
+    }
+  }
 }

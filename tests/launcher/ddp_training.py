@@ -3,10 +3,12 @@
 a checkpoint) under ddprun, and the checks a user relies on: the loss falls, every rank ends with
 identical parameters, the checkpoint exists, ddprun exits 0.
 
-  ddp_training.py --ddprun BIN --python PY --scenario standalone|2nodes
+  ddp_training.py --ddprun BIN --python PY --scenario standalone|2nodes [--etcd ENDPOINTS]
 
 PY is /usr/bin/python3 (torch 1.13) or scripts/torch2-python (torch 2.6 in a chroot; exit 77 =
-skipped when it is missing). 2nodes runs two agents on 127.0.0.1 (c10d), 2 workers each.
+skipped when it is missing). 2nodes runs two agents on 127.0.0.1 (c10d), 2 workers each; with
+--etcd, they rendezvous on that etcd instead (--rdzv-backend etcd; tests/launcher/etcd_rdzv_test.cc
+starts the etcd and runs this).
 """
 import argparse
 import os
@@ -33,6 +35,7 @@ def main():
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", choices=["standalone", "2nodes"], required=True)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--etcd", help="2nodes over this etcd (--rdzv-endpoint) instead of c10d")
     # For everything, the torch probe included: half of CTest's TIMEOUT (600 s), so that a hang
     # is reported with the process tree and the output so far instead of killed without a word.
     parser.add_argument("--timeout", type=float, default=300)
@@ -56,8 +59,8 @@ def main():
         commands = [[args.ddprun, "--standalone", "--nproc-per-node", "4", *script]]
         world = 4
     else:
-        endpoint = f"127.0.0.1:{free_port()}"
-        commands = [[args.ddprun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        backend, endpoint = ("etcd", args.etcd) if args.etcd else ("c10d", f"127.0.0.1:{free_port()}")
+        commands = [[args.ddprun, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", backend,
                      "--rdzv-endpoint", endpoint, "--rdzv-id", f"ddp-{os.getpid()}", *script]
                     for _ in range(2)]
         world = 4
@@ -81,7 +84,8 @@ def main():
         sys.exit(f"torch {version}: ranks disagree on the parameters: {digests}")
     if not os.path.exists(checkpoint):
         sys.exit(f"torch {version}: rank 0 saved no checkpoint")
-    print(f"torch {version}, {args.scenario}: loss {ok.group(1)} -> {ok.group(2)}, {world} ranks with "
+    over = " over etcd" if args.etcd else ""
+    print(f"torch {version}, {args.scenario}{over}: loss {ok.group(1)} -> {ok.group(2)}, {world} ranks with "
           f"identical parameters {ok.group(4)}, checkpoint saved")
     return 0
 

@@ -22,6 +22,7 @@
 #include "agent_fakes.h"
 #include "core/stop_reason.h"
 #include "ddprun/rendezvous/hash_store.h"
+#include "membership/etcd_store_backend.h"
 #include "membership/membership.h"
 #include "membership/membership_keys.h"
 #include "membership/store_backend.h"
@@ -536,6 +537,62 @@ TEST_CASE("the backend factory: one entry per --rdzv-backend", "[membership][fac
     REQUIRE(backend->staticFacet() != nullptr);
     CHECK(backend->staticFacet()->masterAddress() == "10.1.2.3:29400");
   }
+}
+
+TEST_CASE("the backend factory: etcd is a shared store on its members, with no static facet",
+          "[membership][factory][etcd]") {
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kEtcd;
+  config.etcdEndpoints = ddprun::rendezvous::etcd::parseEtcdEndpoints("10.1.2.3,https://10.1.2.4:2380");
+  const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config, {});  // connects nothing
+  REQUIRE(backend);
+  CHECK(backend->address() == "http://10.1.2.3:2379,https://10.1.2.4:2380");
+  CHECK(backend->tenancy() == StoreTenancy::kShared);
+  CHECK(backend->staticFacet() == nullptr);
+  CHECK_THAT(backend->unreachableFix(), Catch::Contains("check that etcd runs there"));
+  // etcd_prefix: every key of the job under it, one slash between.
+  CHECK(etcdKeyPrefix("") == "/");
+  CHECK(etcdKeyPrefix("/") == "/");
+  CHECK(etcdKeyPrefix("/torchelastic/p2p") == "/torchelastic/p2p/");
+  CHECK(etcdKeyPrefix("jobs//") == "jobs/");
+  // How the client is made: the members, read_timeout as a call's deadline, the https files.
+  config.settings.readTimeout = std::chrono::seconds(7);
+  config.settings.etcdCaCert = "/ca.pem";
+  config.settings.etcdCert = "/c.pem";
+  config.settings.etcdKey = "/k.pem";
+  const auto options = etcdClientOptions(config);
+  CHECK(options.endpoints == config.etcdEndpoints);
+  CHECK(options.timeout == std::chrono::seconds(7));
+  CHECK(options.tls.caCertificate == "/ca.pem");
+  CHECK(options.tls.certificate == "/c.pem");
+  CHECK(options.tls.privateKey == "/k.pem");
+  config.settings.etcdCert.clear();
+  config.settings.etcdKey.clear();
+  // A certificate file that cannot be used: one line naming it, before anything starts.
+  config.settings.etcdCaCert = "/nonexistent/ca.pem";
+  CHECK_THROWS_AS(makeStoreBackend(config, {}), StoreBackendError);
+}
+
+TEST_CASE("on a shared store the last agent out removes its run's keys, and only them",
+          "[membership][tenancy]") {
+  HashStore store;
+  InProcessStoreBackend backend(store, StoreTenancy::kShared);
+  store.set("ddprun/other-run/node/0", "another job's");
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = 1;
+  config.maxNodes = 2;
+  config.runId = "job-a";
+  Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
+  a.open();
+  b.open();
+  const std::string prefix = MembershipKeys("job-a").prefix();
+  a.close(/*hostsStore=*/false);
+  CHECK(store.listPrefix(prefix, 0).more);  // b is still there
+  b.close(/*hostsStore=*/false);
+  CHECK_FALSE(store.listPrefix(prefix, 0).more);
+  CHECK(store.get("ddprun/other-run/node/0") == "another job's");
 }
 
 TEST_CASE("a static job needs a backend with the static facet", "[membership][factory]") {

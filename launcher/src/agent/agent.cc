@@ -287,7 +287,12 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   identity.hostsStore = stores.hostsRendezvous();
 
-  const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config.rdzv, {storeOptions});
+  std::unique_ptr<StoreBackend> backend;
+  try {
+    backend = makeStoreBackend(config.rdzv, {storeOptions});
+  } catch (const StoreBackendError& error) {
+    throw StartupError(error.what());
+  }
   MembershipDriver driver(config.rdzv, *backend, selfNode(config, stores, identity), loop);
   Watchers watchers(privateDir, identity, loop, launcher.cgroupPath());
 

@@ -1,8 +1,9 @@
 // HostedStores: the stores this agent serves, and the relay its workers reach them through.
 //   - the job's rendezvous store: standalone, static node 0, or the first c10d agent on the
 //     endpoint (the others find it taken and are its clients);
-//   - the round's workers' store, as group rank 0 of a c10d round (WorkerStoreHost: the machine
-//     asks for it when a round says so);
+//     (with etcd, none: etcd holds the rendezvous);
+//   - the round's workers' store, as group rank 0 of a c10d or etcd round (WorkerStoreHost: the
+//     machine asks for it when a round says so);
 //   - with the job's token, a LoopbackRelay that proves it for the unmodified workers.
 // It also decides the address this node advertises (MASTER_ADDR when it is group rank 0).
 //

@@ -40,6 +40,9 @@ struct CommandLine {
   bool versionRequested = false;  // --version: print versionText()
   std::string helpText;
   std::vector<std::string> warnings;  // one line each, no "warning:" prefix; printed by the caller
+  // What ddprun does differently from torchrun with the same input, said once, not a problem:
+  // one line each, no "note:" prefix; printed by the caller (whatever LOGLEVEL says).
+  std::vector<std::string> notes;
 };
 
 // argv as given to main; environment as NAME -> value (the caller passes the real environment).

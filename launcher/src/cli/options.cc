@@ -30,11 +30,14 @@ constexpr OptionSpec kOptions[] = {
    .help = "Workers per node: a number, or cpu (CPU count), gpu (visible NVIDIA GPUs), xpu "
            "(Intel GPUs) or auto (GPUs if any, else CPUs). Default: 1."},
   {.name = "rdzv-backend",
-   .help = "Rendezvous backend: static (--node-rank, --master-addr, --master-port) or c10d "
-           "(--rdzv-endpoint). Default: static."},
+   .help = "Rendezvous backend: static (--node-rank, --master-addr, --master-port), c10d "
+           "(--rdzv-endpoint) or etcd (also etcd-v2, etcd-v3: an etcd 3.4+ cluster at "
+           "--rdzv-endpoint, spoken to in its v3 API). Default: static."},
   {.name = "rdzv-endpoint",
    .help = "Rendezvous store address: HOST[:PORT] or [IPv6][:PORT]; the c10d port defaults to "
-           "29400. Default for c10d: localhost:29400; for static: MASTER_ADDR:MASTER_PORT."},
+           "29400. Default for c10d: localhost:29400; for static: MASTER_ADDR:MASTER_PORT. "
+           "etcd: its members, HOST[:PORT][,HOST[:PORT]...], each may start with http:// or "
+           "https://, port 2379; default localhost:2379."},
   {.name = "rdzv-id",
    .help = "Job id shared by every node; becomes TORCHELASTIC_RUN_ID. Default: none."},
   {.name = "rdzv-conf",
@@ -42,10 +45,12 @@ constexpr OptionSpec kOptions[] = {
            "last_call_timeout (30; also how long a job below MIN waits for new nodes), "
            "close_timeout (10), heartbeat_timeout, keep_alive_interval (1), "
            "keep_alive_max_attempt (5; with keep_alive_interval the node-liveness timeout, 5 s), "
-           "timeout (static only: the join timeout and how long a node waits for the master, "
+           "timeout (static: the join timeout and how long a node waits for the master, "
            "900), read_timeout (60; also how long to wait for the endpoint), "
            "exit_barrier_timeout (300); and is_host (c10d only), store_type (tcp), use_libuv "
-           "(ignored); token_file=PATH: the job's secret (mode 600, "
+           "(ignored); etcd only: timeout (the join timeout), protocol (http, https), etcd_prefix "
+           "(the keys' prefix, /), cacert, cert, key (or ca_cert, ssl_cert, ssl_cert_key: https "
+           "files); token_file=PATH: the job's secret (mode 600, "
            "the same file on every node and for ddprun-rendezvous --token-file): the stores then "
            "admit only connections that prove it, and workers reach them through a relay on "
            "127.0.0.1; with it, tls_cert=PATH,tls_key=PATH (and tls_ca=PATH, else the "

@@ -19,15 +19,35 @@ namespace {
 using common::printable;
 
 // What each key holds.
-enum class ConfKind { kSeconds, kOptionalSeconds, kCount, kBoolean, kStoreType, kIgnored, kFile };
+enum class ConfKind {
+  kSeconds,
+  kOptionalSeconds,
+  kCount,
+  kBoolean,
+  kStoreType,
+  kIgnored,
+  kFile,
+  kProtocol,    // protocol: http or https
+  kEtcdPrefix,  // etcd_prefix: a key prefix
+};
 
-// Which backends read a key. ddprun's static rendezvous runs on the same rounds, keep-alives and
-// store as its c10d (one store, hosted by node rank 0), so it reads every key c10d reads except
-// is_host: its host is node rank 0 whatever a node says (torch's static backend reads no is_host
-// either). `timeout` is the static backend's alone: torchrun's static rendezvous waits that long
-// for the nodes and the master's store; c10d reads its join timeout from join_timeout, and
-// torch's c10d never reads `timeout` (PyTorch's own launcher test passes a garbled one to c10d).
-enum class ReadBy { kBoth, kStatic, kC10d };
+// Which backends read a key (a set of them). ddprun's static rendezvous runs on the same rounds,
+// keep-alives and store as its c10d (one store, hosted by node rank 0), so it reads every key
+// c10d reads except is_host: its host is node rank 0 whatever a node says (torch's static backend
+// reads no is_host either). `timeout` is the static backend's (torchrun's static rendezvous waits
+// that long for the nodes and the master's store) and the legacy etcd backend's (its join
+// timeout); c10d reads its join timeout from join_timeout, and torch's c10d never reads `timeout`
+// (PyTorch's own launcher test passes a garbled one to c10d). etcd reads what c10d reads but
+// is_host (no agent hosts an etcd), plus the keys of torch's two etcd backends, both spellings:
+// etcd's (protocol, cacert, cert, key, etcd_prefix, timeout) and etcd-v2's (protocol, ca_cert,
+// ssl_cert, ssl_cert_key). The job's token and TLS files protect the stores ddprun's agents host,
+// which with etcd is each round's workers' store (and the relay in front of it).
+enum ReadBy : unsigned {
+  kStatic = 1U << 0U,
+  kC10d = 1U << 1U,
+  kEtcd = 1U << 2U,
+  kAll = kStatic | kC10d | kEtcd,
+};
 
 using Seconds = std::chrono::milliseconds RendezvousSettings::*;
 using FilePath = std::string RendezvousSettings::*;
@@ -35,53 +55,62 @@ using FilePath = std::string RendezvousSettings::*;
 struct ConfKey {
   std::string_view name;
   ConfKind kind;
-  ReadBy readBy = ReadBy::kBoth;
+  unsigned readBy = kAll;
   Seconds seconds = nullptr;        // kSeconds: the field it sets
   FilePath file = nullptr;          // kFile: the field it sets
-  std::string_view elsewhere = "";  // not kBoth: what the other backend uses instead
+  std::string_view elsewhere = "";  // not kAll: what the other backends use instead
 };
 
-constexpr auto kBoth = ReadBy::kBoth;
+constexpr std::string_view kEtcdOnly = "it is for --rdzv-backend etcd";
 
-// `timeout` (the static backend's join timeout) is resolved by resolveRendezvous.
+// `timeout` (the static and etcd backends' join timeout) is resolved by resolveRendezvous.
 constexpr ConfKey kRdzvConfKeys[] = {
-    {"join_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::joinTimeout},
-    {"last_call_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::lastCallTimeout},
-    {"close_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::closeTimeout},
+    {"join_timeout", ConfKind::kSeconds, kAll, &RendezvousSettings::joinTimeout},
+    {"last_call_timeout", ConfKind::kSeconds, kAll, &RendezvousSettings::lastCallTimeout},
+    {"close_timeout", ConfKind::kSeconds, kAll, &RendezvousSettings::closeTimeout},
     {"heartbeat_timeout", ConfKind::kOptionalSeconds},
-    {"keep_alive_interval", ConfKind::kSeconds, kBoth, &RendezvousSettings::keepAliveInterval},
+    {"keep_alive_interval", ConfKind::kSeconds, kAll, &RendezvousSettings::keepAliveInterval},
     {"keep_alive_max_attempt", ConfKind::kCount},
-    {"timeout", ConfKind::kOptionalSeconds, ReadBy::kStatic, nullptr, nullptr,
+    {"timeout", ConfKind::kOptionalSeconds, kStatic | kEtcd, nullptr, nullptr,
      "c10d's join timeout is join_timeout"},
-    {"read_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::readTimeout},
-    {"is_host", ConfKind::kBoolean, ReadBy::kC10d, nullptr, nullptr,
-     "with static, node rank 0 hosts the store"},
+    {"read_timeout", ConfKind::kSeconds, kAll, &RendezvousSettings::readTimeout},
+    {"is_host", ConfKind::kBoolean, kC10d, nullptr, nullptr,
+     "only c10d's agents choose whether to host the rendezvous store: with static, node rank 0 "
+     "hosts the store; with etcd, etcd holds the rendezvous"},
     {"store_type", ConfKind::kStoreType},
     {"use_libuv", ConfKind::kIgnored},  // TCPStore flavour in torch; ddprun's store is its own
     // ddprun extra: how long the nodes wait for each other at the end.
-    {"exit_barrier_timeout", ConfKind::kSeconds, kBoth, &RendezvousSettings::exitBarrierTimeout},
+    {"exit_barrier_timeout", ConfKind::kSeconds, kAll, &RendezvousSettings::exitBarrierTimeout},
     // ddprun extras: the job's token and TLS files.
-    {"token_file", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tokenFile},
-    {"tls_cert", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsCert},
-    {"tls_key", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsKey},
-    {"tls_ca", ConfKind::kFile, kBoth, nullptr, &RendezvousSettings::tlsCa},
+    {"token_file", ConfKind::kFile, kAll, nullptr, &RendezvousSettings::tokenFile},
+    {"tls_cert", ConfKind::kFile, kAll, nullptr, &RendezvousSettings::tlsCert},
+    {"tls_key", ConfKind::kFile, kAll, nullptr, &RendezvousSettings::tlsKey},
+    {"tls_ca", ConfKind::kFile, kAll, nullptr, &RendezvousSettings::tlsCa},
+    // etcd: torch's etcd (legacy) and etcd-v2 backends' keys.
+    {"protocol", ConfKind::kProtocol, kEtcd, nullptr, nullptr, kEtcdOnly},
+    {"etcd_prefix", ConfKind::kEtcdPrefix, kEtcd, nullptr, nullptr, kEtcdOnly},
+    {"cacert", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdCaCert, kEtcdOnly},
+    {"ca_cert", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdCaCert, kEtcdOnly},
+    {"cert", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdCert, kEtcdOnly},
+    {"ssl_cert", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdCert, kEtcdOnly},
+    {"key", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdKey, kEtcdOnly},
+    {"ssl_cert_key", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdKey, kEtcdOnly},
 };
 
-bool reads(RdzvBackend backend, const ConfKey& key) {
-  switch (key.readBy) {
-    case ReadBy::kBoth:
-      return true;
-    case ReadBy::kStatic:
-      return backend == RdzvBackend::kStatic;
-    case ReadBy::kC10d:
-      return backend == RdzvBackend::kC10d;
+unsigned backendBit(RdzvBackend backend) {
+  switch (backend) {
+    case RdzvBackend::kStatic:
+      return kStatic;
+    case RdzvBackend::kC10d:
+      return kC10d;
+    case RdzvBackend::kEtcd:
+      return kEtcd;
   }
-  return true;
+  return kAll;
 }
 
-std::string_view backendName(RdzvBackend backend) {
-  return backend == RdzvBackend::kStatic ? "static" : "c10d";
-}
+bool reads(RdzvBackend backend, const ConfKey& key) { return (key.readBy & backendBit(backend)) != 0; }
+
 
 // A value wrapped in one pair of quotes that no shell removed: "'join_timeout=5,timeout=5'"
 // passed from Python, as PyTorch's own launcher test does. torchrun keeps them, so the first key
@@ -159,6 +188,42 @@ void checkStoreType(const ConfSource& source, std::string_view value) {
                                source.where(), quote(value)));
 }
 
+// protocol: http or https, any case (torch's etcd-v2 backend strips and lowers it too).
+bool protocolValue(const ConfSource& source, std::string_view value) {
+  const std::string protocol = lowerCase(value);
+  if (protocol == "http" || protocol == "https") return protocol == "https";
+  throw UsageError(fmt::format("{}: protocol={} is not http or https; e.g. protocol=https",
+                               source.where(), printable(value)));
+}
+
+// etcd_prefix: the key prefix, visible ASCII only (a key's bytes end up in etcd, in log lines
+// and in etcdctl commands an operator types). torch's legacy default is /torchelastic/p2p.
+std::string etcdPrefixValue(const ConfSource& source, std::string_view value) {
+  const bool visible = std::all_of(value.begin(), value.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (!visible) {
+    throw UsageError(fmt::format("{}: etcd_prefix {} has a space or a byte that is not visible "
+                                 "ASCII; e.g. etcd_prefix=/torchelastic/p2p",
+                                 source.where(), quote(value)));
+  }
+  return std::string(value);
+}
+
+// Two spellings of one etcd file (cacert and ca_cert, ...) that name different files: which one
+// was meant cannot be guessed.
+void checkOneFile(const ConfSource& source, const ConfKey& known, std::string_view value,
+                  RdzvConf& conf) {
+  const std::string& already = conf.settings.*known.file;
+  if (already.empty() || already == value) return;
+  for (const ConfKey& other : kRdzvConfKeys) {
+    if (other.file != known.file || other.name == known.name) continue;
+    throw UsageError(fmt::format("{}: {} and {} name the same file, given as {} and {}; give one",
+                                 source.where(), other.name, known.name, quote(already),
+                                 quote(value)));
+  }
+}
+
 // One key=value, of a key the backend reads, into `conf`: checked strictly.
 void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::string_view value,
                         RdzvConf& conf) {
@@ -170,7 +235,7 @@ void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::str
       conf.joinTimeoutGiven = conf.joinTimeoutGiven || key == "join_timeout";
       return;
     case ConfKind::kOptionalSeconds:
-      (key == "timeout" ? conf.staticTimeout : settings.heartbeatTimeout) =
+      (key == "timeout" ? conf.timeout : settings.heartbeatTimeout) =
           secondsValue(source, key, value);
       return;
     case ConfKind::kCount:
@@ -186,7 +251,14 @@ void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::str
       return;
     case ConfKind::kFile:
       // Read (and a secret's mode checked) by the agent when it starts: one place reads them.
+      checkOneFile(source, known, value, conf);
       settings.*known.file = std::string(value);
+      return;
+    case ConfKind::kProtocol:
+      settings.etcdHttps = protocolValue(source, value);
+      return;
+    case ConfKind::kEtcdPrefix:
+      settings.etcdPrefix = etcdPrefixValue(source, value);
       return;
   }
 }
@@ -202,6 +274,16 @@ void checkTokenAndTls(const RendezvousSettings& s, const GivenValue& given) {
   }
 }
 
+// etcd's client certificate comes with its key (torch passes the pair as one `cert` tuple, or the
+// certificate alone as a file holding both, which etcd's TLS client here cannot take).
+void checkEtcdClientCertificate(const RendezvousSettings& s, const GivenValue& given) {
+  if (s.etcdCert.empty() == s.etcdKey.empty()) return;
+  throw UsageError(fmt::format(
+      "{}: etcd's client certificate needs its key: give both cert=PATH and key=PATH (or "
+      "ssl_cert=PATH and ssl_cert_key=PATH)",
+      printable(given.origin)));
+}
+
 // One line for a key the backend does not read: unknown to ddprun, or the other backend's.
 std::string ignoredKeyWarning(const GivenValue& given, std::string_view key, const ConfKey* known,
                               RdzvBackend backend) {
@@ -210,7 +292,7 @@ std::string ignoredKeyWarning(const GivenValue& given, std::string_view key, con
                        quote(key), knownKeyNames());
   }
   return fmt::format("{}: {} is not read by the {} backend; ignored ({})", printable(given.origin),
-                     key, backendName(backend), known->elsewhere);
+                     key, rdzvBackendName(backend), known->elsewhere);
 }
 
 }  // namespace
@@ -250,6 +332,7 @@ RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
     }
   }
   checkTokenAndTls(conf.settings, given);
+  checkEtcdClientCertificate(conf.settings, given);
   return conf;
 }
 

@@ -18,13 +18,15 @@ inline constexpr std::chrono::milliseconds kStaticTimeout{900000};
 // --rdzv-conf as given: the typed settings, plus what depends on the backend (resolved later).
 struct RdzvConf {
   RendezvousSettings settings;
-  std::optional<std::chrono::milliseconds> staticTimeout;  // `timeout`
+  // `timeout`: the static backend's and torch's legacy etcd backend's join timeout.
+  std::optional<std::chrono::milliseconds> timeout;
   bool joinTimeoutGiven = false;
 };
 
 // Keys and values are stripped. A key the chosen backend reads is checked strictly: a bad value
 // is a UsageError naming the fix. A key it does not read (unknown to ddprun, or the other
-// backend's: `timeout` is static's, is_host c10d's) is ignored whatever its value, as torchrun
+// backend's: `timeout` is static's and etcd's, is_host c10d's, cacert etcd's) is ignored whatever
+// its value, as torchrun
 // ignores it, with one warning per key in `warnings`; torchrun says nothing, so a typo such as
 // join_timout=5 would go unnoticed. A value wrapped in quotes no shell removed keeps them, as in
 // torchrun, with a warning. Unlike torchrun, an empty entry (a trailing comma) is tolerated.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cli/host_probes.h"
@@ -9,6 +10,7 @@
 #include "cli/value_parsers.h"
 #include "ddprun/common/random_id.h"
 #include "ddprun/common/text.h"
+#include "ddprun/rendezvous/etcd_client.h"
 
 namespace ddprun::launcher::cli_detail {
 namespace {
@@ -41,18 +43,88 @@ void resolveStandalone(const GivenValue& standalone, const Arguments& arguments,
   rdzv.runId = common::randomHexId();
 }
 
-// --rdzv-backend: static (the default) or c10d.
-RdzvBackend chooseBackend(const Arguments& arguments) {
+// --rdzv-backend: static (the default), c10d, or etcd (also etcd-v2 and etcd-v3: one backend).
+RdzvBackend chooseBackend(const Arguments& arguments, CommandLine& result) {
   const GivenValue backend = arguments.givenOr("rdzv-backend", "static");
   const std::string name(trim(backend.value));
   if (name == "static") return RdzvBackend::kStatic;
   if (name == "c10d") return RdzvBackend::kC10d;
+  if (name == "etcd-v3") return RdzvBackend::kEtcd;
   if (name == "etcd" || name == "etcd-v2") {
-    throw UsageError(fmt::format(
-        "{}: etcd rendezvous is not supported by ddprun; use --rdzv-backend c10d", label(backend)));
+    // The same job whichever name: torchrun's two etcd backends differ (a legacy state machine,
+    // the dynamic one), ddprun's rounds are one, on the API every etcd since 3.4 serves.
+    result.notes.push_back(fmt::format(
+        "{}: ddprun speaks etcd's v3 API (torchrun's etcd backends speak v2, which etcd 3.4 turns "
+        "off and 3.6 removed): the etcd needs no --enable-v2, and the job's keys are not "
+        "torchrun's",
+        label(backend)));
+    return RdzvBackend::kEtcd;
   }
-  throw UsageError(fmt::format("{} is not a rendezvous backend; use static or c10d, e.g. {}",
+  throw UsageError(fmt::format("{} is not a rendezvous backend; use static, c10d or etcd, e.g. {}",
                                label(backend), example(backend, "c10d")));
+}
+
+// Whether an --rdzv-endpoint entry names its scheme ("http://", "https://", any case).
+bool hasScheme(std::string_view entry) {
+  return lowerCase(entry.substr(0, 7)) == "http://" || lowerCase(entry.substr(0, 8)) == "https://";
+}
+
+// etcd: the members' client URLs, --rdzv-endpoint host:port[,host:port...] (port 2379 unless
+// given; http:// or https:// in front, else --rdzv-conf protocol's, else http), localhost:2379
+// when none is given.
+void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint,
+                          CommandLine& result) {
+  RendezvousConfig& rdzv = result.config.rdzv;
+  const RendezvousSettings& settings = rdzv.settings;
+  for (const auto name : {"master-addr", "master-port"}) {
+    if (const auto* ignored = arguments.given(name)) {
+      result.warnings.push_back(fmt::format(
+          "{} is only used by the static backend; with etcd give its members' addresses as "
+          "--rdzv-endpoint HOST:PORT[,HOST:PORT...]",
+          label(*ignored)));
+    }
+  }
+  const GivenValue given =
+      endpoint != nullptr ? *endpoint : GivenValue{nullptr, "localhost", "--rdzv-endpoint", false};
+  // protocol=https (torch's key) applies to the entries written without a scheme.
+  std::string text;
+  for (const auto entry : split(given.value, ',')) {
+    const std::string_view trimmed = trim(entry);
+    if (!text.empty()) text += ',';
+    if (settings.etcdHttps.value_or(false) && !trimmed.empty() && !hasScheme(trimmed)) text += "https://";
+    text += trimmed;
+  }
+  try {
+    rdzv.etcdEndpoints = rendezvous::etcd::parseEtcdEndpoints(text);
+  } catch (const rendezvous::etcd::EtcdEndpointError& error) {
+    throw UsageError(fmt::format("{}: {}", label(given), error.what()));
+  }
+  for (const auto& member : rdzv.etcdEndpoints) checkResolvable(member.host, given);
+  // Where this node's address is looked for (toward etcd) and what messages call the endpoint.
+  rdzv.host = rdzv.etcdEndpoints.front().host;
+  rdzv.port = rdzv.etcdEndpoints.front().port;
+  // Each round's group rank 0 hosts its workers' store on its address toward etcd: toward a
+  // member on this host (a per-node etcd gateway) that is a loopback address, which the other
+  // hosts cannot reach.
+  const bool allLoopback = std::all_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
+    return e.host == "localhost" || e.host.starts_with("127.") || e.host == "::1";
+  });
+  if (allLoopback && rdzv.maxNodes > 1 && rdzv.localAddr.empty()) {
+    result.warnings.push_back(fmt::format(
+        "{}: every etcd member is on this host, so this node's address toward etcd is a loopback "
+        "address, which other hosts cannot reach for the round's workers' store; this works only "
+        "when every node runs on this host: give --local-addr with this host's network address",
+        label(given)));
+  }
+  const bool anyHttps = std::any_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
+    return e.scheme == rendezvous::etcd::EtcdEndpoint::Scheme::kHttps;
+  });
+  if (!anyHttps && !(settings.etcdCaCert.empty() && settings.etcdCert.empty())) {
+    result.warnings.push_back(fmt::format(
+        "--rdzv-conf: etcd's certificate files are not used with {} (every member is http://); "
+        "write https:// in front of the members or add protocol=https",
+        label(given)));
+  }
 }
 
 // c10d: the store at --rdzv-endpoint (port 29400 unless given), else localhost:29400.
@@ -137,7 +209,7 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   RendezvousConfig& rdzv = result.config.rdzv;
   // The backend first: which --rdzv-conf keys are read, and so checked, depends on it.
   const GivenValue* standalone = arguments.given("standalone");
-  rdzv.backend = standalone != nullptr ? RdzvBackend::kC10d : chooseBackend(arguments);
+  rdzv.backend = standalone != nullptr ? RdzvBackend::kC10d : chooseBackend(arguments, result);
   RdzvConf conf;
   if (const auto* given = arguments.given("rdzv-conf")) {
     conf = parseRdzvConf(*given, rdzv.backend, result.warnings);
@@ -146,17 +218,24 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   if (standalone != nullptr) return resolveStandalone(*standalone, arguments, result);
   if (const auto* id = arguments.given("rdzv-id")) rdzv.runId = id->value;
   // torchrun's static rendezvous waits `timeout` (its TCPStore timeout, 900 s unless given) for
-  // the nodes and the master's store to come.
+  // the nodes and the master's store to come; its legacy etcd backend takes `timeout` as its join
+  // timeout (600 s unless given, join_timeout's default).
   if (rdzv.backend == RdzvBackend::kStatic && !conf.joinTimeoutGiven) {
-    rdzv.settings.joinTimeout = conf.staticTimeout.value_or(kStaticTimeout);
+    rdzv.settings.joinTimeout = conf.timeout.value_or(kStaticTimeout);
+  }
+  if (rdzv.backend == RdzvBackend::kEtcd && !conf.joinTimeoutGiven && conf.timeout) {
+    rdzv.settings.joinTimeout = *conf.timeout;
   }
   const GivenValue* endpoint = arguments.given("rdzv-endpoint");
   if (endpoint != nullptr && trim(endpoint->value).empty()) endpoint = nullptr;
   if (endpoint != nullptr) rdzv.endpoint = std::string(trim(endpoint->value));
-  if (rdzv.backend == RdzvBackend::kC10d) {
-    resolveC10dEndpoint(arguments, endpoint, result);
-  } else {
-    resolveStaticEndpoint(arguments, endpoint, result);
+  switch (rdzv.backend) {
+    case RdzvBackend::kC10d:
+      return resolveC10dEndpoint(arguments, endpoint, result);
+    case RdzvBackend::kEtcd:
+      return resolveEtcdEndpoints(arguments, endpoint, result);
+    case RdzvBackend::kStatic:
+      return resolveStaticEndpoint(arguments, endpoint, result);
   }
 }
 

@@ -585,7 +585,7 @@ WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const 
   event.hostname = identity_.hostname;
   event.state = state;
   event.totalRunTime = event.timestamp - startedAt_;
-  event.rdzvBackend = config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "c10d";
+  event.rdzvBackend = rdzvBackendName(config_.rdzv.backend);
   event.restarts = round_.restartCount;
   return event;
 }

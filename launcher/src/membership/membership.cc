@@ -150,11 +150,9 @@ void Membership::open() {
       if (cancelled_) throw MembershipCancelled();
       if (now_() - start > patience) {
         throw EndpointError(fmt::format(
-            "cannot reach the rendezvous store at {} within {} ({} s): {}; start the agent that "
-            "hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint",
-            backend_.address(),
+            "cannot reach the rendezvous store at {} within {} ({} s): {}; {}", backend_.address(),
             config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout",
-            patience.count() / 1000.0, error.what()));
+            patience.count() / 1000.0, error.what(), backend_.unreachableFix()));
       }
     }
   }
@@ -391,7 +389,8 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
           round, settings_.joinTimeout.count() / 1000.0, joined, config_.minNodes));
     }
     if (joined != reportedJoined) {
-      spdlog::info("rendezvous round {}: {} node(s) joined, waiting for {}", round, joined,
+      spdlog::info("rendezvous round {} of run '{}': {} node(s) joined, waiting for {}", round,
+                   shown(config_.runId), joined,
                    joined < config_.minNodes ? fmt::format("at least {}", config_.minNodes)
                                              : std::string("the round to close"));
       reportedJoined = joined;
@@ -515,7 +514,8 @@ void Membership::settleWorkerStore(Round& round) {
     }
   }
   const std::string master = control().get(masterKey);
-  const std::string expectedHost = config_.backend == RdzvBackend::kC10d ? round.members[0].address : "";
+  // c10d and etcd: group rank 0 hosts it on its advertised address.
+  const std::string expectedHost = config_.backend != RdzvBackend::kStatic ? round.members[0].address : "";
   if (const auto problem = masterProblem(master, expectedHost)) {
     throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
                                       "is something else writing to the rendezvous store?",
@@ -655,6 +655,12 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
         if (!control().listPrefix(keys_.alivePrefix(), 0).more) break;
         std::this_thread::sleep_for(5ms);
       }
+    }
+    // A shared store (an etcd) outlives the job and nobody's exit takes it along: the last agent
+    // out removes the run's keys, one prefix delete (each agent's alive key, held until its own
+    // close, says who is still there).
+    if (backend_.tenancy() == StoreTenancy::kShared && !control().listPrefix(keys_.alivePrefix(), 0).more) {
+      control().deletePrefix(keys_.prefix());
     }
   } catch (const std::exception& error) {
     spdlog::debug("leaving the rendezvous: {}", error.what());

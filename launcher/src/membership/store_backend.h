@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "ddprun/rendezvous/hash_store.h"
@@ -49,6 +50,13 @@ class StaticStoreFacet {
   virtual std::string masterAddress() const = 0;
 };
 
+// A backend that cannot be made from what the job was given (a certificate file that cannot be
+// used): what() is one line naming the fix.
+class StoreBackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class StoreBackend {
  public:
   virtual ~StoreBackend() = default;
@@ -60,6 +68,11 @@ class StoreBackend {
                                                             std::chrono::milliseconds connectTimeout) = 0;
   // Where the store is, for messages ("host:port", or an etcd's endpoints).
   virtual std::string address() const = 0;
+  // What the user should do when the store did not answer within read_timeout: the end of that
+  // one line.
+  virtual std::string unreachableFix() const {
+    return "start the agent that hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint";
+  }
   virtual StoreTenancy tenancy() const = 0;
   // The static backend's extras, or nullptr where this store has none (Membership refuses a
   // static job on such a backend).

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "membership/etcd_store_backend.h"
+
 namespace ddprun::launcher {
 
 std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
@@ -12,6 +14,9 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
     case RdzvBackend::kStatic:  // node rank 0's store, which the workers share (the static facet)
     case RdzvBackend::kC10d:    // the store on the endpoint: an agent's or a daemon
       return std::make_unique<TcpStoreBackend>(inputs.ddprunStore);
+    case RdzvBackend::kEtcd:  // the members on the endpoint; no agent hosts the rendezvous
+      return std::make_unique<EtcdStoreBackend>(etcdClientOptions(config),
+                                                etcdKeyPrefix(config.settings.etcdPrefix));
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }

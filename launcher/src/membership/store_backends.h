@@ -1,6 +1,7 @@
 // The rendezvous backends by name: the one place that turns --rdzv-backend (RdzvBackend) into the
-// StoreBackend Membership runs on. Adding a backend (etcd) is one more case here and one more
-// StoreBackend implementation; neither Membership nor the agent changes.
+// StoreBackend Membership runs on: ddprun's store (TcpStoreBackend) for static and c10d, etcd
+// (EtcdStoreBackend) for etcd. A backend is one more case here and one more StoreBackend
+// implementation; neither Membership nor the agent changes.
 //
 // Thread safety: a plain function.
 #pragma once
@@ -19,7 +20,8 @@ struct StoreBackendInputs {
   rendezvous::TcpStoreOptions ddprunStore;
 };
 
-// The StoreBackend of `config.backend`.
+// The StoreBackend of `config.backend`. Throws StoreBackendError when it cannot be made from what
+// the job was given (etcd: a certificate file that cannot be used).
 std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
                                                const StoreBackendInputs& inputs);
 

@@ -12,12 +12,30 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/rendezvous/etcd_client.h"
+
 namespace ddprun::launcher {
 
 enum class RdzvBackend {
   kStatic,  // --node-rank / --master-addr / --master-port; node rank 0 hosts the store
   kC10d,    // --rdzv-endpoint host:port; a store on the endpoint (agent-hosted or a daemon)
+  kEtcd,    // --rdzv-endpoint host:port[,...]: an etcd cluster, spoken to in its v3 API
+            // (etcd, etcd-v2 and etcd-v3 all select it)
 };
+
+// The backend's name, as --rdzv-backend takes it (etcd for all three spellings): for messages and
+// torchrun's events.
+inline const char* rdzvBackendName(RdzvBackend backend) {
+  switch (backend) {
+    case RdzvBackend::kStatic:
+      return "static";
+    case RdzvBackend::kC10d:
+      return "c10d";
+    case RdzvBackend::kEtcd:
+      return "etcd";
+  }
+  return "?";
+}
 
 // How the training script is started (torchrun's four modes, plus executables run directly).
 enum class EntryKind {
@@ -71,6 +89,12 @@ struct RendezvousSettings {
   std::string tlsCert;  // tls_cert: the stores' certificate (PEM), every agent may host one
   std::string tlsKey;   // tls_key: its key (mode 600)
   std::string tlsCa;    // tls_ca: the CA that signed it ("" = the certificate itself)
+  // etcd only (torch's etcd backends' keys; both spellings of each file are taken):
+  std::string etcdPrefix;  // etcd_prefix: under it every key of the job ("" = the root, "/")
+  std::string etcdCaCert;  // cacert, ca_cert: the CA of https members ("" = the system's)
+  std::string etcdCert;    // cert, ssl_cert: a client certificate, for --client-cert-auth members
+  std::string etcdKey;     // key, ssl_cert_key: its key (mode 600)
+  std::optional<bool> etcdHttps;  // protocol: http or https for entries written without a scheme
 
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.
@@ -94,6 +118,8 @@ struct RendezvousConfig {
   std::string masterAddr = "127.0.0.1";     // --master-addr
   std::optional<std::uint16_t> masterPort;  // --master-port (nothing = 29500)
   std::string localAddr;            // --local-addr ("" = detect)
+  // etcd: the members' client URLs from --rdzv-endpoint (host and port above: the first one's)
+  std::vector<rendezvous::etcd::EtcdEndpoint> etcdEndpoints;
 };
 
 // When and how the job restarts and stops.

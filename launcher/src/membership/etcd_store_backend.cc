@@ -1,0 +1,111 @@
+#include "membership/etcd_store_backend.h"
+
+#include <fmt/format.h>
+
+#include "ddprun/rendezvous/errors.h"
+#include "ddprun/rendezvous/etcd_store.h"
+
+namespace ddprun::launcher {
+
+namespace etcd = rendezvous::etcd;
+
+std::string etcdKeyPrefix(const std::string& etcdPrefix) {
+  std::string prefix = etcdPrefix;
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  return prefix + "/";
+}
+
+etcd::EtcdClientOptions etcdClientOptions(const RendezvousConfig& config) {
+  etcd::EtcdClientOptions options;
+  options.endpoints = config.etcdEndpoints;
+  options.timeout = config.settings.readTimeout;
+  options.tls.caCertificate = config.settings.etcdCaCert;
+  options.tls.certificate = config.settings.etcdCert;
+  options.tls.privateKey = config.settings.etcdKey;
+  return options;
+}
+
+namespace {
+
+std::shared_ptr<etcd::EtcdClient> makeClient(etcd::EtcdClientOptions options) {
+  try {
+    return std::make_shared<etcd::EtcdClient>(std::move(options));
+  } catch (const etcd::EtcdError& error) {
+    // kRejected: a certificate or key file that cannot be used (the client names it).
+    throw StoreBackendError(fmt::format("--rdzv-conf: {}; give etcd's certificate files as "
+                                        "cacert=, cert= and key= (PEM, the key mode 600)",
+                                        error.what()));
+  }
+}
+
+}  // namespace
+
+EtcdStoreBackend::EtcdStoreBackend(etcd::EtcdClientOptions options, std::string keyPrefix)
+    : options_(std::move(options)), keyPrefix_(std::move(keyPrefix)) {
+  // Made now, so that a certificate file that cannot be used is said before anything starts.
+  clients_.emplace(options_.timeout, makeClient(options_));
+}
+
+std::shared_ptr<etcd::EtcdClient> EtcdStoreBackend::clientFor(std::chrono::milliseconds callTimeout) {
+  std::lock_guard lock(mutex_);
+  auto& client = clients_[callTimeout];
+  if (!client) {
+    etcd::EtcdClientOptions options = options_;
+    options.timeout = callTimeout;
+    client = makeClient(std::move(options));
+  }
+  return client;
+}
+
+std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(std::chrono::milliseconds callTimeout,
+                                                                  std::chrono::milliseconds connectTimeout) {
+  // EtcdStore does no I/O when made, so whether etcd answers is asked here, once per connection
+  // (Membership makes four, at start): an agent must not join with an etcd it cannot use.
+  const std::shared_ptr<etcd::EtcdClient> client = clientFor(callTimeout);
+  try {
+    client->get(keyPrefix_, etcd::Clock::now() + connectTimeout);
+  } catch (const etcd::EtcdError& error) {
+    switch (error.code()) {
+      case etcd::EtcdError::Code::kUnreachable:
+      case etcd::EtcdError::Code::kUnavailable:
+      case etcd::EtcdError::Code::kTimeout:
+        // Not up yet, no leader yet, or too slow: worth asking again until read_timeout.
+        throw rendezvous::StoreConnectionError(error.what());
+      case etcd::EtcdError::Code::kBadResponse:
+      case etcd::EtcdError::Code::kUnsupported:
+        throw rendezvous::StoreHandshakeError(
+            fmt::format("{}; ddprun needs etcd 3.4 or later, at its members' client URLs (port "
+                        "2379 by default)",
+                        error.what()),
+            rendezvous::StoreHandshakeError::Peer::kHttpServer);
+      case etcd::EtcdError::Code::kAuth:
+      case etcd::EtcdError::Code::kRejected:
+      case etcd::EtcdError::Code::kNotFound:
+      case etcd::EtcdError::Code::kCompacted:
+        // etcd answers and refuses this agent (auth is on, or the user may not read the prefix):
+        // asking again will not help.
+        throw rendezvous::StoreHandshakeError(
+            fmt::format("etcd refuses to read {} for this agent: {}", keyPrefix_, error.what()),
+            rendezvous::StoreHandshakeError::Peer::kHttpServer);
+    }
+    throw;
+  }
+  auto store = std::make_unique<rendezvous::EtcdStore>(client, keyPrefix_);
+  store->setTimeout(callTimeout);
+  return store;
+}
+
+std::string EtcdStoreBackend::address() const {
+  std::string members;
+  for (const auto& endpoint : options_.endpoints) {
+    members += (members.empty() ? "" : ",") + endpoint.text();
+  }
+  return members;
+}
+
+std::string EtcdStoreBackend::unreachableFix() const {
+  return "check that etcd runs there and that --rdzv-endpoint lists its members' client URLs "
+         "(host:port, 2379 by default)";
+}
+
+}  // namespace ddprun::launcher

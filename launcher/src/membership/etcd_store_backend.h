@@ -1,0 +1,69 @@
+// EtcdStoreBackend: the job's rendezvous on an etcd cluster (--rdzv-backend etcd), as Membership
+// sees it: every connection is a rendezvous::EtcdStore (a HoldingStore on etcd's v3 API: its holds
+// are keys bound to a lease of its own) on an EtcdClient the connections share, every key under
+// the job's key prefix (etcd_prefix, "/" by default, then Membership's "ddprun/<run id>/").
+// An EtcdStore gives each request its client's timeout, so connections with one call timeout
+// share one client: Membership's control connection (read_timeout) one, its heartbeat, watch and
+// lapse-report connections (the liveness timeout) another, so that a renewal etcd does not answer
+// fails within the liveness timeout, not read_timeout.
+//   - holdLapse() is kKeyDeletedOnly: a lease that expires takes its keys and writes nothing
+//     else, so the peers report a lost node (Membership's LapseReporter);
+//   - tenancy() is kShared: an etcd serves many jobs, each under its own run id, and nothing of
+//     one is visible to another; no agent claims the store;
+//   - no static facet: the workers never share etcd (a static job is refused before this);
+//   - no agent hosts the rendezvous store: etcd is it. Each round's group rank 0 hosts the
+//     round's workers' store as on c10d (Round::hostsWorkerStore).
+//
+// Thread safety: connect() from any thread (the client is thread-safe); each connection as
+// EtcdStore says.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ddprun/launcher/launch_config.h"
+#include "ddprun/rendezvous/etcd_client.h"
+#include "membership/store_backend.h"
+
+namespace ddprun::launcher {
+
+// The key prefix of every key of the job on etcd, from etcd_prefix: its trailing slashes dropped,
+// then one "/" ("" and "/" give "/", "/torchelastic/p2p" gives "/torchelastic/p2p/").
+std::string etcdKeyPrefix(const std::string& etcdPrefix);
+
+// How the agent reaches etcd, from the job's rendezvous config: the members (--rdzv-endpoint),
+// the https files (cacert/cert/key or ca_cert/ssl_cert/ssl_cert_key), and read_timeout as the
+// deadline of a call that is given none.
+rendezvous::etcd::EtcdClientOptions etcdClientOptions(const RendezvousConfig& config);
+
+class EtcdStoreBackend final : public StoreBackend {
+ public:
+  // No I/O. Throws StoreBackendError when the client cannot be made (a certificate file that
+  // cannot be used: the line names it). `options.timeout` is replaced by each connection's.
+  EtcdStoreBackend(rendezvous::etcd::EtcdClientOptions options, std::string keyPrefix);
+
+  // A new EtcdStore on the client of `callTimeout`, after one read under the key prefix within
+  // `connectTimeout` that shows etcd answers: unreachable, no leader or too slow is a
+  // StoreConnectionError (Membership retries until read_timeout); something that is not etcd,
+  // or an etcd that refuses this agent (auth), is a StoreHandshakeError.
+  std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
+                                                    std::chrono::milliseconds connectTimeout) override;
+  // "etcd at http://h1:2379,http://h2:2379"
+  std::string address() const override;
+  StoreTenancy tenancy() const override { return StoreTenancy::kShared; }
+  std::string unreachableFix() const override;
+
+ private:
+  // The client whose requests get `callTimeout`, made on first use.
+  std::shared_ptr<rendezvous::etcd::EtcdClient> clientFor(std::chrono::milliseconds callTimeout);
+
+  rendezvous::etcd::EtcdClientOptions options_;
+  std::string keyPrefix_;
+  std::mutex mutex_;  // guards clients_
+  std::map<std::chrono::milliseconds, std::shared_ptr<rendezvous::etcd::EtcdClient>> clients_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,260 @@
+// --rdzv-backend etcd end to end (issue #20): real agents (the ddprun binary) rendezvousing on a
+// real 3-member etcd 3.4 on loopback (tests/support/etcd_cluster.h), with report.sh workers for
+// the elastic behaviour and examples/train_ddp.py (through ddp_training.py, which checks it) for
+// DDP training.
+//
+// A C++ driver rather than Python: the etcd cluster for tests exists once, in C++
+// (etcd_cluster.h: free ports, data in /dev/shm, one process group dying with the test), and the
+// agent helpers are multinode_test's. Cases tagged [elastic] share one cluster (the CTest entry
+// runs them in one process); [torch113] and [torch2] each start their own.
+//
+// Skips (77) without /usr/bin/etcd; [torch2] skips (77) without the torch 2.6 chroot.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ddprun_command.h"
+#include "etcd_cluster.h"
+#include "lines.h"
+#include "ports.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+#include "waits.h"
+
+using namespace ddprun::test;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kReport = launcherWorker("report.sh");
+// Bounds of the waits, each many times what it takes on an idle 2-core machine.
+constexpr auto kForms = 20s;     // a round forms and its workers report
+constexpr auto kFinishes = 20s;  // the agents of a job exit once `until` exists
+
+// The cluster of the [elastic] cases, started by the first and stopped at exit.
+EtcdCluster& sharedCluster() {
+  EtcdCluster::skipUnlessInstalled();
+  static EtcdCluster cluster;
+  return cluster;
+}
+
+// An etcd agent of job `id` with one report.sh worker running until `until` exists.
+// join_timeout 20 s, last_call_timeout 1 s unless `conf` says otherwise (a later --rdzv-conf
+// entry wins).
+// `options` go before the worker (--max-restarts N), `reportArgs` replace "--until until".
+std::unique_ptr<Subprocess> agent(const std::string& nnodes, const std::string& endpoints,
+                                  const std::string& id, const std::string& until,
+                                  const std::string& conf = "", std::vector<std::string> options = {},
+                                  std::vector<std::string> reportArgs = {}) {
+  std::vector<std::string> args = {"--nnodes", nnodes, "--nproc-per-node", "1",
+                                   "--rdzv-backend", "etcd", "--rdzv-endpoint", endpoints,
+                                   "--rdzv-id", id, "--rdzv-conf",
+                                   "join_timeout=20,last_call_timeout=1" + (conf.empty() ? "" : "," + conf)};
+  args.insert(args.end(), options.begin(), options.end());
+  args.insert(args.end(), {"--no-python", kReport});
+  if (reportArgs.empty()) reportArgs = {"--until", until};
+  args.insert(args.end(), reportArgs.begin(), reportArgs.end());
+  return std::make_unique<Subprocess>(ddprunCommand(args), std::vector<std::string>{"LOGLEVEL=INFO"});
+}
+
+// Waits until the workers of `nodes` have printed `count` lines matching `pattern` in all.
+bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
+              std::chrono::milliseconds timeout = kForms) {
+  return eventually([&] {
+    std::string all;
+    for (Subprocess* node : nodes) all += node->output();
+    return countLines(all, pattern) == count;
+  }, timeout, nodes);
+}
+
+// Ends the job (report.sh --until) and waits for each of `nodes` to exit 0, under one deadline.
+void finishJob(const std::string& until, const std::vector<Subprocess*>& nodes) {
+  std::ofstream(until).put('\n');
+  const Deadline deadline(kFinishes);
+  for (Subprocess* node : nodes) CHECK(exitsWith(*node, 0, deadline.left(), nodes));
+}
+
+// The job's keys left in etcd (the default prefix: /ddprun/<run id>/), one per line.
+std::string keysOf(EtcdCluster& cluster, const std::string& id) {
+  return cluster.etcdctl({"get", "--prefix", "--keys-only", "/ddprun/" + id + "/"});
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the workers' store, then "
+          "a late joiner scales it up; the job's keys are gone after it",
+          "[elastic]") {
+  EtcdCluster& cluster = sharedCluster();
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::string endpoints = cluster.endpoints();
+  auto a = agent("1:3", endpoints, "elastic", until);
+  auto b = agent("1:3", endpoints, "elastic", until);
+  // The first round may form with one of them (last_call_timeout 1 s) and re-form with both.
+  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2));
+
+  // Kill the agent whose worker is group rank 0: its agent hosts the round's workers' store.
+  const bool aHosts = countLines(a->output(), "world=2 group_rank=0 ") == 1;
+  Subprocess& host = aHosts ? *a : *b;
+  Subprocess& survivor = aHosts ? *b : *a;
+  const int aloneBefore = countLines(survivor.output(), "world=1 group_rank=0 ");
+  const auto killed = Clock::now();
+  host.signal(SIGKILL);
+  // Its lease (5 s: keep_alive_interval 1 s x keep_alive_max_attempt 5) expires, etcd deletes its
+  // alive key, the survivor's watch reports it lost, and the survivor re-forms alone, hosting
+  // the new workers' store itself.
+  REQUIRE(eventually([&] { return countLines(survivor.output(), "world=1 group_rank=0 ") > aloneBefore; },
+                     kForms, {&survivor}));
+  const double reformed = secondsSince(killed);
+  WARN("etcd: the survivor's new group ran " << reformed << " s after SIGKILL of the store's host");
+  CHECK(reformed < 10.0);  // TTL 5 s + one keep-alive 1 s + re-forming, with room on a busy machine
+  CHECK_THAT(survivor.errors(), Catch::Contains("was lost"));
+
+  // A late joiner: the job runs 1 of at most 3 nodes, so it re-forms with 2.
+  const std::string beforeJoin = survivor.output();
+  auto c = agent("1:3", endpoints, "elastic", until);
+  REQUIRE(eventually([&] {
+    return countLines(survivor.output().substr(beforeJoin.size()) + c->output(), "world=2 ") == 2;
+  }, kForms, {&survivor, c.get()}));
+  CHECK_THAT(survivor.errors(), Catch::Contains("joins the job"));
+  // Membership changes spend no restart.
+  CHECK(countLines(survivor.output() + c->output(), "restart=[1-9]") == 0);
+
+  finishJob(until, {&survivor, c.get()});
+  // The last agent out removed the job's keys with one prefix delete.
+  CHECK(keysOf(cluster, "elastic").empty());
+}
+
+TEST_CASE("etcd: a failed worker restarts the whole job within the job-global --max-restarts, "
+          "then the exit barrier ends it",
+          "[elastic]") {
+  EtcdCluster& cluster = sharedCluster();
+  // Rank 1 fails in the first run only: one restart of both nodes, then both succeed.
+  const std::vector<std::string> failOnce = {"--fail-rank", "1", "--fail-restart", "0", "--exit", "3"};
+  auto a = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
+  auto b = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
+  const Deadline deadline(40s);
+  CHECK(exitsWith(*a, 0, deadline.left(), {b.get()}));
+  CHECK(exitsWith(*b, 0, deadline.left(), {a.get()}));
+  const std::string all = a->output() + b->output();
+  CHECK(countLines(all, "world=2 .*restart=0 generation=0") == 2);
+  CHECK(countLines(all, "world=2 .*restart=1 generation=1") == 2);
+  CHECK(countLines(all, "restart=2") == 0);
+  CHECK(keysOf(cluster, "restarts").empty());
+
+  // With the budget spent, the same failure ends the job with its exit code on both nodes.
+  const std::vector<std::string> failAlways = {"--fail-rank", "1", "--exit", "3"};
+  auto c = agent("2", cluster.endpoints(), "spent", "", "", {"--max-restarts", "1"}, failAlways);
+  auto d = agent("2", cluster.endpoints(), "spent", "", "", {"--max-restarts", "1"}, failAlways);
+  CHECK(exitsWith(*c, 3, deadline.left(), {d.get()}));
+  CHECK(exitsWith(*d, 3, deadline.left(), {c.get()}));
+  CHECK(countLines(c->output() + d->output(), "restart=1 generation=1") == 2);
+}
+
+TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form, the job finishes",
+          "[elastic]") {
+  EtcdCluster& cluster = sharedCluster();
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::string endpoints = cluster.endpoints();
+  // Under torch's legacy prefix, to see etcd_prefix put every key of the job there.
+  auto a = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
+  auto b = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
+  REQUIRE(reported({a.get(), b.get()}, "world=2 .*generation=0", 2));
+  CHECK_THAT(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/ddprun/leaderloss/"}),
+             Catch::Contains("/torchelastic/p2p/ddprun/leaderloss/alive/"));
+  CHECK(keysOf(cluster, "leaderloss").empty());
+  const int leader = cluster.leader(10s);
+  REQUIRE(leader >= 0);
+  cluster.kill(leader);
+  // Past a whole lease TTL (5 s) and the election: a lease is extended by the new leader, and
+  // every renewal fails over to the members left.
+  std::this_thread::sleep_for(7s);
+  CHECK(countLines(a->output() + b->output(), "generation=[1-9]") == 0);
+  finishJob(until, {a.get(), b.get()});
+  CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("was lost"));
+  CHECK(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/"}).empty());
+  cluster.heal();
+}
+
+TEST_CASE("etcd: agents of another run id are another job on the same etcd, never merged",
+          "[elastic]") {
+  EtcdCluster& cluster = sharedCluster();
+  TempDir dir;
+  const std::string until = dir.path + "/stop";
+  const std::string endpoints = cluster.endpoints();
+  auto x = agent("2", endpoints, "job-x", until);
+  // job-y wants 2 nodes too and finds none of its own: it says so while it waits, then gives up.
+  auto y = agent("2", endpoints, "job-y", until, "join_timeout=6");
+  auto x2 = agent("2", endpoints, "job-x", until);
+  REQUIRE(reported({x.get(), x2.get()}, "world=2 ", 2));
+  REQUIRE(exitsWith(*y, 1, 20s, {x.get(), x2.get()}));
+  CHECK_THAT(y->errors(), Catch::Contains("rendezvous round 0 of run 'job-y': 1 node(s) joined, "
+                                          "waiting for at least 2"));
+  CHECK_THAT(y->errors(), Catch::Contains("did not complete within join_timeout"));
+  CHECK(countLines(y->output(), "rank=") == 0);
+  finishJob(until, {x.get(), x2.get()});
+  CHECK(keysOf(cluster, "job-x").empty());
+  CHECK(keysOf(cluster, "job-y").empty());
+}
+
+TEST_CASE("etcd unreachable at start: one line naming the members and the fix, exit 2, within "
+          "read_timeout",
+          "[elastic]") {
+  EtcdCluster::skipUnlessInstalled();
+  TempDir dir;
+  const std::uint16_t first = freePort();
+  const std::uint16_t second = freePort();
+  const auto started = Clock::now();
+  auto nobody = agent("2", fmt::format("127.0.0.1:{},127.0.0.1:{}", first, second), "nobody",
+                      dir.path + "/stop", "read_timeout=2");
+  CHECK(exitsWith(*nobody, 2, 20s));
+  const double took = secondsSince(started);
+  WARN("etcd unreachable: exit 2 after " << took << " s with read_timeout=2");
+  CHECK(took < 6.0);
+  const std::string errors = nobody->errors();
+  CHECK(countLines(errors, "^ddprun: error: ") == 1);
+  const auto line = findLine(errors, "^ddprun: error: ");
+  REQUIRE(line);
+  CHECK_THAT(*line, Catch::Contains(fmt::format("http://127.0.0.1:{},http://127.0.0.1:{}", first, second)) &&
+                        Catch::Contains("within read_timeout (2 s)") &&
+                        Catch::Contains("check that etcd runs there"));
+  CHECK(countLines(nobody->output(), "rank=") == 0);
+}
+
+namespace {
+
+// examples/train_ddp.py on 2 agents x 2 workers over a fresh 3-member etcd, checked by
+// ddp_training.py (loss falls, identical parameters, checkpoint, exit 0).
+void ddpTraining(const std::string& python) {
+  EtcdCluster::skipUnlessInstalled();
+  EtcdCluster cluster;
+  Subprocess driver({DDPRUN_TORCH113_PYTHON, std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/ddp_training.py",
+                     "--ddprun", DDPRUN_BIN, "--python", python, "--scenario", "2nodes", "--etcd",
+                     cluster.endpoints(), "--epochs", "2", "--timeout", "150"});
+  const auto status = exitStatus(driver, 170s);
+  REQUIRE(status.has_value());
+  if (*status == 77) std::exit(77);  // no torch 2.6 chroot: skipped, as CTest reads it
+  INFO(driver.describe(20000));
+  CHECK(*status == 0);
+  CHECK_THAT(driver.output(), Catch::Contains("over etcd"));
+}
+
+}  // namespace
+
+TEST_CASE("etcd: DDP training, 2 agents x 2 workers, torch 1.13", "[torch113]") {
+  ddpTraining(DDPRUN_TORCH113_PYTHON);
+}
+
+TEST_CASE("etcd: DDP training, 2 agents x 2 workers, torch 2.6", "[torch2]") {
+  ddpTraining(DDPRUN_TORCH2_PYTHON);
+}
