@@ -7,6 +7,8 @@
 #   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
 #   scripts/bench.sh hang      hang -> new group running: ddprun --hang-timeout / FileTimer vs
 #                              torchrun 2.6 and 1.13 (FileTimer); the agent's CPU per 1M reports
+#   scripts/bench.sh rendezvous  etcd vs c10d: forming a round of 2/8/32 agents, an agent's death ->
+#                              the survivors' new round running (torchrun 1.13 c10d beside, forming)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh > /dev/null
@@ -25,5 +27,7 @@ case "${1:-store}" in
       --allreduce-bench build-release/examples/allreduce_bench "${@:2}" ;;
   hang)
     /usr/bin/python3 tests/bench/bench_hang.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang)" >&2; exit 2 ;;
+  rendezvous)
+    /usr/bin/python3 tests/bench/bench_rendezvous.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
+  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang, rendezvous)" >&2; exit 2 ;;
 esac
