@@ -202,6 +202,22 @@ void checkTokenAndTls(const RendezvousSettings& s, const GivenValue& given) {
   }
 }
 
+// The fence (RendezvousSettings::fencingInterval) must leave the heartbeat at least one renewal
+// before it fires, or a node would stop its workers between two healthy renewals.
+void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
+  const auto fence = s.fencingInterval();
+  if (fence > s.keepAliveInterval) return;
+  const auto slack = 2 * RendezvousSettings::kFenceRoundTrip + RendezvousSettings::kFenceMargin;
+  // The least keep_alive_max_attempt that gives a fence longer than one interval.
+  const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 2;
+  throw UsageError(fmt::format(
+      "{}: keep_alive_interval={} s x keep_alive_max_attempt={} make a {} s liveness timeout, and "
+      "a node stops its workers when no renewal was acknowledged for that less {} s ({} s), which "
+      "is not longer than one keep-alive interval; raise keep_alive_max_attempt (e.g. to {})",
+      printable(given.origin), s.keepAliveInterval.count() / 1000.0, s.keepAliveMaxAttempts,
+      s.holdTimeToLive().count() / 1000.0, slack.count() / 1000.0, fence.count() / 1000.0, attempts));
+}
+
 // One line for a key the backend does not read: unknown to ddprun, or the other backend's.
 std::string ignoredKeyWarning(const GivenValue& given, std::string_view key, const ConfKey* known,
                               RdzvBackend backend) {
@@ -250,6 +266,7 @@ RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
     }
   }
   checkTokenAndTls(conf.settings, given);
+  checkFencing(conf.settings, given);
   return conf;
 }
 
