@@ -70,7 +70,8 @@ seconds() { python3 -c "import sys; print(f'{float(sys.argv[1]) - float(sys.argv
 before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$@"; }
 
 wait_until 30 "both hosts' workers run generation 0" eval 'started h1 0 && started h2 0'
-wait_until 5 "host 2's worker ticks" compgen -G "$ticks/tick.h2.0.*"
+ticking() { compgen -G "$ticks/tick.$1.$2.*" > /dev/null; }
+wait_until 5 "host 2's worker ticks" ticking h2 0
 old_pid=$(ls "$ticks"/start.h2.0.* | head -1); old_pid=${old_pid##*.}
 sleep 1.5  # the heartbeats are renewing: the cut falls anywhere between two of them
 

@@ -209,7 +209,7 @@ void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
   if (fence > s.keepAliveInterval) return;
   const auto slack = 2 * RendezvousSettings::kFenceRoundTrip + RendezvousSettings::kFenceMargin;
   // The least keep_alive_max_attempt that gives a fence longer than one interval.
-  const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 2;
+  const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 1;
   throw UsageError(fmt::format(
       "{}: keep_alive_interval={} s x keep_alive_max_attempt={} make a {} s liveness timeout, and "
       "a node stops its workers when no renewal was acknowledged for that less {} s ({} s), which "
