@@ -663,3 +663,19 @@ TEST_CASE("the fencing token: a stop record or a done count for a round the job 
   CHECK(nodes.a->announce(0, first).serialize() == first.serialize());
   CHECK(nodes.b->announce(0, stale).serialize() == first.serialize());
 }
+
+TEST_CASE("a fenced node that leaves releases nothing quietly: the store reports it lost to its "
+          "round", "[membership][fencing]") {
+  // Its workers are gone: a quiet release would leave the others waiting on them.
+  HashStore store;
+  TwoNodes nodes(store);
+  const std::int64_t b = nodes.b->self().id;
+  nodes.b->fence(0);
+  nodes.b->close(/*hostsStore=*/false);
+  nodes.b.reset();  // its connections close
+  const auto stop = StopReason::parse(store.get(MembershipKeys("pair").stop(0)));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kNodeLost);
+  CHECK(stop->node == b);
+  nodes.a->close(/*hostsStore=*/false);
+}

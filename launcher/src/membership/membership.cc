@@ -745,7 +745,10 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
   // Before our holds go: the others leaving from now on is no news to report.
   if (lapseReporter_) lapseReporter_->stop();
-  if (!heartbeatStore_ || storeLost()) return;
+  // A fenced node leaves without a release: its connections close with the object, and the
+  // store reports it lost to its round if it has not yet (a quiet release would leave the others
+  // waiting on workers that are gone).
+  if (!heartbeatStore_ || storeLost() || fencedRound_.load() >= 0) return;
   try {
     heartbeatStore_->release(keys_.alive(self_.id));
     if (claimsStore_) heartbeatStore_->release(kActiveRunKey);
