@@ -212,8 +212,8 @@ void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
   const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 1;
   throw UsageError(fmt::format(
       "{}: keep_alive_interval={} s x keep_alive_max_attempt={} make a {} s liveness timeout, and "
-      "a node stops its workers when no renewal was acknowledged for that less {} s ({} s), which "
-      "is not longer than one keep-alive interval; raise keep_alive_max_attempt (e.g. to {})",
+      "a node fences itself (stops its workers) {} s before it: after {} s without an acknowledged "
+      "renewal, no longer than one keep-alive interval; raise keep_alive_max_attempt (e.g. to {})",
       printable(given.origin), s.keepAliveInterval.count() / 1000.0, s.keepAliveMaxAttempts,
       s.holdTimeToLive().count() / 1000.0, slack.count() / 1000.0, fence.count() / 1000.0, attempts));
 }
