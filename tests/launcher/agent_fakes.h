@@ -298,7 +298,9 @@ class CaptureStderr {
 
 // The in-process store as an agent's backend, with a way to make the agent vanish as kill -9
 // would: sever() drops its connections without giving up their holds, so the store reports the
-// node lost, and every later call of that agent fails as on a dead socket.
+// node lost, and every later call of that agent fails as on a dead socket. silence() cuts the
+// network instead: every call of this agent blocks (nothing reaches the store, nothing comes
+// back) until heal(), when the calls in flight go through, late, as TCP delivers them.
 class SeverableStoreBackend final : public launcher::StoreBackend {
  public:
   explicit SeverableStoreBackend(rendezvous::HashStore& store) : store_(store) {}
@@ -310,7 +312,24 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     link->store->setTimeout(callTimeout);
     std::lock_guard lock(mutex_);
     links_.push_back(link);
-    return std::make_unique<Connection>(link, store_.holdLapse());
+    return std::make_unique<Connection>(link, store_.holdLapse(), gate_);
+  }
+
+  void silence() {
+    std::lock_guard lock(gate_->mutex);
+    gate_->silent = true;
+  }
+  void heal() {
+    {
+      std::lock_guard lock(gate_->mutex);
+      gate_->silent = false;
+    }
+    gate_->wake.notify_all();
+  }
+  // Liveness renewals (holds) waiting for the network now.
+  int blockedHolds() const {
+    std::lock_guard lock(gate_->mutex);
+    return gate_->blockedHolds;
   }
   std::string address() const override { return "in-process:0"; }
   launcher::StoreTenancy tenancy() const override { return launcher::StoreTenancy::kOneJob; }
@@ -328,9 +347,29 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     std::mutex mutex;
     std::shared_ptr<rendezvous::HashStore> store;
   };
+  struct Gate {
+    mutable std::mutex mutex;
+    std::condition_variable wake;
+    bool silent = false;
+    int blockedHolds = 0;
+    // Blocks while the network is cut.
+    void pass(bool hold) {
+      std::unique_lock lock(mutex);
+      if (!silent) return;
+      if (hold) ++blockedHolds;
+      wake.wait(lock, [this] { return !silent; });
+      if (hold) --blockedHolds;
+    }
+  };
   class Connection final : public rendezvous::HoldingStore {
    public:
-    Connection(std::shared_ptr<Link> link, rendezvous::HoldLapse lapse) : link_(std::move(link)), lapse_(lapse) {}
+    Connection(std::shared_ptr<Link> link, rendezvous::HoldLapse lapse, std::shared_ptr<Gate> gate)
+        : link_(std::move(link)), lapse_(lapse), gate_(std::move(gate)) {}
+    // Dropping a connection closes it, as a TcpStore's socket is closed: its holds lapse.
+    ~Connection() override {
+      std::lock_guard lock(link_->mutex);
+      link_->store.reset();
+    }
     void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
     std::string get(std::string_view k) override { return live()->get(k); }
     std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
@@ -346,6 +385,7 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     std::vector<std::string> listKeys() override { return live()->listKeys(); }
     std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl,
                      std::string_view nk, std::string_view nv) override {
+      gate_->pass(/*hold=*/true);
       return live()->hold(k, v, ttl, nk, nv);
     }
     bool release(std::string_view k) override { return live()->release(k); }
@@ -358,17 +398,20 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
 
    private:
     std::shared_ptr<rendezvous::HashStore> live() {
+      gate_->pass(/*hold=*/false);  // a hold passed already
       std::lock_guard lock(link_->mutex);
       if (!link_->store) throw rendezvous::StoreConnectionError("in-process store: connection severed");
       return link_->store;
     }
     std::shared_ptr<Link> link_;
     rendezvous::HoldLapse lapse_;  // the store's, still known once severed
+    std::shared_ptr<Gate> gate_;
   };
 
   rendezvous::HashStore& store_;
   std::mutex mutex_;
   std::vector<std::shared_ptr<Link>> links_;
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
 };
 
 // Heartbeat channels whose last report the test sets by hand.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -602,7 +603,11 @@ TEST_CASE("a worker that never reports is hung after --hang-startup-timeout, not
 
 TEST_CASE("without --hang-timeout a silent worker is never hung", "[agent][unit][hang]") {
   Job job;
-  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+  LaunchConfig config = jobConfig(1, 1, 1);
+  // The clock jumps a day with no renewal in between: a liveness timeout longer than that keeps
+  // the fence (liveness, not hangs) out of this test.
+  config.rdzv.settings.keepAliveMaxAttempts = 200000;
+  Node& node = job.add(config, "10.0.0.1");
   node.machine.start();
   REQUIRE(job.until([&] { return node.runningRound(0); }));
   job.loop.advance(std::chrono::hours(24));
@@ -1026,4 +1031,92 @@ TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no
   REQUIRE(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
+}
+
+TEST_CASE("a node cut off from the store fences its workers at the fencing interval after its "
+          "last acknowledged renewal, then rejoins as a new member, spending no restart",
+          "[agent][unit][fencing]") {
+  Job job;
+  const LaunchConfig config = jobConfig(1, 2, 1);  // elastic
+  const auto fence = config.rdzv.settings.fencingInterval();
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  // Alone below MAX, round 0 closes after last_call_timeout: the clock moves on meanwhile.
+  REQUIRE(job.until([&] {
+    job.loop.advance(100ms);
+    return node.runningRound(0);
+  }));
+  const std::int64_t firstId = node.driver.nodeId();
+  const pid_t worker = node.workers()[0].pid;
+
+  // The network to the store goes: renewals wait on it from now on.
+  node.backend.silence();
+  std::this_thread::sleep_for(50ms);
+  const auto acknowledged = node.driver.livenessAcknowledgedAt();
+  REQUIRE(acknowledged);
+  // One moment before the fencing interval has passed since that send: the workers run.
+  job.loop.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*acknowledged + fence - job.loop.now()) - 1ms);
+  CHECK(node.launcher.running(worker));
+  CHECK(node.machine.state() == State::kRunning);
+  // At it: killed at once (no grace), and the round is fenced off.
+  job.loop.advance(1ms);
+  REQUIRE(job.until([&] { return !node.launcher.running(worker); }));
+  CHECK(node.launcher.signals.back() == SIGKILL);
+  CHECK(std::count(node.launcher.signals.begin(), node.launcher.signals.end(), SIGTERM) == 0);
+
+  // The network heals: the renewal that waited is acknowledged, late, and changes nothing; the
+  // node comes back as a new member in a new round, with no restart spent.
+  node.backend.heal();
+  REQUIRE(job.until([&] { return node.machine.state() == State::kRunning && node.machine.round().number >= 1; }));
+  CHECK(node.driver.nodeId() != firstId);
+  CHECK(node.machine.round().restartCount == 0);
+  CHECK(node.workers()[0].environment.at("WORLD_SIZE") == "1");
+  const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kNodeLost);  // the old member, as the store reported it
+  CHECK(stop->node == firstId);
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
+TEST_CASE("a non-elastic job's node cut off from the store fences its workers and ends with 1, "
+          "saying the network was cut", "[agent][unit][fencing]") {
+  Job job;
+  const LaunchConfig config = jobConfig(1, 1, 1);  // MIN == MAX: it cannot take a node back
+  Node& node = job.add(config, "10.0.0.1");
+  CaptureStderr stderrText;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.backend.silence();
+  std::this_thread::sleep_for(50ms);
+  job.loop.advance(config.rdzv.settings.fencingInterval());
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 1);
+  CHECK_THAT(stderrText.text(), Catch::Contains("the network to the rendezvous store at in-process:0 was cut: no answer for") &&
+                                    Catch::Contains("non-elastic") && !Catch::Contains("exited"));
+  node.backend.heal();
+}
+
+TEST_CASE("a renewal acknowledged in time keeps the workers running past the fencing interval",
+          "[agent][unit][fencing]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 2, 1);
+  config.rdzv.settings.keepAliveInterval = 20ms;  // renewals every 20 ms of real time
+  config.rdzv.settings.keepAliveMaxAttempts = 250;  // T = 5 s of the manual clock, F = 4.5 s
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] {
+    job.loop.advance(100ms);  // last_call_timeout passes: round 0 closes with this node alone
+    return node.runningRound(0);
+  }));
+  const auto fence = config.rdzv.settings.fencingInterval();
+  // Time moves on in steps under the fence, and each time the heartbeat renews (real time).
+  for (int step = 0; step < 3; ++step) {
+    const auto before = node.driver.livenessAcknowledgedAt();
+    job.loop.advance(fence - 1s);
+    REQUIRE(job.until([&] { return node.driver.livenessAcknowledgedAt() != before; }, 5s));
+  }
+  CHECK(node.runningRound(0));
+  CHECK(node.launcher.signals.empty());
 }

@@ -929,6 +929,13 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   CHECK_THAT(error("join_timeout=0"), Catch::Contains("not a positive number"));
   CHECK_THAT(error("read_timeout=-1"), Catch::Contains("not a positive number"));
   CHECK_THAT(error("keep_alive_max_attempt=2.5"), Catch::Contains("not a whole number"));
+  // The fence (docs/architecture.md, "Liveness and fencing") must leave the heartbeat a renewal:
+  // 1 s x 1 makes a 0.5 s fencing interval, shorter than one keep-alive interval.
+  CHECK_THAT(error("keep_alive_max_attempt=1"),
+             Catch::Contains("keep_alive_interval=1 s x keep_alive_max_attempt=1") &&
+                 Catch::Contains("after 0.5 s without an acknowledged renewal") && Catch::Contains("raise keep_alive_max_attempt (e.g. to 2)"));
+  CHECK_THAT(error("keep_alive_interval=0.2,keep_alive_max_attempt=3"),
+             Catch::Contains("raise keep_alive_max_attempt (e.g. to 4)"));
   CHECK_THAT(error("is_host=maybe"), Catch::Contains("not a boolean"));
   CHECK_THAT(error("store_type=file"), Catch::Contains("store_type=file") &&
                                            Catch::Contains("not supported by ddprun") &&

@@ -4,6 +4,7 @@
 // other's keys and records, and anyone who reaches a store without a token can write them, so
 // both the exact strings and the refusals are what the agents rely on.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -606,3 +607,132 @@ TEST_CASE("a static job needs a backend with the static facet", "[membership][fa
 }
 
 }  // namespace
+
+// --- Liveness and fencing (docs/architecture.md): the fence counts from the send of the last
+// acknowledged renewal, a late acknowledgement changes nothing once fenced, and a round the job
+// has left takes no more writes (the fencing token).
+
+// A clock the test moves; the store's holds age on it too.
+struct ManualClock {
+  std::atomic<std::int64_t> ms{1'000'000};
+  Membership::Now now() {
+    return [this] { return std::chrono::steady_clock::time_point(std::chrono::milliseconds(ms.load())); };
+  }
+  std::chrono::steady_clock::time_point at(std::int64_t t) const {
+    return std::chrono::steady_clock::time_point(std::chrono::milliseconds(t));
+  }
+};
+
+// Waits (real time, bounded) until the backend's network holds `count` renewals.
+bool renewalsBlocked(const SeverableStoreBackend& backend, int count) {
+  for (int i = 0; i < 400 && backend.blockedHolds() < count; ++i) std::this_thread::sleep_for(5ms);
+  return backend.blockedHolds() >= count;
+}
+
+TEST_CASE("the fence counts from the send of the last acknowledged renewal, not from the last "
+          "attempt, and a late acknowledgement does not un-fence", "[membership][fencing]") {
+  ManualClock clock;
+  HashStore store(clock.now());
+  SeverableStoreBackend backend(store);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.runId = "fence";
+  config.settings.keepAliveInterval = 200ms;  // renewals every 200 ms of real time
+  config.settings.keepAliveMaxAttempts = 25;  // T = 5 s of the manual clock, F = 4.5 s
+  REQUIRE(config.settings.fencingInterval() == 4500ms);
+  Membership node(config, backend, nodeInfo(-1, "10.0.0.1"), clock.now());
+  node.open();
+  const std::int64_t opened = clock.ms.load();
+  REQUIRE(node.livenessAcknowledgedAt() == clock.at(opened));
+  const Round round = node.join(-1);
+  node.publishWorkerStore(round.number, "10.0.0.1", 29512);
+
+  // The network goes; a renewal is sent 1 s later and waits on it.
+  backend.silence();
+  const auto acknowledged = node.livenessAcknowledgedAt();
+  REQUIRE(acknowledged);
+  clock.ms += 1000;
+  REQUIRE(renewalsBlocked(backend, 1));  // sent at the cut's start or 1 s in
+  // The attempt moves nothing: the fence still counts from the last acknowledged send.
+  CHECK(node.livenessAcknowledgedAt() == acknowledged);
+
+  // Acknowledged 2 s later: it counts from its send (1 s after the cut's start), not its reply.
+  const std::int64_t sent = clock.ms.load();
+  clock.ms += 2000;
+  backend.heal();
+  for (int i = 0; i < 20 && backend.blockedHolds() > 0; ++i) std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(20ms);  // the acknowledged renewal is recorded (the next is 200 ms off)
+  CHECK(node.livenessAcknowledgedAt() <= clock.at(sent));  // its send, not the reply's 2 s later
+  CHECK(node.livenessAcknowledgedAt() >= acknowledged);
+
+  // Cut again: a renewal waits; the node is fenced off round 0; then the renewal is acknowledged.
+  // A renewal at the present time is acknowledged (one every 200 ms of real time); right after it,
+  // the network goes again and the clock moves on, so the next renewal is sent later than it.
+  const std::int64_t healedAt = clock.ms.load();
+  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() != clock.at(healedAt); ++i) std::this_thread::sleep_for(2ms);
+  REQUIRE(node.livenessAcknowledgedAt() == clock.at(healedAt));
+  backend.silence();
+  clock.ms += 1000;
+  const std::int64_t late = clock.ms.load();
+  REQUIRE(renewalsBlocked(backend, 1));
+  clock.ms += 1000;
+  REQUIRE(renewalsBlocked(backend, 1));  // the one sent at `late` (at the latest) still waits
+  node.fence(round.number);
+  const auto atFence = node.livenessAcknowledgedAt();
+  backend.heal();
+  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() == atFence; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(node.livenessAcknowledgedAt() == clock.at(late));  // acknowledged, late, from its send
+  CHECK(node.fenced(round.number));                // and still fenced
+  // No renewal after the fence: the acknowledged time stays where the late one put it.
+  const auto last = node.livenessAcknowledgedAt();
+  clock.ms += 1000;
+  std::this_thread::sleep_for(600ms);  // three keep-alive intervals
+  CHECK(node.livenessAcknowledgedAt() == last);
+  // Nothing more is written to the fenced round.
+  node.announce(round.number, StopReason::nodeLeft(node.self().id, 0, "host-10.0.0.1", 15));
+  node.markDone(round.number, 1);
+  CHECK_FALSE(store.check({MembershipKeys("fence").stop(round.number)}));
+  CHECK_FALSE(store.check({MembershipKeys("fence").done(round.number)}));
+  node.close(/*hostsStore=*/false);
+}
+
+TEST_CASE("the fencing token: a stop record or a done count for a round the job has left is "
+          "refused, the current round's is written", "[membership][fencing]") {
+  HashStore store;
+  TwoNodes nodes(store);
+  const MembershipKeys keys("pair");
+  // The job moves on to round 1 without these two (a partition healed, an agent frozen): the
+  // store's current round is past round 0, whose stop record was never written.
+  store.set(keys.currentRound(), "1");
+  WorkerFailure failure;
+  failure.exitCode = 1;
+  const StopReason stale = StopReason::workerFailed(failure, nodes.b->self().id);
+  CHECK(nodes.b->announce(0, stale).serialize() == stale.serialize());  // returned, not written
+  nodes.b->markDone(0, 2);
+  CHECK_FALSE(store.check({keys.stop(0)}));
+  CHECK_FALSE(store.check({keys.done(0)}));
+  // A write to the store's current round goes through.
+  CHECK(nodes.a->announce(1, StopReason::done()).kind == StopKind::kDone);
+  CHECK(store.check({keys.stop(1)}));
+  // And a stop record a round already has is never replaced (create-if-absent).
+  store.set(keys.currentRound(), "0");
+  const StopReason first = StopReason::nodeLost(nodes.b->self().id, 1, "host-10.0.0.2");
+  CHECK(nodes.a->announce(0, first).serialize() == first.serialize());
+  CHECK(nodes.b->announce(0, stale).serialize() == first.serialize());
+}
+
+TEST_CASE("a fenced node that leaves releases nothing quietly: the store reports it lost to its "
+          "round", "[membership][fencing]") {
+  // Its workers are gone: a quiet release would leave the others waiting on them.
+  HashStore store;
+  TwoNodes nodes(store);
+  const std::int64_t b = nodes.b->self().id;
+  nodes.b->fence(0);
+  nodes.b->close(/*hostsStore=*/false);
+  nodes.b.reset();  // its connections close
+  const auto stop = StopReason::parse(store.get(MembershipKeys("pair").stop(0)));
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kNodeLost);
+  CHECK(stop->node == b);
+  nodes.a->close(/*hostsStore=*/false);
+}

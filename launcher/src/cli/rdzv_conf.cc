@@ -284,6 +284,22 @@ void checkEtcdClientCertificate(const RendezvousSettings& s, const GivenValue& g
       printable(given.origin)));
 }
 
+// The fence (RendezvousSettings::fencingInterval) must leave the heartbeat at least one renewal
+// before it fires, or a node would stop its workers between two healthy renewals.
+void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
+  const auto fence = s.fencingInterval();
+  if (fence > s.keepAliveInterval) return;
+  const auto slack = 2 * RendezvousSettings::kFenceRoundTrip + RendezvousSettings::kFenceMargin;
+  // The least keep_alive_max_attempt that gives a fence longer than one interval.
+  const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 1;
+  throw UsageError(fmt::format(
+      "{}: keep_alive_interval={} s x keep_alive_max_attempt={} make a {} s liveness timeout, and "
+      "a node fences itself (stops its workers) {} s before it: after {} s without an acknowledged "
+      "renewal, no longer than one keep-alive interval; raise keep_alive_max_attempt (e.g. to {})",
+      printable(given.origin), s.keepAliveInterval.count() / 1000.0, s.keepAliveMaxAttempts,
+      s.holdTimeToLive().count() / 1000.0, slack.count() / 1000.0, fence.count() / 1000.0, attempts));
+}
+
 // One line for a key the backend does not read: unknown to ddprun, or the other backend's.
 std::string ignoredKeyWarning(const GivenValue& given, std::string_view key, const ConfKey* known,
                               RdzvBackend backend) {
@@ -333,6 +349,7 @@ RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
   }
   checkTokenAndTls(conf.settings, given);
   checkEtcdClientCertificate(conf.settings, given);
+  checkFencing(conf.settings, given);
   return conf;
 }
 

@@ -8,7 +8,9 @@
 // Thread safety: plain values and interfaces; see each implementation.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +57,15 @@ struct RendezvousFailure {
   std::string message;
 };
 
+// The rendezvous store stopped answering: how.
+struct StoreLoss {
+  // The store's side closed the connection or refused a new one (the agent hosting it exited,
+  // the daemon stopped): an answer. Otherwise silence: the network to it is cut, or its host is
+  // down, and nobody can tell which from here.
+  bool closedByHost = false;
+  std::string detail;  // what the failing call said
+};
+
 // Where a RendezvousClient's outcomes go: called on the event loop's thread.
 class RendezvousEvents {
  public:
@@ -64,7 +75,7 @@ class RendezvousEvents {
   // Round `round` stopped, for `stop`.
   virtual void onStop(int round, StopReason stop) = 0;
   // The rendezvous store stopped answering.
-  virtual void onStoreLost(const std::string& reason) = 0;
+  virtual void onStoreLost(const StoreLoss& loss) = 0;
 };
 
 // Membership, asynchronously: each call returns at once and its outcome reaches the
@@ -85,6 +96,19 @@ class RendezvousClient {
   virtual void watch(int round) = 0;
   // This node's id in the rendezvous (valid once a round formed).
   virtual std::int64_t nodeId() const = 0;
+  // Where the store is, for messages.
+  virtual std::string storeAddress() const = 0;
+
+  // Liveness and fencing (docs/architecture.md). The send time, on the loop's clock, of the last
+  // liveness renewal the store acknowledged; nothing before the first. Returns at once.
+  virtual std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const = 0;
+  // This node's workers of `round` are being stopped for lack of acknowledged liveness: renew no
+  // more and write nothing more to `round`, even if a renewal is acknowledged late. Returns at once.
+  virtual void fence(int round) = 0;
+  // Leaves the rendezvous as a killed agent would (the store reports the node lost to its round
+  // if it has not yet) and joins again as a new member from the job's current round, trying to
+  // reach the store until join_timeout. Outcome: onRoundFormed or onRendezvousFailed.
+  virtual void rejoin() = 0;
 };
 
 // Hosts a round's workers' store, and tells where this node's workers reach a store.

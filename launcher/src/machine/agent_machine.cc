@@ -103,6 +103,86 @@ void AgentMachine::onRoundFormed(Round round) {
                round_.restartCount);
   rendezvous_.watch(round_.number);
   startWorkers();
+  armFence();
+}
+
+bool AgentMachine::elastic() const {
+  return config_.rdzv.backend != RdzvBackend::kStatic && config_.rdzv.minNodes < config_.rdzv.maxNodes;
+}
+
+double AgentMachine::silentSeconds() const {
+  const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
+  return acknowledged ? std::chrono::duration<double>(loop_.now() - *acknowledged).count() : 0.0;
+}
+
+void AgentMachine::armFence() {
+  fenceTimer_.reset();
+  if (fenced_ || suspendedAt_) return;
+  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) return;
+  const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
+  if (!acknowledged) return;
+  auto from = *acknowledged;
+  if (fenceFrom_ && *fenceFrom_ > from) from = *fenceFrom_;
+  // A timer on this loop, not the heartbeat's own progress: the renewal may be blocked in a
+  // call on a cut network for longer than the fence allows.
+  const auto due = from + config_.rdzv.settings.fencingInterval();
+  const auto delay = std::max(std::chrono::milliseconds(0),
+                              std::chrono::ceil<std::chrono::milliseconds>(due - loop_.now()));
+  fenceTimer_ = loop_.after(delay, [this] { checkFence(); });
+}
+
+void AgentMachine::checkFence() {
+  if (fenced_ || suspendedAt_) return;
+  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) return;
+  const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
+  auto from = acknowledged.value_or(loop_.now());
+  if (fenceFrom_ && *fenceFrom_ > from) from = *fenceFrom_;
+  if (loop_.now() < from + config_.rdzv.settings.fencingInterval()) {
+    armFence();  // a renewal was acknowledged meanwhile
+    return;
+  }
+  fenceNow(fmt::format("no liveness renewal of this node was acknowledged by the rendezvous store "
+                       "at {} for {:.1f} s (the fencing interval, {:.1f} s, ends before the store can "
+                       "count this node lost)",
+                       rendezvous_.storeAddress(), silentSeconds(),
+                       config_.rdzv.settings.fencingInterval().count() / 1000.0));
+}
+
+void AgentMachine::fenceNow(const std::string& why) {
+  if (state_ == State::kFinished || fenced_) return;
+  const double silent = silentSeconds();
+  const std::string cut = fmt::format(
+      "ddprun: error: the network to the rendezvous store at {} was cut: no answer for {:.1f} s; this "
+      "node's workers were stopped before the others could count it lost. A {} job does not take a "
+      "node back: this agent ends (an elastic job, --nnodes MIN:MAX with MIN < MAX on c10d, rejoins)",
+      rendezvous_.storeAddress(), silent,
+      config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "non-elastic");
+  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) {
+    // No workers of a round: nothing to fence. A join in progress reports the store itself.
+    if (!elastic()) endOnceStopped(Ending::storeLost(cut));
+    return;
+  }
+  fenced_ = true;
+  fenceTimer_.reset();
+  rendezvous_.fence(round_.number);
+  spdlog::warn("{}: stopping this node's workers of round {} now, with SIGKILL (they are a stale group "
+               "from here on); {}",
+               why, round_.number,
+               elastic() ? "then rejoining the job as a new member until join_timeout"
+                         : "then ending, as this job cannot take a node back");
+  barrierTimer_.cancel();
+  graceTimer_.cancel();
+  progress_.stop();
+  if (elastic()) {
+    rejoinAfterStop_ = true;
+  } else if (!endAfterStop_) {
+    endAfterStop_ = Ending::storeLost(cut);
+  }
+  state_ = State::kStopping;
+  // No grace: the fence's margin is for the kernel to take the trees down, not for the workers to
+  // finish; the stray sweep follows once they are gone (maybeRoundOver), as for any stop.
+  if (launcher_.anyRunning()) launcher_.signalAll(SIGKILL);
+  maybeRoundOver();
 }
 
 bool AgentMachine::applyWorkerStore() {
@@ -192,6 +272,12 @@ void AgentMachine::onStop(int round, StopReason stop) {
     finish(Ending::succeeded());
     return;
   }
+  if (stop_->kind == StopKind::kNodeLost && stop_->node == rendezvous_.nodeId()) {
+    // The store counted this node lost (its hold lapsed or its connection closed) while it
+    // still ran: its workers are a stale group now, as if the fence had fired.
+    fenceNow(fmt::format("the rendezvous store at {} counted this node lost", rendezvous_.storeAddress()));
+    if (fenced_ || state_ == State::kFinished) return;
+  }
   if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost && stop_->node != rendezvous_.nodeId()) {
     // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
     // now would lose it moments later. Stop here, saying why.
@@ -223,12 +309,18 @@ void AgentMachine::onStop(int round, StopReason stop) {
   maybeRoundOver();
 }
 
-void AgentMachine::onStoreLost(const std::string& reason) {
-  if (state_ == State::kFinished) return;
-  endOnceStopped(Ending::storeLost(fmt::format(
-      "ddprun: error: lost the rendezvous store ({}): the agent hosting it exited or the network "
-      "to it is cut; stopping this node's workers",
-      reason)));
+void AgentMachine::onStoreLost(const StoreLoss& loss) {
+  if (state_ == State::kFinished || fenced_ || rejoinAfterStop_) return;
+  if (loss.closedByHost) {
+    // An answer, not silence: the store's side is gone, and nothing will come back there.
+    endOnceStopped(Ending::storeLost(fmt::format(
+        "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the agent "
+        "hosting it exited, or ddprun-rendezvous stopped): {}; stopping this node's workers",
+        rendezvous_.storeAddress(), common::printable(loss.detail))));
+    return;
+  }
+  fenceNow(fmt::format("the rendezvous store at {} has not answered for {:.1f} s ({})",
+                       rendezvous_.storeAddress(), silentSeconds(), common::printable(loss.detail)));
 }
 
 void AgentMachine::endOnceStopped(Ending ending) {
@@ -343,7 +435,24 @@ void AgentMachine::maybeRoundOver() {
     finish(Ending::signalled(signal_));
     return;
   }
-  if (!stop_) return;  // the stop's reason is still on its way (our announce, or another's)
+  if (rejoinAfterStop_) {
+    // Fenced in an elastic job: back as a new member (no restart is spent: a node coming back is
+    // a membership change, as a late joiner is).
+    fenceTimer_.reset();
+    state_ = State::kJoining;
+    output_.drain(kOutputGrace, [this] {
+      if (state_ == State::kFinished) return;
+      launcher_.killStrays();
+      rejoinAfterStop_ = false;
+      fenced_ = false;
+      spdlog::warn("round {}: this node's workers are gone; rejoining the job as a new member",
+                   round_.number);
+      rendezvous_.rejoin();
+    });
+    return;
+  }
+  if (!stop_) return;
+  fenceTimer_.reset();  // the stop's reason is still on its way (our announce, or another's)
   state_ = State::kJoining;
   output_.drain(kOutputGrace, [this] { nextStep(); });
 }
@@ -452,6 +561,7 @@ void AgentMachine::onSuspend(int signal) {
   spdlog::info("received {}: stopping every worker and the agent until the job is continued "
                "(fg, bg or SIGCONT)", common::signalName(signal));
   launcher_.signalAll(SIGSTOP);
+  fenceTimer_.reset();  // looked at again on resume
   // A stopped job is neither hung nor slow to exit: no timeout of this agent counts while it is
   // stopped. (The other nodes' view is theirs: a node stopped for longer than the rendezvous's
   // keep-alive allows is lost to them, and they re-form without it; docs/env_contract.md.)
@@ -466,6 +576,15 @@ void AgentMachine::onResume() {
   const auto stopped = std::chrono::duration<double>(loop_.now() - *suspendedAt_).count();
   suspendedAt_.reset();
   if (state_ == State::kFinished) return;
+  if (identity_.hostsStore) {
+    // The store stopped with this agent and gives every hold the stopped time back (its stall
+    // rule): the fence starts afresh too.
+    fenceFrom_ = loop_.now();
+  } else if (!fenced_ && silentSeconds() * 1000 >= config_.rdzv.settings.fencingInterval().count()) {
+    // A store elsewhere kept counting: the others may have re-formed meanwhile. Fenced before
+    // the workers run another instruction.
+    checkFence();
+  }
   launcher_.signalAll(SIGCONT);
   spdlog::info("the job continues after {:.1f} s stopped: the hang and exit timeouts start afresh, "
                "FileTimer deadlines and the agent's own timeouts are moved on by that time", stopped);
@@ -473,6 +592,7 @@ void AgentMachine::onResume() {
   fileTimers_.resume();
   graceTimer_.resume();
   barrierTimer_.resume();
+  armFence();
 }
 
 void AgentMachine::onConsoleClosed() {
@@ -491,6 +611,7 @@ void AgentMachine::finish(Ending ending) {
   ending_ = std::move(ending);
   graceTimer_.cancel();
   barrierTimer_.cancel();
+  fenceTimer_.reset();
   progress_.stop();
   fileTimers_.clear();
   fileTimerRefusals_.flush();

@@ -92,7 +92,7 @@ class AgentMachine final : public RendezvousEvents {
   void onRoundFormed(Round round) override;
   void onRendezvousFailed(const RendezvousFailure& failure) override;
   void onStop(int round, StopReason stop) override;
-  void onStoreLost(const std::string& reason) override;
+  void onStoreLost(const StoreLoss& loss) override;
   // SIGCHLD: reaps through the launcher and judges the workers.
   void onChildExited();
   // A handled signal (SIGTERM, SIGINT, ...).
@@ -156,6 +156,18 @@ class AgentMachine final : public RendezvousEvents {
   void endOnceStopped(Ending ending);
   void maybeRoundOver();
   void nextStep();
+  // Liveness and fencing (docs/architecture.md): while this node has workers of a round, a timer
+  // on the loop fires at the last acknowledged renewal's send + the fencing interval; checked
+  // then, and re-armed when a renewal was acknowledged meanwhile.
+  void armFence();
+  void checkFence();
+  // Stops this node's workers at once (SIGKILL to every worker's tree, then the stray sweep) and
+  // fences the round off; then an elastic job rejoins as a new member, any other ends with
+  // `ending` (storeLost). `why` says what happened, for the log.
+  void fenceNow(const std::string& why);
+  bool elastic() const;
+  // Seconds since the send of the last acknowledged liveness renewal.
+  double silentSeconds() const;
   void failJob(const StopReason& stop);
   void finish(Ending ending);
   void printError(std::string text) const;
@@ -188,6 +200,12 @@ class AgentMachine final : public RendezvousEvents {
   PausableTimer graceTimer_;
   PausableTimer barrierTimer_;
   std::optional<EventLoop::TimePoint> suspendedAt_;  // the job is stopped (job control) since then
+  std::unique_ptr<EventLoop::Timer> fenceTimer_;
+  // This agent hosts the store and was stopped (Ctrl-Z) with it: the store gave its holds the
+  // stopped time back, so the fence counts from the resume at the earliest.
+  std::optional<EventLoop::TimePoint> fenceFrom_;
+  bool fenced_ = false;           // the round's workers are being stopped by the fence
+  bool rejoinAfterStop_ = false;  // then rejoin as a new member (elastic)
 };
 
 }  // namespace ddprun::launcher

@@ -127,15 +127,16 @@ void Membership::throwIfStopped() const {
   if (cancelled_) throw MembershipCancelled();
   if (storeLost_) {
     std::lock_guard guard(lostMutex_);
-    throw StoreLostError(storeLostReason_);
+    throw StoreLostError(storeLostReason_, storeClosed_.load());
   }
 }
 
-void Membership::open() {
+void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
   // The first connection waits for the store to come up (the node hosting it may start later, as
   // with torchrun): up to read_timeout, or with the static backend the whole join timeout (its
   // `timeout`, as torchrun's TCPStore client waits for the master); the others follow at once.
-  const auto patience = config_.backend == RdzvBackend::kStatic ? settings_.joinTimeout : settings_.readTimeout;
+  const auto patience = patienceGiven.value_or(
+      config_.backend == RdzvBackend::kStatic ? settings_.joinTimeout : settings_.readTimeout);
   const auto start = now_();
   for (;;) {
     try {
@@ -163,6 +164,7 @@ void Membership::open() {
   // counts as alive; the watch's in short attempts, so that it notices the heartbeat's verdict.
   watch_ = backend_.connect(quick, kConnectAttempt);
   heartbeatStore_ = backend_.connect(quick, settings_.holdTimeToLive());
+  heartbeatCallTimeout_ = quick;
 
   // A store that is this job's alone is claimed by the run, so that an agent of another run id
   // is told at once instead of waiting beside it; a shared store (an etcd) serves every run id
@@ -184,15 +186,39 @@ void Membership::open() {
   self_.id = control().add(keys_.nextNodeId(), 1);
   const std::string me = toJsonText(self_);
   control().set(keys_.node(self_.id), me);
-  heartbeatStore_->hold(keys_.alive(self_.id), me, settings_.holdTimeToLive(), "", "");
+  renewHold(-1, -1);
   heartbeatThread_ = std::thread([this] { heartbeat(); });
 }
 
 void Membership::renewHold(int round, int groupRank) {
   const std::string notify = round >= 0 ? keys_.stop(round) : std::string();
   const std::string lost = StopReason::nodeLost(self_.id, groupRank, self_.hostname).serialize();
+  // The send time, taken before the request leaves: the store starts the hold's time to live
+  // when it receives it, later, so the fence counted from here can only be early, never late.
+  const TimePoint sent = now_();
   heartbeatStore_->hold(keys_.alive(self_.id), toJsonText(self_),
                         settings_.holdTimeToLive(), notify, lost);
+  // Acknowledged. Two threads renew (the heartbeat; the control thread arming a round), so keep
+  // the latest send: an older one acknowledged after a newer must not move the time back.
+  TimePoint::rep known = lastAckedSend_.load();
+  while (known < sent.time_since_epoch().count() &&
+         !lastAckedSend_.compare_exchange_weak(known, sent.time_since_epoch().count())) {
+  }
+}
+
+std::optional<std::chrono::steady_clock::time_point> Membership::livenessAcknowledgedAt() const {
+  const TimePoint::rep sent = lastAckedSend_.load();
+  if (sent == 0) return std::nullopt;
+  return TimePoint(TimePoint::duration(sent));
+}
+
+void Membership::fence(int round) {
+  int fenced = fencedRound_.load();
+  while (fenced < round && !fencedRound_.compare_exchange_weak(fenced, round)) {
+  }
+  // No renewal from now on: a fenced node's hold must lapse (and the store report it lost), even
+  // if the network heals before the store noticed, since its workers are gone.
+  heartbeatWake_.notify_all();
 }
 
 void Membership::heartbeat() {
@@ -200,21 +226,75 @@ void Membership::heartbeat() {
   for (;;) {
     heartbeatWake_.wait_for(lock, settings_.keepAliveInterval, [&] { return heartbeatStop_; });
     if (heartbeatStop_) return;
+    if (fencedRound_.load() >= 0) continue;  // fenced: never renew again (fence())
     const int round = heartbeatRound_;
     const int groupRank = heartbeatGroupRank_;
     lock.unlock();
+    const auto started = std::chrono::steady_clock::now();
     try {
       renewHold(round, groupRank);
     } catch (const std::exception& error) {
+      // Silence or an answer: a call that waited out its whole timeout heard nothing (the network
+      // is cut, or the host is down); one that failed sooner was refused or closed by the
+      // store's side (the agent hosting it exited). Decided on the time taken, never on the text.
+      const bool answered = std::chrono::steady_clock::now() - started < heartbeatCallTimeout_ * 9 / 10;
       {
         std::lock_guard guard(lostMutex_);
         storeLostReason_ = error.what();
       }
+      storeClosed_.store(answered);
       storeLost_.store(true);  // every blocked call of ours notices within its next slice
       return;
     }
     lock.lock();
   }
+}
+
+void Membership::abandon() {
+  cancel();
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    heartbeatStop_ = true;
+  }
+  heartbeatWake_.notify_all();
+  if (heartbeatThread_.joinable()) heartbeatThread_.join();
+  if (lapseReporter_) lapseReporter_->stop();
+  // Closed without a release: to the store this node vanished, as a killed agent does, and it
+  // writes the node_lost notice into the round the hold names unless that round already stopped.
+  // The watch connection may still be in a call on the watch thread: it goes with the object.
+  heartbeatStore_.reset();
+  control_.reset();
+}
+
+std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
+  if (!store.check({keys_.currentRound()})) return std::nullopt;
+  const std::string text = store.get(keys_.currentRound());
+  int round = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), round);
+  if (error != std::errc() || end != text.data() + text.size() || round < 0) {
+    throw MembershipError(fmt::format("the job's current round in the store is {}, not a round "
+                                      "number; is something else writing to the rendezvous store?",
+                                      quotedValue(text)));
+  }
+  return round;
+}
+
+bool Membership::mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what) {
+  // Every write to a round carries the round's number (it is in the key) and is made only while
+  // that round is still the job's: a node fenced off it, or one that slept through the others
+  // moving on (a frozen agent, a healed partition), writes nothing more there. Check then write:
+  // ddprun's store has no multi-key transaction, so the writes that decide (the stop and close
+  // records) are also create-if-absent, and a stale one that slips between the two is refused
+  // by the store: a round the others left already has its stop record.
+  if (fenced(round)) {
+    spdlog::debug("not writing {} to round {}: this node is fenced off it", what, round);
+    return false;
+  }
+  if (const auto current = storeRound(store); current && *current > round) {
+    spdlog::debug("not writing {} to round {}: the job is in round {}", what, round, *current);
+    return false;
+  }
+  return true;
 }
 
 int Membership::currentRound() {
@@ -330,11 +410,13 @@ bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
     }
   }
   std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
+  if (!mayWriteRound(control(), round, "the close record")) return false;
   control().compareSet(keys_.closed(round), "", json{{"members", members}, {"restarts", restarts}}.dump());
   return true;
 }
 
-void Membership::takeSlot(int round) {
+bool Membership::takeSlot(int round) {
+  if (!mayWriteRound(control(), round, "a join")) return false;
   const int slot = static_cast<int>(control().add(keys_.joined(round), 1));
   control().set(keys_.member(round, slot), std::to_string(self_.id));
   // Keep the job's current round up to date for agents that start later.
@@ -350,6 +432,7 @@ void Membership::takeSlot(int round) {
     if (std::stoi(seen) >= round) break;
     current = seen;
   }
+  return true;
 }
 
 std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
@@ -437,9 +520,12 @@ Round Membership::join(int fromRound) {
   int round = fromRound < 0 ? currentRound() : fromRound;
   for (;;) {
     throwIfStopped();
+    // Never join a round the job has left (a late agent, a node back from a partition): the
+    // fencing token of joins.
+    if (const auto current = storeRound(control()); current && *current > round) round = *current;
     const auto record = closed(round);
     if (!record) {
-      takeSlot(round);
+      if (!takeSlot(round)) continue;  // the job moved on meanwhile
       if (auto joined = waitForClose(round, deadline)) return *joined;
       continue;  // closed without us: we are a newcomer to the running round now
     }
@@ -450,8 +536,11 @@ Round Membership::join(int fromRound) {
       ++round;
       continue;
     }
-    takeSlot(round + 1);
-    announce(round, StopReason::nodeJoined(self_.id, self_.hostname));
+    if (!takeSlot(round + 1)) continue;
+    // Our own slot moved the job's current round past `round`, which is still running: this
+    // notice is the step that stops it, so it skips the token check (it is create-if-absent: a
+    // round that stopped meanwhile keeps its own record).
+    writeStop(round, StopReason::nodeJoined(self_.id, self_.hostname));
     ++round;
     if (auto joined = waitForClose(round, deadline)) return *joined;
   }
@@ -505,6 +594,12 @@ void Membership::settleWorkerStore(Round& round) {
     if (config_.backend == RdzvBackend::kStatic) {
       // The workers share this store, on the port the user gave: remove the previous round's
       // worker keys first (every worker of that round is dead: all agents have rejoined).
+      // A stale rank 0 (the others moved on while it formed this round) must not wipe the
+      // running round's worker keys.
+      if (!mayWriteRound(control(), round.number, "the workers' store")) {
+        throw MembershipError(fmt::format("round {} ended before this node could start it; the "
+                                          "job is in a later round", round.number));
+      }
       StaticStoreFacet& store = *backend_.staticFacet();
       store.clearWorkerKeys();
       control().set(masterKey, store.masterAddress());  // where it really listens (--master-port 0)
@@ -563,10 +658,16 @@ Round Membership::readRound(int number, const Closed& record) {
 }
 
 void Membership::publishWorkerStore(int round, const std::string& host, std::uint16_t port) {
+  if (!mayWriteRound(control(), round, "the workers' store")) return;
   control().set(keys_.master(round), fmt::format("{}:{}", host, port));
 }
 
 StopReason Membership::announce(int round, const StopReason& stop) {
+  if (!mayWriteRound(control(), round, "a stop record")) return stop;
+  return writeStop(round, stop);
+}
+
+StopReason Membership::writeStop(int round, const StopReason& stop) {
   const std::string text = stop.serialize();
   const std::string held = control().compareSet(keys_.stop(round), "", text);
   if (held == text) return stop;
@@ -576,6 +677,7 @@ StopReason Membership::announce(int round, const StopReason& stop) {
 }
 
 void Membership::markDone(int round, int members) {
+  if (!mayWriteRound(control(), round, "the exit barrier's count")) return;
   if (control().add(keys_.done(round), 1) >= members) announce(round, StopReason::done());
 }
 
@@ -591,6 +693,7 @@ void Membership::reportMembersLostEarly(int round) {
     if (node.id == self_.id || watch_->check({keys_.alive(node.id)})) continue;
     const std::string lost =
         StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
+    if (!mayWriteRound(*watch_, round, "a lost member's notice")) return;
     watch_->compareSet(keys_.stop(round), "", lost);
     return;
   }
@@ -642,7 +745,10 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
   // Before our holds go: the others leaving from now on is no news to report.
   if (lapseReporter_) lapseReporter_->stop();
-  if (!heartbeatStore_ || storeLost()) return;
+  // A fenced node leaves without a release: its connections close with the object, and the
+  // store reports it lost to its round if it has not yet (a quiet release would leave the others
+  // waiting on workers that are gone).
+  if (!heartbeatStore_ || storeLost() || fencedRound_.load() >= 0) return;
   try {
     heartbeatStore_->release(keys_.alive(self_.id));
     if (claimsStore_) heartbeatStore_->release(kActiveRunKey);

@@ -44,6 +44,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -75,10 +76,17 @@ class EndpointError : public BadInputError {
   using BadInputError::BadInputError;
 };
 
-// The store stopped answering this agent (its host exited, or the network to it is cut).
+// The store stopped answering this agent: its host closed the connection (the agent hosting it
+// exited, the daemon stopped) or it went silent (the network to it is cut, its host is down).
 class StoreLostError : public MembershipError {
  public:
-  using MembershipError::MembershipError;
+  explicit StoreLostError(const std::string& message, bool closedByHost = false)
+      : MembershipError(message), closedByHost_(closedByHost) {}
+  // The store's side ended the connection (or refused a new one): an answer, not silence.
+  bool closedByHost() const { return closedByHost_; }
+
+ private:
+  bool closedByHost_;
 };
 
 // The job this agent waited to take part in finished without it (it was full): nothing to do.
@@ -102,11 +110,11 @@ class Membership {
   Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
   ~Membership();
 
-  // Connects (waiting up to read_timeout for the store to come up), checks, on a store that is
-  // this job's alone, that the store's active run is ours (a different run id is refused, never
-  // merged), gets a node id, publishes this node and starts holding its alive key. Throws
-  // EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
-  void open();
+  // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up),
+  // checks, on a store that is this job's alone, that the store's active run is ours (a different
+  // run id is refused, never merged), gets a node id, publishes this node and starts holding its
+  // alive key. Throws EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
+  void open(std::optional<std::chrono::milliseconds> patience = std::nullopt);
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
@@ -120,9 +128,11 @@ class Membership {
   void publishWorkerStore(int round, const std::string& host, std::uint16_t port);
 
   // Writes `stop` into round `round`'s stop key unless something is there already; returns the
-  // stop that holds (ours or the earlier one).
+  // stop that holds (ours or the earlier one). Nothing is written to a round this node is fenced
+  // off or the job has moved past (the fencing token): then `stop` is returned.
   StopReason announce(int round, const StopReason& stop);
   // Exit barrier: counts this node done in `round`; the last of `members` announces "done".
+  // Nothing is written to a fenced or past round.
   void markDone(int round, int members);
   // Blocks until round `round` stops and returns why (watch thread). Throws StoreLostError.
   StopReason waitForStop(int round);
@@ -131,6 +141,25 @@ class Membership {
   void cancel() { cancelled_.store(true); }
   // Set by the heartbeat thread when the store stops answering it.
   bool storeLost() const { return storeLost_.load(); }
+
+  // Liveness and fencing (docs/architecture.md): when the last liveness renewal the store
+  // acknowledged was sent, on this membership's clock (a renewal counts from its send, since the
+  // store's time to live starts when it receives it); nothing before open(). Any thread.
+  std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const;
+  // This node stopped (is stopping) its workers of `round` because its liveness went
+  // unacknowledged for the fencing interval: no more renewals (the store then lets the hold lapse
+  // and reports the node lost, if it has not already) and no more writes to `round` or an earlier
+  // round, even if a renewal sent before is acknowledged late. Any thread.
+  void fence(int round);
+  // Whether writes to `round` are fenced off (fence() was called for it or a later round).
+  bool fenced(int round) const { return round <= fencedRound_.load(); }
+
+  // Leaves the rendezvous as a killed agent would, for this node to come back as a new member:
+  // cancels the blocking calls, stops the heartbeat and drops the connections this thread may
+  // touch without giving up the holds, so the store reports the node lost to its round if it
+  // has not yet. The others go with the object. Runs on the control thread; blocks until the
+  // heartbeat's call in flight returns (at most its call timeout).
+  void abandon();
 
   // Stops heartbeats and gives up the holds quietly (a clean exit is not a lost node). When this
   // agent hosts the rendezvous store (`hostsStore`), waits up to `patience` (close_timeout when
@@ -142,8 +171,9 @@ class Membership {
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
   int currentRound();
-  // Counts this node into `round` (a slot in join order).
-  void takeSlot(int round);
+  // Counts this node into `round` (a slot in join order); false, and nothing written, when the
+  // job has moved past `round` (mayWriteRound).
+  bool takeSlot(int round);
   // Blocks until `round` closes: the round if this node is in it, else nothing.
   std::optional<Round> waitForClose(int round, TimePoint deadline);
   void waitForRoundToStop(int round, TimePoint deadline);
@@ -178,6 +208,15 @@ class Membership {
   void heartbeat();
   // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
   void renewHold(int round, int groupRank);
+  // The store's current round, read through `store` (nothing before the first agent made it).
+  std::optional<int> storeRound(rendezvous::HoldingStore& store);
+  // The fencing token: a write to `round` is made only while it is not fenced off and the store
+  // has not moved past it (read through `store`, the calling thread's connection). `what` names
+  // the write for the log line when it is refused.
+  bool mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what);
+  // Writes `stop` into `round`'s stop key unless a record is there (create-if-absent); returns
+  // the record that holds.
+  StopReason writeStop(int round, const StopReason& stop);
 
   RendezvousConfig config_;
   const RendezvousSettings& settings_ = config_.settings;
@@ -200,7 +239,12 @@ class Membership {
   int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
   std::vector<NodeInfo> roundMembers_;  // of heartbeatRound_, in group-rank order
   std::atomic<bool> storeLost_{false};
+  std::atomic<bool> storeClosed_{false};  // the failing renewal was answered (closed, refused)
   std::atomic<bool> cancelled_{false};
+  std::chrono::milliseconds heartbeatCallTimeout_{0};
+  // Send time (now_'s, in its ticks) of the last renewal the store acknowledged; 0: none yet.
+  std::atomic<TimePoint::rep> lastAckedSend_{0};
+  std::atomic<int> fencedRound_{-1};
   mutable std::mutex lostMutex_;
   std::string storeLostReason_;
 };

@@ -1,5 +1,6 @@
 #include "membership/membership_driver.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace ddprun::launcher {
@@ -30,13 +31,31 @@ bool cancelled(std::exception_ptr error) {
   }
 }
 
+// How long a rejoin waits between attempts to reach the store (each connection attempt inside
+// Membership::open already lasts up to a second).
+constexpr auto kRejoinPause = std::chrono::milliseconds(500);
+
+StoreLoss lossOf(const StoreLostError& lost) { return StoreLoss{lost.closedByHost(), lost.what()}; }
+
 }  // namespace
 
 MembershipDriver::MembershipDriver(const RendezvousConfig& config, StoreBackend& backend,
                                    NodeInfo self, EventLoop& loop)
-    : membership_(config, backend, std::move(self), [&loop] { return loop.now(); }),
+    : config_(config),
+      backend_(backend),
+      self_(std::move(self)),
       loop_(loop),
+      membership_(fresh()),
       control_([this] { controlLoop(); }) {}
+
+std::shared_ptr<Membership> MembershipDriver::fresh() {
+  return std::make_shared<Membership>(config_, backend_, self_, [&loop = loop_] { return loop.now(); });
+}
+
+std::shared_ptr<Membership> MembershipDriver::current() const {
+  std::lock_guard lock(membershipMutex_);
+  return membership_;
+}
 
 MembershipDriver::~MembershipDriver() { stopThreads(); }
 
@@ -74,41 +93,98 @@ void MembershipDriver::controlLoop() {
 void MembershipDriver::join(int round) {
   runOnControl(
       [this, round] {
+        const auto membership = current();
         if (!opened_) {
-          membership_.open();
+          membership->open();
           opened_ = true;
+          nodeId_.store(membership->self().id);
         }
-        Round formed = membership_.join(round);
+        Round formed = membership->join(round);
         loop_.post([this, formed = std::move(formed)]() mutable { events_->onRoundFormed(std::move(formed)); });
       },
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
 }
 
+void MembershipDriver::rejoin() {
+  runOnControl(
+      [this] {
+        const auto started = loop_.now();
+        const auto deadline = started + config_.settings.joinTimeout;
+        std::string lastProblem;
+        for (;;) {
+          // The old member leaves as a killed agent would, and a new one (a new node id, no
+          // holds, no round) takes its place: nothing of the old one can write to a round again.
+          std::shared_ptr<Membership> next = fresh();
+          std::shared_ptr<Membership> old;
+          {
+            // Under the queue's lock: stopThreads() sets stopping_ before it cancels the
+            // membership in use, so a new one is either never made or cancelled with it.
+            std::lock_guard lock(mutex_);
+            if (stopping_) return;
+            std::lock_guard swap(membershipMutex_);
+            old = std::exchange(membership_, next);
+          }
+          old->abandon();
+          opened_ = false;
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - loop_.now());
+          try {
+            if (left.count() <= 0) throw StoreLostError(lastProblem);
+            next->open(left);
+            opened_ = true;
+            nodeId_.store(next->self().id);
+            Round formed = next->join(-1);
+            loop_.post([this, formed = std::move(formed)]() mutable { events_->onRoundFormed(std::move(formed)); });
+            return;
+          } catch (const MembershipCancelled&) {
+            throw;
+          } catch (const BadInputError& error) {
+            // Nothing answered within the time left (EndpointError), or something else did.
+            lastProblem = error.what();
+          } catch (const StoreLostError& error) {
+            lastProblem = error.what();
+          } catch (const rendezvous::StoreError& error) {
+            lastProblem = error.what();
+          }
+          if (loop_.now() >= deadline) {
+            const double waited = std::chrono::duration<double>(loop_.now() - started).count();
+            throw MembershipError(fmt::format(
+                "could not rejoin the job within join_timeout ({:.0f} s): the rendezvous store at {} "
+                "stayed out of reach ({}); this node's workers were stopped {:.1f} s ago",
+                config_.settings.joinTimeout.count() / 1000.0, backend_.address(), lastProblem, waited));
+          }
+          spdlog::debug("rejoining: {}; trying again", lastProblem);
+          std::unique_lock lock(mutex_);
+          if (wake_.wait_for(lock, kRejoinPause, [this] { return stopping_; })) return;
+        }
+      },
+      [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
+}
+
 void MembershipDriver::publishWorkerStore(int round, std::string host, std::uint16_t port) {
-  runOnControl([this, round, host = std::move(host), port] { membership_.publishWorkerStore(round, host, port); },
+  runOnControl([this, round, host = std::move(host), port] { current()->publishWorkerStore(round, host, port); },
                [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
 }
 
 void MembershipDriver::announce(int round, StopReason stop) {
   // A lost store is the watch's to report.
-  runOnControl([this, round, stop = std::move(stop)] { membership_.announce(round, stop); }, {});
+  runOnControl([this, round, stop = std::move(stop)] { current()->announce(round, stop); }, {});
 }
 
 void MembershipDriver::markDone(int round, int members) {
-  runOnControl([this, round, members] { membership_.markDone(round, members); }, {});
+  runOnControl([this, round, members] { current()->markDone(round, members); }, {});
 }
 
 void MembershipDriver::watch(int round) {
   if (watch_.joinable()) watch_.join();  // the previous round's: it has returned
-  watch_ = std::thread([this, round] {
+  watch_ = std::thread([this, round, membership = current()] {
     try {
-      StopReason stop = membership_.waitForStop(round);
+      StopReason stop = membership->waitForStop(round);
       loop_.post([this, round, stop = std::move(stop)]() mutable { events_->onStop(round, std::move(stop)); });
     } catch (const MembershipCancelled&) {
     } catch (const StoreLostError& lost) {
-      loop_.post([this, reason = std::string(lost.what())] { events_->onStoreLost(reason); });
+      loop_.post([this, loss = lossOf(lost)] { events_->onStoreLost(loss); });
     } catch (const rendezvous::StoreError& error) {
-      loop_.post([this, reason = std::string(error.what())] { events_->onStoreLost(reason); });
+      loop_.post([this, loss = StoreLoss{false, error.what()}] { events_->onStoreLost(loss); });
     } catch (const std::exception& error) {
       loop_.post([this, failure = failureOf(std::current_exception())] { events_->onRendezvousFailed(failure); });
     }
@@ -116,11 +192,11 @@ void MembershipDriver::watch(int round) {
 }
 
 void MembershipDriver::stopThreads() {
-  membership_.cancel();
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  current()->cancel();
   wake_.notify_all();
   if (control_.joinable()) control_.join();
   if (watch_.joinable()) watch_.join();
@@ -128,7 +204,7 @@ void MembershipDriver::stopThreads() {
 
 void MembershipDriver::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
   stopThreads();
-  membership_.close(hostsStore, patience);
+  current()->close(hostsStore, patience);
 }
 
 }  // namespace ddprun::launcher

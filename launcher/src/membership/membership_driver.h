@@ -2,11 +2,14 @@
 // they run off the event loop: a control thread runs join/announce/markDone one at a time in
 // order, a watch thread blocks on the current round's stop key; every outcome is posted to the
 // loop and handed to the RendezvousEvents (the agent's machine) there. The unit tests use the same driver over the
-// in-process store.
+// in-process store. A rejoin (a node fenced or declared lost in an elastic job) replaces the
+// Membership with a new one, a new member; a thread still in a call of the old one keeps it alive
+// until it returns.
 //
 // Thread safety: the RendezvousClient calls, attach() and close() run on the loop's thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -34,8 +37,15 @@ class MembershipDriver final : public RendezvousClient {
   void publishWorkerStore(int round, std::string host, std::uint16_t port) override;
   void announce(int round, StopReason stop) override;
   void markDone(int round, int members) override;
+  // Outcome: onStop for `round`, or onStoreLost; a stop of the membership in use when called.
   void watch(int round) override;
-  std::int64_t nodeId() const override { return membership_.self().id; }
+  std::int64_t nodeId() const override { return nodeId_.load(); }
+  std::string storeAddress() const override { return backend_.address(); }
+  std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const override {
+    return current()->livenessAcknowledgedAt();
+  }
+  void fence(int round) override { current()->fence(round); }
+  void rejoin() override;
 
   // Leaves the rendezvous in order: stops the blocked calls, gives up the holds (a clean exit is
   // not a lost node), and when this agent hosts the store gives the others a moment to read the
@@ -48,9 +58,18 @@ class MembershipDriver final : public RendezvousClient {
   void runOnControl(Call call, std::function<void(std::exception_ptr)> onError);
   void controlLoop();
   void stopThreads();
+  // The membership in use: a rejoin replaces it (a new member), the old one living on until the
+  // last thread using it lets go. Any thread.
+  std::shared_ptr<Membership> current() const;
+  std::shared_ptr<Membership> fresh();
 
-  Membership membership_;
+  const RendezvousConfig& config_;
+  StoreBackend& backend_;
+  const NodeInfo self_;  // as given: a rejoin starts from it (a new id)
   EventLoop& loop_;
+  mutable std::mutex membershipMutex_;
+  std::shared_ptr<Membership> membership_;
+  std::atomic<std::int64_t> nodeId_{-1};
   RendezvousEvents* events_ = nullptr;
   bool opened_ = false;  // touched by the control thread only
 

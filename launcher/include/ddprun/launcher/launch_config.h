@@ -99,6 +99,28 @@ struct RendezvousSettings {
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.
   std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
+
+  // Fencing (docs/architecture.md, "Liveness and fencing"): an agent whose last acknowledged
+  // liveness renewal was SENT longer ago than fencingInterval() stops its workers and writes no
+  // more to its round, before the store can count it lost and the others start a new group:
+  //
+  //   F = T - 2*kFenceRoundTrip - kFenceMargin        (T = holdTimeToLive())
+  //
+  // The store starts a hold's time to live when it *receives* a renewal, after the agent sent it,
+  // so the hold lapses no earlier than send + T, and the survivors' new group starts later still.
+  // Measured from the send, F < T is safe whatever the trip took (measured from the reply, the
+  // receipt could be a whole trip earlier: that is what the round trips in this rule pay for).
+  // The two trips are kept as slack for what is on the wire when the workers are killed (a
+  // worker's last request and its reply); kFenceMargin covers the fence's timer running late on a
+  // busy loop and SIGKILL taking the workers' trees down (tens of ms; a CUDA process's teardown
+  // can take a few hundred). A renewal acknowledged after a long trip still counts from its send.
+  // Defaults: T = 5 s, F = 4.5 s. A 2 s blip, which TCP's backoff can stretch into a renewal
+  // acknowledged ~4.0 s after the send of the last one before it, is still ridden out.
+  static constexpr std::chrono::milliseconds kFenceRoundTrip{100};
+  static constexpr std::chrono::milliseconds kFenceMargin{300};
+  std::chrono::milliseconds fencingInterval() const {
+    return holdTimeToLive() - 2 * kFenceRoundTrip - kFenceMargin;
+  }
   bool operator==(const RendezvousSettings&) const = default;
 };
 
