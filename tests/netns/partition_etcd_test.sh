@@ -124,7 +124,32 @@ ticking() { compgen -G "$ticks/tick.$1.$2.*" > /dev/null; }
 wait_until 5 "host 1's worker ticks" ticking h1 "$gen0"
 [[ $(world_of "$gen0") == "world=3 " ]] || fail "generation $gen0 is not a world of 3: $(world_of "$gen0")"
 old_pid=$(ls "$ticks"/start.h1."$gen0".* | head -1); old_pid=${old_pid##*.}
+# What the running job asks of etcd (informational, not checked): each member's count of the
+# requests started, summed, over the wait before the cut.
+etcd_requests() {
+  ip netns exec "${tag}h" python3 - "$endpoints" <<'PY'
+import re, sys, time, urllib.request
+counts = {"Watch": 0, "Txn": 0, "LeaseKeepAlive": 0, "Range": 0, "Put": 0}
+for member in sys.argv[1].split(","):
+    text = urllib.request.urlopen(f"http://{member}/metrics", timeout=2).read().decode()
+    for method, n in re.findall(r'^grpc_server_started_total\{grpc_method="(\w+)".* (\d+)$', text, re.M):
+        if method in counts:
+            counts[method] += int(n)
+print(time.time(), *(counts[k] for k in sorted(counts)))
+PY
+}
+load_before=$(etcd_requests 2>/dev/null || true)
 sleep 1.5  # the keep-alives are renewing: the cut falls anywhere between two of them
+load_after=$(etcd_requests 2>/dev/null || true)
+if [[ -n $load_before && -n $load_after ]]; then
+  python3 -c '
+import sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+dt = float(b[0]) - float(a[0])
+names = ["keep-alives", "puts", "ranges", "txns", "watches"]  # sorted by etcd method name
+print("etcd requests per second per agent while the job runs: " + ", ".join(
+    f"{(int(y) - int(x)) / dt / 3:.1f} {n}" for n, x, y in zip(names, a[1:], b[1:])))' "$load_before" "$load_after"
+fi
 [[ $(newest h1) == "$gen0" ]] || fail "the job re-formed before the cut (generation $(newest h1))"
 echo "the job runs generation $gen0 on 3 hosts over etcd at $endpoints"
 
