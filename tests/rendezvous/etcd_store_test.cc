@@ -304,6 +304,47 @@ TEST_CASE("a renewal is one HTTP request", "[etcd_store][hold]") {
   CHECK(renewals == std::vector<std::string>{"POST /v3/lease/keepalive", "POST /v3/lease/keepalive"});
 }
 
+TEST_CASE("waits in short slices keep one watch, and still see every change after their read",
+          "[etcd_store][watch]") {
+  CountingProxy proxy(cluster().clientPort(0));
+  const std::string prefix = freshPrefix("slices");
+  EtcdStore store(clientFor(proxy.endpoint()), prefix);
+  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
+  const auto watches = [&] {
+    const std::vector<std::string> all = proxy.requests();
+    return std::count(all.begin(), all.end(), "POST /v3/watch");
+  };
+  // Membership's stop key: 8 slices of 100 ms with nothing set, then the key set between two.
+  for (int slice = 0; slice < 8; ++slice) CHECK_THROWS_AS(store.wait({"stop"}, 100ms), StoreTimeoutError);
+  CHECK(watches() == 1);
+  writer.set("stop", "done");
+  CHECK_NOTHROW(store.wait({"stop"}, 2s));
+  CHECK(store.get("stop") == "done");
+
+  // The LapseReporter's alive keys: slices with both there, then one deleted between two slices
+  // (seen by the next slice's read), then one deleted during a slice (seen by the kept watch);
+  // a key deleted and set again before the read is there, not missing.
+  writer.set("alive/1", "a");
+  writer.set("alive/2", "b");
+  const auto before = watches();
+  for (int slice = 0; slice < 5; ++slice) CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms).empty());
+  CHECK(watches() == before + 1);
+  writer.deleteKey("alive/1");
+  writer.set("alive/1", "a");
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms).empty());
+  writer.deleteKey("alive/2");
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms) == std::vector<std::string>{"alive/2"});
+  writer.set("alive/2", "b");
+  std::thread deleting([&] {
+    std::this_thread::sleep_for(300ms);
+    writer.deleteKey("alive/1");
+  });
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 5s) == std::vector<std::string>{"alive/1"});
+  deleting.join();
+  INFO("watches created: " << watches() - before);
+  CHECK(watches() - before <= 2);  // the second range (two keys) and nothing more
+}
+
 TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the value set later",
           "[etcd_store][outage]") {
   EtcdCluster& etcd = cluster();

@@ -126,7 +126,9 @@ bool certainlyNotApplied(const std::optional<KeyValue>& base, const std::optiona
 }  // namespace
 
 EtcdStore::EtcdStore(std::shared_ptr<etcd::EtcdClient> client, std::string keyPrefix)
-    : client_(std::move(client)), keyPrefix_(std::move(keyPrefix)) {
+    : client_(std::move(client)),
+      keyPrefix_(std::move(keyPrefix)),
+      keeper_(std::make_unique<detail::WatchKeeper>()) {
   if (!client_) throw std::invalid_argument("EtcdStore: no etcd client");
   if (keyPrefix_.empty() || keyPrefix_.back() != '/') {
     throw std::invalid_argument(fmt::format(
@@ -216,12 +218,59 @@ ReadKeys readEach(etcd::EtcdClient& client, const std::vector<std::string>& keys
 
 }  // namespace
 
+namespace detail {
+
+// One watch kept between blocking calls on the same range. Membership waits for a round's stop
+// key, and its LapseReporter for the members' alive keys, in slices of 250 ms so that they
+// notice a cancel; a new watch each slice is a stream on a connection of its own and a watcher
+// etcd creates and cancels (measured in tests/netns/partition_etcd_test.sh: 8.7 a second per
+// agent). Kept, the next slice reads the keys again (one txn, at revision R) and goes on with
+// the stream, skipping what it delivers up to R. A kept watch is used for at most its silence
+// check's interval from its creation: the check needs more of a call's time than a short slice
+// gives (etcd_watch.cc), so a stream whose member went quiet is replaced at least that often.
+class WatchKeeper {
+ public:
+  struct Kept {
+    std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one
+    Clock::time_point since;                 // its creation
+  };
+
+  // The kept watch if it is on `range`, young enough and not past `start` (the revision after
+  // the caller's read; never past it: the read is linearizable and the watch's events were
+  // committed before it, but a watch that were would have skipped events).
+  Kept take(const KeyRange& range, Revision start) {
+    std::lock_guard lock(mutex_);
+    Kept kept = std::move(kept_);
+    kept_ = {};
+    if (!kept.watch || kept.watch->nextRevision() > start || range.key != range_.key ||
+        range.rangeEnd != range_.rangeEnd || Clock::now() - kept.since >= kKeepFor) {
+      return {};
+    }
+    return kept;
+  }
+  // Keeps a healthy watch for the next call (the last one given wins).
+  void give(const KeyRange& range, Kept kept) {
+    std::lock_guard lock(mutex_);
+    range_ = range;
+    kept_ = std::move(kept);
+  }
+
+ private:
+  static constexpr auto kKeepFor = etcd::WatchRequest{}.checkAfterSilence;
+  std::mutex mutex_;
+  KeyRange range_;
+  Kept kept_;
+};
+
+}  // namespace detail
+
 // Reads `keys`, then follows their changes from the read's revision: `onRead` is given what the
 // read found, `onEvents` each batch of events on the keys; either returns true when the wait is
 // over. False when `deadline` passes first. A compaction that took the history the watch needs
 // reads again; a watch that no member serves for a whole request timeout is a
-// StoreConnectionError.
-static bool follow(etcd::EtcdClient& client, const std::vector<std::string>& keys,
+// StoreConnectionError. The watch comes from `keeper` where it has one for these keys, and goes
+// back to it when the call ends with the stream healthy.
+static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const std::vector<std::string>& keys,
                    etcd::Deadline deadline, const std::string& what,
                    const std::function<bool(const ReadKeys&)>& onRead,
                    const std::function<bool(const std::vector<etcd::WatchEvent>&)>& onEvents) {
@@ -236,13 +285,20 @@ static bool follow(etcd::EtcdClient& client, const std::vector<std::string>& key
     etcd::WatchRequest request;
     request.range = covering(keys);
     request.startRevision = read.revision + 1;
-    std::unique_ptr<etcd::EtcdWatch> watch =
-        guarded(what, [&] { return client.watch(request, Clock::now() + requestTimeout); });
+    detail::WatchKeeper::Kept kept = keeper.take(request.range, request.startRevision);
+    if (!kept.watch) {
+      kept.since = Clock::now();
+      kept.watch = guarded(what, [&] { return client.watch(request, Clock::now() + requestTimeout); });
+    }
+    etcd::EtcdWatch* watch = kept.watch.get();
     std::optional<Clock::time_point> troubleSince;
     bool reread = false;
     while (!reread) {
       const auto now = Clock::now();
-      if (now >= deadline) return false;
+      if (now >= deadline) {
+        keeper.give(request.range, std::move(kept));
+        return false;
+      }
       std::optional<etcd::WatchBatch> batch;
       try {
         // In slices of a request timeout, so that a watch no member takes back is noticed.
@@ -268,9 +324,16 @@ static bool follow(etcd::EtcdClient& client, const std::vector<std::string>& key
       if (!batch) continue;
       std::vector<etcd::WatchEvent> events;
       for (etcd::WatchEvent& event : batch->events) {
-        if (wanted.count(event.kv.key) != 0) events.push_back(std::move(event));
+        // A kept watch may deliver changes the read already saw (a delete's kv carries its
+        // revision too).
+        if (wanted.count(event.kv.key) != 0 && event.kv.modRevision > read.revision) {
+          events.push_back(std::move(event));
+        }
       }
-      if (!events.empty() && onEvents(events)) return true;
+      if (!events.empty() && onEvents(events)) {
+        keeper.give(request.range, std::move(kept));
+        return true;
+      }
     }
   }
 }
@@ -283,7 +346,7 @@ std::map<std::string, std::string> EtcdStore::waitFor(const std::vector<std::str
   std::set<std::string> missing;
   // A key seen once counts as appeared, even if it is deleted again while others are missing.
   const bool done = follow(
-      *client_, fullKeys, deadline, std::string(what),
+      *client_, *keeper_, fullKeys, deadline, std::string(what),
       [&](const ReadKeys& read) {
         missing.clear();
         for (const std::string& key : fullKeys) {
@@ -700,7 +763,7 @@ std::vector<std::string> EtcdStore::waitForAnyMissing(const std::vector<std::str
     return inOrder;
   };
   const bool found = follow(
-      *client_, fullKeys, Clock::now() + timeout,
+      *client_, *keeper_, fullKeys, Clock::now() + timeout,
       keys.size() == 1 ? fmt::format("waitForAnyMissing '{}'", shown(keys.front()))
                        : fmt::format("waitForAnyMissing of {} keys", keys.size()),
       [&](const ReadKeys& read) {

@@ -33,6 +33,11 @@
 // wait at most their timeout for the keys, and give up with StoreConnectionError when no member
 // has served their watch for a whole request timeout.
 //
+// A blocking call that ends keeps its watch for the next one on the same keys (up to the watch's
+// silence check, 5 s): a caller that waits in short slices (Membership's stop key, the
+// LapseReporter's alive keys: 250 ms, to notice a cancel) costs one read a slice, not a new
+// watch stream and its connection.
+//
 // Thread-safe: calls from several threads run at once (the client is); holds and releases of
 // one store are serialised among themselves.
 #pragma once
@@ -51,6 +56,10 @@
 #include "ddprun/rendezvous/holding_store.h"
 
 namespace ddprun::rendezvous {
+
+namespace detail {
+class WatchKeeper;  // etcd_store.cc: one watch kept between blocking calls on the same keys
+}
 
 struct EtcdStoreOptions {
   etcd::EtcdClientOptions client;  // endpoints, call timeout, credentials, TLS
@@ -130,6 +139,7 @@ class EtcdStore final : public HoldingStore {
 
   std::shared_ptr<etcd::EtcdClient> client_;
   std::string keyPrefix_;
+  std::unique_ptr<detail::WatchKeeper> keeper_;  // after client_: its watch goes first
 
   mutable std::mutex holdMutex_;  // guards what follows; held across a hold's requests
   etcd::LeaseId lease_ = 0;       // 0: none granted (or the last one ended)
