@@ -41,6 +41,7 @@ fi
 tag="de$$"
 subnet=10.237.0
 source "$(dirname "$0")/hosts.sh"
+source "$(dirname "$0")/ticks.sh"
 # etcd fsyncs every commit: its data in /dev/shm, removed with the rest.
 etcd_data=$(mktemp -d /dev/shm/ddprun-netns-etcd.XXXXXX)
 trap 'delete_hosts; rm -rf "$etcd_data"' EXIT
@@ -83,22 +84,6 @@ for i in 1 2 3; do
   eval "agent$i=$!"
 done
 
-# started HOST GEN: a worker of HOST in generation GEN has started.
-started() { compgen -G "$ticks/start.$1.$2.*" > /dev/null; }
-# first_start HOST GEN / last_tick HOST GEN: the time, from the worker's own file.
-first_start() { cat $(ls "$ticks"/start."$1"."$2".* | head -1); }
-last_tick() { cat $(ls "$ticks"/tick."$1"."$2".* | head -1); }
-# later HOST GEN: the first generation above GEN HOST started a worker in (nothing if none).
-later() {
-  local f g best=
-  for f in "$ticks"/start."$1".*; do
-    [[ -e $f ]] || continue
-    g=${f#"$ticks/start.$1."}; g=${g%%.*}
-    if ((g > $2)) && { [[ -z $best ]] || ((g < best)); }; then best=$g; fi
-  done
-  echo "$best"
-}
-has_later() { [[ -n $(later "$1" "$2") ]]; }
 # newest HOST: the highest generation HOST started a worker in (-1 if none).
 newest() {
   local f g best=-1
@@ -115,12 +100,9 @@ all_in() { started h1 "$1" && started h2 "$1" && started h3 "$1"; }
 # first, when one started late on a busy machine: then the job re-formed with the third).
 together() { local g; g=$(newest h1); ((g >= 0)) && all_in "$g" && [[ $(newest h2) == "$g" && $(newest h3) == "$g" ]]; }
 world_of() { grep -h "generation=$1 " "$dir"/out.* | grep -o 'world=[0-9]*' | sort -u | tr '\n' ' '; }
-seconds() { python3 -c "import sys; print(f'{float(sys.argv[1]) - float(sys.argv[2]):.2f}')" "$@"; }
-before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$@"; }
 
 wait_until 40 "the three hosts' workers run one generation" together
 gen0=$(newest h1)
-ticking() { compgen -G "$ticks/tick.$1.$2.*" > /dev/null; }
 wait_until 5 "host 1's worker ticks" ticking h1 "$gen0"
 [[ $(world_of "$gen0") == "world=3 " ]] || fail "generation $gen0 is not a world of 3: $(world_of "$gen0")"
 old_pid=$(ls "$ticks"/start.h1."$gen0".* | head -1); old_pid=${old_pid##*.}

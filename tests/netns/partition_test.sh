@@ -26,6 +26,7 @@ mode=$4
 tag="dp$$"
 subnet=10.236.0
 source "$(dirname "$0")/hosts.sh"
+source "$(dirname "$0")/ticks.sh"
 make_hosts 2
 test_budget $((partition + 55))  # CTest's TIMEOUT is this plus a wide margin
 
@@ -50,27 +51,8 @@ for i in 1 2; do
   fi
 done
 
-# started HOST GEN: a worker of HOST in generation GEN has started.
-started() { compgen -G "$ticks/start.$1.$2.*" > /dev/null; }
-# first_start HOST GEN / last_tick HOST GEN: the time, from the worker's own file.
-first_start() { cat $(ls "$ticks"/start."$1"."$2".* | head -1); }
-last_tick() { cat $(ls "$ticks"/tick."$1"."$2".* | head -1); }
-# later HOST GEN: the first generation above GEN HOST started a worker in (nothing if none).
-later() {
-  local f g best=
-  for f in "$ticks"/start."$1".*; do
-    [[ -e $f ]] || continue
-    g=${f#"$ticks/start.$1."}; g=${g%%.*}
-    if ((g > $2)) && { [[ -z $best ]] || ((g < best)); }; then best=$g; fi
-  done
-  echo "$best"
-}
-has_later() { [[ -n $(later "$1" "$2") ]]; }
-seconds() { python3 -c "import sys; print(f'{float(sys.argv[1]) - float(sys.argv[2]):.2f}')" "$@"; }
-before() { python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)" "$@"; }
 
 wait_until 30 "both hosts' workers run generation 0" eval 'started h1 0 && started h2 0'
-ticking() { compgen -G "$ticks/tick.$1.$2.*" > /dev/null; }
 wait_until 5 "host 2's worker ticks" ticking h2 0
 old_pid=$(ls "$ticks"/start.h2.0.* | head -1); old_pid=${old_pid##*.}
 sleep 1.5  # the heartbeats are renewing: the cut falls anywhere between two of them
