@@ -62,16 +62,6 @@ std::unique_ptr<Subprocess> agent(const std::string& nnodes, const std::string& 
   return std::make_unique<Subprocess>(ddprunCommand(args), std::vector<std::string>{"LOGLEVEL=INFO"});
 }
 
-// Waits until the workers of `nodes` have printed `count` lines matching `pattern` in all.
-bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
-              std::chrono::milliseconds timeout = kForms) {
-  return eventually([&] {
-    std::string all;
-    for (Subprocess* node : nodes) all += node->output();
-    return countLines(all, pattern) == count;
-  }, timeout, nodes);
-}
-
 // Ends the job (report.sh --until) and waits for each of `nodes` to exit 0, under one deadline.
 void finishJob(const std::string& until, const std::vector<Subprocess*>& nodes) {
   std::ofstream(until).put('\n');
@@ -100,7 +90,7 @@ TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the wo
   auto a = agent("1:3", endpoints, "elastic", until);
   auto b = agent("1:3", endpoints, "elastic", until);
   // The first round may form with one of them (last_call_timeout 1 s) and re-form with both.
-  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2));
+  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
 
   // Kill the agent whose worker is group rank 0: its agent hosts the round's workers' store.
   const bool aHosts = countLines(a->output(), "world=2 group_rank=0 ") == 1;
@@ -169,7 +159,7 @@ TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form
   // Under torch's legacy prefix, to see etcd_prefix put every key of the job there.
   auto a = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
   auto b = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
-  REQUIRE(reported({a.get(), b.get()}, "world=2 .*generation=0", 2));
+  REQUIRE(reported({a.get(), b.get()}, "world=2 .*generation=0", 2, kForms));
   CHECK_THAT(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/ddprun/leaderloss/"}),
              Catch::Contains("/torchelastic/p2p/ddprun/leaderloss/alive/"));
   CHECK(keysOf(cluster, "leaderloss").empty());
@@ -196,7 +186,7 @@ TEST_CASE("etcd: agents of another run id are another job on the same etcd, neve
   // job-y wants 2 nodes too and finds none of its own: it says so while it waits, then gives up.
   auto y = agent("2", endpoints, "job-y", until, "join_timeout=6");
   auto x2 = agent("2", endpoints, "job-x", until);
-  REQUIRE(reported({x.get(), x2.get()}, "world=2 ", 2));
+  REQUIRE(reported({x.get(), x2.get()}, "world=2 ", 2, kForms));
   REQUIRE(exitsWith(*y, 1, 20s, {x.get(), x2.get()}));
   CHECK_THAT(y->errors(), Catch::Contains("rendezvous round 0 of run 'job-y': 1 node(s) joined, "
                                           "waiting for at least 2"));

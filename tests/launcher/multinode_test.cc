@@ -62,16 +62,6 @@ bool hosting(Subprocess& node) {
                     kStartsHosting, {&node});
 }
 
-// Waits until the workers of `nodes` have printed `count` lines matching `pattern` in all.
-bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
-              std::chrono::milliseconds timeout = kForms) {
-  return eventually([&] {
-    std::string all;
-    for (Subprocess* node : nodes) all += node->output();
-    return countLines(all, pattern) == count;
-  }, timeout, nodes);
-}
-
 // A static agent of `nnodes` (one worker each) at node rank `rank`, logging at INFO.
 std::unique_ptr<Subprocess> staticNode(int nnodes, int rank, int port, const std::string& until) {
   return std::make_unique<Subprocess>(
@@ -104,7 +94,7 @@ TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the
     nodes.push_back(std::make_unique<Subprocess>(
         ddprun::test::staticCommand(2, 2, rank, port, {"--no-python", kReport, "--until", until})));
   }
-  REQUIRE(reported({nodes[0].get(), nodes[1].get()}, "world=4 ", 4));
+  REQUIRE(reported({nodes[0].get(), nodes[1].get()}, "world=4 ", 4, kForms));
   finishJob(until, {nodes[0].get(), nodes[1].get()});
   const std::string rank1 = nodes[0]->output();
   CHECK(countLines(rank1, fmt::format("^\\[default0\\]:rank=2 local_rank=0 world=4 group_rank=1 "
@@ -124,7 +114,7 @@ TEST_CASE("three agents: one killed mid-run is noticed at once and the others re
   REQUIRE(hosting(*a));
   auto b = agent("2:3", port, "elastic", until, conf);
   auto c = agent("2:3", port, "elastic", until, conf);
-  REQUIRE(reported({a.get(), b.get(), c.get()}, "world=6 .*generation=0", 6));
+  REQUIRE(reported({a.get(), b.get(), c.get()}, "world=6 .*generation=0", 6, kForms));
 
   // C dies without a word. Its connection drops, its hold lapses at once, the store writes the
   // round's stop key, and A and B re-form without it.
@@ -138,7 +128,7 @@ TEST_CASE("three agents: one killed mid-run is noticed at once and the others re
 
   // D arrives while the job runs with 2 of at most 3 nodes: everyone re-forms with 3.
   auto d = agent("2:3", port, "elastic", until, conf);
-  REQUIRE(reported({a.get(), b.get(), c.get(), d.get()}, "world=6 .*generation=2", 6));
+  REQUIRE(reported({a.get(), b.get(), c.get(), d.get()}, "world=6 .*generation=2", 6, kForms));
   CHECK_THAT(a->errors(), Catch::Contains("joins the job"));
   // The job's restart budget was not touched by membership changes.
   CHECK(countLines(a->output() + b->output() + c->output() + d->output(),
@@ -156,7 +146,7 @@ TEST_CASE("when fewer than MIN nodes remain, the survivor says why and exits non
   auto a = agent("2:3", port, "shrink", until);
   REQUIRE(hosting(*a));
   auto b = agent("2:3", port, "shrink", until);
-  REQUIRE(reported({a.get(), b.get()}, "world=4 ", 4));
+  REQUIRE(reported({a.get(), b.get()}, "world=4 ", 4, kForms));
   const auto killed = Clock::now();
   b->signal(SIGKILL);
   const auto status = exitStatus(*a, 25s);
@@ -177,7 +167,7 @@ TEST_CASE("a node whose workers finished exits non-zero soon when its only peer 
   REQUIRE(hosting(*host));
   // Its workers finish at once; at DEBUG it says so, and then it waits in the exit barrier.
   auto done = agent("2", port, "finished", until, {}, {"--sleep", "0"}, "DEBUG");
-  REQUIRE(reported({host.get(), done.get()}, "world=4 ", 4));
+  REQUIRE(reported({host.get(), done.get()}, "world=4 ", 4, kForms));
   REQUIRE(eventually([&] { return countLines(done->errors(), "every local worker exited 0") > 0; },
                      15s, {done.get(), host.get()}));
   const auto killed = Clock::now();
@@ -248,7 +238,7 @@ TEST_CASE("agents rendezvous through a ddprun-rendezvous daemon already on the e
   REQUIRE(port > 0);
   auto a = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
   auto b = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
-  REQUIRE(reported({a.get(), b.get()}, "world=4 ", 4));
+  REQUIRE(reported({a.get(), b.get()}, "world=4 ", 4, kForms));
   finishJob(until, {a.get(), b.get()});
   // Neither agent hosted the store: the daemon did, and outlives the job.
   CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("hosting the rendezvous store"));
@@ -265,7 +255,7 @@ TEST_CASE("losing the agent that hosts the store ends every other agent quickly"
   auto host = agent("2", port, "hostloss", until, conf);
   REQUIRE(hosting(*host));
   auto other = agent("2", port, "hostloss", until, conf);
-  REQUIRE(reported({host.get(), other.get()}, "world=4 ", 4));
+  REQUIRE(reported({host.get(), other.get()}, "world=4 ", 4, kForms));
   const auto killed = Clock::now();
   host->signal(SIGKILL);
   const auto status = exitStatus(*other, 20s);
@@ -303,7 +293,7 @@ TEST_CASE("static: a non-zero node that starts before the master waits for its s
   std::this_thread::sleep_for(3s);  // the master comes late, on purpose
   REQUIRE(exitStatus(early, 0ms) == std::nullopt);
   Subprocess master(ddprun::test::staticCommand(2, 1, 0, port, rest));
-  REQUIRE(reported({&early, &master}, "world=2 ", 2));
+  REQUIRE(reported({&early, &master}, "world=2 ", 2, kForms));
   finishJob(until, {&early, &master});
 }
 
@@ -320,7 +310,7 @@ TEST_CASE("static: a node killed before the job starts and started again takes i
   REQUIRE(exitStatus(*one, 10s).has_value());
   auto again = node(1);
   auto two = node(2);
-  REQUIRE(reported({zero.get(), again.get(), two.get()}, "world=3 ", 3));
+  REQUIRE(reported({zero.get(), again.get(), two.get()}, "world=3 ", 3, kForms));
   CHECK(countLines(again->output() + two->output(), "group_rank=1 ") == 1);
   finishJob(until, {zero.get(), again.get(), two.get()});
 }
@@ -356,7 +346,7 @@ TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of re
   REQUIRE(hosting(*a));
   auto b = agent("2:3", port, "host-leaves", until, conf);
   auto c = agent("2:3", port, "host-leaves", until, conf);
-  REQUIRE(reported({a.get(), b.get(), c.get()}, "world=6 .*generation=0", 6));
+  REQUIRE(reported({a.get(), b.get(), c.get()}, "world=6 .*generation=0", 6, kForms));
   const auto stopped = Clock::now();
   a->signal(SIGTERM);
   const Deadline deadline(20s);
@@ -384,6 +374,6 @@ TEST_CASE("static: a second agent claiming a node rank that a running agent hold
   REQUIRE(exitsWith(*duplicate, 2, kForms, {zero.get(), one.get(), duplicate.get()}));
   CHECK_THAT(duplicate->errors(), Catch::Contains("--node-rank 1 is taken by the running agent"));
   auto two = node(2);
-  REQUIRE(reported({zero.get(), one.get(), two.get()}, "world=3 ", 3));
+  REQUIRE(reported({zero.get(), one.get(), two.get()}, "world=3 ", 3, kForms));
   finishJob(until, {zero.get(), one.get(), two.get()});
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "lines.h"
+
 namespace ddprun::test {
 
 std::optional<int> exitStatus(Subprocess& process, std::chrono::milliseconds timeout) {
@@ -11,6 +13,15 @@ std::optional<int> exitStatus(Subprocess& process, std::chrono::milliseconds tim
                               describeAll({&process})));
   }
   return status;
+}
+
+bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
+              std::chrono::milliseconds timeout) {
+  return eventually([&] {
+    std::string all;
+    for (Subprocess* node : nodes) all += node->output();
+    return countLines(all, pattern) == count;
+  }, timeout, nodes);
 }
 
 bool exitsWith(Subprocess& process, int expected, std::chrono::milliseconds timeout,

@@ -73,6 +73,11 @@ std::optional<int> exitStatus(Subprocess& process, std::chrono::milliseconds tim
 bool exitsWith(Subprocess& process, int expected, std::chrono::milliseconds timeout,
                const std::vector<Subprocess*>& others = {});
 
+// Until the stdout of `nodes` (a job's agents, their workers' lines) holds `count` lines
+// matching `pattern` in all: true, or false after `timeout` with what was seen attached.
+bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
+              std::chrono::milliseconds timeout);
+
 // The port of a server that prints "listening on HOST:PORT" as its first stdout line (the
 // rendezvous daemon, the torch store server), or 0, with what was seen attached.
 int listeningPort(Subprocess& server, std::chrono::milliseconds timeout);
