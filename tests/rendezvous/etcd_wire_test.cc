@@ -73,7 +73,8 @@ TEST_CASE("endpoints: each bad entry is one line naming it and the form to write
       {"[::1]x", "only ':port' may follow"},
       {"[not-v6]:1", "not an IPv6 address"},
       {"a:1/v3", "a path is not part"},
-      {"root:secret@a:1", "do not go in the endpoint"},
+      {"root:secret@a:1", "do not go in the endpoint (give the user as username=NAME and the "
+                          "password in a file only you can read as password_file=PATH)"},
       {"a b:1", "only letters, digits"},
       {":2379", "the host is missing"},
       {"a:1,a:1", "listed twice"},
