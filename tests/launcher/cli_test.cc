@@ -797,6 +797,43 @@ TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spell
   CHECK_THAT(plain.warnings[0], Catch::Contains("etcd's certificate files are not used"));
 }
 
+TEST_CASE("option --rdzv-conf with etcd: username and password_file (ddprun's own): a password on "
+          "the command line, or one of the pair alone, refused",
+          "[cli][etcd][rdzv-conf]") {
+  const std::vector<std::string> base = {"--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
+                                         "--rdzv-conf"};
+  const auto with = [&](const std::string& conf) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {conf, script()});
+    return args;
+  };
+  // Taken as given: the file is read (and its mode checked) by the agent when it starts.
+  const CommandLine line = parse(with("username=alice,password_file=/run/secrets/etcd-pw"));
+  CHECK(line.warnings.empty());
+  CHECK(line.config.rdzv.settings.etcdUser == "alice");
+  CHECK(line.config.rdzv.settings.etcdPasswordFile == "/run/secrets/etcd-pw");
+
+  // password=: refused, its value not repeated, password_file named as the fix.
+  const std::string onCommandLine = usageError(with("username=alice,password=hunter2"));
+  CHECK_THAT(onCommandLine, Catch::Contains("password= would show the etcd password to every user") &&
+                                Catch::Contains("give password_file=PATH"));
+  CHECK_THAT(onCommandLine, !Catch::Contains("hunter2"));
+  CHECK_THAT(usageError(with("username=alice")),
+             Catch::Contains("username is given without password_file") &&
+                 Catch::Contains("username=NAME,password_file=PATH"));
+  CHECK_THAT(usageError(with("password_file=/p")),
+             Catch::Contains("password_file is given without username"));
+
+  // Other backends read none of them: warned about (a password's value not repeated either).
+  const CommandLine c10d = parse({"--rdzv-backend", "c10d", "--rdzv-conf",
+                                  "username=alice,password=hunter2", script()});
+  REQUIRE(c10d.warnings.size() == 2);
+  CHECK_THAT(c10d.warnings[0], Catch::Contains("username is not read by the c10d backend"));
+  CHECK_THAT(c10d.warnings[1], Catch::Contains("password is not read by the c10d backend") &&
+                                   Catch::Contains("password_file=PATH"));
+  CHECK_THAT(c10d.warnings[0] + c10d.warnings[1], !Catch::Contains("hunter2"));
+}
+
 
 TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "[cli]") {
   const auto endpoint = [](const std::string& value) {

@@ -10,6 +10,7 @@
 //
 // Skips (77) without /usr/bin/etcd; [torch2] skips (77) without the torch 2.6 chroot.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -219,6 +220,81 @@ TEST_CASE("etcd unreachable at start: one line naming the members and the fix, e
                         Catch::Contains("within read_timeout (2 s)") &&
                         Catch::Contains("check that etcd runs there"));
   CHECK(countLines(nobody->output(), "rank=") == 0);
+}
+
+namespace {
+
+// A file holding `bytes` with `mode` (a password file).
+std::string writeFile(const std::string& path, const std::string& bytes, mode_t mode) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  ::chmod(path.c_str(), mode);
+  return path;
+}
+
+// The one "ddprun: error: " line of an agent that exited 2 (the test fails when there are more).
+std::string badInputLine(Subprocess& agent) {
+  const std::string errors = agent.errors();
+  INFO(errors);
+  CHECK(countLines(errors, "^ddprun: error: ") == 1);
+  return findLine(errors, "^ddprun: error: ").value_or("(no error line)");
+}
+
+}  // namespace
+
+TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a 2-node job, and a "
+          "wrong password, a password file others can read, no user: exit 2 at once, one line",
+          "[auth]") {
+  EtcdCluster::skipUnlessInstalled();
+  TempDir dir;  // outlives the cluster
+  EtcdCluster::Options clusterOptions;
+  clusterOptions.members = 1;  // auth is per cluster; one member is enough to show it
+  EtcdCluster cluster(clusterOptions);
+  cluster.etcdctl({"user", "add", "root:rootpw", "--interactive=false"});
+  cluster.etcdctl({"role", "add", "job"});
+  cluster.etcdctl({"role", "grant-permission", "job", "readwrite", "/ddprun/authjob/", "--prefix=true"});
+  cluster.etcdctl({"user", "add", "alice:alicepw", "--interactive=false"});
+  cluster.etcdctl({"user", "grant-role", "alice", "job"});
+  cluster.etcdctl({"auth", "enable"});
+  const std::string endpoints = cluster.endpoints();
+  const std::string until = dir.path + "/stop";
+  const std::string password = writeFile(dir.path + "/alice.pw", "alicepw\n", 0600);
+
+  auto a = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
+  auto b = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
+  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2));
+  finishJob(until, {a.get(), b.get()});
+  CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"}).empty());
+
+  // Each refusal comes at once: well within read_timeout (60 s), which retries only an etcd that
+  // does not answer.
+  const auto refused = [&](const std::string& conf, const std::string& id = "authjob") {
+    const auto started = Clock::now();
+    auto agentProcess = agent("2", endpoints, id, until, conf);
+    CHECK(exitsWith(*agentProcess, 2, 20s));
+    const double took = secondsSince(started);
+    WARN("etcd with auth: exit 2 after " << took << " s with --rdzv-conf '" << conf << "'");
+    CHECK(took < 10.0);
+    CHECK(countLines(agentProcess->output(), "rank=") == 0);
+    return badInputLine(*agentProcess);
+  };
+  const std::string wrongFile = writeFile(dir.path + "/wrong.pw", "not-alices-pw-7f3\n", 0600);
+  const std::string wrong = refused("username=alice,password_file=" + wrongFile);
+  CHECK_THAT(wrong, Catch::Contains("etcd refused user 'alice': ") &&
+                        Catch::Contains("check username= and password_file= in --rdzv-conf"));
+  CHECK_THAT(wrong, !Catch::Contains("not-alices-pw-7f3"));
+
+  // The right password, another job's prefix, which alice's role does not cover.
+  CHECK_THAT(refused("username=alice,password_file=" + password, "otherjob"),
+             Catch::Contains("etcd refused user 'alice': ") && Catch::Contains("permission denied") &&
+                 Catch::Contains("that the user's role may read and write /ddprun/otherjob/"));
+
+  const std::string openFile = writeFile(dir.path + "/open.pw", "alicepw\n", 0644);
+  CHECK_THAT(refused("username=alice,password_file=" + openFile),
+             Catch::Contains("the etcd password file " + openFile + " can be read by other users") &&
+                 Catch::Contains("run `chmod 600 " + openFile + "`"));
+
+  CHECK_THAT(refused(""), Catch::Contains("etcd refuses to read /ddprun/authjob/") &&
+                              Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
 }
 
 namespace {

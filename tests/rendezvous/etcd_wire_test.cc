@@ -1,13 +1,18 @@
 // The etcd client's pure parts (label unit): the endpoint list, base64, prefix range ends, and
 // the gateway's JSON both ways, with answers written the way etcd 3.4's gateway writes them
 // (int64 as strings, zero values left out; tests/rendezvous/etcd_client_test.cc checks these
-// facts against a real etcd).
+// facts against a real etcd). And the password file's reader (a file in a temporary directory).
+#include <sys/stat.h>
+
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "ddprun/rendezvous/etcd_client.h"
 #include "etcd/base64.h"
 #include "etcd/client_impl.h"
 #include "etcd/json_wire.h"
+#include "temp_dir.h"
 
 using namespace ddprun::rendezvous::etcd;
 using wire::json;
@@ -68,7 +73,8 @@ TEST_CASE("endpoints: each bad entry is one line naming it and the form to write
       {"[::1]x", "only ':port' may follow"},
       {"[not-v6]:1", "not an IPv6 address"},
       {"a:1/v3", "a path is not part"},
-      {"root:secret@a:1", "do not go in the endpoint"},
+      {"root:secret@a:1", "do not go in the endpoint (give the user as username=NAME and the "
+                          "password in a file only you can read as password_file=PATH)"},
       {"a b:1", "only letters, digits"},
       {":2379", "the host is missing"},
       {"a:1,a:1", "listed twice"},
@@ -342,4 +348,43 @@ TEST_CASE("fail-over timing: each member's share of the time left, at most attem
   CHECK(mostTelling({{0, Code::kUnreachable}, {1, Code::kTimeout}}) == Code::kTimeout);
   CHECK(mostTelling({{0, Code::kTimeout}, {1, Code::kUnavailable}, {2, Code::kBadResponse}}) ==
         Code::kUnavailable);
+}
+
+TEST_CASE("credentials: the password from a mode-600 file, its line end dropped, and a file others "
+          "can read, an empty one, a missing one refused naming it") {
+  ddprun::test::TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& bytes, mode_t mode) {
+    const std::string path = dir.path + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    ::chmod(path.c_str(), mode);
+    return path;
+  };
+  const auto refusal = [](const std::string& path) -> std::string {
+    try {
+      readEtcdCredentials("alice", path);
+    } catch (const EtcdError& error) {
+      CHECK(error.code() == EtcdError::Code::kRejected);
+      return error.what();
+    }
+    return "(accepted)";
+  };
+
+  const EtcdCredentials fromEcho = readEtcdCredentials("alice", write("echo", "s3cret pw\n", 0600));
+  CHECK(fromEcho.user == "alice");
+  CHECK(fromEcho.password == "s3cret pw");
+  CHECK(readEtcdCredentials("bob", write("crlf", "pw\r\n", 0400)).password == "pw");
+  CHECK(readEtcdCredentials("bob", write("bare", "pw", 0600)).password == "pw");
+
+  const std::string open = write("open", "s3cret\n", 0644);
+  const std::string openError = refusal(open);
+  CHECK_THAT(openError, Catch::Contains("etcd password file " + open) &&
+                            Catch::Contains("run `chmod 600 " + open + "`"));
+  CHECK_THAT(openError, !Catch::Contains("s3cret"));
+  CHECK_THAT(refusal(write("group", "pw", 0640)), Catch::Contains("chmod 600"));
+  CHECK_THAT(refusal(write("empty", "\n", 0600)), Catch::Contains("is empty"));
+  CHECK_THAT(refusal(write("latin1", "caf\xe9", 0600)), Catch::Contains("is not UTF-8 text"));
+  CHECK_THAT(refusal(write("big", std::string(kMaxPasswordFileBytes + 1, 'x'), 0600)),
+             Catch::Contains("is over 4096 bytes"));
+  CHECK_THAT(refusal(dir.path + "/absent"), Catch::Contains("cannot read the etcd password file"));
+  CHECK_THAT(refusal(dir.path), Catch::Contains("regular file"));
 }

@@ -29,6 +29,8 @@ enum class ConfKind {
   kFile,
   kProtocol,    // protocol: http or https
   kEtcdPrefix,  // etcd_prefix: a key prefix
+  kEtcdUser,    // username: the etcd user (its password is in password_file)
+  kPassword,    // password: refused, a secret on the command line
 };
 
 // Which backends read a key (a set of them). ddprun's static rendezvous runs on the same rounds,
@@ -40,7 +42,8 @@ enum class ConfKind {
 // (PyTorch's own launcher test passes a garbled one to c10d). etcd reads what c10d reads but
 // is_host (no agent hosts an etcd), plus the keys of torch's two etcd backends, both spellings:
 // etcd's (protocol, cacert, cert, key, etcd_prefix, timeout) and etcd-v2's (protocol, ca_cert,
-// ssl_cert, ssl_cert_key). The job's token and TLS files protect the stores ddprun's agents host,
+// ssl_cert, ssl_cert_key); and ddprun's own username and password_file for an etcd with auth
+// (torch's etcd backends have none). The job's token and TLS files protect the stores ddprun's agents host,
 // which with etcd is each round's workers' store (and the relay in front of it).
 enum ReadBy : unsigned {
   kStatic = 1U << 0U,
@@ -62,6 +65,9 @@ struct ConfKey {
 };
 
 constexpr std::string_view kEtcdOnly = "it is for --rdzv-backend etcd";
+constexpr std::string_view kPasswordElsewhere =
+    "the etcd backend takes the password of its user as password_file=PATH, never on the "
+    "command line";
 
 // `timeout` (the static and etcd backends' join timeout) is resolved by resolveRendezvous.
 constexpr ConfKey kRdzvConfKeys[] = {
@@ -95,6 +101,11 @@ constexpr ConfKey kRdzvConfKeys[] = {
     {"ssl_cert", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdCert, kEtcdOnly},
     {"key", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdKey, kEtcdOnly},
     {"ssl_cert_key", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdKey, kEtcdOnly},
+    // ddprun extras: an etcd user and the file holding its password.
+    {"username", ConfKind::kEtcdUser, kEtcd, nullptr, nullptr, kEtcdOnly},
+    {"password_file", ConfKind::kFile, kEtcd, nullptr, &RendezvousSettings::etcdPasswordFile,
+     kEtcdOnly},
+    {"password", ConfKind::kPassword, kEtcd, nullptr, nullptr, kPasswordElsewhere},
 };
 
 unsigned backendBit(RdzvBackend backend) {
@@ -260,6 +271,17 @@ void applyRdzvConfValue(const ConfSource& source, const ConfKey& known, std::str
     case ConfKind::kEtcdPrefix:
       settings.etcdPrefix = etcdPrefixValue(source, value);
       return;
+    case ConfKind::kEtcdUser:
+      settings.etcdUser = std::string(value);
+      return;
+    case ConfKind::kPassword:
+      // Refused whatever follows: ps shows every process's arguments to every user of the host,
+      // and a job's command line ends up in logs and shell histories. Its value is not repeated.
+      throw UsageError(fmt::format(
+          "{}: password= would show the etcd password to every user of this host (ps lists "
+          "command lines); write it to a file only you can read (chmod 600) and give "
+          "password_file=PATH",
+          source.where()));
   }
 }
 
@@ -282,6 +304,17 @@ void checkEtcdClientCertificate(const RendezvousSettings& s, const GivenValue& g
       "{}: etcd's client certificate needs its key: give both cert=PATH and key=PATH (or "
       "ssl_cert=PATH and ssl_cert_key=PATH)",
       printable(given.origin)));
+}
+
+// An etcd user needs its password and the reverse: either alone cannot log in.
+void checkEtcdUser(const RendezvousSettings& s, const GivenValue& given) {
+  if (s.etcdUser.empty() == s.etcdPasswordFile.empty()) return;
+  throw UsageError(fmt::format(
+      "{}: {}; an etcd with auth enabled needs both: username=NAME,password_file=PATH (the "
+      "password alone in the file, mode 600)",
+      printable(given.origin),
+      s.etcdUser.empty() ? "password_file is given without username"
+                         : "username is given without password_file"));
 }
 
 // The fence (RendezvousSettings::fencingInterval) must leave the heartbeat at least one renewal
@@ -349,6 +382,7 @@ RdzvConf parseRdzvConf(const GivenValue& given, RdzvBackend backend,
   }
   checkTokenAndTls(conf.settings, given);
   checkEtcdClientCertificate(conf.settings, given);
+  checkEtcdUser(conf.settings, given);
   checkFencing(conf.settings, given);
   return conf;
 }

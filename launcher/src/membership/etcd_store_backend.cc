@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/shown_text.h"
 #include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/etcd_store.h"
 
@@ -22,6 +23,14 @@ etcd::EtcdClientOptions etcdClientOptions(const RendezvousConfig& config) {
   options.tls.caCertificate = config.settings.etcdCaCert;
   options.tls.certificate = config.settings.etcdCert;
   options.tls.privateKey = config.settings.etcdKey;
+  if (!config.settings.etcdUser.empty()) {
+    try {
+      options.credentials =
+          etcd::readEtcdCredentials(config.settings.etcdUser, config.settings.etcdPasswordFile);
+    } catch (const etcd::EtcdError& error) {
+      throw StoreBackendError(fmt::format("--rdzv-conf password_file: {}", error.what()));
+    }
+  }
   return options;
 }
 
@@ -40,8 +49,9 @@ std::shared_ptr<etcd::EtcdClient> makeClient(etcd::EtcdClientOptions options) {
 
 }  // namespace
 
-EtcdStoreBackend::EtcdStoreBackend(etcd::EtcdClientOptions options, std::string keyPrefix)
-    : options_(std::move(options)), keyPrefix_(std::move(keyPrefix)) {
+EtcdStoreBackend::EtcdStoreBackend(etcd::EtcdClientOptions options, std::string keyPrefix,
+                                   std::string probeKey)
+    : options_(std::move(options)), keyPrefix_(std::move(keyPrefix)), probeKey_(std::move(probeKey)) {
   // Made now, so that a certificate file that cannot be used is said before anything starts.
   clients_.emplace(options_.timeout, makeClient(options_));
 }
@@ -63,7 +73,7 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(std::chrono:
   // (Membership makes four, at start): an agent must not join with an etcd it cannot use.
   const std::shared_ptr<etcd::EtcdClient> client = clientFor(callTimeout);
   try {
-    client->get(keyPrefix_, etcd::Clock::now() + connectTimeout);
+    client->get(keyPrefix_ + probeKey_, etcd::Clock::now() + connectTimeout);
   } catch (const etcd::EtcdError& error) {
     switch (error.code()) {
       case etcd::EtcdError::Code::kUnreachable:
@@ -79,13 +89,26 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(std::chrono:
                         error.what()),
             rendezvous::StoreHandshakeError::Peer::kHttpServer);
       case etcd::EtcdError::Code::kAuth:
+        // With a user: its password is wrong, or its roles do not reach the job's keys.
+        if (options_.credentials) {
+          throw rendezvous::StoreAuthError(
+              fmt::format("etcd refused user '{}': {}; check username= and password_file= in "
+                          "--rdzv-conf, and that the user's role may read and write {}",
+                          shown(options_.credentials->user), error.what(), keyPrefix_ + probeKey_),
+              rendezvous::StoreAuthError::Code::kUserRefused);
+        }
+        [[fallthrough]];
       case etcd::EtcdError::Code::kRejected:
       case etcd::EtcdError::Code::kNotFound:
       case etcd::EtcdError::Code::kCompacted:
         // etcd answers and refuses this agent (auth is on, or the user may not read the prefix):
         // asking again will not help.
         throw rendezvous::StoreHandshakeError(
-            fmt::format("etcd refuses to read {} for this agent: {}", keyPrefix_, error.what()),
+            fmt::format("etcd refuses to read {} for this agent: {}{}", keyPrefix_ + probeKey_,
+                        error.what(),
+                        options_.credentials ? ""
+                                             : " (an etcd with auth enabled needs --rdzv-conf "
+                                               "username=NAME,password_file=PATH)"),
             rendezvous::StoreHandshakeError::Peer::kHttpServer);
     }
     throw;

@@ -35,20 +35,27 @@ namespace ddprun::launcher {
 std::string etcdKeyPrefix(const std::string& etcdPrefix);
 
 // How the agent reaches etcd, from the job's rendezvous config: the members (--rdzv-endpoint),
-// the https files (cacert/cert/key or ca_cert/ssl_cert/ssl_cert_key), and read_timeout as the
-// deadline of a call that is given none.
+// the https files (cacert/cert/key or ca_cert/ssl_cert/ssl_cert_key), the user (username, its
+// password read from password_file here), and read_timeout as the deadline of a call that is
+// given none. Throws StoreBackendError when the password file cannot be used (the line names it
+// and the fix).
 rendezvous::etcd::EtcdClientOptions etcdClientOptions(const RendezvousConfig& config);
 
 class EtcdStoreBackend final : public StoreBackend {
  public:
   // No I/O. Throws StoreBackendError when the client cannot be made (a certificate file that
   // cannot be used: the line names it). `options.timeout` is replaced by each connection's.
-  EtcdStoreBackend(rendezvous::etcd::EtcdClientOptions options, std::string keyPrefix);
+  // `probeKey` (under keyPrefix) is what connect() reads: one of the job's own keys, since an
+  // etcd user may be allowed the job's prefix alone.
+  EtcdStoreBackend(rendezvous::etcd::EtcdClientOptions options, std::string keyPrefix,
+                   std::string probeKey);
 
-  // A new EtcdStore on the client of `callTimeout`, after one read under the key prefix within
+  // A new EtcdStore on the client of `callTimeout`, after one read of the probe key within
   // `connectTimeout` that shows etcd answers: unreachable, no leader or too slow is a
   // StoreConnectionError (Membership retries until read_timeout); something that is not etcd,
-  // or an etcd that refuses this agent (auth), is a StoreHandshakeError.
+  // or an etcd that refuses this agent (auth), is a StoreHandshakeError, and one that refuses
+  // the agent's user (a wrong password, no permission on the probe key) a StoreAuthError
+  // (kUserRefused).
   std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
                                                     std::chrono::milliseconds connectTimeout) override;
   // "etcd at http://h1:2379,http://h2:2379"
@@ -62,6 +69,7 @@ class EtcdStoreBackend final : public StoreBackend {
 
   rendezvous::etcd::EtcdClientOptions options_;
   std::string keyPrefix_;
+  std::string probeKey_;
   std::mutex mutex_;  // guards clients_
   std::map<std::chrono::milliseconds, std::shared_ptr<rendezvous::etcd::EtcdClient>> clients_;
 };

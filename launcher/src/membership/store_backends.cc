@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "membership/etcd_store_backend.h"
+#include "membership/membership_keys.h"
 
 namespace ddprun::launcher {
 
@@ -16,7 +17,8 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
       return std::make_unique<TcpStoreBackend>(inputs.ddprunStore);
     case RdzvBackend::kEtcd:  // the members on the endpoint; no agent hosts the rendezvous
       return std::make_unique<EtcdStoreBackend>(etcdClientOptions(config),
-                                                etcdKeyPrefix(config.settings.etcdPrefix));
+                                                etcdKeyPrefix(config.settings.etcdPrefix),
+                                                MembershipKeys(config.runId).prefix());
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }

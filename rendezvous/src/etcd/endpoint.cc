@@ -57,8 +57,9 @@ EtcdEndpoint parseOne(std::string_view entry) {
   if (rest.find('/') != std::string_view::npos) bad(entry, "a path is not part of an endpoint");
   if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
     // Only what follows the '@' is quoted: what precedes it may be a password.
-    bad(rest.substr(at + 1), "user names and passwords do not go in the endpoint (give them as "
-                             "the username and password settings)");
+    bad(rest.substr(at + 1), "user names and passwords do not go in the endpoint (give the "
+                             "user as username=NAME and the password in a file only you can "
+                             "read as password_file=PATH)");
   }
   std::string_view host = rest;
   std::string_view port;

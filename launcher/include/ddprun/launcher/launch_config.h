@@ -95,6 +95,10 @@ struct RendezvousSettings {
   std::string etcdCert;    // cert, ssl_cert: a client certificate, for --client-cert-auth members
   std::string etcdKey;     // key, ssl_cert_key: its key (mode 600)
   std::optional<bool> etcdHttps;  // protocol: http or https for entries written without a scheme
+  // ddprun's own (torch's etcd backends take no credentials), for an etcd with auth enabled;
+  // both or neither. The password is never on the command line: the agent reads the file.
+  std::string etcdUser;          // username: the etcd user
+  std::string etcdPasswordFile;  // password_file: its password (mode 600)
 
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.

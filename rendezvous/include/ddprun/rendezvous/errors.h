@@ -61,6 +61,8 @@ class StoreAuthError : public StoreHandshakeError {
     kUntrustedCertificate,  // TLS: the store's certificate is not signed by the job's CA
     kNoTls,                 // TLS: the store does not complete a TLS handshake (it has no TLS)
     kTlsRequired,           // the store serves TLS, and this client has no TLS files
+    kUserRefused,           // a store with users (an etcd with auth) refuses this client's user
+                            // name and password
   };
   StoreAuthError(const std::string& message, Code code)
       : StoreHandshakeError(message, Peer::kStore), code_(code) {}

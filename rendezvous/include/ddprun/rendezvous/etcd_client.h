@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -298,6 +299,18 @@ struct EtcdCredentials {
   std::string user;
   std::string password;  // never logged, never in a message
 };
+
+// The most bytes a password file may hold: a password, not a file that happens to be there.
+inline constexpr std::size_t kMaxPasswordFileBytes = 4096;
+
+// `user`'s credentials with the password read from `passwordFile`, for callers that must not take
+// a password on a command line (ps shows every argument to every user). Read by the one reader
+// of secret files (auth::readPrivateFile: a regular file of this user or root, mode 600, at most
+// kMaxPasswordFileBytes); the line ends that end it are dropped (`echo pw > file` writes one).
+// Throws EtcdError(kRejected), one line naming the file and the fix: it cannot be read, its mode
+// lets others read it ("chmod 600"), it is empty, or it is not UTF-8 text (etcd takes no other).
+// The password is in no message.
+EtcdCredentials readEtcdCredentials(std::string user, const std::string& passwordFile);
 
 // TLS for https:// endpoints (PEM files). An empty caCertificate uses the system's CAs; the
 // certificate and key are the client's own, for members that ask for one (--client-cert-auth).
