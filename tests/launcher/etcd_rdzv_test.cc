@@ -261,7 +261,7 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
 
   auto a = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   auto b = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
-  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2));
+  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
   finishJob(until, {a.get(), b.get()});
   CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"}).empty());
 
