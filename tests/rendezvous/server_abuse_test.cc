@@ -781,6 +781,15 @@ TEST_CASE("accept failing for want of descriptors backs off and accepts again la
 #endif
   LogCapture log;
   TestServer server;
+  {
+    // The server's thread is serving, and the connection it accepted is closed again, before the
+    // descriptors are counted: a descriptor it held for a moment then (its start on a busy
+    // machine) would be free afterwards, and the client's connection accepted at once.
+    RawClient warm("127.0.0.1", server.port());
+    warm.handshake2x();
+  }
+  REQUIRE(eventually([&] { return server.server().stats().connections == 0; }, 5s,
+                     [&] { return describeStats(server); }));
   rlimit saved{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   // Few descriptors, all taken: the one left goes to the client's socket. A little above the
