@@ -1033,6 +1033,27 @@ struct BackendKeyCase {
   std::string outcome;  // "ok", "warn: TEXT" (ignored) or "error: TEXT" (exit 2)
 };
 
+// Each case's --rdzv-conf entry under its backend has its outcome: no warning, one warning, or
+// the usage error.
+void checkBackendKeyCases(const std::vector<BackendKeyCase>& cases) {
+  for (const auto& c : cases) {
+    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
+    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
+                                           script()};
+    if (c.outcome.starts_with("error: ")) {
+      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
+      continue;
+    }
+    const CommandLine line = parse(args);
+    if (c.outcome == "ok") {
+      CHECK(line.warnings.empty());
+    } else {
+      REQUIRE(line.warnings.size() == 1);
+      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("option --rdzv-conf: keys the backend reads are strict, others warn once and are ignored",
@@ -1061,22 +1082,7 @@ TEST_CASE("option --rdzv-conf: keys the backend reads are strict, others warn on
       {"c10d", "timeout=", "error: key 'timeout' has no value"},
       {"static", "is_host", "error: key 'is_host' has no value"},
   };
-  for (const auto& c : cases) {
-    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
-    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
-                                           script()};
-    if (c.outcome.starts_with("error: ")) {
-      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
-      continue;
-    }
-    const CommandLine line = parse(args);
-    if (c.outcome == "ok") {
-      CHECK(line.warnings.empty());
-    } else {
-      REQUIRE(line.warnings.size() == 1);
-      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
-    }
-  }
+  checkBackendKeyCases(cases);
   // Ignored means ignored: no value of an unread key reaches the settings.
   using std::chrono::milliseconds;
   CHECK(config({"--rdzv-backend", "c10d", "--rdzv-conf", "timeout=70", script()})
@@ -1640,20 +1646,5 @@ TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about
       {"static", "etcd_prefix=/x", "warn: etcd_prefix is not read by the static backend"},
       {"c10d", "protocol=ftp", "warn: protocol is not read by the c10d backend"},
   };
-  for (const auto& c : cases) {
-    INFO("--rdzv-backend " << c.backend << " --rdzv-conf " << c.entry << " -> " << c.outcome);
-    const std::vector<std::string> args = {"--rdzv-backend", c.backend, "--rdzv-conf", c.entry,
-                                           script()};
-    if (c.outcome.starts_with("error: ")) {
-      CHECK_THAT(usageError(args), Catch::Contains(c.outcome.substr(7)));
-      continue;
-    }
-    const CommandLine line = parse(args);
-    if (c.outcome == "ok") {
-      CHECK(line.warnings.empty());
-    } else {
-      REQUIRE(line.warnings.size() == 1);
-      CHECK_THAT(line.warnings[0], Catch::Contains(c.outcome.substr(6)));
-    }
-  }
+  checkBackendKeyCases(cases);
 }

@@ -249,12 +249,7 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   EtcdCluster::Options clusterOptions;
   clusterOptions.members = 1;  // auth is per cluster; one member is enough to show it
   EtcdCluster cluster(clusterOptions);
-  cluster.etcdctl({"user", "add", "root:rootpw", "--interactive=false"});
-  cluster.etcdctl({"role", "add", "job"});
-  cluster.etcdctl({"role", "grant-permission", "job", "readwrite", "/ddprun/authjob/", "--prefix=true"});
-  cluster.etcdctl({"user", "add", "alice:alicepw", "--interactive=false"});
-  cluster.etcdctl({"user", "grant-role", "alice", "job"});
-  cluster.etcdctl({"auth", "enable"});
+  cluster.enableAuth("/ddprun/authjob/", "alice", "alicepw");
   const std::string endpoints = cluster.endpoints();
   const std::string until = dir.path + "/stop";
   const std::string password = writeFile(dir.path + "/alice.pw", "alicepw\n", 0600);

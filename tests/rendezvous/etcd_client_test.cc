@@ -629,12 +629,7 @@ TEST_CASE("auth: a token from user and password, renewed once etcd forgets it; d
   clusterOptions.members = 1;
   clusterOptions.extraArguments = {"--auth-token-ttl=1"};
   EtcdCluster secured(clusterOptions);
-  secured.etcdctl({"user", "add", "root:rootpw", "--interactive=false"});
-  secured.etcdctl({"role", "add", "job"});
-  secured.etcdctl({"role", "grant-permission", "job", "readwrite", "job/", "--prefix=true"});
-  secured.etcdctl({"user", "add", "alice:alicepw", "--interactive=false"});
-  secured.etcdctl({"user", "grant-role", "alice", "job"});
-  secured.etcdctl({"auth", "enable"});
+  secured.enableAuth("job/", "alice", "alicepw");
 
   EtcdClientOptions options = optionsFor(secured.endpoints());
   options.credentials = EtcdCredentials{"alice", "alicepw"};

@@ -249,6 +249,16 @@ std::string EtcdCluster::liveUrls() {
   return urls;
 }
 
+void EtcdCluster::enableAuth(const std::string& prefix, const std::string& user,
+                             const std::string& password) {
+  etcdctl({"user", "add", "root:rootpw", "--interactive=false"});
+  etcdctl({"role", "add", "job"});
+  etcdctl({"role", "grant-permission", "job", "readwrite", prefix, "--prefix=true"});
+  etcdctl({"user", "add", user + ":" + password, "--interactive=false"});
+  etcdctl({"user", "grant-role", user, "job"});
+  etcdctl({"auth", "enable"});
+}
+
 std::string EtcdCluster::etcdctl(const std::vector<std::string>& arguments) {
   std::vector<std::string> argv = {kEtcdctl, "--endpoints=" + liveUrls(), "--dial-timeout=1s",
                                    "--command-timeout=2s"};

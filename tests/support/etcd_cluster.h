@@ -74,6 +74,9 @@ class EtcdCluster {
   // etcdctl with --endpoints of the running, not stopped members, and `arguments`; its stdout.
   // Throws with its stderr when it fails.
   std::string etcdctl(const std::vector<std::string>& arguments);
+  // Turns on etcd's auth: user root (password "rootpw", as etcd requires one), a role "job" that
+  // may read and write the keys under `prefix` only, and `user` (password `password`) in it.
+  void enableAuth(const std::string& prefix, const std::string& user, const std::string& password);
 
   std::string logTail(int member, std::size_t bytes = 3000) const;
   // Each member: pid, state, ports, log tail. For failure messages.
