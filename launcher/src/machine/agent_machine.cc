@@ -106,6 +106,16 @@ void AgentMachine::onRoundFormed(Round round) {
   armFence();
 }
 
+bool AgentMachine::hasWorkersOfRound() const {
+  return state_ == State::kRunning || state_ == State::kLocalDone || state_ == State::kStopping;
+}
+
+std::optional<EventLoop::TimePoint> AgentMachine::fenceCountsFrom() const {
+  auto from = rendezvous_.livenessAcknowledgedAt();
+  if (from && fenceFrom_ && *fenceFrom_ > *from) from = fenceFrom_;
+  return from;
+}
+
 bool AgentMachine::elastic() const {
   return config_.rdzv.backend != RdzvBackend::kStatic && config_.rdzv.minNodes < config_.rdzv.maxNodes;
 }
@@ -118,14 +128,12 @@ double AgentMachine::silentSeconds() const {
 void AgentMachine::armFence() {
   fenceTimer_.reset();
   if (fenced_ || suspendedAt_) return;
-  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) return;
-  const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
-  if (!acknowledged) return;
-  auto from = *acknowledged;
-  if (fenceFrom_ && *fenceFrom_ > from) from = *fenceFrom_;
+  if (!hasWorkersOfRound()) return;
+  const auto from = fenceCountsFrom();
+  if (!from) return;
   // A timer on this loop, not the heartbeat's own progress: the renewal may be blocked in a
   // call on a cut network for longer than the fence allows.
-  const auto due = from + config_.rdzv.settings.fencingInterval();
+  const auto due = *from + config_.rdzv.settings.fencingInterval();
   const auto delay = std::max(std::chrono::milliseconds(0),
                               std::chrono::ceil<std::chrono::milliseconds>(due - loop_.now()));
   fenceTimer_ = loop_.after(delay, [this] { checkFence(); });
@@ -133,10 +141,8 @@ void AgentMachine::armFence() {
 
 void AgentMachine::checkFence() {
   if (fenced_ || suspendedAt_) return;
-  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) return;
-  const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
-  auto from = acknowledged.value_or(loop_.now());
-  if (fenceFrom_ && *fenceFrom_ > from) from = *fenceFrom_;
+  if (!hasWorkersOfRound()) return;
+  const auto from = fenceCountsFrom().value_or(loop_.now());
   if (loop_.now() < from + config_.rdzv.settings.fencingInterval()) {
     armFence();  // a renewal was acknowledged meanwhile
     return;
@@ -154,10 +160,10 @@ void AgentMachine::fenceNow(const std::string& why) {
   const std::string cut = fmt::format(
       "ddprun: error: the network to the rendezvous store at {} was cut: no answer for {:.1f} s; this "
       "node's workers were stopped before the others could count it lost. A {} job does not take a "
-      "node back: this agent ends (an elastic job, --nnodes MIN:MAX with MIN < MAX on c10d, rejoins)",
+      "node back: this agent ends (an elastic job, --nnodes MIN:MAX with MIN < MAX, rejoins)",
       rendezvous_.storeAddress(), silent,
       config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "non-elastic");
-  if (state_ != State::kRunning && state_ != State::kLocalDone && state_ != State::kStopping) {
+  if (!hasWorkersOfRound()) {
     // No workers of a round: nothing to fence. A join in progress reports the store itself.
     if (!elastic()) endOnceStopped(Ending::storeLost(cut));
     return;
@@ -451,8 +457,8 @@ void AgentMachine::maybeRoundOver() {
     });
     return;
   }
-  if (!stop_) return;
-  fenceTimer_.reset();  // the stop's reason is still on its way (our announce, or another's)
+  if (!stop_) return;  // the stop's reason is still on its way (our announce, or another's)
+  fenceTimer_.reset();
   state_ = State::kJoining;
   output_.drain(kOutputGrace, [this] { nextStep(); });
 }

@@ -166,6 +166,11 @@ class AgentMachine final : public RendezvousEvents {
   // `ending` (storeLost). `why` says what happened, for the log.
   void fenceNow(const std::string& why);
   bool elastic() const;
+  // Running, done locally or stopping: this node has (or had until now) workers of round_.
+  bool hasWorkersOfRound() const;
+  // The send of the last acknowledged renewal, or the resume after a Ctrl-Z of an agent hosting
+  // the store (fenceFrom_) if later; nothing before the first acknowledged renewal.
+  std::optional<EventLoop::TimePoint> fenceCountsFrom() const;
   // Seconds since the send of the last acknowledged liveness renewal.
   double silentSeconds() const;
   void failJob(const StopReason& stop);
