@@ -266,9 +266,11 @@ void Membership::abandon() {
   control_.reset();
 }
 
-std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
-  if (!store.check({keys_.currentRound()})) return std::nullopt;
-  const std::string text = store.get(keys_.currentRound());
+namespace {
+
+// The job's current round as the store holds it (current_round): one reading for every place
+// that reads it. Anything but a round number is refused, never taken for round 0.
+int roundNumber(const std::string& text) {
   int round = -1;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), round);
   if (error != std::errc() || end != text.data() + text.size() || round < 0) {
@@ -277,6 +279,13 @@ std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
                                       quotedValue(text)));
   }
   return round;
+}
+
+}  // namespace
+
+std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
+  if (!store.check({keys_.currentRound()})) return std::nullopt;
+  return roundNumber(store.get(keys_.currentRound()));
 }
 
 bool Membership::mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what) {
@@ -299,7 +308,7 @@ bool Membership::mayWriteRound(rendezvous::HoldingStore& store, int round, std::
 
 int Membership::currentRound() {
   // The first agent of the run creates the counter at round 0.
-  return std::stoi(control().compareSet(keys_.currentRound(), "", "0"));
+  return roundNumber(control().compareSet(keys_.currentRound(), "", "0"));
 }
 
 std::optional<Membership::Closed> Membership::closed(int round) {
@@ -429,7 +438,7 @@ bool Membership::takeSlot(int round) {
       current.clear();
       continue;
     }
-    if (std::stoi(seen) >= round) break;
+    if (roundNumber(seen) >= round) break;
     current = seen;
   }
   return true;
