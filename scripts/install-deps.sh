@@ -17,6 +17,8 @@ packages=(
   libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
   openssl                                               # the tests' TLS certificates (openssl req)
   etcd-server etcd-client                               # etcd 3.4: the etcd rendezvous' tests
+  slurm-wlm munge                                       # a real one-node Slurm (tests/cluster)
+  openssh-server openssh-client                         # ddprun --hosts over ssh and its tests
 )
 
 missing=()
