@@ -90,6 +90,7 @@ struct Node {
     AgentIdentity id;
     id.hostsStore = hostsStore;
     id.hostname = "host-" + address;
+    id.address = address;
     id.agentMarker = "marker";
     id.scratchDir = "/tmp/ddprun-agent-machine-test";
     return id;
@@ -1119,4 +1120,43 @@ TEST_CASE("a renewal acknowledged in time keeps the workers running past the fen
   }
   CHECK(node.runningRound(0));
   CHECK(node.launcher.signals.empty());
+}
+
+TEST_CASE("the snapshot says what the agent is doing: round, restarts, workers, the last failure",
+          "[agent][unit]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  CHECK(node.machine.snapshot().round == -1);  // nothing formed yet
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  AgentSnapshot running = node.machine.snapshot();
+  CHECK(running.phase == AgentPhase::kRunning);
+  CHECK(running.round == node.machine.round().number);
+  CHECK(running.restarts == 0);
+  CHECK(running.maxRestarts == 1);
+  CHECK(running.nodes == 1);
+  CHECK(running.groupRank == 0);
+  REQUIRE(running.workers.size() == 2);
+  CHECK(running.workers[1].rank == 1);
+  CHECK(running.workers[1].pid == node.workers()[1].pid);
+  CHECK(running.workers[1].state == WorkerState::kRunning);
+  CHECK_FALSE(running.lastFailure);
+  CHECK(healthy(running));
+
+  node.launcher.exitWith(node.workers()[1].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  const AgentSnapshot restarted = node.machine.snapshot();
+  CHECK(restarted.restarts == 1);
+  REQUIRE(restarted.lastFailure);
+  CHECK(restarted.lastFailure->rank == 1);
+  CHECK(restarted.lastFailure->exitCode == 3);
+  CHECK(restarted.workers[0].state == WorkerState::kRunning);
+
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  const AgentSnapshot ended = node.machine.snapshot();
+  CHECK(ended.phase == AgentPhase::kFinished);
+  CHECK(ended.workers[0].state == WorkerState::kSucceeded);
+  CHECK(*ended.workers[0].exitCode == 0);
+  CHECK_FALSE(healthy(ended));
 }

@@ -165,9 +165,9 @@ std::unique_ptr<FileTimerPipe> serveFileTimers(asio::io_context& io, const std::
 }
 
 // This node as the others will see it.
-NodeInfo selfNode(const LaunchConfig& config, const HostedStores& stores, const AgentIdentity& identity) {
+NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
   NodeInfo self;
-  self.address = stores.advertisedAddress(config);
+  self.address = identity.address;
   self.hostname = identity.hostname;
   self.nproc = config.nprocPerNode;
   self.pid = ::getpid();
@@ -286,6 +286,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     throw StartupError(error.what());
   }
   identity.hostsStore = stores.hostsRendezvous();
+  identity.address = stores.advertisedAddress(config);
 
   std::unique_ptr<StoreBackend> backend;
   try {
@@ -293,7 +294,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   } catch (const StoreBackendError& error) {
     throw StartupError(error.what());
   }
-  MembershipDriver driver(config.rdzv, *backend, selfNode(config, stores, identity), loop);
+  MembershipDriver driver(config.rdzv, *backend, selfNode(config, identity), loop);
   Watchers watchers(privateDir, identity, loop, launcher.cgroupPath());
 
   int code = 0;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +91,7 @@ void AgentMachine::onRoundFormed(Round round) {
     return;
   }
   round_ = std::move(round);
+  formed_ = true;
   stop_.reset();
   localFailures_.clear();
   if (!applyWorkerStore()) return;
@@ -251,6 +253,7 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
     }
     output_.started(localRank);
     worker.running = true;
+    worker.startedAt = epochSeconds(loop_.wallNow());
     emitWorkerEvent(worker, "HEALTHY");
   } catch (const std::exception& error) {
     spdlog::error("cannot start worker {}: {}", localRank, error.what());
@@ -263,8 +266,10 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
     failure.exitCode = 127;
     failure.observedAt = epochSeconds(loop_.wallNow());
     failure.message = error.what();
+    noteFailure(failure);
     localFailures_.push_back(failure);
     worker.judged = true;
+    worker.failed = true;
   }
   local_.push_back(worker);
 }
@@ -272,6 +277,7 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
 void AgentMachine::onStop(int round, StopReason stop) {
   if (state_ == State::kFinished || round != round_.number) return;
   stop_ = std::move(stop);
+  if (stop_->failure) noteFailure(*stop_->failure);
   if (stop_->kind == StopKind::kDone) {
     // Every node's workers succeeded (the last one through the exit barrier said so).
     barrierTimer_.cancel();
@@ -385,6 +391,8 @@ void AgentMachine::judgeWorkers() {
     emitWorkerEvent(worker, "FAILED", toJson(failure));
     spdlog::warn("worker {} (rank {}, pid {}) failed: {}", worker.localRank, worker.rank,
                  worker.pid, statusText(failure));
+    worker.failed = true;
+    noteFailure(failure);
     localFailures_.push_back(std::move(failure));
   }
   if (!localFailures_.empty()) {
@@ -736,6 +744,61 @@ void AgentMachine::printError(std::string text) const {
   } else {
     std::fputs(text.c_str(), stderr);
   }
+}
+
+void AgentMachine::noteFailure(const WorkerFailure& failure) { lastFailure_ = failure; }
+
+AgentSnapshot AgentMachine::snapshot() const {
+  AgentSnapshot snapshot;
+  snapshot.runId = config_.rdzv.runId;
+  snapshot.maxRestarts = config_.restart.maxRestarts;
+  snapshot.address = identity_.address;
+  snapshot.hostname = identity_.hostname;
+  snapshot.agentPid = static_cast<long>(::getpid());
+  snapshot.lastFailure = lastFailure_;
+  snapshot.startedAt = startedAt_;
+  snapshot.updatedAt = epochSeconds(loop_.wallNow());
+  switch (state_) {
+    case State::kIdle:
+    case State::kJoining: snapshot.phase = AgentPhase::kJoining; break;
+    case State::kRunning: snapshot.phase = AgentPhase::kRunning; break;
+    case State::kLocalDone: snapshot.phase = AgentPhase::kLocalDone; break;
+    case State::kStopping: snapshot.phase = AgentPhase::kStopping; break;
+    case State::kFinished: snapshot.phase = AgentPhase::kFinished; break;
+  }
+  if (!formed_) return snapshot;
+  snapshot.round = round_.number;
+  snapshot.restarts = round_.restartCount;
+  snapshot.groupRank = round_.groupRank;
+  snapshot.nodes = static_cast<int>(round_.members.size());
+  // While joining the next round, the workers listed are the last round's, as they ended.
+  for (const LocalWorker& worker : local_) {
+    WorkerSnapshot shown;
+    shown.rank = worker.rank;
+    shown.localRank = worker.localRank;
+    shown.pid = worker.pid;
+    shown.startedAt = worker.startedAt;
+    if (worker.running) {
+      shown.state = worker.hang != HangKind::kNone ? WorkerState::kHung : WorkerState::kRunning;
+    } else if (worker.pid < 0 || worker.failed || worker.hang != HangKind::kNone) {
+      shown.state = WorkerState::kFailed;
+    } else if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) {
+      shown.state = WorkerState::kSucceeded;
+    } else {
+      shown.state = WorkerState::kStopped;  // ended by the agent's stop, not judged a failure
+    }
+    if (!worker.running && worker.pid >= 0) {
+      shown.exitCode = WIFSIGNALED(worker.waitStatus) ? 128 + WTERMSIG(worker.waitStatus)
+                                                      : WEXITSTATUS(worker.waitStatus);
+    }
+    if (watch_.heartbeats && worker.running) {
+      if (const auto report = watch_.heartbeats->lastReport(worker.localRank)) {
+        shown.lastHeartbeat = epochSeconds(*report);
+      }
+    }
+    snapshot.workers.push_back(shown);
+  }
+  return snapshot;
 }
 
 }  // namespace ddprun::launcher

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
+#include "core/agent_snapshot.h"
 #include "core/event_loop.h"
 #include "report/event_log.h"
 #include "core/exit_codes.h"
@@ -54,6 +55,7 @@ namespace ddprun::launcher {
 // What the machine needs to know about this agent and its surroundings.
 struct AgentIdentity {
   std::string hostname;
+  std::string address;       // where the other nodes reach this one (as its NodeInfo says)
   std::string agentMarker;   // DDPRUN_AGENT of this agent's workers (not a secret: a tag)
   std::string scratchDir;    // error files when there is no --log-dir
   std::string logRunDir;     // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
@@ -115,6 +117,8 @@ class AgentMachine final : public RendezvousEvents {
   const std::pair<std::string, std::uint16_t>& workersStore() const { return workersStore_; }
   // The ending, once the state is kFinished.
   const std::optional<Ending>& ending() const { return ending_; }
+  // What this agent is doing now (`ddprun status`, /healthz): taken on the loop's thread.
+  AgentSnapshot snapshot() const;
 
  private:
   struct LocalWorker {
@@ -124,6 +128,8 @@ class AgentMachine final : public RendezvousEvents {
     std::string errorFile;
     bool running = false;
     bool judged = false;  // its exit has been looked at
+    bool failed = false;  // judged a failure (or could not start)
+    double startedAt = 0; // epoch seconds
     int waitStatus = 0;
     double exitedAt = 0;
     // Found hung: why, and where it was (filled when the evidence arrives).
@@ -174,6 +180,8 @@ class AgentMachine final : public RendezvousEvents {
   // Seconds since the send of the last acknowledged liveness renewal.
   double silentSeconds() const;
   void failJob(const StopReason& stop);
+  // Keeps `failure` as the last one this agent knows of (snapshot()).
+  void noteFailure(const WorkerFailure& failure);
   void finish(Ending ending);
   void printError(std::string text) const;
   std::string attemptDirectory(int round) const;
@@ -199,6 +207,8 @@ class AgentMachine final : public RendezvousEvents {
   std::vector<LocalWorker> local_;
   std::optional<StopReason> stop_;            // why the current round stops
   std::vector<WorkerFailure> localFailures_;  // this node's, in the current round
+  std::optional<WorkerFailure> lastFailure_;  // the job's last one this agent knows of
+  bool formed_ = false;                       // a round has formed (round_ is one)
   int signal_ = 0;                            // a handled signal that arrived
   std::optional<Ending> endAfterStop_;        // end so once the workers are gone
   std::optional<Ending> ending_;

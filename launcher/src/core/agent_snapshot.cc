@@ -1,0 +1,168 @@
+#include "core/agent_snapshot.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace ddprun::launcher {
+namespace {
+
+using nlohmann::json;
+
+constexpr AgentPhase kPhases[] = {AgentPhase::kJoining, AgentPhase::kRunning, AgentPhase::kLocalDone,
+                                  AgentPhase::kStopping, AgentPhase::kFinished};
+constexpr WorkerState kWorkerStates[] = {WorkerState::kRunning, WorkerState::kSucceeded,
+                                         WorkerState::kFailed, WorkerState::kHung,
+                                         WorkerState::kStopped};
+
+// value[key] as T, or std::invalid_argument naming the key: a snapshot is read whole or not at all.
+template <typename T>
+T field(const json& value, const char* key) {
+  const auto it = value.find(key);
+  if (it == value.end()) throw std::invalid_argument(fmt::format("the snapshot has no '{}'", key));
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    throw std::invalid_argument(fmt::format("the snapshot's '{}' has the wrong type", key));
+  }
+}
+
+template <typename T>
+std::optional<T> optionalField(const json& value, const char* key) {
+  const auto it = value.find(key);
+  if (it == value.end() || it->is_null()) return std::nullopt;
+  return field<T>(value, key);
+}
+
+json workerJson(const WorkerSnapshot& worker) {
+  json value{{"rank", worker.rank},
+             {"local_rank", worker.localRank},
+             {"pid", worker.pid},
+             {"state", workerStateName(worker.state)},
+             {"started_at", worker.startedAt}};
+  if (worker.lastHeartbeat) value["last_heartbeat"] = *worker.lastHeartbeat;
+  if (worker.exitCode) value["exit_code"] = *worker.exitCode;
+  return value;
+}
+
+WorkerSnapshot workerFromJson(const json& value) {
+  if (!value.is_object()) throw std::invalid_argument("a snapshot's worker must be a JSON object");
+  WorkerSnapshot worker;
+  worker.rank = field<int>(value, "rank");
+  worker.localRank = field<int>(value, "local_rank");
+  worker.pid = field<long>(value, "pid");
+  const auto state = workerStateFromName(field<std::string>(value, "state"));
+  if (!state) throw std::invalid_argument("a snapshot's worker has an unknown state");
+  worker.state = *state;
+  worker.startedAt = field<double>(value, "started_at");
+  worker.lastHeartbeat = optionalField<double>(value, "last_heartbeat");
+  worker.exitCode = optionalField<int>(value, "exit_code");
+  return worker;
+}
+
+}  // namespace
+
+const char* agentPhaseName(AgentPhase phase) {
+  switch (phase) {
+    case AgentPhase::kJoining: return "joining";
+    case AgentPhase::kRunning: return "running";
+    case AgentPhase::kLocalDone: return "local_done";
+    case AgentPhase::kStopping: return "stopping";
+    case AgentPhase::kFinished: return "finished";
+  }
+  return "joining";
+}
+
+std::optional<AgentPhase> agentPhaseFromName(std::string_view name) {
+  for (AgentPhase phase : kPhases) {
+    if (name == agentPhaseName(phase)) return phase;
+  }
+  return std::nullopt;
+}
+
+const char* workerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kRunning: return "running";
+    case WorkerState::kSucceeded: return "succeeded";
+    case WorkerState::kFailed: return "failed";
+    case WorkerState::kHung: return "hung";
+    case WorkerState::kStopped: return "stopped";
+  }
+  return "running";
+}
+
+std::optional<WorkerState> workerStateFromName(std::string_view name) {
+  for (WorkerState state : kWorkerStates) {
+    if (name == workerStateName(state)) return state;
+  }
+  return std::nullopt;
+}
+
+bool healthy(const AgentSnapshot& snapshot) {
+  if (snapshot.phase == AgentPhase::kStopping || snapshot.phase == AgentPhase::kFinished) return false;
+  for (const WorkerSnapshot& worker : snapshot.workers) {
+    if (worker.state == WorkerState::kHung) return false;
+  }
+  return true;
+}
+
+json toJson(const AgentSnapshot& snapshot) {
+  json workers = json::array();
+  for (const WorkerSnapshot& worker : snapshot.workers) workers.push_back(workerJson(worker));
+  json value{{"run_id", snapshot.runId},
+             {"round", snapshot.round},
+             {"restarts", snapshot.restarts},
+             {"max_restarts", snapshot.maxRestarts},
+             {"addr", snapshot.address},
+             {"hostname", snapshot.hostname},
+             {"agent_pid", snapshot.agentPid},
+             {"group_rank", snapshot.groupRank},
+             {"nodes", snapshot.nodes},
+             {"state", agentPhaseName(snapshot.phase)},
+             {"healthy", healthy(snapshot)},
+             {"workers", std::move(workers)},
+             {"last_failure", nullptr},
+             {"started_at", snapshot.startedAt},
+             {"updated_at", snapshot.updatedAt}};
+  if (snapshot.lastFailure) {
+    WorkerFailure shortForm = *snapshot.lastFailure;
+    shortForm.traceback.clear();
+    shortForm.stack.clear();
+    shortForm.stderrTail.clear();
+    value["last_failure"] = toJson(shortForm);
+  }
+  return value;
+}
+
+AgentSnapshot agentSnapshotFromJson(const json& value) {
+  if (!value.is_object()) throw std::invalid_argument("a snapshot must be a JSON object");
+  AgentSnapshot snapshot;
+  snapshot.runId = field<std::string>(value, "run_id");
+  snapshot.round = field<int>(value, "round");
+  snapshot.restarts = field<int>(value, "restarts");
+  snapshot.maxRestarts = field<int>(value, "max_restarts");
+  snapshot.address = field<std::string>(value, "addr");
+  snapshot.hostname = field<std::string>(value, "hostname");
+  snapshot.agentPid = field<long>(value, "agent_pid");
+  snapshot.groupRank = field<int>(value, "group_rank");
+  snapshot.nodes = field<int>(value, "nodes");
+  const auto phase = agentPhaseFromName(field<std::string>(value, "state"));
+  if (!phase) throw std::invalid_argument("the snapshot's 'state' is not an agent state");
+  snapshot.phase = *phase;
+  const json workers = field<json>(value, "workers");
+  if (!workers.is_array()) throw std::invalid_argument("the snapshot's 'workers' is not a list");
+  for (const json& worker : workers) snapshot.workers.push_back(workerFromJson(worker));
+  if (const auto failure = value.find("last_failure"); failure != value.end() && !failure->is_null()) {
+    try {
+      snapshot.lastFailure = failureFromJson(*failure);
+    } catch (const json::exception&) {
+      throw std::invalid_argument("the snapshot's 'last_failure' is not a worker failure");
+    }
+  }
+  snapshot.startedAt = field<double>(value, "started_at");
+  snapshot.updatedAt = field<double>(value, "updated_at");
+  return snapshot;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,85 @@
+// AgentSnapshot: what one agent is doing, as a value. The machine produces it
+// (AgentMachine::snapshot()); `ddprun status` reads every agent's from the rendezvous (each agent
+// publishes its own there) and /healthz serves it as its body. One JSON form for both, written
+// and read here only, so the agent that publishes and the command that reads agree by
+// construction.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/worker_failure.h"
+
+namespace ddprun::launcher {
+
+// The agent's phase, as users see it (the machine's states, named for them).
+enum class AgentPhase { kJoining, kRunning, kLocalDone, kStopping, kFinished };
+
+// One local worker's state.
+enum class WorkerState {
+  kRunning,    // its process runs
+  kSucceeded,  // it exited 0
+  kFailed,     // it exited otherwise, or could not start
+  kHung,       // found hung: its stacks are being taken, or it is being killed
+  kStopped,    // the agent stopped it (the round stopped, a signal)
+};
+
+// "joining", "running", "local_done", "stopping", "finished": the names in JSON and in text.
+const char* agentPhaseName(AgentPhase phase);
+std::optional<AgentPhase> agentPhaseFromName(std::string_view name);
+// "running", "succeeded", "failed", "hung", "stopped".
+const char* workerStateName(WorkerState state);
+std::optional<WorkerState> workerStateFromName(std::string_view name);
+
+struct WorkerSnapshot {
+  int rank = -1;
+  int localRank = -1;
+  long pid = -1;  // -1: it could not be started
+  WorkerState state = WorkerState::kRunning;
+  double startedAt = 0;                  // epoch seconds
+  std::optional<double> lastHeartbeat;   // epoch seconds of its last progress report
+                                         // (--hang-timeout only; nothing before the first)
+  std::optional<int> exitCode;           // once it ended: its exit code, or 128 + signal
+};
+
+struct AgentSnapshot {
+  std::string runId;
+  int round = -1;          // the round it is in or joining (-1: none formed yet)
+  int restarts = 0;        // used so far, for the whole job
+  int maxRestarts = 0;
+  // This node as the others see it.
+  std::string address;
+  std::string hostname;
+  long agentPid = 0;
+  int groupRank = -1;      // in the current round (-1: none)
+  int nodes = 0;           // members of the current round
+  AgentPhase phase = AgentPhase::kJoining;
+  std::vector<WorkerSnapshot> workers;  // of the current round, in local-rank order
+  std::optional<WorkerFailure> lastFailure;  // the last worker failure this agent knows of
+  double startedAt = 0;    // the agent's start, epoch seconds
+  double updatedAt = 0;    // when this snapshot was taken, epoch seconds
+};
+
+// Healthy: joining, running or done locally, with no worker found hung. Not healthy: a worker is
+// hung, or the agent is stopping or finished (/healthz answers 503).
+bool healthy(const AgentSnapshot& snapshot);
+
+// The one JSON form: {"run_id", "round", "restarts", "max_restarts", "addr", "hostname",
+// "agent_pid", "group_rank", "nodes", "state", "healthy", "workers": [{"rank", "local_rank", "pid",
+// "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "started_at",
+// "updated_at"}. "last_failure" is the failure's one JSON form (worker_failure.h, as in a round's
+// stop record) without its traceback, stack and stderr tail: those can be large, are published
+// again on every change, and belong to the failure report.
+nlohmann::json toJson(const AgentSnapshot& snapshot);
+// The inverse. Throws std::invalid_argument naming the field when `value` is not a snapshot
+// (a key missing or of the wrong type, an unknown state): what was published by a ddprun of
+// another version, or by something else, is refused rather than half read.
+AgentSnapshot agentSnapshotFromJson(const nlohmann::json& value);
+
+}  // namespace ddprun::launcher

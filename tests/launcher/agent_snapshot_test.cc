@@ -1,0 +1,106 @@
+// The snapshot's one JSON form: what an agent publishes is what `ddprun status` reads back, and
+// what is not a snapshot is refused whole, naming the field.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/agent_snapshot.h"
+
+using namespace ddprun::launcher;
+using nlohmann::json;
+
+namespace {
+
+AgentSnapshot sample() {
+  AgentSnapshot snapshot;
+  snapshot.runId = "job-7";
+  snapshot.round = 3;
+  snapshot.restarts = 1;
+  snapshot.maxRestarts = 4;
+  snapshot.address = "10.0.0.2";
+  snapshot.hostname = "host-b";
+  snapshot.agentPid = 4242;
+  snapshot.groupRank = 1;
+  snapshot.nodes = 2;
+  snapshot.phase = AgentPhase::kRunning;
+  snapshot.startedAt = 1000.5;
+  snapshot.updatedAt = 1010.25;
+  WorkerSnapshot worker;
+  worker.rank = 2;
+  worker.localRank = 0;
+  worker.pid = 5000;
+  worker.startedAt = 1001;
+  worker.lastHeartbeat = 1009.5;
+  snapshot.workers.push_back(worker);
+  worker.rank = 3;
+  worker.localRank = 1;
+  worker.pid = 5001;
+  worker.state = WorkerState::kFailed;
+  worker.lastHeartbeat.reset();
+  worker.exitCode = 137;
+  snapshot.workers.push_back(worker);
+  WorkerFailure failure;
+  failure.rank = 3;
+  failure.exitCode = 0;
+  failure.signal = 9;
+  failure.message = "killed";
+  failure.traceback = std::string(100000, 't');
+  failure.stack = {"a", "b"};
+  snapshot.lastFailure = failure;
+  return snapshot;
+}
+
+}  // namespace
+
+TEST_CASE("a snapshot survives its JSON form, without the failure's bulky parts", "[snapshot][unit]") {
+  const json value = toJson(sample());
+  CHECK(value.at("run_id") == "job-7");
+  CHECK(value.at("state") == "running");
+  CHECK(value.at("healthy") == true);
+  CHECK(value.at("workers").at(1).at("state") == "failed");
+  CHECK_FALSE(value.at("workers").at(1).contains("last_heartbeat"));
+  CHECK(value.at("last_failure").at("traceback") == "");
+  const AgentSnapshot back = agentSnapshotFromJson(json::parse(value.dump()));
+  CHECK(back.runId == "job-7");
+  CHECK(back.round == 3);
+  CHECK(back.maxRestarts == 4);
+  CHECK(back.address == "10.0.0.2");
+  CHECK(back.phase == AgentPhase::kRunning);
+  REQUIRE(back.workers.size() == 2);
+  CHECK(back.workers[0].lastHeartbeat == 1009.5);
+  CHECK(back.workers[1].state == WorkerState::kFailed);
+  CHECK(back.workers[1].exitCode == 137);
+  REQUIRE(back.lastFailure);
+  CHECK(back.lastFailure->signal == 9);
+  CHECK(back.lastFailure->message == "killed");
+  CHECK(back.lastFailure->stack.empty());
+}
+
+TEST_CASE("a hung worker or a stopping agent is not healthy", "[snapshot][unit]") {
+  AgentSnapshot snapshot = sample();
+  snapshot.workers[1].state = WorkerState::kRunning;
+  CHECK(healthy(snapshot));
+  snapshot.workers[1].state = WorkerState::kHung;
+  CHECK_FALSE(healthy(snapshot));
+  snapshot.workers[1].state = WorkerState::kRunning;
+  snapshot.phase = AgentPhase::kStopping;
+  CHECK_FALSE(healthy(snapshot));
+  snapshot.phase = AgentPhase::kJoining;
+  CHECK(healthy(snapshot));
+}
+
+TEST_CASE("what is not a snapshot is refused, naming the field", "[snapshot][unit]") {
+  json value = toJson(sample());
+  CHECK_THROWS_WITH(agentSnapshotFromJson(json::array()), Catch::Contains("JSON object"));
+  json missing = value;
+  missing.erase("round");
+  CHECK_THROWS_WITH(agentSnapshotFromJson(missing), Catch::Contains("'round'"));
+  json wrongType = value;
+  wrongType["restarts"] = "one";
+  CHECK_THROWS_WITH(agentSnapshotFromJson(wrongType), Catch::Contains("'restarts'"));
+  json unknownState = value;
+  unknownState["state"] = "dancing";
+  CHECK_THROWS_AS(agentSnapshotFromJson(unknownState), std::invalid_argument);
+  json badWorker = value;
+  badWorker["workers"][0]["state"] = "?";
+  CHECK_THROWS_AS(agentSnapshotFromJson(badWorker), std::invalid_argument);
+}
