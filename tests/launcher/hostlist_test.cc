@@ -81,7 +81,7 @@ TEST_CASE("a hostlist ddprun cannot read is an error that says what is wrong, ne
   }
 }
 
-TEST_CASE("a hostlist of exactly the cap expands; one more host is refused") {
+TEST_CASE("a hostlist of exactly the cap expands, one more host is refused") {
   CHECK(expandHostlist("n[0-65535]").size() == kMaxHosts);
   CHECK(expandHostlist("a[0-255]b[0-255]").size() == kMaxHosts);
   CHECK_THROWS_AS(expandHostlist("n[0-65535],extra"), HostlistError);

@@ -209,7 +209,7 @@ TEST_CASE("slurm: outside Slurm nothing changes") {
   CHECK(result.notes.empty());
 }
 
-TEST_CASE("slurm: DDPRUN_SLURM_PORT chooses the port; a bad one is an error") {
+TEST_CASE("slurm: DDPRUN_SLURM_PORT chooses the port, a bad one is an error") {
   Environment environment = srunEnvironment(1);
   environment["DDPRUN_SLURM_PORT"] = "29411";
   const CommandLine result = parse({}, environment);

@@ -147,9 +147,8 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
     if (mustHost && error.code() == rendezvous::ServerError::Code::kAddressInUse &&
         !rdzv.endpointSource.empty()) {
       throw rendezvous::ServerError(
-          fmt::format("cannot host the rendezvous store on {}:{}: the port is taken (port {}, {})",
-                      common::printable(rdzv.host), rdzv.port, rdzv.port,
-                      rdzv.endpointSource),
+          fmt::format("cannot host the rendezvous store on {}:{}: the port is taken ({} {})",
+                      common::printable(rdzv.host), rdzv.port, rdzv.port, rdzv.endpointSource),
           error.code());
     }
     if (mustHost || !someoneElses) throw;

@@ -236,8 +236,9 @@ void applySlurmStep(const SlurmStep& step, CommandLine& result) {
   if (rdzv.localAddr.empty() && isIpLiteral(self)) rdzv.localAddr = self;
   rdzv.endpointSource =
       step.portOverridden
-          ? std::string("DDPRUN_SLURM_PORT; set it to another free port, the same on every node")
-          : fmt::format("derived from Slurm job {} step {}; set DDPRUN_SLURM_PORT to a free port, "
+          ? std::string("comes from DDPRUN_SLURM_PORT; set it to another free port, the same on "
+                        "every node")
+          : fmt::format("is derived from Slurm job {} step {}; set DDPRUN_SLURM_PORT to a free port, "
                         "the same on every node",
                         step.jobId, step.stepId);
   result.notes.push_back(fmt::format(
