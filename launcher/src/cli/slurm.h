@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "cli/arguments.h"
 #include "cli/cli.h"
 #include "cli/given_values.h"
 #include "cli/helpers.h"
