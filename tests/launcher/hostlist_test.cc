@@ -67,6 +67,8 @@ TEST_CASE("a hostlist ddprun cannot read is an error that says what is wrong, ne
       {"node[0-65536]", "more than 65536 hosts"},  // one range over the cap
       {"a[0-999]b[0-999]", "more than 65536 hosts"},  // a product over the cap
       {"node[1234567890123456789]", "too long"},
+      {std::string(254, 'n') + "[1-10]", "a host name longer than 255 characters"},
+      {"n" + std::string(300, 'x') + ",b", "a host name longer than 255 characters"},
       {"", "empty"},
       {"  ", "empty"},
   };
@@ -82,6 +84,7 @@ TEST_CASE("a hostlist ddprun cannot read is an error that says what is wrong, ne
 }
 
 TEST_CASE("a hostlist of exactly the cap expands, one more host is refused") {
+  CHECK(expandHostlist(std::string(253, 'n') + "[1-99]").size() == 99);  // 255 characters
   CHECK(expandHostlist("n[0-65535]").size() == kMaxHosts);
   CHECK(expandHostlist("a[0-255]b[0-255]").size() == kMaxHosts);
   CHECK_THROWS_AS(expandHostlist("n[0-65535],extra"), HostlistError);

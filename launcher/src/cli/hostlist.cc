@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <variant>
 
@@ -10,7 +11,7 @@
 namespace ddprun::launcher::cli_detail {
 namespace {
 
-using common::printable;
+using common::printablePrefix;
 
 bool isBlank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
@@ -31,19 +32,19 @@ using Part = std::variant<std::string, Group>;
 
 Bound parseBound(std::string_view digits, std::string_view item) {
   if (digits.empty()) {
-    throw HostlistError(fmt::format("'{}': a range has an empty bound", printable(item)));
+    throw HostlistError(fmt::format("'{}': a range has an empty bound", printablePrefix(item)));
   }
   for (const char c : digits) {
     if (!isDigit(c)) {
       throw HostlistError(fmt::format("'{}': '{}' in a range is not a number (ranges are N or "
                                       "LO-HI, decimal digits only)",
-                                      printable(item), printable(digits)));
+                                      printablePrefix(item), printablePrefix(digits)));
     }
   }
   // 18 digits fit in 64 bits; longer is no host number anyone means.
   if (digits.size() > 18) {
-    throw HostlistError(fmt::format("'{}': the number {} is too long", printable(item),
-                                    printable(digits)));
+    throw HostlistError(fmt::format("'{}': the number {} is too long", printablePrefix(item),
+                                    printablePrefix(digits)));
   }
   Bound bound{0, digits.size()};
   for (const char c : digits) bound.value = bound.value * 10 + static_cast<std::uint64_t>(c - '0');
@@ -59,7 +60,7 @@ Group parseGroup(std::string_view ranges, std::string_view item) {
     const std::string_view range =
         ranges.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (range.empty()) {
-      throw HostlistError(fmt::format("'{}': an empty range in brackets", printable(item)));
+      throw HostlistError(fmt::format("'{}': an empty range in brackets", printablePrefix(item)));
     }
     const std::size_t dash = range.find('-');
     const Bound lo = parseBound(range.substr(0, dash), item);
@@ -67,10 +68,10 @@ Group parseGroup(std::string_view ranges, std::string_view item) {
     if (lo.value > hi.value) {
       throw HostlistError(fmt::format("'{}': the range {} runs backwards (its low bound is above "
                                       "its high bound)",
-                                      printable(item), printable(range)));
+                                      printablePrefix(item), printablePrefix(range)));
     }
     if (hi.value - lo.value >= kMaxHosts || group.numbers.size() + (hi.value - lo.value) >= kMaxHosts) {
-      throw HostlistError(fmt::format("'{}': more than {} hosts", printable(item), kMaxHosts));
+      throw HostlistError(fmt::format("'{}': more than {} hosts", printablePrefix(item), kMaxHosts));
     }
     for (std::uint64_t n = lo.value; n <= hi.value; ++n) group.numbers.emplace_back(n, lo.width);
     if (comma == std::string_view::npos) break;
@@ -90,18 +91,36 @@ std::vector<Part> parseItem(std::string_view item) {
       break;
     }
     if (item[open] == ']') {
-      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printable(item)));
+      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printablePrefix(item)));
     }
     if (open > i) parts.emplace_back(std::string(item.substr(i, open - i)));
     const std::size_t close = item.find_first_of("[]", open + 1);
     if (close == std::string_view::npos) {
-      throw HostlistError(fmt::format("'{}': a '[' that is never closed", printable(item)));
+      throw HostlistError(fmt::format("'{}': a '[' that is never closed", printablePrefix(item)));
     }
     if (item[close] == '[') {
-      throw HostlistError(fmt::format("'{}': brackets inside brackets", printable(item)));
+      throw HostlistError(fmt::format("'{}': brackets inside brackets", printablePrefix(item)));
     }
     parts.emplace_back(parseGroup(item.substr(open + 1, close - open - 1), item));
     i = close + 1;
+  }
+  // The longest name the item makes: a bound on the work and memory of expanding it, and on the
+  // depth of expand()'s recursion (one level per part).
+  std::size_t longest = 0;
+  for (const auto& part : parts) {
+    if (const auto* text = std::get_if<std::string>(&part)) {
+      longest += text->size();
+      continue;
+    }
+    std::size_t widest = 0;
+    for (const auto& [number, width] : std::get<Group>(part).numbers) {
+      widest = std::max({widest, width, std::to_string(number).size()});
+    }
+    longest += widest;
+  }
+  if (longest > kMaxHostName) {
+    throw HostlistError(fmt::format("'{}': a host name longer than {} characters",
+                                    printablePrefix(item), kMaxHostName));
   }
   return parts;
 }
@@ -147,14 +166,14 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     const std::vector<Part> parts = parseItem(item);
     if (hosts.size() + countHosts(parts) > kMaxHosts) {
       throw HostlistError(fmt::format("'{}': more than {} hosts (ddprun's cap, as Slurm's)",
-                                      printable(text.substr(0, 64)), kMaxHosts));
+                                      printablePrefix(text), kMaxHosts));
     }
     std::string prefix;
     expand(parts, 0, prefix, hosts);
   };
   const auto emptyHost = [&] {
     return HostlistError(fmt::format(
-        "'{}': an empty host name (two commas in a row, or one at an end)", printable(text)));
+        "'{}': an empty host name (two commas in a row, or one at an end)", printablePrefix(text)));
   };
   // Items end at a ',' or a blank outside brackets. Runs of blanks, and blanks beside a comma,
   // are one separator (Slurm writes lists either way); an empty item between commas is a mistake.
@@ -166,7 +185,7 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     const char c = text[i];
     if (c == '[') ++depth;
     if (c == ']' && --depth < 0) {
-      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printable(text)));
+      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printablePrefix(text)));
     }
     if (depth != 0 || (c != ',' && !isBlank(c))) continue;
     if (i > start) {
@@ -181,7 +200,7 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     start = i + 1;
   }
   if (depth > 0) {
-    throw HostlistError(fmt::format("'{}': a '[' that is never closed", printable(text)));
+    throw HostlistError(fmt::format("'{}': a '[' that is never closed", printablePrefix(text)));
   }
   if (start < text.size()) {
     add(text.substr(start));

@@ -10,7 +10,8 @@
 //   - several groups are a cartesian product, the leftmost slowest:
 //     a[0-1].b[0-1] -> a0.b0, a0.b1, a1.b0, a1.b1.
 // Anything else (LO > HI, a bracket not closed or not opened, nested brackets, an empty host or
-// range, a sign or another non-digit in a range, more than kMaxHosts hosts) is a HostlistError:
+// range, a sign or another non-digit in a range, more than kMaxHosts hosts, a name longer than
+// kMaxHostName) is a HostlistError:
 // a list ddprun cannot read is never guessed at.
 #pragma once
 
@@ -25,6 +26,9 @@ namespace ddprun::launcher::cli_detail {
 // Slurm caps one range, and a prefix's expansions, at 64 Ki hosts (MAX_RANGE, MAX_PREFIX_CNT);
 // ddprun caps the whole list there: a larger one is a typo, and would only cost memory.
 inline constexpr std::size_t kMaxHosts = 65536;
+
+// A DNS name is at most 253 characters; Slurm's node names are shorter still.
+inline constexpr std::size_t kMaxHostName = 255;
 
 // what(): what is wrong with the list, without naming where it came from (the caller does).
 class HostlistError : public std::runtime_error {

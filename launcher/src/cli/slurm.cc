@@ -110,6 +110,12 @@ void checkOneTaskPerNode(const Environment& environment, const std::string& step
   }
 }
 
+// A node list in a message: quoted, escaped, and no longer than a line should be (a list of
+// thousands of hosts written out is possible).
+std::string shownList(std::string_view list) {
+  return "'" + common::printablePrefix(list) + (list.size() > common::kShownBytes ? "...'" : "'");
+}
+
 bool isIpLiteral(const std::string& host) {
   unsigned char buffer[16];
   return ::inet_pton(AF_INET, host.c_str(), buffer) == 1 ||
@@ -196,7 +202,7 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
     throw UsageError(fmt::format(
         "SLURM_STEP_NODELIST {} names {} hosts but SLURM_STEP_NUM_NODES is {}; the Slurm "
         "environment was changed: run ddprun as `{}` in an unmodified step",
-        quote(*nodelist), result.hosts.size(), nodes, kSrun));
+        shownList(*nodelist), result.hosts.size(), nodes, kSrun));
   }
 
   if (const auto* port = lookup(environment, "DDPRUN_SLURM_PORT")) {
@@ -245,7 +251,7 @@ void applySlurmStep(const SlurmStep& step, CommandLine& result) {
       "Slurm step {}.{}: node {} of {}, store on {}:{} (the first host of SLURM_STEP_NODELIST "
       "{}, hosted by node 0; port {}), run id {}",
       step.jobId, step.stepId, step.nodeId, step.nodes, printable(step.storeHost()), rdzv.port,
-      quote(step.nodelist),
+      shownList(step.nodelist),
       step.portOverridden ? "from DDPRUN_SLURM_PORT" : "from the job and step ids",
       printable(rdzv.runId)));
 }
