@@ -13,7 +13,7 @@
 namespace ddprun::launcher::cli_detail {
 namespace {
 
-using common::printable;
+using common::printablePrefix;
 
 // Slurm's step ids above this are not task steps: the batch script (0xfffffffe), the extern
 // step (0xfffffffc), the interactive step of salloc (0xfffffffa), pending (0xfffffffd).
@@ -96,24 +96,24 @@ void checkOneTaskPerNode(const Environment& environment, const std::string& step
   if (tasks != nullptr) {
     const auto count = slurmNumber(*tasks);
     if (count && *count > static_cast<std::uint64_t>(nodes)) {
-      throw why(fmt::format("{}={} on SLURM_STEP_NUM_NODES={}", tasksName, printable(*tasks), nodes));
+      throw why(fmt::format("{}={} on SLURM_STEP_NUM_NODES={}", tasksName, printablePrefix(*tasks), nodes));
     }
   }
   if (const auto* perNode = lookup(environment, "SLURM_STEP_TASKS_PER_NODE")) {
     const auto most = mostTasksOnANode(*perNode);
     if (!most) badVariable("SLURM_STEP_TASKS_PER_NODE", perNode, "a Slurm task count such as 1(x2)");
-    if (*most > 1) throw why(fmt::format("SLURM_STEP_TASKS_PER_NODE={}", printable(*perNode)));
+    if (*most > 1) throw why(fmt::format("SLURM_STEP_TASKS_PER_NODE={}", printablePrefix(*perNode)));
   }
   if (const auto* local = lookup(environment, "SLURM_LOCALID")) {
     const auto id = slurmNumber(*local);
-    if (id && *id != 0) throw why(fmt::format("SLURM_LOCALID={}", printable(*local)));
+    if (id && *id != 0) throw why(fmt::format("SLURM_LOCALID={}", printablePrefix(*local)));
   }
 }
 
 // A node list in a message: quoted, escaped, and no longer than a line should be (a list of
 // thousands of hosts written out is possible).
 std::string shownList(std::string_view list) {
-  return "'" + common::printablePrefix(list) + (list.size() > common::kShownBytes ? "...'" : "'");
+  return "'" + printablePrefix(list) + (list.size() > common::kShownBytes ? "...'" : "'");
 }
 
 bool isIpLiteral(const std::string& host) {
@@ -153,7 +153,7 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
       notes.push_back(fmt::format(
           "Slurm step {}.{}: not read, as {} is given (ddprun takes the rendezvous from Slurm "
           "only when no rendezvous option is given; docs/slurm.md)",
-          printable(*job), printable(*step), printable(it->second.origin)));
+          printablePrefix(*job), printablePrefix(*step), printablePrefix(it->second.origin)));
     }
     return std::nullopt;
   }
@@ -166,7 +166,7 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
         "one node)",
         jobId,
         step == nullptr ? std::string("SLURM_STEP_ID is not set")
-                        : fmt::format("{}={}, not a task step", stepVariable, printable(*step)),
+                        : fmt::format("{}={}, not a task step", stepVariable, printablePrefix(*step)),
         kSrun));
   }
   SlurmStep result;
@@ -250,10 +250,10 @@ void applySlurmStep(const SlurmStep& step, CommandLine& result) {
   result.notes.push_back(fmt::format(
       "Slurm step {}.{}: node {} of {}, store on {}:{} (the first host of SLURM_STEP_NODELIST "
       "{}, hosted by node 0; port {}), run id {}",
-      step.jobId, step.stepId, step.nodeId, step.nodes, printable(step.storeHost()), rdzv.port,
+      step.jobId, step.stepId, step.nodeId, step.nodes, printablePrefix(step.storeHost()), rdzv.port,
       shownList(step.nodelist),
       step.portOverridden ? "from DDPRUN_SLURM_PORT" : "from the job and step ids",
-      printable(rdzv.runId)));
+      printablePrefix(rdzv.runId)));
 }
 
 }  // namespace ddprun::launcher::cli_detail
