@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "ddprun/common/local_address.h"
+#include "ddprun/common/text.h"
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/server_limits.h"
@@ -140,6 +142,15 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
     // or it is another host's address: be a client.
     const bool someoneElses = error.code() == rendezvous::ServerError::Code::kAddressInUse ||
                               error.code() == rendezvous::ServerError::Code::kAddressNotAvailable;
+    // A port ddprun chose (Slurm's): the user did not type it, so the line names where it came
+    // from and the one setting that changes it.
+    if (mustHost && error.code() == rendezvous::ServerError::Code::kAddressInUse &&
+        !rdzv.endpointSource.empty()) {
+      throw rendezvous::ServerError(
+          fmt::format("cannot host the rendezvous store on {}:{}: the port is taken ({} {})",
+                      common::printable(rdzv.host), rdzv.port, rdzv.port, rdzv.endpointSource),
+          error.code());
+    }
     if (mustHost || !someoneElses) throw;
     rendezvous_.reset();
     listenEverywhere_ = false;

@@ -21,6 +21,7 @@
 #include "cli/host_probes.h"
 #include "cli/options.h"
 #include "cli/rendezvous.h"
+#include "cli/slurm.h"
 #include "cli/value_parsers.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/text.h"
@@ -240,8 +241,15 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
     return result;
   }
   addEnvironmentFallbacks(split, environment);
+  // Inside a Slurm step with no rendezvous options, the step's values stand in for them (slurm.h).
+  std::vector<std::string> slurmNotes;
+  const auto slurm = detectSlurmStep(split.options, environment, slurmNotes);
+  if (slurm) addSlurmValues(*slurm, split.options);
   const Arguments arguments(std::move(split.options));
-  return buildConfig(arguments, argc, argv, split.scriptIndex, environment);
+  CommandLine result = buildConfig(arguments, argc, argv, split.scriptIndex, environment);
+  result.notes.insert(result.notes.end(), slurmNotes.begin(), slurmNotes.end());
+  if (slurm) applySlurmStep(*slurm, result);
+  return result;
 }
 
 std::string versionText() { return fmt::format("ddprun {}", DDPRUN_VERSION); }

@@ -138,6 +138,9 @@ struct RendezvousConfig {
   std::uint16_t port = 0;           // parsed endpoint port (c10d default 29400)
   std::string runId = "none";       // --rdzv-id; becomes TORCHELASTIC_RUN_ID
   bool standalone = false;          // --standalone: c10d on 127.0.0.1:0, random run id
+  // Where the port came from when the user did not give it, and how to change it, for the line
+  // that says it is taken ("<port> is derived from ...; set ..."): "" = given by the user.
+  std::string endpointSource;
   RendezvousSettings settings;      // --rdzv-conf
   // static rendezvous
   int nodeRank = 0;                 // --node-rank
