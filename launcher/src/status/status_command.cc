@@ -107,7 +107,7 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     return kStatusShown;
   }
   const CommandLine parsed = parseRendezvousOptions("ddprun status", given.rendezvous, environment);
-  for (const std::string& note : parsed.notes) std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
+  // parsed.notes say what a job does unlike torchrun's: nothing a read of its status needs.
   for (const std::string& warning : parsed.warnings) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
   }
@@ -136,10 +136,14 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     return refuse({kStatusNoJob, fmt::format("no rendezvous store answers at {}: {}; check --rdzv-endpoint",
                                              printable(where), printable(error.what()))});
   } catch (const rendezvous::StoreConnectionError& error) {
-    return refuse({kStatusNoJob,
-                   fmt::format("no job at {}: nothing answered within {} s ({}); check --rdzv-endpoint "
-                               "(a job whose agent hosted the store ended with it)",
-                               printable(where), kConnectTimeout.count() / 1000, printable(error.what()))});
+    // An agent-hosted store ends with its job: say so, as that is the likely case after a run.
+    const char* hosted = rdzv.backend == RdzvBackend::kEtcd
+                             ? ""
+                             : " (or the job has ended: the store its agent hosted ended with it)";
+    return refuse({kStatusNoJob, fmt::format("no job at {}: nothing answered within {} s ({}); check "
+                                             "--rdzv-endpoint{}",
+                                             printable(where), kConnectTimeout.count() / 1000,
+                                             printable(error.what()), hosted)});
   } catch (const rendezvous::StoreError& error) {
     return refuse({kStatusStoreFailed, fmt::format("the rendezvous store at {} failed while being read: {}",
                                                    printable(where), printable(error.what()))});
