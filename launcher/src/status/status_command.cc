@@ -114,7 +114,11 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
   const RendezvousConfig& rdzv = parsed.config.rdzv;
   std::unique_ptr<StoreBackend> backend;
   try {
-    backend = makeStoreBackend(rdzv, {rendezvousStoreOptions(rdzv, loadRendezvousSecurity(rdzv.settings))});
+    rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, loadRendezvousSecurity(rdzv.settings));
+    // Nothing this command reads is larger (a snapshot is at most kMaxSnapshotBytes, a listing
+    // kMaxListedBytes): a store that answers with more is refused, not buffered.
+    store.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
+    backend = makeStoreBackend(rdzv, {std::move(store)});
   } catch (const StoreBackendError& error) {
     throw UsageError(error.what());
   }
