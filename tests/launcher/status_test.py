@@ -2,7 +2,7 @@
 """`ddprun status` against a real 2-node job (issue #21, point 4): two agents on 127.0.0.1, two
 workers each.
 
-    status_test.py --ddprun BIN --scenario c10d|daemon|etcd [--daemon BIN]
+    status_test.py --ddprun BIN --scenario c10d|daemon|daemon-tls|etcd [--daemon BIN]
 
   c10d    the store hosted by the first agent (c10d): while the job runs, the text and --json
           (run id, round, restarts, both nodes, each worker's rank, local rank, state and its
@@ -13,6 +13,7 @@ workers each.
   daemon  the same against ddprun-rendezvous with a token; without the token: exit 2, one line;
           after the job ended the daemon still holds the snapshots: "has ended", exit 4, and
           --json's state "ended" with the exit code
+  daemon-tls  the same with the job's TLS files too (the daemon serves TLS); without them, exit 2
   etcd    the same on a one-member etcd on loopback (skipped, 77, without /usr/bin/etcd); the
           last agent out removes the run's keys from the shared etcd, so after the end: exit 3
 
@@ -205,19 +206,35 @@ def c10d(args, work):
     after_end_nothing_answers(args, job_args, [])
 
 
-def daemon(args, work):
+def daemon(args, work, tls=False):
     token = os.path.join(work, "job.token")
     with open(token, "w") as f:
         f.write(secrets.token_hex(32))
     os.chmod(token, 0o600)
     port = free_port()
-    server = Job([args.daemon, "--host", "127.0.0.1", "--port", str(port), "--token-file", token],
+    daemon_tls, conf = [], "token_file=" + token
+    if tls:
+        cert, key = os.path.join(work, "job.crt"), os.path.join(work, "job.key")
+        made = run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "1", "-subj", "/CN=status-test", "-keyout", key, "-out", cert], 30,
+                   name="openssl")
+        if made.returncode != 0:
+            give_up("openssl could not make the test's certificate", [made])
+        os.chmod(key, 0o600)
+        daemon_tls = ["--tls-cert", cert, "--tls-key", key]
+        conf += ",tls_cert=%s,tls_key=%s" % (cert, key)
+    server = Job([args.daemon, "--host", "127.0.0.1", "--port", str(port), "--token-file", token, *daemon_tls],
                  name="ddprun-rendezvous")
     try:
-        job_args = scenario(args, work, "127.0.0.1:%d" % port, "c10d", "token_file=" + token, [server])
+        job_args = scenario(args, work, "127.0.0.1:%d" % port, "c10d", conf, [server])
         check = Check([server])
+        if tls:
+            no_tls = status(args.ddprun, job_args[:-2], "--rdzv-conf", "token_file=" + token)
+            check(no_tls.returncode == 2 and len(no_tls.errors.splitlines()) == 1 and "TLS" in no_tls.errors,
+                  "without the TLS files: exit 2, one line naming TLS", shown(no_tls))
         no_token = status(args.ddprun, [a for a in job_args[:-2]])
-        check(no_token.returncode == 2 and len(no_token.errors.splitlines()) == 1 and "token" in no_token.errors,
+        check(no_token.returncode == 2 and len(no_token.errors.splitlines()) == 1
+              and ("token" in no_token.errors or "TLS" in no_token.errors),
               "without the token: exit 2, one line naming the token", shown(no_token))
         done = status(args.ddprun, job_args)
         check(done.returncode == 4 and done.output.startswith(
@@ -263,12 +280,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--daemon")
-    parser.add_argument("--scenario", required=True, choices=["c10d", "daemon", "etcd"])
+    parser.add_argument("--scenario", required=True, choices=["c10d", "daemon", "daemon-tls", "etcd"])
     args = parser.parse_args()
     args.ddprun = os.path.abspath(args.ddprun)
     work = tempfile.mkdtemp(prefix="ddprun-status-test-")
     try:
-        {"c10d": c10d, "daemon": daemon, "etcd": etcd}[args.scenario](args, work)
+        scenarios = {"c10d": c10d, "daemon": daemon, "daemon-tls": lambda a, w: daemon(a, w, tls=True),
+                     "etcd": etcd}
+        scenarios[args.scenario](args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("PASS: %s" % args.scenario)
