@@ -211,7 +211,6 @@ def daemon(args, work, tls=False):
     with open(token, "w") as f:
         f.write(secrets.token_hex(32))
     os.chmod(token, 0o600)
-    port = free_port()
     daemon_tls, conf = [], "token_file=" + token
     if tls:
         cert, key = os.path.join(work, "job.crt"), os.path.join(work, "job.key")
@@ -223,8 +222,14 @@ def daemon(args, work, tls=False):
         os.chmod(key, 0o600)
         daemon_tls = ["--tls-cert", cert, "--tls-key", key]
         conf += ",tls_cert=%s,tls_key=%s" % (cert, key)
-    server = Job([args.daemon, "--host", "127.0.0.1", "--port", str(port), "--token-file", token, *daemon_tls],
+    # Port 0, the port it got read from its first line: a port picked here could be taken by
+    # another test before the daemon binds it.
+    server = Job([args.daemon, "--host", "127.0.0.1", "--port", "0", "--token-file", token, *daemon_tls],
                  name="ddprun-rendezvous")
+    line = server.read_line(20) or ""
+    if "listening on 127.0.0.1:" not in line:
+        give_up("ddprun-rendezvous did not say where it listens (%r)" % line, [server])
+    port = int(line.rsplit(":", 1)[1].split()[0])
     try:
         job_args = scenario(args, work, "127.0.0.1:%d" % port, "c10d", conf, [server])
         check = Check([server])
