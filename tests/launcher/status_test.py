@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -186,8 +185,6 @@ def scenario(args, work, endpoint, backend, conf, servers):
         for agent in agents:
             check(agent.returncode == 0, "%s exits 0" % agent.name, agent.describe())
         return job_args
-    except SystemExit:
-        raise
     finally:
         for agent in agents:
             agent.kill()
