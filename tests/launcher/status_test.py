@@ -5,8 +5,8 @@ workers each.
     status_test.py --ddprun BIN --scenario c10d|daemon|daemon-tls|etcd [--daemon BIN]
 
   c10d    the store hosted by the first agent (c10d): while the job runs, the text and --json
-          (run id, round, restarts, both nodes, each worker's rank, local rank, state and its
-          real pid, from the worker's own pid file); a run id that does not exist (exit 3); a
+          (run id, round, restarts, both nodes, each worker's rank, local rank, state, its
+          real pid, from the worker's own pid file, and its last heartbeat: --hang-timeout); a run id that does not exist (exit 3); a
           worker failure and the restart (restarts 1, the last failure's rank and reason);
           after the job ended the store went with its agent: nothing answers (exit 3, one line,
           within a few seconds)
@@ -35,8 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from jobs import SKIP, Deadline, Job, give_up, run, wait_all  # noqa: E402
 
-# argv[1]: the work directory. Writes pid.<restart>.<rank>, waits (60 s at most) for
-# go.<restart>, then exits: rank 3 fails at restart 0 as torch's @record would report it.
+# argv[1]: the work directory. Writes pid.<restart>.<rank>, waits (60 s at most, reporting
+# progress through its heartbeat file) for go.<restart>, then exits: rank 3 fails at restart 0 as torch's @record would report it.
 WORKER = r'''
 import json, os, sys, time
 work = sys.argv[1]
@@ -45,6 +45,7 @@ with open(os.path.join(work, "pid.%s.%s" % (restart, rank)), "w") as f:
     f.write(str(os.getpid()))
 end = time.monotonic() + 60
 while not os.path.exists(os.path.join(work, "go.%s" % restart)) and time.monotonic() < end:
+    os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])  # progress, for --hang-timeout
     time.sleep(0.05)
 if rank == "3" and restart == "0":
     with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
@@ -129,6 +130,7 @@ def scenario(args, work, endpoint, backend, conf, servers):
         job_args += ["--rdzv-conf", conf]
     env = dict(os.environ, LOGLEVEL="INFO")
     agents = [Job([args.ddprun, "--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "1",
+                   "--hang-timeout", "60",
                    *job_args, script, work], name="agent %d" % n, env=env, cwd=work) for n in range(2)]
     jobs = agents + servers
     check = Check(jobs)
@@ -138,8 +140,10 @@ def scenario(args, work, endpoint, backend, conf, servers):
         pids = pids_of(work, 0)
         value = poll_json(args, job_args, deadline,
                           lambda v: sorted(w["pid"] for n in v["nodes"] for w in n["workers"]
-                                           if w["state"] == "running") == sorted(pids.values()),
-                          "status --json never showed the 4 running workers with pids %s" % pids, jobs)
+                                           if w["state"] == "running" and "last_heartbeat" in w)
+                          == sorted(pids.values()),
+                          "status --json never showed the 4 running workers with pids %s and a "
+                          "heartbeat" % pids, jobs)
         check(value["run_id"] == run_id and value["round"] == 0 and value["restarts"] == 0
               and value["max_restarts"] == 1 and value["state"] == "running", "run-level fields", value)
         check(sorted(n["group_rank"] for n in value["nodes"]) == [0, 1], "group ranks", value)
@@ -153,8 +157,9 @@ def scenario(args, work, endpoint, backend, conf, servers):
         check(text.output.startswith("job '%s': round 0, restarts 0 of 1, 2 nodes\n" % run_id),
               "the text's first line", shown(text))
         for rank, pid in pids.items():
-            check(("  rank %d (local %d): pid %d, running, started " % (rank, rank % 2, pid)) in text.output,
-                  "rank %d's line in the text" % rank, shown(text))
+            line = "  rank %d (local %d): pid %d, running, started " % (rank, rank % 2, pid)
+            check(line in text.output and "last heartbeat" in text.output.split(line)[1].split("\n")[0],
+                  "rank %d's line in the text, with its last heartbeat" % rank, shown(text))
         # A run id that does not exist: exit 3, one line, at once.
         started = time.monotonic()
         other = status(args.ddprun, [a if a != run_id else "no-such-run" for a in job_args])

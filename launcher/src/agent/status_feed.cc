@@ -5,12 +5,15 @@
 namespace ddprun::launcher {
 namespace {
 
-// What a snapshot says, without what changes by itself (its own time, the heartbeats): two
-// snapshots that mean the same are not written twice.
+// What a snapshot says, without what changes by itself (its own time, the heartbeats' times:
+// only whether a worker has reported at all): two snapshots that mean the same are not written
+// twice.
 std::string meaning(const AgentSnapshot& snapshot) {
   nlohmann::json value = toJson(snapshot);
   value.erase("updated_at");
-  for (auto& worker : value["workers"]) worker.erase("last_heartbeat");
+  for (auto& worker : value["workers"]) {
+    if (worker.contains("last_heartbeat")) worker["last_heartbeat"] = true;
+  }
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
