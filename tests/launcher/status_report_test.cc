@@ -139,6 +139,19 @@ TEST_CASE("status: a node silent for long is shown as possibly gone, a finished 
   CHECK(renderJson(jobStatusOf("j", {silent}), kNow)["nodes"][0]["stale"] == false);
 }
 
+TEST_CASE("status: an earlier run of the same run id on a store that outlived it is left out", "[status]") {
+  AgentSnapshot earlier = node(0, "host-old", AgentPhase::kFinished);
+  earlier.updatedAt = 900;  // ended before the running agents started (1000)
+  AgentSnapshot leftLater = node(1, "host-left", AgentPhase::kFinished);
+  leftLater.updatedAt = 1500;  // this job's: it finished while the others ran
+  const JobStatus status = jobStatusOf("j", {earlier, leftLater, node(0, "host-a")});
+  REQUIRE(status.nodes.size() == 2);
+  CHECK(status.nodes[0].hostname == "host-a");
+  CHECK(status.nodes[1].hostname == "host-left");
+  // Every node finished: an ended job, all kept.
+  CHECK(jobStatusOf("j", {earlier, leftLater}).nodes.size() == 2);
+}
+
 TEST_CASE("status text: bytes from the store are escaped before they are printed", "[status]") {
   AgentSnapshot hostile = node(0, "evil\x1b[2J\nhost");
   hostile.lastFailure = failure(0, 1, "line\x07one\nline two");

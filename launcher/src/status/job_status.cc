@@ -69,6 +69,20 @@ std::string nodeLine(const AgentSnapshot& node, double now) {
 }  // namespace
 
 JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
+  // A store that outlives its jobs (ddprun-rendezvous) keeps the final snapshots of an earlier
+  // job run under the same run id: nodes that finished before any agent now active started
+  // belong to that one, not to this job.
+  double earliestActive = -1;
+  for (const AgentSnapshot& node : nodes) {
+    if (node.phase != AgentPhase::kFinished && (earliestActive < 0 || node.startedAt < earliestActive)) {
+      earliestActive = node.startedAt;
+    }
+  }
+  if (earliestActive >= 0) {
+    std::erase_if(nodes, [&](const AgentSnapshot& node) {
+      return node.phase == AgentPhase::kFinished && node.updatedAt < earliestActive;
+    });
+  }
   std::stable_sort(nodes.begin(), nodes.end(), [](const AgentSnapshot& a, const AgentSnapshot& b) {
     const auto key = [](const AgentSnapshot& node) {
       return std::pair(node.groupRank < 0 ? 1 : 0, node.groupRank);

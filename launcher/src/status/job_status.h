@@ -35,7 +35,8 @@ struct JobStatus {
   std::vector<std::string> unreadable;
 };
 
-// Sorts `nodes` as JobStatus keeps them.
+// Sorts `nodes` as JobStatus keeps them, leaving out those of an earlier run of the same run id
+// (finished before any node still active started: a store that outlives its jobs keeps them).
 JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes);
 
 // Every node has finished (and there is at least one).
