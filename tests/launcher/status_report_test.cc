@@ -118,7 +118,13 @@ TEST_CASE("status: a job whose every node finished has ended, with its outcome",
   CHECK(outcomeCode(jobStatusOf("j", {first, second})) == 0);
   CHECK_THAT(renderText(jobStatusOf("j", {first, second}), kNow),
              Catch::StartsWith("job 'j' has ended: succeeded (exit code 0), round 1, restarts 1 of 3\n"));
+  second.exitCode = 143;  // stopped by SIGTERM, no worker failed
+  CHECK_THAT(renderText(jobStatusOf("j", {first, second}), kNow),
+             Catch::StartsWith("job 'j' has ended: stopped (exit code 143)"));
   second.exitCode = 3;
+  second.lastFailure = failure(3, 1500, "ValueError: boom");
+  CHECK_THAT(renderText(jobStatusOf("j", {first, second}), kNow),
+             Catch::StartsWith("job 'j' has ended: failed (exit code 3)"));
   const JobStatus failed = jobStatusOf("j", {first, second});
   CHECK(outcomeCode(failed) == 3);
   CHECK(renderJson(failed, kNow)["exit_code"] == 3);

@@ -131,9 +131,15 @@ std::string renderText(const JobStatus& status, double now) {
   std::string text;
   if (ended(status)) {
     const int code = outcomeCode(status);
+    // "failed" when the code is the last worker failure's (the root cause's, which every agent
+    // exits with): 128 + signal is also the code of agents stopped by a signal (Ctrl-C, a
+    // scheduler's SIGTERM), which is no failure of the job's.
+    const auto failure = lastFailure(status);
+    const char* outcome = code == 0                                  ? "succeeded"
+                          : failure && exitCodeOf(*failure) == code ? "failed"
+                                                                     : "stopped";
     text += fmt::format("job '{}' has ended: {} (exit code {}), round {}, restarts {} of {}\n", run,
-                        code == 0 ? "succeeded" : "failed", code, round(status), restarts(status),
-                        maxRestarts(status));
+                        outcome, code, round(status), restarts(status), maxRestarts(status));
   } else {
     text += fmt::format("job '{}': round {}, restarts {} of {}, {} node{}\n", run, round(status),
                         restarts(status), maxRestarts(status), status.nodes.size(),
