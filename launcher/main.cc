@@ -15,6 +15,7 @@
 #include "ddprun/common/text.h"
 #include "ddprun/launcher/agent.h"
 #include "process/guardian.h"
+#include "status/status_command.h"
 
 namespace {
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::string> environment = ddprun::common::processEnvironment();
   CommandLine commandLine;
   try {
+    addDdprunSubcommand(statusSubcommand());  // status/ stands above cli/: main.cc joins them
     if (const Subcommand* subcommand = ddprunSubcommands().select(argc, argv)) {
       if (const std::string note = shadowedFileNote(*subcommand); !note.empty()) {
         std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());

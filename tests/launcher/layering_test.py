@@ -10,7 +10,7 @@ import re
 import sys
 
 # Each room and the rooms it may include (besides itself). core is the ground floor; the wiring
-# (agent) is the top; cli stands beside them and only main.cc joins the two.
+# (agent) is the top; cli stands beside them and only main.cc joins the two (and status, above cli).
 ALLOWED = {
     "core": set(),
     "process": {"core"},
@@ -21,6 +21,9 @@ ALLOWED = {
     "machine": {"core", "process", "hang", "report"},
     "agent": {"core", "process", "output", "report", "hang", "membership", "machine"},
     "cli": {"core"},
+    # `ddprun status`: the agent's options (cli) read by the agent's rules, the store seam
+    # (membership) and the failure's wording (report); main.cc joins it to the subcommand table.
+    "status": {"core", "cli", "membership", "report"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 

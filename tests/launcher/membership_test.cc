@@ -174,7 +174,8 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
                                       relative(keys.closed(9002)),
                                       relative(keys.master(9002)),
                                       relative(keys.stop(9002)),
-                                      relative(keys.done(9002))};
+                                      relative(keys.done(9002)),
+                                      relative(keys.status(9001))};
   CHECK(documentedKeys() == code);
 }
 

@@ -22,6 +22,7 @@
 #include "agent/asio_event_loop.h"
 #include "agent/hosted_stores.h"
 #include "agent/run_directories.h"
+#include "agent/status_feed.h"
 #include "agent/startup_error.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/descriptor_limit.h"
@@ -38,6 +39,7 @@
 #include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
 #include "membership/membership_driver.h"
+#include "membership/status_publisher.h"
 #include "membership/store_backends.h"
 #include "output/agent_log.h"
 #include "output/console_writer.h"
@@ -120,16 +122,10 @@ std::string fileTimerPath(const std::string& privateDir, AgentIdentity& identity
 
 // The job's token and TLS files, read once for every store this agent hosts or reaches.
 rendezvous::JobSecurity loadSecurity(const RendezvousSettings& settings) {
-  const rendezvous::JobSecurityFiles files{settings.tokenFile,
-                                           {settings.tlsCert, settings.tlsKey, settings.tlsCa}};
   try {
-    return rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
-  } catch (const rendezvous::JobSecurityError& error) {
-    // Which option the line is about, as the user gave it.
-    const char* option = error.code() == rendezvous::JobSecurityError::Code::kTokenFile
-                             ? "--rdzv-conf token_file"
-                             : "--rdzv-conf";
-    throw StartupError(fmt::format("{}: {}", option, error.what()));
+    return loadRendezvousSecurity(settings);
+  } catch (const StoreBackendError& error) {
+    throw StartupError(error.what());
   }
 }
 
@@ -305,6 +301,9 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
                          io.stop();
                        });
   driver.attach(machine);
+  // `ddprun status`: this agent's snapshot, kept in the rendezvous (agent/status_feed.h).
+  StatusPublisher statusPublisher(*backend, config.rdzv.runId);
+  StatusFeed statusFeed(loop, machine, statusPublisher, [&driver] { return driver.nodeId(); });
   const auto timerPipe = serveFileTimers(io, timerFile, machine);
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
@@ -318,11 +317,17 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   forwardSignals(signals, machine, timerPipe.get());
   machine.start();
+  statusFeed.start();
   io.run();
 
   // A signalled agent is gone within its --shutdown-timeout, even when it hosts the store; the
   // others were told it leaves with the store, so they do not wait for it.
   const bool signalled = machine.ending() && machine.ending()->kind == EndKind::kSignalled;
+  // The final snapshot (finished, with the exit code) while this agent is still a member; not
+  // when the store is gone, and briefly when a signal asks the agent to be quick.
+  if (!machine.ending() || machine.ending()->kind != EndKind::kStoreLost) {
+    statusFeed.finish(signalled ? std::chrono::milliseconds(500) : std::chrono::milliseconds(2000));
+  }
   driver.close(/*hostsStore=*/identity.hostsStore,
                signalled ? std::optional(std::min(config.restart.shutdownTimeout,
                                                   config.rdzv.settings.closeTimeout))

@@ -15,6 +15,7 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/server_limits.h"
+#include "membership/store_backends.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -113,12 +114,7 @@ void HostedStores::warnIfOpen(const std::string& host, std::string_view address,
 
 rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config) {
   const RendezvousConfig& rdzv = config.rdzv;
-  rendezvous::TcpStoreOptions store;
-  store.dialect = rendezvous::WireDialect::kTorch2;
-  store.host = rdzv.host;
-  store.port = rdzv.port;
-  store.secret = security_.secret;
-  store.tls = security_.tls;
+  rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, security_);
   // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
   if (security_.secret) {
     rendezvous::RelayOptions relay{*security_.secret};

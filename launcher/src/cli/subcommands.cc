@@ -63,14 +63,22 @@ std::string shadowedFileNote(const Subcommand& subcommand) {
       subcommand.name, subcommand.name);
 }
 
-const Subcommands& ddprunSubcommands() {
-  static const Subcommands table = [] {
+namespace {
+
+Subcommands& ownTable() {
+  static Subcommands table = [] {
     Subcommands subcommands;
-    // One add() per subcommand (`ddprun status` and the multi-host launch will be rows here).
+    // One add() per subcommand of cli/'s own; the rooms above add theirs (addDdprunSubcommand).
     subcommands.add(detachSubcommand());
     return subcommands;
   }();
   return table;
 }
+
+}  // namespace
+
+const Subcommands& ddprunSubcommands() { return ownTable(); }
+
+void addDdprunSubcommand(Subcommand subcommand) { ownTable().add(std::move(subcommand)); }
 
 }  // namespace ddprun::launcher

@@ -59,8 +59,12 @@ std::vector<std::string> subcommandArguments(int argc, const char* const* argv);
 // to run the file instead (a torchrun user may have meant it); "" otherwise.
 std::string shadowedFileNote(const Subcommand& subcommand);
 
-// ddprun's own subcommands: `ddprun detach` (cli/detach.h); `ddprun status` and the multi-host
-// launch will be rows here.
+// ddprun's own subcommands: `ddprun detach` (cli/detach.h), and the rows main.cc adds.
 const Subcommands& ddprunSubcommands();
+
+// Adds a row made in a room above cli/ (`ddprun status`, status/: it needs the store seam, which
+// cli/ may not include). main.cc adds such rows first thing, before anything selects or lists
+// the table. Throws as Subcommands::add.
+void addDdprunSubcommand(Subcommand subcommand);
 
 }  // namespace ddprun::launcher

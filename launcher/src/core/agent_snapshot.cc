@@ -132,6 +132,7 @@ json toJson(const AgentSnapshot& snapshot) {
     shortForm.stderrTail.clear();
     value["last_failure"] = toJson(shortForm);
   }
+  if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
 
@@ -160,6 +161,7 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
       throw std::invalid_argument("the snapshot's 'last_failure' is not a worker failure");
     }
   }
+  snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");
   return snapshot;

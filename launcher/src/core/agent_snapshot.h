@@ -62,6 +62,7 @@ struct AgentSnapshot {
   AgentPhase phase = AgentPhase::kJoining;
   std::vector<WorkerSnapshot> workers;  // of the current round, in local-rank order
   std::optional<WorkerFailure> lastFailure;  // the last worker failure this agent knows of
+  std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
   double startedAt = 0;    // the agent's start, epoch seconds
   double updatedAt = 0;    // when this snapshot was taken, epoch seconds
 };
@@ -72,8 +73,8 @@ bool healthy(const AgentSnapshot& snapshot);
 
 // The one JSON form: {"run_id", "round", "restarts", "max_restarts", "addr", "hostname",
 // "agent_pid", "group_rank", "nodes", "state", "healthy", "workers": [{"rank", "local_rank", "pid",
-// "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "started_at",
-// "updated_at"}. "last_failure" is the failure's one JSON form (worker_failure.h, as in a round's
+// "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "exit_code"?
+// (finished only), "started_at", "updated_at"}. "last_failure" is the failure's one JSON form (worker_failure.h, as in a round's
 // stop record) without its traceback, stack and stderr tail: those can be large, are published
 // again on every change, and belong to the failure report.
 nlohmann::json toJson(const AgentSnapshot& snapshot);

@@ -756,6 +756,7 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.hostname = identity_.hostname;
   snapshot.agentPid = static_cast<long>(::getpid());
   snapshot.lastFailure = lastFailure_;
+  if (ending_) snapshot.exitCode = exitCode(*ending_);
   snapshot.startedAt = startedAt_;
   snapshot.updatedAt = epochSeconds(loop_.wallNow());
   switch (state_) {

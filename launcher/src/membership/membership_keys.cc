@@ -33,4 +33,8 @@ std::string MembershipKeys::stop(int round) const { return roundPrefix(round) + 
 
 std::string MembershipKeys::done(int round) const { return roundPrefix(round) + "done"; }
 
+std::string MembershipKeys::status(std::int64_t id) const { return fmt::format("{}{}", statusPrefix(), id); }
+
+std::string MembershipKeys::statusPrefix() const { return prefix_ + "status/"; }
+
 }  // namespace ddprun::launcher

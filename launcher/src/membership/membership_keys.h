@@ -9,6 +9,7 @@
 //   ddprun/<run id>/current_round        the round the job is in
 //   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
 //   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
+//   ddprun/<run id>/status/<id>          the node's AgentSnapshot (`ddprun status` reads them)
 //
 // Thread safety: a plain value.
 #pragma once
@@ -48,6 +49,10 @@ class MembershipKeys {
   std::string master(int round) const;
   std::string stop(int round) const;
   std::string done(int round) const;
+  // Node `id`'s published AgentSnapshot (core/agent_snapshot.h), and what every such key starts
+  // with: `ddprun status` lists them, reading nothing else of the run.
+  std::string status(std::int64_t id) const;
+  std::string statusPrefix() const;
 
  private:
   std::string prefix_;

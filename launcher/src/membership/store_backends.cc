@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "membership/etcd_store_backend.h"
 #include "membership/membership_keys.h"
 
@@ -21,6 +23,31 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
                                                 MembershipKeys(config.runId).prefix());
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
+}
+
+rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings) {
+  const rendezvous::JobSecurityFiles files{settings.tokenFile,
+                                           {settings.tlsCert, settings.tlsKey, settings.tlsCa}};
+  try {
+    return rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
+  } catch (const rendezvous::JobSecurityError& error) {
+    // Which option the line is about, as the user gave it.
+    const char* option = error.code() == rendezvous::JobSecurityError::Code::kTokenFile
+                             ? "--rdzv-conf token_file"
+                             : "--rdzv-conf";
+    throw StoreBackendError(fmt::format("{}: {}", option, error.what()));
+  }
+}
+
+rendezvous::TcpStoreOptions rendezvousStoreOptions(const RendezvousConfig& config,
+                                                   const rendezvous::JobSecurity& security) {
+  rendezvous::TcpStoreOptions store;
+  store.dialect = rendezvous::WireDialect::kTorch2;
+  store.host = config.host;
+  store.port = config.port;
+  store.secret = security.secret;
+  store.tls = security.tls;
+  return store;
 }
 
 }  // namespace ddprun::launcher

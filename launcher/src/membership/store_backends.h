@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "ddprun/launcher/launch_config.h"
+#include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "membership/store_backend.h"
 
@@ -24,5 +25,15 @@ struct StoreBackendInputs {
 // the job was given (etcd: a certificate file that cannot be used).
 std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
                                                const StoreBackendInputs& inputs);
+
+// The job's token and TLS files (--rdzv-conf token_file, tls_*), read once, by the rule the
+// agents and ddprun-rendezvous share. Throws StoreBackendError: one line naming the option as the
+// user gave it.
+rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings);
+
+// How a client reaches ddprun's store at the job's endpoint (the agent that finds it hosted, or
+// `ddprun status`): its address, the wire dialect and the job's security.
+rendezvous::TcpStoreOptions rendezvousStoreOptions(const RendezvousConfig& config,
+                                                   const rendezvous::JobSecurity& security);
 
 }  // namespace ddprun::launcher

@@ -1,0 +1,184 @@
+#include "status/job_status.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "ddprun/common/text.h"
+#include "report/failure_report.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using common::printable;
+
+bool stale(const AgentSnapshot& node, double now) {
+  return node.phase != AgentPhase::kFinished && now - node.updatedAt > kStaleSeconds;
+}
+
+int round(const JobStatus& status) {
+  int round = -1;
+  for (const AgentSnapshot& node : status.nodes) round = std::max(round, node.round);
+  return round;
+}
+
+int restarts(const JobStatus& status) {
+  int restarts = 0;
+  for (const AgentSnapshot& node : status.nodes) restarts = std::max(restarts, node.restarts);
+  return restarts;
+}
+
+int maxRestarts(const JobStatus& status) {
+  return status.nodes.empty() ? 0 : status.nodes.front().maxRestarts;
+}
+
+// "12 s", "3 min 4 s", "2 h 5 min": how long ago, or for how long.
+std::string span(double seconds) {
+  const long whole = std::lround(std::max(0.0, seconds));
+  if (whole < 60) return fmt::format("{} s", whole);
+  if (whole < 3600) return fmt::format("{} min {} s", whole / 60, whole % 60);
+  return fmt::format("{} h {} min", whole / 3600, (whole % 3600) / 60);
+}
+
+std::string workerLine(const WorkerSnapshot& worker, double now) {
+  std::string line = fmt::format("  rank {} (local {}): ", worker.rank, worker.localRank);
+  if (worker.pid < 0) {
+    line += fmt::format("{}, could not be started", workerStateName(worker.state));
+    return line;
+  }
+  line += fmt::format("pid {}, {}", worker.pid, workerStateName(worker.state));
+  if (worker.exitCode) line += fmt::format(" (exit code {})", *worker.exitCode);
+  line += fmt::format(", started {} ago", span(now - worker.startedAt));
+  if (worker.lastHeartbeat) line += fmt::format(", last heartbeat {} ago", span(now - *worker.lastHeartbeat));
+  return line;
+}
+
+std::string nodeLine(const AgentSnapshot& node, double now) {
+  const std::string rank = node.groupRank >= 0 ? fmt::format("node {}", node.groupRank) : "node (no rank yet)";
+  std::string line = fmt::format("{} on {} ({}), agent pid {}: {}", rank, printable(node.hostname),
+                                 printable(node.address), node.agentPid, agentPhaseName(node.phase));
+  if (node.exitCode) line += fmt::format(", exit code {}", *node.exitCode);
+  if (stale(node, now)) {
+    line += fmt::format(" (no update for {}: the agent may be gone)", span(now - node.updatedAt));
+  }
+  return line;
+}
+
+}  // namespace
+
+JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
+  // A store that outlives its jobs (ddprun-rendezvous) keeps the final snapshots of an earlier
+  // job run under the same run id: nodes that finished before any agent now active started
+  // belong to that one, not to this job.
+  double earliestActive = -1;
+  for (const AgentSnapshot& node : nodes) {
+    if (node.phase != AgentPhase::kFinished && (earliestActive < 0 || node.startedAt < earliestActive)) {
+      earliestActive = node.startedAt;
+    }
+  }
+  if (earliestActive >= 0) {
+    std::erase_if(nodes, [&](const AgentSnapshot& node) {
+      return node.phase == AgentPhase::kFinished && node.updatedAt < earliestActive;
+    });
+  }
+  std::stable_sort(nodes.begin(), nodes.end(), [](const AgentSnapshot& a, const AgentSnapshot& b) {
+    const auto key = [](const AgentSnapshot& node) {
+      return std::pair(node.groupRank < 0 ? 1 : 0, node.groupRank);
+    };
+    if (key(a) != key(b)) return key(a) < key(b);
+    return a.address < b.address;
+  });
+  return JobStatus{std::move(runId), std::move(nodes), {}};
+}
+
+bool ended(const JobStatus& status) {
+  return !status.nodes.empty() &&
+         std::all_of(status.nodes.begin(), status.nodes.end(),
+                     [](const AgentSnapshot& node) { return node.phase == AgentPhase::kFinished; });
+}
+
+int outcomeCode(const JobStatus& status) {
+  for (const AgentSnapshot& node : status.nodes) {
+    if (node.exitCode.value_or(0) != 0) return *node.exitCode;
+  }
+  return 0;
+}
+
+std::optional<WorkerFailure> lastFailure(const JobStatus& status) {
+  std::optional<WorkerFailure> last;
+  for (const AgentSnapshot& node : status.nodes) {
+    if (node.lastFailure && (!last || failureTime(*node.lastFailure) > failureTime(*last))) {
+      last = node.lastFailure;
+    }
+  }
+  return last;
+}
+
+std::string failureReason(const WorkerFailure& failure) {
+  std::string reason = statusText(failure);
+  if (failure.hang != HangKind::kNone) {
+    reason += failure.hangDetail.empty() ? ": hung" : ": hung, " + failure.hangDetail;
+  }
+  if (!failure.oom.empty()) reason += ": killed by the kernel's OOM killer (" + failure.oom + ")";
+  if (!failure.message.empty()) reason += ": " + failure.message;
+  return printable(reason);
+}
+
+std::string renderText(const JobStatus& status, double now) {
+  const std::string run = printable(status.runId);
+  std::string text;
+  if (ended(status)) {
+    const int code = outcomeCode(status);
+    // "failed" when the code is the last worker failure's (the root cause's, which every agent
+    // exits with): 128 + signal is also the code of agents stopped by a signal (Ctrl-C, a
+    // scheduler's SIGTERM), which is no failure of the job's.
+    const auto failure = lastFailure(status);
+    const char* outcome = code == 0                                  ? "succeeded"
+                          : failure && exitCodeOf(*failure) == code ? "failed"
+                                                                     : "stopped";
+    text += fmt::format("job '{}' has ended: {} (exit code {}), round {}, restarts {} of {}\n", run,
+                        outcome, code, round(status), restarts(status), maxRestarts(status));
+  } else {
+    text += fmt::format("job '{}': round {}, restarts {} of {}, {} node{}\n", run, round(status),
+                        restarts(status), maxRestarts(status), status.nodes.size(),
+                        status.nodes.size() == 1 ? "" : "s");
+  }
+  for (const AgentSnapshot& node : status.nodes) {
+    text += nodeLine(node, now) + "\n";
+    for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
+  }
+  if (const auto failure = lastFailure(status)) {
+    text += fmt::format("last failure: rank {} (local {}) on {}: {}\n", failure->rank, failure->localRank,
+                        printable(failure->host), failureReason(*failure));
+  }
+  for (const std::string& key : status.unreadable) {
+    text += fmt::format("(not shown: {} holds no snapshot this ddprun can read)\n", printable(key));
+  }
+  return text;
+}
+
+nlohmann::json renderJson(const JobStatus& status, double now) {
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const AgentSnapshot& node : status.nodes) {
+    nlohmann::json value = toJson(node);
+    value["stale"] = stale(node, now);
+    nodes.push_back(std::move(value));
+  }
+  nlohmann::json value{{"run_id", status.runId},
+                       {"state", ended(status) ? "ended" : "running"},
+                       {"round", round(status)},
+                       {"restarts", restarts(status)},
+                       {"max_restarts", maxRestarts(status)},
+                       {"nodes", std::move(nodes)},
+                       {"last_failure", nullptr}};
+  if (ended(status)) value["exit_code"] = outcomeCode(status);
+  if (const auto failure = lastFailure(status)) {
+    value["last_failure"] = toJson(*failure);
+    value["last_failure"]["reason"] = failureReason(*failure);
+  }
+  return value;
+}
+
+}  // namespace ddprun::launcher
