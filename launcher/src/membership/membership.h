@@ -46,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
@@ -54,6 +55,7 @@
 #include "membership/store_backend.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
+#include "core/wait_lines.h"
 
 namespace ddprun::launcher {
 
@@ -188,6 +190,11 @@ class Membership {
   // one per node rank (a restarted agent replaces its dead predecessor). Nothing while a joiner
   // has counted itself but not written its id yet.
   std::optional<std::vector<std::int64_t>> liveJoiners(int round);
+  // The host names in the node records of `ids` (shown: escaped), for the waiting lines.
+  std::vector<std::string> hostnames(const std::vector<std::int64_t>& ids);
+  // The exit barrier's waiting line (watch thread): which members of `round` have not counted
+  // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
+  void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
   // Tries to close `round`; true once it is closed (by anyone).
   bool maybeClose(int round, TimePoint& lastCallStart);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
@@ -245,6 +252,9 @@ class Membership {
   // Send time (now_'s, in its ticks) of the last renewal the store acknowledged; 0: none yet.
   std::atomic<TimePoint::rep> lastAckedSend_{0};
   std::atomic<int> fencedRound_{-1};
+  // The round this node counted itself done in (the exit barrier), and when (now_'s ticks).
+  std::atomic<int> doneRound_{-1};
+  std::atomic<TimePoint::rep> doneAt_{0};
   mutable std::mutex lostMutex_;
   std::string storeLostReason_;
 };
@@ -266,6 +276,17 @@ std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& 
 // "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
 // address group rank 0 advertised (`expectedHost`; "" = any).
 std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);
+
+// The waiting lines (core/wait_lines.h says when they are printed). While round `round` forms:
+// "waiting for 1 more node (1 of 2 joined: host-a), 590 s left of the join timeout", or once MIN
+// nodes are in (`lastCall`), how long the round waits for more; `left` is the time to the join
+// timeout or to the end of last_call_timeout. In the exit barrier, the members still at work
+// (group rank, host name): "waiting for node host-b (group rank 1) to finish, 280 s left".
+std::string joinWaitLine(int round, int minNodes, int maxNodes,
+                         const std::vector<std::string>& joinedHosts,
+                         std::chrono::milliseconds left, bool lastCall);
+std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
+                            std::chrono::milliseconds left);
 
 // The largest nproc a node record may claim (a typo or a forgery beyond it).
 inline constexpr int kMaxNprocPerNode = 1 << 16;

@@ -9,6 +9,8 @@
 //   ddprun/<run id>/current_round        the round the job is in
 //   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
 //   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
+//   ddprun/<run id>/round/<r>/finished/<id>  node <id> passed the exit barrier's count (who is
+//                                        still at work, for the waiting line)
 //
 // Thread safety: a plain value.
 #pragma once
@@ -48,6 +50,8 @@ class MembershipKeys {
   std::string master(int round) const;
   std::string stop(int round) const;
   std::string done(int round) const;
+  // Set by a node as it counts itself done: the exit barrier's waiting line names the others.
+  std::string finished(int round, std::int64_t id) const;
 
  private:
   std::string prefix_;
