@@ -479,6 +479,7 @@ bool Membership::takeSlot(int round) {
 std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   TimePoint lastCallStart{};
   TimePoint shortSince{};  // since when the known nodes are fewer than MIN
+  int reportedJoined = -1;
   WaitLines lines(now_());
   std::optional<Closed> record;
   while (!(record = closed(round))) {
@@ -512,7 +513,15 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
           "nodes joined; start the missing nodes or lower --nnodes",
           round, settings_.joinTimeout.count() / 1000.0, joined, config_.minNodes));
     }
-    // Who joined, as the store's records say; read only when a line is due.
+    if (joined != reportedJoined) {  // the log's record of each change (LOGLEVEL=INFO)
+      spdlog::info("rendezvous round {} of run '{}': {} node(s) joined, waiting for {}", round,
+                   shown(config_.runId), joined,
+                   joined < config_.minNodes ? fmt::format("at least {}", config_.minNodes)
+                                             : std::string("the round to close"));
+      reportedJoined = joined;
+    }
+    // What the user sees while it waits: who joined, as the store's records say (read only when
+    // a line is due), and the time left.
     if (live && lines.due(now_(), fmt::format("{}", fmt::join(*live, ",")))) {
       const bool lastCall = joined >= config_.minNodes;
       const auto left = lastCall && lastCallStart != TimePoint{}
