@@ -13,6 +13,12 @@
   late-dns-static  Trainer v2: PET_MASTER_ADDR=late-master.test, PET_NODE_RANK, static backend;
                    the name resolves on neither pod for ~3 s: node rank 0 listens on every
                    interface (as torchrun's store does) and says so, node rank 1 waits, saying so.
+  pytorchjob-master-localhost
+                   A PyTorchJob with a Master replica: training-operator writes
+                   PET_MASTER_ADDR=localhost into the master pod and the master's address into the
+                   worker pod; the master's store listens on every interface (as torchrun's does),
+                   so the worker reaches it through this host's network address (skipped, 77,
+                   where the host has none but loopback).
   late-node        A 2-node job whose second node starts 12 s late: the first says "waiting for 1
                    more node (1 of 2 joined: HOST)" with the time left, and in the exit barrier
                    (the second node's worker takes 3 s longer) "waiting for node HOST (group rank
@@ -159,6 +165,40 @@ def late_dns_static(args, work):
     print("static: node rank 0 listened everywhere, node rank 1 waited for the name, the job formed")
 
 
+def network_address():
+    """This host's first non-loopback IPv4 address, or None."""
+    done = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
+    for word in done.stdout.split():
+        if "." in word and not word.startswith("127."):
+            return word
+    return None
+
+
+def pytorchjob_master_localhost(args, work):
+    address = network_address()
+    if address is None:
+        print("SKIP: this host has no network address but loopback")
+        sys.exit(SKIP)
+    port = str(free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+    # Bounded: the static rendezvous' `timeout` instead of its 900 s.
+    common = {"PYTHONUNBUFFERED": "0", "MASTER_PORT": port, "WORLD_SIZE": "2",
+              "PET_MASTER_PORT": port, "PET_NNODES": "2", "PET_NPROC_PER_NODE": "1",
+              "PET_RDZV_CONF": "timeout=30"}
+    master = dict(env, **common, MASTER_ADDR="localhost", PET_MASTER_ADDR="localhost", RANK="0",
+                  PET_NODE_RANK="0")
+    worker = dict(env, **common, MASTER_ADDR=address, PET_MASTER_ADDR=address, RANK="1",
+                  PET_NODE_RANK="1")
+    procs = [subprocess.Popen([args.ddprun, "--no-python", "/bin/sh", "-c", WORKER], env=pod_env,
+                              cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for pod_env in (master, worker)]
+    results = finish(procs)
+    formed_once(results, 2)
+    expect("listening on all interfaces" in results[0][2],
+           "the master pod did not say it listens on every interface", results)
+    print(f"PyTorchJob: the worker pod reached the master pod's store (MASTER_ADDR=localhost) at {address}")
+
+
 def late_node(args, work):
     endpoint = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
@@ -191,4 +231,5 @@ def late_node(args, work):
 
 if __name__ == "__main__":
     scenario_main(__doc__, {"late-dns-c10d": late_dns_c10d, "late-dns-static": late_dns_static,
+                            "pytorchjob-master-localhost": pytorchjob_master_localhost,
                             "late-node": late_node}, prefix="ddprun-late-dns-test-")

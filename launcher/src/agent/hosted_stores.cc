@@ -128,8 +128,12 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
   // A multi-node job's endpoint named through loopback here: listen on every interface (as
   // torchrun always does) and advertise the name, which the other nodes resolve for themselves.
+  // Kubeflow's training-operator writes MASTER_ADDR=PET_MASTER_ADDR=localhost into a PyTorchJob's
+  // master pod (the worker pods get the master's service name): torchrun's store listens on every
+  // interface whatever it is given, so the workers reach it; so does this one.
+  const bool kubeflowMaster = staticHost && rdzv.host == "localhost";
   listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
-                      namesThisHostThroughLoopback(rdzv.host);
+                      (kubeflowMaster || namesThisHostThroughLoopback(rdzv.host));
   if (!mayHost) return store;
   rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : rdzv.host, rdzv.port);
   try {
