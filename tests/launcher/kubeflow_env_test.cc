@@ -3,7 +3,8 @@
 // command), and their bad values -> one UsageError line naming the variable (exit 2).
 //
 //   training-operator v1 PyTorchJob (pkg/controller.v1/pytorch/envvar.go, master.go, elastic.go):
-//     every pod: PYTHONUNBUFFERED=0; with a Master replica: MASTER_ADDR=<job>-master-0,
+//     every pod: PYTHONUNBUFFERED=0; with a Master replica: MASTER_ADDR=<job>-master-0 (some
+//     versions: localhost in the master pod itself, whose store then listens everywhere),
 //     MASTER_PORT, WORLD_SIZE (all replicas), RANK (master 0, worker i -> i+1), and the PET_
 //     values the operator derives from them (PET_MASTER_ADDR/PORT, PET_NNODES, PET_NODE_RANK,
 //     PET_NPROC_PER_NODE); with an elasticPolicy: PET_RDZV_ENDPOINT=<job>-worker-0:<port>,
@@ -165,6 +166,9 @@ TEST_CASE("the environments Kubeflow's operators give a pod -> the launch config
   const std::vector<Case> cases = {
       {"PyTorchJob master pod", pytorchJobPod(0),
        {RdzvBackend::kStatic, 2, 2, 0, "job-master-0", 23456, "none", 2}, 1},
+      {"PyTorchJob master pod, given localhost for itself (some training-operator versions)",
+       with(with(pytorchJobPod(0), "MASTER_ADDR", "localhost"), "PET_MASTER_ADDR", "localhost"),
+       {RdzvBackend::kStatic, 2, 2, 0, "localhost", 23456, "none", 2}, 0},
       {"PyTorchJob worker pod", pytorchJobPod(1),
        {RdzvBackend::kStatic, 2, 2, 1, "job-master-0", 23456, "none", 2}, 1},
       {"PyTorchJob elastic worker pod", elasticPod(),
