@@ -71,8 +71,9 @@ class BadInputError : public MembershipError {
   using MembershipError::MembershipError;
 };
 
-// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
-// store answers there: the endpoint given is wrong or its host is not up.
+// The rendezvous endpoint never answered within read_timeout, its host name never resolved within
+// the join timeout, or something that is not a ddprun store answers there: the endpoint given is
+// wrong or its host is not up.
 class EndpointError : public BadInputError {
  public:
   using BadInputError::BadInputError;
@@ -112,7 +113,10 @@ class Membership {
   Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
   ~Membership();
 
-  // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up),
+  // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up;
+  // for a host name that does not resolve yet, up to the join timeout, then `patience` again from
+  // when it resolved; saying what it waits for, core/wait_lines.h), fills in this node's address
+  // toward the store if it was unknown (empty),
   // checks, on a store that is this job's alone, that the store's active run is ours (a different
   // run id is refused, never merged), gets a node id, publishes this node and starts holding its
   // alive key. Throws EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
@@ -120,7 +124,8 @@ class Membership {
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
-  // job is in now), and blocks until it closes and its master is known. Throws MembershipError:
+  // job is in now), and blocks until it closes and its master is known, saying while it waits
+  // who joined and the time left (joinWaitLine). Throws MembershipError:
   // join_timeout passed, or fewer than MIN nodes are left after losses and none came within
   // last_call_timeout; StoreLostError when the store stops answering.
   Round join(int round);
@@ -136,7 +141,9 @@ class Membership {
   // Exit barrier: counts this node done in `round`; the last of `members` announces "done".
   // Nothing is written to a fenced or past round.
   void markDone(int round, int members);
-  // Blocks until round `round` stops and returns why (watch thread). Throws StoreLostError.
+  // Blocks until round `round` stops and returns why (watch thread); once this node counted itself
+  // done there (markDone), says which members are still at work (barrierWaitLine). Throws
+  // StoreLostError.
   StopReason waitForStop(int round);
 
   // Makes every blocking call give up soon with MembershipCancelled. Any thread.
