@@ -292,6 +292,7 @@ void TcpStore::connect(std::string_view context) {
   Backoff backoff(options_);
   std::string lastError;
   int lastSystemError = 0;
+  bool lastUnresolved = false;  // the last attempt failed to resolve the host name
   int closedAtOnce = 0;  // handshakes the peer closed without a byte
   int attempts = 0;
   const Opening opening = options_.tls      ? Opening::kTls
@@ -303,9 +304,11 @@ void TcpStore::connect(std::string_view context) {
     std::unique_ptr<ClientSocket> socket;
     try {
       socket = ClientSocket::connect(options_.host, options_.port, deadline);
+      lastUnresolved = false;
     } catch (const SocketError& error) {
       lastError = error.what();
       lastSystemError = error.systemError();
+      lastUnresolved = dynamic_cast<const detail::ResolveError*>(&error) != nullptr;
     }
     if (socket) {
       // What a store would have answered so far (`answered` bytes of socket->received()) and how
@@ -369,9 +372,11 @@ void TcpStore::connect(std::string_view context) {
       lastSystemError == ECONNREFUSED
           ? "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?"
           : "";
-  throw StoreConnectionError(fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
-                                         where(), context, waited.count(), attempts, lastError,
-                                         hint));
+  const std::string message = fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
+                                          where(), context, waited.count(), attempts, lastError,
+                                          hint);
+  if (lastUnresolved) throw StoreUnresolvedError(message);
+  throw StoreConnectionError(message);
 }
 
 // The keys are formatted only for a message (connecting, failing), not on every call.

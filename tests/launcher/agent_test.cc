@@ -323,7 +323,6 @@ TEST_CASE("bad input is one line naming the fix, exit code 2, and nothing starte
       {"--rdzv-backend", "zookeeper", "--no-python", kReport},
       {"--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "127.0.0.1:2379:1", "--no-python", kReport},
       {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:99999", "--no-python", kReport},
-      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", "--no-python", kReport},
       {"--nproc", "2", "--no-python", kReport},
       {"--nproc-per-node", "0", "--no-python", kReport},
       {"--standalone", "--nnodes", "2", "--no-python", kReport},
@@ -355,6 +354,24 @@ TEST_CASE("bad input is one line naming the fix, exit code 2, and nothing starte
   CHECK(std::none_of(marks.begin(), marks.end(), [](const fs::path& p) {
     return p.filename().string().starts_with("ran.");
   }));
+}
+
+TEST_CASE("a store host name that never resolves is waited for up to the join timeout, then one "
+          "error line, exit code 2", "[agent]") {
+  // Not refused up front: a Kubernetes service name appears seconds after its pod (#21).
+  TempDir dir;
+  Subprocess job(ddprunCommand({"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400",
+                                "--rdzv-conf", "join_timeout=3,read_timeout=1", "--no-python", kReport,
+                                "--touch", dir.path}));
+  REQUIRE(exitsWith(job, 2, 30s));
+  INFO(job.errors());
+  CHECK_THAT(job.errors(), Catch::Contains("host 'no-such-host.invalid' in --rdzv-endpoint does not resolve yet"));
+  CHECK_THAT(job.errors(), Catch::Contains("waiting for the rendezvous store at no-such-host.invalid:29400: "
+                                           "name not resolved yet"));
+  CHECK(countLines(job.errors(), "^ddprun: error: ") == 1);
+  CHECK_THAT(job.errors(), Catch::Contains("did not resolve within the join timeout (3 s)"));
+  CHECK(job.output().empty());
+  CHECK(fs::is_empty(dir.path));  // nothing ran
 }
 
 TEST_CASE("a static rank 0 whose port is taken says so and exits 2", "[agent]") {

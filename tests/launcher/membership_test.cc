@@ -56,6 +56,7 @@ std::vector<LabelledKey> labelledKeys(const std::string& runId, int upTo) {
       all.push_back({key, i});
     }
     for (int slot = 1; slot <= upTo; ++slot) all.push_back({keys.member(i, slot), i});
+    for (int id = 0; id <= upTo; ++id) all.push_back({keys.finished(i, id), i});
   }
   return all;
 }
@@ -87,6 +88,7 @@ TEST_CASE("every membership key has its exact wire string", "[membership_keys]")
   CHECK(keys.master(12) == "ddprun/job-7/round/12/master");
   CHECK(keys.stop(12) == "ddprun/job-7/round/12/stop");
   CHECK(keys.done(12) == "ddprun/job-7/round/12/done");
+  CHECK(keys.finished(12, 3) == "ddprun/job-7/round/12/finished/3");
   // Node ids are 64-bit counters.
   CHECK(keys.node(INT64_MAX) == "ddprun/job-7/node/9223372036854775807");
 }
@@ -175,7 +177,8 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
                                       relative(keys.master(9002)),
                                       relative(keys.stop(9002)),
                                       relative(keys.done(9002)),
-                                      relative(keys.status(9001))};
+                                      relative(keys.status(9001)),
+                                      relative(keys.finished(9002, 9001))};
   CHECK(documentedKeys() == code);
 }
 
@@ -211,7 +214,8 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   const std::set<std::string> written(listed.begin(), listed.end());
   CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
                                          keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
-                                         keys.closed(0), keys.master(0), keys.stop(0), keys.done(0)});
+                                         keys.closed(0), keys.master(0), keys.stop(0), keys.done(0),
+                                         keys.finished(0, self)});
   CHECK(store.get(kActiveRunKey) == config.runId);
   CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
   CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");

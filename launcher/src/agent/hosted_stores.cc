@@ -126,31 +126,50 @@ rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config)
   const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
   // A multi-node job's endpoint named through loopback here: listen on every interface (as
   // torchrun always does) and advertise the name, which the other nodes resolve for themselves.
+  // Kubeflow's training-operator writes MASTER_ADDR=PET_MASTER_ADDR=localhost into a PyTorchJob's
+  // master pod (the worker pods get the master's service name): torchrun's store listens on every
+  // interface whatever it is given, so the workers reach it; so does this one.
+  const bool kubeflowMaster = staticHost && rdzv.host == "localhost";
   listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
-                      namesThisHostThroughLoopback(rdzv.host);
+                      (kubeflowMaster || namesThisHostThroughLoopback(rdzv.host));
   if (!mayHost) return store;
-  const rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : rdzv.host, rdzv.port);
+  rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : rdzv.host, rdzv.port);
   try {
     rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
     rendezvous_->start();
   } catch (const rendezvous::ServerError& error) {
-    // c10d: the endpoint is served already (another agent of this job, or ddprun-rendezvous),
-    // or it is another host's address: be a client.
-    const bool someoneElses = error.code() == rendezvous::ServerError::Code::kAddressInUse ||
-                              error.code() == rendezvous::ServerError::Code::kAddressNotAvailable;
-    // A port ddprun chose (Slurm's): the user did not type it, so the line names where it came
-    // from and the one setting that changes it.
-    if (mustHost && error.code() == rendezvous::ServerError::Code::kAddressInUse &&
-        !rdzv.endpointSource.empty()) {
-      throw rendezvous::ServerError(
-          fmt::format("cannot host the rendezvous store on {}:{}: the port is taken ({} {})",
-                      common::printable(rdzv.host), rdzv.port, rdzv.port, rdzv.endpointSource),
-          error.code());
+    // A store host name that does not resolve yet (a Kubernetes service name appears seconds
+    // after its pod): a node that must host listens on every interface, as torchrun's store
+    // always does, and advertises the name; one that only may host is not that host, yet.
+    const bool unresolved = error.code() == rendezvous::ServerError::Code::kUnresolvedHost;
+    if (unresolved && mustHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty()) {
+      spdlog::warn("the rendezvous host name {} does not resolve here yet: listening on all "
+                   "interfaces for the other nodes, which reach it once the name resolves",
+                   rdzv.host);
+      listenEverywhere_ = true;
+      options = serverOptions("0.0.0.0", rdzv.port);
+      rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
+      rendezvous_->start();
+    } else {
+      // A port ddprun chose (Slurm's): the user did not type it, so the line names where it came
+      // from and the one setting that changes it.
+      if (mustHost && error.code() == rendezvous::ServerError::Code::kAddressInUse &&
+          !rdzv.endpointSource.empty()) {
+        throw rendezvous::ServerError(
+            fmt::format("cannot host the rendezvous store on {}:{}: the port is taken ({} {})",
+                        common::printable(rdzv.host), rdzv.port, rdzv.port, rdzv.endpointSource),
+            error.code());
+      }
+      // c10d: the endpoint is served already (another agent of this job, or ddprun-rendezvous),
+      // or it is another host's address: be a client.
+      const bool someoneElses = error.code() == rendezvous::ServerError::Code::kAddressInUse ||
+                                error.code() == rendezvous::ServerError::Code::kAddressNotAvailable ||
+                                unresolved;
+      if (mustHost || !someoneElses) throw;
+      rendezvous_.reset();
+      listenEverywhere_ = false;
+      return store;
     }
-    if (mustHost || !someoneElses) throw;
-    rendezvous_.reset();
-    listenEverywhere_ = false;
-    return store;
   }
   store.port = rendezvous_->port();
   if (listenEverywhere_) {
@@ -170,7 +189,9 @@ std::string HostedStores::advertisedAddress(const LaunchConfig& config) const {
   if (!rdzv.localAddr.empty()) return rdzv.localAddr;
   if (rdzv.standalone) return "127.0.0.1";
   if (listenEverywhere_) return rdzv.host;
-  return common::localAddressToward(rdzv.host, rdzv.port).value_or("127.0.0.1");
+  // Empty while the store's host name does not resolve yet: Membership::open asks the store
+  // backend once it reaches the store (StoreBackend::addressTowardStore).
+  return common::localAddressToward(rdzv.host, rdzv.port).value_or("");
 }
 
 }  // namespace ddprun::launcher

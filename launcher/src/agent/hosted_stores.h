@@ -46,7 +46,8 @@ class HostedStores final : public WorkerStoreHost {
   // Throws what the relay or the server throws when this agent must host it and cannot (the
   // wiring reports it as a start-up error).
   rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config);
-  // Where the other nodes reach this one (MASTER_ADDR if rank 0).
+  // Where the other nodes reach this one (MASTER_ADDR if rank 0); empty while the store's host
+  // name does not resolve yet (Membership::open then asks once the store answers).
   std::string advertisedAddress(const LaunchConfig& config) const;
   bool hostsRendezvous() const { return rendezvous_ != nullptr; }
 

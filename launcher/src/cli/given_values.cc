@@ -134,6 +134,14 @@ void addEnvironmentFallbacks(SplitArguments& split, const Environment& environme
       split.options.emplace(spec.name, GivenValue{&spec, *value, variable, true});
     }
   }
+  // Kubeflow's training-operator up to v1.5 wrote elasticPolicy.nProcPerNode as
+  // PET_N_PROC_PER_NODE, a name torchrun never reads (its pods then ran one worker each); later
+  // versions write PET_NPROC_PER_NODE, which wins when both are set.
+  const std::string* legacy = lookup(environment, "PET_N_PROC_PER_NODE");
+  if (legacy != nullptr && !split.options.contains("nproc-per-node")) {
+    split.options.emplace("nproc-per-node",
+                          GivenValue{&longOption("--nproc-per-node"), *legacy, "PET_N_PROC_PER_NODE", true});
+  }
 }
 
 }  // namespace ddprun::launcher::cli_detail

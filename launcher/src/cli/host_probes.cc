@@ -93,7 +93,10 @@ int visibleIntelGpuCount(const Environment& environment) {
   return count;
 }
 
-void checkResolvable(std::string_view host, const GivenValue& source) {
+namespace {
+
+// getaddrinfo's status for `host`: an address literal without a lookup, else the name's.
+int resolveStatus(std::string_view host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -106,11 +109,28 @@ void checkResolvable(std::string_view host, const GivenValue& source) {
     status = ::getaddrinfo(name.c_str(), nullptr, &hints, &result);
   }
   if (result != nullptr) ::freeaddrinfo(result);
-  if (status != 0) {
+  return status;
+}
+
+}  // namespace
+
+bool resolvesNow(std::string_view host) { return resolveStatus(host) == 0; }
+
+void checkResolvable(std::string_view host, const GivenValue& source) {
+  if (const int status = resolveStatus(host); status != 0) {
     throw UsageError(
         fmt::format("cannot resolve host {} in {} ({}); check the name or give an IP address",
                     quote(host), printable(source.origin), ::gai_strerror(status)));
   }
+}
+
+void warnIfUnresolved(std::string_view host, const GivenValue& source,
+                      std::vector<std::string>& warnings) {
+  if (resolvesNow(host)) return;
+  warnings.push_back(fmt::format(
+      "host {} in {} does not resolve yet; the agent waits for it up to the join timeout (a "
+      "Kubernetes service name appears seconds after its pod): check the name if it never does",
+      quote(host), printable(source.origin)));
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/given_values.h"
 #include "cli/helpers.h"
@@ -33,9 +34,16 @@ int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisi
 // narrows them down the way Level Zero does (approximately: one entry per device).
 int visibleIntelGpuCount(const Environment& environment);
 
+// Whether `host` is an address literal or a name that resolves now.
+bool resolvesNow(std::string_view host);
 // Numeric addresses are accepted without a lookup; names must resolve now. Throws UsageError
 // naming `source`.
 void checkResolvable(std::string_view host, const GivenValue& source);
+// The rendezvous store's host (c10d endpoint, static master): a name that does not resolve yet is
+// a warning, not an error, since the agent waits for it (Membership::open); a Kubernetes pod's
+// service name appears seconds after the pod. Said up front so that a typo is seen at once.
+void warnIfUnresolved(std::string_view host, const GivenValue& source,
+                      std::vector<std::string>& warnings);
 
 // --log-dir: need not exist (the agent creates it), but must be creatable. Throws UsageError.
 void checkLogDir(const GivenValue& given);

@@ -133,7 +133,7 @@ void resolveC10dEndpoint(const Arguments& arguments, const GivenValue* endpoint,
   RendezvousConfig& rdzv = result.config.rdzv;
   if (endpoint != nullptr) {
     const HostPort parsed = parseEndpoint(*endpoint);
-    checkResolvable(parsed.host, *endpoint);
+    warnIfUnresolved(parsed.host, *endpoint, result.warnings);
     rdzv.host = parsed.host;
     rdzv.port = parsed.port.value_or(kDefaultC10dPort);
     return;
@@ -188,7 +188,7 @@ void resolveStaticEndpoint(const Arguments& arguments, const GivenValue* endpoin
   checkStaticNodes(arguments, result, port);
   if (endpoint != nullptr) {
     const HostPort parsed = parseEndpoint(*endpoint);
-    checkResolvable(parsed.host, *endpoint);
+    warnIfUnresolved(parsed.host, *endpoint, result.warnings);
     rdzv.host = parsed.host;
     rdzv.port = parsed.port.value_or(port);
     return;
@@ -198,7 +198,7 @@ void resolveStaticEndpoint(const Arguments& arguments, const GivenValue* endpoin
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  checkResolvable(host, master);
+  warnIfUnresolved(host, master, result.warnings);
   rdzv.host = host;
   rdzv.port = port;
 }

@@ -7,10 +7,12 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "core/shown_text.h"
+#include "core/wait_lines.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
@@ -135,9 +137,18 @@ void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
   // The first connection waits for the store to come up (the node hosting it may start later, as
   // with torchrun): up to read_timeout, or with the static backend the whole join timeout (its
   // `timeout`, as torchrun's TCPStore client waits for the master); the others follow at once.
+  // A store host name that does not resolve yet (a Kubernetes pod's service name appears up to
+  // ~30 s after the pod) is waited for up to the join timeout, and the store behind it then gets
+  // its patience again from the moment the name resolved.
   const auto patience = patienceGiven.value_or(
       config_.backend == RdzvBackend::kStatic ? settings_.joinTimeout : settings_.readTimeout);
+  const auto namePatience = std::max<std::chrono::milliseconds>(patience, settings_.joinTimeout);
   const auto start = now_();
+  std::optional<TimePoint> resolvedAt;  // the first attempt that got past name resolution
+  WaitLines lines(start);
+  const auto seconds = [](auto duration) {
+    return std::chrono::duration_cast<std::chrono::seconds>(duration).count();
+  };
   for (;;) {
     try {
       control_ = backend_.connect(settings_.readTimeout, kConnectAttempt);
@@ -145,18 +156,39 @@ void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
     } catch (const rendezvous::StoreAuthError& error) {
       throw EndpointError(error.what());
     } catch (const rendezvous::StoreHandshakeError& error) {
-      // Something answered but is not a ddprun store: no point in waiting for it.
+      // Something answers but is not a ddprun store: no point in waiting for it.
       throw EndpointError(fmt::format("{}; check --rdzv-endpoint", error.what()));
+    } catch (const rendezvous::StoreUnresolvedError& error) {
+      if (cancelled_) throw MembershipCancelled();
+      const auto waited = now_() - start;
+      if (waited > namePatience) {
+        throw EndpointError(fmt::format(
+            "the rendezvous store's host name in {} did not resolve within the join timeout ({} s): "
+            "{}; check the name in --rdzv-endpoint (or --master-addr) and this host's DNS",
+            backend_.address(), namePatience.count() / 1000.0, error.what()));
+      }
+      if (lines.due(now_(), "unresolved")) {
+        spdlog::warn("waiting for the rendezvous store at {}: name not resolved yet ({} s of {} s)",
+                     backend_.address(), seconds(waited), seconds(namePatience));
+      }
     } catch (const rendezvous::StoreConnectionError& error) {
       if (cancelled_) throw MembershipCancelled();
-      if (now_() - start > patience) {
+      if (!resolvedAt) resolvedAt = now_();
+      const auto waited = now_() - *resolvedAt;
+      if (waited > patience) {
         throw EndpointError(fmt::format(
             "cannot reach the rendezvous store at {} within {} ({} s): {}; {}", backend_.address(),
             config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout",
             patience.count() / 1000.0, error.what(), backend_.unreachableFix()));
       }
+      if (lines.due(now_(), "no answer")) {
+        spdlog::warn("waiting for the rendezvous store at {}: no answer yet ({} s of {} s)",
+                     backend_.address(), seconds(waited), seconds(patience));
+      }
     }
   }
+  // A node whose address toward the store was unknown at start (the name did not resolve then).
+  if (self_.address.empty()) self_.address = backend_.addressTowardStore();
   // The watch and heartbeat connections must notice a silent store quickly (a cut network
   // sends nothing): their calls time out as fast as a hold lapses, or after heartbeat_timeout.
   const auto quick = settings_.heartbeatTimeout.value_or(std::max(settings_.holdTimeToLive(), 1000ms));
@@ -448,6 +480,7 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   TimePoint lastCallStart{};
   TimePoint shortSince{};  // since when the known nodes are fewer than MIN
   int reportedJoined = -1;
+  WaitLines lines(now_());
   std::optional<Closed> record;
   while (!(record = closed(round))) {
     throwIfStopped();
@@ -480,12 +513,23 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
           "nodes joined; start the missing nodes or lower --nnodes",
           round, settings_.joinTimeout.count() / 1000.0, joined, config_.minNodes));
     }
-    if (joined != reportedJoined) {
+    if (joined != reportedJoined) {  // the log's record of each change (LOGLEVEL=INFO)
       spdlog::info("rendezvous round {} of run '{}': {} node(s) joined, waiting for {}", round,
                    shown(config_.runId), joined,
                    joined < config_.minNodes ? fmt::format("at least {}", config_.minNodes)
                                              : std::string("the round to close"));
       reportedJoined = joined;
+    }
+    // What the user sees while it waits: who joined, as the store's records say (read only when
+    // a line is due), and the time left.
+    if (live && lines.due(now_(), fmt::format("{}", fmt::join(*live, ",")))) {
+      const bool lastCall = joined >= config_.minNodes;
+      const auto left = lastCall && lastCallStart != TimePoint{}
+                            ? settings_.lastCallTimeout - (now_() - lastCallStart)
+                            : deadline - now_();
+      spdlog::warn("{}", joinWaitLine(round, config_.minNodes, config_.maxNodes, hostnames(*live),
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(left),
+                                      lastCall));
     }
     try {
       control().wait({keys_.closed(round)}, kJoinPollInterval);
@@ -687,7 +731,42 @@ StopReason Membership::writeStop(int round, const StopReason& stop) {
 
 void Membership::markDone(int round, int members) {
   if (!mayWriteRound(control(), round, "the exit barrier's count")) return;
+  doneAt_.store(now_().time_since_epoch().count());
+  doneRound_.store(round);
+  control().set(keys_.finished(round, self_.id), "1");
   if (control().add(keys_.done(round), 1) >= members) announce(round, StopReason::done());
+}
+
+std::vector<std::string> Membership::hostnames(const std::vector<std::int64_t>& ids) {
+  std::vector<std::string> nodeKeys;
+  for (std::int64_t id : ids) nodeKeys.push_back(keys_.node(id));
+  std::vector<std::string> names;
+  for (const std::string& record : control().multiGet(nodeKeys)) {
+    const auto node = nodeFromJsonText(record);
+    names.push_back(node ? shown(node->hostname) : std::string("(unreadable record)"));
+  }
+  return names;
+}
+
+void Membership::sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount) {
+  const int count = static_cast<int>(watch_->add(keys_.done(round), 0));
+  std::vector<NodeInfo> members;
+  {
+    std::lock_guard lock(heartbeatMutex_);
+    if (heartbeatRound_ != round) return;
+    members = roundMembers_;
+  }
+  lastCount = count;
+  if (!lines.due(now_(), std::to_string(count))) return;  // at once when a node finishes
+  std::vector<std::pair<int, std::string>> atWork;  // group rank, host name
+  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+    if (watch_->check({keys_.finished(round, members[rank].id)})) continue;
+    atWork.emplace_back(static_cast<int>(rank), shown(members[rank].hostname));
+  }
+  if (atWork.empty()) return;
+  const auto doneAt = TimePoint(TimePoint::duration(doneAt_.load()));
+  const auto left = settings_.exitBarrierTimeout - (now_() - doneAt);
+  spdlog::warn("{}", barrierWaitLine(atWork, std::chrono::duration_cast<std::chrono::milliseconds>(left)));
 }
 
 void Membership::reportMembersLostEarly(int round) {
@@ -711,6 +790,9 @@ void Membership::reportMembersLostEarly(int round) {
 StopReason Membership::waitForStop(int round) {
   const std::string stopKey = keys_.stop(round);
   bool checkedMembers = false;
+  std::optional<WaitLines> barrierLines;  // from when this node counted itself done
+  int finishedCount = -1;
+  TimePoint lastCountRead{};
   std::optional<std::chrono::steady_clock::time_point> troubleSince;
   for (;;) {
     try {
@@ -739,6 +821,12 @@ StopReason Membership::waitForStop(int round) {
       if (!checkedMembers) {
         checkedMembers = true;
         reportMembersLostEarly(round);
+      }
+      // In the exit barrier: who is still at work, read at most once a second.
+      if (doneRound_.load() == round && now_() - lastCountRead >= kQuietStart) {
+        lastCountRead = now_();
+        if (!barrierLines) barrierLines.emplace(TimePoint(TimePoint::duration(doneAt_.load())));
+        sayWhoIsAtWork(round, *barrierLines, finishedCount);
       }
     }
   }
@@ -780,6 +868,35 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   } catch (const std::exception& error) {
     spdlog::debug("leaving the rendezvous: {}", error.what());
   }
+}
+
+std::string joinWaitLine(int round, int minNodes, int maxNodes,
+                         const std::vector<std::string>& joinedHosts,
+                         std::chrono::milliseconds left, bool lastCall) {
+  const int joined = static_cast<int>(joinedHosts.size());
+  const long seconds = std::max<long>(0, std::chrono::duration_cast<std::chrono::seconds>(left).count());
+  const std::string names = fmt::format("{}", fmt::join(joinedHosts, ", "));
+  if (lastCall) {
+    return fmt::format("rendezvous round {}: {} of at most {} nodes joined ({}); waiting {} s more "
+                       "(last_call_timeout) for others before it closes",
+                       round, joined, maxNodes, names, seconds);
+  }
+  const int missing = minNodes - joined;
+  return fmt::format("waiting for {} more node{} ({} of {}{} joined: {}), {} s left of the join "
+                     "timeout",
+                     missing, missing == 1 ? "" : "s", joined, minNodes == maxNodes ? "" : "at least ",
+                     minNodes, names, seconds);
+}
+
+std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
+                            std::chrono::milliseconds left) {
+  std::vector<std::string> nodes;
+  for (const auto& [rank, host] : atWork) nodes.push_back(fmt::format("{} (group rank {})", host, rank));
+  const long seconds = std::chrono::duration_cast<std::chrono::seconds>(left).count();
+  const std::string time = seconds > 0 ? fmt::format("{} s left", seconds)
+                                       : std::string("the exit barrier's timeout has passed");
+  return fmt::format("waiting for node{} {} to finish, {}", atWork.size() == 1 ? "" : "s",
+                     fmt::join(nodes, ", "), time);
 }
 
 }  // namespace ddprun::launcher

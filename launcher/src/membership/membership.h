@@ -46,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddprun/launcher/launch_config.h"
@@ -54,6 +55,7 @@
 #include "membership/store_backend.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
+#include "core/wait_lines.h"
 
 namespace ddprun::launcher {
 
@@ -69,8 +71,9 @@ class BadInputError : public MembershipError {
   using MembershipError::MembershipError;
 };
 
-// The rendezvous endpoint never answered within read_timeout, or something that is not a ddprun
-// store answers there: the endpoint given is wrong or its host is not up.
+// The rendezvous endpoint never answered within read_timeout, its host name never resolved within
+// the join timeout, or something that is not a ddprun store answers there: the endpoint given is
+// wrong or its host is not up.
 class EndpointError : public BadInputError {
  public:
   using BadInputError::BadInputError;
@@ -110,7 +113,10 @@ class Membership {
   Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
   ~Membership();
 
-  // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up),
+  // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up;
+  // for a host name that does not resolve yet, up to the join timeout, then `patience` again from
+  // when it resolved; saying what it waits for, core/wait_lines.h), fills in this node's address
+  // toward the store if it was unknown (empty),
   // checks, on a store that is this job's alone, that the store's active run is ours (a different
   // run id is refused, never merged), gets a node id, publishes this node and starts holding its
   // alive key. Throws EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
@@ -118,7 +124,8 @@ class Membership {
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
-  // job is in now), and blocks until it closes and its master is known. Throws MembershipError:
+  // job is in now), and blocks until it closes and its master is known, saying while it waits
+  // who joined and the time left (joinWaitLine). Throws MembershipError:
   // join_timeout passed, or fewer than MIN nodes are left after losses and none came within
   // last_call_timeout; StoreLostError when the store stops answering.
   Round join(int round);
@@ -134,7 +141,9 @@ class Membership {
   // Exit barrier: counts this node done in `round`; the last of `members` announces "done".
   // Nothing is written to a fenced or past round.
   void markDone(int round, int members);
-  // Blocks until round `round` stops and returns why (watch thread). Throws StoreLostError.
+  // Blocks until round `round` stops and returns why (watch thread); once this node counted itself
+  // done there (markDone), says which members are still at work (barrierWaitLine). Throws
+  // StoreLostError.
   StopReason waitForStop(int round);
 
   // Makes every blocking call give up soon with MembershipCancelled. Any thread.
@@ -188,6 +197,11 @@ class Membership {
   // one per node rank (a restarted agent replaces its dead predecessor). Nothing while a joiner
   // has counted itself but not written its id yet.
   std::optional<std::vector<std::int64_t>> liveJoiners(int round);
+  // The host names in the node records of `ids` (shown: escaped), for the waiting lines.
+  std::vector<std::string> hostnames(const std::vector<std::int64_t>& ids);
+  // The exit barrier's waiting line (watch thread): which members of `round` have not counted
+  // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
+  void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
   // Tries to close `round`; true once it is closed (by anyone).
   bool maybeClose(int round, TimePoint& lastCallStart);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
@@ -245,6 +259,9 @@ class Membership {
   // Send time (now_'s, in its ticks) of the last renewal the store acknowledged; 0: none yet.
   std::atomic<TimePoint::rep> lastAckedSend_{0};
   std::atomic<int> fencedRound_{-1};
+  // The round this node counted itself done in (the exit barrier), and when (now_'s ticks).
+  std::atomic<int> doneRound_{-1};
+  std::atomic<TimePoint::rep> doneAt_{0};
   mutable std::mutex lostMutex_;
   std::string storeLostReason_;
 };
@@ -266,6 +283,17 @@ std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& 
 // "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
 // address group rank 0 advertised (`expectedHost`; "" = any).
 std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);
+
+// The waiting lines (core/wait_lines.h says when they are printed). While round `round` forms:
+// "waiting for 1 more node (1 of 2 joined: host-a), 590 s left of the join timeout", or once MIN
+// nodes are in (`lastCall`), how long the round waits for more; `left` is the time to the join
+// timeout or to the end of last_call_timeout. In the exit barrier, the members still at work
+// (group rank, host name): "waiting for node host-b (group rank 1) to finish, 280 s left".
+std::string joinWaitLine(int round, int minNodes, int maxNodes,
+                         const std::vector<std::string>& joinedHosts,
+                         std::chrono::milliseconds left, bool lastCall);
+std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
+                            std::chrono::milliseconds left);
 
 // The largest nproc a node record may claim (a typo or a forgery beyond it).
 inline constexpr int kMaxNprocPerNode = 1 << 16;

@@ -32,6 +32,9 @@ std::string MembershipKeys::master(int round) const { return roundPrefix(round) 
 std::string MembershipKeys::stop(int round) const { return roundPrefix(round) + "stop"; }
 
 std::string MembershipKeys::done(int round) const { return roundPrefix(round) + "done"; }
+std::string MembershipKeys::finished(int round, std::int64_t id) const {
+  return roundPrefix(round) + "finished/" + std::to_string(id);
+}
 
 std::string MembershipKeys::status(std::int64_t id) const { return fmt::format("{}{}", statusPrefix(), id); }
 

@@ -10,6 +10,8 @@
 //   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
 //   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
 //   ddprun/<run id>/status/<id>          the node's AgentSnapshot (`ddprun status` reads them)
+//   ddprun/<run id>/round/<r>/finished/<id>  node <id> passed the exit barrier's count (who is
+//                                        still at work, for the waiting line)
 //
 // Thread safety: a plain value.
 #pragma once
@@ -53,6 +55,8 @@ class MembershipKeys {
   // with: `ddprun status` lists them, reading nothing else of the run.
   std::string status(std::int64_t id) const;
   std::string statusPrefix() const;
+  // Set by a node as it counts itself done: the exit barrier's waiting line names the others.
+  std::string finished(int round, std::int64_t id) const;
 
  private:
   std::string prefix_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/common/local_address.h"
 #include "membership/membership_keys.h"
 
 namespace ddprun::launcher {
@@ -28,6 +29,10 @@ void TcpStoreBackend::clearWorkerKeys() {
 
 std::string TcpStoreBackend::address() const {
   return fmt::format("{}:{}", options_.host, options_.port);
+}
+
+std::string TcpStoreBackend::addressTowardStore() const {
+  return common::localAddressToward(options_.host, options_.port).value_or("127.0.0.1");
 }
 
 std::unique_ptr<rendezvous::HoldingStore> InProcessStoreBackend::connect(std::chrono::milliseconds callTimeout,

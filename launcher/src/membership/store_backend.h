@@ -74,6 +74,9 @@ class StoreBackend {
     return "start the agent that hosts it (or ddprun-rendezvous) first, or check --rdzv-endpoint";
   }
   virtual StoreTenancy tenancy() const = 0;
+  // This host's address toward the store, once it answers: what a node advertises when its
+  // address could not be worked out at start (the store's name did not resolve yet).
+  virtual std::string addressTowardStore() const { return "127.0.0.1"; }
   // The static backend's extras, or nullptr where this store has none (Membership refuses a
   // static job on such a backend).
   virtual StaticStoreFacet* staticFacet() { return nullptr; }
@@ -85,6 +88,7 @@ class TcpStoreBackend final : public StoreBackend, public StaticStoreFacet {
   std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
                                                     std::chrono::milliseconds connectTimeout) override;
   std::string address() const override;
+  std::string addressTowardStore() const override;
   // A ddprun store serves one job at a time: an agent-hosted one belongs to its job, and a
   // ddprun-rendezvous daemon takes the next job once the last one's agents have left.
   StoreTenancy tenancy() const override { return StoreTenancy::kOneJob; }

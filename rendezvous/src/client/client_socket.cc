@@ -78,7 +78,7 @@ std::unique_ptr<ClientSocket> ClientSocket::connect(const std::string& host, std
     rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &addresses);
   }
   if (rc != 0) {
-    throw SocketError(fmt::format("cannot resolve host '{}': {}", host, ::gai_strerror(rc)));
+    throw ResolveError(fmt::format("cannot resolve host '{}': {}", host, ::gai_strerror(rc)));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(addresses, &::freeaddrinfo);
   int error = 0;

@@ -36,6 +36,11 @@ class SocketError : public std::runtime_error {
  private:
   int systemError_;
 };
+// The host name did not resolve (getaddrinfo failed): TcpStore tells it apart by this type.
+class ResolveError : public SocketError {
+ public:
+  using SocketError::SocketError;
+};
 // The TLS handshake failed: retrying will not help, the store or the job's TLS files must change.
 class TlsHandshakeError : public SocketError {
  public:

@@ -169,7 +169,8 @@ class RendezvousServer::Impl {
                                     tcp::resolver::passive | tcp::resolver::numeric_service, error);
     if (error || results.empty()) {
       throw ServerError(fmt::format("cannot listen on {}: cannot resolve host '{}' ({})", where,
-                                    options_.host, error ? error.message() : "no address"));
+                                    options_.host, error ? error.message() : "no address"),
+                        ServerError::Code::kUnresolvedHost);
     }
     const tcp::endpoint endpoint = results.begin()->endpoint();
     acceptor_.open(endpoint.protocol(), error);

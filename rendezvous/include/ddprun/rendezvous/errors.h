@@ -26,6 +26,14 @@ class StoreConnectionError : public StoreError {
   using StoreError::StoreError;
 };
 
+// The store's host name did not resolve on the last attempt: a name that may still appear (a
+// Kubernetes pod's service name comes up to ~30 s after the pod), so a caller may wait for it
+// longer than for a store that is merely not up yet. An address literal never gives this.
+class StoreUnresolvedError : public StoreConnectionError {
+ public:
+  using StoreConnectionError::StoreConnectionError;
+};
+
 // Something answers at the address but fails the store's handshake: waiting or retrying will not
 // help, the address (or the client's token or TLS files) must change. peer() says what answers,
 // as far as the handshake and a few probes on fresh connections tell (docs/errors.md), so that a

@@ -88,6 +88,7 @@ class ServerError : public std::runtime_error {
     kOther,
     kAddressInUse,         // something listens on the address already
     kAddressNotAvailable,  // no interface of this host has the address
+    kUnresolvedHost,       // the host name does not resolve (yet: a late DNS name)
   };
   explicit ServerError(const std::string& message, Code code = Code::kOther)
       : std::runtime_error(message), code_(code) {}
