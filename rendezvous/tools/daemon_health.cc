@@ -35,6 +35,7 @@ HealthReport DaemonHealth::report() const {
                             {"refused", stats.refused},
                             {"protocol_errors", stats.protocolErrors},
                             {"refused_handshakes", stats.refusedHandshakes},
+                            {"keys", stats.keys},
                             {"stored_bytes", stats.storedBytes},
                             {"pending_reply_bytes", stats.pendingReplyBytes}};
   return HealthReport{serving, body.dump()};

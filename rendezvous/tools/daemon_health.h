@@ -6,7 +6,7 @@
 // 200 while the store serves, 503 once drain() says it is shutting down; the body is JSON:
 // {"service": "ddprun-rendezvous", "version", "state": "serving"|"draining", "healthy",
 //  "address", "uptime_s", "connections", "accepted", "refused", "protocol_errors",
-//  "refused_handshakes", "stored_bytes", "pending_reply_bytes"}.
+//  "refused_handshakes", "keys", "stored_bytes", "pending_reply_bytes"}.
 //
 // Thread safety: drain() from any thread; construct and destroy on one.
 #pragma once

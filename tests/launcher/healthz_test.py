@@ -100,9 +100,12 @@ def agent(args, deadline):
         address = health_address(job, deadline)
         check(address.startswith("127.0.0.1:"), f"/healthz listens on loopback by default ({address})", [job])
 
+        # Both workers running and each past its first progress report: --hang-timeout watches a
+        # worker only once it has reported, so the hang must come after that.
         def running(answer):
             return (answer and answer[0] == 200 and answer[1]["state"] == "running"
-                    and len(answer[1]["workers"]) == 2)
+                    and len(answer[1]["workers"]) == 2
+                    and all("last_heartbeat" in worker for worker in answer[1]["workers"]))
         status, body = poll(address, running, deadline, 30, [job])
         check(body["healthy"] is True and body["agent_pid"] == job.pid, f"a healthy snapshot of this agent: {body}",
               [job])
@@ -183,7 +186,8 @@ def daemon(args, deadline):
         finally:
             client.close()
         check(body["state"] == "serving" and body["healthy"] is True and body["address"] == store
-              and "version" in body and body["uptime_s"] >= 0, f"the daemon's state: {body}", [job])
+              and "version" in body and body["uptime_s"] >= 0 and body["keys"] == 0,
+              f"the daemon's state: {body}", [job])
         print(f"daemon: 200 {body}")
         job.signal(signal.SIGTERM)
         answer = poll(address, lambda a: a is None or a[0] == 503, deadline, 20, [job])
