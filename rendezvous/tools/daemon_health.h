@@ -26,7 +26,8 @@ namespace ddprun::rendezvous {
 class DaemonHealth {
  public:
   // Listens now (throws HealthServerError) and answers on its own thread. `server` must outlive it.
-  DaemonHealth(const HealthServerOptions& options, const RendezvousServer& server, std::string version);
+  DaemonHealth(const HealthServerOptions& options, const RendezvousServer& server,
+               std::string version);
   // Stops answering and joins the thread.
   ~DaemonHealth();
   DaemonHealth(const DaemonHealth&) = delete;

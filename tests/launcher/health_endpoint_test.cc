@@ -44,3 +44,19 @@ TEST_CASE("health endpoint: what is no port number is one line naming the variab
     }
   }
 }
+
+TEST_CASE("health endpoint: an address that is no IP address is one line naming its variable") {
+  for (const char* bad : {"localhost", "0.0.0.0:80", "256.1.1.1", "eth0"}) {
+    INFO(bad);
+    try {
+      healthEndpointOf(
+          {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}, {"DDPRUN_HEALTH_CHECK_ADDR", bad}});
+      FAIL("accepted");
+    } catch (const StartupError& error) {
+      CHECK(std::string(error.what()).find("DDPRUN_HEALTH_CHECK_ADDR='") == 0);
+    }
+  }
+  const auto six = healthEndpointOf(
+      {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}, {"DDPRUN_HEALTH_CHECK_ADDR", "::1"}});
+  CHECK(six->host == "::1");
+}

@@ -33,7 +33,8 @@ class Running {
   explicit Running(HealthServerOptions options = {}, HealthServer::Report report = nullptr) {
     if (!report) {
       report = [this] {
-        return HealthReport{healthy.load(), healthy ? R"({"state": "running"})" : R"({"state": "hung"})"};
+        return HealthReport{healthy.load(),
+                            healthy ? R"({"state": "running"})" : R"({"state": "hung"})"};
       };
     }
     server_ = std::make_unique<HealthServer>(io_, options, std::move(report));
@@ -74,11 +75,14 @@ std::string ask(std::uint16_t port, const std::string& request) {
   return readAll(client);
 }
 
-std::string get(std::uint16_t port, const std::string& target = "/healthz", const std::string& method = "GET") {
+std::string get(std::uint16_t port, const std::string& target = "/healthz",
+                const std::string& method = "GET") {
   return ask(port, method + " " + target + " HTTP/1.1\r\nHost: localhost\r\n\r\n");
 }
 
-std::string statusLine(const std::string& response) { return response.substr(0, response.find("\r\n")); }
+std::string statusLine(const std::string& response) {
+  return response.substr(0, response.find("\r\n"));
+}
 std::string body(const std::string& response) {
   const auto end = response.find("\r\n\r\n");
   return end == std::string::npos ? "" : response.substr(end + 4);
@@ -118,17 +122,20 @@ TEST_CASE("healthz: another path is 404, another method 405 naming the allowed o
   CHECK(post.find("Allow: GET, HEAD\r\n") != std::string::npos);
 }
 
-TEST_CASE("healthz: a header over the limit is refused with 431, a body with 413, garbage with 400") {
+TEST_CASE(
+    "healthz: a header over the limit is refused with 431, a body with 413, garbage with 400") {
   HealthServerOptions options;
   options.maxHeaderBytes = 1024;
   Running running(options);
-  const std::string big = ask(running.port, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " +
-                                                std::string(4096, 'a') + "\r\n\r\n");
+  const std::string big =
+      ask(running.port,
+          "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(4096, 'a') + "\r\n\r\n");
   CHECK(statusLine(big) == "HTTP/1.1 431 Request Header Fields Too Large");
   const std::string withBody =
       ask(running.port, "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
   CHECK(statusLine(withBody) == "HTTP/1.1 413 Payload Too Large");
-  CHECK(statusLine(ask(running.port, "\x16\x03\x01 not http\r\n\r\n")) == "HTTP/1.1 400 Bad Request");
+  CHECK(statusLine(ask(running.port, "\x16\x03\x01 not http\r\n\r\n")) ==
+        "HTTP/1.1 400 Bad Request");
 }
 
 TEST_CASE("healthz: a callback that throws is a 500, and the server goes on") {
@@ -151,7 +158,8 @@ TEST_CASE("healthz: a client that does not finish its request within the read ti
   CHECK(statusLine(get(running.port)) == "HTTP/1.1 200 OK");  // others are served meanwhile
 }
 
-TEST_CASE("healthz: connections over the cap are closed at once, and one is served again once one ends") {
+TEST_CASE(
+    "healthz: connections over the cap are closed at once, and one is served again once one ends") {
   HealthServerOptions options;
   options.maxConnections = 2;
   options.readTimeout = 10s;  // the two idle connections stay for the whole test

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -13,7 +14,8 @@
 
 namespace ddprun::launcher {
 
-std::optional<HealthEndpoint> healthEndpointOf(const std::map<std::string, std::string>& environment) {
+std::optional<HealthEndpoint> healthEndpointOf(
+    const std::map<std::string, std::string>& environment) {
   const auto port = environment.find(common::kEnvTorchelasticHealthCheckPort);
   // Empty is unset: operators' templates often export a variable they leave blank.
   if (port == environment.end() || port->second.empty()) return std::nullopt;
@@ -22,12 +24,20 @@ std::optional<HealthEndpoint> healthEndpointOf(const std::map<std::string, std::
   unsigned value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || value > 65535) {
-    throw StartupError(fmt::format("{}='{}' is not a port number; give 1..65535 (0: a free port), or unset it",
-                                   common::kEnvTorchelasticHealthCheckPort, common::printable(text)));
+    throw StartupError(
+        fmt::format("{}='{}' is not a port number; give 1..65535 (0: a free port), or unset it",
+                    common::kEnvTorchelasticHealthCheckPort, common::printable(text)));
   }
   endpoint.port = static_cast<std::uint16_t>(value);
   if (const auto host = environment.find(common::kEnvDdprunHealthCheckAddr);
       host != environment.end() && !host->second.empty()) {
+    boost::system::error_code notAnAddress;
+    boost::asio::ip::make_address(host->second, notAnAddress);
+    if (notAnAddress) {
+      throw StartupError(
+          fmt::format("{}='{}' is not an IP address; give one such as 127.0.0.1 or 0.0.0.0",
+                      common::kEnvDdprunHealthCheckAddr, common::printable(host->second)));
+    }
     endpoint.host = host->second;
   }
   return endpoint;
@@ -44,14 +54,17 @@ std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& i
     auto server = std::make_unique<rendezvous::HealthServer>(io, options, [&machine] {
       const AgentSnapshot snapshot = machine.snapshot();
       // Worker-given text is valid UTF-8 by now; replace, never throw, should some slip through.
-      return rendezvous::HealthReport{healthy(snapshot), toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+      return rendezvous::HealthReport{
+          healthy(snapshot),
+          toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     spdlog::info("serving /healthz on http://{}/healthz", server->address());
     return server;
   } catch (const rendezvous::HealthServerError& error) {
     if (error.code() == rendezvous::HealthServerError::Code::kAddress) {
       throw StartupError(fmt::format("{}: {}; give an IP address such as 127.0.0.1 or 0.0.0.0",
-                                     common::kEnvDdprunHealthCheckAddr, common::printable(error.what())));
+                                     common::kEnvDdprunHealthCheckAddr,
+                                     common::printable(error.what())));
     }
     throw StartupError(fmt::format("{}={}: {}; choose a free port, or unset it",
                                    common::kEnvTorchelasticHealthCheckPort, endpoint->port,

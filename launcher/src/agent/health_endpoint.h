@@ -26,8 +26,10 @@ struct HealthEndpoint {
 };
 
 // What the environment asks for: nothing when TORCHELASTIC_HEALTH_CHECK_PORT is unset or empty.
-// Throws StartupError naming the variable when its value is no port number (0..65535).
-std::optional<HealthEndpoint> healthEndpointOf(const std::map<std::string, std::string>& environment);
+// Throws StartupError naming the variable when its value is no port number (0..65535), or when
+// DDPRUN_HEALTH_CHECK_ADDR is no IP address: before anything starts.
+std::optional<HealthEndpoint> healthEndpointOf(
+    const std::map<std::string, std::string>& environment);
 
 // Listens now (throws StartupError naming the port and the variable when it cannot) and answers
 // from `machine` as `io` runs; nothing when `endpoint` is empty. Destroy it before `machine`.

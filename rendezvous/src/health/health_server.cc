@@ -34,7 +34,11 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   class Session;
 
   Impl(asio::io_context& io, HealthServerOptions options, Report report)
-      : io_(io), options_(std::move(options)), report_(std::move(report)), acceptor_(io), retry_(io) {}
+      : io_(io),
+        options_(std::move(options)),
+        report_(std::move(report)),
+        acceptor_(io),
+        retry_(io) {}
 
   void listen() {
     boost::system::error_code error;
@@ -51,9 +55,9 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
     if (!error) acceptor_.bind(endpoint, error);
     if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
     if (error) {
-      throw HealthServerError(HealthServerError::Code::kBind,
-                              fmt::format("cannot listen on {}:{}: {}", options_.host, options_.port,
-                                          error.message()));
+      throw HealthServerError(
+          HealthServerError::Code::kBind,
+          fmt::format("cannot listen on {}:{}: {}", options_.host, options_.port, error.message()));
     }
     bound_ = acceptor_.local_endpoint(error);
     accept();
@@ -69,8 +73,9 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
 
   std::uint16_t port() const { return bound_.port(); }
   std::string address() const {
-    return bound_.address().is_v6() ? fmt::format("[{}]:{}", bound_.address().to_string(), bound_.port())
-                                    : fmt::format("{}:{}", bound_.address().to_string(), bound_.port());
+    return bound_.address().is_v6()
+               ? fmt::format("[{}]:{}", bound_.address().to_string(), bound_.port())
+               : fmt::format("{}:{}", bound_.address().to_string(), bound_.port());
   }
 
   const HealthServerOptions& options() const { return options_; }
@@ -107,8 +112,9 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
 
   void start() {
     stream_.expires_after(server_->options().readTimeout);
-    http::async_read(stream_, buffer_, parser_,
-                     [self = shared_from_this()](beast::error_code error, std::size_t) { self->onRead(error); });
+    http::async_read(
+        stream_, buffer_, parser_,
+        [self = shared_from_this()](beast::error_code error, std::size_t) { self->onRead(error); });
   }
 
   void close() {
@@ -119,11 +125,14 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
  private:
   void onRead(beast::error_code error) {
     if (server_->closed()) return;
-    if (error == http::error::header_limit || error == beast::error_code(http::error::buffer_overflow)) {
-      return answer(http::status::request_header_fields_too_large, errorJson("request header too large"), false);
+    if (error == http::error::header_limit ||
+        error == beast::error_code(http::error::buffer_overflow)) {
+      return answer(http::status::request_header_fields_too_large,
+                    errorJson("request header too large"), false);
     }
     if (error == http::error::unexpected_body || error == http::error::body_limit) {
-      return answer(http::status::payload_too_large, errorJson("a health request has no body"), false);
+      return answer(http::status::payload_too_large, errorJson("a health request has no body"),
+                    false);
     }
     // A timeout (the slow client), a peer that went away, or a closed server: nothing to answer.
     if (error == beast::error::timeout || error == http::error::end_of_stream ||
@@ -136,19 +145,23 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
     const auto& request = parser_.get();
     const std::string_view target(request.target().data(), request.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
-    if (path != kPath) return answer(http::status::not_found, errorJson("not found: ask for /healthz"), false);
+    if (path != kPath)
+      return answer(http::status::not_found, errorJson("not found: ask for /healthz"), false);
     const bool head = request.method() == http::verb::head;
     if (request.method() != http::verb::get && !head) {
-      return answer(http::status::method_not_allowed, errorJson("method not allowed: use GET or HEAD"), head);
+      return answer(http::status::method_not_allowed,
+                    errorJson("method not allowed: use GET or HEAD"), head);
     }
     HealthReport report;
     try {
       report = server_->report();
     } catch (const std::exception&) {
       // A callback that throws is a bug of its own; the probe sees a failure, the loop goes on.
-      return answer(http::status::internal_server_error, errorJson("the health report failed"), head);
+      return answer(http::status::internal_server_error, errorJson("the health report failed"),
+                    head);
     }
-    answer(report.healthy ? http::status::ok : http::status::service_unavailable, std::move(report.json), head);
+    answer(report.healthy ? http::status::ok : http::status::service_unavailable,
+           std::move(report.json), head);
   }
 
   void answer(http::status status, std::string body, bool head) {
@@ -164,11 +177,12 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
     // The answer is bounded by the same deadline as the request: a client that sends and then
     // stops reading is dropped as well.
     stream_.expires_after(server_->options().readTimeout);
-    http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code, std::size_t) {
-      boost::system::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      self->close();
-    });
+    http::async_write(stream_, *response_,
+                      [self = shared_from_this()](beast::error_code, std::size_t) {
+                        boost::system::error_code ignored;
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                        self->close();
+                      });
   }
 
   std::shared_ptr<Impl> server_;
@@ -179,22 +193,23 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
 };
 
 void HealthServer::Impl::accept() {
-  acceptor_.async_accept([self = shared_from_this()](boost::system::error_code error, tcp::socket socket) {
-    if (self->closed_) return;
-    if (error) {
-      self->retry_.expires_after(kAcceptRetry);
-      self->retry_.async_wait([self](boost::system::error_code waitError) {
-        if (!waitError && !self->closed_) self->accept();
+  acceptor_.async_accept(
+      [self = shared_from_this()](boost::system::error_code error, tcp::socket socket) {
+        if (self->closed_) return;
+        if (error) {
+          self->retry_.expires_after(kAcceptRetry);
+          self->retry_.async_wait([self](boost::system::error_code waitError) {
+            if (!waitError && !self->closed_) self->accept();
+          });
+          return;
+        }
+        if (self->sessions_.size() < self->options_.maxConnections) {
+          auto session = std::make_shared<Session>(self, std::move(socket));
+          self->sessions_.insert(session.get());
+          session->start();
+        }  // else: over the cap, `socket` closes here, unanswered
+        self->accept();
       });
-      return;
-    }
-    if (self->sessions_.size() < self->options_.maxConnections) {
-      auto session = std::make_shared<Session>(self, std::move(socket));
-      self->sessions_.insert(session.get());
-      session->start();
-    }  // else: over the cap, `socket` closes here, unanswered
-    self->accept();
-  });
 }
 
 void HealthServer::Impl::closeSessions() {

@@ -54,7 +54,8 @@ class HealthServerError : public std::runtime_error {
     kAddress,  // `host` is not an IP address
     kBind,     // the address or port cannot be bound (in use, not this machine's, privileged)
   };
-  HealthServerError(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  HealthServerError(Code code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
   Code code() const { return code_; }
 
  private:
