@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """/healthz under the real ddprun and ddprun-rendezvous (issue #21, point 6).
 
-  healthz_test.py --ddprun BIN --rendezvous BIN --scenario agent|bad-port|daemon
+  healthz_test.py --ddprun BIN --rendezvous BIN --scenario agent|joining|bad-port|daemon
 
 agent     TORCHELASTIC_HEALTH_CHECK_PORT=0 (a free port, named in the agent's log): 200 with the
           agent's snapshot (state running, both workers with their real pids), then rank 1 stops
           its heartbeat (--hang-timeout 2) and /healthz answers 503 (a worker hung, or the agent
           stopping), and once the agent has exited its port is closed.
+joining   an agent waiting for the second node of a 2-node job answers 200, state joining, no
+          workers; SIGTERM ends it and closes the port.
 bad-port  a value that is no port number, and a port that is taken: one line naming the
           variable (and the port), exit 2, before any worker starts.
 daemon    ddprun-rendezvous --health-port 0: 200 with its state while it serves (a client
@@ -141,6 +143,25 @@ def agent(args, deadline):
         os.rmdir(scratch)
 
 
+def joining(args, deadline):
+    env = dict(os.environ, PYTHON_EXEC=sys.executable, LOGLEVEL="INFO", TORCHELASTIC_HEALTH_CHECK_PORT="0",
+               HEALTHZ_HANG_FILE="/nonexistent")
+    job = Job([args.ddprun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+               "--rdzv-id", "healthz-joining", WORKER], name="ddprun", env=env)
+    try:
+        address = health_address(job, deadline)
+        status, body = poll(address, lambda a: a and a[0] == 200, deadline, 20, [job])
+        check(body["state"] == "joining" and body["healthy"] is True and body["workers"] == []
+              and body["run_id"] == "healthz-joining", f"a joining agent is healthy: {body}", [job])
+        print(f"joining: 200 {body['state']}, round {body['round']}")
+        job.signal(signal.SIGTERM)
+        code = job.wait(deadline.cap(30))
+        check(code is not None, "the joining agent ends on SIGTERM", [job])
+        check(ask(address) is None, "once the agent has exited, its /healthz port is closed", [job])
+    finally:
+        job.kill()
+
+
 def bad_port(args, deadline):
     for value, says in (("70000", "is not a port number"), ("http", "is not a port number")):
         env = dict(os.environ, PYTHON_EXEC=sys.executable, TORCHELASTIC_HEALTH_CHECK_PORT=value)
@@ -204,11 +225,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--rendezvous", required=True)
-    parser.add_argument("--scenario", required=True, choices=["agent", "bad-port", "daemon"])
+    parser.add_argument("--scenario", required=True, choices=["agent", "joining", "bad-port", "daemon"])
     parser.add_argument("--timeout", type=float, default=100)
     args = parser.parse_args()
     deadline = Deadline(args.timeout)
-    {"agent": agent, "bad-port": bad_port, "daemon": daemon}[args.scenario](args, deadline)
+    {"agent": agent, "joining": joining, "bad-port": bad_port, "daemon": daemon}[args.scenario](args, deadline)
     print(f"{args.scenario}: as expected")
     return 0
 
