@@ -122,6 +122,7 @@ void KvState::store(std::string_view key, std::string value) {
     keyBytes_ += key.size();
     it = map_.emplace(std::string(key), Entry{std::move(value), nextOrder_++, nullptr, newest_})
              .first;
+    keyCount_.fetch_add(1, std::memory_order_relaxed);
     Slot* slot = &*it;
     index_.insert(std::string_view(slot->first));
     if (newest_ != nullptr) {
@@ -151,6 +152,7 @@ void KvState::eraseSlot(Map<Entry>::iterator it) {
   shrink(slot.first.size() + entry.value.size() + kEntryOverhead);
   keyBytes_ -= slot.first.size();
   map_.erase(it);
+  keyCount_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void KvState::set(std::string_view key, std::string value) { store(key, std::move(value)); }

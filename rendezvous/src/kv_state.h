@@ -81,6 +81,8 @@ class KvState {
   // A key exists, or a queue of that name is non-empty (what CHECK and WAIT look for).
   bool present(std::string_view key) const;
   std::size_t numKeys() const { return map_.size(); }
+  // numKeys(), safe to read from any thread (a health check's): kept beside the map.
+  std::size_t keyCount() const { return keyCount_.load(std::memory_order_relaxed); }
   std::vector<std::string> keys() const;
   // The names of every key as of now, to be taken a few at a time while the state changes (see
   // KeyListing). Cheap: nothing is copied up front.
@@ -250,6 +252,7 @@ class KvState {
   std::size_t keyBytes_ = 0;              // the names of map_'s keys, for KeyListing
   std::vector<KeyListing*> listings_;     // in progress
   std::atomic<std::size_t> storedBytes_{0};
+  std::atomic<std::size_t> keyCount_{0};  // map_.size(), for keyCount()
   Map<std::deque<std::string>> queues_;
   Map<std::vector<WaitRef>> waiters_;
   Map<std::vector<BarrierRef>> barriers_;

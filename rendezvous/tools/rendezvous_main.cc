@@ -3,21 +3,27 @@
 // Prints one line "listening on HOST:PORT" on stdout once it accepts connections (with --port 0
 // that is how callers learn the port), logs to stderr, and exits 0 on SIGTERM or SIGINT after
 // closing every connection. Bad arguments and addresses it cannot listen on exit 2 with one line.
+// With --health-port it also serves GET /healthz (daemon_health.h) and prints a second line
+// "health on HOST:PORT".
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <boost/program_options.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon_health.h"
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/server_limits.h"
 
 namespace po = boost::program_options;
+using ddprun::rendezvous::DaemonHealth;
+using ddprun::rendezvous::HealthServerError;
 using ddprun::rendezvous::RendezvousServer;
 using ddprun::rendezvous::ServerError;
 using ddprun::rendezvous::kDaemonSecurityOptions;
@@ -42,6 +48,8 @@ struct Parsed {
   // The token and TLS as loaded, also in `server`: for the log lines about the store's security.
   ddprun::rendezvous::JobSecurity security;
   spdlog::level::level_enum logLevel = spdlog::level::info;
+  // --health-port, --health-addr: GET /healthz, when a port is given.
+  std::optional<ddprun::rendezvous::HealthServerOptions> health;
   bool exitNow = false;
 };
 
@@ -49,6 +57,8 @@ Parsed parse(int argc, char** argv) {
   Parsed parsed;
   ServerOptions& o = parsed.server;
   int port = o.port;
+  int healthPort = -1;
+  std::string healthAddr = "127.0.0.1";
   std::string logLevel = "info";
   ddprun::rendezvous::JobSecurityFiles security;
   // Read as ServerLimits (signed counts, seconds as real numbers): a negative number is an error
@@ -117,6 +127,11 @@ Parsed parse(int argc, char** argv) {
       ("max-pending-handshakes",
        po::value(&limits.maxPendingHandshakes)->default_value(limits.maxPendingHandshakes),
        "with --token-file: connections still proving the token at most; a new one closes the oldest")
+      ("health-port", po::value(&healthPort),
+       "also serve HTTP GET /healthz on this port (0 picks a free one, printed as \"health on "
+       "HOST:PORT\"): 200 with the daemon's state as JSON while it serves, 503 once it shuts down")
+      ("health-addr", po::value(&healthAddr)->default_value(healthAddr),
+       "with --health-port: the address /healthz listens on (loopback unless widened)")
       ("log-level", po::value(&logLevel)->default_value(logLevel),
        "trace, debug, info, warn, error or off");
   // clang-format on
@@ -148,6 +163,16 @@ Parsed parse(int argc, char** argv) {
   }
   if (port < 0 || port > 65535) throw UsageError(fmt::format("--port {} is not in 0..65535", port));
   o.port = static_cast<std::uint16_t>(port);
+  if (values.count("health-port")) {
+    if (healthPort < 0 || healthPort > 65535) {
+      throw UsageError(fmt::format("--health-port {} is not in 0..65535", healthPort));
+    }
+    parsed.health.emplace();
+    parsed.health->port = static_cast<std::uint16_t>(healthPort);
+    parsed.health->host = healthAddr;
+  } else if (!values["health-addr"].defaulted()) {
+    throw UsageError("--health-addr needs --health-port");
+  }
   if (auto problem = serverLimitsProblem(limits)) throw UsageError(*problem);
   limits.applyTo(o);
   // An empty path is how JobSecurityFiles says "not given": `--token-file ""` must not quietly
@@ -200,6 +225,10 @@ int main(int argc, char** argv) {
 
   try {
     RendezvousServer server(parsed.server);
+    // Bound before anything is printed, so that a bad --health-addr or a taken --health-port is
+    // the one line; in this thread's blocked signal mask, which the health thread inherits.
+    std::optional<DaemonHealth> health;
+    if (parsed.health) health.emplace(*parsed.health, server, DDPRUN_VERSION);
     server.start();
     std::printf("listening on %s\n", server.address().c_str());
     std::fflush(stdout);
@@ -209,10 +238,20 @@ int main(int argc, char** argv) {
                                         parsed.security, kDaemonSecurityOptions)) {
       spdlog::warn("{}", *warning);
     }
+    // After the store's line, which callers read the port from.
+    if (health) {
+      std::printf("health on %s\n", health->address().c_str());
+      std::fflush(stdout);
+      spdlog::info("serving /healthz on http://{}/healthz", health->address());
+    }
     int signal = 0;
     sigwait(&stopSignals, &signal);
     spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    if (health) health->drain();  // 503 from now on
     server.stop();
+  } catch (const HealthServerError& error) {
+    std::cerr << kProgram << ": error: --health-port: " << error.what() << "\n";
+    return kUsageError;
   } catch (const ServerError& error) {
     std::cerr << kProgram << ": error: " << error.what() << "\n";
     return kUsageError;

@@ -384,6 +384,7 @@ TEST_CASE("prefix listings and deletions follow the keys as they come and go", "
   while (snapshot->next()) ++names;
   CHECK(names == 5);
   CHECK(kv.numKeys() == 3);
+  CHECK(kv.keyCount() == 3);  // the count a health check reads from another thread
   CHECK(kv.queueLength("r/1/queue") == 1);
   // The index follows a key erased and set again, and an erasure in batches.
   kv.set("r/1/a", "again");
@@ -401,5 +402,6 @@ TEST_CASE("prefix listings and deletions follow the keys as they come and go", "
   listed = kv.listPrefix("long/", 0, 1 << 20);
   CHECK(listed.keys.empty());
   CHECK(listed.more);
+  CHECK(kv.keyCount() == kv.numKeys());  // after erasures too
   kv.forget(&watcher);
 }

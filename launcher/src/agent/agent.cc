@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/asio_event_loop.h"
+#include "agent/health_endpoint.h"
 #include "agent/hosted_stores.h"
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
@@ -251,6 +252,7 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
+  const std::optional<HealthEndpoint> healthEndpoint = healthEndpointOf(environment);  // bad: exit 2 now
   const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
   RunDirectories directories(config, environment, guardian);
   if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
@@ -305,6 +307,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   StatusPublisher statusPublisher(*backend, config.rdzv.runId);
   StatusFeed statusFeed(loop, machine, statusPublisher, [&driver] { return driver.nodeId(); });
   const auto timerPipe = serveFileTimers(io, timerFile, machine);
+  auto health = serveHealth(io, healthEndpoint, machine);  // /healthz, on this loop
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
   asio::signal_set signals(io);
@@ -319,6 +322,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   machine.start();
   statusFeed.start();
   io.run();
+  health.reset();  // the loop no longer answers: probes are refused from now on, not left waiting
 
   // A signalled agent is gone within its --shutdown-timeout, even when it hosts the store; the
   // others were told it leaves with the store, so they do not wait for it.

@@ -53,4 +53,9 @@ inline constexpr const char* kEnvDdprunHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr const char* kEnvTorchelasticEnableFileTimer = "TORCHELASTIC_ENABLE_FILE_TIMER";
 inline constexpr const char* kEnvTorchelasticTimerFile = "TORCHELASTIC_TIMER_FILE";
 
+// torch's health-check port: the agent serves GET /healthz there (agent/health_endpoint.h), on
+// loopback unless kEnvDdprunHealthCheckAddr names another address.
+inline constexpr const char* kEnvTorchelasticHealthCheckPort = "TORCHELASTIC_HEALTH_CHECK_PORT";
+inline constexpr const char* kEnvDdprunHealthCheckAddr = "DDPRUN_HEALTH_CHECK_ADDR";
+
 }  // namespace ddprun::common

@@ -108,6 +108,7 @@ class RendezvousServer {
     std::uint64_t refusedHandshakes = 0;  // connections closed for failing the token handshake
     std::size_t storedBytes = 0;          // the data held now, as maxStoredBytes counts it
     std::size_t pendingReplyBytes = 0;    // replies not yet taken by the kernel, all connections
+    std::size_t keys = 0;                 // keys held now (numKeys)
   };
 
   // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.

@@ -1,0 +1,75 @@
+#include "agent/health_endpoint.h"
+
+#include <charconv>
+
+#include <boost/asio/ip/address.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "agent/startup_error.h"
+#include "core/agent_snapshot.h"
+#include "ddprun/common/text.h"
+#include "ddprun/common/worker_env_names.h"
+#include "machine/agent_machine.h"
+
+namespace ddprun::launcher {
+
+std::optional<HealthEndpoint> healthEndpointOf(
+    const std::map<std::string, std::string>& environment) {
+  const auto port = environment.find(common::kEnvTorchelasticHealthCheckPort);
+  // Empty is unset: operators' templates often export a variable they leave blank.
+  if (port == environment.end() || port->second.empty()) return std::nullopt;
+  HealthEndpoint endpoint;
+  const std::string& text = port->second;
+  unsigned value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value > 65535) {
+    throw StartupError(
+        fmt::format("{}='{}' is not a port number; give 1..65535 (0: a free port), or unset it",
+                    common::kEnvTorchelasticHealthCheckPort, common::printable(text)));
+  }
+  endpoint.port = static_cast<std::uint16_t>(value);
+  if (const auto host = environment.find(common::kEnvDdprunHealthCheckAddr);
+      host != environment.end() && !host->second.empty()) {
+    boost::system::error_code notAnAddress;
+    boost::asio::ip::make_address(host->second, notAnAddress);
+    if (notAnAddress) {
+      throw StartupError(
+          fmt::format("{}='{}' is not an IP address; give one such as 127.0.0.1 or 0.0.0.0",
+                      common::kEnvDdprunHealthCheckAddr, common::printable(host->second)));
+    }
+    endpoint.host = host->second;
+  }
+  return endpoint;
+}
+
+std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& io,
+                                                      const std::optional<HealthEndpoint>& endpoint,
+                                                      const AgentMachine& machine) {
+  if (!endpoint) return nullptr;
+  rendezvous::HealthServerOptions options;
+  options.host = endpoint->host;
+  options.port = endpoint->port;
+  try {
+    auto server = std::make_unique<rendezvous::HealthServer>(io, options, [&machine] {
+      const AgentSnapshot snapshot = machine.snapshot();
+      // Worker-given text is valid UTF-8 by now; replace, never throw, should some slip through.
+      return rendezvous::HealthReport{
+          healthy(snapshot),
+          toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+    });
+    spdlog::info("serving /healthz on http://{}/healthz", server->address());
+    return server;
+  } catch (const rendezvous::HealthServerError& error) {
+    if (error.code() == rendezvous::HealthServerError::Code::kAddress) {
+      throw StartupError(fmt::format("{}: {}; give an IP address such as 127.0.0.1 or 0.0.0.0",
+                                     common::kEnvDdprunHealthCheckAddr,
+                                     common::printable(error.what())));
+    }
+    throw StartupError(fmt::format("{}={}: {}; choose a free port, or unset it",
+                                   common::kEnvTorchelasticHealthCheckPort, endpoint->port,
+                                   common::printable(error.what())));
+  }
+}
+
+}  // namespace ddprun::launcher

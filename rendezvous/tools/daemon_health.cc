@@ -1,0 +1,44 @@
+#include "daemon_health.h"
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+namespace ddprun::rendezvous {
+
+DaemonHealth::DaemonHealth(const HealthServerOptions& options, const RendezvousServer& server,
+                           std::string version)
+    : server_(server), version_(std::move(version)), storeAddress_(server.address()) {
+  health_ = std::make_unique<HealthServer>(io_, options, [this] { return report(); });
+  address_ = health_->address();
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+DaemonHealth::~DaemonHealth() {
+  // The server is closed on the thread it runs on, then the thread ends with nothing left to do.
+  boost::asio::post(io_, [this] { health_.reset(); });
+  thread_.join();
+}
+
+HealthReport DaemonHealth::report() const {
+  const bool serving = !draining_;
+  const RendezvousServer::Stats stats = server_.stats();
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const nlohmann::json body{{"service", "ddprun-rendezvous"},
+                            {"version", version_},
+                            {"state", serving ? "serving" : "draining"},
+                            {"healthy", serving},
+                            {"address", storeAddress_},
+                            {"uptime_s", uptime},
+                            {"connections", stats.connections},
+                            {"accepted", stats.accepted},
+                            {"refused", stats.refused},
+                            {"protocol_errors", stats.protocolErrors},
+                            {"refused_handshakes", stats.refusedHandshakes},
+                            {"keys", stats.keys},
+                            {"stored_bytes", stats.storedBytes},
+                            {"pending_reply_bytes", stats.pendingReplyBytes}};
+  return HealthReport{serving, body.dump()};
+}
+
+}  // namespace ddprun::rendezvous
