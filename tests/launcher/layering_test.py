@@ -10,7 +10,8 @@ import re
 import sys
 
 # Each room and the rooms it may include (besides itself). core is the ground floor; the wiring
-# (agent) is the top; cli stands beside them and only main.cc joins the two.
+# (agent) is the top; cli stands beside them and only main.cc joins the two. hosts (the launch
+# over ssh) stands beside the agent too: cli builds its plan, main.cc runs it.
 ALLOWED = {
     "core": set(),
     "process": {"core"},
@@ -20,7 +21,8 @@ ALLOWED = {
     "membership": {"core"},
     "machine": {"core", "process", "hang", "report"},
     "agent": {"core", "process", "output", "report", "hang", "membership", "machine"},
-    "cli": {"core"},
+    "hosts": {"core"},
+    "cli": {"core", "hosts"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
