@@ -220,7 +220,12 @@ CommandLine sshCommandLine(
     throw UsageError(fmt::format("{} is set by --hosts on each host's agent; drop it",
                                  printable(internal->origin)));
   }
-  const auto selected = selectedHosts(given);
+  std::vector<hosts::SelectedHost> selected;
+  try {
+    selected = selectedHosts(given);
+  } catch (const hosts::HostListError& error) {
+    throw UsageError(error.what());  // already one line naming the place and the fix
+  }
   checkRendezvousOptions(given, selected.size());
 
   // The job's options, checked as for one node; nproc words (gpu, auto, ...) are resolved on each
