@@ -74,7 +74,7 @@ std::string train() { return (scratch().dir / "train.py").string(); }
 
 }  // namespace
 
-TEST_CASE("--hosts: c10d on the first host, a generated run id, the job's words for every host") {
+TEST_CASE("a --hosts launch: c10d on the first host, a generated run id, the job's words for every host") {
   const CommandLine line =
       parse({"--hosts", "n1,n2", "--nproc-per-node", "2", "--max-restarts=3", "--forward-env",
              "WANDB_KEY", train(), "--lr", "0.1", "--hosts", "x"},
@@ -105,7 +105,7 @@ TEST_CASE("--hosts: c10d on the first host, a generated run id, the job's words 
   CHECK(launch.remoteDirectory == fs::current_path().string());
 }
 
-TEST_CASE("--hostfile: slots are the workers per host unless --nproc-per-node is given") {
+TEST_CASE("a --hostfile launch: slots are the workers per host unless --nproc-per-node is given") {
   const std::string hostfile = scratch().file("hf", "a slots=4\nb slots=2\nc slots=8\n");
   const auto plain = parse({"--hostfile", hostfile, train()});
   REQUIRE(plain.sshLaunch);
@@ -162,7 +162,7 @@ TEST_CASE("a launch over ssh refuses what it cannot honour, in one line") {
   CHECK(parse({"--hosts", "a,b", "--rdzv-backend", "c10d", train()}).sshLaunch);
 }
 
-TEST_CASE("--stop-on-stdin-eof is the remote agent's: it reaches the agent's config") {
+TEST_CASE("the remote agent's --stop-on-stdin-eof reaches the agent's config") {
   CHECK(parse({"--stop-on-stdin-eof", train()}).config.stopOnStdinEof);
   CHECK_FALSE(parse({train()}).config.stopOnStdinEof);
   CHECK_FALSE(parse({train()}).sshLaunch);
