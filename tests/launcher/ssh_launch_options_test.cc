@@ -144,6 +144,7 @@ TEST_CASE("a launch over ssh refuses what it cannot honour, in one line") {
       {{"--hosts", "a,b", "--nnodes", "3", train()}, "the number of hosts (2)"},
       {{"--hosts", "a,b", "--standalone", train()}, "--standalone does not go with --hosts"},
       {{"--hosts", "a,b", "--node-rank", "1", train()}, "--node-rank does not go with"},
+      {{"--hosts", "a,b", "--local-addr", "a", train()}, "it would be every host's address"},
       {{"--hosts", "a,b", "--rdzv-backend", "static", train()}, "uses the c10d backend"},
       {{"--hosts", "a", "--forward-env", "A-B", train()}, "is not a variable name"},
       {{"--hosts", "a", "--stop-on-stdin-eof", train()}, "is set by --hosts"},

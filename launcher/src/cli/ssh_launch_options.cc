@@ -26,9 +26,9 @@ using common::printable;
 constexpr std::array<std::string_view, 7> kDriverOptions = {
     "hosts", "hostfile", "include", "exclude", "forward-env", "ssh-options", "remote-ddprun"};
 // The rendezvous the driver decides for every agent: given values are checked, then replaced.
-constexpr std::array<std::string_view, 8> kRendezvousOptions = {
+constexpr std::array<std::string_view, 9> kRendezvousOptions = {
     "nnodes", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "standalone",
-    "node-rank", "master-addr", "master-port"};
+    "node-rank", "master-addr", "master-port", "local-addr"};
 
 // A hostfile is the user's; bounded all the same (a hostfile of a megabyte is a wrong file).
 constexpr std::size_t kHostfileLimit = 1 << 20;
@@ -91,6 +91,12 @@ void checkRendezvousOptions(const std::map<std::string_view, GivenValue>& given,
                                    "c10d rendezvous and gets its rank there); drop it",
                                    printable(value->origin)));
     }
+  }
+  // One value for every host would give them all one address.
+  if (const GivenValue* value = find(given, "local-addr")) {
+    throw UsageError(fmt::format("{} does not go with --hosts/--hostfile (it would be every "
+                                 "host's address); drop it: each host's agent finds its own",
+                                 printable(value->origin)));
   }
   if (const GivenValue* backend = find(given, "rdzv-backend"); backend && backend->value != "c10d") {
     throw UsageError(fmt::format("{}: a launch over ssh uses the c10d backend, hosted by the "
