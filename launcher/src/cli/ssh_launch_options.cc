@@ -137,20 +137,10 @@ std::string rendezvousEndpoint(const std::map<std::string_view, GivenValue>& giv
   return endpointOf(firstHost, portText);
 }
 
-// Words at blanks: ssh options as DDPRUN_SSH_OPTIONS holds them ("-i key -o Port=2222").
-std::vector<std::string> blankSeparated(std::string_view text) {
-  std::vector<std::string> words;
-  std::string word;
-  for (const char c : text) {
-    if (c == ' ' || c == '\t' || c == '\n') {
-      if (!word.empty()) words.push_back(std::move(word));
-      word.clear();
-    } else {
-      word += c;
-    }
-  }
-  if (!word.empty()) words.push_back(std::move(word));
-  return words;
+// The ssh options as words ("-i key -o Port=2222").
+std::vector<std::string> sshOptionWords(std::string_view text) {
+  const auto words = hosts::blankSeparatedWords(text);
+  return {words.begin(), words.end()};
 }
 
 std::vector<std::string> forwardedNames(const std::map<std::string_view, GivenValue>& given) {
@@ -268,9 +258,9 @@ CommandLine sshCommandLine(
   }
   launch.sshProgram = *ssh;
   if (const GivenValue* options = find(given, "ssh-options")) {
-    launch.sshOptions = blankSeparated(options->value);
+    launch.sshOptions = sshOptionWords(options->value);
   } else if (const auto* fromEnvironment = lookup(environment, "DDPRUN_SSH_OPTIONS")) {
-    launch.sshOptions = blankSeparated(*fromEnvironment);
+    launch.sshOptions = sshOptionWords(*fromEnvironment);
   }
   if (const GivenValue* program = find(given, "remote-ddprun")) {
     launch.remoteProgram = program->value;

@@ -45,18 +45,6 @@ std::vector<std::string_view> splitOn(std::string_view text, char separator) {
   }
 }
 
-std::vector<std::string_view> words(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
-    const std::size_t start = i;
-    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
-    if (i > start) out.push_back(line.substr(start, i - start));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<ListedHost> parseHostList(std::string_view text, std::string_view origin) {
@@ -85,7 +73,7 @@ std::vector<ListedHost> parseHostfile(std::string_view text, std::string_view fi
   for (std::string_view line : splitOn(text, '\n')) {
     ++number;
     if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    const auto parts = words(line);
+    const auto parts = blankSeparatedWords(line);
     if (parts.empty()) continue;
     const std::string where = fmt::format("{}:{}", printable(fileName), number);
     const auto bad = [&](std::string_view why) {
@@ -111,6 +99,19 @@ std::vector<ListedHost> parseHostfile(std::string_view text, std::string_view fi
                                     printable(fileName)));
   }
   return hosts;
+}
+
+std::vector<std::string_view> blankSeparatedWords(std::string_view text) {
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && blank(text[i])) ++i;
+    const std::size_t start = i;
+    while (i < text.size() && !blank(text[i])) ++i;
+    if (i > start) out.push_back(text.substr(start, i - start));
+  }
+  return out;
 }
 
 std::vector<SelectedHost> allHosts(const std::vector<ListedHost>& listed) {

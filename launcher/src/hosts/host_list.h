@@ -53,4 +53,8 @@ std::vector<SelectedHost> selectHosts(const std::vector<ListedHost>& listed, Sel
 // Every listed host, all its slots.
 std::vector<SelectedHost> allHosts(const std::vector<ListedHost>& listed);
 
+// The words of `text` between blanks (spaces, tabs, CR, LF): a hostfile line's, and the ssh
+// options of --ssh-options / DDPRUN_SSH_OPTIONS ("-i key -o Port=2222"; no quoting).
+std::vector<std::string_view> blankSeparatedWords(std::string_view text);
+
 }  // namespace ddprun::launcher::hosts

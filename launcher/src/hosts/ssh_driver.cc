@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
 #include "hosts/ssh_command.h"
 
@@ -261,7 +262,7 @@ int runSshDriver(const SshLaunch& launch) {
         if (sig == SIGCHLD) continue;  // reaped below
         if (!signalled) signalled = sig;
         writeAll(STDERR_FILENO, fmt::format("ddprun: got {}, passing it on to every host\n",
-                                            strsignal(sig)));
+                                            common::signalName(sig)));
         stopAll(sig);
       }
     }
