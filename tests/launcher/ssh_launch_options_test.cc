@@ -168,3 +168,10 @@ TEST_CASE("the remote agent's --stop-on-stdin-eof reaches the agent's config") {
   CHECK_FALSE(parse({train()}).config.stopOnStdinEof);
   CHECK_FALSE(parse({train()}).sshLaunch);
 }
+
+TEST_CASE("the ssh launch's options leave torchrun's unique prefixes as they were") {
+  // argparse takes a unique prefix: --re was --redirects in torchrun (one spelling, no dash), and
+  // must stay so beside --hosts, --ssh-ddprun, --exclude and the others.
+  const LaunchConfig config = parse({"--re", "3", train()}).config;
+  CHECK(config.logs.redirects != LaunchConfig{}.logs.redirects);
+}

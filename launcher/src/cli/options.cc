@@ -153,7 +153,7 @@ constexpr OptionSpec kOptions[] = {
    .help = "ddprun: with --hosts/--hostfile, options for ssh, split at blanks (e.g. '-i key "
            "-o ConnectTimeout=5'); they win over ddprun's (BatchMode=yes, ConnectTimeout=10). "
            "Default: $DDPRUN_SSH_OPTIONS."},
-  {.name = "remote-ddprun", .hasEnvironment = false, .metavar = "PATH",
+  {.name = "ssh-ddprun", .hasEnvironment = false, .metavar = "PATH",
    .help = "ddprun: with --hosts/--hostfile, ddprun's path on the hosts. Default: "
            "$DDPRUN_REMOTE_BIN, else this ddprun's own path."},
   {.name = "stop-on-stdin-eof", .kind = ValueKind::kFlag, .hasEnvironment = false,

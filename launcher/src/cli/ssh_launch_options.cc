@@ -24,7 +24,7 @@ using common::printable;
 
 // The driver's own options: the hosts' agents never see them.
 constexpr std::array<std::string_view, 7> kDriverOptions = {
-    "hosts", "hostfile", "include", "exclude", "forward-env", "ssh-options", "remote-ddprun"};
+    "hosts", "hostfile", "include", "exclude", "forward-env", "ssh-options", "ssh-ddprun"};
 // The rendezvous the driver decides for every agent: given values are checked, then replaced.
 constexpr std::array<std::string_view, 9> kRendezvousOptions = {
     "nnodes", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "standalone",
@@ -161,7 +161,7 @@ std::vector<std::string> forwardedNames(const std::map<std::string_view, GivenVa
 std::string ownPath() {
   std::error_code error;
   const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) throw UsageError("cannot tell ddprun's own path (/proc/self/exe); give --remote-ddprun PATH");
+  if (error) throw UsageError("cannot tell ddprun's own path (/proc/self/exe); give --ssh-ddprun PATH");
   return path.string();
 }
 
@@ -262,7 +262,7 @@ CommandLine sshCommandLine(
   } else if (const auto* fromEnvironment = lookup(environment, "DDPRUN_SSH_OPTIONS")) {
     launch.sshOptions = sshOptionWords(*fromEnvironment);
   }
-  if (const GivenValue* program = find(given, "remote-ddprun")) {
+  if (const GivenValue* program = find(given, "ssh-ddprun")) {
     launch.remoteProgram = program->value;
   } else if (const auto* fromEnvironment = lookup(environment, "DDPRUN_REMOTE_BIN")) {
     launch.remoteProgram = *fromEnvironment;

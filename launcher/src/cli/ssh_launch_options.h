@@ -13,7 +13,7 @@
 namespace ddprun::launcher::cli_detail {
 
 // Whether the options given ask for a launch over ssh (--hosts or --hostfile). Without one,
-// --include, --exclude, --forward-env, --ssh-options and --remote-ddprun are errors: this throws.
+// --include, --exclude, --forward-env, --ssh-options and --ssh-ddprun are errors: this throws.
 bool wantsSshLaunch(const std::map<std::string_view, GivenValue>& given);
 
 // The options that only the driver reads; the agents on the hosts never get them.
