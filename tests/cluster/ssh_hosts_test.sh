@@ -6,7 +6,8 @@
 # forwarded variables, the remote cwd) and its exit code when a rank fails; a job over --hostfile
 # with --include (slots -> CUDA_VISIBLE_DEVICES); Ctrl-C (SIGINT to the driver) and `kill -9` of
 # the driver with nothing of the job left on any host; an address nobody has: one line naming it,
-# in bounded time, and the other host's agent stopped.
+# in bounded time, and the other host's agent stopped; a refused login (host 4's sshd knows no
+# key) likewise.
 #
 #   ssh_hosts_test.sh DDPRUN      (exit 77 = skipped: needs root, `ip netns` and sshd)
 set -euo pipefail
@@ -20,21 +21,24 @@ if [[ ! -x /usr/sbin/sshd || ! -x /usr/bin/ssh ]]; then
   echo "skipped: needs OpenSSH's sshd and ssh (apt-get install openssh-server openssh-client)"
   exit 77
 fi
-make_hosts 3
+make_hosts 4
 test_budget 150  # below CTest's 200 s: a wait that gives up has time to say what it saw
 
 # Keys: one host key for every sshd, one user key in their authorized_keys.
 ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key"
 ssh-keygen -q -t ed25519 -N '' -f "$dir/user_key"
 cp "$dir/user_key.pub" "$dir/authorized_keys"
-chmod 600 "$dir/host_key" "$dir/user_key" "$dir/authorized_keys"
+: > "$dir/no_keys"  # host 4 refuses every login
+chmod 600 "$dir/host_key" "$dir/user_key" "$dir/authorized_keys" "$dir/no_keys"
 mkdir -p /run/sshd  # sshd's privilege-separation directory (Debian's package makes it at boot)
-for i in 1 2 3; do
+for i in 1 2 3 4; do
+  keys="$dir/authorized_keys"
+  [[ $i -ne 4 ]] || keys="$dir/no_keys"
   cat > "$dir/sshd_config.$i" <<CONFIG
 ListenAddress ${subnet}.$i
 Port 22
 HostKey $dir/host_key
-AuthorizedKeysFile $dir/authorized_keys
+AuthorizedKeysFile $keys
 PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
@@ -47,7 +51,7 @@ CONFIG
   pids+=($!)
 done
 listening() { ip netns exec "${tag}1" bash -c "exec 3<>/dev/tcp/${subnet}.$1/22" 2>/dev/null; }
-for i in 1 2 3; do
+for i in 1 2 3 4; do
   for _ in $(seq 50); do listening "$i" && break; sleep 0.1; done
   if ! listening "$i"; then
     echo "skipped: sshd did not start in host $i's namespace:"
@@ -57,8 +61,8 @@ for i in 1 2 3; do
 done
 export DDPRUN_SSH_OPTIONS="-i $dir/user_key -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR"
 mark="sshjob$$"
-logs=("$dir"/sshd.{1,2,3}.log)
-h1=${subnet}.1 h2=${subnet}.2 h3=${subnet}.3
+logs=("$dir"/sshd.{1,2,3,4}.log)
+h1=${subnet}.1 h2=${subnet}.2 h3=${subnet}.3 h4=${subnet}.4
 
 # drive NAME ARGS...: the driver in host 1's namespace, in the background; $driver is its pid.
 drive() {
@@ -147,4 +151,15 @@ wait_exit "$driver" 40 "the driver with an unreachable host"
 grep "ddprun: error: host $nobody: " "$dir/unreachable.err" || fail "no line names host $nobody"
 wait_until 15 "host 1's agent stopped" nothing_left
 echo "unreachable host: exit 255 after $((SECONDS - started)) s"
+
+# 7. A refused login (IdentitiesOnly: no other key of this machine's is tried): the same.
+drive refused --hosts "$h1,$h4" --ssh-options="$DDPRUN_SSH_OPTIONS -o IdentitiesOnly=yes" \
+  --no-python "$worker" "$mark" report
+started=$SECONDS
+wait_exit "$driver" 40 "the driver with a refused login"
+[[ $code -eq 255 ]] || fail "the driver exited $code with a refused login, not 255"
+[[ $(grep -c "^ddprun: error: host $h4: ssh failed (exit 255): .*Permission denied" "$dir/refused.err") -eq 1 ]] \
+  || fail "not one line naming host $h4 and the refused login"
+wait_until 15 "host 1's agent stopped" nothing_left
+echo "refused login: exit 255 after $((SECONDS - started)) s: $(grep '^ddprun: error' "$dir/refused.err")"
 echo "PASS"

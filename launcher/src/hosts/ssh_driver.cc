@@ -64,9 +64,12 @@ void emitLine(const Host& host, Stream& stream, std::string_view line) {
   writeAll(stream.console, host.name + ": " + std::string(line) + "\n");
 }
 
-// ssh's own messages end in "\r\n": the reason quoted in the driver's line is without the '\r'.
+// ssh's own messages end in "\r\n", some in ".": the reason quoted in the driver's line (where a
+// ';' follows it) is without either.
 void noteErrLine(Host& host, std::string_view line) {
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '.')) {
+    line.remove_suffix(1);
+  }
   if (!line.empty()) host.lastErrLine = std::string(line);
 }
 
