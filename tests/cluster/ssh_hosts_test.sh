@@ -3,7 +3,8 @@
 # by a bridge (tests/netns/hosts.sh), each running Debian's sshd with host and user keys this test
 # makes in its scratch directory. The driver runs in host 1's namespace with the test's key in
 # DDPRUN_SSH_OPTIONS. Checked: a job over --hosts (output prefixed with the host, one world of 4,
-# forwarded variables, the remote cwd) and its exit code when a rank fails; a job over --hostfile
+# forwarded variables, the remote cwd), real DDP training on 4 ranks, and its exit code when a
+# rank fails; a job over --hostfile
 # with --include (slots -> CUDA_VISIBLE_DEVICES); Ctrl-C (SIGINT to the driver) and `kill -9` of
 # the driver with nothing of the job left on any host; an address nobody has: one line naming it,
 # in bounded time, and the other host's agent stopped; a refused login (host 4's sshd knows no
@@ -22,7 +23,15 @@ if [[ ! -x /usr/sbin/sshd || ! -x /usr/bin/ssh ]]; then
   exit 77
 fi
 make_hosts 4
-test_budget 150  # below CTest's 200 s: a wait that gives up has time to say what it saw
+# Every host's interface is eth0, as on a real cluster: torch's Gloo is told it with
+# GLOO_SOCKET_IFNAME, one value forwarded to every host (the namespaces share one hostname, which
+# resolves to 127.0.x.1: without it Gloo would listen there).
+for ((i = 1; i <= 4; i++)); do
+  ip -n "${tag}$i" link set "v$i" down
+  ip -n "${tag}$i" link set "v$i" name eth0
+  ip -n "${tag}$i" link set eth0 up
+done
+test_budget 170  # below CTest's 200 s: a wait that gives up has time to say what it saw
 
 # Keys: one host key for every sshd, one user key in their authorized_keys.
 ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key"
@@ -69,6 +78,7 @@ drive() {
   local name=$1
   shift
   (cd "$dir" && exec ip netns exec "${tag}1" env SSH_TEST_FORWARDED=yes NCCL_TEST_SETTING=nccl \
+     PYTHON_EXEC=/usr/bin/python3 GLOO_SOCKET_IFNAME=eth0 \
      "$ddprun" "$@" > "$dir/$name.out" 2> "$dir/$name.err") &
   driver=$!
   pids+=($driver)
@@ -101,6 +111,21 @@ done
   || fail "the forwarded variables, the run id or the working directory differ on the hosts"
 grep -q "^$h1: .*group_rank=0 " "$dir/hosts.out" || fail "the first host is not group rank 0"
 echo "--hosts: 4 ranks on 2 hosts, each line prefixed: $(head -n 1 "$dir/hosts.out")"
+
+# 1b. Real DDP training (examples/train_ddp.py: gloo, DDP, rank 0 checks the loss and that every
+# rank holds the same parameters) across the two hosts; PYTHON_EXEC reaches them (PYTHON*).
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  drive ddp --hosts "$h1,$h2" --nproc-per-node 2 --forward-env GLOO_SOCKET_IFNAME \
+    "$here/../../examples/train_ddp.py" --epochs 2 \
+    --checkpoint "$dir/model.pt"
+  wait_exit "$driver" 100 "the DDP job's driver"
+  [[ $code -eq 0 ]] || fail "the DDP job over ssh exited $code"
+  grep -E "^$h1: \[default0\]:OK: loss .* all 4 ranks hold identical parameters" "$dir/ddp.out" \
+    || fail "rank 0 did not confirm DDP training on 4 ranks"
+  [[ -f $dir/model.pt ]] || fail "rank 0 saved no checkpoint"
+else
+  echo "(no torch in /usr/bin/python3: the DDP job over ssh is not run)"
+fi
 
 # 2. The job's exit code comes back: rank 3 exits 7, the root cause's code (docs/errors.md).
 drive failing --hosts "$h1,$h2" --nproc-per-node 2 --no-python "$worker" "$mark" fail 3 7
