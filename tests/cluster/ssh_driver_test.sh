@@ -3,7 +3,8 @@
 # (fake_ssh.sh) that runs each host's command on this machine, so two real agents form one c10d
 # job on 127.0.0.1. Checked: each host's lines whole and prefixed (a last line without a newline
 # too), the job's exit code, SIGTERM passed on (143), kill -9 of the driver with nothing left, an
-# unreachable host as one line with exit 255 and the other host's agent stopped.
+# unreachable host as one line with exit 255 and the other host's agent stopped; a host failing
+# alone (exit 2) with the others stopped 5 s later.
 # tests/cluster/ssh_hosts_test.sh does the same with real sshd on network-namespace hosts.
 #
 #   ssh_driver_test.sh DDPRUN
@@ -91,4 +92,15 @@ wait_exit "$driver" 30 "the driver with an unreachable host"
   || fail "not one line naming the unreachable host"
 wait_until 15 "host A's agent stopped" nothing_left
 echo "unreachable: $(grep '^ddprun: error' "$dir/unreachable.err")"
+
+# 6. A host whose agent refuses its input (exit 2) while the other waits for it in the rendezvous:
+# 5 s later the driver stops the other, and exits 2.
+drive badinput --hosts hostA,badinput-host --no-python "$worker" "$mark" report
+started=$SECONDS
+wait_exit "$driver" 30 "the driver with a host refusing its input"
+[[ $code -eq 2 ]] || fail "exit $code with a host refusing its input, not 2"
+grep -q "^ddprun: a host's agent failed and the others are still running 5 s later; stopping them$" \
+  "$dir/badinput.err" || fail "no line saying the other hosts are stopped"
+wait_until 15 "host A's agent stopped" nothing_left
+echo "a host refusing its input: exit 2 after $((SECONDS - started)) s, the other host stopped"
 echo "PASS"

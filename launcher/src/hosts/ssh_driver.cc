@@ -32,6 +32,11 @@ constexpr std::size_t kLongestLine = 64 * 1024;
 // After a host's ssh exited, how long its pipes may stay open (a descendant of ssh holding them,
 // say a ControlPersist master) before the driver stops waiting for their last bytes.
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);
+// After a host's agent failed: how long the others have to end on their own (they learn a
+// worker's failure through the rendezvous and exit with its code at about the same time) before
+// they are stopped as on SIGTERM. A host whose agent never started its job (bad input there, exit
+// 2) would otherwise leave the others waiting for it until their join timeout.
+constexpr auto kFailureGrace = std::chrono::seconds(5);
 
 void writeAll(int fd, std::string_view text) {
   while (!text.empty()) {
@@ -212,6 +217,7 @@ int runSshDriver(const SshLaunch& launch) {
   std::optional<int> signalled;    // the first signal the driver got
   std::optional<int> firstFailure;  // the first host's failing exit code
   std::optional<Clock::time_point> stopDeadline;
+  std::optional<Clock::time_point> failureStop;  // when the others are stopped after a failure
   bool killed = false;
   const auto stopAll = [&](int sig) {
     for (auto& host : hosts) tellHost(host, sig);
@@ -238,8 +244,10 @@ int runSshDriver(const SshLaunch& launch) {
     }
     const auto now = Clock::now();
     auto wait = std::chrono::milliseconds(1000);
-    if (stopDeadline && !killed) {
-      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(*stopDeadline - now));
+    for (const auto& at : {stopDeadline, failureStop}) {
+      if (at && !killed) {
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(*at - now));
+      }
     }
     for (auto& host : hosts) {
       if (!host.exitedAt || done(host)) continue;
@@ -291,6 +299,16 @@ int runSshDriver(const SshLaunch& launch) {
         continue;
       }
       if (!firstFailure) firstFailure = *host.exitCode;
+      if (!failureStop) failureStop = Clock::now() + kFailureGrace;
+    }
+    if (failureStop && !stopDeadline && Clock::now() >= *failureStop) {
+      bool others = false;
+      for (const auto& host : hosts) others = others || !host.exitCode;
+      if (others) {
+        writeAll(STDERR_FILENO, "ddprun: a host's agent failed and the others are still running "
+                                "5 s later; stopping them\n");
+        stopAll(SIGTERM);
+      }
     }
     if (stopDeadline && !killed && Clock::now() >= *stopDeadline) {
       // The hosts did not stop in time: cut their connections; each remote agent sees its stdin

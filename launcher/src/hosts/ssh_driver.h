@@ -9,7 +9,9 @@
 //     connection gone) stops it as SIGTERM does, so nothing is left running on any host;
 //   - ssh exits 255 for its own failures (no connection within ConnectTimeout, a refused login, a
 //     connection lost); ddprun's agent never exits 255. Then one line names the host, the other
-//     hosts are stopped, and the driver exits 255.
+//     hosts are stopped, and the driver exits 255;
+//   - a host's agent that exits non-zero fails the job: the other hosts get 5 s to end on their
+//     own (they normally learn the failure through the rendezvous), then are stopped.
 #pragma once
 
 #include "hosts/ssh_launch.h"
