@@ -14,6 +14,7 @@
 #include "ddprun/common/process_environment.h"
 #include "ddprun/common/text.h"
 #include "ddprun/launcher/agent.h"
+#include "hosts/ssh_driver.h"
 #include "process/guardian.h"
 #include "status/status_command.h"
 
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   for (const std::string& note : commandLine.notes) std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
   for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
+  // --hosts / --hostfile: this ddprun drives one agent per host over ssh (docs/ssh.md).
+  if (commandLine.sshLaunch) return hosts::runSshDriver(*commandLine.sshLaunch);
 
   // Before any thread exists: the guardian is a fork of this process and runs ordinary code.
   // (spdlog's logger above starts no thread.)

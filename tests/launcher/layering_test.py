@@ -11,6 +11,7 @@ import sys
 
 # Each room and the rooms it may include (besides itself). core is the ground floor; the wiring
 # (agent) is the top; cli stands beside them and only main.cc joins the two (and status, above cli).
+# hosts (the launch over ssh) stands beside the agent too: cli builds its plan, main.cc runs it.
 ALLOWED = {
     "core": set(),
     "process": {"core"},
@@ -20,7 +21,8 @@ ALLOWED = {
     "membership": {"core"},
     "machine": {"core", "process", "hang", "report"},
     "agent": {"core", "process", "output", "report", "hang", "membership", "machine"},
-    "cli": {"core"},
+    "hosts": {"core"},
+    "cli": {"core", "hosts"},
     # `ddprun status`: the agent's options (cli) read by the agent's rules, the store seam
     # (membership) and the failure's wording (report); main.cc joins it to the subcommand table.
     "status": {"core", "cli", "membership", "report"},

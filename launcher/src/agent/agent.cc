@@ -25,6 +25,7 @@
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
 #include "agent/startup_error.h"
+#include "agent/stdin_watch.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/path_lookup.h"
@@ -319,6 +320,10 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     if (!isStopSignal(signal) && signal != SIGCONT) signals.add(signal);
   }
   forwardSignals(signals, machine, timerPipe.get());
+  // --stop-on-stdin-eof: the ssh driver's signals come on stdin, and its end is stdin's end.
+  const auto stdinWatch = !config.stopOnStdinEof ? nullptr : watchStdin(io, [&machine](int signal) {
+    if (machine.state() != AgentMachine::State::kFinished) machine.onSignal(signal);
+  });
   machine.start();
   statusFeed.start();
   io.run();

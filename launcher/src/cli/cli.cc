@@ -22,6 +22,7 @@
 #include "cli/options.h"
 #include "cli/rendezvous.h"
 #include "cli/slurm.h"
+#include "cli/ssh_launch_options.h"
 #include "cli/value_parsers.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/text.h"
@@ -212,6 +213,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   applyLogSettings(arguments, result);
   applyNumaBinding(arguments, environment, config);
   config.virtualLocalRank = arguments.flag("virtual-local-rank");
+  config.stopOnStdinEof = arguments.flag("stop-on-stdin-eof");
 
   // The checks below look at the file system and resolve names: after the pure ones, so that
   // a typo is reported before anything slower.
@@ -241,6 +243,13 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
     return result;
   }
   addEnvironmentFallbacks(split, environment);
+  if (wantsSshLaunch(split.options)) {
+    return sshCommandLine(split.options, environment,
+                          [&](std::map<std::string_view, GivenValue> own) {
+                            return buildConfig(Arguments(std::move(own)), argc, argv,
+                                               split.scriptIndex, environment);
+                          });
+  }
   // Inside a Slurm step with no rendezvous options, the step's values stand in for them (slurm.h).
   std::vector<std::string> slurmNotes;
   const auto slurm = detectSlurmStep(split.options, environment, slurmNotes);

@@ -17,12 +17,14 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/subcommands.h"
 #include "ddprun/launcher/launch_config.h"
+#include "hosts/ssh_launch.h"
 
 namespace ddprun::launcher {
 
@@ -43,6 +45,9 @@ struct CommandLine {
   // What ddprun does differently from torchrun with the same input, said once, not a problem:
   // one line each, no "note:" prefix; printed by the caller (whatever LOGLEVEL says).
   std::vector<std::string> notes;
+  // --hosts / --hostfile: a launch over ssh (docs/ssh.md), run by hosts::runSshDriver instead of
+  // an agent; config then holds the job's options as checked for one node.
+  std::optional<hosts::SshLaunch> sshLaunch;
 };
 
 // argv as given to main; environment as NAME -> value (the caller passes the real environment).

@@ -132,6 +132,34 @@ constexpr OptionSpec kOptions[] = {
            "job fails without a restart. 0: wait for ever. Default: 300."},
   {.name = "virtual-local-rank", .kind = ValueKind::kFlag,
    .help = "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its one GPU."},
+  {.name = "hosts", .hasEnvironment = false, .metavar = "HOST,HOST...",
+   .help = "ddprun: run the job on these hosts, one agent each, started over ssh from here "
+           "(docs/ssh.md): c10d rendezvous on the first host (port 29400) unless --rdzv-endpoint "
+           "or --master-addr says otherwise, a generated --rdzv-id, --nnodes the number of "
+           "hosts. Output comes back line by line as 'HOST: ...'."},
+  {.name = "hostfile", .hasEnvironment = false,
+   .help = "ddprun: like --hosts, the hosts from a file in DeepSpeed's format: 'HOST slots=N' "
+           "lines, '#' comments. Without --nproc-per-node each host runs N workers."},
+  {.name = "include", .hasEnvironment = false, .metavar = "HOST[:SLOT,...]@HOST...",
+   .help = "ddprun: with --hosts/--hostfile, only these hosts, and on a host with slots listed "
+           "only those GPUs (its CUDA_VISIBLE_DEVICES and worker count), as DeepSpeed's -i."},
+  {.name = "exclude", .hasEnvironment = false, .metavar = "HOST[:SLOT,...]@HOST...",
+   .help = "ddprun: with --hosts/--hostfile, every host but these (or, with slots, without "
+           "those GPUs), as DeepSpeed's -e. Not with --include."},
+  {.name = "forward-env", .hasEnvironment = false, .metavar = "NAME,NAME...",
+   .help = "ddprun: with --hosts/--hostfile, variables set on every host besides NCCL_*, "
+           "PYTHON* and CUDA_VISIBLE_DEVICES (forwarded where set)."},
+  {.name = "ssh-options", .hasEnvironment = false, .metavar = "'OPTIONS'",
+   .help = "ddprun: with --hosts/--hostfile, options for ssh, split at blanks (e.g. '-i key "
+           "-o ConnectTimeout=5'); they win over ddprun's (BatchMode=yes, ConnectTimeout=10). "
+           "Default: $DDPRUN_SSH_OPTIONS."},
+  {.name = "ssh-ddprun", .hasEnvironment = false, .metavar = "PATH",
+   .help = "ddprun: with --hosts/--hostfile, ddprun's path on the hosts. Default: "
+           "$DDPRUN_REMOTE_BIN, else this ddprun's own path."},
+  {.name = "stop-on-stdin-eof", .kind = ValueKind::kFlag, .hasEnvironment = false,
+   .help = "ddprun, set by --hosts on each host's agent: a byte on stdin is a signal passed on; "
+           "the end of stdin (the ssh connection gone) stops the job on this host as SIGTERM "
+           "does."},
 };
 // clang-format on
 

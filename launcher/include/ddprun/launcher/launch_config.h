@@ -207,6 +207,9 @@ struct LaunchConfig {
   std::string eventLogHandler = "null";     // --event-log-handler
   std::string numaBinding;          // --numa-binding ("" = none)
   bool virtualLocalRank = false;    // --virtual-local-rank
+  // --stop-on-stdin-eof: set by the ssh driver on each remote agent (docs/ssh.md): a byte on
+  // stdin is a signal passed on, EOF stops the agent as SIGTERM does.
+  bool stopOnStdinEof = false;
 };
 
 // The static backend's default port, and c10d's default endpoint port.
