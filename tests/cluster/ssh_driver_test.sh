@@ -33,18 +33,7 @@ drive() {  # drive NAME ARGS...: the driver in the background, $driver its pid
   pids+=($driver)
   logs+=("$dir/$name.out" "$dir/$name.err")
 }
-lines() { grep -c "$2" "$dir/$1.out" 2>/dev/null || true; }
-leftovers() {
-  pgrep -af "$mark" | grep -v pgrep || true
-  local f p
-  for f in "$dir"/pids.*; do
-    [[ -f $f ]] || continue
-    for p in $(cat "$f"); do kill -0 "$p" 2>/dev/null && echo "worker process $p of $f"; done
-  done
-  return 0
-}
-nothing_left() { [[ -z $(leftovers) ]]; }
-two_waiting() { [[ $(lines "$1" 'waiting$') -eq 2 ]]; }
+source "$here/ssh_job.sh"
 
 # 1. Two "hosts", one job of 2 x 2 ranks, lines prefixed; a host's last line without a newline
 # comes whole too.
@@ -53,6 +42,8 @@ wait_exit "$driver" 60 "the job's driver"
 [[ $code -eq 0 ]] || fail "the job exited $code"
 [[ $(lines job "^hostA: .*world=4 ") -eq 2 && $(lines job "^hostB: .*world=4 ") -eq 2 ]] \
   || fail "not 2 ranks of 4 on each host"
+# The driver's signal bytes are the agent's alone: its workers read /dev/null.
+[[ $(lines job " stdin=/dev/null$") -eq 4 ]] || fail "a worker's stdin is not /dev/null"
 grep -q "^ddprun: starting 2 agent(s) over ssh on hostA, hostB (store 127.0.0.1:$port" "$dir/job.err" \
   || fail "no line saying where the job runs"
 grep -qx "hostB: closing hostB" "$dir/job.err" || fail "a last line without a newline was not passed on whole"
@@ -67,7 +58,7 @@ echo "a failing rank: exit $code"
 # 3. SIGTERM to the driver: every host's agent stops its workers, the driver exits 143.
 rm -f "$dir"/pids.*
 drive term --hosts hostA,hostB --shutdown-timeout 5 --no-python "$worker" "$mark" wait "$dir"
-wait_until 40 "2 workers wait" two_waiting term
+wait_until 40 "2 workers wait" waiting term 2
 kill -TERM "$driver"
 wait_exit "$driver" 30 "the driver after SIGTERM"
 [[ $code -eq 143 ]] || fail "the driver exited $code after SIGTERM"
@@ -77,7 +68,7 @@ echo "SIGTERM: exit 143, nothing left"
 # 4. kill -9 of the driver: the agents' stdin ends, they stop their workers.
 rm -f "$dir"/pids.*
 drive kill9 --hosts hostA,hostB --shutdown-timeout 5 --no-python "$worker" "$mark" wait "$dir"
-wait_until 40 "2 workers wait" two_waiting kill9
+wait_until 40 "2 workers wait" waiting kill9 2
 kill -9 "$driver"
 killed=$SECONDS
 wait_exit "$driver" 10 "the killed driver" 2>/dev/null

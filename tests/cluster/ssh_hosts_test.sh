@@ -84,20 +84,7 @@ drive() {
   pids+=($driver)
   logs+=("$dir/$name.out" "$dir/$name.err")
 }
-lines() { grep -c "$2" "$dir/$1.out" 2>/dev/null || true; }
-# What of the job is still running anywhere (every host shares this pid namespace): its
-# processes carry $mark; the waiting workers' pids are in $dir/pids.*.
-leftovers() {
-  pgrep -af "$mark" | grep -v "pgrep" || true
-  local f p
-  for f in "$dir"/pids.*; do
-    [[ -f $f ]] || continue
-    for p in $(cat "$f"); do kill -0 "$p" 2>/dev/null && echo "worker process $p of $f"; done
-  done
-  return 0
-}
-nothing_left() { [[ -z $(leftovers) ]]; }
-three_waiting() { [[ $(lines "$1" 'waiting$') -eq 3 ]]; }
+source "$here/ssh_job.sh"
 
 # 1. --hosts: one job of 2 hosts x 2 workers; every line comes back with its host in front.
 drive hosts --hosts "$h1,$h2" --nproc-per-node 2 --forward-env SSH_TEST_FORWARDED \
@@ -107,8 +94,8 @@ wait_exit "$driver" 60 "the --hosts job's driver"
 for h in "$h1" "$h2"; do
   [[ $(lines hosts "^$h: .*rank=[0-3] world=4 ") -eq 2 ]] || fail "host $h did not run 2 ranks of 4"
 done
-[[ $(lines hosts "forwarded=yes nccl=nccl run_id=ssh-[0-9a-f]* cwd=$dir\$") -eq 4 ]] \
-  || fail "the forwarded variables, the run id or the working directory differ on the hosts"
+[[ $(lines hosts "forwarded=yes nccl=nccl run_id=ssh-[0-9a-f]* cwd=$dir stdin=/dev/null\$") -eq 4 ]] \
+  || fail "the forwarded variables, the run id, the working directory or stdin (/dev/null) differ on the hosts"
 grep -q "^$h1: .*group_rank=0 " "$dir/hosts.out" || fail "the first host is not group rank 0"
 echo "--hosts: 4 ranks on 2 hosts, each line prefixed: $(head -n 1 "$dir/hosts.out")"
 
@@ -147,7 +134,7 @@ echo "--hostfile --include: 2 ranks on host 1, 1 on host 3 with CUDA_VISIBLE_DEV
 # 4. Ctrl-C: SIGINT to the driver reaches every host's agent, which stops its workers.
 rm -f "$dir"/pids.*
 drive sigint --hosts "$h1,$h2,$h3" --shutdown-timeout 5 --no-python "$worker" "$mark" wait "$dir"
-wait_until 40 "3 workers wait" three_waiting sigint
+wait_until 40 "3 workers wait" waiting sigint 3
 kill -INT "$driver"
 wait_exit "$driver" 30 "the driver after SIGINT"
 [[ $code -eq 130 ]] || fail "the driver exited $code after SIGINT, not 130"
@@ -158,7 +145,7 @@ echo "Ctrl-C: the driver exited 130, nothing left on any host"
 # and stops its workers.
 rm -f "$dir"/pids.*
 drive kill9 --hosts "$h1,$h2,$h3" --shutdown-timeout 5 --no-python "$worker" "$mark" wait "$dir"
-wait_until 40 "3 workers wait" three_waiting kill9
+wait_until 40 "3 workers wait" waiting kill9 3
 kill -9 "$driver"
 killed=$SECONDS
 wait_exit "$driver" 10 "the killed driver" 2>/dev/null

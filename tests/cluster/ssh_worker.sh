@@ -6,7 +6,8 @@
 # MARK is only there to be found in ps (every process of the job carries it).
 echo "rank=$RANK world=$WORLD_SIZE group_rank=$GROUP_RANK local_rank=$LOCAL_RANK" \
      "cvd=${CUDA_VISIBLE_DEVICES:-unset} forwarded=${SSH_TEST_FORWARDED:-unset}" \
-     "nccl=${NCCL_TEST_SETTING:-unset} run_id=$TORCHELASTIC_RUN_ID cwd=$PWD"
+     "nccl=${NCCL_TEST_SETTING:-unset} run_id=$TORCHELASTIC_RUN_ID cwd=$PWD" \
+     "stdin=$(readlink /proc/self/fd/0)"
 case "$2" in
   fail) [[ $RANK -eq $3 ]] && exit "$4" ;;
   wait)

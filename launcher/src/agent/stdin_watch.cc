@@ -1,5 +1,6 @@
 #include "agent/stdin_watch.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -53,11 +54,17 @@ class AsioStdinWatch final : public StdinWatch {
 
 std::unique_ptr<StdinWatch> watchStdin(boost::asio::io_context& io,
                                        std::function<void(int signal)> onSignal) {
-  // A copy of fd 0: the stream descriptor closes what it holds, and the agent's fd 0 stays.
-  const int fd = ::dup(STDIN_FILENO);
+  // The driver's pipe moves to a descriptor of the agent's own (close-on-exec), and fd 0, which
+  // the workers inherit, becomes /dev/null: a worker reading stdin would otherwise eat the
+  // driver's signal bytes, and find it non-blocking (Asio sets O_NONBLOCK on the shared pipe).
+  const int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
   if (fd < 0) {
     spdlog::warn("--stop-on-stdin-eof: stdin is not open; the agent will not notice its driver go");
     return nullptr;
+  }
+  if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::close(null);
   }
   try {
     auto watch = std::make_unique<AsioStdinWatch>(io, fd, std::move(onSignal));
