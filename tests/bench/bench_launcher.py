@@ -15,7 +15,6 @@ import glob
 import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,17 +22,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from alternating_runs import medians  # noqa: E402
+from ports import free_port  # noqa: E402
 
 PROBE = os.path.join(HERE, "restart_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
                                              "tools", "torchrun-py311.py")]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Launcher:

@@ -24,7 +24,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,19 +31,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from alternating_runs import medians  # noqa: E402
+from ports import free_port  # noqa: E402
 
 PROBE = os.path.join(HERE, "rendezvous_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
                                              "tools", "torchrun-py311.py")]
 ETCD = "/usr/bin/etcd"
 WAIT_S = 120  # every wait of a run gives up after this, saying what it saw
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Etcd:

@@ -36,19 +36,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
-from side_by_side import SKIP, check, fail, run, scenario_main  # noqa: E402
+from side_by_side import SKIP, fail, run, scenario_main  # noqa: E402
+from ports import free_port  # noqa: E402
 
 NAME = "late-master.test"
 # Each worker: who it is in the world; the second group's worker finishes later (late-node).
 WORKER = ('echo "rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK"; '
           'if [ "$GROUP_RANK" = 1 ]; then sleep "${LATE_FINISH:-0}"; fi')
 JOB_TIMEOUT = 90  # far beyond the ~15 s a scenario takes; well below the CTest TIMEOUT
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def need_mount_namespace(work):

@@ -13,7 +13,6 @@ starts the etcd and runs this).
 import argparse
 import os
 import re
-import socket
 import sys
 import tempfile
 
@@ -21,12 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "train_ddp.py")
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from jobs import Deadline, Job, run, wait_all  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port  # noqa: E402
 
 
 def main():

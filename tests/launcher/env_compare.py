@@ -29,11 +29,9 @@ underscore spellings (--nproc_per_node ...), so the driver spells options per la
 import argparse
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import json
 import os
-import random
 import re
 import shlex
 import signal
@@ -49,6 +47,7 @@ SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
 from jobs import Deadline, process_tree  # noqa: E402
+from ports import TORCH113_STANDALONE_PORT, bindable, free_port  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(HERE))
 PROBE = os.path.join(HERE, "env_probe.py")
 DEFAULT_DDPRUN = os.path.join(REPO, "build", "launcher", "ddprun")
@@ -59,7 +58,6 @@ DEFAULT_TIMEOUT = 60.0
 # CTest's own timeout would not.
 DEFAULT_BUDGET = 150.0
 SCENARIOS = ("standalone", "static", "c10d-2nodes")
-TORCH113_STANDALONE_PORT = 29400  # torch 1.13 --standalone always uses localhost:29400
 
 ABSENT = "<absent>"
 REMOVED = "<removed>"
@@ -258,38 +256,6 @@ class Processes:
 # ------------------------------------------------------------------------------------------------
 # Ports
 
-def _bindable(port):
-    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue  # no IPv6
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRNOTAVAIL:
-                continue
-            return False
-        finally:
-            s.close()
-    return True
-
-
-def free_port(taken=()):
-    """A free TCP port outside the ephemeral range (a port inside it can be grabbed by any
-    outgoing connection between our check and the launcher's bind, contract 3.10)."""
-    lo, hi = 32768, 60999
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = (int(x) for x in f.read().split())
-    first, last = (20000, lo - 1) if lo > 21000 else (hi + 1, 65000)
-    for _ in range(500):
-        port = random.randint(first, last)
-        if port not in taken and port != TORCH113_STANDALONE_PORT and _bindable(port):
-            return port
-    raise RuntimeError("no free port in %d-%d" % (first, last))
-
 
 @contextlib.contextmanager
 def standalone_port_guard(active, timeout):
@@ -309,7 +275,7 @@ def standalone_port_guard(active, timeout):
                 if time.monotonic() > deadline:
                     raise RuntimeError("another env_compare run holds %s" % path)
                 time.sleep(0.2)
-        while not _bindable(TORCH113_STANDALONE_PORT):
+        while not bindable(TORCH113_STANDALONE_PORT):
             if time.monotonic() > deadline:
                 raise RuntimeError("port %d is busy: torchrun 1.13 --standalone would join another "
                                    "job's store (contract 3.10)" % TORCH113_STANDALONE_PORT)

@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from jobs import SKIP, Deadline, Job, give_up, run, wait_all  # noqa: E402
+from ports import free_port  # noqa: E402
 
 # argv[1]: the work directory. Writes pid.<restart>.<rank>, waits (60 s at most, reporting
 # progress through its heartbeat file) for go.<restart>, then exits: rank 3 fails at restart 0 as torch's @record would report it.
@@ -53,12 +54,6 @@ if rank == "3" and restart == "0":
                                "extraInfo": {"py_callstack": "Traceback ...", "timestamp": str(int(time.time()))}}}, f)
     sys.exit(3)
 '''
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Check:

@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import sys
 import tempfile
@@ -47,6 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from local_user import other_user  # noqa: E402
 from secjobs import SKIP, Deadline, Job, give_up  # noqa: E402
+from ports import free_port  # noqa: E402
 
 SCENARIOS = ["planted-scratch", "log-dir-others", "error-file-huge", "error-file-fifo",
              "token-other-owner", "token-fifo", "kill9-leftovers"]
@@ -60,12 +60,6 @@ JOB_LIMIT = 40
 
 VALID_ERROR = ('{"message": {"message": "ValueError: boom from rank %s", "extraInfo": '
                '{"py_callstack": "Traceback: boom", "timestamp": "%s"}}}')
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Scenario:

@@ -8,7 +8,6 @@ it saw; every process started here leads its own session and is killed on the wa
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -18,17 +17,12 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 WORKER = os.path.join(HERE, "workers", "steady_worker.py")
 sys.path.insert(0, os.path.join(REPO, "tests", "support"))
 from jobs import SKIP, Deadline, Job, describe, give_up, run, torch_version, wait_all  # noqa: E402
+from ports import free_port  # noqa: E402,F401  (the security tests take it from here)
 
 # What the drivers take from here, tests/support/jobs.py's helpers included.
 __all__ = ["SKIP", "ACTIVE_RUN", "Deadline", "Job", "TwoNodeJob", "describe", "free_port", "give_up",
            "key", "listening_ports", "run", "start_daemon", "torch_version", "wait_all", "wait_until",
            "write_token"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_token(directory, name="token", secret=None, mode=0o600, newline=True):

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <random>
 
 namespace ddprun::test {
 
@@ -25,9 +27,34 @@ inline int listenOnLoopback(std::uint16_t& port, int backlog = 16) {
   return fd;
 }
 
-// A port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0).
+// A port on 127.0.0.1 that is free now, outside the kernel's ephemeral range (the rule and its
+// reason are tests/support/ports.py's: a port from bind(0) can be taken by any outgoing connection
+// of a test running beside this one before the process told about it listens).
 inline std::uint16_t freePort() {
-  std::uint16_t port = 0;
+  unsigned low = 32768, high = 60999;
+  if (FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(range, "%u %u", &low, &high) != 2) low = 32768, high = 60999;
+    std::fclose(range);
+  }
+  const unsigned first = low > 21000 ? 20000 : high + 1;
+  const unsigned last = low > 21000 ? low - 1 : 65000;
+  std::random_device seed;
+  std::mt19937 pick(seed());
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(std::uniform_int_distribution<unsigned>(first, last)(pick));
+    if (port == 29400) continue;  // torch 1.13 --standalone's fixed port
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  std::uint16_t port = 0;  // every pick taken: the kernel's choice, as before
   ::close(listenOnLoopback(port));
   return port;
 }
