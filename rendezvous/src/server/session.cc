@@ -657,8 +657,10 @@ void Session::close(std::string_view reason, bool isError) {
   if (closed_) return;
   closed_ = true;
   if (isError) {
-    context_.protocolErrors.fetch_add(1, std::memory_order_relaxed);
+    // The line before the count: whoever sees the count (the stats, /healthz, a test) can rely
+    // on the line being written already.
     spdlog::warn("closing connection from {}: {}", peer_, reason);
+    context_.protocolErrors.fetch_add(1, std::memory_order_relaxed);
   } else {
     spdlog::debug("connection from {} closed: {}", peer_, reason);
   }
