@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Side-by-side benchmark of ddprun against torchrun 1.13 (Debian's, via torchrun-py311.py).
 
-  launch    --nproc-per-node 8 of a no-op binary (`true`): wall time and the launcher's peak RSS
+  launch    --nproc-per-node 8 of a no-op binary (`true`): wall time and the launcher's peak RSS,
+            beside the kernel's floor (ddprun-spawn-floor: posix_spawn 8 `true` and wait for them)
+            and `ddprun --version` (the agent's own exec, dynamic linking and start-up alone)
   restart   one node, 4 workers: the last rank dies (SIGKILL); time until every worker of the
             new attempt has started
   restart2  two nodes (c10d on 127.0.0.1), 2 workers each: the same, across both nodes
@@ -64,7 +66,33 @@ def run_timed(argv, env=None):
         return seconds, int(rss.read().split()[-1]) / 1024, code
 
 
+class Floor:
+    """posix_spawn of 8 `true` and waiting for them: what any launcher must spend at least."""
+    name = "floor"
+
+    def __init__(self, binary):
+        self.binary = binary
+
+
+class Version:
+    """`ddprun --version`: exec, dynamic linking, static initialisers and exit, nothing else."""
+    name = "ddprun --version"
+
+    def __init__(self, binary):
+        self.binary = binary
+
+
 def launch(launcher):
+    if isinstance(launcher, Floor):
+        argv = [launcher.binary, "8", "true"]
+    elif isinstance(launcher, Version):
+        argv = [launcher.binary, "--version"]
+    else:
+        argv = None
+    if argv:
+        seconds, rss, code = run_timed(argv)
+        assert code == 0, f"{launcher.name} exited {code}"
+        return {"seconds": seconds, "rss_mib": rss}
     seconds, rss, code = run_timed(launcher.argv(("standalone",), 8, ["true"],
                                                  extra=[("--no-python" if launcher.kind == "ddprun" else "--no_python")]))
     assert code == 0, f"{launcher.name} launch exited {code}"
@@ -98,23 +126,45 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--floor", help="ddprun-spawn-floor (default: beside --ddprun's build, "
+                        "tests/bench/ddprun-spawn-floor)")
+    parser.add_argument("--only", choices=("launch", "restart"), help="one benchmark, not all")
+    parser.add_argument("--no-torchrun", action="store_true",
+                        help="ddprun and the floor only (quick, for profiling; no ratios to torchrun)")
     args = parser.parse_args()
     ddprun = Launcher("ddprun", "ddprun", binary=os.path.abspath(args.ddprun))
     slow = Launcher("torchrun 1.13 (monitor 5 s, its default)", "torchrun", monitor=5)
     fast = Launcher("torchrun 1.13 (monitor 0.1 s, 2.x's default)", "torchrun", monitor=0.1)
-    launchers = [ddprun, slow, fast]
+    torchruns = [] if args.no_torchrun else [slow, fast]
+    launchers = [ddprun, *torchruns]
+    build = os.path.dirname(os.path.dirname(os.path.abspath(args.ddprun)))
+    floor = Floor(os.path.abspath(args.floor or os.path.join(build, "tests", "bench", "ddprun-spawn-floor")))
+    version = Version(ddprun.binary)
 
     rows = []
-    r = medians(launchers, args.repeats, launch)
-    for t in (slow, fast):
-        rows.append((f"launch 8 no-op workers, wall (vs {t.name})", f"{r['ddprun']['seconds'] * 1000:.1f} ms",
-                     f"{r[t.name]['seconds'] * 1000:.0f} ms",
-                     f"**{r[t.name]['seconds'] / r['ddprun']['seconds']:.0f}x faster**"))
-    rows.append(("launcher peak RSS", f"{r['ddprun']['rss_mib']:.1f} MiB", f"{r[fast.name]['rss_mib']:.0f} MiB",
-                 f"{r[fast.name]['rss_mib'] / r['ddprun']['rss_mib']:.0f}x less"))
+    if args.only in (None, "launch"):
+        r = medians([*launchers, floor, version], args.repeats, launch)
+        ms = lambda name: r[name]["seconds"] * 1000  # noqa: E731
+        rows.append(("launch 8 no-op workers, wall (vs the floor: posix_spawn 8 `true`, wait)",
+                     f"{ms('ddprun'):.1f} ms", f"{ms('floor'):.1f} ms",
+                     f"**{ms('ddprun') / ms('floor'):.2f}x the floor**"))
+        rows.append(("`ddprun --version`, wall (vs the floor)", f"{ms(version.name):.1f} ms",
+                     f"{ms('floor'):.1f} ms", ""))
+        for t in torchruns:
+            rows.append((f"launch 8 no-op workers, wall (vs {t.name})", f"{ms('ddprun'):.1f} ms",
+                         f"{ms(t.name):.0f} ms", f"**{ms(t.name) / ms('ddprun'):.0f}x faster**"))
+        anchor = fast.name if torchruns else "floor"
+        rows.append((f"launcher peak RSS (vs {anchor})", f"{r['ddprun']['rss_mib']:.1f} MiB",
+                     f"{r[anchor]['rss_mib']:.1f} MiB",
+                     f"{r[anchor]['rss_mib'] / r['ddprun']['rss_mib']:.2f}x"))
     for nodes, label in ((1, "one node, 4 workers"), (2, "two nodes x 2 workers")):
+        if args.only not in (None, "restart"):
+            break
         r = medians(launchers, args.repeats, lambda l: restart(l, nodes))
-        for t in (slow, fast):
+        if not torchruns:
+            rows.append((f"worker death -> all new workers running, {label}",
+                         f"{r['ddprun']['seconds'] * 1000:.1f} ms", "", ""))
+        for t in torchruns:
             rows.append((f"worker death -> all new workers running, {label} (vs {t.name})",
                          f"{r['ddprun']['seconds'] * 1000:.1f} ms", f"{r[t.name]['seconds'] * 1000:.0f} ms",
                          f"**{r[t.name]['seconds'] / r['ddprun']['seconds']:.0f}x faster**"))
@@ -122,7 +172,7 @@ def main():
     print(f"Launcher benchmark, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
           f"median of {args.repeats} alternating runs per figure")
     print()
-    print("| measurement | ddprun | torchrun 1.13 | ddprun vs torchrun |")
+    print("| measurement | ddprun | anchor | ddprun vs anchor |")
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
