@@ -367,12 +367,27 @@ bool Membership::alive(std::int64_t node) {
   return control().check({keys_.alive(node)});
 }
 
+std::vector<std::int64_t> Membership::stillAlive(const std::vector<std::int64_t>& nodes) {
+  // One request names every alive key (the usual answer: all there); only when one is missing
+  // is each asked on its own. One check per node on every poll of every joiner made forming a
+  // round O(N^2) requests (docs/benchmarks.md, "Scale").
+  std::vector<std::string> aliveKeys;
+  aliveKeys.reserve(nodes.size());
+  for (std::int64_t node : nodes) aliveKeys.push_back(keys_.alive(node));
+  if (aliveKeys.empty() || control().check(aliveKeys)) return nodes;
+  std::vector<std::int64_t> live;
+  for (std::int64_t node : nodes) {
+    if (alive(node)) live.push_back(node);
+  }
+  return live;
+}
+
 std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
   const int joined = static_cast<int>(control().add(keys_.joined(round), 0));
   std::vector<std::string> slots;
   for (int k = 1; k <= joined; ++k) slots.push_back(keys_.member(round, k));
   if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
-  std::vector<std::int64_t> live;
+  std::vector<std::int64_t> joiners;
   for (const std::string& text : control().multiGet(slots)) {
     std::int64_t id = -1;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
@@ -381,10 +396,11 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
                                         "node id; is something else writing to the rendezvous store?",
                                         round, quotedValue(text)));
     }
-    // A node that joined and died before the round closed must not be counted: its workers
-    // would never exist, and the others would wait for them.
-    if (alive(id)) live.push_back(id);
+    joiners.push_back(id);
   }
+  // A node that joined and died before the round closed must not be counted: its workers
+  // would never exist, and the others would wait for them.
+  std::vector<std::int64_t> live = stillAlive(joiners);
   if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
     std::vector<std::string> nodeKeys;
     for (std::int64_t id : live) nodeKeys.push_back(keys_.node(id));
@@ -418,13 +434,13 @@ std::optional<int> Membership::previousMembersStillAway(int round, const std::ve
   // A round that ended "done" belongs to a finished run of this id: nobody is away from this
   // one, which starts afresh (a rerun against the same store).
   if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone) return std::nullopt;
-  int away = 0;
+  const std::set<std::int64_t> back(live.begin(), live.end());
+  std::vector<std::int64_t> notBack;
   for (std::int64_t id : previous->members) {
-    if (std::find(live.begin(), live.end(), id) != live.end()) continue;
-    // Not back yet: only worth waiting for if it is still alive.
-    if (alive(id)) ++away;
+    if (back.count(id) == 0) notBack.push_back(id);
   }
-  return away;
+  // Not back yet: only worth waiting for if it is still alive.
+  return static_cast<int>(stillAlive(notBack).size());
 }
 
 bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
@@ -776,6 +792,13 @@ void Membership::reportMembersLostEarly(int round) {
     if (heartbeatRound_ != round) return;
     members = roundMembers_;
   }
+  // Every member's alive key in one request (the usual answer: all there); one request per
+  // member from every member made this O(N^2) for the job at each round's start.
+  std::vector<std::string> others;
+  for (const NodeInfo& node : members) {
+    if (node.id != self_.id) others.push_back(keys_.alive(node.id));
+  }
+  if (others.empty() || watch_->check(others)) return;
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     const NodeInfo& node = members[rank];
     if (node.id == self_.id || watch_->check({keys_.alive(node.id)})) continue;

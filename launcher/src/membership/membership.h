@@ -208,6 +208,8 @@ class Membership {
   // not known (round 0).
   std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
   bool alive(std::int64_t node);
+  // Those of `nodes` that are alive, in order: one store request when all are.
+  std::vector<std::int64_t> stillAlive(const std::vector<std::int64_t>& nodes);
   // Members of round `round` that died before they could arm their hold for it (they would go
   // unreported): announce them lost. Once per round, from the watch.
   void reportMembersLostEarly(int round);
