@@ -25,6 +25,10 @@ namespace {
 
 // How often joiners re-check whether their round can close while they wait for it.
 constexpr auto kJoinPollInterval = 50ms;
+// Up to this many nodes a forming round's waiting line comes at once when someone joins; a
+// bigger job's every kWaitLineInterval (a line naming thousands of hosts at each arrival is a
+// flood, and reading who joined costs O(N) for each of N joiners).
+constexpr int kNamedJoinersMax = 64;
 // How long each attempt to reach the store lasts while it may still be coming up, so that
 // cancel() is noticed.
 constexpr auto kConnectAttempt = 1s;
@@ -443,9 +447,8 @@ std::optional<int> Membership::previousMembersStillAway(int round, const std::ve
   return static_cast<int>(stillAlive(notBack).size());
 }
 
-bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
-  const auto live = liveJoiners(round);
-  if (!live) return false;
+bool Membership::maybeClose(int round, const std::vector<std::int64_t>& liveNow, TimePoint& lastCallStart) {
+  const std::vector<std::int64_t>* live = &liveNow;
   const int joined = static_cast<int>(live->size());
   bool complete = joined >= config_.maxNodes;
   if (!complete && joined >= config_.minNodes) {
@@ -498,11 +501,30 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   int reportedJoined = -1;
   WaitLines lines(now_());
   std::optional<Closed> record;
+  std::optional<TimePoint> lastFullRead;
+  // A job of thousands reads the whole list below MIN as often as it says so (every
+  // kWaitLineInterval): each read costs O(N) per joiner.
+  const auto fullReadPace = config_.maxNodes <= kNamedJoinersMax
+                                ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
+                                : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
+  int deadJoiners = 0;  // counted in, but dead, at the last full read (a node id never comes back)
   while (!(record = closed(round))) {
     throwIfStopped();
-    if (maybeClose(round, lastCallStart)) continue;
-    const auto live = liveJoiners(round);
-    const int joined = live ? static_cast<int>(live->size()) : 0;
+    // Below MIN joiners the round cannot close, and the counter (one request) says so: who
+    // joined and who is still alive (every slot, every alive key: O(N) for each of N joiners on
+    // every poll, O(N^2) for the job; docs/benchmarks.md, "Scale") is read only from MIN on,
+    // and below it at most once a second, for the waiting line and the check that enough nodes
+    // remain after losses (which starts last_call_timeout: a second late there is nothing).
+    const int counted = static_cast<int>(control().add(keys_.joined(round), 0));
+    std::optional<std::vector<std::int64_t>> live;
+    if (counted >= config_.minNodes || !lastFullRead || now_() - *lastFullRead >= fullReadPace) {
+      lastFullRead = now_();
+      live = liveJoiners(round);
+      if (live) deadJoiners = std::max(0, counted - static_cast<int>(live->size()));
+    }
+    if (!live && counted < config_.minNodes) lastCallStart = {};  // as maybeClose would
+    if (live && maybeClose(round, *live, lastCallStart)) continue;
+    const int joined = live ? static_cast<int>(live->size()) : std::max(0, counted - deadJoiners);
     // After losses, the nodes that can still come back may be fewer than MIN: then only new
     // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
     const auto away = live && joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
@@ -538,7 +560,8 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     }
     // What the user sees while it waits: who joined, as the store's records say (read only when
     // a line is due), and the time left.
-    if (live && lines.due(now_(), fmt::format("{}", fmt::join(*live, ",")))) {
+    if (live && lines.due(now_(), config_.maxNodes <= kNamedJoinersMax ? fmt::format("{}", fmt::join(*live, ","))
+                                                                         : std::string())) {
       const bool lastCall = joined >= config_.minNodes;
       const auto left = lastCall && lastCallStart != TimePoint{}
                             ? settings_.lastCallTimeout - (now_() - lastCallStart)
@@ -547,8 +570,13 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
                                       std::chrono::duration_cast<std::chrono::milliseconds>(left),
                                       lastCall));
     }
+    // The close wakes the wait at once; the pace is that of noticing what the counter cannot
+    // say (a joiner's death, last call running out). Below MIN neither can close the round (the
+    // joiner that brings the count to MIN looks at once, in its first pass), so N waiting
+    // joiners poll 4x less often there: their polls are the store's load while a big job forms.
     try {
-      control().wait({keys_.closed(round)}, kJoinPollInterval);
+      control().wait({keys_.closed(round)},
+                     counted >= config_.minNodes ? kJoinPollInterval : kJoinPollInterval * 4);
     } catch (const StoreTimeoutError&) {
     }
   }

@@ -202,8 +202,9 @@ class Membership {
   // The exit barrier's waiting line (watch thread): which members of `round` have not counted
   // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
   void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
-  // Tries to close `round`; true once it is closed (by anyone).
-  bool maybeClose(int round, TimePoint& lastCallStart);
+  // Tries to close `round`, whose live joiners are `live` (liveJoiners); true once it is closed
+  // (by anyone).
+  bool maybeClose(int round, const std::vector<std::int64_t>& live, TimePoint& lastCallStart);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
   // not known (round 0).
   std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
