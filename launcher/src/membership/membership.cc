@@ -507,7 +507,8 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   const auto fullReadPace = config_.maxNodes <= kNamedJoinersMax
                                 ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
                                 : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
-  int deadJoiners = 0;  // counted in, but dead, at the last full read (a node id never comes back)
+  int deadJoiners = 0;
+  std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything  // counted in, but dead, at the last full read (a node id never comes back)
   while (!(record = closed(round))) {
     throwIfStopped();
     // Below MIN joiners the round cannot close, and the counter (one request) says so: who
@@ -527,19 +528,23 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     const int joined = live ? static_cast<int>(live->size()) : std::max(0, counted - deadJoiners);
     // After losses, the nodes that can still come back may be fewer than MIN: then only new
     // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
-    const auto away = live && joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
-    if (away && joined + *away < config_.minNodes) {
+    // Decided at each full read (live) and kept between them.
+    if (live) {
+      const auto away = joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
+      remaining = away ? std::optional<int>(joined + *away) : std::nullopt;
+    }
+    if (remaining && *remaining < config_.minNodes) {
       if (shortSince == TimePoint{}) {
         shortSince = now_();
         spdlog::warn("only {} node(s) remain of the at least {} this job needs; waiting up to {} s "
                      "(last_call_timeout) for others to join",
-                     joined + *away, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
+                     *remaining, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
       } else if (now_() - shortSince >= settings_.lastCallTimeout) {
         throw MembershipError(fmt::format(
             "only {} node(s) remain of the at least {} this job needs (--nnodes {}:{}): the others "
             "were lost and none joined within last_call_timeout ({} s); restart the lost nodes or "
             "lower the minimum of --nnodes",
-            joined + *away, config_.minNodes, config_.minNodes, config_.maxNodes,
+            *remaining, config_.minNodes, config_.minNodes, config_.maxNodes,
             settings_.lastCallTimeout.count() / 1000.0));
       }
     } else {
