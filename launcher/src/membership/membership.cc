@@ -508,6 +508,7 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
                                 ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
                                 : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
   int deadJoiners = 0;
+  int countedAtFullRead = -1;
   std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything  // counted in, but dead, at the last full read (a node id never comes back)
   while (!(record = closed(round))) {
     throwIfStopped();
@@ -518,8 +519,11 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     // remain after losses (which starts last_call_timeout: a second late there is nothing).
     const int counted = static_cast<int>(control().add(keys_.joined(round), 0));
     std::optional<std::vector<std::int64_t>> live;
-    if (counted >= config_.minNodes || !lastFullRead || now_() - *lastFullRead >= fullReadPace) {
+    // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
+    const bool arrival = config_.maxNodes <= kNamedJoinersMax && counted != countedAtFullRead;
+    if (counted >= config_.minNodes || arrival || !lastFullRead || now_() - *lastFullRead >= fullReadPace) {
       lastFullRead = now_();
+      countedAtFullRead = counted;
       live = liveJoiners(round);
       if (live) deadJoiners = std::max(0, counted - static_cast<int>(live->size()));
     }
