@@ -259,6 +259,24 @@ int main(int argc, char** argv) {
     failed = true;
   };
 
+  // The figures so far (a phase that did not end reads 0): one JSON line.
+  const auto result = [&] {
+    nlohmann::json line = {{"backend", backendName},
+                           {"nodes", nodes},
+                           {"ok", failures.empty()},
+                           {"open_s", open.seconds},
+                           {"form_s", form.seconds},
+                           {"reform_s", reform.seconds},
+                           {"store_cpu_open_s", open.storeCpu},
+                           {"store_cpu_form_s", form.storeCpu},
+                           {"store_cpu_reform_s", reform.storeCpu},
+                           {"requests_per_node_form", static_cast<double>(form.requests) / nodes},
+                           {"keys_per_node_form", static_cast<double>(form.keys) / nodes},
+                           {"requests_per_node_reform", static_cast<double>(reform.requests) / nodes},
+                           {"keys_per_node_reform", static_cast<double>(reform.keys) / nodes},
+                           {"store_peak_rss_mib", storePeakRssMiB(storePid)}};
+    return line;
+  };
   std::vector<std::thread> agents;
   agents.reserve(nodes);
   for (int i = 0; i < nodes; ++i) {
@@ -319,26 +337,23 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(1s);
       if (stage.load() >= 4) return;
     }
-    std::cerr << "ddprun-scale-sim: gave up after " << timeoutSeconds + 60 << " s in stage " << stage.load() << "\n";
+    const int reached = stage.load();
+    std::cerr << "ddprun-scale-sim: gave up after " << timeoutSeconds + 60 << " s in stage " << reached << "\n";
+    // What did finish still counts (a round that formed but did not re-form in time).
+    nlohmann::json line;
+    {
+      std::lock_guard lock(mutex);
+      line = result();
+    }
+    line["ok"] = false;
+    line["first_failure"] = fmt::format("gave up after {} s in stage {} (3: re-form)", timeoutSeconds + 60, reached);
+    std::cout << line.dump() << std::endl;
     std::_Exit(3);
   });
   for (auto& agent : agents) agent.join();
   watchdog.join();
 
-  nlohmann::json line = {{"backend", backendName},
-                         {"nodes", nodes},
-                         {"ok", failures.empty()},
-                         {"open_s", open.seconds},
-                         {"form_s", form.seconds},
-                         {"reform_s", reform.seconds},
-                         {"store_cpu_open_s", open.storeCpu},
-                         {"store_cpu_form_s", form.storeCpu},
-                         {"store_cpu_reform_s", reform.storeCpu},
-                         {"requests_per_node_form", static_cast<double>(form.requests) / nodes},
-                         {"keys_per_node_form", static_cast<double>(form.keys) / nodes},
-                         {"requests_per_node_reform", static_cast<double>(reform.requests) / nodes},
-                         {"keys_per_node_reform", static_cast<double>(reform.keys) / nodes},
-                         {"store_peak_rss_mib", storePeakRssMiB(storePid)}};
+  nlohmann::json line = result();
   if (!failures.empty()) line["first_failure"] = failures.front();
   std::cout << line.dump() << std::endl;
   return failures.empty() ? 0 : 1;
