@@ -9,6 +9,8 @@
 #                              torchrun 2.6 and 1.13 (FileTimer); the agent's CPU per 1M reports
 #   scripts/bench.sh rendezvous  etcd vs c10d: forming a round of 2/8/32 agents, an agent's death ->
 #                              the survivors' new round running (torchrun 1.13 c10d beside, forming)
+#   scripts/bench.sh scale     N simulated agents (256/1,024/4,096) forming and re-forming a round
+#                              against ddprun-rendezvous and etcd: time, store CPU and RSS, ops/node
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh > /dev/null
@@ -29,5 +31,8 @@ case "${1:-store}" in
     /usr/bin/python3 tests/bench/bench_hang.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
   rendezvous)
     /usr/bin/python3 tests/bench/bench_rendezvous.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang, rendezvous)" >&2; exit 2 ;;
+  scale)
+    /usr/bin/python3 tests/bench/bench_scale.py --sim build-release/tests/bench/ddprun-scale-sim \
+      --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
+  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang, rendezvous, scale)" >&2; exit 2 ;;
 esac

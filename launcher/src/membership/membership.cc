@@ -25,6 +25,10 @@ namespace {
 
 // How often joiners re-check whether their round can close while they wait for it.
 constexpr auto kJoinPollInterval = 50ms;
+// Up to this many nodes a forming round's waiting line comes at once when someone joins; a
+// bigger job's every kWaitLineInterval (a line naming thousands of hosts at each arrival is a
+// flood, and reading who joined costs O(N) for each of N joiners).
+constexpr int kNamedJoinersMax = 64;
 // How long each attempt to reach the store lasts while it may still be coming up, so that
 // cancel() is noticed.
 constexpr auto kConnectAttempt = 1s;
@@ -367,12 +371,27 @@ bool Membership::alive(std::int64_t node) {
   return control().check({keys_.alive(node)});
 }
 
+std::vector<std::int64_t> Membership::stillAlive(const std::vector<std::int64_t>& nodes) {
+  // One request names every alive key (the usual answer: all there); only when one is missing
+  // is each asked on its own. One check per node on every poll of every joiner made forming a
+  // round O(N^2) requests (docs/benchmarks.md, "Scale").
+  std::vector<std::string> aliveKeys;
+  aliveKeys.reserve(nodes.size());
+  for (std::int64_t node : nodes) aliveKeys.push_back(keys_.alive(node));
+  if (aliveKeys.empty() || control().check(aliveKeys)) return nodes;
+  std::vector<std::int64_t> live;
+  for (std::int64_t node : nodes) {
+    if (alive(node)) live.push_back(node);
+  }
+  return live;
+}
+
 std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
   const int joined = static_cast<int>(control().add(keys_.joined(round), 0));
   std::vector<std::string> slots;
   for (int k = 1; k <= joined; ++k) slots.push_back(keys_.member(round, k));
   if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
-  std::vector<std::int64_t> live;
+  std::vector<std::int64_t> joiners;
   for (const std::string& text : control().multiGet(slots)) {
     std::int64_t id = -1;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
@@ -381,10 +400,11 @@ std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
                                         "node id; is something else writing to the rendezvous store?",
                                         round, quotedValue(text)));
     }
-    // A node that joined and died before the round closed must not be counted: its workers
-    // would never exist, and the others would wait for them.
-    if (alive(id)) live.push_back(id);
+    joiners.push_back(id);
   }
+  // A node that joined and died before the round closed must not be counted: its workers
+  // would never exist, and the others would wait for them.
+  std::vector<std::int64_t> live = stillAlive(joiners);
   if (config_.backend == RdzvBackend::kStatic && !live.empty()) {
     std::vector<std::string> nodeKeys;
     for (std::int64_t id : live) nodeKeys.push_back(keys_.node(id));
@@ -418,18 +438,17 @@ std::optional<int> Membership::previousMembersStillAway(int round, const std::ve
   // A round that ended "done" belongs to a finished run of this id: nobody is away from this
   // one, which starts afresh (a rerun against the same store).
   if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone) return std::nullopt;
-  int away = 0;
+  const std::set<std::int64_t> back(live.begin(), live.end());
+  std::vector<std::int64_t> notBack;
   for (std::int64_t id : previous->members) {
-    if (std::find(live.begin(), live.end(), id) != live.end()) continue;
-    // Not back yet: only worth waiting for if it is still alive.
-    if (alive(id)) ++away;
+    if (back.count(id) == 0) notBack.push_back(id);
   }
-  return away;
+  // Not back yet: only worth waiting for if it is still alive.
+  return static_cast<int>(stillAlive(notBack).size());
 }
 
-bool Membership::maybeClose(int round, TimePoint& lastCallStart) {
-  const auto live = liveJoiners(round);
-  if (!live) return false;
+bool Membership::maybeClose(int round, const std::vector<std::int64_t>& liveNow, TimePoint& lastCallStart) {
+  const std::vector<std::int64_t>* live = &liveNow;
   const int joined = static_cast<int>(live->size());
   bool complete = joined >= config_.maxNodes;
   if (!complete && joined >= config_.minNodes) {
@@ -482,26 +501,54 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   int reportedJoined = -1;
   WaitLines lines(now_());
   std::optional<Closed> record;
+  std::optional<TimePoint> lastFullRead;
+  // A job of thousands reads the whole list below MIN as often as it says so (every
+  // kWaitLineInterval): each read costs O(N) per joiner.
+  const auto fullReadPace = config_.maxNodes <= kNamedJoinersMax
+                                ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
+                                : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
+  int deadJoiners = 0;
+  int countedAtFullRead = -1;
+  std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything  // counted in, but dead, at the last full read (a node id never comes back)
   while (!(record = closed(round))) {
     throwIfStopped();
-    if (maybeClose(round, lastCallStart)) continue;
-    const auto live = liveJoiners(round);
-    const int joined = live ? static_cast<int>(live->size()) : 0;
+    // Below MIN joiners the round cannot close, and the counter (one request) says so: who
+    // joined and who is still alive (every slot, every alive key: O(N) for each of N joiners on
+    // every poll, O(N^2) for the job; docs/benchmarks.md, "Scale") is read only from MIN on,
+    // and below it at most once a second, for the waiting line and the check that enough nodes
+    // remain after losses (which starts last_call_timeout: a second late there is nothing).
+    const int counted = static_cast<int>(control().add(keys_.joined(round), 0));
+    std::optional<std::vector<std::int64_t>> live;
+    // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
+    const bool arrival = config_.maxNodes <= kNamedJoinersMax && counted != countedAtFullRead;
+    if (counted >= config_.minNodes || arrival || !lastFullRead || now_() - *lastFullRead >= fullReadPace) {
+      lastFullRead = now_();
+      countedAtFullRead = counted;
+      live = liveJoiners(round);
+      if (live) deadJoiners = std::max(0, counted - static_cast<int>(live->size()));
+    }
+    if (!live && counted < config_.minNodes) lastCallStart = {};  // as maybeClose would
+    if (live && maybeClose(round, *live, lastCallStart)) continue;
+    const int joined = live ? static_cast<int>(live->size()) : std::max(0, counted - deadJoiners);
     // After losses, the nodes that can still come back may be fewer than MIN: then only new
     // nodes can save the job, and they get last_call_timeout, not the whole join_timeout.
-    const auto away = live && joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
-    if (away && joined + *away < config_.minNodes) {
+    // Decided at each full read (live) and kept between them.
+    if (live) {
+      const auto away = joined < config_.minNodes ? previousMembersStillAway(round, *live) : std::nullopt;
+      remaining = away ? std::optional<int>(joined + *away) : std::nullopt;
+    }
+    if (remaining && *remaining < config_.minNodes) {
       if (shortSince == TimePoint{}) {
         shortSince = now_();
         spdlog::warn("only {} node(s) remain of the at least {} this job needs; waiting up to {} s "
                      "(last_call_timeout) for others to join",
-                     joined + *away, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
+                     *remaining, config_.minNodes, settings_.lastCallTimeout.count() / 1000.0);
       } else if (now_() - shortSince >= settings_.lastCallTimeout) {
         throw MembershipError(fmt::format(
             "only {} node(s) remain of the at least {} this job needs (--nnodes {}:{}): the others "
             "were lost and none joined within last_call_timeout ({} s); restart the lost nodes or "
             "lower the minimum of --nnodes",
-            joined + *away, config_.minNodes, config_.minNodes, config_.maxNodes,
+            *remaining, config_.minNodes, config_.minNodes, config_.maxNodes,
             settings_.lastCallTimeout.count() / 1000.0));
       }
     } else {
@@ -522,7 +569,8 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     }
     // What the user sees while it waits: who joined, as the store's records say (read only when
     // a line is due), and the time left.
-    if (live && lines.due(now_(), fmt::format("{}", fmt::join(*live, ",")))) {
+    if (live && lines.due(now_(), config_.maxNodes <= kNamedJoinersMax ? fmt::format("{}", fmt::join(*live, ","))
+                                                                         : std::string())) {
       const bool lastCall = joined >= config_.minNodes;
       const auto left = lastCall && lastCallStart != TimePoint{}
                             ? settings_.lastCallTimeout - (now_() - lastCallStart)
@@ -531,8 +579,13 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
                                       std::chrono::duration_cast<std::chrono::milliseconds>(left),
                                       lastCall));
     }
+    // The close wakes the wait at once; the pace is that of noticing what the counter cannot
+    // say (a joiner's death, last call running out). Below MIN neither can close the round (the
+    // joiner that brings the count to MIN looks at once, in its first pass), so N waiting
+    // joiners poll 4x less often there: their polls are the store's load while a big job forms.
     try {
-      control().wait({keys_.closed(round)}, kJoinPollInterval);
+      control().wait({keys_.closed(round)},
+                     counted >= config_.minNodes ? kJoinPollInterval : kJoinPollInterval * 4);
     } catch (const StoreTimeoutError&) {
     }
   }
@@ -776,6 +829,13 @@ void Membership::reportMembersLostEarly(int round) {
     if (heartbeatRound_ != round) return;
     members = roundMembers_;
   }
+  // Every member's alive key in one request (the usual answer: all there); one request per
+  // member from every member made this O(N^2) for the job at each round's start.
+  std::vector<std::string> others;
+  for (const NodeInfo& node : members) {
+    if (node.id != self_.id) others.push_back(keys_.alive(node.id));
+  }
+  if (others.empty() || watch_->check(others)) return;
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
     const NodeInfo& node = members[rank];
     if (node.id == self_.id || watch_->check({keys_.alive(node.id)})) continue;

@@ -202,12 +202,15 @@ class Membership {
   // The exit barrier's waiting line (watch thread): which members of `round` have not counted
   // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
   void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
-  // Tries to close `round`; true once it is closed (by anyone).
-  bool maybeClose(int round, TimePoint& lastCallStart);
+  // Tries to close `round`, whose live joiners are `live` (liveJoiners); true once it is closed
+  // (by anyone).
+  bool maybeClose(int round, const std::vector<std::int64_t>& live, TimePoint& lastCallStart);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
   // not known (round 0).
   std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
   bool alive(std::int64_t node);
+  // Those of `nodes` that are alive, in order: one store request when all are.
+  std::vector<std::int64_t> stillAlive(const std::vector<std::int64_t>& nodes);
   // Members of round `round` that died before they could arm their hold for it (they would go
   // unreported): announce them lost. Once per round, from the watch.
   void reportMembersLostEarly(int round);

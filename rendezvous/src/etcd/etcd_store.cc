@@ -459,6 +459,22 @@ std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, co
 std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
   std::int64_t sum = 0;
   const std::string what = fmt::format("add '{}'", shown(key));
+  if (delta == 0) {
+    // Adding 0 is how a c10d client reads a counter. Where the counter exists that is a read
+    // alone: writing the same value back would be a raft commit that moves the key's revision
+    // and fails every concurrent adder's guarded write, so N joiners polling a join counter
+    // made their own joins retry O(N^2) times (docs/benchmarks.md, "Scale"). A missing counter
+    // is created at 0 below, as c10d does.
+    const std::optional<KeyValue> current = guarded(what, [&] { return client_->get(full(key)); });
+    if (current) {
+      const std::optional<std::int64_t> parsed = parseCounter(current->value);
+      if (!parsed) {
+        throw StoreError(fmt::format("etcd store: {}: the key holds '{}', not a number", what,
+                                     shown(current->value)));
+      }
+      return *parsed;
+    }
+  }
   readModifyWrite(*client_, full(key), what, [&](const std::optional<KeyValue>& current) {
     std::int64_t value = 0;
     if (current) {

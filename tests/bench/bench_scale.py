@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Round formation at scale, in simulation (issue #22 point 6; docs/benchmarks.md, "Scale").
+
+For each size N, a fresh store (a ddprun-rendezvous daemon, or one etcd member on loopback with its
+data in /dev/shm) and one ddprun-scale-sim process driving N simulated agents (real Memberships,
+three store connections each, no workers) against it: the time to open, to form round 0 of N nodes,
+and to re-form after one node leaves; the store's CPU seconds per phase and its peak RSS; and the
+store operations per node (requests, and keys named), which show whatever grows faster than N.
+Output: one JSON line per run (also appended to --json-out), then a table, then a power-law
+extrapolation from the two largest sizes to 12,500 nodes (100,000 ranks at 8 per node).
+
+  flock /tmp/ddprun-bench.lock scripts/bench.sh scale [--sizes 256,1024,4096] [--etcd-sizes 256,1024]
+
+A benchmark, never a timed test. Sizes above ~6,000 need more than the usual 20,000 descriptors
+(three connections per simulated agent, in both the simulator and the store).
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ETCD = "/usr/bin/etcd"
+ETCDCTL = "/usr/bin/etcdctl"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def raise_fd_limit():
+    """Children inherit it: the simulator and the store each need 3 descriptors per agent."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def wait_port(port, process, what, patience=30):
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {patience} s")
+
+
+class Daemon:
+    """ddprun-rendezvous on loopback, as a job's --rdzv-endpoint."""
+
+    def __init__(self, path):
+        self.port = free_port()
+        self.process = subprocess.Popen([path, "--host", "127.0.0.1", "--port", str(self.port),
+                                         "--log-level", "error"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        wait_port(self.port, self.process, "ddprun-rendezvous")
+
+    def endpoint(self):
+        return f"127.0.0.1:{self.port}"
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+
+
+class Etcd:
+    """One etcd member on loopback, its data in a private directory under /dev/shm."""
+
+    def __init__(self):
+        self.data = tempfile.mkdtemp(prefix="ddprun-bench-scale-etcd-", dir="/dev/shm")
+        self.port, peer = free_port(), free_port()
+        self.log = open(os.path.join(self.data, "log"), "w")
+        self.process = subprocess.Popen(
+            [ETCD, "--name", "m0", "--data-dir", os.path.join(self.data, "m0"),
+             "--listen-client-urls", f"http://127.0.0.1:{self.port}",
+             "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"m0=http://127.0.0.1:{peer}"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            health = subprocess.run([ETCDCTL, "--endpoints", self.endpoint(), "endpoint", "health"],
+                                    capture_output=True)
+            if health.returncode == 0:
+                return
+            time.sleep(0.2)
+        self.close()
+        raise RuntimeError("etcd did not become healthy within 30 s")
+
+    def endpoint(self):
+        return f"127.0.0.1:{self.port}"
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def run_one(args, backend, nodes):
+    store = Etcd() if backend == "etcd" else Daemon(args.daemon)
+    try:
+        command = [args.sim, "--backend", backend, "--endpoint", store.endpoint(), "--nodes", str(nodes),
+                   "--run-id", f"scale{os.getpid()}n{nodes}", "--store-pid", str(store.process.pid),
+                   "--timeout-s", str(args.timeout_s)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
+        except subprocess.TimeoutExpired:
+            return {"backend": backend, "nodes": nodes, "ok": False,
+                    "first_failure": f"no result within {args.timeout_s + 120} s"}
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            return {"backend": backend, "nodes": nodes, "ok": False,
+                    "first_failure": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
+        return json.loads(lines[-1])
+    finally:
+        store.close()
+
+
+def extrapolate(rows, target):
+    """Power law through the two largest sizes that formed: (exponent, seconds at `target`)."""
+    good = sorted((r for r in rows if r.get("ok")), key=lambda r: r["nodes"])
+    if len(good) < 2:
+        return None
+    a, b = good[-2], good[-1]
+    out = {}
+    for key in ("form_s", "reform_s"):
+        if a[key] <= 0 or b[key] <= 0:
+            continue
+        k = math.log(b[key] / a[key]) / math.log(b["nodes"] / a["nodes"])
+        out[key] = (k, b[key] * (target / b["nodes"]) ** k)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sim", required=True)
+    parser.add_argument("--daemon", required=True)
+    parser.add_argument("--sizes", default="256,1024,4096")
+    parser.add_argument("--etcd-sizes", default="256,1024")
+    parser.add_argument("--timeout-s", type=int, default=300)
+    parser.add_argument("--json-out", default="")
+    args = parser.parse_args()
+    raise_fd_limit()
+    plan = [("c10d", int(n)) for n in args.sizes.split(",") if n]
+    if os.path.exists(ETCD):
+        plan += [("etcd", int(n)) for n in args.etcd_sizes.split(",") if n]
+    else:
+        print(f"bench_scale: {ETCD} is not installed: etcd rows skipped", file=sys.stderr)
+    rows = []
+    for backend, nodes in plan:
+        row = run_one(args, backend, nodes)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.json_out:
+            with open(args.json_out, "a") as out:
+                out.write(json.dumps(row) + "\n")
+    print()
+    print(f"ddprun-scale-sim on {os.cpu_count()} CPUs; the simulator's agents and the store share them")
+    print("| store | nodes | open s | form s | re-form s | store CPU s (open/form/re-form) | "
+          "store peak RSS MiB | requests/node form | keys/node form | requests/node re-form |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if not r.get("ok") and not r.get("form_s"):
+            print(f"| {r['backend']} | {r['nodes']} | failed: {r.get('first_failure', '?')} |||||||")
+            continue
+        if not r.get("ok"):  # formed, did not re-form in time: the figures of what finished
+            print(f"| {r['backend']} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | "
+                  f"not within the timeout | {r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/— | "
+                  f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
+                  f"{r['keys_per_node_form']:.1f} | — |")
+            continue
+        print(f"| {r['backend']} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | {r['reform_s']:.2f} | "
+              f"{r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/{r['store_cpu_reform_s']:.2f} | "
+              f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
+              f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} |")
+    for backend in ("c10d", "etcd"):
+        fit = extrapolate([r for r in rows if r["backend"] == backend], 12500)
+        for key, (k, seconds) in (fit or {}).items():
+            print(f"{backend} {key}: grows as N^{k:.2f} between the two largest sizes; at 12,500 nodes "
+                  f"(100,000 ranks at 8 per node): ~{seconds:.1f} s")
+    return 0 if all(r.get("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
