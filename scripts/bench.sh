@@ -3,6 +3,8 @@
 #
 #   scripts/bench.sh store     ddprun-rendezvous vs torch 1.13's TCPStore server
 #   scripts/bench.sh relay     what the token, TLS and the relay cost, against a bare proxy (the floor)
+#   scripts/bench.sh relay-delay  the relay against direct access across a link with a one-way delay
+#                              of 0.1/0.5/2 ms (network namespaces and a delay forwarder; root)
 #   scripts/bench.sh launcher  ddprun vs torchrun 1.13: launch, peak RSS, restart (1 and 2 nodes)
 #   scripts/bench.sh allreduce ddprun's runtime (gloo) vs torch 1.13's gloo all_reduce, 2 and 4 ranks
 #   scripts/bench.sh hang      hang -> new group running: ddprun --hang-timeout / FileTimer vs
@@ -22,6 +24,11 @@ case "${1:-store}" in
   relay)
     /usr/bin/python3 tests/bench/bench_relay.py --bench build-release/tests/bench/ddprun-store-bench \
       --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
+  relay-delay)
+    /usr/bin/python3 tests/bench/bench_relay_delay.py \
+      --bench build-release/tests/bench/ddprun-store-bench \
+      --daemon build-release/rendezvous/ddprun-rendezvous \
+      --forwarder build-release/tests/bench/ddprun-delay-forwarder "${@:2}" ;;
   launcher)
     /usr/bin/python3 tests/bench/bench_launcher.py --ddprun build-release/launcher/ddprun "${@:2}" ;;
   allreduce)
@@ -34,5 +41,5 @@ case "${1:-store}" in
   scale)
     /usr/bin/python3 tests/bench/bench_scale.py --sim build-release/tests/bench/ddprun-scale-sim \
       --daemon build-release/rendezvous/ddprun-rendezvous "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang, rendezvous, scale)" >&2; exit 2 ;;
+  *) echo "bench: unknown benchmark '$1' (store, relay, relay-delay, launcher, allreduce, hang, rendezvous, scale)" >&2; exit 2 ;;
 esac
