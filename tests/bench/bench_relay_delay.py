@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The relay where it matters: workers on one host, the store on another, a network between them.
 
-Three network namespaces: "node" (the load generator, i.e. the workers, and the relay an agent
-runs for them on 127.0.0.1), "store" (ddprun-rendezvous) and between them "link", where
-ddprun-delay-forwarder (delay_forwarder.cc) hands every chunk on after a one-way delay D, each way.
-The store is reached at the forwarder's address, so direct access and the relay's upstream cross
-the same delayed path:
+Two network namespaces: "node" (the load generator, i.e. the workers, and the relay an agent runs
+for them on 127.0.0.1) and "store" (ddprun-rendezvous), joined by ddprun-delay-forwarder
+(delay_forwarder.cc): a point-to-point IP link of two TUN devices whose every packet (SYNs, data,
+ACKs) arrives a one-way delay D after it left. Direct access and the relay's upstream cross the
+same link:
 
   direct   worker -> link (D) -> store, no token (what torch offers)
   token    worker -> link (D) -> store, the worker proves the token itself (ddprun's agents)
@@ -14,7 +14,9 @@ the same delayed path:
 
 For each D (0.1, 0.5 and 2 ms by default), 1 and 16 clients, the same load generator
 (ddprun-store-bench, threads engine, torch 2.x dialect, set/get/add), medians of alternating runs;
-the ratio is direct ops/s over relay ops/s.
+the ratio is direct ops/s over relay ops/s (and, less moved by a neighbour's burst, the relay's
+median latency over direct's). And once per D, the time 16 clients take to open
+their connections, add to a counter and wait for all (the init barrier).
 
 Needs root (network namespaces); without it, prints one "skipped:" line and exits 0.
 
@@ -33,9 +35,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from alternating_runs import medians  # noqa: E402
 from bench_store import Server  # noqa: E402
+from jobs import Job, give_up  # noqa: E402
 
-NODE_ADDRESS, LINK_NODE_SIDE = "10.251.1.1", "10.251.1.2"
-LINK_STORE_SIDE, STORE_ADDRESS = "10.251.2.1", "10.251.2.2"
+NODE_ADDRESS, STORE_ADDRESS = "10.251.0.1", "10.251.0.2"
 # Each run of the load generator lasts about this long, whatever the delay (rounds scale with it).
 RUN_SECONDS = 0.7
 
@@ -45,25 +47,28 @@ def ip(*args):
 
 
 class Hosts:
-    """node <-veth-> link <-veth-> store, deleted on close."""
+    """The namespaces "node" and "store", deleted on close; link(delay) joins them."""
 
     def __init__(self):
         tag = f"ddprd{os.getpid()}"
-        self.node, self.link, self.store = f"{tag}n", f"{tag}l", f"{tag}s"
+        self.node, self.store = f"{tag}n", f"{tag}s"
         self.made = []
-        for ns in (self.node, self.link, self.store):
+        for ns in (self.node, self.store):
             ip("netns", "add", ns)
             self.made.append(ns)
             ip("-n", ns, "link", "set", "lo", "up")
-        ip("link", "add", "n0", "netns", self.node, "type", "veth", "peer", "name", "l0",
-           "netns", self.link)
-        ip("link", "add", "l1", "netns", self.link, "type", "veth", "peer", "name", "s0",
-           "netns", self.store)
-        for ns, dev, address in ((self.node, "n0", NODE_ADDRESS), (self.link, "l0", LINK_NODE_SIDE),
-                                 (self.link, "l1", LINK_STORE_SIDE),
-                                 (self.store, "s0", STORE_ADDRESS)):
-            ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
-            ip("-n", ns, "link", "set", dev, "up")
+
+    def link(self, forwarder, delay_us):
+        """Starts a forwarder (its TUN devices go when it stops) and addresses its ends."""
+        job = Job([forwarder, self.node, self.store, str(delay_us)], name=f"link {delay_us} us")
+        line = job.read_line(30) or ""
+        if line.strip() != "ready":
+            give_up(f"the delay forwarder did not start: {line!r}", [job])
+        for ns, mine, peer in ((self.node, NODE_ADDRESS, STORE_ADDRESS),
+                               (self.store, STORE_ADDRESS, NODE_ADDRESS)):
+            ip("-n", ns, "addr", "add", mine, "peer", peer, "dev", "dly0")
+            ip("-n", ns, "link", "set", "dly0", "up")
+        return job
 
     def run_in(self, ns, argv):
         return ["ip", "netns", "exec", ns, *argv]
@@ -106,6 +111,7 @@ def main():
 
     hosts = Hosts()
     running = []
+    links = []
     rows = []
     try:
         def start(name, ns, argv):
@@ -113,28 +119,24 @@ def main():
             running.append(server)
             return server
 
-        daemon = [args.daemon, "--host", STORE_ADDRESS, "--port", "0", "--log-level", "warn"]
+        # Every address of the namespace: the link's own address comes and goes with its forwarder.
+        daemon = [args.daemon, "--host", "0.0.0.0", "--port", "0", "--log-level", "warn"]
         plain = start("plain", hosts.store, daemon)
         guarded = start("token", hosts.store, [*daemon, "--token-file", token])
         for delay in delays:
             delay_us = int(round(delay * 1000))
-            # One forwarder per store and delay, in the link namespace.
-            to_plain = start(f"link to plain {delay} ms", hosts.link,
-                             [args.forwarder, LINK_NODE_SIDE, STORE_ADDRESS, str(plain.port),
-                              str(delay_us)])
-            to_guarded = start(f"link to token {delay} ms", hosts.link,
-                               [args.forwarder, LINK_NODE_SIDE, STORE_ADDRESS, str(guarded.port),
-                                str(delay_us)])
-            setups = {"direct": (to_plain, []),
-                      "token": (to_guarded, ["--token-file", token]),
-                      "relay": (to_guarded, ["--relay-token-file", token])}
+            link = hosts.link(args.forwarder, delay_us)
+            links.append(link)
+            setups = {"direct": (plain, []),
+                      "token": (guarded, ["--token-file", token]),
+                      "relay": (guarded, ["--relay-token-file", token])}
             # A set/get/add round is three round trips of 2 x delay, plus ~0.1 ms of the hosts' own.
             rounds = max(30, min(2000, int(RUN_SECONDS * 1e6 / (3 * (2 * delay_us + 100)))))
 
-            def run(setup, clients):
-                forwarder, extra = setups[setup]
-                argv = [args.bench, "--host", LINK_NODE_SIDE, "--port", str(forwarder.port),
-                        "--dialect", "torch2", "--mode", "ops", "--engine", "threads",
+            def run(setup, clients, mode="ops"):
+                server, extra = setups[setup]
+                argv = [args.bench, "--host", STORE_ADDRESS, "--port", str(server.port),
+                        "--dialect", "torch2", "--mode", mode, "--engine", "threads",
                         "--clients", str(clients), "--rounds", str(rounds), *extra]
                 out = subprocess.run(hosts.run_in(hosts.node, argv), capture_output=True,
                                      text=True, timeout=300)
@@ -147,21 +149,29 @@ def main():
                 cells = [f"{r[n]['ops_per_s']:,.0f} ({r[n]['p50_us']:.0f} / {r[n]['p99_us']:.0f} us)"
                          for n in setups]
                 ratio = r["direct"]["ops_per_s"] / r["relay"]["ops_per_s"]
-                rows.append((f"{delay:g} ms", str(clients), *cells, f"**{ratio:.3f}x**"))
-            to_plain.stop()
-            to_guarded.stop()
-            running.remove(to_plain)
-            running.remove(to_guarded)
+                p50 = r["relay"]["p50_us"] / r["direct"]["p50_us"]
+                rows.append((f"{delay:g} ms", f"set/get/add, {clients}", *cells,
+                             f"**{ratio:.3f}x** ({p50:.3f}x)"))
+            # What a worker's store connection costs to open: connect (and, with a token, its
+            # round trip of hello and challenge), then one add and a wait for the others.
+            r = medians(list(setups), args.repeats, lambda name: run(name, 16, "barrier"))
+            cells = [f"{r[n]['seconds'] * 1000:.1f} ms" for n in setups]
+            ratio = r["relay"]["seconds"] / r["direct"]["seconds"]
+            rows.append((f"{delay:g} ms", "connect + add + wait, 16", *cells, f"{ratio:.3f}x"))
+            link.kill()
+            links.remove(link)
     finally:
         for server in running:
             server.stop()
+        for link in links:
+            link.kill()
         hosts.close()
 
     print(f"Relay across a delayed link, {datetime.date.today()}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, median of {args.repeats} alternating runs per figure")
     print()
-    print("| one-way delay | clients | no token, direct: ops/s (p50 / p99) | token, client proves "
-          "it | token, through the relay | direct vs relay |")
+    print("| one-way delay | load, clients | no token, direct: ops/s (p50 / p99) or time | token, "
+          "client proves it | token, through the relay | relay vs direct: ops/s x (p50 x), or time x |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
