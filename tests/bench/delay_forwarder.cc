@@ -18,7 +18,8 @@
 // Makes a TUN device "dly0" in each namespace (named as in /var/run/netns, `ip netns add`), prints
 // "ready" once both exist, and moves packets until killed; the devices go with it. The caller
 // gives them addresses, e.g. `ip -n A addr add 10.0.0.1 peer 10.0.0.2 dev dly0` and the mirror in
-// B, and sets them up. Needs root (setns, TUN).
+// B, and sets them up. Needs root (setns, TUN). A namespace or TUN device it cannot use is one
+// line on stderr and exit code 2.
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -70,10 +71,12 @@ constexpr std::size_t kMaxQueued = 16 << 20;
 // Opens a TUN device named "dly0" in the network namespace `name`; -1 with a line on failure.
 int openTun(const char* name) {
   const std::string path = std::string("/var/run/netns/") + name;
-  const int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool isName = std::strchr(name, '/') == nullptr;  // a name, not a path
+  if (!isName) errno = EINVAL;
+  const int ns = isName ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC) : -1;
   if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-    std::fprintf(stderr, "ddprun-delay-forwarder: cannot enter network namespace %s: %s\n", name,
-                 std::strerror(errno));
+    std::fprintf(stderr, "ddprun-delay-forwarder: cannot enter network namespace %s: %s (name one "
+                 "that `ip netns list` shows, as root)\n", name, std::strerror(errno));
     if (ns >= 0) ::close(ns);
     return -1;
   }
@@ -140,9 +143,9 @@ int main(int argc, char** argv) {
   const Nanos delay = Nanos{delayUs} * 1000;
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   const int a = openTun(argv[1]);
-  if (a < 0) return 1;
+  if (a < 0) return 2;
   const int b = openTun(argv[2]);
-  if (b < 0) return 1;
+  if (b < 0) return 2;
   std::printf("ready\n");
   std::fflush(stdout);
 
