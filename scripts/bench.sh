@@ -42,6 +42,10 @@ case "${1:-store}" in
     fi
     exit 0 ;;
 esac
+if [[ " ${benches[*]} " != *" ${1:-store} "* ]]; then  # before the build, which takes minutes
+  echo "bench: unknown benchmark '$1' (${benches[*]}, plot, all)" >&2
+  exit 2
+fi
 scripts/install-deps.sh > /dev/null
 scripts/build.sh --release > /dev/null
 mkdir -p bench-results
@@ -65,5 +69,4 @@ case "${1:-store}" in
   scale)
     /usr/bin/python3 tests/bench/bench_scale.py --sim build-release/tests/bench/ddprun-scale-sim \
       --daemon build-release/rendezvous/ddprun-rendezvous "${json[@]}" "${@:2}" ;;
-  *) echo "bench: unknown benchmark '$1' (store, relay, launcher, allreduce, hang, rendezvous, scale, plot, all)" >&2; exit 2 ;;
 esac

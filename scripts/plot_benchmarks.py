@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "bench"))
@@ -51,8 +52,11 @@ def load(results, bench):
     path = os.path.join(results, f"{bench}.json")
     if not os.path.exists(path):
         raise Skip(f"{path} missing (run scripts/bench.sh {bench})")
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as error:
+        raise Skip(f"{path} is not a bench's JSON ({error}): run scripts/bench.sh {bench} again")
 
 
 def provenance(fig, doc):
@@ -207,16 +211,19 @@ def plot_relay(results, out):
     of bars per row (engine and client count), every column that holds a figure a bar."""
     doc = load(results, "relay")
     panels = []
-    for table in doc.get("tables", []):
-        columns = table["columns"]
-        numeric = [j for j in range(len(columns) - 1)
-                   if any(j < len(r["cells"]) and "value" in r["cells"][j] for r in table["rows"])]
-        if numeric and table["rows"]:
-            panels.append((table, numeric))
+    for whole in doc.get("tables", []):
+        # Rates and times apart: ops/s rows in one panel, the rest (seconds) in another.
+        for rates in (True, False):
+            table = dict(whole, rows=[r for r in whole["rows"] if ("ops/s" in r["name"]) == rates])
+            numeric = [j for j in range(len(table["columns"]) - 1)
+                       if any(j < len(r["cells"]) and "value" in r["cells"][j] for r in table["rows"])]
+            if numeric and table["rows"]:
+                panels.append((table, numeric, "ops/s (more is better)" if rates else "seconds (less is better)"))
     if not panels:
         raise Skip("relay.json has no table of figures")
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.6 * len(panels)), squeeze=False)
-    for ax, (table, numeric) in zip(axes[:, 0], panels):
+    for ax, (table, numeric, what) in zip(axes[:, 0], panels):
+        ax.set_ylabel(what, fontsize=8)
         delays = [re.search(r"(\d+(?:\.\d+)?) ?ms", r["name"]) for r in table["rows"]]
         names = [table["columns"][j + 1] for j in numeric]
         if all(delays):
@@ -236,17 +243,20 @@ def plot_relay(results, out):
                 ys = [r["cells"][j].get("value", 0) if j < len(r["cells"]) else 0 for r in table["rows"]]
                 ax.bar([g + i * width for g in range(len(ys))], ys, width, label=name)
             ax.set_xticks([g + 0.4 - width / 2 for g in range(len(table["rows"]))],
-                          [_short(r["name"]) for r in table["rows"]], fontsize=7)
+                          [textwrap.fill(_short(r["name"], 60), 26) for r in table["rows"]], fontsize=7)
+            ax.set_ylim(0, max(v for r in table["rows"] for v in (c.get("value", 0) for c in r["cells"])) * 1.5)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
-        ax.set_title(_short(table["title"]) or "relay", fontsize=9)
-        ax.legend(fontsize=6)
+        ax.set_title("Direct access vs the token, TLS and the relay" + (", by one-way delay" if all(delays) else ""),
+                     fontsize=9)
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     provenance(fig, doc)
     save(fig, out, "relay")
 
 
 def _short(text, width=38):
-    text = re.sub(r"\s+", " ", text.replace("set/get/add ", "").replace("(connect, add, wait)", ""))
+    text = re.sub(r"\s+", " ", text.replace("set/get/add ", "").replace("(connect, add, wait)", "")
+                  .replace(" (p50 / p99)", "").replace(": s", "")).replace(" ,", ",")
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
