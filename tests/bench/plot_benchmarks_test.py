@@ -72,6 +72,27 @@ def main():
         failures.append(f"parse_cell('1.90-2.10') gave {span}")
     with tempfile.TemporaryDirectory(prefix="ddprun-plot-test-") as work:
         results, out = os.path.join(work, "results"), os.path.join(work, "img")
+        # A bench as the benches use it: --json, then printing; a bench that fails still leaves
+        # what it printed (bench_hang's recover rows come without a header).
+        failing = os.path.join(work, "failing.json")
+        script = ("import argparse, sys; sys.path.insert(0, sys.argv[1]); import bench_json\n"
+                  "p = argparse.ArgumentParser(); p.add_argument('--repeats', type=int, default=3)\n"
+                  "bench_json.add_option(p); a = p.parse_args(sys.argv[2:]); bench_json.record(a, 'hang')\n"
+                  "print('## recover: hang start -> every worker of the new attempt running (s)')\n"
+                  "print('| ddprun --hang-timeout 2 | 2.40 | 2.10-2.90 | 1.00x |')\n"
+                  "sys.exit('bench failed half way')\n")
+        ran = subprocess.run([sys.executable, "-c", script, os.path.join(REPO, "tests", "bench"),
+                              "--json", failing], capture_output=True, text=True, timeout=60)
+        if "| ddprun --hang-timeout 2 |" not in ran.stdout:
+            failures.append(f"--json swallowed the bench's own output: {ran.stdout!r} {ran.stderr!r}")
+        try:
+            with open(failing) as f:
+                row = json.load(f)["tables"][0]["rows"][0]
+            if (row["name"], row["cells"][0].get("value"), row["cells"][1].get("low"),
+                    row["cells"][2].get("ratio")) != ("ddprun --hang-timeout 2", 2.4, 2.1, 1.0):
+                failures.append(f"the failing bench's row came out as {row}")
+        except (OSError, ValueError, LookupError) as error:
+            failures.append(f"a bench that exits with an error left no usable --json document: {error!r}")
         for bench, text in (("launcher", LAUNCHER), ("store", STORE), ("relay", RELAY), ("scale", SCALE)):
             bench_json.write(os.path.join(results, f"{bench}.json"), bench, Args, text)
         with open(os.path.join(results, "scale.json")) as f:
