@@ -19,6 +19,7 @@ packages=(
   etcd-server etcd-client                               # etcd 3.4: the etcd rendezvous' tests
   slurm-wlm munge                                       # a real one-node Slurm (tests/cluster)
   openssh-server openssh-client                         # ddprun --hosts over ssh and its tests
+  python3-matplotlib                                    # scripts/bench.sh plot: the PNGs in docs/img
 )
 
 missing=()

@@ -17,6 +17,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import bench_json  # (--json: the printed tables as one document)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_BENCH = os.path.join(HERE, "torch_allreduce.py")
@@ -51,7 +52,9 @@ def main():
     parser.add_argument("--min-bytes", type=int, default=1 << 10)
     parser.add_argument("--max-bytes", type=int, default=256 << 20)
     parser.add_argument("--repeats", type=int, default=3)
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "allreduce")
     ddprun = os.path.abspath(args.ddprun)
     impls = {"ddprun": [os.path.abspath(args.allreduce_bench)],
              "torch": [args.python, TORCH_BENCH]}

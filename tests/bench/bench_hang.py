@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import bench_json  # (--json: the printed tables as one document)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -89,7 +90,9 @@ def main():
     parser.add_argument("--reports", type=int, default=100000,
                         help="FileTimer reports per run; heartbeats: ten times as many")
     parser.add_argument("--only", choices=["recover", "reports"])
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "hang")
     table = launchers(args.ddprun)
     if args.only == "reports":
         table = {}

@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from alternating_runs import medians  # noqa: E402
 from ports import free_port  # noqa: E402
+import bench_json  # noqa: E402  (--json: the printed tables as one document)
 
 PROBE = os.path.join(HERE, "restart_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
@@ -131,7 +132,9 @@ def main():
     parser.add_argument("--only", choices=("launch", "restart"), help="one benchmark, not all")
     parser.add_argument("--no-torchrun", action="store_true",
                         help="ddprun and the floor only (quick, for profiling; no ratios to torchrun)")
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "launcher")
     ddprun = Launcher("ddprun", "ddprun", binary=os.path.abspath(args.ddprun))
     slow = Launcher("torchrun 1.13 (monitor 5 s, its default)", "torchrun", monitor=5)
     fast = Launcher("torchrun 1.13 (monitor 0.1 s, 2.x's default)", "torchrun", monitor=0.1)

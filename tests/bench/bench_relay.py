@@ -22,6 +22,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from alternating_runs import medians  # noqa: E402
 from bench_store import Server  # noqa: E402
+import bench_json  # noqa: E402  (--json: the printed tables as one document)
 
 
 def main():
@@ -29,7 +30,9 @@ def main():
     parser.add_argument("--bench", required=True)
     parser.add_argument("--daemon", required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "relay")
 
     workdir = tempfile.mkdtemp(prefix="ddprun-bench-relay-")
     token = os.path.join(workdir, "token")

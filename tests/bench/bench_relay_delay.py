@@ -35,6 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from alternating_runs import medians  # noqa: E402
 from bench_store import Server  # noqa: E402
+import bench_json  # noqa: E402  (--json: the printed tables as one document)
 from jobs import Job, give_up  # noqa: E402
 
 NODE_ADDRESS, STORE_ADDRESS = "10.251.0.1", "10.251.0.2"
@@ -96,7 +97,9 @@ def main():
     parser.add_argument("--forwarder", required=True)
     parser.add_argument("--delays-ms", default="0.1,0.5,2")
     parser.add_argument("--repeats", type=int, default=3)
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "relay-delay")
     delays = [float(d) for d in args.delays_ms.split(",")]
 
     why_not = can_make_namespaces()

@@ -34,6 +34,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "support"))
 from alternating_runs import medians  # noqa: E402
 from ports import free_port  # noqa: E402
+import bench_json  # noqa: E402  (--json: the printed tables as one document)
 
 PROBE = os.path.join(HERE, "rendezvous_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
@@ -169,7 +170,9 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", default="2,8,32")
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "rendezvous")
     etcd = Etcd()
     try:
         ddprun = os.path.abspath(args.ddprun)

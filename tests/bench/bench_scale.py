@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import bench_json  # (--json: the printed tables as one document)
 
 ETCD = "/usr/bin/etcd"
 ETCDCTL = "/usr/bin/etcdctl"
@@ -151,7 +152,9 @@ def main():
     parser.add_argument("--etcd-sizes", default="256,1024")
     parser.add_argument("--timeout-s", type=int, default=300)
     parser.add_argument("--json-out", default="")
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "scale")
     raise_fd_limit()
     plan = [("c10d", int(n)) for n in args.sizes.split(",") if n]
     if os.path.exists(ETCD):

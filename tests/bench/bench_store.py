@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from alternating_runs import medians  # noqa: E402
 from jobs import Job, give_up  # noqa: E402
+import bench_json  # noqa: E402  (--json: the printed tables as one document)
 
 TORCH_PYTHON = "/usr/bin/python3"
 TORCH_SERVER = """
@@ -94,7 +95,9 @@ def main():
     parser.add_argument("--bench", required=True)
     parser.add_argument("--daemon", required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "store")
 
     ddprun = Server("ddprun", [args.daemon, "--port", "0", "--log-level", "warn"])
     torch = Server("torch", [TORCH_PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE)
