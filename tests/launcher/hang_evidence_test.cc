@@ -617,6 +617,9 @@ else:
   const std::string childFile = fmt::format("{}/{}.txt", hook.stackDir, child);
   const std::string parentFile = fmt::format("{}/{}.txt", hook.stackDir, worker.pid());
   REQUIRE(eventually([&] { return fs::exists(childFile); }, 10s, {&worker}));
+  // The hook creates the file a moment before it registers faulthandler on it: until then a
+  // signal dumps into the parent's file. Asleep in its loop, the child is past the fork hook.
+  REQUIRE(eventually([&] { return asleep(child); }, 10s, {&worker}));
 
   const HangEvidence childEvidence = collectHangEvidence(child, pythonOptions(hook));
   INFO(childEvidence.text());
