@@ -672,6 +672,43 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   CHECK(runsOn(worker.pid()));
 }
 
+// Ranks found hung at once are recorded at once: each collection runs on its own thread, so two
+// unwinders that use their whole budget (2 s each) take about one budget, not two. The bound
+// (3.5 s, where one after the other would take 4 s) leaves 1.5 s for a loaded machine.
+TEST_CASE("hang evidence: two hung workers' evidence is collected in parallel, each within the budget",
+          "[hang_evidence]") {
+  TempDir dir;
+  const std::string slow = dir.path + "/slow-unwinder";
+  writeFile(slow, "#!/bin/sh\nexec sleep 60\n");
+  REQUIRE(::chmod(slow.c_str(), 0755) == 0);
+  Subprocess first({"/bin/sleep", "3600"});
+  Subprocess second({"/bin/sleep", "3600"});
+  REQUIRE(eventually([&] { return asleep(first.pid()) && asleep(second.pid()); }, 10s, {&first, &second}));
+
+  ManualEventLoop loop;
+  EvidenceOptions options;
+  options.debugger = slow;
+  options.debuggerBudget = 2000ms;
+  auto collector = makeThreadedEvidenceCollector(loop, options);
+  std::vector<HangEvidence> got;
+  const auto start = Clock::now();
+  for (const pid_t pid : {first.pid(), second.pid()}) {
+    collector->collect(pid, fmt::format("{}/stacks_{}.txt", dir.path, pid),
+                       [&](HangEvidence evidence) { got.push_back(std::move(evidence)); });
+  }
+  REQUIRE(loop.runUntil([&] { return got.size() == 2; }, 30s));
+  const long long took = msSince(start);
+  INFO("took " << took << " ms\n" << got[0].text() << got[1].text());
+  CHECK(took >= 2000);
+  CHECK(took < 3500);
+  for (const HangEvidence& evidence : got) {
+    CHECK(evidence.text().find("native stack: not collected within 2 s") != std::string::npos);
+    CHECK(evidence.threads.size() == 1);
+  }
+  CHECK(runsOn(first.pid()));
+  CHECK(runsOn(second.pid()));
+}
+
 TEST_CASE("hang evidence: the summary fits its lines and starts with the main thread",
           "[hang_evidence]") {
   HangEvidence evidence;
