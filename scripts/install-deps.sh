@@ -14,6 +14,7 @@ packages=(
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
   gdb                                                   # native stacks of hung workers (optional at run time)
+  elfutils                                              # eu-stack: the same in ms, tried before gdb (optional)
   libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
   openssl                                               # the tests' TLS certificates (openssl req)
   etcd-server etcd-client                               # etcd 3.4: the etcd rendezvous' tests

@@ -4,9 +4,13 @@
   recover   2 workers on one node; rank 1 hangs; the time from the hang's start to every worker of
             the new attempt running. ddprun --hang-timeout 2 (heartbeats), ddprun serving torch's
             FileTimer (expires(after=2)), torchrun 2.6 and torchrun 1.13 with the same FileTimer.
-            ddprun records the hung rank's stacks before the kill (gdb: seconds once the worker
-            loaded libtorch, as the FileTimer workers have); "no gdb" rows leave gdb out
-            (DDPRUN_HANG_DEBUGGER=""), Python and kernel stacks only.
+            ddprun records the hung rank's stacks before the kill: the kernel's view and the
+            Python stack always, the native stack within --hang-native-stack-budget (0.4 s by
+            default; eu-stack when installed, else gdb, which needs seconds once the worker
+            loaded libtorch, as the FileTimer workers have). The "gdb" row forces gdb
+            (DDPRUN_HANG_DEBUGGER=gdb) to show the budget cutting it short; the "no native stack"
+            row is --hang-native-stack-budget 0. --before BIN adds the rows of an earlier ddprun
+            (which waited up to 10 s for gdb) to compare in the same run.
   reports   the agent's CPU per million progress reports: ddprun's heartbeat file, ddprun's and
             torchrun 2.6's FileTimer pipe (each report = acquire + release), and the same loop
             reporting nothing (the floor); plus the worker's own cost per report.
@@ -31,19 +35,27 @@ SHARED = os.environ.get("DDPRUN_SHARED", os.path.abspath(os.path.join(REPO, ".."
 TORCHRUN113 = ["/usr/bin/python3", os.path.join(SHARED, "tools", "torchrun-py311.py")]
 
 
-def launchers(ddprun):
+def launchers(ddprun, before=None):
     """name -> (argv head, python for the workers, extra environment)."""
-    return {
+    file_timer = {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}
+    table = {
         "ddprun --hang-timeout 2": ([ddprun, "--hang-timeout", "2"], "/usr/bin/python3", {}),
-        "ddprun --hang-timeout 2, no gdb": ([ddprun, "--hang-timeout", "2"], "/usr/bin/python3",
-                                            {"DDPRUN_HANG_DEBUGGER": ""}),
-        "ddprun, FileTimer": ([ddprun], "/usr/bin/python3", {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}),
-        "ddprun, FileTimer, no gdb": ([ddprun], "/usr/bin/python3",
-                                      {"TORCHELASTIC_ENABLE_FILE_TIMER": "1", "DDPRUN_HANG_DEBUGGER": ""}),
-        "torchrun 2.6, FileTimer": ([TORCH2, "-m", "torch.distributed.run"], None,
-                                    {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}),
-        "torchrun 1.13, FileTimer": (TORCHRUN113, None, {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"}),
+        "ddprun, FileTimer": ([ddprun], "/usr/bin/python3", file_timer),
+        "ddprun, FileTimer, gdb within the 0.4 s budget": ([ddprun], "/usr/bin/python3",
+                                                           dict(file_timer, DDPRUN_HANG_DEBUGGER="gdb")),
+        "ddprun, FileTimer, no native stack": ([ddprun, "--hang-native-stack-budget", "0"],
+                                               "/usr/bin/python3", file_timer),
     }
+    if before:
+        table.update({
+            "before: ddprun --hang-timeout 2 (gdb)": ([before, "--hang-timeout", "2"], "/usr/bin/python3", {}),
+            "before: ddprun, FileTimer (gdb)": ([before], "/usr/bin/python3", file_timer),
+        })
+    table.update({
+        "torchrun 2.6, FileTimer": ([TORCH2, "-m", "torch.distributed.run"], None, file_timer),
+        "torchrun 1.13, FileTimer": (TORCHRUN113, None, file_timer),
+    })
+    return table
 
 
 def run(head, python, extra_env, script_args, nproc, timeout=120):
@@ -86,6 +98,7 @@ def reports(name, head, python, env, mode, count):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
+    parser.add_argument("--before", help="an earlier ddprun whose recover rows run beside")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reports", type=int, default=100000,
                         help="FileTimer reports per run; heartbeats: ten times as many")
@@ -93,7 +106,7 @@ def main():
     bench_json.add_option(parser)
     args = parser.parse_args()
     bench_json.record(args, "hang")
-    table = launchers(args.ddprun)
+    table = launchers(args.ddprun, args.before)
     if args.only == "reports":
         table = {}
 

@@ -254,6 +254,8 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) { return c.hang.startupTimeout == std::chrono::milliseconds(120000); }},
       {"exit-timeout", "0.5",
        [](const LaunchConfig& c) { return c.hang.exitTimeout == std::chrono::milliseconds(500); }},
+      {"hang-native-stack-budget", "1.5",
+       [](const LaunchConfig& c) { return c.hang.nativeStackBudget == std::chrono::milliseconds(1500); }},
   };
 }
 
@@ -1327,6 +1329,29 @@ TEST_CASE("hang options: off, 10 min and 5 min by default, 0 is no limit, bad va
              Catch::Contains("--hang-timeout '-1'") && Catch::Contains("seconds >= 0 (0: no limit)"));
   CHECK_THAT(usageError({"--exit-timeout", "later", script()}), Catch::Contains("not a number"));
   CHECK_THAT(usageError({"--hang-startup-timeout", "nan", script()}), Catch::Contains(">= 0"));
+}
+
+TEST_CASE("option --hang-native-stack-budget: 0.4 s by default, 0 is none, bad values are exit 2",
+          "[cli]") {
+  using std::chrono::milliseconds;
+  CHECK(config({script()}).hang.nativeStackBudget == milliseconds(400));
+  CHECK(config({"--hang-native-stack-budget", "0", script()}).hang.nativeStackBudget == milliseconds(0));
+  CHECK(config({"--hang-native-stack-budget=2", script()}).hang.nativeStackBudget == milliseconds(2000));
+  // Below a millisecond is still a budget, not "none".
+  CHECK(config({"--hang-native-stack-budget", "0.0001", script()}).hang.nativeStackBudget ==
+        milliseconds(1));
+  CHECK(config({script()}, with(sandbox().environment(), "PET_HANG_NATIVE_STACK_BUDGET", "0"))
+            .hang.nativeStackBudget == milliseconds(0));
+  for (const char* bad : {"-1", "nan", "inf", "3601"}) {
+    INFO(bad);
+    CHECK_THAT(usageError({"--hang-native-stack-budget", bad, script()}),
+               Catch::Contains("--hang-native-stack-budget '" + std::string(bad) + "'") &&
+                   Catch::Contains("from 0 (no native stacks) to 3600"));
+  }
+  CHECK_THAT(usageError({"--hang-native-stack-budget", "soon", script()}),
+             Catch::Contains("not a number"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_HANG_NATIVE_STACK_BUDGET", "-2")),
+             Catch::Contains("PET_HANG_NATIVE_STACK_BUDGET"));
 }
 
 TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numbers", "[cli]") {

@@ -39,7 +39,13 @@ namespace {
 const std::string kPython = DDPRUN_TORCH113_PYTHON;  // /usr/bin/python3 (standard library only)
 const std::string kGdb = "/usr/bin/gdb";
 
+const std::string kEuStack = "/usr/bin/eu-stack";  // elfutils: the agent's first choice
+
 bool haveGdb() { return ::access(kGdb.c_str(), X_OK) == 0; }
+bool haveEuStack() { return ::access(kEuStack.c_str(), X_OK) == 0; }
+
+// The unwinder the agent picks (eu-stack, else gdb), or "" when neither is installed.
+std::string agentUnwinder() { return haveEuStack() ? kEuStack : haveGdb() ? kGdb : ""; }
 
 long long msSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -248,16 +254,17 @@ TEST_CASE("hang evidence: a Python process deadlocked in C while holding the GIL
   REQUIRE(becomesReady(worker));
 
   EvidenceOptions options = pythonOptions(hook);
-  if (haveGdb()) options.debugger = kGdb;
+  options.debugger = agentUnwinder();
+  options.debuggerBudget = 30000ms;  // generous: this test is about what is found, not how fast
   const auto start = Clock::now();
   const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
   const long long took = msSince(start);
-  std::printf("hang_evidence_test: Python + gdb stacks of a GIL-deadlocked Python process "
-              "collected in %lld ms\n", took);
+  std::printf("hang_evidence_test: Python + native (%s) stacks of a GIL-deadlocked Python process "
+              "collected in %lld ms\n", options.debugger.c_str(), took);
   INFO(evidence.text());
   CHECK(evidence.pythonStack.find("stuck_holding_the_gil") != std::string::npos);
   CHECK(evidence.pythonStack.find("other_thread_wants_the_gil") != std::string::npos);
-  if (haveGdb()) {
+  if (!options.debugger.empty()) {
     CHECK((evidence.nativeStack.find("pthread_mutex_lock") != std::string::npos ||
            evidence.nativeStack.find("lll_lock_wait") != std::string::npos));
   }
@@ -328,6 +335,92 @@ TEST_CASE("hang evidence: a debugger over its budget is killed and the process i
   CHECK_FALSE(sleeper.wait(0ms).has_value());
 }
 
+TEST_CASE("hang evidence: eu-stack names the function a native process blocks in, and it runs on",
+          "[hang_evidence][eu-stack]") {
+  if (!haveEuStack()) {
+    WARN("no " << kEuStack << " (Debian: elfutils): the eu-stack native stack is not tested");
+    return;
+  }
+  Subprocess sleeper({"/bin/sleep", "3600"});
+  REQUIRE(eventually([&] { return asleep(sleeper.pid()); }, 10s, {&sleeper}));
+
+  EvidenceOptions options;
+  options.debugger = kEuStack;
+  options.debuggerBudget = 30000ms;
+  const auto start = Clock::now();
+  const HangEvidence evidence = collectHangEvidence(sleeper.pid(), options);
+  const long long took = msSince(start);
+  std::printf("hang_evidence_test: eu-stack backtrace of /bin/sleep collected in %lld ms\n", took);
+  INFO(evidence.text());
+  CHECK(evidence.nativeStack.find("nanosleep") != std::string::npos);
+  // Only its thread headers and frames are kept ("PID n - process" is not).
+  CHECK(evidence.nativeStack.rfind(fmt::format("TID {}:", sleeper.pid()), 0) == 0);
+  CHECK(evidence.nativeStack.find("- process") == std::string::npos);
+  const auto summary = evidence.summary(4);
+  REQUIRE(!summary.empty());
+  CHECK(summary[0] == fmt::format("TID {}:", sleeper.pid()));
+  CHECK(evidence.text().find(fmt::format("\nTID {}:\n#0 ", sleeper.pid())) != std::string::npos);
+  CHECK(eventually([&] { return runsOn(sleeper.pid()); }, 2s, {&sleeper}));
+  CHECK_FALSE(sleeper.wait(0ms).has_value());
+}
+
+TEST_CASE("hang evidence: eu-stack or gdb by the tool's name, with the arguments of each",
+          "[hang_evidence]") {
+  CHECK(nativeStackTool("/usr/bin/eu-stack") == NativeStackTool::kEuStack);
+  CHECK(nativeStackTool("eu-stack") == NativeStackTool::kEuStack);
+  CHECK(nativeStackTool("/usr/bin/gdb") == NativeStackTool::kGdb);
+  CHECK(nativeStackTool("/opt/eu-stack-wrapper") == NativeStackTool::kGdb);
+  CHECK(nativeStackCommand("/usr/bin/eu-stack", 42) ==
+        std::vector<std::string>{"/usr/bin/eu-stack", "-m", "-p", "42"});
+  const auto gdb = nativeStackCommand("/usr/bin/gdb", 42);
+  REQUIRE(gdb.size() >= 3);
+  CHECK(gdb[1] == "-p");
+  CHECK(gdb[2] == "42");
+  CHECK(gdb.back() == "thread apply all bt");
+  CHECK(isNativeThreadHeader("TID 42:"));
+  CHECK(isNativeThreadHeader("Thread 1 (Thread 0x7f (LWP 42) \"python3\"):"));
+  CHECK_FALSE(isNativeThreadHeader("#0  0x00007f00ea030503 clock_nanosleep"));
+  CHECK_FALSE(isNativeThreadHeader("PID 42 - process"));
+}
+
+// A native stack that cannot be got in time (an unwinder that never answers) is said in the
+// evidence, with the option that waits longer, and does not hold up the collection: it returns at
+// the budget (with a generous bound for a loaded machine), the unwinder killed.
+TEST_CASE("hang evidence: the native stack budget is honoured and what it cut short is said",
+          "[hang_evidence]") {
+  TempDir dir;
+  const std::string slow = dir.path + "/slow-unwinder";
+  const std::string pidFile = dir.path + "/unwinder.pid";
+  writeFile(slow, fmt::format("#!/bin/sh\necho $$ > '{}'\nexec sleep 60\n", pidFile));
+  REQUIRE(::chmod(slow.c_str(), 0755) == 0);
+  Subprocess sleeper({"/bin/sleep", "3600"});
+  REQUIRE(eventually([&] { return asleep(sleeper.pid()); }, 10s, {&sleeper}));
+
+  EvidenceOptions options;
+  options.debugger = slow;
+  options.debuggerBudget = 300ms;
+  const auto start = Clock::now();
+  const HangEvidence evidence = collectHangEvidence(sleeper.pid(), options);
+  const long long took = msSince(start);
+  INFO("took " << took << " ms\n" << evidence.text());
+  CHECK(took >= 300);
+  CHECK(took < 300 + 5000);  // not the unwinder's 60 s
+  CHECK(evidence.nativeStack.empty());
+  bool said = false;
+  for (const auto& note : evidence.notes) {
+    said = said || (note.find("native stack: not collected within 0.3 s") != std::string::npos &&
+                    note.find("--hang-native-stack-budget") != std::string::npos);
+  }
+  CHECK(said);
+  CHECK(evidence.text().find("not collected within 0.3 s") != std::string::npos);
+  // The unwinder (its whole group) was killed: no 60 s sleep left behind.
+  const std::string pidText = readFile(pidFile);
+  REQUIRE(!pidText.empty());
+  const pid_t unwinder = static_cast<pid_t>(std::stol(pidText));
+  CHECK(eventually([&] { return ::kill(unwinder, 0) != 0; }, 5s, {&sleeper}));
+  CHECK(runsOn(sleeper.pid()));
+}
+
 TEST_CASE("hang evidence: with no debugger and no hook, the kernel's view alone", "[hang_evidence]") {
   Subprocess sleeper({"/bin/sleep", "3600"});
   REQUIRE(eventually([&] { return asleep(sleeper.pid()); }, 10s, {&sleeper}));
@@ -378,7 +471,7 @@ TEST_CASE("hang evidence: a process that does not exist gives notes, not an exce
   TempDir dir;
   const PythonStackHook hook = installPythonStackHook(dir.path + "/hook");
   EvidenceOptions options = pythonOptions(hook);
-  if (haveGdb()) options.debugger = kGdb;
+  options.debugger = agentUnwinder();
   // Above pid_max: no process has it.
   long pidMax = 4194304;
   std::ifstream("/proc/sys/kernel/pid_max") >> pidMax;
@@ -524,6 +617,9 @@ else:
   const std::string childFile = fmt::format("{}/{}.txt", hook.stackDir, child);
   const std::string parentFile = fmt::format("{}/{}.txt", hook.stackDir, worker.pid());
   REQUIRE(eventually([&] { return fs::exists(childFile); }, 10s, {&worker}));
+  // The hook creates the file a moment before it registers faulthandler on it: until then a
+  // signal dumps into the parent's file. Asleep in its loop, the child is past the fork hook.
+  REQUIRE(eventually([&] { return asleep(child); }, 10s, {&worker}));
 
   const HangEvidence childEvidence = collectHangEvidence(child, pythonOptions(hook));
   INFO(childEvidence.text());
@@ -576,6 +672,43 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   CHECK(runsOn(worker.pid()));
 }
 
+// Ranks found hung at once are recorded at once: each collection runs on its own thread, so two
+// unwinders that use their whole budget (2 s each) take about one budget, not two. The bound
+// (3.5 s, where one after the other would take 4 s) leaves 1.5 s for a loaded machine.
+TEST_CASE("hang evidence: two hung workers' evidence is collected in parallel, each within the budget",
+          "[hang_evidence]") {
+  TempDir dir;
+  const std::string slow = dir.path + "/slow-unwinder";
+  writeFile(slow, "#!/bin/sh\nexec sleep 60\n");
+  REQUIRE(::chmod(slow.c_str(), 0755) == 0);
+  Subprocess first({"/bin/sleep", "3600"});
+  Subprocess second({"/bin/sleep", "3600"});
+  REQUIRE(eventually([&] { return asleep(first.pid()) && asleep(second.pid()); }, 10s, {&first, &second}));
+
+  ManualEventLoop loop;
+  EvidenceOptions options;
+  options.debugger = slow;
+  options.debuggerBudget = 2000ms;
+  auto collector = makeThreadedEvidenceCollector(loop, options);
+  std::vector<HangEvidence> got;
+  const auto start = Clock::now();
+  for (const pid_t pid : {first.pid(), second.pid()}) {
+    collector->collect(pid, fmt::format("{}/stacks_{}.txt", dir.path, pid),
+                       [&](HangEvidence evidence) { got.push_back(std::move(evidence)); });
+  }
+  REQUIRE(loop.runUntil([&] { return got.size() == 2; }, 30s));
+  const long long took = msSince(start);
+  INFO("took " << took << " ms\n" << got[0].text() << got[1].text());
+  CHECK(took >= 2000);
+  CHECK(took < 3500);
+  for (const HangEvidence& evidence : got) {
+    CHECK(evidence.text().find("native stack: not collected within 2 s") != std::string::npos);
+    CHECK(evidence.threads.size() == 1);
+  }
+  CHECK(runsOn(first.pid()));
+  CHECK(runsOn(second.pid()));
+}
+
 TEST_CASE("hang evidence: the summary fits its lines and starts with the main thread",
           "[hang_evidence]") {
   HangEvidence evidence;
@@ -622,6 +755,25 @@ TEST_CASE("hang evidence: gdb on a Python process that imported torch (timing)",
   const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
   std::printf("hang_evidence_test: gdb backtrace of a torch-importing Python process (%zu threads) "
               "collected in %lld ms\n", evidence.threads.size(), msSince(start));
+  INFO(evidence.text());
+  CHECK(evidence.nativeStack.find("nanosleep") != std::string::npos);
+  CHECK(eventually([&] { return runsOn(worker.pid()); }, 2s, {&worker}));
+}
+
+TEST_CASE("hang evidence: eu-stack on a Python process that imported torch (timing)",
+          "[.][hang_evidence][eu-stack][timing]") {
+  if (!haveEuStack()) return;
+  Subprocess worker({kPython, "-c",
+                     "import torch, time\na = torch.ones(300, 300); (a @ a).sum()\n"
+                     "print('ready', flush=True)\ntime.sleep(100)"});
+  REQUIRE(becomesReady(worker, 90s));
+  EvidenceOptions options;
+  options.debugger = kEuStack;
+  options.debuggerBudget = 60000ms;
+  const auto start = Clock::now();
+  const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
+  std::printf("hang_evidence_test: eu-stack backtrace of a torch-importing Python process (%zu "
+              "threads) collected in %lld ms\n", evidence.threads.size(), msSince(start));
   INFO(evidence.text());
   CHECK(evidence.nativeStack.find("nanosleep") != std::string::npos);
   CHECK(eventually([&] { return runsOn(worker.pid()); }, 2s, {&worker}));

@@ -2,7 +2,8 @@
 """Hangs and unexplained deaths under the real ddprun, with real Python workers
 (workers/hang_worker.py): what a user sees when a rank is stuck or killed.
 
-  hang_test.py --ddprun BIN --python PY --scenario file-timer|heartbeat|at-exit|busy-at-exit|oom
+  hang_test.py --ddprun BIN --python PY --scenario file-timer|heartbeat|at-exit|busy-at-exit|oom|
+                                                  native-budget
 
 PY is /usr/bin/python3 (torch 1.13) or scripts/torch2-python (torch 2.6; exit 77 = skipped when
 it is missing). Exit 77 also when the scenario needs what is not here (oom: root and a memory
@@ -12,10 +13,16 @@ The exit timeout's two sides (issue #19, point 1): at-exit is the deadlock it ex
 blocked for ever after its peers exited 0, using no CPU: killed with its stacks, 137, no restart);
 busy-at-exit is a rank 0 that works on past it (its own CPU, then a child's), which ddprun must
 leave to finish (exit 0), as torchrun 1.13 does (run side by side with the same worker).
+
+native-budget is the heartbeat hang with a native unwinder that never answers
+(DDPRUN_HANG_DEBUGGER, a script that sleeps 60 s) and --hang-native-stack-budget 0.3: the
+evidence says the native stack was not collected within 0.3 s (and the option to wait longer),
+keeps the Python stack, and the kill is not held up by the unwinder (a generous bound).
 """
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -75,7 +82,8 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", required=True,
-                        choices=["file-timer", "heartbeat", "at-exit", "busy-at-exit", "oom"])
+                        choices=["file-timer", "heartbeat", "at-exit", "busy-at-exit", "oom",
+                                 "native-budget"])
     parser.add_argument("--timeout", type=float, default=100)
     args = parser.parse_args()
     deadline = Deadline(args.timeout)
@@ -92,6 +100,15 @@ def main():
         options += ["--max-restarts", "1", "--event-log-handler", "console"]
     elif args.scenario == "heartbeat":
         options += ["--max-restarts", "1", "--hang-timeout", "2"]
+    elif args.scenario == "native-budget":
+        scratch = tempfile.mkdtemp(prefix="ddprun-native-budget-")
+        unwinder = os.path.join(scratch, "slow-unwinder")
+        with open(unwinder, "w") as script:
+            script.write("#!/bin/sh\nexec sleep 60\n")
+        os.chmod(unwinder, 0o755)
+        env["DDPRUN_HANG_DEBUGGER"] = unwinder
+        options += ["--max-restarts", "1", "--hang-timeout", "2", "--hang-native-stack-budget", "0.3",
+                    "--log-dir", os.path.join(scratch, "logs")]
     elif args.scenario == "at-exit":
         options += ["--max-restarts", "2", "--exit-timeout", "2"]
     elif args.scenario == "busy-at-exit":
@@ -111,7 +128,8 @@ def main():
         options += ["--local-ranks-filter", "0"]
 
     started = time.monotonic()
-    job = Job([args.ddprun, *options, WORKER, args.scenario], name="ddprun", env=env)
+    worker_scenario = "heartbeat" if args.scenario == "native-budget" else args.scenario
+    job = Job([args.ddprun, *options, WORKER, worker_scenario], name="ddprun", env=env)
     # torchrun 1.13 side by side where ddprun must behave as it does (it has no exit timeout).
     anchor = None
     if (args.scenario == "busy-at-exit" and os.path.realpath(args.python) == os.path.realpath(TORCH113_PYTHON)
@@ -140,6 +158,28 @@ def main():
         check(job.returncode == 0, "the job restarted after the hang and finished", job)
         check("is hung: no progress reported for" in err, "the agent says rank 1 is hung", job)
         check("stop_reporting_and_wait" in err, "the Python stack names where rank 1 stopped", job)
+    elif args.scenario == "native-budget":
+        check(job.returncode == 0, "the job restarted after the hang and finished", job)
+        check("stop_reporting_and_wait" in err, "the Python stack names where rank 1 stopped", job)
+        saved = re.search(r"its threads' stacks are in (\S+)", err)
+        check(saved, "the agent says where the evidence is", job)
+        with open(saved.group(1)) as evidence:
+            text = evidence.read()
+        check("native stack: not collected within 0.3 s" in text and "--hang-native-stack-budget" in text,
+              f"the evidence says the native stack was cut short, and how to wait longer:\n{text}", job)
+        check("stop_reporting_and_wait" in text and "as the kernel sees them" in text,
+              f"the evidence keeps the Python stack and the kernel's view:\n{text}", job)
+        # From "is hung" to the kill: the budget (0.3 s), not the unwinder's 60 s. 15 s is a
+        # generous bound for a loaded machine.
+        stamp = r"^\[(\d+-\d+-\d+ \d+:\d+:[\d.]+)\] \[ddprun\] \[\w+\] "
+        hung = re.search(stamp + r"worker 1 \(rank 1, pid \d+\) is hung", err, re.M)
+        killed = re.search(stamp + r"worker 1 \(rank 1, pid \d+\) failed", err, re.M)
+        check(hung and killed, "the agent logged the hang and the kill", job)
+        at = [time.mktime(time.strptime(m.group(1).split(".")[0], "%Y-%m-%d %H:%M:%S"))
+              + float("0." + m.group(1).split(".")[1]) for m in (hung, killed)]
+        check(at[1] - at[0] < 15, f"the kill came {at[1] - at[0]:.2f} s after the hang was found", job)
+        print(f"hang found -> rank 1 killed: {at[1] - at[0]:.2f} s (native stack budget 0.3 s)")
+        shutil.rmtree(os.path.dirname(options[options.index("--log-dir") + 1]), ignore_errors=True)
     elif args.scenario == "at-exit":
         check(job.returncode == 137, f"a straggler ends the job with 137, no restart (got {job.returncode})", job)
         check("hung      : still running" in err and "--exit-timeout 2" in err,

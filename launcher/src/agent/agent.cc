@@ -83,8 +83,10 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 
 // How a hung worker's stacks are taken: the Python stack hook (installed into the private
 // directory and put first on the workers' PYTHONPATH) and a debugger.
-EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& identity) {
+EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& identity,
+                                std::chrono::milliseconds nativeStackBudget) {
   EvidenceOptions options;
+  options.debuggerBudget = nativeStackBudget;
   try {
     const PythonStackHook hook = installPythonStackHook((fs::path(privateDir) / "stack_hook").string());
     addPythonStackHook(hook, identity.environment);
@@ -93,13 +95,18 @@ EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& id
   } catch (const std::exception& error) {
     spdlog::warn("hung Python workers will be reported without their Python stacks: {}", error.what());
   }
-  // A native backtrace when gdb is installed; DDPRUN_HANG_DEBUGGER names another, or "" for none
-  // (gdb takes seconds on a process that loaded libtorch).
+  // A native backtrace within the budget (0: none): eu-stack when installed (milliseconds), else
+  // gdb (seconds on a process that loaded libtorch); DDPRUN_HANG_DEBUGGER names another, or ""
+  // for none.
   const Environment& environment = identity.environment;
-  if (auto debugger = environment.find("DDPRUN_HANG_DEBUGGER"); debugger != environment.end()) {
+  if (nativeStackBudget.count() <= 0) {
+    options.debugger = "";
+  } else if (auto debugger = environment.find("DDPRUN_HANG_DEBUGGER"); debugger != environment.end()) {
     options.debugger = debugger->second.empty()
                            ? ""
                            : common::findExecutable(debugger->second, environment).value_or("");
+  } else if (auto euStack = common::findExecutable("eu-stack", environment)) {
+    options.debugger = *euStack;
   } else {
     options.debugger = common::findExecutable("gdb", environment).value_or("");
   }
@@ -178,9 +185,10 @@ NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
 class Watchers {
  public:
   Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
-           const std::string& cgroupPath)
+           const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
       : heartbeats_(heartbeatDir(privateDir)),
-        evidence_(makeThreadedEvidenceCollector(loop, evidenceOptions(privateDir.string(), identity))),
+        evidence_(makeThreadedEvidenceCollector(
+            loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
         oom_(cgroupPath) {}
 
   WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
@@ -294,7 +302,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     throw StartupError(error.what());
   }
   MembershipDriver driver(config.rdzv, *backend, selfNode(config, identity), loop);
-  Watchers watchers(privateDir, identity, loop, launcher.cgroupPath());
+  Watchers watchers(privateDir, identity, loop, launcher.cgroupPath(), config.hang.nativeStackBudget);
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, driver, stores,

@@ -100,6 +100,14 @@ void applyRestartAndHang(const Arguments& arguments, const Environment& environm
   config.hang.startupTimeout =
       optionalSeconds(arguments, "hang-startup-timeout", config.hang.startupTimeout);
   config.hang.exitTimeout = optionalSeconds(arguments, "exit-timeout", config.hang.exitTimeout);
+  if (const auto budget = arguments.value<double>("hang-native-stack-budget")) {
+    // Up to an hour: the hung worker's kill, and the group's restart, wait this long at most.
+    checkNumber(arguments, "hang-native-stack-budget",
+                "must be a number of seconds from 0 (no native stacks) to 3600", "2",
+                std::isfinite(*budget) && *budget >= 0 && *budget <= 3600);
+    config.hang.nativeStackBudget =
+        *budget == 0 ? milliseconds(0) : std::max(secondsToMilliseconds(*budget), milliseconds(1));
+  }
   if (const auto* signals = arguments.given("signals-to-handle")) {
     config.restart.signalsToHandle = parseSignals(*signals);
   }

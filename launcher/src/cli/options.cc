@@ -126,6 +126,11 @@ constexpr OptionSpec kOptions[] = {
   {.name = "hang-startup-timeout", .kind = ValueKind::kNumber,
    .help = "ddprun: with --hang-timeout, seconds a worker may take to its first progress "
            "report. 0: unbounded. Default: 600."},
+  {.name = "hang-native-stack-budget", .kind = ValueKind::kNumber,
+   .help = "ddprun: seconds a hung worker's native stacks (eu-stack, else gdb; "
+           "$DDPRUN_HANG_DEBUGGER names another) may take before it is killed; the kernel's "
+           "view and the Python stack are always taken. Past it the evidence says they were "
+           "not collected. 0: no native stacks. Default: 0.4."},
   {.name = "exit-timeout", .kind = ValueKind::kNumber,
    .help = "ddprun: once a worker exited 0, seconds the node's other workers have to exit "
            "too; then they are hung at exit: their stacks are recorded, they are killed and the "

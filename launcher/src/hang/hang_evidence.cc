@@ -261,9 +261,7 @@ std::optional<SpawnedDebugger> spawnDebugger(const std::string& debugger, pid_t 
     why = "pipe: " + errorText(errno);
     return std::nullopt;
   }
-  const std::string pidText = std::to_string(target);
-  std::vector<std::string> args = {debugger, "-p", pidText, "-batch", "-nx",
-                                   "-ex", "set pagination off", "-ex", "thread apply all bt"};
+  std::vector<std::string> args = nativeStackCommand(debugger, target);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -434,15 +432,18 @@ void collectNativeStack(pid_t pid, const EvidenceOptions& options, HangEvidence&
   const std::vector<std::string> lines = splitLines(output);
   std::string backtrace;
   for (const std::string& line : lines) {
-    if (line.rfind("Thread ", 0) == 0 || line.rfind("#", 0) == 0) {
+    if (isNativeThreadHeader(line) || line.rfind("#", 0) == 0) {
       backtrace += line;
       backtrace += '\n';
     }
   }
   if (timedOut) {
+    // The kill does not wait longer than the budget: say what it cost, and how to get more.
     evidence.notes.push_back(fmt::format(
-        "native stack: {} was killed after its budget of {} ms{}", options.debugger,
-        options.debuggerBudget.count(), backtrace.empty() ? "" : "; the backtrace may be partial"));
+        "native stack: {} within {:g} s ({} was stopped at the budget); "
+        "--hang-native-stack-budget to wait longer",
+        backtrace.empty() ? "not collected" : "only partly collected",
+        static_cast<double>(options.debuggerBudget.count()) / 1000.0, options.debugger));
   }
   if (backtrace.empty()) {
     if (!timedOut) {
@@ -636,6 +637,25 @@ class ThreadedEvidenceCollector final : public EvidenceCollector {
 
 }  // namespace
 
+NativeStackTool nativeStackTool(const std::string& path) {
+  return std::filesystem::path(path).filename() == "eu-stack" ? NativeStackTool::kEuStack
+                                                                : NativeStackTool::kGdb;
+}
+
+std::vector<std::string> nativeStackCommand(const std::string& path, pid_t pid) {
+  const std::string pidText = std::to_string(pid);
+  if (nativeStackTool(path) == NativeStackTool::kEuStack) {
+    // -m: each frame's module, which names the library of a frame without a symbol.
+    return {path, "-m", "-p", pidText};
+  }
+  return {path, "-p", pidText, "-batch", "-nx", "-ex", "set pagination off",
+          "-ex", "thread apply all bt"};
+}
+
+bool isNativeThreadHeader(const std::string& line) {
+  return line.rfind("Thread ", 0) == 0 || line.rfind("TID ", 0) == 0;
+}
+
 HangEvidence collectHangEvidence(pid_t pid, const EvidenceOptions& options) {
   HangEvidence evidence;
   evidence.pid = pid;
@@ -688,13 +708,13 @@ std::string HangEvidence::text() const {
   out += "\n--- Python stacks (faulthandler), most recent call first ---\n";
   out += pythonStack.empty() ? "(none)\n" : pythonStack;
   if (!out.empty() && out.back() != '\n') out += '\n';
-  out += "\n--- Native stacks (debugger) ---\n";
+  out += "\n--- Native stacks (debugger: eu-stack or gdb) ---\n";
   if (nativeStack.empty()) {
     out += "(none)\n";
   } else {
     bool first = true;
     for (const std::string& line : splitLines(nativeStack)) {
-      if (line.rfind("Thread ", 0) == 0 && !first) out += '\n';
+      if (isNativeThreadHeader(line) && !first) out += '\n';
       first = false;
       out += line;
       out += '\n';
@@ -721,8 +741,9 @@ std::vector<std::string> HangEvidence::summary(std::size_t maxLines) const {
     lines = fitBlocks(blocks, maxLines);
   } else if (!trimmed(nativeStack).empty()) {
     auto blocks = threadBlocks(nativeStack,
-                               [](const std::string& line) { return line.rfind("Thread ", 0) == 0; });
-    // gdb lists the threads last to first: the main thread ("Thread 1 ") first.
+                               [](const std::string& line) { return isNativeThreadHeader(line); });
+    // gdb lists the threads last to first: the main thread ("Thread 1 ") first (eu-stack lists
+    // it first already).
     std::stable_partition(blocks.begin(), blocks.end(), [](const Block& block) {
       return block.header.rfind("Thread 1 ", 0) == 0;
     });

@@ -3,9 +3,13 @@
 //     where readable, the kernel stack), for any worker;
 //   - the Python stack of every thread, for a Python worker that loaded ddprun's stack hook
 //     (python_stack_hook.h): faulthandler writes it into a file when the hook's signal arrives;
-//   - a native backtrace of every thread when a debugger (gdb) is installed, bounded in time.
+//   - a native backtrace of every thread when an unwinder is installed, within a budget (the
+//     hung worker's kill, and so the group's restart, waits for it): eu-stack (elfutils) takes
+//     ~30 ms even on a process that loaded libtorch, as it reads only the symbol tables of the
+//     frames it shows; gdb reads every library's debug symbols first (seconds with libtorch) and
+//     is used only when eu-stack is not installed. What the budget cuts short is said in a note.
 //
-// collectHangEvidence blocks (a debugger takes seconds); the agent calls it through
+// collectHangEvidence blocks (for the budget at most); the agent calls it through
 // EvidenceCollector, whose real implementation runs it on a thread of its own and hands the
 // result back on the loop.
 #pragma once
@@ -36,7 +40,8 @@ struct HangEvidence {
   pid_t pid = 0;
   std::vector<ThreadView> threads;
   std::string pythonStack;  // faulthandler's dump of every thread ("" = none)
-  std::string nativeStack;  // the debugger's backtrace of every thread ("" = none)
+  std::string nativeStack;  // the unwinder's backtrace of every thread ("" = none): gdb's
+                            // "Thread N (...)" or eu-stack's "TID N:" headers, then "#k" frames
   std::vector<std::string> notes;  // what could not be collected, and why (one line each)
   std::string savedTo;  // the file that holds text() ("" = it could not be written: see notes)
 
@@ -52,9 +57,23 @@ struct EvidenceOptions {
   std::string pythonStackDir;
   int pythonStackSignal = 0;  // the hook's signal (PythonStackHook::signal); 0 = none
   std::chrono::milliseconds pythonWait{1000};  // for the dump to appear and stop growing
-  std::string debugger;  // gdb's path ("" = none: no native backtrace)
-  std::chrono::milliseconds debuggerBudget{10000};  // the debugger is killed after this
+  // The native unwinder's path ("" = none: no native backtrace): eu-stack when its file name
+  // is "eu-stack", else a gdb (nativeStackTool).
+  std::string debugger;
+  // The debugger is killed after this; --hang-native-stack-budget sets the agent's.
+  std::chrono::milliseconds debuggerBudget{400};
 };
+
+// eu-stack or gdb, by the tool's file name: their arguments and outputs differ.
+enum class NativeStackTool { kGdb, kEuStack };
+NativeStackTool nativeStackTool(const std::string& path);
+
+// The command that prints the backtrace of every thread of `pid`.
+std::vector<std::string> nativeStackCommand(const std::string& path, pid_t pid);
+
+// Whether `line` of a native backtrace starts a thread: gdb's "Thread 2 (Thread 0x... (LWP n))"
+// or eu-stack's "TID n:".
+bool isNativeThreadHeader(const std::string& line);
 
 // Blocking. Never throws: what fails becomes a note.
 HangEvidence collectHangEvidence(pid_t pid, const EvidenceOptions& options);

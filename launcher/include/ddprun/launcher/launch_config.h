@@ -170,6 +170,9 @@ struct HangPolicy {
   // --exit-timeout: once a worker exited 0, how long the others of the node may take to exit
   // too (nothing = for ever). Long enough for a rank that writes the checkpoint last.
   std::optional<std::chrono::milliseconds> exitTimeout = std::chrono::minutes(5);
+  // --hang-native-stack-budget: how long a hung worker's native stacks may take before it is
+  // killed (0 = none taken). Short by default: the kill, and so the restart, wait for them.
+  std::chrono::milliseconds nativeStackBudget{400};
 };
 
 // What each worker runs.
