@@ -17,7 +17,7 @@ libuv) in the 2.x dialect, which is the only one that server accepts. With `perf
 each server's system calls and context switches per op.
 
 Usage: bench_store.py --bench ddprun-store-bench --daemon ddprun-rendezvous [--repeats N]
-                      [--ladder-only]
+                      [--ladder-only] [--ladder-clients 1,16,256] [--same-cpu]
 """
 import argparse
 import datetime
@@ -97,11 +97,12 @@ def perf_works():
 
 
 class Bench:
-    def __init__(self, binary, servers, repeats, count=False):
+    def __init__(self, binary, servers, repeats, count=False, prefix=()):
         self.binary = binary
         self.servers = servers
         self.repeats = repeats
         self.count = count  # perf stat each server while it is measured
+        self.prefix = list(prefix)  # before the generator's command line (taskset)
 
     def run(self, server, args, dialect="torch113"):
         cpu_before = server.cpu_seconds()
@@ -110,7 +111,7 @@ class Bench:
             perf = subprocess.Popen(["perf", "stat", "-x,", "-p", str(server.process.pid), "-e",
                                      ",".join(PERF_EVENTS)], stderr=subprocess.PIPE, text=True)
         try:
-            out = subprocess.run([self.binary, "--port", str(server.port), "--dialect", dialect,
+            out = subprocess.run([*self.prefix, self.binary, "--port", str(server.port), "--dialect", dialect,
                                   *args], capture_output=True, text=True, timeout=900)
         finally:
             counts = {}
@@ -152,7 +153,15 @@ def ladder(args):
         print("bench_store: no torch 2.6 column (scripts/torch2-python needs root and its chroot)",
               file=sys.stderr)
     count = perf_works()
-    bench = Bench(args.bench, servers, args.repeats, count=count)
+    prefix = []
+    if args.same_cpu:
+        # Every thread of every server and of the generator on CPU 0: no wake-up crosses vCPUs,
+        # whose cost (~13 us on a VM) otherwise decides the 1-client figure by placement alone.
+        for server in servers:
+            subprocess.run(["taskset", "-a", "-p", "-c", "0", str(server.process.pid)], check=True,
+                           stdout=subprocess.DEVNULL)
+        prefix = ["taskset", "-c", "0"]
+    bench = Bench(args.bench, servers, args.repeats, count=count, prefix=prefix)
     rows = []
 
     def cell(r, name):
@@ -165,7 +174,7 @@ def ladder(args):
         for dialect, torch in (("torch113", torch113), ("torch2", torch2)):
             if torch is None:
                 continue
-            for clients in LADDER:
+            for clients in args.ladder_clients:
                 rounds = max(10, 10000 // clients)
                 r = medians([ddprun, torch, floor], args.repeats, lambda server: bench.run(
                     server, ["--mode", "ops", "--engine", "threads", "--clients", str(clients),
@@ -179,7 +188,8 @@ def ladder(args):
         for s in servers:
             s.stop()
     print(f"Store ladder, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
-          f"threads engine (one thread and one connection per client), median of {args.repeats} "
+          f"threads engine (one thread and one connection per client)"
+          f"{', every thread on CPU 0' if args.same_cpu else ''}, median of {args.repeats} "
           f"alternating runs per figure; cells: ops/s (server CPU per op"
           f"{', system calls and context switches per op' if count else ''})")
     print()
@@ -198,6 +208,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ladder-only", action="store_true",
                         help="only the threads engine at 1-256 clients against both torch servers")
+    parser.add_argument("--ladder-clients", type=lambda text: [int(n) for n in text.split(",")],
+                        default=list(LADDER), help="the ladder's client counts (default 1,4,16,64,256)")
+    parser.add_argument("--same-cpu", action="store_true",
+                        help="the ladder with every server and the generator pinned to CPU 0")
     args = parser.parse_args()
 
     ladder(args)
