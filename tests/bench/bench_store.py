@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Side-by-side benchmark of ddprun-rendezvous against torch 1.13's TCPStore server.
+"""Side-by-side benchmark of ddprun-rendezvous against torch 1.13's and torch 2.6's TCPStore servers.
 
 Both servers run at once; every measurement is repeated, alternating which server goes first,
 and the median of each is reported with the ratio. The same load generator drives both
@@ -9,7 +9,15 @@ and the median of each is reported with the ratio. The same load generator drive
            on 2 cores the client threads' own cost dominates and compresses every ratio
   evented  one thread drives every connection (as redis-benchmark does): the server's capacity
 
+The first table (the "ladder") runs the threads engine at 1, 4, 16, 64 and 256 clients against
+ddprun-rendezvous, torch 1.13's server and the floor store (ddprun-store-bench --serve-floor: one
+edge-triggered epoll loop, one recv and one send per request, nothing else), in the torch 1.13
+dialect, then the same against torch 2.6's server (its classic backend: the chroot's torch has no
+libuv) in the 2.x dialect, which is the only one that server accepts. With `perf` it also counts
+each server's system calls and context switches per op.
+
 Usage: bench_store.py --bench ddprun-store-bench --daemon ddprun-rendezvous [--repeats N]
+                      [--ladder-only] [--ladder-clients 1,16,256] [--same-cpu]
 """
 import argparse
 import datetime
@@ -27,6 +35,20 @@ from jobs import Job, give_up  # noqa: E402
 import bench_json  # noqa: E402  (--json: the printed tables as one document)
 
 TORCH_PYTHON = "/usr/bin/python3"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCH2_PYTHON = os.path.join(REPO, "scripts", "torch2-python")
+# torch 2.6's classic server (use_libuv=False): Debian's torch 2.6 is built without libuv.
+TORCH2_SERVER = """
+import datetime, sys, torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=300), wait_for_workers=False,
+                  use_libuv=False)
+print("listening on 127.0.0.1:%d" % s.port, flush=True)
+sys.stdin.read()
+"""
+LADDER = (1, 4, 16, 64, 256)
+# What perf counts in a server while the load runs: the system calls it makes and how often it
+# sleeps and is woken, per op.
+PERF_EVENTS = ("raw_syscalls:sys_enter", "context-switches")
 TORCH_SERVER = """
 import datetime, sys, torch.distributed as dist
 s = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=300), wait_for_workers=False)
@@ -66,16 +88,40 @@ class Server:
             self.process.kill()
 
 
+def perf_works():
+    """Whether `perf stat` can count the tracepoints here (a tool, a kernel and a permission)."""
+    try:
+        return subprocess.run(["perf", "stat", "-x,", "-e", ",".join(PERF_EVENTS), "true"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 class Bench:
-    def __init__(self, binary, servers, repeats):
+    def __init__(self, binary, servers, repeats, count=False, prefix=()):
         self.binary = binary
         self.servers = servers
         self.repeats = repeats
+        self.count = count  # perf stat each server while it is measured
+        self.prefix = list(prefix)  # before the generator's command line (taskset)
 
-    def run(self, server, args):
+    def run(self, server, args, dialect="torch113"):
         cpu_before = server.cpu_seconds()
-        out = subprocess.run([self.binary, "--port", str(server.port), "--dialect", "torch113",
-                              *args], capture_output=True, text=True, timeout=900)
+        perf = None
+        if self.count:
+            perf = subprocess.Popen(["perf", "stat", "-x,", "-p", str(server.process.pid), "-e",
+                                     ",".join(PERF_EVENTS)], stderr=subprocess.PIPE, text=True)
+        try:
+            out = subprocess.run([*self.prefix, self.binary, "--port", str(server.port), "--dialect", dialect,
+                                  *args], capture_output=True, text=True, timeout=900)
+        finally:
+            counts = {}
+            if perf is not None:
+                perf.send_signal(signal.SIGINT)
+                for line in perf.communicate(timeout=30)[1].splitlines():
+                    fields = line.split(",")
+                    if len(fields) > 2 and fields[0].replace(".", "").isdigit():
+                        counts[fields[2]] = float(fields[0])
         if out.returncode != 0:
             raise SystemExit(f"bench failed against {server.name}: {out.stderr.strip()}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -83,6 +129,9 @@ class Bench:
             # What the server itself spent per op: independent of how much CPU the load
             # generator leaves it on a 2-core machine.
             result["server_cpu_us"] = (server.cpu_seconds() - cpu_before) * 1e6 / result["ops"]
+            if PERF_EVENTS[0] in counts:
+                result["syscalls_per_op"] = counts[PERF_EVENTS[0]] / result["ops"]
+                result["switches_per_op"] = counts[PERF_EVENTS[1]] / result["ops"]
         return result
 
     def median(self, args, key):
@@ -90,15 +139,87 @@ class Bench:
         return medians(self.servers, self.repeats, lambda server: self.run(server, args))
 
 
+def ladder(args):
+    """The threads engine at every connection count: ddprun, torch 1.13 and the floor in the 1.13
+    dialect, ddprun, torch 2.6 and the floor in the 2.x dialect; one table of markdown rows."""
+    ddprun = Server("ddprun", [args.daemon, "--port", "0", "--log-level", "warn"])
+    floor = Server("floor", [args.bench, "--serve-floor"])
+    torch113 = Server("torch113", [TORCH_PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE)
+    servers = [ddprun, floor, torch113]
+    torch2 = None
+    if os.path.exists(TORCH2_PYTHON) and os.geteuid() == 0:
+        torch2 = Server("torch26", [TORCH2_PYTHON, "-c", TORCH2_SERVER], stdin=subprocess.PIPE)
+        servers.append(torch2)
+    else:
+        print("bench_store: no torch 2.6 column (scripts/torch2-python needs root and its chroot)",
+              file=sys.stderr)
+    count = perf_works()
+    prefix = []
+    if args.same_cpu:
+        # Every thread of every server and of the generator on CPU 0: no wake-up crosses vCPUs,
+        # whose cost (~13 us on a VM) otherwise decides the 1-client figure by placement alone.
+        for server in servers:
+            subprocess.run(["taskset", "-a", "-p", "-c", "0", str(server.process.pid)], check=True,
+                           stdout=subprocess.DEVNULL)
+        prefix = ["taskset", "-c", "0"]
+    bench = Bench(args.bench, servers, args.repeats, count=count, prefix=prefix)
+    rows = []
+
+    def cell(r, name):
+        text = f"{r[name]['ops_per_s']:,.0f} ({r[name]['server_cpu_us']:.1f} us"
+        if "syscalls_per_op" in r[name]:
+            text += f", {r[name]['syscalls_per_op']:.2f} sc, {r[name]['switches_per_op']:.2f} cs"
+        return text + ")"
+
+    try:
+        for dialect, torch in (("torch113", torch113), ("torch2", torch2)):
+            if torch is None:
+                continue
+            for clients in args.ladder_clients:
+                rounds = max(10, 10000 // clients)
+                r = medians([ddprun, torch, floor], args.repeats, lambda server: bench.run(
+                    server, ["--mode", "ops", "--engine", "threads", "--clients", str(clients),
+                             "--rounds", str(rounds)], dialect))
+                d, t, f = r["ddprun"], r[torch.name], r["floor"]
+                rows.append((f"{clients}", torch.name, cell(r, "ddprun"), cell(r, torch.name),
+                             cell(r, "floor"), f"**{d['ops_per_s'] / t['ops_per_s']:.2f}x**",
+                             f"{t['server_cpu_us'] / d['server_cpu_us']:.2f}x less",
+                             f"{f['ops_per_s'] / t['ops_per_s']:.2f}x"))
+    finally:
+        for s in servers:
+            s.stop()
+    print(f"Store ladder, {datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs, "
+          f"threads engine (one thread and one connection per client)"
+          f"{', every thread on CPU 0' if args.same_cpu else ''}, median of {args.repeats} "
+          f"alternating runs per figure; cells: ops/s (server CPU per op"
+          f"{', system calls and context switches per op' if count else ''})")
+    print()
+    print("| clients | against | ddprun-rendezvous | torch's server | floor store | ddprun vs torch, "
+          "ops/s | server CPU per op | floor vs torch, ops/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bench", required=True)
     parser.add_argument("--daemon", required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ladder-only", action="store_true",
+                        help="only the threads engine at 1-256 clients against both torch servers")
+    parser.add_argument("--ladder-clients", type=lambda text: [int(n) for n in text.split(",")],
+                        default=list(LADDER), help="the ladder's client counts (default 1,4,16,64,256)")
+    parser.add_argument("--same-cpu", action="store_true",
+                        help="the ladder with every server and the generator pinned to CPU 0")
     bench_json.add_option(parser)
     args = parser.parse_args()
     bench_json.record(args, "store")
 
+    ladder(args)
+    if args.ladder_only:
+        return
     ddprun = Server("ddprun", [args.daemon, "--port", "0", "--log-level", "warn"])
     torch = Server("torch", [TORCH_PYTHON, "-c", TORCH_SERVER], stdin=subprocess.PIPE)
     servers = [ddprun, torch]

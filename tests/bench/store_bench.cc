@@ -5,6 +5,7 @@
 //   barrier  N clients connect, add to a counter and wait until all have: the init pattern
 //   idle     opens N idle connections, then one client measures add latency
 //
+// --serve-floor: no load; be the floor store (floor_store.h), the benchmark's kernel anchor.
 // --token-file: the clients prove the job's token themselves (threads engine: ddprun's agents);
 // --relay-token-file: they connect to a LoopbackRelay started in this process, which proves it for
 // them (what PyTorch workers do under a token, through their agent's relay). --tls-cert: either
@@ -42,6 +43,7 @@
 #include "ddprun/rendezvous/tcp_store.h"
 #include "auth/handshake.h"
 #include "floor_proxy.h"
+#include "floor_store.h"
 #include "protocol/wire.h"
 
 namespace po = boost::program_options;
@@ -440,6 +442,7 @@ int main(int argc, char** argv) {
       ("relay-token-file", po::value<std::string>(),
        "the clients go through an in-process LoopbackRelay that proves this token")
       ("floor-proxy", "the clients go through a minimal epoll forwarder in this process (no token)")
+      ("serve-floor", "be the floor store instead (floor_store.h): the least a server costs per request")
       ("tls-cert", po::value<std::string>(),
        "with --token-file or --relay-token-file: TLS to the store, trusting this certificate");
   // clang-format on
@@ -450,6 +453,7 @@ int main(int argc, char** argv) {
       std::cout << options << "\n";
       return 0;
     }
+    if (values.count("serve-floor")) return ddprun::bench::serveFloorStore();
     po::notify(values);
     if (values.count("tls-cert")) {
       config.tls = TlsConfig::load({values["tls-cert"].as<std::string>(), "", ""});

@@ -285,3 +285,31 @@ TEST_CASE("a key in a message is quoted, escaped and cut", "[protocol]") {
   CHECK(shown.ends_with("'... (8192 bytes)"));
   CHECK(shown.size() == 2 + 4 * protocol::kShownKeyBytes + std::string("... (8192 bytes)").size());
 }
+
+TEST_CASE("strings keep their storage across requests with and without values", "[decoder]") {
+  // The server's steady loop (SET, WAIT, COMPARE_SET, ADD): a request without values in between
+  // must not cost the next one its strings' allocations.
+  RequestDecoder decoder(ProtocolLimits{});
+  const std::string longValue(100, 'v');
+  std::string set;
+  protocol::putU8(set, 0);  // 1.13 SET
+  protocol::putBlob(set, "/k");
+  protocol::putBlob(set, longValue);
+  std::string add;
+  protocol::putU8(add, 3);  // 1.13 ADD
+  protocol::putBlob(add, "/counter");
+  protocol::putI64(add, 1);
+  auto decodeOne = [&](const std::string& bytes) -> const Request& {
+    const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+    REQUIRE(decoder.decode(data, data + bytes.size()) == RequestDecoder::Status::kRequest);
+    return decoder.request();
+  };
+  const char* storage = decodeOne(set).values.at(0).data();
+  CHECK(decodeOne(add).values.empty());
+  // Takes the block a freed string would have left, so that a fresh allocation lands elsewhere.
+  const std::string sameSize(longValue.size(), 'x');
+  const Request& again = decodeOne(set);
+  REQUIRE(again.values == std::vector<std::string>{longValue});
+  CHECK(again.values[0].data() == storage);
+  CHECK(again.keys == std::vector<std::string>{"/k"});
+}

@@ -222,8 +222,8 @@ bool RequestDecoder::decodeWhole(const unsigned char*& data, const unsigned char
   request_.op = *op;
   request_.integer = 0;
   request_.word = 0;
-  request_.keys.resize(keyCount);
-  request_.values.resize(valueCount);
+  fitList(request_.keys, keyCount);
+  fitList(request_.values, valueCount);
   keyCount = 0;
   valueCount = 0;
   cursor = data + 1;
@@ -257,6 +257,29 @@ bool RequestDecoder::decodeWhole(const unsigned char*& data, const unsigned char
   }
   data = cursor;
   return true;
+}
+
+void RequestDecoder::fitList(std::vector<std::string>& list, std::size_t count) {
+  // Strings a request does not need wait in spare_ for the next one that does, so that a
+  // connection alternating requests with and without values (SET, ADD, COMPARE_SET, WAIT...)
+  // stops allocating once each string has its size. Only a few small ones: a MULTI_SET of many
+  // keys or a large value must not stay with the connection.
+  constexpr std::size_t kMaxSpare = 8;
+  constexpr std::size_t kMaxSpareCapacity = 4096;
+  while (list.size() > count) {
+    if (spare_.size() < kMaxSpare && list.back().capacity() <= kMaxSpareCapacity) {
+      spare_.push_back(std::move(list.back()));
+    }
+    list.pop_back();
+  }
+  while (list.size() < count) {
+    if (spare_.empty()) {
+      list.emplace_back();
+    } else {
+      list.push_back(std::move(spare_.back()));
+      spare_.pop_back();
+    }
+  }
 }
 
 RequestDecoder::Status RequestDecoder::decode(const unsigned char*& data, const unsigned char* end) {

@@ -98,6 +98,8 @@ class RequestDecoder {
     return std::max(limits_.maxRequestBytes, limits_.maxValueBytes + limits_.maxKeyBytes);
   }
   Field currentField() const;
+  // Gives `list` exactly `count` strings, taking them from and leaving them to spare_.
+  void fitList(std::vector<std::string>& list, std::size_t count);
 
   ProtocolLimits limits_;
   std::optional<WireDialect> dialect_;
@@ -112,6 +114,7 @@ class RequestDecoder {
   std::uint64_t blobLeft_ = 0;
   std::uint64_t requestBytes_ = 0;  // key and value bytes announced by the current request
   std::string* blob_ = nullptr;
+  std::vector<std::string> spare_;  // strings (with their storage) no request holds now
   unsigned char scratch_[8] = {};
   std::uint8_t scratchLen_ = 0;
   std::uint8_t scratchNeed_ = 0;
