@@ -1,14 +1,18 @@
 #!/usr/bin/python3
-"""Side-by-side benchmark of ddprun against torchrun 1.13 (Debian's, via torchrun-py311.py).
+"""Side-by-side benchmark of ddprun against torchrun 1.13 (Debian's, via torchrun-py311.py) and
+torchrun 2.6 (`scripts/torch2-python -m torch.distributed.run`, where its chroot is installed).
 
   launch    --nproc-per-node 8 of a no-op binary (`true`): wall time and the launcher's peak RSS,
             beside the kernel's floor (ddprun-spawn-floor: posix_spawn 8 `true` and wait for them)
             and `ddprun --version` (the agent's own exec, dynamic linking and start-up alone)
-  restart   one node, 4 workers: the last rank dies (SIGKILL); time until every worker of the
-            new attempt has started
+  restart   one node, 8 workers: the last rank dies (SIGKILL); time until every worker of the
+            new attempt has started; beside the floor of a restart (ddprun-spawn-floor --stamp:
+            posix_spawn 8 of the same workers, timed from just before the first spawn until
+            every one has started)
   restart2  two nodes (c10d on 127.0.0.1), 2 workers each: the same, across both nodes
 
-torchrun runs twice: with 1.13's default --monitor_interval (5 s) and with 0.1 s (2.x's default).
+torchrun 1.13 runs twice: with its default --monitor_interval (5 s) and with 0.1 s (2.x's
+default); torchrun 2.6 with its own default (0.1 s).
 Each figure is the median of --repeats runs, the launchers alternating.
 """
 import argparse
@@ -32,11 +36,24 @@ import bench_json  # noqa: E402  (--json: the printed tables as one document)
 PROBE = os.path.join(HERE, "restart_probe.sh")
 TORCHRUN = ["/usr/bin/python3", os.path.join(os.environ.get("DDPRUN_SHARED", "/work/shared"),
                                              "tools", "torchrun-py311.py")]
+TORCH2_PYTHON = os.path.join(HERE, "..", "..", "scripts", "torch2-python")
+TORCHRUN2 = [TORCH2_PYTHON, "-m", "torch.distributed.run"]
+
+
+def torch2_available():
+    """scripts/torch2-python exits 77 where its chroot is missing or we are not root."""
+    try:
+        return subprocess.run([TORCH2_PYTHON, "-c", "import torch.distributed.run"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 class Launcher:
-    def __init__(self, name, kind, binary=None, monitor=None):
+    def __init__(self, name, kind, binary=None, monitor=None, command=None):
         self.name, self.kind, self.binary, self.monitor = name, kind, binary, monitor
+        self.command = command or TORCHRUN
 
     def argv(self, nodes_spec, nproc, script, extra=()):
         """nodes_spec: ("standalone",) or ("c10d", endpoint, run_id)."""
@@ -44,7 +61,9 @@ class Launcher:
             head = [self.binary, "--nproc-per-node", str(nproc)]
             opt = lambda s: s  # noqa: E731 (dashed spellings)
         else:
-            head = TORCHRUN + ["--nproc_per_node", str(nproc), "--monitor_interval", str(self.monitor)]
+            head = self.command + ["--nproc_per_node", str(nproc)]
+            if self.monitor is not None:
+                head += ["--monitor_interval", str(self.monitor)]
             opt = lambda s: s.replace("-", "_").replace("__", "--", 1)  # noqa: E731
         if nodes_spec[0] == "standalone":
             head += ["--standalone"]
@@ -83,6 +102,16 @@ class Version:
         self.binary = binary
 
 
+class RestartFloor:
+    """A fresh spawn of 8 restart_probe.sh workers, from just before the first posix_spawn until
+    every one has recorded its start: what any restart must spend at least."""
+    name = "floor"
+    kind = "floor"
+
+    def __init__(self, binary):
+        self.binary = binary
+
+
 def launch(launcher):
     if isinstance(launcher, Floor):
         argv = [launcher.binary, "8", "true"]
@@ -100,15 +129,19 @@ def launch(launcher):
     return {"seconds": seconds, "rss_mib": rss}
 
 
-def restart(launcher, nodes):
+def restart(launcher, nodes, nproc=4):
     work = tempfile.mkdtemp(prefix="ddprun-bench-restart-")
     script = [PROBE, work]
     extra = (["--max-restarts", "1", "--no-python"] if launcher.kind == "ddprun"
              else ["--max_restarts", "1", "--no_python"])
-    if nodes == 1:
-        agents = [subprocess.Popen(launcher.argv(("standalone",), 4, script, extra),
+    if launcher.kind == "floor":
+        agents = [subprocess.Popen([launcher.binary, "--stamp", os.path.join(work, "death"), str(nproc),
+                                    *script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        world = nproc
+    elif nodes == 1:
+        agents = [subprocess.Popen(launcher.argv(("standalone",), nproc, script, extra),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-        world = 4
+        world = nproc
     else:
         spec = ("c10d", f"127.0.0.1:{free_port()}", f"bench{os.getpid()}{time.monotonic_ns()}")
         agents = [subprocess.Popen(launcher.argv(spec, 2, script, extra), stdout=subprocess.DEVNULL,
@@ -139,6 +172,8 @@ def main():
     slow = Launcher("torchrun 1.13 (monitor 5 s, its default)", "torchrun", monitor=5)
     fast = Launcher("torchrun 1.13 (monitor 0.1 s, 2.x's default)", "torchrun", monitor=0.1)
     torchruns = [] if args.no_torchrun else [slow, fast]
+    if not args.no_torchrun and torch2_available():
+        torchruns.append(Launcher("torchrun 2.6", "torchrun", command=TORCHRUN2))
     launchers = [ddprun, *torchruns]
     build = os.path.dirname(os.path.dirname(os.path.abspath(args.ddprun)))
     floor = Floor(os.path.abspath(args.floor or os.path.join(build, "tests", "bench", "ddprun-spawn-floor")))
@@ -160,10 +195,17 @@ def main():
         rows.append((f"launcher peak RSS (vs {anchor})", f"{r['ddprun']['rss_mib']:.1f} MiB",
                      f"{r[anchor]['rss_mib']:.1f} MiB",
                      f"{r[anchor]['rss_mib'] / r['ddprun']['rss_mib']:.2f}x"))
-    for nodes, label in ((1, "one node, 4 workers"), (2, "two nodes x 2 workers")):
+    restart_floor = RestartFloor(floor.binary)
+    for nodes, nproc, label in ((1, 8, "one node, 8 workers"), (2, 2, "two nodes x 2 workers")):
         if args.only not in (None, "restart"):
             break
-        r = medians(launchers, args.repeats, lambda l: restart(l, nodes))
+        racers = [*launchers, restart_floor] if nodes == 1 else launchers
+        r = medians(racers, args.repeats, lambda l: restart(l, nodes, nproc))
+        if nodes == 1:
+            rows.append((f"worker death -> all new workers running, {label} (vs the floor: "
+                         "posix_spawn 8 of the same workers until all have started)",
+                         f"{r['ddprun']['seconds'] * 1000:.1f} ms", f"{r['floor']['seconds'] * 1000:.1f} ms",
+                         f"**{r['ddprun']['seconds'] / r['floor']['seconds']:.2f}x the floor**"))
         if not torchruns:
             rows.append((f"worker death -> all new workers running, {label}",
                          f"{r['ddprun']['seconds'] * 1000:.1f} ms", "", ""))

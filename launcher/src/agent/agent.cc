@@ -340,15 +340,25 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // A signalled agent is gone within its --shutdown-timeout, even when it hosts the store; the
   // others were told it leaves with the store, so they do not wait for it.
   const bool signalled = machine.ending() && machine.ending()->kind == EndKind::kSignalled;
+  // A one-node job on the store this agent hosts (--standalone, --nnodes 1): the store and all
+  // its keys end with this process in a moment, and no other agent can be waiting in it. Writing
+  // the final snapshot and giving up the holds there would be read by nobody, and cost a
+  // connection of the status publisher's own, five round trips and a dozen thread hand-offs at
+  // the end of every such job (docs/benchmarks.md, "Launch at the floor").
+  const bool storeEndsAlone = identity.hostsStore && config.rdzv.maxNodes == 1;
   // The final snapshot (finished, with the exit code) while this agent is still a member; not
   // when the store is gone, and briefly when a signal asks the agent to be quick.
-  if (!machine.ending() || machine.ending()->kind != EndKind::kStoreLost) {
+  if (!storeEndsAlone && (!machine.ending() || machine.ending()->kind != EndKind::kStoreLost)) {
     statusFeed.finish(signalled ? std::chrono::milliseconds(500) : std::chrono::milliseconds(2000));
   }
-  driver.close(/*hostsStore=*/identity.hostsStore,
-               signalled ? std::optional(std::min(config.restart.shutdownTimeout,
-                                                  config.rdzv.settings.closeTimeout))
-                         : std::nullopt);
+  if (storeEndsAlone) {
+    driver.closeWithStore();
+  } else {
+    driver.close(/*hostsStore=*/identity.hostsStore,
+                 signalled ? std::optional(std::min(config.restart.shutdownTimeout,
+                                                    config.rdzv.settings.closeTimeout))
+                           : std::nullopt);
+  }
   output.closeAll();
   // The failure summary points into the scratch directory (error files): keep it then, as
   // torchrun keeps its torchelastic_* directory.

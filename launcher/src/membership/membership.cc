@@ -892,16 +892,21 @@ StopReason Membership::waitForStop(int round) {
   }
 }
 
-void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
+bool Membership::stopHeartbeat() {
   {
     std::lock_guard lock(heartbeatMutex_);
-    if (heartbeatStop_ && !heartbeatThread_.joinable()) return;
+    if (heartbeatStop_ && !heartbeatThread_.joinable()) return false;
     heartbeatStop_ = true;
   }
   heartbeatWake_.notify_all();
   if (heartbeatThread_.joinable()) heartbeatThread_.join();
   // Before our holds go: the others leaving from now on is no news to report.
   if (lapseReporter_) lapseReporter_->stop();
+  return true;
+}
+
+void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
+  if (!stopHeartbeat()) return;
   // A fenced node leaves without a release: its connections close with the object, and the
   // store reports it lost to its round if it has not yet (a quiet release would leave the others
   // waiting on workers that are gone).

@@ -175,6 +175,11 @@ class Membership {
   // not given) for the other agents to leave.
   void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
 
+  // Stops the heartbeat and the lapse reports, and gives nothing up: what close() does first, and
+  // all there is to do when the store ends with this process (MembershipDriver::closeWithStore).
+  // Returns false when the heartbeat had already been stopped and joined.
+  bool stopHeartbeat();
+
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
   rendezvous::HoldingStore& control() { return *control_; }

@@ -207,4 +207,9 @@ void MembershipDriver::close(bool hostsStore, std::optional<std::chrono::millise
   current()->close(hostsStore, patience);
 }
 
+void MembershipDriver::closeWithStore() {
+  stopThreads();
+  current()->stopHeartbeat();
+}
+
 }  // namespace ddprun::launcher

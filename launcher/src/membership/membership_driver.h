@@ -52,6 +52,11 @@ class MembershipDriver final : public RendezvousClient {
   // outcome (`hostsStore`). Blocks up to `patience` (close_timeout when not given).
   void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
 
+  // Leaves a rendezvous whose store ends with this process and holds no other node (this agent
+  // hosts the store of a one-node job): stops the threads and the heartbeat and writes nothing,
+  // since every key goes with the store in a moment and no other agent can be reading them.
+  void closeWithStore();
+
  private:
   using Call = std::function<void()>;
   // Runs `call` on the control thread; what it throws is reported by `onError` on the loop.
