@@ -460,9 +460,16 @@ class FakeEvidence final : public launcher::EvidenceCollector {
     evidence.savedTo = std::move(saveTo);  // as if written: the machine only names the file
     evidence.pythonStack = "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
                            std::to_string(pid) + "\n";
-    loop_.post([done = std::move(done), evidence] { done(evidence); });
+    if (hold) {
+      held.push_back([done = std::move(done), evidence] { done(evidence); });
+    } else {
+      loop_.post([done = std::move(done), evidence] { done(evidence); });
+    }
   }
   std::vector<pid_t> requests;
+  // With `hold`, each collection finishes only when the test calls its entry of `held`.
+  bool hold = false;
+  std::vector<std::function<void()>> held;
 
  private:
   EventLoop& loop_;

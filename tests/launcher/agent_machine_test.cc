@@ -586,6 +586,28 @@ TEST_CASE("a hung worker's failure says why it was stopped and where it was", "[
   CHECK_THAT(text, Catch::Contains(fmt::format("stacks_{}.txt", cause.pid)));
 }
 
+TEST_CASE("ranks hung together are all recorded before any is killed: the first death would "
+          "restart the group and stop the others unrecorded", "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/1), "10.0.0.1");
+  node.evidence.hold = true;
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = job.loop.wallNow();
+  job.loop.advance(31s);
+  REQUIRE(job.until([&] { return node.evidence.held.size() == 2; }));
+  node.evidence.held[0]();  // rank 0's stacks are in, rank 1's are not: nobody is signalled yet
+  job.loop.runPosted();
+  CHECK(node.launcher.processSignals.empty());
+  node.evidence.held[1]();
+  job.loop.runPosted();
+  REQUIRE(node.launcher.processSignals.size() == 2);
+  CHECK(node.launcher.processSignals[0] == std::make_pair(workers[0].pid, SIGKILL));
+  CHECK(node.launcher.processSignals[1] == std::make_pair(workers[1].pid, SIGKILL));
+  REQUIRE(job.until([&] { return node.machine.state() == State::kRunning && node.machine.round().restartCount == 1; }));
+}
+
 TEST_CASE("a worker that never reports is hung after --hang-startup-timeout, not before",
           "[agent][unit][hang]") {
   Job job;

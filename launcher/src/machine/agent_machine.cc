@@ -685,14 +685,31 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
     launcher_.signalProcess(pid, signal);
     return;
   }
+  // Ranks found hung together (a collective every peer waits in) are recorded together: no hung
+  // worker is signalled before every pending collection is in, since the first death restarts
+  // the group and would stop the others before their stacks were taken. The wait is the
+  // collections' budget, which they spend in parallel.
+  worker.evidencePending = true;
+  worker.hangSignal = signal;
   const std::string saveTo = fmt::format("{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
-  watch_.evidence->collect(pid, saveTo, [this, pid, signal](HangEvidence evidence) {
+  watch_.evidence->collect(pid, saveTo, [this, pid](HangEvidence evidence) {
     LocalWorker* hung = workerByPid(pid);
     if (hung == nullptr) return;  // a later round's workers are running now
+    hung->evidencePending = false;
     keepEvidence(*hung, evidence);
-    // Still running (a stop may have ended it meanwhile): now the signal.
-    if (hung->running) launcher_.signalProcess(pid, signal);
+    signalHungWorkers();
   });
+}
+
+void AgentMachine::signalHungWorkers() {
+  const bool pending = std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.evidencePending; });
+  if (pending) return;
+  for (LocalWorker& worker : local_) {
+    // Still running (a stop may have ended it meanwhile): now the signal, once.
+    if (worker.hangSignal == 0 || !worker.running) continue;
+    launcher_.signalProcess(worker.pid, worker.hangSignal);
+    worker.hangSignal = 0;
+  }
 }
 
 void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidence) {

@@ -137,6 +137,9 @@ class AgentMachine final : public RendezvousEvents {
     std::string hangDetail;
     std::vector<std::string> stack;
     std::string evidenceFile;
+    // Its evidence is being collected; the signal it gets once every hung worker's is in.
+    bool evidencePending = false;
+    int hangSignal = 0;
   };
 
   // Hosts the round's workers' store when the round says so; false when it cannot (the agent
@@ -149,6 +152,8 @@ class AgentMachine final : public RendezvousEvents {
   void onFileTimerExpired(const FileTimerExpiry& expiry);
   // Writes the evidence into the attempt's log directory and keeps its telling lines.
   void keepEvidence(LocalWorker& worker, const HangEvidence& evidence);
+  // Once no hung worker's evidence is pending: the signal to every hung worker still running.
+  void signalHungWorkers();
   // An event of this agent, its common metadata filled (--event-log-handler console).
   WorkerEvent agentEvent(std::string name, const char* state) const;
   void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,
