@@ -52,7 +52,8 @@ std::vector<LabelledKey> labelledKeys(const std::string& runId, int upTo) {
   for (int i = 0; i <= upTo; ++i) {
     all.push_back({keys.node(i)});
     all.push_back({keys.alive(i), -1, true});
-    for (const std::string& key : {keys.joined(i), keys.closed(i), keys.master(i), keys.stop(i), keys.done(i)}) {
+    for (const std::string& key :
+         {keys.joined(i), keys.closed(i), keys.world(i), keys.master(i), keys.stop(i), keys.done(i)}) {
       all.push_back({key, i});
     }
     for (int slot = 1; slot <= upTo; ++slot) all.push_back({keys.member(i, slot), i});
@@ -85,10 +86,12 @@ TEST_CASE("every membership key has its exact wire string", "[membership_keys]")
   CHECK(keys.joined(12) == "ddprun/job-7/round/12/joined");
   CHECK(keys.member(12, 4) == "ddprun/job-7/round/12/member/4");
   CHECK(keys.closed(12) == "ddprun/job-7/round/12/closed");
+  CHECK(keys.world(12) == "ddprun/job-7/round/12/world");
   CHECK(keys.master(12) == "ddprun/job-7/round/12/master");
   CHECK(keys.stop(12) == "ddprun/job-7/round/12/stop");
   CHECK(keys.done(12) == "ddprun/job-7/round/12/done");
   CHECK(keys.finished(12, 3) == "ddprun/job-7/round/12/finished/3");
+  CHECK(keys.finishedPrefix(12) == "ddprun/job-7/round/12/finished/");
   // Node ids are 64-bit counters.
   CHECK(keys.node(INT64_MAX) == "ddprun/job-7/node/9223372036854775807");
 }
@@ -174,6 +177,7 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
                                       relative(keys.joined(9002)),
                                       relative(keys.member(9002, 9003)),
                                       relative(keys.closed(9002)),
+                                      relative(keys.world(9002)),
                                       relative(keys.master(9002)),
                                       relative(keys.stop(9002)),
                                       relative(keys.done(9002)),
@@ -214,12 +218,17 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   const std::set<std::string> written(listed.begin(), listed.end());
   CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
                                          keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
-                                         keys.closed(0), keys.master(0), keys.stop(0), keys.done(0),
-                                         keys.finished(0, self)});
+                                         keys.closed(0), keys.world(0), keys.master(0), keys.stop(0),
+                                         keys.done(0), keys.finished(0, self)});
   CHECK(store.get(kActiveRunKey) == config.runId);
   CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
   CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");
   CHECK(json::parse(store.get(keys.closed(0))) == json{{"members", {self}}, {"restarts", 0}});
+  // The world: this node's record, compact, in group-rank order (one read for every member).
+  const auto world = worldFromText(store.get(keys.world(0)));
+  REQUIRE(world);
+  REQUIRE(world->size() == 1);
+  CHECK(toJsonText(world->front()) == toJsonText(membership.self()));
   const auto stop = StopReason::parse(store.get(keys.stop(0)));
   REQUIRE(stop);
   CHECK(stop->kind == StopKind::kDone);
@@ -278,6 +287,25 @@ TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_
       R"({"id": 1, "address": "a", "nproc": 1, "static_rank": -2})");
   INFO("record: " << text);
   CHECK_FALSE(nodeFromJsonText(text));
+}
+
+TEST_CASE("a round's world survives the store as written, and one ddprun did not write is refused",
+          "[membership_records]") {
+  const std::vector<NodeInfo> members = {nodeInfo(4, "10.0.0.1", 8, 77, 0), nodeInfo(9, "10.0.0.2", 1, 78, 1)};
+  const auto back = worldFromText(worldToText(members));
+  REQUIRE(back);
+  REQUIRE(back->size() == 2);
+  for (std::size_t i = 0; i < members.size(); ++i) CHECK(toJsonText((*back)[i]) == toJsonText(members[i]));
+  const auto none = worldFromText("[]");
+  CHECK((none && none->empty()));
+  const std::string text = GENERATE(as<std::string>{},
+      "", "[", "{}", "null", "[1]", R"([[1, 1, "a", "h", 7]])", R"([[1, 1, "a", "h", 7, -1, 0]])",
+      // the same checks as a node record's: id, nproc (read wide), static rank, field types
+      R"([[-1, 1, "a", "h", 7, -1]])", R"([[1, 0, "a", "h", 7, -1]])", R"([[1, 4294967297, "a", "h", 7, -1]])",
+      R"([[1, 1, "a", "h", 7, -2]])", R"([[1, 1, 5, "h", 7, -1]])", R"([["1", 1, "a", "h", 7, -1]])",
+      R"([[1, 1, "a", "h", 7, -1], [2, 1, "b", "h", "7", -1]])");
+  INFO("world: " << text);
+  CHECK_FALSE(worldFromText(text));
 }
 
 TEST_CASE("what a round's world is made of is checked before any worker starts", "[membership_records]") {
