@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "agent_fakes.h"
@@ -532,6 +533,99 @@ TEST_CASE("where the peers report lost nodes, one that leaves after the round st
   std::this_thread::sleep_for(LapseReporter::kWatchSlice * 2);  // A's reporter has seen it go
   CHECK(store.get(MembershipKeys("pair").stop(0)) == left.serialize());  // create-if-absent kept it
   CHECK(nodes.a->waitForStop(0).kind == StopKind::kNodeLeft);
+}
+
+TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every member agreeing on "
+          "the world",
+          "[membership][scale]") {
+  // Above kNamedJoinersMax (64) only the deciding joiners read the whole list, each member asks
+  // and (where the peers report lapses) watches only its ring neighbours, and every member reads
+  // the round's world instead of the node records: the same rounds must come out.
+  const HoldLapse lapse = GENERATE(HoldLapse::kStoreNotifies, HoldLapse::kKeyDeletedOnly);
+  INFO((lapse == HoldLapse::kStoreNotifies ? "the store notifies" : "the store only deletes"));
+  constexpr int kNodes = 70;
+  HashStore store({}, lapse);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = kNodes - 1;
+  config.maxNodes = kNodes;
+  config.runId = "big";
+  // The vanished node's heartbeat gives up on its severed link soon (a 5 s call timeout otherwise).
+  config.settings.heartbeatTimeout = 500ms;
+  std::vector<std::unique_ptr<SeverableStoreBackend>> backends;
+  std::vector<std::unique_ptr<Membership>> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    backends.push_back(std::make_unique<SeverableStoreBackend>(store));
+    nodes.push_back(std::make_unique<Membership>(config, *backends.back(),
+                                                 nodeInfo(-1, fmt::format("10.0.{}.{}", i % 3, i), 1 + i % 4),
+                                                 steadyNow()));
+    nodes.back()->open();
+  }
+  // All join round `number` at once (those in `who`); each gets its round or an error.
+  const auto joinAll = [&](const std::vector<int>& who, int number) {
+    std::vector<Round> rounds(kNodes);
+    std::vector<std::string> errors(kNodes);
+    std::vector<std::thread> threads;
+    for (int i : who) {
+      threads.emplace_back([&, i] {
+        try {
+          rounds[i] = nodes[i]->join(number);
+          if (rounds[i].hostsWorkerStore) nodes[i]->publishWorkerStore(rounds[i].number, nodes[i]->self().address, 29512);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int i : who) {
+      INFO("node " << i);
+      REQUIRE(errors[i].empty());
+      CHECK(rounds[i].number == number);
+    }
+    return rounds;
+  };
+  const auto agree = [&](const std::vector<Round>& rounds, const std::vector<int>& who) {
+    const Round& first = rounds[who.front()];
+    std::set<int> groupRanks;
+    for (int i : who) {
+      INFO("node " << i);
+      REQUIRE(rounds[i].members.size() == who.size());
+      for (std::size_t k = 0; k < who.size(); ++k) CHECK(toJsonText(rounds[i].members[k]) == toJsonText(first.members[k]));
+      CHECK(rounds[i].members[static_cast<std::size_t>(rounds[i].groupRank)].id == nodes[i]->self().id);
+      CHECK(rounds[i].worldSize == first.worldSize);
+      if (!rounds[i].hostsWorkerStore) CHECK(rounds[i].masterPort == 29512);
+      groupRanks.insert(rounds[i].groupRank);
+    }
+    CHECK(static_cast<int>(groupRanks.size()) == static_cast<int>(who.size()));
+  };
+  std::vector<int> everyone(kNodes);
+  for (int i = 0; i < kNodes; ++i) everyone[i] = i;
+  const std::vector<Round> first = joinAll(everyone, 0);
+  agree(first, everyone);
+  const MembershipKeys keys("big");
+  const auto world = worldFromText(store.get(keys.world(0)));
+  REQUIRE(world);
+  CHECK(world->size() == kNodes);
+
+  // The last group rank vanishes (kill -9): its ring predecessors, or the store, report it.
+  int lost = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    if (first[i].groupRank == kNodes - 1) lost = i;
+  }
+  std::vector<int> survivors;
+  for (int i = 0; i < kNodes; ++i) {
+    if (i != lost) survivors.push_back(i);
+  }
+  backends[lost]->sever();
+  const StopReason stop = nodes[survivors.front()]->waitForStop(0);
+  CHECK(stop.kind == StopKind::kNodeLost);
+  CHECK(stop.node == nodes[lost]->self().id);
+  const std::vector<Round> second = joinAll(survivors, 1);
+  agree(second, survivors);
+  // At once, as separate agents would (each LapseReporter ends within its watch slice).
+  std::vector<std::thread> closing;
+  for (int i : survivors) closing.emplace_back([&, i] { nodes[i]->close(/*hostsStore=*/false); });
+  for (auto& thread : closing) thread.join();
 }
 
 TEST_CASE("a round forgets round r-2 with one prefix delete, and only it", "[membership][prefix]") {

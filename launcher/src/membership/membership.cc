@@ -863,11 +863,22 @@ Round Membership::readRound(int number, const Closed& record) {
   // so that a node lost at any moment of the round is reported to it.
   renewHold(number, round.groupRank);
   if (lapseReporter_) {
-    // The store will not write the others' notices: watch their alive keys and write them.
+    // The store will not write the others' notices: watch their alive keys and write them. In a
+    // job of more than kNamedJoinersMax nodes each member watches the next two group ranks (a
+    // ring): any set of lost nodes short of all has one whose predecessor is still there to
+    // report it, and one loss stops the round; everyone watching everyone was N-1 keys for each
+    // of N watchers, O(N^2) for the store.
+    std::vector<int> watched;
+    if (members > kNamedJoinersMax) {
+      for (int step = 1; step <= 2; ++step) watched.push_back((round.groupRank + step) % members);
+    } else {
+      for (int rank = 0; rank < members; ++rank) {
+        if (rank != round.groupRank) watched.push_back(rank);
+      }
+    }
     std::vector<LapseReporter::Watched> others;
-    for (int rank = 0; rank < members; ++rank) {
+    for (int rank : watched) {
       const NodeInfo& node = round.members[rank];
-      if (node.id == self_.id) continue;
       others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, rank, node.hostname).serialize()});
     }
     lapseReporter_->arm(keys_.stop(number), std::move(others));
