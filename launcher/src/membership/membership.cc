@@ -638,9 +638,16 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // say (a joiner's death, last call running out). Below MIN neither can close the round (the
     // joiner that brings the count to MIN looks at once, in its first pass), so N waiting
     // joiners poll 4x less often there: their polls are the store's load while a big job forms.
+    // A big job's joiner that can no longer decide (a later one came, and its slot is not MIN's:
+    // the counter only grows, so that stays so this round) has nothing to notice but the close,
+    // which wakes the wait at once, its 10 s reads and a cancel: it polls once a second, so that
+    // thousands of them do not make the store's load while the round forms.
+    const bool bystander = config_.maxNodes > kNamedJoinersMax && slot != counted && slot != config_.minNodes;
+    const auto pace = bystander                                    ? kJoinPollInterval * 20
+                      : counted >= config_.minNodes && decides ? kJoinPollInterval
+                                                               : kJoinPollInterval * 4;
     try {
-      control().wait({keys_.closed(round)},
-                     counted >= config_.minNodes && decides ? kJoinPollInterval : kJoinPollInterval * 4);
+      control().wait({keys_.closed(round)}, pace);
     } catch (const StoreTimeoutError&) {
     }
   }
