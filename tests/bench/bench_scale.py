@@ -136,8 +136,10 @@ def extrapolate(rows, target):
         return None
     a, b = good[-2], good[-1]
     out = {}
-    for key in ("form_s", "reform_s"):
-        if a[key] <= 0 or b[key] <= 0:
+    # The wall times, and the store's CPU seconds: on a real cluster (each agent on its own host)
+    # the store is what all nodes share, while here the simulator's agents share the cores too.
+    for key in ("form_s", "reform_s", "store_cpu_form_s", "store_cpu_reform_s"):
+        if a.get(key, 0) <= 0 or b.get(key, 0) <= 0:
             continue
         k = math.log(b[key] / a[key]) / math.log(b["nodes"] / a["nodes"])
         out[key] = (k, b[key] * (target / b["nodes"]) ** k)
@@ -172,8 +174,9 @@ def main():
     print()
     print(f"ddprun-scale-sim on {os.cpu_count()} CPUs; the simulator's agents and the store share them")
     print("| store | nodes | open s | form s | re-form s | store CPU s (open/form/re-form) | "
-          "store peak RSS MiB | requests/node form | keys/node form | requests/node re-form |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "store peak RSS MiB | requests/node form | keys/node form | requests/node re-form | "
+          "simulator CPU s (form/re-form) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r.get("ok") and not r.get("form_s"):
             print(f"| {r['backend']} | {r['nodes']} | failed: {r.get('first_failure', '?')} |||||||")
@@ -187,12 +190,14 @@ def main():
         print(f"| {r['backend']} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | {r['reform_s']:.2f} | "
               f"{r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/{r['store_cpu_reform_s']:.2f} | "
               f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
-              f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} |")
+              f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} | "
+              f"{r.get('sim_cpu_form_s', 0):.2f}/{r.get('sim_cpu_reform_s', 0):.2f} |")
     for backend in ("c10d", "etcd"):
         fit = extrapolate([r for r in rows if r["backend"] == backend], 12500)
         for key, (k, seconds) in (fit or {}).items():
             print(f"{backend} {key}: grows as N^{k:.2f} between the two largest sizes; at 12,500 nodes "
-                  f"(100,000 ranks at 8 per node): ~{seconds:.1f} s")
+                  f"(100,000 ranks at 8 per node): ~{seconds:.1f} s; at 100,000 nodes: "
+                  f"~{seconds * (100000 / 12500) ** k:.1f} s")
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

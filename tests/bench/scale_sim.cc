@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -153,6 +154,15 @@ double storePeakRssMiB(pid_t pid) {
   return std::strtod(status->c_str() + at + 6, nullptr) / 1024.0;
 }
 
+// This process's CPU seconds so far: the simulated agents' own cost, which on a small VM shares
+// the cores with the store (if it nears cores x wall time, the simulator is the bottleneck).
+double ownCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -204,6 +214,11 @@ int main(int argc, char** argv) {
   config.settings.joinTimeout = std::chrono::seconds(timeoutSeconds);
   config.settings.readTimeout = std::chrono::seconds(timeoutSeconds);
   config.settings.lastCallTimeout = std::chrono::seconds(timeoutSeconds);
+  // Renewals every second as an agent's (the store's load is real), but a hold lapses after 30 s
+  // rather than 5: thousands of simulated agents' threads on two cores can wait seconds for a
+  // core, and a heartbeat thread that was not scheduled is the simulator's delay, not the store's
+  // (4,096 agents lost their own holds that way).
+  config.settings.keepAliveMaxAttempts = 30;
   if (config.backend == RdzvBackend::kEtcd) {
     ddprun::rendezvous::etcd::EtcdEndpoint member;
     member.host = config.host;
@@ -219,6 +234,7 @@ int main(int argc, char** argv) {
   struct Phase {
     double seconds = 0;
     double storeCpu = 0;
+    double simCpu = 0;
     std::uint64_t requests = 0;
     std::uint64_t keys = 0;
   };
@@ -227,10 +243,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> failures;
   Clock::time_point phaseStart;
   double cpuAtStart = 0;
+  double simCpuAtStart = 0;
   std::uint64_t requestsAtStart = 0;
   std::uint64_t keysAtStart = 0;
   const auto startPhase = [&] {
     cpuAtStart = storeCpuSeconds(storePid);
+    simCpuAtStart = ownCpuSeconds();
     requestsAtStart = counts.requests.load();
     keysAtStart = counts.keys.load();
     phaseStart = Clock::now();
@@ -238,6 +256,7 @@ int main(int argc, char** argv) {
   const auto endPhase = [&](Phase& phase) {
     phase.seconds = secondsSince(phaseStart);
     phase.storeCpu = storeCpuSeconds(storePid) - cpuAtStart;
+    phase.simCpu = ownCpuSeconds() - simCpuAtStart;
     phase.requests = counts.requests.load() - requestsAtStart;
     phase.keys = counts.keys.load() - keysAtStart;
   };
@@ -270,6 +289,8 @@ int main(int argc, char** argv) {
                            {"store_cpu_open_s", open.storeCpu},
                            {"store_cpu_form_s", form.storeCpu},
                            {"store_cpu_reform_s", reform.storeCpu},
+                           {"sim_cpu_form_s", form.simCpu},
+                           {"sim_cpu_reform_s", reform.simCpu},
                            {"requests_per_node_form", static_cast<double>(form.requests) / nodes},
                            {"keys_per_node_form", static_cast<double>(form.keys) / nodes},
                            {"requests_per_node_reform", static_cast<double>(reform.requests) / nodes},
@@ -346,6 +367,20 @@ int main(int argc, char** argv) {
       line = result();
     }
     line["ok"] = false;
+    if (reached == 2 || reached == 3) {
+      // Where the unfinished phase spent its time so far: the store's work and the simulator's.
+      Phase partial;
+      {
+        std::lock_guard lock(mutex);
+        endPhase(partial);
+      }
+      line["unfinished_phase"] = reached == 2 ? "form" : "reform";
+      line["unfinished_s"] = partial.seconds;
+      line["unfinished_requests_per_node"] = static_cast<double>(partial.requests) / nodes;
+      line["unfinished_keys_per_node"] = static_cast<double>(partial.keys) / nodes;
+      line["unfinished_store_cpu_s"] = partial.storeCpu;
+      line["unfinished_sim_cpu_s"] = partial.simCpu;
+    }
     line["first_failure"] = fmt::format("gave up after {} s in stage {} (3: re-form)", timeoutSeconds + 60, reached);
     std::cout << line.dump() << std::endl;
     std::_Exit(3);

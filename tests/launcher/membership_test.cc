@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "agent_fakes.h"
@@ -52,7 +53,8 @@ std::vector<LabelledKey> labelledKeys(const std::string& runId, int upTo) {
   for (int i = 0; i <= upTo; ++i) {
     all.push_back({keys.node(i)});
     all.push_back({keys.alive(i), -1, true});
-    for (const std::string& key : {keys.joined(i), keys.closed(i), keys.master(i), keys.stop(i), keys.done(i)}) {
+    for (const std::string& key :
+         {keys.joined(i), keys.closed(i), keys.world(i), keys.master(i), keys.stop(i), keys.done(i)}) {
       all.push_back({key, i});
     }
     for (int slot = 1; slot <= upTo; ++slot) all.push_back({keys.member(i, slot), i});
@@ -85,10 +87,12 @@ TEST_CASE("every membership key has its exact wire string", "[membership_keys]")
   CHECK(keys.joined(12) == "ddprun/job-7/round/12/joined");
   CHECK(keys.member(12, 4) == "ddprun/job-7/round/12/member/4");
   CHECK(keys.closed(12) == "ddprun/job-7/round/12/closed");
+  CHECK(keys.world(12) == "ddprun/job-7/round/12/world");
   CHECK(keys.master(12) == "ddprun/job-7/round/12/master");
   CHECK(keys.stop(12) == "ddprun/job-7/round/12/stop");
   CHECK(keys.done(12) == "ddprun/job-7/round/12/done");
   CHECK(keys.finished(12, 3) == "ddprun/job-7/round/12/finished/3");
+  CHECK(keys.finishedPrefix(12) == "ddprun/job-7/round/12/finished/");
   // Node ids are 64-bit counters.
   CHECK(keys.node(INT64_MAX) == "ddprun/job-7/node/9223372036854775807");
 }
@@ -174,6 +178,7 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
                                       relative(keys.joined(9002)),
                                       relative(keys.member(9002, 9003)),
                                       relative(keys.closed(9002)),
+                                      relative(keys.world(9002)),
                                       relative(keys.master(9002)),
                                       relative(keys.stop(9002)),
                                       relative(keys.done(9002)),
@@ -214,12 +219,17 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   const std::set<std::string> written(listed.begin(), listed.end());
   CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
                                          keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
-                                         keys.closed(0), keys.master(0), keys.stop(0), keys.done(0),
-                                         keys.finished(0, self)});
+                                         keys.closed(0), keys.world(0), keys.master(0), keys.stop(0),
+                                         keys.done(0), keys.finished(0, self)});
   CHECK(store.get(kActiveRunKey) == config.runId);
   CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
   CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");
   CHECK(json::parse(store.get(keys.closed(0))) == json{{"members", {self}}, {"restarts", 0}});
+  // The world: this node's record, compact, in group-rank order (one read for every member).
+  const auto world = worldFromText(store.get(keys.world(0)));
+  REQUIRE(world);
+  REQUIRE(world->size() == 1);
+  CHECK(toJsonText(world->front()) == toJsonText(membership.self()));
   const auto stop = StopReason::parse(store.get(keys.stop(0)));
   REQUIRE(stop);
   CHECK(stop->kind == StopKind::kDone);
@@ -278,6 +288,25 @@ TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_
       R"({"id": 1, "address": "a", "nproc": 1, "static_rank": -2})");
   INFO("record: " << text);
   CHECK_FALSE(nodeFromJsonText(text));
+}
+
+TEST_CASE("a round's world survives the store as written, and one ddprun did not write is refused",
+          "[membership_records]") {
+  const std::vector<NodeInfo> members = {nodeInfo(4, "10.0.0.1", 8, 77, 0), nodeInfo(9, "10.0.0.2", 1, 78, 1)};
+  const auto back = worldFromText(worldToText(members));
+  REQUIRE(back);
+  REQUIRE(back->size() == 2);
+  for (std::size_t i = 0; i < members.size(); ++i) CHECK(toJsonText((*back)[i]) == toJsonText(members[i]));
+  const auto none = worldFromText("[]");
+  CHECK((none && none->empty()));
+  const std::string text = GENERATE(as<std::string>{},
+      "", "[", "{}", "null", "[1]", R"([[1, 1, "a", "h", 7]])", R"([[1, 1, "a", "h", 7, -1, 0]])",
+      // the same checks as a node record's: id, nproc (read wide), static rank, field types
+      R"([[-1, 1, "a", "h", 7, -1]])", R"([[1, 0, "a", "h", 7, -1]])", R"([[1, 4294967297, "a", "h", 7, -1]])",
+      R"([[1, 1, "a", "h", 7, -2]])", R"([[1, 1, 5, "h", 7, -1]])", R"([["1", 1, "a", "h", 7, -1]])",
+      R"([[1, 1, "a", "h", 7, -1], [2, 1, "b", "h", "7", -1]])");
+  INFO("world: " << text);
+  CHECK_FALSE(worldFromText(text));
 }
 
 TEST_CASE("what a round's world is made of is checked before any worker starts", "[membership_records]") {
@@ -504,6 +533,99 @@ TEST_CASE("where the peers report lost nodes, one that leaves after the round st
   std::this_thread::sleep_for(LapseReporter::kWatchSlice * 2);  // A's reporter has seen it go
   CHECK(store.get(MembershipKeys("pair").stop(0)) == left.serialize());  // create-if-absent kept it
   CHECK(nodes.a->waitForStop(0).kind == StopKind::kNodeLeft);
+}
+
+TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every member agreeing on "
+          "the world",
+          "[membership][scale]") {
+  // Above kNamedJoinersMax (64) only the deciding joiners read the whole list, each member asks
+  // and (where the peers report lapses) watches only its ring neighbours, and every member reads
+  // the round's world instead of the node records: the same rounds must come out.
+  const HoldLapse lapse = GENERATE(HoldLapse::kStoreNotifies, HoldLapse::kKeyDeletedOnly);
+  INFO((lapse == HoldLapse::kStoreNotifies ? "the store notifies" : "the store only deletes"));
+  constexpr int kNodes = 70;
+  HashStore store({}, lapse);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = kNodes - 1;
+  config.maxNodes = kNodes;
+  config.runId = "big";
+  // The vanished node's heartbeat gives up on its severed link soon (a 5 s call timeout otherwise).
+  config.settings.heartbeatTimeout = 500ms;
+  std::vector<std::unique_ptr<SeverableStoreBackend>> backends;
+  std::vector<std::unique_ptr<Membership>> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    backends.push_back(std::make_unique<SeverableStoreBackend>(store));
+    nodes.push_back(std::make_unique<Membership>(config, *backends.back(),
+                                                 nodeInfo(-1, fmt::format("10.0.{}.{}", i % 3, i), 1 + i % 4),
+                                                 steadyNow()));
+    nodes.back()->open();
+  }
+  // All join round `number` at once (those in `who`); each gets its round or an error.
+  const auto joinAll = [&](const std::vector<int>& who, int number) {
+    std::vector<Round> rounds(kNodes);
+    std::vector<std::string> errors(kNodes);
+    std::vector<std::thread> threads;
+    for (int i : who) {
+      threads.emplace_back([&, i] {
+        try {
+          rounds[i] = nodes[i]->join(number);
+          if (rounds[i].hostsWorkerStore) nodes[i]->publishWorkerStore(rounds[i].number, nodes[i]->self().address, 29512);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int i : who) {
+      INFO("node " << i);
+      REQUIRE(errors[i].empty());
+      CHECK(rounds[i].number == number);
+    }
+    return rounds;
+  };
+  const auto agree = [&](const std::vector<Round>& rounds, const std::vector<int>& who) {
+    const Round& first = rounds[who.front()];
+    std::set<int> groupRanks;
+    for (int i : who) {
+      INFO("node " << i);
+      REQUIRE(rounds[i].members.size() == who.size());
+      for (std::size_t k = 0; k < who.size(); ++k) CHECK(toJsonText(rounds[i].members[k]) == toJsonText(first.members[k]));
+      CHECK(rounds[i].members[static_cast<std::size_t>(rounds[i].groupRank)].id == nodes[i]->self().id);
+      CHECK(rounds[i].worldSize == first.worldSize);
+      if (!rounds[i].hostsWorkerStore) CHECK(rounds[i].masterPort == 29512);
+      groupRanks.insert(rounds[i].groupRank);
+    }
+    CHECK(static_cast<int>(groupRanks.size()) == static_cast<int>(who.size()));
+  };
+  std::vector<int> everyone(kNodes);
+  for (int i = 0; i < kNodes; ++i) everyone[i] = i;
+  const std::vector<Round> first = joinAll(everyone, 0);
+  agree(first, everyone);
+  const MembershipKeys keys("big");
+  const auto world = worldFromText(store.get(keys.world(0)));
+  REQUIRE(world);
+  CHECK(world->size() == kNodes);
+
+  // The last group rank vanishes (kill -9): its ring predecessors, or the store, report it.
+  int lost = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    if (first[i].groupRank == kNodes - 1) lost = i;
+  }
+  std::vector<int> survivors;
+  for (int i = 0; i < kNodes; ++i) {
+    if (i != lost) survivors.push_back(i);
+  }
+  backends[lost]->sever();
+  const StopReason stop = nodes[survivors.front()]->waitForStop(0);
+  CHECK(stop.kind == StopKind::kNodeLost);
+  CHECK(stop.node == nodes[lost]->self().id);
+  const std::vector<Round> second = joinAll(survivors, 1);
+  agree(second, survivors);
+  // At once, as separate agents would (each LapseReporter ends within its watch slice).
+  std::vector<std::thread> closing;
+  for (int i : survivors) closing.emplace_back([&, i] { nodes[i]->close(/*hostsStore=*/false); });
+  for (auto& thread : closing) thread.join();
 }
 
 TEST_CASE("a round forgets round r-2 with one prefix delete, and only it", "[membership][prefix]") {

@@ -46,6 +46,21 @@ std::string toJsonText(const NodeInfo& node) {
       .dump();
 }
 
+namespace {
+
+// What a node record may hold, one rule for both of its forms (a node/<id> object, a world entry).
+// nproc and the static rank come wide and are range-checked before narrowing: 4294967297 must not
+// become nproc 1.
+std::optional<NodeInfo> checkedNode(NodeInfo node, std::int64_t nproc, std::int64_t staticRank) {
+  if (node.id < 0 || nproc <= 0 || nproc > kMaxNprocPerNode) return std::nullopt;
+  if (staticRank < -1 || staticRank > std::numeric_limits<int>::max()) return std::nullopt;
+  node.nproc = static_cast<int>(nproc);
+  node.staticRank = static_cast<int>(staticRank);
+  return node;
+}
+
+}  // namespace
+
 std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
   const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!value.is_object()) return std::nullopt;
@@ -56,18 +71,45 @@ std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
     node.id = value.value("id", std::int64_t{-1});
     node.address = value.value("address", std::string());
     node.hostname = value.value("hostname", std::string());
-    // Read wide and range-checked before narrowing: 4294967297 must not become nproc 1.
     nproc = value.value("nproc", std::int64_t{0});
     node.pid = value.value("pid", 0L);
     staticRank = value.value("static_rank", std::int64_t{-1});
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  if (node.id < 0 || nproc <= 0 || nproc > kMaxNprocPerNode) return std::nullopt;
-  if (staticRank < -1 || staticRank > std::numeric_limits<int>::max()) return std::nullopt;
-  node.nproc = static_cast<int>(nproc);
-  node.staticRank = static_cast<int>(staticRank);
-  return node;
+  return checkedNode(std::move(node), nproc, staticRank);
+}
+
+std::string worldToText(const std::vector<NodeInfo>& members) {
+  json world = json::array();
+  for (const NodeInfo& node : members) {
+    world.push_back(json::array({node.id, node.nproc, common::validUtf8(node.address),
+                                 common::validUtf8(node.hostname), node.pid, node.staticRank}));
+  }
+  return world.dump();
+}
+
+std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text) {
+  const json world = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!world.is_array()) return std::nullopt;
+  std::vector<NodeInfo> members;
+  members.reserve(world.size());
+  try {
+    for (const json& entry : world) {
+      if (!entry.is_array() || entry.size() != 6) return std::nullopt;
+      NodeInfo node;
+      node.id = entry[0].get<std::int64_t>();
+      node.address = entry[2].get<std::string>();
+      node.hostname = entry[3].get<std::string>();
+      node.pid = entry[4].get<long>();
+      auto checked = checkedNode(std::move(node), entry[1].get<std::int64_t>(), entry[5].get<std::int64_t>());
+      if (!checked) return std::nullopt;
+      members.push_back(std::move(*checked));
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return members;
 }
 
 std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
@@ -471,12 +513,13 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& liveNow,
   }
   std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
   if (!mayWriteRound(control(), round, "the close record")) return false;
+  writeWorld(round, members);
   control().compareSet(keys_.closed(round), "", json{{"members", members}, {"restarts", restarts}}.dump());
   return true;
 }
 
-bool Membership::takeSlot(int round) {
-  if (!mayWriteRound(control(), round, "a join")) return false;
+std::optional<int> Membership::takeSlot(int round) {
+  if (!mayWriteRound(control(), round, "a join")) return std::nullopt;
   const int slot = static_cast<int>(control().add(keys_.joined(round), 1));
   control().set(keys_.member(round, slot), std::to_string(self_.id));
   // Keep the job's current round up to date for agents that start later.
@@ -492,10 +535,10 @@ bool Membership::takeSlot(int round) {
     if (roundNumber(seen) >= round) break;
     current = seen;
   }
-  return true;
+  return slot;
 }
 
-std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
+std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint deadline) {
   TimePoint lastCallStart{};
   TimePoint shortSince{};  // since when the known nodes are fewer than MIN
   int reportedJoined = -1;
@@ -507,6 +550,9 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
   const auto fullReadPace = config_.maxNodes <= kNamedJoinersMax
                                 ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
                                 : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
+  // A big job's joiner does not read the whole list on arrival either (every joiner's first pass
+  // read all who came before it: O(N^2) keys for the job); only a deciding one does, below.
+  if (config_.maxNodes > kNamedJoinersMax) lastFullRead = now_();
   int deadJoiners = 0;
   int countedAtFullRead = -1;
   std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything  // counted in, but dead, at the last full read (a node id never comes back)
@@ -521,7 +567,16 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     std::optional<std::vector<std::int64_t>> live;
     // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
     const bool arrival = config_.maxNodes <= kNamedJoinersMax && counted != countedAtFullRead;
-    if (counted >= config_.minNodes || arrival || !lastFullRead || now_() - *lastFullRead >= fullReadPace) {
+    // From MIN on, in a job of more than kNamedJoinersMax nodes, only the joiners whose view can
+    // close the round read the whole list on every poll: the latest (its arrival may complete the
+    // round: MAX, or every live member of round r-1 back) and the one whose slot reached MIN (it
+    // times last call from then, as torchrun does). The others wait on the close key and read at
+    // the slow pace, which also covers a deciding joiner that died (the next arrival decides
+    // too). Everyone reading 3N keys every 50 ms from MIN on was O(N^2) per poll for the job:
+    // 4,096 nodes did not form within 90 s (docs/benchmarks.md, "Scale").
+    const bool decides = config_.maxNodes <= kNamedJoinersMax || slot == counted || slot == config_.minNodes;
+    if ((counted >= config_.minNodes && decides) || arrival || !lastFullRead ||
+        now_() - *lastFullRead >= fullReadPace) {
       lastFullRead = now_();
       countedAtFullRead = counted;
       live = liveJoiners(round);
@@ -583,9 +638,16 @@ std::optional<Round> Membership::waitForClose(int round, TimePoint deadline) {
     // say (a joiner's death, last call running out). Below MIN neither can close the round (the
     // joiner that brings the count to MIN looks at once, in its first pass), so N waiting
     // joiners poll 4x less often there: their polls are the store's load while a big job forms.
+    // A big job's joiner that can no longer decide (a later one came, and its slot is not MIN's:
+    // the counter only grows, so that stays so this round) has nothing to notice but the close,
+    // which wakes the wait at once, its 10 s reads and a cancel: it polls once a second, so that
+    // thousands of them do not make the store's load while the round forms.
+    const bool bystander = config_.maxNodes > kNamedJoinersMax && slot != counted && slot != config_.minNodes;
+    const auto pace = bystander                                    ? kJoinPollInterval * 20
+                      : counted >= config_.minNodes && decides ? kJoinPollInterval
+                                                               : kJoinPollInterval * 4;
     try {
-      control().wait({keys_.closed(round)},
-                     counted >= config_.minNodes ? kJoinPollInterval : kJoinPollInterval * 4);
+      control().wait({keys_.closed(round)}, pace);
     } catch (const StoreTimeoutError&) {
     }
   }
@@ -631,8 +693,9 @@ Round Membership::join(int fromRound) {
     if (const auto current = storeRound(control()); current && *current > round) round = *current;
     const auto record = closed(round);
     if (!record) {
-      if (!takeSlot(round)) continue;  // the job moved on meanwhile
-      if (auto joined = waitForClose(round, deadline)) return *joined;
+      const auto slot = takeSlot(round);
+      if (!slot) continue;  // the job moved on meanwhile
+      if (auto joined = waitForClose(round, *slot, deadline)) return *joined;
       continue;  // closed without us: we are a newcomer to the running round now
     }
     // The job runs round `round` without us. At MAX nodes: wait for a place. Below: take a place
@@ -642,38 +705,53 @@ Round Membership::join(int fromRound) {
       ++round;
       continue;
     }
-    if (!takeSlot(round + 1)) continue;
+    const auto slot = takeSlot(round + 1);
+    if (!slot) continue;
     // Our own slot moved the job's current round past `round`, which is still running: this
     // notice is the step that stops it, so it skips the token check (it is create-if-absent: a
     // round that stopped meanwhile keeps its own record).
     writeStop(round, StopReason::nodeJoined(self_.id, self_.hostname));
     ++round;
-    if (auto joined = waitForClose(round, deadline)) return *joined;
+    if (auto joined = waitForClose(round, *slot, deadline)) return *joined;
   }
 }
 
 std::vector<NodeInfo> Membership::readMembers(int number, const Closed& record) {
+  // The world the closer wrote: one value. Without it (a closer that found a record it could not
+  // read), every member's record, one key each, so that the bad one is named.
+  std::optional<std::vector<NodeInfo>> world = readWorld(number, record);
   std::vector<NodeInfo> members;
-  std::vector<std::string> nodeKeys;
-  for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
-  for (const std::string& text : control().multiGet(nodeKeys)) {
-    auto node = nodeFromJsonText(text);
-    if (!node) {
-      throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
-                                        "the store was written by something other than ddprun",
-                                        number, shown(text)));
+  std::vector<std::int64_t> ids = record.members;
+  if (world) {
+    members = std::move(*world);
+    for (std::size_t i = 0; i < members.size(); ++i) ids[i] = members[i].id;
+  } else {
+    std::vector<std::string> nodeKeys;
+    for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
+    for (const std::string& text : control().multiGet(nodeKeys)) {
+      auto node = nodeFromJsonText(text);
+      if (!node) {
+        throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
+                                          "the store was written by something other than ddprun",
+                                          number, shown(text)));
+      }
+      members.push_back(std::move(*node));
     }
-    members.push_back(std::move(*node));
   }
-  if (const auto problem = roundMembersProblem(record.members, members, self_, config_.maxNodes)) {
+  if (const auto problem = roundMembersProblem(ids, members, self_, config_.maxNodes)) {
     throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
                                       "something else writing to the rendezvous store?",
                                       number, *problem));
   }
+  toGroupRankOrder(members);
+  return members;
+}
+
+void Membership::toGroupRankOrder(std::vector<NodeInfo>& members) const {
   const int count = static_cast<int>(members.size());
   if (config_.backend == RdzvBackend::kStatic) {
-    std::sort(members.begin(), members.end(),
-              [](const NodeInfo& a, const NodeInfo& b) { return a.staticRank < b.staticRank; });
+    const auto byRank = [](const NodeInfo& a, const NodeInfo& b) { return a.staticRank < b.staticRank; };
+    if (!std::is_sorted(members.begin(), members.end(), byRank)) std::sort(members.begin(), members.end(), byRank);
     for (int i = 0; i < count; ++i) {
       if (members[i].staticRank != i) {
         throw MembershipError(fmt::format(
@@ -684,11 +762,52 @@ std::vector<NodeInfo> Membership::readMembers(int number, const Closed& record) 
     }
   } else {
     // Deterministic group ranks: by address, then by the order the agents first registered.
-    std::sort(members.begin(), members.end(), [](const NodeInfo& a, const NodeInfo& b) {
+    // A world from the closer comes sorted already (checked in O(N), not sorted again).
+    const auto byAddress = [](const NodeInfo& a, const NodeInfo& b) {
       return std::tie(a.address, a.id) < std::tie(b.address, b.id);
-    });
+    };
+    if (!std::is_sorted(members.begin(), members.end(), byAddress)) {
+      std::sort(members.begin(), members.end(), byAddress);
+    }
   }
-  return members;
+}
+
+void Membership::writeWorld(int round, const std::vector<std::int64_t>& ids) {
+  std::vector<std::string> nodeKeys;
+  for (std::int64_t id : ids) nodeKeys.push_back(keys_.node(id));
+  std::vector<NodeInfo> members;
+  members.reserve(ids.size());
+  for (const std::string& text : control().multiGet(nodeKeys)) {
+    auto node = nodeFromJsonText(text);
+    if (!node) return;  // each member reads the records itself and names the bad one
+    members.push_back(std::move(*node));
+  }
+  try {
+    toGroupRankOrder(members);
+  } catch (const MembershipError&) {
+    return;  // the same: each member says it
+  }
+  // Create-if-absent: of two closers (rare), the first world stays; a member whose close record
+  // names other members than it finds the world does not use it (readWorld).
+  control().compareSet(keys_.world(round), "", worldToText(members));
+}
+
+std::optional<std::vector<NodeInfo>> Membership::readWorld(int round, const Closed& record) {
+  const std::string worldKey = keys_.world(round);
+  if (!control().check({worldKey})) return std::nullopt;  // a closer that wrote none
+  auto world = worldFromText(control().get(worldKey));
+  if (!world) {
+    throw MembershipError(fmt::format("round {}'s member list in the store is malformed; the store "
+                                      "was written by something other than ddprun",
+                                      round));
+  }
+  std::vector<std::int64_t> inWorld;
+  for (const NodeInfo& node : *world) inWorld.push_back(node.id);
+  std::vector<std::int64_t> inRecord = record.members;
+  std::sort(inWorld.begin(), inWorld.end());
+  std::sort(inRecord.begin(), inRecord.end());
+  if (inWorld != inRecord) return std::nullopt;  // another closer's world: read the records
+  return world;
 }
 
 void Membership::settleWorkerStore(Round& round) {
@@ -751,11 +870,22 @@ Round Membership::readRound(int number, const Closed& record) {
   // so that a node lost at any moment of the round is reported to it.
   renewHold(number, round.groupRank);
   if (lapseReporter_) {
-    // The store will not write the others' notices: watch their alive keys and write them.
+    // The store will not write the others' notices: watch their alive keys and write them. In a
+    // job of more than kNamedJoinersMax nodes each member watches the next two group ranks (a
+    // ring): any set of lost nodes short of all has one whose predecessor is still there to
+    // report it, and one loss stops the round; everyone watching everyone was N-1 keys for each
+    // of N watchers, O(N^2) for the store.
+    std::vector<int> watched;
+    if (members > kNamedJoinersMax) {
+      for (int step = 1; step <= 2; ++step) watched.push_back((round.groupRank + step) % members);
+    } else {
+      for (int rank = 0; rank < members; ++rank) {
+        if (rank != round.groupRank) watched.push_back(rank);
+      }
+    }
     std::vector<LapseReporter::Watched> others;
-    for (int rank = 0; rank < members; ++rank) {
+    for (int rank : watched) {
       const NodeInfo& node = round.members[rank];
-      if (node.id == self_.id) continue;
       others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, rank, node.hostname).serialize()});
     }
     lapseReporter_->arm(keys_.stop(number), std::move(others));
@@ -810,15 +940,29 @@ void Membership::sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount) {
     members = roundMembers_;
   }
   lastCount = count;
-  if (!lines.due(now_(), std::to_string(count))) return;  // at once when a node finishes
+  // At once when a node finishes, in a job of up to kNamedJoinersMax nodes; a bigger one's every
+  // kWaitLineInterval (each of thousands of arrivals at the barrier would otherwise make every
+  // waiting node read who finished).
+  const bool small = static_cast<int>(members.size()) <= kNamedJoinersMax;
+  if (!lines.due(now_(), small ? std::to_string(count) : std::string())) return;
+  // Who finished: one listing of the round's finished/ keys (one request, not one per member:
+  // that was N requests per line for each waiting node). A listing cut at the store's limit
+  // names no one rather than the wrong nodes.
+  const rendezvous::ListedKeys listed = watch_->listPrefix(keys_.finishedPrefix(round), members.size());
+  const std::set<std::string> finished(listed.keys.begin(), listed.keys.end());
+  const auto doneAt = TimePoint(TimePoint::duration(doneAt_.load()));
+  const auto left = settings_.exitBarrierTimeout - (now_() - doneAt);
+  if (listed.more) {
+    spdlog::warn("waiting for {} of {} nodes to finish, {} s left", static_cast<int>(members.size()) - count,
+                 members.size(), std::chrono::duration_cast<std::chrono::seconds>(left).count());
+    return;
+  }
   std::vector<std::pair<int, std::string>> atWork;  // group rank, host name
   for (std::size_t rank = 0; rank < members.size(); ++rank) {
-    if (watch_->check({keys_.finished(round, members[rank].id)})) continue;
+    if (finished.count(keys_.finished(round, members[rank].id)) != 0) continue;
     atWork.emplace_back(static_cast<int>(rank), shown(members[rank].hostname));
   }
   if (atWork.empty()) return;
-  const auto doneAt = TimePoint(TimePoint::duration(doneAt_.load()));
-  const auto left = settings_.exitBarrierTimeout - (now_() - doneAt);
   spdlog::warn("{}", barrierWaitLine(atWork, std::chrono::duration_cast<std::chrono::milliseconds>(left)));
 }
 
@@ -830,15 +974,27 @@ void Membership::reportMembersLostEarly(int round) {
     members = roundMembers_;
   }
   // Every member's alive key in one request (the usual answer: all there); one request per
-  // member from every member made this O(N^2) for the job at each round's start.
-  std::vector<std::string> others;
-  for (const NodeInfo& node : members) {
-    if (node.id != self_.id) others.push_back(keys_.alive(node.id));
+  // member from every member made this O(N^2) for the job at each round's start. In a job of
+  // more than kNamedJoinersMax nodes each member asks only the next group rank's (a ring): every
+  // member is still asked by one other, and a lost asker is itself found by its predecessor (any
+  // one loss stops the round); N keys from each of N members was O(N^2) keys at every re-form.
+  std::vector<std::size_t> asked;  // group ranks
+  const std::size_t count = members.size();
+  if (static_cast<int>(count) > kNamedJoinersMax) {
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      if (members[rank].id == self_.id) asked.push_back((rank + 1) % count);
+    }
+  } else {
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      if (members[rank].id != self_.id) asked.push_back(rank);
+    }
   }
+  std::vector<std::string> others;
+  for (std::size_t rank : asked) others.push_back(keys_.alive(members[rank].id));
   if (others.empty() || watch_->check(others)) return;
-  for (std::size_t rank = 0; rank < members.size(); ++rank) {
+  for (std::size_t rank : asked) {
     const NodeInfo& node = members[rank];
-    if (node.id == self_.id || watch_->check({keys_.alive(node.id)})) continue;
+    if (watch_->check({keys_.alive(node.id)})) continue;
     const std::string lost =
         StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
     if (!mayWriteRound(*watch_, round, "a lost member's notice")) return;

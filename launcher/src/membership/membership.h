@@ -185,11 +185,12 @@ class Membership {
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
   int currentRound();
-  // Counts this node into `round` (a slot in join order); false, and nothing written, when the
-  // job has moved past `round` (mayWriteRound).
-  bool takeSlot(int round);
-  // Blocks until `round` closes: the round if this node is in it, else nothing.
-  std::optional<Round> waitForClose(int round, TimePoint deadline);
+  // Counts this node into `round` and returns its slot (1-based, in join order); nothing, and
+  // nothing written, when the job has moved past `round` (mayWriteRound).
+  std::optional<int> takeSlot(int round);
+  // Blocks until `round`, where this node took slot `slot`, closes: the round if this node is in
+  // it, else nothing.
+  std::optional<Round> waitForClose(int round, int slot, TimePoint deadline);
   void waitForRoundToStop(int round, TimePoint deadline);
   // The close record of `round`: its members' node ids in join order, and its restart count.
   // Nothing while it is open.
@@ -223,6 +224,15 @@ class Membership {
   // The members of a closed round, checked (nothing read from the store is trusted) and in
   // group-rank order.
   std::vector<NodeInfo> readMembers(int round, const Closed& record);
+  // `members` (node ids) in group-rank order: sorts them in place, or throws MembershipError
+  // when the static backend's node ranks are not 0..N-1.
+  void toGroupRankOrder(std::vector<NodeInfo>& members) const;
+  // The closer writes the round's world before its close record (create-if-absent): every
+  // member then reads one value instead of N node records. Nothing is written when a record is
+  // unreadable (the members then read them one by one and say which).
+  void writeWorld(int round, const std::vector<std::int64_t>& members);
+  // The world of `round` if it is there and names exactly the close record's members.
+  std::optional<std::vector<NodeInfo>> readWorld(int round, const Closed& record);
   // Where the round's workers meet: group rank 0 is told it hosts the store (c10d) or points it
   // at the static backend's store; everyone else reads what group rank 0 published.
   void settleWorkerStore(Round& round);
@@ -276,6 +286,11 @@ class Membership {
 
 std::string toJsonText(const NodeInfo& node);
 std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
+// A round's world (round/<r>/world): its members' records, in group-rank order, as one compact
+// JSON array of [id, nproc, address, hostname, pid, static_rank]. Nothing back when the text is
+// not such an array or any entry fails nodeFromJsonText's checks.
+std::string worldToText(const std::vector<NodeInfo>& members);
+std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text);
 
 // Nothing read from the store is trusted blindly (anyone who reaches it can write it): what
 // makes a round's world is checked before any worker is started. Each returns the problem in one

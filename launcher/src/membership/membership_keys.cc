@@ -27,14 +27,18 @@ std::string MembershipKeys::member(int round, int slot) const {
 
 std::string MembershipKeys::closed(int round) const { return roundPrefix(round) + "closed"; }
 
+std::string MembershipKeys::world(int round) const { return roundPrefix(round) + "world"; }
+
 std::string MembershipKeys::master(int round) const { return roundPrefix(round) + "master"; }
 
 std::string MembershipKeys::stop(int round) const { return roundPrefix(round) + "stop"; }
 
 std::string MembershipKeys::done(int round) const { return roundPrefix(round) + "done"; }
 std::string MembershipKeys::finished(int round, std::int64_t id) const {
-  return roundPrefix(round) + "finished/" + std::to_string(id);
+  return finishedPrefix(round) + std::to_string(id);
 }
+
+std::string MembershipKeys::finishedPrefix(int round) const { return roundPrefix(round) + "finished/"; }
 
 std::string MembershipKeys::status(std::int64_t id) const { return fmt::format("{}{}", statusPrefix(), id); }
 

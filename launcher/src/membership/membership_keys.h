@@ -9,6 +9,8 @@
 //   ddprun/<run id>/current_round        the round the job is in
 //   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
 //   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
+//   ddprun/<run id>/round/<r>/world      the members' node records in group-rank order, written
+//                                        once by the closer (one read instead of N per node)
 //   ddprun/<run id>/status/<id>          the node's AgentSnapshot (`ddprun status` reads them)
 //   ddprun/<run id>/round/<r>/finished/<id>  node <id> passed the exit barrier's count (who is
 //                                        still at work, for the waiting line)
@@ -48,6 +50,8 @@ class MembershipKeys {
   std::string joined(int round) const;
   std::string member(int round, int slot) const;
   std::string closed(int round) const;
+  // The members' node records in group-rank order, one value (worldToText in membership.h).
+  std::string world(int round) const;
   std::string master(int round) const;
   std::string stop(int round) const;
   std::string done(int round) const;
@@ -57,6 +61,8 @@ class MembershipKeys {
   std::string statusPrefix() const;
   // Set by a node as it counts itself done: the exit barrier's waiting line names the others.
   std::string finished(int round, std::int64_t id) const;
+  // What every finished key of round `round` starts with: one listing says who finished.
+  std::string finishedPrefix(int round) const;
 
  private:
   std::string prefix_;

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -426,6 +428,14 @@ namespace {
 // client fails a write over to the next member) fails its guard instead of applying twice.
 // A lost race reads the key from the failed transaction's other branch and computes again.
 // Returns the value written.
+// Full jitter: a pause drawn from [0, min(64, 2^attempt) ms).
+void raceBackoff(int attempt) {
+  thread_local std::mt19937 random(std::random_device{}());
+  const int ceilingUs = 1000 << std::min(attempt, 6);
+  std::uniform_int_distribution<int> pause(0, ceilingUs - 1);
+  std::this_thread::sleep_for(std::chrono::microseconds(pause(random)));
+}
+
 std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, const std::string& what,
                             const std::function<std::string(const std::optional<KeyValue>&)>& next) {
   return guarded(what, [&] {
@@ -447,6 +457,11 @@ std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, co
             what));
       }
       base = std::move(now);
+      // Lost the race: every writer that lost it retrying at once loses it again, each failed
+      // guarded write a raft proposal of its own (N joiners counting themselves in made O(N^2)
+      // of them; 256 simulated agents did not form a round within 60 s, docs/benchmarks.md,
+      // "Scale"). A random pause, up to 1 ms doubling to 64 ms, spreads them out.
+      raceBackoff(attempt);
     }
     throw StoreError(fmt::format("etcd store: {}: other writers changed the key {} times in a row "
                                  "between its read and its write; nothing was written",
