@@ -129,8 +129,11 @@ TEST_CASE("etcd: a failed worker restarts the whole job within the job-global --
           "then the exit barrier ends it",
           "[elastic]") {
   EtcdCluster& cluster = sharedCluster();
-  // Rank 1 fails in the first run only: one restart of both nodes, then both succeed.
-  const std::vector<std::string> failOnce = {"--fail-rank", "1", "--fail-restart", "0", "--exit", "3"};
+  // Rank 1 fails in the first run only: one restart of both nodes, then both succeed. Every rank
+  // lingers 1 s after its line, so that rank 0 on the other node has printed its line of the
+  // first run before the failure stops it (a rank stopped before its first line prints none).
+  const std::vector<std::string> failOnce = {"--fail-rank", "1", "--fail-restart", "0", "--exit", "3",
+                                             "--sleep", "1"};
   auto a = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
   auto b = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
   const Deadline deadline(40s);
