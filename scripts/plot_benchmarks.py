@@ -10,6 +10,7 @@ puts them in bench-results/<bench>.json) and draws, each from one side-by-side r
   restart  launcher.json: worker death -> every new worker running, ddprun vs torchrun (log)
   store    store.json: ops/s by connection count, ddprun-rendezvous vs torch's TCPStore servers
   relay    relay.json: direct access vs through the relay (by one-way delay where the run has one)
+  relay-delay  relay-delay.json: through the relay / direct across a delayed link, by one-way delay
   scale    scale.json: form / re-form time vs nodes (log-log), a linear guide, the power law
            through the two largest sizes out to 100,000 nodes, and torch's published points
 
@@ -254,6 +255,38 @@ def plot_relay(results, out):
     save(fig, out, "relay")
 
 
+def plot_relay_delay(results, out):
+    """The relay against direct access across a link with a one-way delay: relay/direct by delay,
+    one line per load (the rows' second column), with the issue's 1.1x goal."""
+    doc = load(results, "relay-delay")
+    series = {}
+    for _, row in rows(doc):
+        delay = re.search(r"(\d+(?:\.\d+)?) ?ms", row["name"])
+        cells = row["cells"]
+        if not delay or len(cells) < 2 or "ratio" not in cells[-1]:
+            continue
+        series.setdefault(cells[0]["text"], []).append((float(delay.group(1)), cells[-1]["ratio"]))
+    if not series:
+        raise Skip("relay-delay.json has no 'relay vs direct' rows (run scripts/bench.sh relay-delay)")
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for load_text, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=load_text)
+    delays = sorted({p[0] for pts in series.values() for p in pts})
+    ax.axhline(1.1, color="#d62728", lw=0.8, ls="--", label="goal: within 1.1x of direct")
+    ax.axhline(1.0, color="#999999", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_xticks(delays, [f"{d:g}" for d in delays])
+    ax.minorticks_off()
+    ax.set_xlabel("one-way delay of the link, ms (log)")
+    ax.set_ylabel("through the relay / direct (ops/s or time)")
+    ax.set_title("The relay across a delayed link (network namespaces, a user-space delay link)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    provenance(fig, doc)
+    save(fig, out, "relay-delay")
+
+
 def _short(text, width=38):
     text = re.sub(r"\s+", " ", text.replace("set/get/add ", "").replace("(connect, add, wait)", "")
                   .replace(" (p50 / p99)", "").replace(": s", "")).replace(" ,", ",")
@@ -308,7 +341,7 @@ def plot_scale(results, out):
 
 
 PLOTS = {"launch": plot_launch, "restart": plot_restart, "store": plot_store, "relay": plot_relay,
-         "scale": plot_scale}
+         "relay-delay": plot_relay_delay, "scale": plot_scale}
 
 
 def main():
