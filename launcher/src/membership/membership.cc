@@ -553,9 +553,9 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
   // A big job's joiner does not read the whole list on arrival either (every joiner's first pass
   // read all who came before it: O(N^2) keys for the job); only a deciding one does, below.
   if (config_.maxNodes > kNamedJoinersMax) lastFullRead = now_();
-  int deadJoiners = 0;
+  int deadJoiners = 0;  // counted in, but dead, at the last full read (a node id never comes back)
   int countedAtFullRead = -1;
-  std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything  // counted in, but dead, at the last full read (a node id never comes back)
+  std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything
   while (!(record = closed(round))) {
     throwIfStopped();
     // Below MIN joiners the round cannot close, and the counter (one request) says so: who

@@ -422,12 +422,6 @@ std::int64_t EtcdStore::numKeys() {
 
 namespace {
 
-// A read-modify-write of one key: `next` computes the new value from the current one (nothing
-// for a missing key); the write is a transaction guarded by the key's mod revision (or its
-// absence), so it applies only to the value it was computed from, and a repeated attempt (the
-// client fails a write over to the next member) fails its guard instead of applying twice.
-// A lost race reads the key from the failed transaction's other branch and computes again.
-// Returns the value written.
 // Full jitter: a pause drawn from [0, min(64, 2^attempt) ms).
 void raceBackoff(int attempt) {
   thread_local std::mt19937 random(std::random_device{}());
@@ -436,6 +430,12 @@ void raceBackoff(int attempt) {
   std::this_thread::sleep_for(std::chrono::microseconds(pause(random)));
 }
 
+// A read-modify-write of one key: `next` computes the new value from the current one (nothing
+// for a missing key); the write is a transaction guarded by the key's mod revision (or its
+// absence), so it applies only to the value it was computed from, and a repeated attempt (the
+// client fails a write over to the next member) fails its guard instead of applying twice.
+// A lost race reads the key from the failed transaction's other branch and computes again.
+// Returns the value written.
 std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, const std::string& what,
                             const std::function<std::string(const std::optional<KeyValue>&)>& next) {
   return guarded(what, [&] {
