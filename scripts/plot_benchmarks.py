@@ -174,7 +174,18 @@ def plot_restart(results, out):
 def plot_store(results, out):
     doc = load(results, "store")
     series = {}  # (engine, server) -> {connections: ops/s}
+    torches = {"torch113": "torch 1.13", "torch26": "torch 2.6"}
     for table, row in rows(doc):
+        columns = [c.lower() for c in table["columns"]]
+        if columns[:2] == ["clients", "against"] and row["name"].replace(",", "").isdigit() and row["cells"]:
+            # The ladder (threads engine, one table row per client count and torch server; the
+            # figures of each against its own torch: one panel each).
+            against = torches.get(row["cells"][0]["text"], row["cells"][0]["text"])
+            for j, cell in enumerate(row["cells"][1:4], start=1):
+                if "value" in cell and j + 1 < len(table["columns"]):
+                    server = table["columns"][j + 1].replace("torch's server", f"{against}'s server")
+                    series.setdefault((f"threads, vs {against}", server), {})[int(row["name"].replace(",", ""))] = cell["value"]
+            continue
         match = re.search(r"ops/s.*?(\d[\d,]*) (?:clients?|connections?)(?:, (\w+))?", row["name"])
         if not match:
             continue
@@ -200,7 +211,8 @@ def plot_store(results, out):
         ax.set_ylim(bottom=0)
         ax.set_xlabel("connections (one client each)")
         ax.set_ylabel("set/get/add ops/s (more is better)")
-        ax.set_title(f"Store ops/s, {engine or 'load'} generator", fontsize=10)
+        title = f"{engine.replace(', ', ' generator, ', 1)}" if ", vs " in engine else f"{engine or 'load'} generator"
+        ax.set_title(f"Store ops/s, {title}", fontsize=10)
         ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     provenance(fig, doc)
