@@ -217,18 +217,53 @@ void AgentMachine::startWorkers() {
   local_.clear();
   state_ = State::kRunning;
   if (watch_.oom) watch_.oom->attemptStarted();
-  for (int localRank = 0; localRank < config_.nprocPerNode; ++localRank) startWorker(localRank, attempt);
+  // Everything a worker needs is made before the first spawn, so the spawns run back to back:
+  // done between spawns, it ran while the workers already started competed for the CPUs. The
+  // guarantees are each spawn's own and unchanged: PosixLauncher::spawn tells the guardian of
+  // each worker as soon as it exists.
+  const int count = config_.nprocPerNode;
+  local_.resize(count);
+  std::vector<std::unique_ptr<ExecPlan>> plans(count);
+  for (int localRank = 0; localRank < count; ++localRank) {
+    local_[localRank].localRank = localRank;
+    try {
+      plans[localRank] = prepareWorker(local_[localRank], attempt);
+    } catch (const std::exception& error) {
+      workerCannotStart(local_[localRank], error);
+    }
+  }
+  const auto prepared = loop_.now();
+  for (int localRank = 0; localRank < count; ++localRank) {
+    if (!plans[localRank]) continue;
+    try {
+      local_[localRank].pid = launcher_.spawn(*plans[localRank]);
+    } catch (const std::exception& error) {
+      output_.abandon(localRank);
+      workerCannotStart(local_[localRank], error);
+      plans[localRank].reset();
+    }
+  }
+  const auto spawned = loop_.now();
+  for (int localRank = 0; localRank < count; ++localRank) {
+    if (!plans[localRank]) continue;
+    LocalWorker& worker = local_[localRank];
+    output_.started(localRank);
+    worker.running = true;
+    worker.startedAt = epochSeconds(loop_.wallNow());
+    emitWorkerEvent(worker, "HEALTHY");
+  }
   std::vector<pid_t> pids;
   for (const LocalWorker& worker : local_) pids.push_back(worker.running ? worker.pid : -1);
   progress_.start(std::move(pids));
-  spdlog::debug("round {}: started {} workers in {:.1f} ms", round_.number, local_.size(),
-                std::chrono::duration<double, std::milli>(loop_.now() - spawnStart).count());
+  const auto ms = [](auto duration) { return std::chrono::duration<double, std::milli>(duration).count(); };
+  spdlog::debug("round {}: started {} workers in {:.1f} ms (preparing {:.1f} ms, spawning {:.1f} ms)",
+                round_.number, local_.size(), ms(loop_.now() - spawnStart), ms(prepared - spawnStart),
+                ms(spawned - prepared));
   if (!localFailures_.empty()) announceFailure();
 }
 
-void AgentMachine::startWorker(int localRank, const std::string& attempt) {
-  LocalWorker worker;
-  worker.localRank = localRank;
+std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker, const std::string& attempt) {
+  const int localRank = worker.localRank;
   worker.rank = round_.baseRank + localRank;
   // The attempt's directory is new (the run's directories are made fresh by the agent, and each
   // round has its own), so no earlier job's error file can be taken for this worker's.
@@ -237,41 +272,34 @@ void AgentMachine::startWorker(int localRank, const std::string& attempt) {
                                   config_.nprocPerNode, round_.groupRank, static_cast<int>(round_.members.size())};
   const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second, round_.restartCount,
                                           round_.number, config_.rdzv.runId, identity_.agentMarker};
+  const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
+  const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
+                                               /*logFiles=*/!config_.logs.dir.empty());
   try {
-    const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
-    const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
-                                                 /*logFiles=*/!config_.logs.dir.empty());
     const std::string heartbeatFile = watch_.heartbeats ? watch_.heartbeats->prepare(localRank) : std::string();
     const std::vector<std::string> environment = workerEnvironment(
         identity_.environment, config_, placement, roundEnvironment, worker.errorFile, heartbeatFile);
-    const ExecPlan plan(command.path, command.argv, environment, streams.out, streams.err);
-    try {
-      worker.pid = launcher_.spawn(plan);
-    } catch (...) {
-      output_.abandon(localRank);
-      throw;
-    }
-    output_.started(localRank);
-    worker.running = true;
-    worker.startedAt = epochSeconds(loop_.wallNow());
-    emitWorkerEvent(worker, "HEALTHY");
-  } catch (const std::exception& error) {
-    spdlog::error("cannot start worker {}: {}", localRank, error.what());
-    // A worker that cannot start is a failure like any other (exit code 127, as a shell).
-    WorkerFailure failure;
-    failure.rank = worker.rank;
-    failure.localRank = localRank;
-    failure.groupRank = round_.groupRank;
-    failure.host = identity_.hostname;
-    failure.exitCode = 127;
-    failure.observedAt = epochSeconds(loop_.wallNow());
-    failure.message = error.what();
-    noteFailure(failure);
-    localFailures_.push_back(failure);
-    worker.judged = true;
-    worker.failed = true;
+    return std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out, streams.err);
+  } catch (...) {
+    output_.abandon(localRank);
+    throw;
   }
-  local_.push_back(worker);
+}
+
+void AgentMachine::workerCannotStart(LocalWorker& worker, const std::exception& error) {
+  spdlog::error("cannot start worker {}: {}", worker.localRank, error.what());
+  WorkerFailure failure;
+  failure.rank = worker.rank;
+  failure.localRank = worker.localRank;
+  failure.groupRank = round_.groupRank;
+  failure.host = identity_.hostname;
+  failure.exitCode = 127;
+  failure.observedAt = epochSeconds(loop_.wallNow());
+  failure.message = error.what();
+  noteFailure(failure);
+  localFailures_.push_back(failure);
+  worker.judged = true;
+  worker.failed = true;
 }
 
 void AgentMachine::onStop(int round, StopReason stop) {

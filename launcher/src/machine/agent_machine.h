@@ -145,8 +145,13 @@ class AgentMachine final : public RendezvousEvents {
   // Hosts the round's workers' store when the round says so; false when it cannot (the agent
   // then ends).
   bool applyWorkerStore();
+  // Prepares every worker of the round first (directories, pipes, environments), then spawns
+  // them back to back: a new worker then takes a CPU from the loop only once all have started.
   void startWorkers();
-  void startWorker(int localRank, const std::string& attempt);
+  // Fills `worker` (its ranks, error file) and returns its plan; throws when it cannot start.
+  std::unique_ptr<ExecPlan> prepareWorker(LocalWorker& worker, const std::string& attempt);
+  // A worker that cannot start is a failure like any other (exit code 127, as a shell).
+  void workerCannotStart(LocalWorker& worker, const std::exception& error);
   // A running worker is hung: its stacks are taken, then it gets `signal`.
   void onHung(int localRank, HangKind kind, std::string detail, int signal);
   void onFileTimerExpired(const FileTimerExpiry& expiry);
