@@ -19,22 +19,15 @@ import json
 import math
 import os
 import resource
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import bench_json  # (--json: the printed tables as one document)
 
-ETCD = "/usr/bin/etcd"
-ETCDCTL = "/usr/bin/etcdctl"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import free_port  # noqa: E402
+from bench_rendezvous import ETCD, Etcd  # noqa: E402  (one etcd member on loopback, data in /dev/shm)
 
 
 def raise_fd_limit():
@@ -72,41 +65,6 @@ class Daemon:
     def close(self):
         self.process.kill()
         self.process.wait()
-
-
-class Etcd:
-    """One etcd member on loopback, its data in a private directory under /dev/shm."""
-
-    def __init__(self):
-        self.data = tempfile.mkdtemp(prefix="ddprun-bench-scale-etcd-", dir="/dev/shm")
-        self.port, peer = free_port(), free_port()
-        self.log = open(os.path.join(self.data, "log"), "w")
-        self.process = subprocess.Popen(
-            [ETCD, "--name", "m0", "--data-dir", os.path.join(self.data, "m0"),
-             "--listen-client-urls", f"http://127.0.0.1:{self.port}",
-             "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"m0=http://127.0.0.1:{peer}"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            health = subprocess.run([ETCDCTL, "--endpoints", self.endpoint(), "endpoint", "health"],
-                                    capture_output=True)
-            if health.returncode == 0:
-                return
-            time.sleep(0.2)
-        self.close()
-        raise RuntimeError("etcd did not become healthy within 30 s")
-
-    def endpoint(self):
-        return f"127.0.0.1:{self.port}"
-
-    def close(self):
-        self.process.kill()
-        self.process.wait()
-        self.log.close()
-        shutil.rmtree(self.data, ignore_errors=True)
 
 
 def run_one(args, backend, nodes):
