@@ -642,10 +642,9 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // the counter only grows, so that stays so this round) has nothing to notice but the close,
     // which wakes the wait at once, its 10 s reads and a cancel: it polls once a second, so that
     // thousands of them do not make the store's load while the round forms.
-    const bool bystander = config_.maxNodes > kNamedJoinersMax && slot != counted && slot != config_.minNodes;
-    const auto pace = bystander                                    ? kJoinPollInterval * 20
-                      : counted >= config_.minNodes && decides ? kJoinPollInterval
-                                                               : kJoinPollInterval * 4;
+    const auto pace = !decides                      ? kJoinPollInterval * 20
+                      : counted >= config_.minNodes ? kJoinPollInterval
+                                                    : kJoinPollInterval * 4;
     try {
       control().wait({keys_.closed(round)}, pace);
     } catch (const StoreTimeoutError&) {
