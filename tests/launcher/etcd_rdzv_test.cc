@@ -145,8 +145,9 @@ TEST_CASE("etcd: a failed worker restarts the whole job within the job-global --
   CHECK(countLines(all, "restart=2") == 0);
   CHECK(keysOf(cluster, "restarts").empty());
 
-  // With the budget spent, the same failure ends the job with its exit code on both nodes.
-  const std::vector<std::string> failAlways = {"--fail-rank", "1", "--exit", "3"};
+  // With the budget spent, the same failure ends the job with its exit code on both nodes (the
+  // ranks linger 1 s after their line here too, for the same reason).
+  const std::vector<std::string> failAlways = {"--fail-rank", "1", "--exit", "3", "--sleep", "1"};
   auto c = agent("2", cluster.endpoints(), "spent", "", "", {"--max-restarts", "1"}, failAlways);
   auto d = agent("2", cluster.endpoints(), "spent", "", "", {"--max-restarts", "1"}, failAlways);
   CHECK(exitsWith(*c, 3, deadline.left(), {d.get()}));
