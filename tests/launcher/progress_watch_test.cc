@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -415,4 +416,45 @@ TEST_CASE("ProcActivity: a worker's tree is its session, and the work of a child
   const WorkDone done = workBetween(before[0], after[0]);
   CHECK(done.cpu >= 150ms);  // 200 ms spent, in clock ticks
   CHECK(done.ioBytes >= (64u << 10));
+}
+
+TEST_CASE("descendantsOf: children and grandchildren through the kernel's children lists, the "
+          "job's size and not the machine's",
+          "[progress][unit]") {
+  int hold[2];
+  REQUIRE(::pipe(hold) == 0);
+  int told[2];
+  REQUIRE(::pipe(told) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(hold[1]);
+    ::close(told[0]);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      char byte;
+      (void)!::read(hold[0], &byte, 1);  // until the test closes its end
+      ::_exit(0);
+    }
+    (void)!::write(told[1], &grandchild, sizeof grandchild);
+    char byte;
+    (void)!::read(hold[0], &byte, 1);
+    ::waitpid(grandchild, nullptr, 0);
+    ::_exit(0);
+  }
+  ::close(hold[0]);
+  ::close(told[1]);
+  pid_t grandchild = -1;
+  REQUIRE(::read(told[0], &grandchild, sizeof grandchild) == static_cast<ssize_t>(sizeof grandchild));
+  const auto found = descendantsOf(::getpid());
+  ::close(hold[1]);  // both end
+  ::close(told[0]);
+  ::waitpid(child, nullptr, 0);
+  if (!found) {
+    WARN("this kernel keeps no /proc/<pid>/task/<tid>/children lists");
+    return;
+  }
+  CHECK(std::count(found->begin(), found->end(), child) == 1);
+  CHECK(std::count(found->begin(), found->end(), grandchild) == 1);
+  CHECK(found->size() < 64);  // ours, not every process on the machine
 }

@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include <sstream>
+
 #include "core/file_text.h"
 
 namespace ddprun::launcher {
@@ -127,6 +129,39 @@ std::vector<pid_t> listProcesses() {
   }
   ::closedir(proc);
   return pids;
+}
+
+std::optional<std::vector<pid_t>> childrenOf(pid_t pid) {
+  const std::string tasksPath = "/proc/" + std::to_string(pid) + "/task";
+  DIR* tasks = ::opendir(tasksPath.c_str());
+  if (tasks == nullptr) return std::nullopt;
+  std::vector<pid_t> children;
+  bool listed = false;
+  while (const dirent* task = ::readdir(tasks)) {
+    if (task->d_name[0] < '0' || task->d_name[0] > '9') continue;
+    constexpr std::size_t kListLimit = 1u << 20;  // ~150,000 children: bounded, never reached
+    const auto text = readFileText(tasksPath + "/" + task->d_name + "/children", nullptr, kListLimit);
+    if (!text) continue;  // a thread that ended meanwhile, or no such file
+    listed = true;
+    std::istringstream in(*text);
+    for (long child; in >> child;) children.push_back(static_cast<pid_t>(child));
+  }
+  ::closedir(tasks);
+  if (!listed) return std::nullopt;
+  return children;
+}
+
+std::optional<std::vector<pid_t>> descendantsOf(pid_t root, std::size_t limit) {
+  auto found = childrenOf(root);
+  if (!found) return std::nullopt;
+  // Breadth first over the list itself: entries [0, next) have been asked for their children.
+  for (std::size_t next = 0; next < found->size() && found->size() < limit; ++next) {
+    const auto children = childrenOf((*found)[next]);
+    if (!children) continue;  // gone meanwhile
+    found->insert(found->end(), children->begin(), children->end());
+  }
+  if (found->size() > limit) found->resize(limit);
+  return found;
 }
 
 }  // namespace ddprun::launcher

@@ -60,4 +60,18 @@ std::optional<ProcIo> readProcIo(pid_t pid);
 // The pids in /proc now (processes, not threads); empty when /proc cannot be read.
 std::vector<pid_t> listProcesses();
 
+// The children of `pid` as the kernel lists them per thread (/proc/<pid>/task/<tid>/children,
+// CONFIG_PROC_CHILDREN): one small read per thread, where finding them by parent reads the stat
+// file of every process on the machine (over a thousand system calls on a quiet one). nullopt
+// where the kernel keeps no such list (or `pid` is gone). The kernel documents the list as exact
+// only while the children do not fork or exit meanwhile: a child that forks at that moment may
+// be missed once.
+std::optional<std::vector<pid_t>> childrenOf(pid_t pid);
+
+// `root`'s descendants (children first, then theirs), found through childrenOf: what the agent,
+// a subreaper to which every orphan of its workers comes back, has below it; the job's size,
+// not the machine's. At most `limit` of them (a bound, never reached by a job). nullopt where
+// the kernel keeps no children lists.
+std::optional<std::vector<pid_t>> descendantsOf(pid_t root, std::size_t limit = 1u << 16);
+
 }  // namespace ddprun::launcher

@@ -115,34 +115,9 @@ pid_t parentOf(pid_t pid) {
   return stat ? stat->parent : -1;
 }
 
-// This process's children as the kernel lists them per thread (/proc/self/task/<tid>/children,
-// CONFIG_PROC_CHILDREN): one small read per thread of the agent, where walking /proc reads the
-// stat file of every process on the machine (over a thousand system calls on a quiet one, at
-// the end of every job). nullopt where the kernel keeps no such list.
-std::optional<std::vector<pid_t>> childrenFromTasks() {
-  DIR* tasks = ::opendir("/proc/self/task");
-  if (tasks == nullptr) return std::nullopt;
-  std::vector<pid_t> children;
-  bool listed = false;
-  while (dirent* task = ::readdir(tasks)) {
-    if (task->d_name[0] < '0' || task->d_name[0] > '9') continue;
-    constexpr std::size_t kListLimit = 1u << 20;  // ~150,000 children: bounded, never reached
-    const auto text = readFileText(fmt::format("/proc/self/task/{}/children", task->d_name), nullptr,
-                                   kListLimit);
-    if (!text) continue;  // a thread that ended meanwhile, or no such file
-    listed = true;
-    std::istringstream in(*text);
-    for (long pid; in >> pid;) children.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(tasks);
-  if (!listed) return std::nullopt;
-  return children;
-}
-
-std::vector<pid_t> childrenOf(pid_t parent) {
-  if (parent == ::getpid()) {
-    if (auto children = childrenFromTasks()) return std::move(*children);
-  }
+// `parent`'s children: the kernel's list where it keeps one, else by each process's parent.
+std::vector<pid_t> childrenByAnyMeans(pid_t parent) {
+  if (auto children = childrenOf(parent)) return std::move(*children);
   std::vector<pid_t> children;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return children;
@@ -165,7 +140,7 @@ void PosixLauncher::killStrays() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {
     int killed = 0;
-    for (pid_t pid : childrenOf(self_)) {
+    for (pid_t pid : childrenByAnyMeans(self_)) {
       if (running_.count(pid) || (guardian_ && pid == guardian_->pid()) || kept(pid)) continue;
       ::kill(pid, SIGKILL);
       ++killed;
