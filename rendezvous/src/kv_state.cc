@@ -9,7 +9,7 @@ namespace ddprun::rendezvous {
 
 using protocol::WatchEvent;
 
-void KvObserver::onWatchEvent(WatchEvent, std::string_view, std::string_view, std::string_view) {}
+void KvObserver::onWatchEvent(WatchEvent, std::string_view, const ValueRef&, const ValueRef&) {}
 
 std::optional<std::int64_t> parseCounter(const std::string& text) {
   const char* begin = text.c_str();
@@ -152,11 +152,11 @@ void KvState::store(std::string_view key, std::string value) {
       oldest_ = slot;
     }
     newest_ = slot;
-    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, {}, it->second.value->bytes);
+    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, nullptr, it->second.value);
   } else if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = it->second.value->bytes;
+    const ValueRef old = it->second.value;  // so the new value gets a buffer of its own
     replaceValue(it->second, std::move(value));
-    notifyWatchers(WatchEvent::kUpdated, key, old, it->second.value->bytes);
+    notifyWatchers(WatchEvent::kUpdated, key, old, it->second.value);
   } else {
     replaceValue(it->second, std::move(value));
   }
@@ -226,9 +226,9 @@ bool KvState::erase(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return false;
   if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = it->second.value->bytes;
+    const ValueRef old = it->second.value;
     eraseSlot(it);
-    notifyWatchers(WatchEvent::kDeleted, key, old, {});
+    notifyWatchers(WatchEvent::kDeleted, key, old, nullptr);
   } else {
     eraseSlot(it);
   }
@@ -425,8 +425,8 @@ void KvState::watch(KvObserver* observer, std::string_view key) {
   grow(registrationBytes(key));
 }
 
-void KvState::notifyWatchers(WatchEvent event, std::string_view key, std::string_view oldValue,
-                             std::string_view newValue) {
+void KvState::notifyWatchers(WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                             const ValueRef& newValue) {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
   // Iterate over a copy: a watcher whose write fails (or who lags too far behind) closes from

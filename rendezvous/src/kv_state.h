@@ -60,10 +60,10 @@ class KvObserver {
  public:
   // The wait or barrier registered under `waitId` is satisfied. Called once, then forgotten.
   virtual void onWaitDone(std::uint64_t waitId) = 0;
-  // A watched key changed (torch 1.13 WATCH_KEY). `oldValue` is empty for kCreated, `newValue`
-  // for kDeleted.
+  // A watched key changed (torch 1.13 WATCH_KEY). `oldValue` is null for kCreated, `newValue`
+  // for kDeleted. The buffers are the stored ones: an event may hold them (ValueBuffer).
   virtual void onWatchEvent(protocol::WatchEvent event, std::string_view key,
-                            std::string_view oldValue, std::string_view newValue);
+                            const ValueRef& oldValue, const ValueRef& newValue);
 
  protected:
   ~KvObserver() = default;
@@ -266,8 +266,8 @@ class KvState {
     return holder.notifyKey.size() + holder.notifyValue.size() + kEntryOverhead;
   }
   void wake(std::string_view key, bool onlyFirst);
-  void notifyWatchers(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
-                      std::string_view newValue);
+  void notifyWatchers(protocol::WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                      const ValueRef& newValue);
   void releaseBarrier(std::string_view key, std::int64_t count);
   // Removes `observer` as a holder of `key`; with `forCause`, reports it to its notify key.
   bool dropHolder(std::string_view key, const KvObserver* observer, bool forCause);

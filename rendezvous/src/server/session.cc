@@ -510,7 +510,7 @@ void Session::onWaitDone(std::uint64_t) {
 }
 
 void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
-                           std::string_view oldValue, std::string_view newValue) {
+                           const ValueRef& oldValue, const ValueRef& newValue) {
   // Other clients' writes produce these events, so pausing this peer's reads cannot bound them.
   if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
     close(fmt::format("has {} bytes of unread WATCH_KEY events, over the {}-byte pending-reply "
@@ -519,11 +519,22 @@ void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
           /*isError=*/true);
     return;
   }
-  std::string& out = sliced_ ? deferred_ : pending_.bytes();
-  protocol::putU8(out, static_cast<std::uint8_t>(event));
-  protocol::putBlob(out, key);
-  protocol::putBlob(out, oldValue);
-  protocol::putBlob(out, newValue);
+  if (sliced_) {
+    // Rare (a 1.13 client has no MULTI_GET or LIST_KEYS to be under way): copied after it.
+    const auto bytesOf = [](const ValueRef& value) {
+      return value ? std::string_view(value->bytes) : std::string_view();
+    };
+    protocol::putU8(deferred_, static_cast<std::uint8_t>(event));
+    protocol::putBlob(deferred_, key);
+    protocol::putBlob(deferred_, bytesOf(oldValue));
+    protocol::putBlob(deferred_, bytesOf(newValue));
+  } else {
+    // Every watcher of a key gets the same buffers, as every reader of a GET does.
+    protocol::putU8(pending_.bytes(), static_cast<std::uint8_t>(event));
+    protocol::putBlob(pending_.bytes(), key);
+    pending_.appendBlob(oldValue);
+    pending_.appendBlob(newValue);
+  }
   if (!processing_) flush();
   accountReplies();
 }

@@ -124,8 +124,8 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   void checkDeadlines(Clock::time_point now);
 
   void onWaitDone(std::uint64_t waitId) override;
-  void onWatchEvent(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
-                    std::string_view newValue) override;
+  void onWatchEvent(protocol::WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                    const ValueRef& newValue) override;
 
   // Resumes every session on context.waitingForRoom that is still open (the server's pass).
   static void resumeWaitingForRoom(ServerContext& context);
