@@ -9,7 +9,7 @@ namespace ddprun::rendezvous {
 
 using protocol::WatchEvent;
 
-void KvObserver::onWatchEvent(WatchEvent, std::string_view, std::string_view, std::string_view) {}
+void KvObserver::onWatchEvent(WatchEvent, std::string_view, const ValueRef&, const ValueRef&) {}
 
 std::optional<std::int64_t> parseCounter(const std::string& text) {
   const char* begin = text.c_str();
@@ -25,7 +25,12 @@ KvState::~KvState() = default;
 
 const std::string* KvState::find(std::string_view key) const {
   auto it = map_.find(key);
-  return it == map_.end() ? nullptr : &it->second.value;
+  return it == map_.end() ? nullptr : &it->second.value->bytes;
+}
+
+ValueRef KvState::share(std::string_view key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : ValueRef(it->second.value);
 }
 
 bool KvState::present(std::string_view key) const {
@@ -107,12 +112,26 @@ std::size_t KvState::growthOfHold(const KvObserver* observer, std::string_view k
 }
 
 void KvState::replaceValue(Entry& entry, std::string value) {
-  if (value.size() >= entry.value.size()) {
-    grow(value.size() - entry.value.size());
+  const std::size_t before = entry.value->bytes.size();
+  if (value.size() >= before) {
+    grow(value.size() - before);
   } else {
-    shrink(entry.value.size() - value.size());
+    shrink(before - value.size());
   }
-  entry.value = std::move(value);
+  // Only this state's threads ever copy the pointer (share() on the server's loop, under
+  // HashStore's mutex), so a count of one cannot rise meanwhile.
+  if (entry.value.use_count() == 1) {
+    entry.value->bytes = std::move(value);
+  } else {
+    detach(entry.value);
+    entry.value = std::make_shared<ValueBuffer>(std::move(value));
+  }
+}
+
+void KvState::detach(const std::shared_ptr<ValueBuffer>& value) {
+  if (value.use_count() == 1) return;  // the map's reference was the last: freed with it
+  value->detached = detached_;
+  detached_->fetch_add(value->bytes.size(), std::memory_order_relaxed);
 }
 
 void KvState::store(std::string_view key, std::string value) {
@@ -120,7 +139,9 @@ void KvState::store(std::string_view key, std::string value) {
   if (it == map_.end()) {
     grow(key.size() + value.size() + kEntryOverhead);
     keyBytes_ += key.size();
-    it = map_.emplace(std::string(key), Entry{std::move(value), nextOrder_++, nullptr, newest_})
+    it = map_.emplace(std::string(key),
+                      Entry{std::make_shared<ValueBuffer>(std::move(value)), nextOrder_++, nullptr,
+                            newest_})
              .first;
     keyCount_.fetch_add(1, std::memory_order_relaxed);
     Slot* slot = &*it;
@@ -131,9 +152,9 @@ void KvState::store(std::string_view key, std::string value) {
       oldest_ = slot;
     }
     newest_ = slot;
-    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, {}, it->second.value);
+    if (!watchers_.empty()) notifyWatchers(WatchEvent::kCreated, key, nullptr, it->second.value);
   } else if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = it->second.value;
+    const ValueRef old = it->second.value;  // so the new value gets a buffer of its own
     replaceValue(it->second, std::move(value));
     notifyWatchers(WatchEvent::kUpdated, key, old, it->second.value);
   } else {
@@ -149,7 +170,8 @@ void KvState::eraseSlot(Map<Entry>::iterator it) {
   Entry& entry = slot.second;
   (entry.older != nullptr ? entry.older->second.newer : oldest_) = entry.newer;
   (entry.newer != nullptr ? entry.newer->second.older : newest_) = entry.older;
-  shrink(slot.first.size() + entry.value.size() + kEntryOverhead);
+  shrink(slot.first.size() + entry.value->bytes.size() + kEntryOverhead);
+  detach(entry.value);
   keyBytes_ -= slot.first.size();
   map_.erase(it);
   keyCount_.fetch_sub(1, std::memory_order_relaxed);
@@ -167,7 +189,7 @@ std::string KvState::compareSet(std::string_view key, std::string_view expected,
     store(key, std::string(desired));
     return std::string(desired);
   }
-  if (it->second.value != expected) return it->second.value;
+  if (it->second.value->bytes != expected) return it->second.value->bytes;
   store(key, std::string(desired));
   return std::string(desired);
 }
@@ -176,7 +198,7 @@ std::optional<std::int64_t> KvState::add(std::string_view key, std::int64_t delt
   auto it = map_.find(key);
   std::int64_t current = 0;
   if (it != map_.end()) {
-    std::optional<std::int64_t> parsed = parseCounter(it->second.value);
+    std::optional<std::int64_t> parsed = parseCounter(it->second.value->bytes);
     if (!parsed) return std::nullopt;
     current = *parsed;
   }
@@ -204,9 +226,9 @@ bool KvState::erase(std::string_view key) {
   auto it = map_.find(key);
   if (it == map_.end()) return false;
   if (!watchers_.empty() && watchers_.contains(key)) {
-    std::string old = it->second.value;
+    const ValueRef old = it->second.value;
     eraseSlot(it);
-    notifyWatchers(WatchEvent::kDeleted, key, old, {});
+    notifyWatchers(WatchEvent::kDeleted, key, old, nullptr);
   } else {
     eraseSlot(it);
   }
@@ -403,8 +425,8 @@ void KvState::watch(KvObserver* observer, std::string_view key) {
   grow(registrationBytes(key));
 }
 
-void KvState::notifyWatchers(WatchEvent event, std::string_view key, std::string_view oldValue,
-                             std::string_view newValue) {
+void KvState::notifyWatchers(WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                             const ValueRef& newValue) {
   auto it = watchers_.find(key);
   if (it == watchers_.end()) return;
   // Iterate over a copy: a watcher whose write fails (or who lags too far behind) closes from

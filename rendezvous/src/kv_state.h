@@ -36,14 +36,34 @@
 
 namespace ddprun::rendezvous {
 
+// One stored value, shared by the map and by the replies that send it (a GET of the round's
+// world, read by thousands of nodes at once, is one buffer, not thousands of copies). The map
+// never changes the bytes of a buffer a reply still holds: a write then gives the key a new
+// buffer, and the reply sends the old one whole (the value as of its read, as a copy would).
+struct ValueBuffer {
+  explicit ValueBuffer(std::string value) : bytes(std::move(value)) {}
+  ~ValueBuffer() {
+    if (detached) detached->fetch_sub(bytes.size(), std::memory_order_relaxed);
+  }
+  ValueBuffer(const ValueBuffer&) = delete;
+  ValueBuffer& operator=(const ValueBuffer&) = delete;
+
+  std::string bytes;
+  // Set when the map let go of the buffer while replies still held it: from then on its bytes are
+  // no longer stored data (storedBytes()) but memory the replies hold (KvState::detachedBytes()),
+  // until the last of them is written.
+  std::shared_ptr<std::atomic<std::size_t>> detached;
+};
+using ValueRef = std::shared_ptr<const ValueBuffer>;
+
 class KvObserver {
  public:
   // The wait or barrier registered under `waitId` is satisfied. Called once, then forgotten.
   virtual void onWaitDone(std::uint64_t waitId) = 0;
-  // A watched key changed (torch 1.13 WATCH_KEY). `oldValue` is empty for kCreated, `newValue`
-  // for kDeleted.
+  // A watched key changed (torch 1.13 WATCH_KEY). `oldValue` is null for kCreated, `newValue`
+  // for kDeleted. The buffers are the stored ones: an event may hold them (ValueBuffer).
   virtual void onWatchEvent(protocol::WatchEvent event, std::string_view key,
-                            std::string_view oldValue, std::string_view newValue);
+                            const ValueRef& oldValue, const ValueRef& newValue);
 
  protected:
   ~KvObserver() = default;
@@ -55,11 +75,12 @@ class KvState {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  // What one stored entry costs besides its bytes: a map node with its key and value headers and
-  // its bucket (about 120 bytes with libstdc++), and its node in the ordered index of names that
-  // prefix listings walk (a tree node and a view of the name: 64 bytes with malloc's header),
-  // rounded up. Counting it makes a million empty keys cost what they really do instead of nothing.
-  static constexpr std::size_t kEntryOverhead = 192;
+  // What one stored entry costs besides its bytes: a map node with its key header, its value's
+  // pointer and its bucket (about 104 bytes with libstdc++), the value's shared buffer (a control
+  // block and a string header: 80 bytes with malloc's header), and its node in the ordered index
+  // of names that prefix listings walk (a tree node and a view of the name: 64 bytes), rounded
+  // up. Counting it makes a million empty keys cost what they really do instead of nothing.
+  static constexpr std::size_t kEntryOverhead = 256;
   // The same for one queue item (a deque slot and its string header).
   static constexpr std::size_t kQueueItemOverhead = 48;
   // The longest value add() writes: "-9223372036854775808".
@@ -78,6 +99,8 @@ class KvState {
   // --- reads ---
   // The value of `key`, or nullptr. The pointer is valid until the next mutation.
   const std::string* find(std::string_view key) const;
+  // The value of `key` as a shared buffer a reply may hold past later writes, or nullptr.
+  ValueRef share(std::string_view key) const;
   // A key exists, or a queue of that name is non-empty (what CHECK and WAIT look for).
   bool present(std::string_view key) const;
   std::size_t numKeys() const { return map_.size(); }
@@ -101,6 +124,10 @@ class KvState {
   // the notify key and value its holder leaves behind (they become data when it goes), each
   // entry with its overhead. Kept incrementally; safe to read from any thread.
   std::size_t storedBytes() const { return storedBytes_.load(std::memory_order_relaxed); }
+  // Bytes of values that were overwritten or erased while replies held them (share()): alive
+  // until those replies are written, and no longer counted in storedBytes(). A server counts them
+  // with the replies' own bytes against its reply budget. Safe to read from any thread.
+  std::size_t detachedBytes() const { return detached_->load(std::memory_order_relaxed); }
   // How much storedBytes() would grow if `key` were set to a value of `valueBytes` bytes (0 when
   // it would not grow).
   std::size_t growthOfSet(std::string_view key, std::size_t valueBytes) const;
@@ -215,7 +242,9 @@ class KvState {
   struct Entry;
   using Slot = std::pair<const std::string, Entry>;
   struct Entry {
-    std::string value;
+    // Never null. Changed in place while nothing else holds it (the counters' hot path makes no
+    // allocation), replaced by a new buffer when a reply does.
+    std::shared_ptr<ValueBuffer> value;
     std::uint64_t order = 0;  // insertion number: increasing from oldest_ to newest_
     Slot* newer = nullptr;
     Slot* older = nullptr;
@@ -226,6 +255,9 @@ class KvState {
   void store(std::string_view key, std::string value);
   // Overwrites an entry's value, keeping storedBytes() right.
   void replaceValue(Entry& entry, std::string value);
+  // The map is letting go of `value`: if a reply still holds it, its bytes move from
+  // storedBytes() to detachedBytes().
+  void detach(const std::shared_ptr<ValueBuffer>& value);
   // Removes an entry from the insertion list (telling the listings in progress) and the map.
   void eraseSlot(Map<Entry>::iterator it);
   void grow(std::size_t bytes) { storedBytes_.fetch_add(bytes, std::memory_order_relaxed); }
@@ -234,8 +266,8 @@ class KvState {
     return holder.notifyKey.size() + holder.notifyValue.size() + kEntryOverhead;
   }
   void wake(std::string_view key, bool onlyFirst);
-  void notifyWatchers(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
-                      std::string_view newValue);
+  void notifyWatchers(protocol::WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                      const ValueRef& newValue);
   void releaseBarrier(std::string_view key, std::int64_t count);
   // Removes `observer` as a holder of `key`; with `forCause`, reports it to its notify key.
   bool dropHolder(std::string_view key, const KvObserver* observer, bool forCause);
@@ -252,6 +284,8 @@ class KvState {
   std::size_t keyBytes_ = 0;              // the names of map_'s keys, for KeyListing
   std::vector<KeyListing*> listings_;     // in progress
   std::atomic<std::size_t> storedBytes_{0};
+  // Shared with the detached buffers, which may outlive the state (a reply's last reference).
+  std::shared_ptr<std::atomic<std::size_t>> detached_ = std::make_shared<std::atomic<std::size_t>>(0);
   std::atomic<std::size_t> keyCount_{0};  // map_.size(), for keyCount()
   Map<std::deque<std::string>> queues_;
   Map<std::vector<WaitRef>> waiters_;

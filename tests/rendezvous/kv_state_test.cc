@@ -9,6 +9,7 @@
 using ddprun::rendezvous::KvObserver;
 using ddprun::rendezvous::KvState;
 using ddprun::rendezvous::parseCounter;
+using ddprun::rendezvous::ValueRef;
 using ddprun::rendezvous::protocol::WatchEvent;
 
 namespace {
@@ -17,10 +18,11 @@ struct Recorder final : KvObserver {
   std::vector<std::uint64_t> done;
   std::vector<std::string> events;
   void onWaitDone(std::uint64_t id) override { done.push_back(id); }
-  void onWatchEvent(WatchEvent event, std::string_view key, std::string_view oldValue,
-                    std::string_view newValue) override {
+  void onWatchEvent(WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                    const ValueRef& newValue) override {
+    const auto text = [](const ValueRef& value) { return value ? value->bytes : std::string(); };
     events.push_back(std::to_string(static_cast<int>(event)) + ":" + std::string(key) + ":" +
-                     std::string(oldValue) + ">" + std::string(newValue));
+                     text(oldValue) + ">" + text(newValue));
   }
 };
 
@@ -138,7 +140,7 @@ TEST_CASE("a watcher that goes away while being notified does not disturb the ot
   struct Leaving final : KvObserver {
     explicit Leaving(KvState& state) : kv(state) {}
     void onWaitDone(std::uint64_t) override {}
-    void onWatchEvent(WatchEvent, std::string_view, std::string_view, std::string_view) override {
+    void onWatchEvent(WatchEvent, std::string_view, const ValueRef&, const ValueRef&) override {
       ++events;
       kv.forget(this);
     }

@@ -1,6 +1,9 @@
 // The exact bytes the server answers, op by op, in both dialects: the observed bytes of torch's
 // servers (../shared/reference/tcpstore-protocol.md) are the expectation.
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -361,6 +364,35 @@ TEST_CASE("torch 1.13 dialect: WATCH_KEY pushes torch's event bytes", "[wire][to
   writer.send(hex("01") + blob("/w") + blob("nope") + blob("7"));
   expectReply(writer, blob("6"));
   CHECK(watcher.silentFor(100ms));
+}
+
+TEST_CASE("torch 1.13 dialect: WATCH_KEY events and GETs of large values carry the value as it "
+          "was, whole, to every watcher",
+          "[wire][torch113][shared]") {
+  // Values this large are sent by reference to the stored buffer (ReplyQueue), not copied.
+  TestServer server;
+  std::vector<std::unique_ptr<RawClient>> watchers;
+  for (int i = 0; i < 3; ++i) {
+    watchers.push_back(std::make_unique<RawClient>("127.0.0.1", server.port()));
+    watchers.back()->send(hex("07") + blob("/w"));
+    expectReply(*watchers.back(), hex("03"));
+  }
+  RawClient writer("127.0.0.1", server.port());
+  const std::string first(5000, 'a');
+  const std::string second(7000, 'b');
+  writer.send(hex("00") + blob("/w") + blob(first));
+  writer.send(hex("02") + blob("/w"));  // GET: the value as of now
+  writer.send(hex("00") + blob("/w") + blob(second));
+  writer.send(hex("08") + blob("/w"));
+  expectReply(writer, blob(first) + u64(1));
+  for (auto& watcher : watchers) {
+    expectReply(*watcher, hex("01") + blob("/w") + blob("") + blob(first));
+    expectReply(*watcher, hex("00") + blob("/w") + blob(first) + blob(second));
+    expectReply(*watcher, hex("02") + blob("/w") + blob(second) + blob(""));
+  }
+  CHECK(ddprun::test::eventually(
+      [&] { return server.server().stats().pendingReplyBytes == 0; }, 5s,
+      [&] { return std::to_string(server.server().stats().pendingReplyBytes) + " reply bytes held"; }));
 }
 
 TEST_CASE("torch 1.13 dialect: a request after a timed-out WAIT does not get a stale reply",

@@ -155,7 +155,7 @@ class RendezvousServer::Impl {
   Stats stats() const {
     return Stats{context_.connections.load(), context_.accepted.load(), context_.refused.load(),
                  context_.protocolErrors.load(), context_.refusedHandshakes.load(),
-                 context_.kv.storedBytes(), context_.pendingReplyBytes.load(), context_.kv.keyCount()};
+                 context_.kv.storedBytes(), context_.replyMemory(), context_.kv.keyCount()};
   }
 
  private:

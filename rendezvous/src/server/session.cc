@@ -144,7 +144,7 @@ Session::Stop Session::serveBuffered(int& slicesThisTurn) {
       ++slicesThisTurn;
       if (sliced_->appendSlice(pending_, kv)) {
         sliced_.reset();
-        pending_ += deferred_;
+        pending_.bytes() += deferred_;
         deferred_.clear();
       }
       accountReplies();
@@ -187,7 +187,7 @@ bool Session::mayQueue(std::size_t bytes) const {
   const auto& options = context_.options;
   const std::size_t queued = replyBytesQueued();
   if (queued > options.maxPendingReplyBytes) return false;
-  const std::size_t total = context_.pendingReplyBytes.load(std::memory_order_relaxed);
+  const std::size_t total = context_.replyMemory();
   const std::size_t budget = options.maxTotalPendingReplyBytes;
   // Connections with replies waiting (peers that may never read them) fill the budget to three
   // quarters only: the last quarter is kept for connections whose peers have read everything.
@@ -206,8 +206,10 @@ std::size_t Session::replyBytesOf(const Request& request) const {
   const auto& kv = context_.kv;
   const auto size = [](const std::string* value) { return value ? value->size() : 0; };
   switch (request.op) {
-    case Op::kGet:
-      return 8 + size(kv.find(request.keys[0]));
+    case Op::kGet: {  // a large value is referenced, not copied (ReplyQueue::appendBlob)
+      const std::size_t bytes = size(kv.find(request.keys[0]));
+      return 8 + (bytes < ReplyQueue::kShareMinBytes ? bytes : 0);
+    }
     case Op::kCompareSet:  // the current value, `expected` or `desired`
       return 8 + std::max({size(kv.find(request.keys[0])), request.values[0].size(),
                            request.values[1].size()});
@@ -244,7 +246,7 @@ bool Session::fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::
 
 bool Session::handle(Request& request) {
   const auto dialect = *decoder_.dialect();
-  std::string& out = pending_;
+  std::string& out = pending_.bytes();
   auto& kv = context_.kv;
   if (dialect == WireDialect::kTorch113 && kv.hasWaits(this)) {
     // A 1.13 client is strictly request/response, so a new request while its WAIT is parked means
@@ -287,13 +289,13 @@ bool Session::handle(Request& request) {
       return true;
     }
     case Op::kGet: {
-      const std::string* value = kv.find(request.keys[0]);
+      ValueRef value = kv.share(request.keys[0]);
       if (value == nullptr && dialect == WireDialect::kTorch113) {
         // torch 1.13's server drops the connection here; its clients always WAIT first.
         close(fmt::format("GET of missing key {}", protocol::shownKey(request.keys[0])), /*isError=*/false);
         return false;
       }
-      protocol::putBlob(out, value ? std::string_view(*value) : std::string_view());
+      pending_.appendBlob(value);  // a large value by reference: a later write cannot change it
       return true;
     }
     case Op::kAdd: {
@@ -502,13 +504,13 @@ bool Session::handle(Request& request) {
 
 void Session::onWaitDone(std::uint64_t) {
   // Never inside a reply under way in slices: that would break its framing. It follows it.
-  protocol::putU8(sliced_ ? deferred_ : pending_, protocol::kStopWaiting);
+  protocol::putU8(sliced_ ? deferred_ : pending_.bytes(), protocol::kStopWaiting);
   if (!processing_) flush();
   accountReplies();
 }
 
 void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
-                           std::string_view oldValue, std::string_view newValue) {
+                           const ValueRef& oldValue, const ValueRef& newValue) {
   // Other clients' writes produce these events, so pausing this peer's reads cannot bound them.
   if (replyBytesQueued() > context_.options.maxPendingReplyBytes) {
     close(fmt::format("has {} bytes of unread WATCH_KEY events, over the {}-byte pending-reply "
@@ -517,11 +519,22 @@ void Session::onWatchEvent(protocol::WatchEvent event, std::string_view key,
           /*isError=*/true);
     return;
   }
-  std::string& out = sliced_ ? deferred_ : pending_;
-  protocol::putU8(out, static_cast<std::uint8_t>(event));
-  protocol::putBlob(out, key);
-  protocol::putBlob(out, oldValue);
-  protocol::putBlob(out, newValue);
+  if (sliced_) {
+    // Rare (a 1.13 client has no MULTI_GET or LIST_KEYS to be under way): copied after it.
+    const auto bytesOf = [](const ValueRef& value) {
+      return value ? std::string_view(value->bytes) : std::string_view();
+    };
+    protocol::putU8(deferred_, static_cast<std::uint8_t>(event));
+    protocol::putBlob(deferred_, key);
+    protocol::putBlob(deferred_, bytesOf(oldValue));
+    protocol::putBlob(deferred_, bytesOf(newValue));
+  } else {
+    // Every watcher of a key gets the same buffers, as every reader of a GET does.
+    protocol::putU8(pending_.bytes(), static_cast<std::uint8_t>(event));
+    protocol::putBlob(pending_.bytes(), key);
+    pending_.appendBlob(oldValue);
+    pending_.appendBlob(newValue);
+  }
   if (!processing_) flush();
   accountReplies();
 }
@@ -530,42 +543,44 @@ void Session::flush() {
   if (closed_ || writing_ || pending_.empty()) return;
   // Replies are small and the socket buffer is almost always free: write now, in place, and
   // only fall back to an asynchronous write for what the kernel did not take. This saves the
-  // completion's trip through the event loop on nearly every reply.
-  boost::system::error_code writeError;
-  const std::size_t written = socket_.write_some(boost::asio::buffer(pending_), writeError);
-  if (writeError && writeError != boost::asio::error::would_block) {
-    close(fmt::format("write failed: {}", writeError.message()), /*isError=*/false);
-    return;
-  }
-  if (written == pending_.size()) {
-    if (pending_.capacity() > kRetainedWriteBuffer) {
-      std::string().swap(pending_);
-    } else {
-      pending_.clear();
+  // completion's trip through the event loop on nearly every reply. Each write gathers the
+  // queue's own bytes and the stored values it references (at most ReplyQueue::kMaxBuffers
+  // pieces): the loop ends when the queue is empty or the kernel took less than offered.
+  bool released = false;
+  while (!pending_.empty()) {
+    pending_.gather(writeBuffers_);
+    const std::size_t offered = boost::asio::buffer_size(writeBuffers_);
+    boost::system::error_code writeError;
+    const std::size_t written = socket_.write_some(writeBuffers_, writeError);
+    if (writeError && writeError != boost::asio::error::would_block) {
+      close(fmt::format("write failed: {}", writeError.message()), /*isError=*/false);
+      return;
     }
-    accountReplies();
+    released |= pending_.consume(written);
+    if (written < offered) break;
+  }
+  if (pending_.empty()) {
+    pending_.clear(kRetainedWriteBuffer);
+    accountReplies(released);
     return;
   }
-  // What the kernel did not take moves to a buffer of its own size: a peer that stops reading
-  // holds that, not the doubled capacity the replies were appended into.
-  inFlight_.assign(pending_, written);
-  if (pending_.capacity() > kRetainedWriteBuffer) {
-    std::string().swap(pending_);
-  } else {
-    pending_.clear();
-  }
-  inFlightSent_ = 0;
+  // The rest is written asynchronously from inFlight_, which nothing is appended to meanwhile. A
+  // peer that stops reading holds what it did not read, not the capacity the replies were
+  // appended into (compact), and no copy of the values it references.
+  pending_.compact(kRetainedWriteBuffer);
+  std::swap(inFlight_, pending_);
   writing_ = true;
   lastWriteProgressAt_ = Clock::now();
-  accountReplies();
+  accountReplies(released);
   writeInFlight();
 }
 
 void Session::writeInFlight() {
   // One write_some per completion rather than async_write: each completion is progress, and the
   // write-stall timeout is about progress (a slow reader still reading a large reply is fine).
+  inFlight_.gather(writeBuffers_);
   socket_.async_write_some(
-      boost::asio::buffer(inFlight_.data() + inFlightSent_, inFlight_.size() - inFlightSent_),
+      writeBuffers_,
       [self = shared_from_this()](const boost::system::error_code& error, std::size_t bytes) {
         self->onWritten(error, bytes);
       });
@@ -582,42 +597,40 @@ void Session::onWritten(const boost::system::error_code& error, std::size_t byte
     return;
   }
   lastWriteProgressAt_ = Clock::now();
-  inFlightSent_ += bytes;
-  if (inFlightSent_ < inFlight_.size()) {
-    accountReplies();
+  const bool released = inFlight_.consume(bytes);
+  if (!inFlight_.empty()) {
+    accountReplies(released);
     writeInFlight();
     return;
   }
   writing_ = false;
-  inFlightSent_ = 0;
-  if (inFlight_.capacity() > kRetainedWriteBuffer) {
-    std::string().swap(inFlight_);
-  } else {
-    inFlight_.clear();
-  }
+  inFlight_.clear(kRetainedWriteBuffer);
   flush();
-  accountReplies();
+  accountReplies(released);
   if (blocked_ && replyBytesQueued() <= context_.options.maxPendingReplyBytes / 2) {
     serve();  // the waiting request or slice, the rest of the read buffer, then the next read
   }
 }
 
-void Session::accountReplies() {
-  const std::size_t now = closed_ ? 0 : replyBytesQueued();
-  if (now == accountedReplyBytes_) return;
-  if (now > accountedReplyBytes_) {
+void Session::accountReplies(bool releasedShared) {
+  const std::size_t now = closed_ ? 0 : ownedReplyBytes();
+  if (now == accountedReplyBytes_ && !releasedShared) return;  // the common case: one load
+  if (now >= accountedReplyBytes_) {
     context_.pendingReplyBytes.fetch_add(now - accountedReplyBytes_, std::memory_order_relaxed);
     accountedReplyBytes_ = now;
-    return;
+    // A released shared value may have been the last reference to an overwritten one: the
+    // detached bytes fell, which is room too.
+    if (!releasedShared) return;
+  } else {
+    const std::size_t freed = accountedReplyBytes_ - now;
+    accountedReplyBytes_ = now;
+    context_.pendingReplyBytes.fetch_sub(freed, std::memory_order_relaxed);
   }
-  const std::size_t freed = accountedReplyBytes_ - now;
-  accountedReplyBytes_ = now;
-  const std::size_t total =
-      context_.pendingReplyBytes.fetch_sub(freed, std::memory_order_relaxed) - freed;
   // The waiting sessions are resumed once the smallest of their replies fits (mayQueue's rule for
   // a connection with nothing waiting): sooner, every small drain would wake them all only to
   // find no room again.
   if (context_.waitingForRoom.empty() || context_.roomPassPosted) return;
+  const std::size_t total = context_.replyMemory();
   const std::size_t budget = context_.options.maxTotalPendingReplyBytes;
   const std::size_t room = budget - std::min(total, budget);
   if (context_.smallestRoomWait > room && total != 0) return;
@@ -667,6 +680,9 @@ void Session::close(std::string_view reason, bool isError) {
   context_.kv.forget(this);
   sliced_.reset();  // a KeyListing must not outlive the state it lists
   deferred_.clear();
+  // The values it referenced are released now (inFlight_'s when the aborted write completes:
+  // its buffers are the write's until then).
+  pending_.clear(0);
   accountReplies();
   boost::system::error_code ignored;
   socket_.close(ignored);

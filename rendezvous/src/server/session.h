@@ -4,11 +4,13 @@
 //   socket ---->  | reader: async_read_some -> RequestDecoder    |
 //                 |   -> handle(request) -> KvState              |
 //                 |   -> reply bytes appended to pending_        |
+//                 |      (large values by reference: ReplyQueue) |
 //                 +----------------------------------------------+
 //                          |  flush()               ^ onWaitDone / onWatchEvent
 //                          v                        | (other sessions' writes)
 //                 +----------------------------------------------+
 //   socket <----  | writer: async_write_some(inFlight_) until all|
+//                 |   (gathered: one sendmsg per write)          |
 //                 +----------------------------------------------+
 //                 deadlines: checked by the server's sweep timer
 //
@@ -27,6 +29,16 @@
 // limit (every stored value then fits the limits), a watcher whose unread events exceed the limit
 // (other clients' writes produce them), and a write that would take the stored data over
 // maxStoredBytes (TCPStore has no error reply).
+// What the two limits count, now that a reply references a large stored value rather than
+// copying it (ReplyQueue):
+//   per connection (maxPendingReplyBytes): every byte still to be written, the shared values at
+//     their full size. It bounds how far one peer may fall behind, and so what its unread replies
+//     can keep alive of values overwritten meanwhile.
+//   all connections (maxTotalPendingReplyBytes): the memory replies hold beyond the stored data:
+//     the bytes they own (codes, lengths, small values) plus the values overwritten or erased
+//     while referenced (KvState::detachedBytes()). A value still stored costs a reply nothing
+//     here: maxStoredBytes counts it, once, however many replies send it. So N clients reading
+//     one value of V bytes cost V, not N x V, and are not throttled as if they did.
 //
 // Errors are values inside the event loop: a bad frame, a stall or an I/O error closes this
 // session, logs one line naming the peer, and never reaches io_context::run().
@@ -50,6 +62,7 @@
 #include "kv_state.h"
 #include "protocol/request_decoder.h"
 #include "server/refusal_log.h"
+#include "server/reply_queue.h"
 #include "server/sliced_reply.h"
 
 namespace ddprun::rendezvous {
@@ -78,8 +91,13 @@ struct ServerContext {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> protocolErrors{0};
   std::atomic<std::uint64_t> refusedHandshakes{0};
-  // Reply bytes not yet taken by the kernel, every session's together (Session::accountReplies).
+  // Reply bytes not yet taken by the kernel that the replies own (not the stored values they
+  // reference), every session's together (Session::accountReplies).
   std::atomic<std::size_t> pendingReplyBytes{0};
+  // The memory replies hold beyond the stored data: what maxTotalPendingReplyBytes bounds.
+  std::size_t replyMemory() const {
+    return pendingReplyBytes.load(std::memory_order_relaxed) + kv.detachedBytes();
+  }
   // Sessions whose peers have read every reply but whose next reply does not fit the total:
   // nothing of their own will resume them, so one posted pass does once the smallest of those
   // replies fits (weak: a session closed meanwhile is skipped).
@@ -106,8 +124,8 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   void checkDeadlines(Clock::time_point now);
 
   void onWaitDone(std::uint64_t waitId) override;
-  void onWatchEvent(protocol::WatchEvent event, std::string_view key, std::string_view oldValue,
-                    std::string_view newValue) override;
+  void onWatchEvent(protocol::WatchEvent event, std::string_view key, const ValueRef& oldValue,
+                    const ValueRef& newValue) override;
 
   // Resumes every session on context.waitingForRoom that is still open (the server's pass).
   static void resumeWaitingForRoom(ServerContext& context);
@@ -128,9 +146,10 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   Stop serveBuffered(int& slicesThisTurn);
   // Applies one request; false when the connection must close (reason already given).
   bool handle(protocol::Request& request);
-  // An upper bound of the reply `request` makes now (not counting a sliced reply's slices).
+  // An upper bound of the bytes the reply `request` makes now would own (a large stored value
+  // it references costs it nothing; not counting a sliced reply's slices).
   std::size_t replyBytesOf(const protocol::Request& request) const;
-  // Whether this connection may queue `bytes` more reply bytes now.
+  // Whether this connection may queue a reply owning `bytes` more bytes now.
   bool mayQueue(std::size_t bytes) const;
   // What the next step of serve() would queue: the sliced reply's next slice or the decoded request's reply.
   std::size_t nextReplyBytes() const;
@@ -145,10 +164,16 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   void writeInFlight();
   void onWritten(const boost::system::error_code& error, std::size_t bytes);
   // Brings context_.pendingReplyBytes up to date with this session's queue; when it fell far
-  // enough and sessions wait for room, posts the pass that resumes them.
-  void accountReplies();
+  // enough (or the write released shared values, `releasedShared`) and sessions wait for room,
+  // posts the pass that resumes them.
+  void accountReplies(bool releasedShared = false);
+  // Every byte still to be written, shared values included (the per-connection limit).
   std::size_t replyBytesQueued() const {
-    return pending_.size() + inFlight_.size() - inFlightSent_ + deferred_.size();
+    return pending_.wireBytes() + inFlight_.wireBytes() + deferred_.size();
+  }
+  // Of those, the bytes this session's queues own (its share of context_.pendingReplyBytes).
+  std::size_t ownedReplyBytes() const {
+    return pending_.ownedBytes() + inFlight_.ownedBytes() + deferred_.size();
   }
 
   boost::asio::ip::tcp::socket socket_;
@@ -162,9 +187,9 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
 
   bool growReadBuffer_ = false;  // the last read filled the buffer: read more per call next
 
-  std::string pending_;   // replies not yet handed to the socket
-  std::string inFlight_;  // the buffer being written asynchronously
-  std::size_t inFlightSent_ = 0;  // how much of inFlight_ the kernel has taken
+  ReplyQueue pending_;   // replies not yet handed to the socket
+  ReplyQueue inFlight_;  // the replies being written asynchronously (nothing is appended to them)
+  std::vector<boost::asio::const_buffer> writeBuffers_;  // inFlight_ gathered, reused per write
   // STOP_WAITING bytes that arrived while a sliced reply was under way: they follow it.
   std::string deferred_;
   std::size_t accountedReplyBytes_ = 0;  // this session's share of context_.pendingReplyBytes

@@ -17,7 +17,8 @@ class ListKeysReply final : public SlicedReply {
     return std::min(listing_->remainingBlobBytes(), kSliceBytes);
   }
 
-  bool appendSlice(std::string& out, const KvState&) override {
+  bool appendSlice(ReplyQueue& queue, const KvState&) override {
+    std::string& out = queue.bytes();
     std::size_t bytes = 0;
     for (std::size_t taken = 0; taken < kSliceKeys; ++taken) {
       const std::optional<std::size_t> size = listing_->nextSize();
@@ -39,31 +40,35 @@ class MultiGetReply final : public SlicedReply {
 
   std::size_t nextSliceBytes(const KvState& kv) const override {
     std::size_t bytes = 0;
-    sliceEnd(kv, bytes);
-    return bytes;
+    std::size_t owned = 0;
+    sliceEnd(kv, bytes, owned);
+    return owned;
   }
 
-  bool appendSlice(std::string& out, const KvState& kv) override {
+  bool appendSlice(ReplyQueue& out, const KvState& kv) override {
     std::size_t bytes = 0;
-    const std::size_t end = sliceEnd(kv, bytes);
-    out.reserve(out.size() + bytes);
+    std::size_t owned = 0;
+    const std::size_t end = sliceEnd(kv, bytes, owned);
+    out.bytes().reserve(out.bytes().size() + owned);
     for (; next_ < end; ++next_) {
       // Like torch's libuv server (the 2.x default): a missing key reads as an empty value.
-      const std::string* value = kv.find(keys_[next_]);
-      protocol::putBlob(out, value ? std::string_view(*value) : std::string_view());
+      out.appendBlob(kv.share(keys_[next_]));
     }
     return next_ == keys_.size();
   }
 
  private:
-  // Where the next slice ends, and its size in `bytes`.
-  std::size_t sliceEnd(const KvState& kv, std::size_t& bytes) const {
+  // Where the next slice ends; its size on the wire in `bytes` (what a slice is cut at: a
+  // slice's time is that of its bytes for the client too), what the queue will own in `owned`.
+  std::size_t sliceEnd(const KvState& kv, std::size_t& bytes, std::size_t& owned) const {
     std::size_t end = next_;
     while (end < keys_.size() && end - next_ < kSliceKeys) {
       const std::string* value = kv.find(keys_[end]);
-      const std::size_t blob = 8 + (value ? value->size() : 0);
+      const std::size_t size = value ? value->size() : 0;
+      const std::size_t blob = 8 + size;
       if (end > next_ && bytes + blob > kSliceBytes) break;
       bytes += blob;
+      owned += 8 + (size < ReplyQueue::kShareMinBytes ? size : 0);
       ++end;
     }
     return end;

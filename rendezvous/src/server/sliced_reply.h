@@ -9,7 +9,9 @@
 //              so the count the reply starts with always matches the names that follow;
 //   MULTI_GET  each slice reads its values when it is produced, so a write landing between two
 //              slices shows in the later keys only. A MULTI_GET that fits one slice (the usual
-//              case) is read at once, as torch's servers read every MULTI_GET.
+//              case) is read at once, as torch's servers read every MULTI_GET. A large value is
+//              referenced, not copied (ReplyQueue::appendBlob): a write after its slice was
+//              produced does not change what is sent.
 //
 // Lives on the server's event-loop thread, like the session that owns it.
 #pragma once
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "kv_state.h"
+#include "server/reply_queue.h"
 
 namespace ddprun::rendezvous {
 
@@ -36,10 +39,11 @@ class SlicedReply {
   static std::unique_ptr<SlicedReply> multiGet(std::vector<std::string> keys);
 
   virtual ~SlicedReply() = default;
-  // The size of the next slice, or more (never less): what backpressure decides on.
+  // The bytes the next slice would own in the reply queue, or more (never less): what
+  // backpressure decides on (a large value it references costs nothing: see Session's limits).
   virtual std::size_t nextSliceBytes(const KvState& kv) const = 0;
   // Appends the next slice to `out`; true when the reply is complete.
-  virtual bool appendSlice(std::string& out, const KvState& kv) = 0;
+  virtual bool appendSlice(ReplyQueue& out, const KvState& kv) = 0;
 };
 
 }  // namespace ddprun::rendezvous

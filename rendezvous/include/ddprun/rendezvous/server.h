@@ -50,6 +50,9 @@ struct ServerOptions {
   // these always get small replies (64 KiB), so clients that read are served while others sit
   // on theirs. 256 MiB: clients that read hold a few KiB each, and this still lets several
   // 64 MiB replies stream at once; 8 clients that never read no longer hold 8 x 64 MiB.
+  // It counts what replies hold beyond the stored data (Stats::pendingReplyBytes): a large stored
+  // value is sent by reference, so thousands of clients reading one value cost it once, and
+  // within maxStoredBytes; maxPendingReplyBytes still counts it in full for each connection.
   std::size_t maxTotalPendingReplyBytes = 256 * 1024 * 1024;
   // The data the store holds: keys, values, queue items and holds, each with its bookkeeping
   // (KvState::storedBytes). A write that would take it over is refused by closing the writer's
@@ -107,7 +110,10 @@ class RendezvousServer {
     std::uint64_t protocolErrors = 0;  // connections closed for a bad frame or a stall
     std::uint64_t refusedHandshakes = 0;  // connections closed for failing the token handshake
     std::size_t storedBytes = 0;          // the data held now, as maxStoredBytes counts it
-    std::size_t pendingReplyBytes = 0;    // replies not yet taken by the kernel, all connections
+    // What unsent replies hold beyond the stored data, all connections (what
+    // maxTotalPendingReplyBytes bounds): the bytes they own, and the values overwritten or erased
+    // while they referenced them. A stored value they send costs nothing here.
+    std::size_t pendingReplyBytes = 0;
     std::size_t keys = 0;                 // keys held now (numKeys)
   };
 
