@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/common/random_id.h"
 #include "ddprun/common/text.h"
 #include "kv_state.h"  // parseCounter: the one reading of a stored counter
 
@@ -26,6 +27,7 @@ using etcd::EtcdError;
 using etcd::KeyRange;
 using etcd::KeyValue;
 using etcd::PutRequest;
+using etcd::PutResult;
 using etcd::RangeRequest;
 using etcd::RangeResult;
 using etcd::Revision;
@@ -505,6 +507,73 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
     return std::to_string(sum);
   });
   return sum;
+}
+
+// A ticket is a put, not a guarded increment: `add` reads, then writes guarded by the read's
+// mod revision, so of N concurrent adders one wins each round and the others' failed guards are
+// raft proposals too: O(N^2) of them for N joiners (1,024 simulated agents had not even taken
+// their node ids after 88 s, docs/benchmarks.md, "Scale"). etcd counts the puts to a key in its
+// version (1 at creation, +1 a put, back to 1 after a delete), and a put that asks for the
+// previous value learns which version it made: N takers, N proposals, none retried.
+//
+// The put is the failure branch of a transaction whose guard is "the key holds my nonce" (a
+// random value this call alone writes): etcd fails a value compare on a missing key, so a first
+// attempt always puts. The guard matters only when the client repeated the call on another
+// member after an attempt with no clear answer (afterUncertainAttempt): if that attempt applied
+// and nobody wrote since, the repeat finds the nonce and reads its version instead of taking a
+// second ticket. When the call fails with its outcome unknown, reading the key back tells the
+// same: my nonce there, its version is my ticket; anything else is StoreConnectionError.
+//
+// A number taken for nobody is left only when an attempt with no clear answer applied and then
+// another taker's put came before the repeat (or the call failed): the repeat takes a second
+// number, or the caller gives up. What that costs the caller: a node id nobody holds is harmless
+// (ids need only be unique; nothing waits for a node record by id). A join slot nobody fills
+// stalls that round: Membership::liveJoiners reads slots 1..count, and a counted slot without its
+// member key reads as "a joiner has counted itself, not written its id", so the round does not
+// close until join_timeout (membership.cc, takeSlot/waitForClose). That is what a joiner killed
+// between its count and its slot's write does too, and what a guarded `add` leaves after the same
+// failure (its StoreConnectionError also follows an increment that may have applied): tickets
+// add no new case, and take it only when an etcd member fails mid-request.
+std::int64_t EtcdStore::takeTicket(std::string_view key) {
+  const std::string fullKey = full(key);
+  const std::string what = fmt::format("takeTicket '{}'", shown(key));
+  const std::string nonce = common::randomHexId();
+  try {
+    const TxnResult result = client_->txn(Txn()
+                                              .when(Compare::value(fullKey, Compare::Result::kEqual, nonce))
+                                              .then(RangeRequest{KeyRange::single(fullKey)})
+                                              .otherwise(PutRequest{fullKey, nonce, 0, true}));
+    if (result.succeeded) {
+      // An earlier attempt of this call applied: the nonce's version is the ticket.
+      const std::optional<KeyValue> mine = onlyKv(rangeOf(result));
+      if (!mine || mine->value != nonce) {
+        throw StoreError("etcd store: " + what + ": the transaction's read lacks the key its guard found");
+      }
+      return mine->version;
+    }
+    if (result.responses.size() != 1 || !std::holds_alternative<PutResult>(result.responses.front())) {
+      throw StoreError("etcd store: " + what + ": a transaction's answer lacks the put it asked for");
+    }
+    const std::optional<KeyValue>& previous = std::get<PutResult>(result.responses.front()).prevKv;
+    return previous ? previous->version + 1 : 1;
+  } catch (const EtcdError& error) {
+    if (!error.outcomeUnknown()) rethrow(error, what);
+    const std::optional<KeyValue> now = guarded(what, [&] { return client_->get(fullKey); });
+    if (now && now->value == nonce) return now->version;
+    throw StoreConnectionError(fmt::format(
+        "etcd store: {}: the put was sent to a member that failed mid-request, and the key does "
+        "not hold what it wrote (it did not apply, or others wrote since): the outcome is "
+        "unknown: {}",
+        what, error.what()));
+  }
+}
+
+std::int64_t EtcdStore::ticketCount(std::string_view key) {
+  // One read, no write (add(key, 0) creates a missing counter, as c10d does; a ticket key needs
+  // no creating: missing is 0).
+  const std::optional<KeyValue> current =
+      guarded(fmt::format("ticketCount '{}'", shown(key)), [&] { return client_->get(full(key)); });
+  return current ? current->version : 0;
 }
 
 void EtcdStore::append(std::string_view key, std::string_view value) {
