@@ -95,6 +95,11 @@ class CountingProxy {
     faultLine_ = std::move(line);
     faultsLeft_ = times;
   }
+  // How many of the requests fail() named have not met their fault yet.
+  int faultsLeft() {
+    std::lock_guard lock(mutex_);
+    return faultsLeft_;
+  }
 
  private:
   struct Pair {
@@ -498,12 +503,15 @@ TEST_CASE("a ticket is one transaction through the gateway: 64 takers, 64 reques
   CHECK(taken == expected);
   // One write each, none retried (a guarded add makes every loser of a race write again).
   CHECK(seen == std::vector<std::string>(kTakers, "POST /v3/kv/txn"));
-  // What the gateway keeps: the key's version counts the puts; its value is the last taker's
-  // nonce, not a decimal count.
+  // What the gateway keeps: the key's version counts the puts (its value is empty, no decimal
+  // count), and each take left its marker beside it.
   const auto kv = client->get(prefix + "round/0/joined");
   REQUIRE(kv.has_value());
   CHECK(kv->version == kTakers);
-  CHECK(kv->value != std::to_string(kTakers));
+  CHECK(kv->value.empty());
+  etcd::RangeRequest markers{etcd::KeyRange::prefix(prefix + "round/0/joined/ticket/")};
+  markers.countOnly = true;
+  CHECK(client->range(markers).count == kTakers);
   EtcdStore reader(client, prefix);
   CHECK(reader.ticketCount("round/0/joined") == kTakers);
   CHECK(reader.ticketCount("round/1/joined") == 0);
@@ -514,7 +522,7 @@ TEST_CASE("a ticket whose answer was lost after it applied is kept, not taken tw
           "[etcd_store][ticket]") {
   // The first member is reached through a forwarder that forwards the ticket's put and cuts the
   // connection before its answer: the client repeats the call on the second member, whose guard
-  // finds this call's nonce and reads its version instead of putting again.
+  // finds this call's marker, and the call reads its number instead of taking another.
   CountingProxy proxy(cluster().clientPort(0));
   auto client = clientFor(proxy.endpoint() + ",127.0.0.1:" + std::to_string(cluster().clientPort(1)));
   EtcdStore store(client, freshPrefix("ticket-lost-answer"));
@@ -522,20 +530,28 @@ TEST_CASE("a ticket whose answer was lost after it applied is kept, not taken tw
   CHECK(store.takeTicket("t") == 2);
   proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1);
   CHECK(store.takeTicket("t") == 3);
+  CHECK(proxy.faultsLeft() == 0);
   CHECK(store.ticketCount("t") == 3);  // no number taken for nobody
   CHECK(store.takeTicket("t") == 4);
 }
 
-TEST_CASE("a ticket call that ends with its outcome unknown reads the key back",
+TEST_CASE("a ticket call that ends with its outcome unknown is a StoreConnectionError",
           "[etcd_store][ticket]") {
   // One member, behind a forwarder that fails every ticket put for the call's whole deadline.
   CountingProxy proxy(cluster().clientPort(0));
   EtcdStore store(clientFor(proxy.endpoint(), 1500ms), freshPrefix("ticket-unknown"));
   CHECK(store.takeTicket("t") == 1);
-  SECTION("applied, every answer lost: the key holds this call's nonce, its version is the ticket") {
+  SECTION("applied, every answer lost: StoreConnectionError, and one number taken, not one a try") {
     proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1000);
-    CHECK(store.takeTicket("t") == 2);
+    CHECK_THROWS_AS(store.takeTicket("t"), StoreConnectionError);
     proxy.fail(CountingProxy::Fault::kNone, "", 0);
+    CHECK(store.ticketCount("t") == 2);
+    CHECK(store.takeTicket("t") == 3);
+  }
+  SECTION("applied, the first answer lost: the client's next try finds the marker, one number") {
+    proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1);
+    CHECK(store.takeTicket("t") == 2);
+    CHECK(proxy.faultsLeft() == 0);
     CHECK(store.ticketCount("t") == 2);
     CHECK(store.takeTicket("t") == 3);
   }

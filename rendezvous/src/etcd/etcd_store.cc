@@ -514,57 +514,68 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
 // raft proposals too: O(N^2) of them for N joiners (1,024 simulated agents had not even taken
 // their node ids after 88 s, docs/benchmarks.md, "Scale"). etcd counts the puts to a key in its
 // version (1 at creation, +1 a put, back to 1 after a delete), and a put that asks for the
-// previous value learns which version it made: N takers, N proposals, none retried.
+// previous value learns which version it made: N takers, N proposals, none lost to a race.
 //
-// The put is the failure branch of a transaction whose guard is "the key holds my nonce" (a
-// random value this call alone writes): etcd fails a value compare on a missing key, so a first
-// attempt always puts. The guard matters only when the client repeated the call on another
-// member after an attempt with no clear answer (afterUncertainAttempt): if that attempt applied
-// and nobody wrote since, the repeat finds the nonce and reads its version instead of taking a
-// second ticket. When the call fails with its outcome unknown, reading the key back tells the
-// same: my nonce there, its version is my ticket; anything else is StoreConnectionError.
-//
-// A number taken for nobody is left only when an attempt with no clear answer applied and then
-// another taker's put came before the repeat (or the call failed): the repeat takes a second
-// number, or the caller gives up. What that costs the caller: a node id nobody holds is harmless
-// (ids need only be unique; nothing waits for a node record by id). A join slot nobody fills
-// stalls that round: Membership::liveJoiners reads slots 1..count, and a counted slot without its
-// member key reads as "a joiner has counted itself, not written its id", so the round does not
-// close until join_timeout (membership.cc, takeSlot/waitForClose). That is what a joiner killed
-// between its count and its slot's write does too, and what a guarded `add` leaves after the same
-// failure (its StoreConnectionError also follows an increment that may have applied): tickets
-// add no new case, and take it only when an etcd member fails mid-request.
+// The put must apply once even when it is sent twice: the client repeats a call whose attempt got
+// no clear answer (a member that failed mid-request, or answered after the attempt's 2 s), and
+// under load that is common. A blind put repeated after its first attempt applied and another
+// taker's put came between would take a second number and leave the first to nobody, and a join
+// slot nobody fills stalls the round: Membership::liveJoiners reads slots 1..count, a counted
+// slot without its member key is "a joiner has counted itself, not written its id", and the round
+// does not close until join_timeout (membership.cc, takeSlot/waitForClose). So the put goes in a
+// transaction with a marker key of this call's own (a random name under the ticket key), guarded
+// by the marker's absence: the put and the marker apply together, once. A repeat that finds the
+// marker learns its ticket from the marker's create revision, which is the revision of the put:
+// the ticket key's version at that revision. The transaction is idempotent, so a call that fails
+// with its outcome unknown is tried once more (it applies then, or finds the marker) before it is
+// a StoreConnectionError. The markers (a few bytes each) go with the ticket key's prefix: a
+// round's keys are deleted with the round, the run's with the run.
 std::int64_t EtcdStore::takeTicket(std::string_view key) {
   const std::string fullKey = full(key);
   const std::string what = fmt::format("takeTicket '{}'", shown(key));
-  const std::string nonce = common::randomHexId();
-  try {
-    const TxnResult result = client_->txn(Txn()
-                                              .when(Compare::value(fullKey, Compare::Result::kEqual, nonce))
-                                              .then(RangeRequest{KeyRange::single(fullKey)})
-                                              .otherwise(PutRequest{fullKey, nonce, 0, true}));
-    if (result.succeeded) {
-      // An earlier attempt of this call applied: the nonce's version is the ticket.
-      const std::optional<KeyValue> mine = onlyKv(rangeOf(result));
-      if (!mine || mine->value != nonce) {
-        throw StoreError("etcd store: " + what + ": the transaction's read lacks the key its guard found");
+  const std::string marker = fullKey + "/ticket/" + common::randomHexId();
+  Txn txn;
+  txn.when(Compare::absent(marker))
+      .then(PutRequest{fullKey, "", 0, true})
+      .then(PutRequest{marker, ""})
+      .otherwise(RangeRequest{KeyRange::single(marker)});
+  for (int attempt = 0;; ++attempt) {
+    try {
+      const TxnResult result = client_->txn(txn);
+      if (result.succeeded) {
+        if (result.responses.empty() || !std::holds_alternative<PutResult>(result.responses.front())) {
+          throw StoreError("etcd store: " + what + ": a transaction's answer lacks the put it asked for");
+        }
+        const std::optional<KeyValue>& previous = std::get<PutResult>(result.responses.front()).prevKv;
+        return previous ? previous->version + 1 : 1;
       }
-      return mine->version;
+      // An earlier attempt of this call applied, its answer lost.
+      const std::optional<KeyValue> mark = onlyKv(rangeOf(result));
+      if (!mark) throw StoreError("etcd store: " + what + ": the transaction's read lacks the marker its guard found");
+      RangeRequest then{KeyRange::single(fullKey)};
+      then.revision = mark->createRevision;
+      const RangeResult atPut = client_->range(then);
+      if (atPut.kvs.empty()) {
+        throw StoreError("etcd store: " + what + ": the ticket key is missing at its marker's revision");
+      }
+      return atPut.kvs.front().version;
+    } catch (const EtcdError& error) {
+      if (error.code() == EtcdError::Code::kCompacted) {
+        // The history of the put is gone (a shared etcd compacts every few minutes): which
+        // number this call took cannot be told.
+        throw StoreConnectionError(fmt::format(
+            "etcd store: {}: the take applied with its answer lost, and etcd has compacted the "
+            "revision that says which number it took: the outcome is unknown: {}",
+            what, error.what()));
+      }
+      if (!error.outcomeUnknown()) rethrow(error, what);
+      if (attempt >= 1) {
+        throw StoreConnectionError(fmt::format(
+            "etcd store: {}: twice sent to a member that failed mid-request: whether a number was "
+            "taken is unknown: {}",
+            what, error.what()));
+      }
     }
-    if (result.responses.size() != 1 || !std::holds_alternative<PutResult>(result.responses.front())) {
-      throw StoreError("etcd store: " + what + ": a transaction's answer lacks the put it asked for");
-    }
-    const std::optional<KeyValue>& previous = std::get<PutResult>(result.responses.front()).prevKv;
-    return previous ? previous->version + 1 : 1;
-  } catch (const EtcdError& error) {
-    if (!error.outcomeUnknown()) rethrow(error, what);
-    const std::optional<KeyValue> now = guarded(what, [&] { return client_->get(fullKey); });
-    if (now && now->value == nonce) return now->version;
-    throw StoreConnectionError(fmt::format(
-        "etcd store: {}: the put was sent to a member that failed mid-request, and the key does "
-        "not hold what it wrote (it did not apply, or others wrote since): the outcome is "
-        "unknown: {}",
-        what, error.what()));
   }
 }
 
