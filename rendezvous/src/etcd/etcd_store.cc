@@ -551,7 +551,9 @@ std::int64_t EtcdStore::takeTicket(std::string_view key) {
       }
       // An earlier attempt of this call applied, its answer lost.
       const std::optional<KeyValue> mark = onlyKv(rangeOf(result));
-      if (!mark) throw StoreError("etcd store: " + what + ": the transaction's read lacks the marker its guard found");
+      if (!mark) {
+        throw StoreError("etcd store: " + what + ": the transaction's read lacks the marker its guard found");
+      }
       RangeRequest then{KeyRange::single(fullKey)};
       then.revision = mark->createRevision;
       const RangeResult atPut = client_->range(then);

@@ -61,11 +61,11 @@ class Store {
   // Tickets: a dense, unique sequence number drawn from `key`. The k-th takeTicket() of a key
   // returns k (1, 2, 3, ...; each number to one caller, none skipped: see below), and
   // ticketCount() how many were taken (0 for a missing key). A ticket key is touched by these two
-  // calls only: its stored value is the backend's own business (a decimal count by default, a
-  // taker's nonce on etcd), not a counter that get() or add() may read. A deleted key starts again
-  // at 1. Where the backend cannot say whether a take it sent was applied it throws
-  // StoreConnectionError, and a number may then have been taken for nobody (the caller treats the
-  // error as a lost store, as with add()).
+  // calls only: its stored value is the backend's own business (a decimal count by default, empty
+  // on etcd, which keeps a marker key per take beside it), not a counter that get() or add() may
+  // read. A deleted key starts again at 1. Where the backend cannot say whether a take it sent
+  // was applied it throws StoreConnectionError, and a number may then have been taken for nobody
+  // (the caller treats the error as a lost store, as with add()).
   // The default is add(key, 1) / add(key, 0) (c10d's counter; the key is created at 0 by a count,
   // as c10d does). A backend where concurrent increments race overrides both: EtcdStore takes a
   // ticket in one etcd write that never fails (a put's version), where add() is a guarded
