@@ -30,6 +30,8 @@ std::string PrefixStore::get(std::string_view key) { return base_->get(full(key)
 std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
   return base_->add(full(key), delta);
 }
+std::int64_t PrefixStore::takeTicket(std::string_view key) { return base_->takeTicket(full(key)); }
+std::int64_t PrefixStore::ticketCount(std::string_view key) { return base_->ticketCount(full(key)); }
 std::string PrefixStore::compareSet(std::string_view key, std::string_view expected,
                                     std::string_view desired) {
   return base_->compareSet(full(key), expected, desired);

@@ -70,6 +70,14 @@ class CountingStore final : public HoldingStore {
     counts_.count(1);
     return inner_->add(key, delta);
   }
+  std::int64_t takeTicket(std::string_view key) override {
+    counts_.count(1);
+    return inner_->takeTicket(key);
+  }
+  std::int64_t ticketCount(std::string_view key) override {
+    counts_.count(1);
+    return inner_->ticketCount(key);
+  }
   std::string compareSet(std::string_view key, std::string_view expected, std::string_view desired) override {
     counts_.count(1);
     return inner_->compareSet(key, expected, desired);

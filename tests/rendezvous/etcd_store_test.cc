@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "ddprun/rendezvous/etcd_store.h"
 #include "etcd_cluster.h"
@@ -57,7 +59,9 @@ long long msSince(Clock::time_point start) {
 // A TCP forwarder on 127.0.0.1 to one etcd member that notes the request line of every HTTP
 // request passing through it ("POST /v3/lease/keepalive"). Request lines are found in the client's
 // byte stream by their form: the bodies are JSON with base64 keys and values, which never hold
-// "POST /" or "GET /".
+// "POST /" or "GET /". It can also fail requests of one kind mid-exchange (fail()): drop the
+// request unsent, or forward it and cut the connection before the answer (an applied write whose
+// answer is lost), so that the client's attempt ends with its outcome unknown.
 class CountingProxy {
  public:
   explicit CountingProxy(std::uint16_t target) : target_(target) {
@@ -83,11 +87,26 @@ class CountingProxy {
     return requests_;
   }
 
+  enum class Fault { kNone, kDropRequest, kCutAnswer };
+  // The next `times` requests whose line is `line` ("POST /v3/kv/txn") meet `fault`.
+  void fail(Fault fault, std::string line, int times) {
+    std::lock_guard lock(mutex_);
+    fault_ = fault;
+    faultLine_ = std::move(line);
+    faultsLeft_ = times;
+  }
+  // How many of the requests fail() named have not met their fault yet.
+  int faultsLeft() {
+    std::lock_guard lock(mutex_);
+    return faultsLeft_;
+  }
+
  private:
   struct Pair {
     int client;
     int server;
     std::string pending;  // client bytes not yet scanned for request lines
+    bool cutAnswer = false;  // close instead of forwarding the server's next bytes
   };
 
   static bool sendAll(int fd, const char* data, std::size_t size) {
@@ -100,22 +119,28 @@ class CountingProxy {
     return true;
   }
 
-  void scan(Pair& pair) {
+  // Notes the request lines in the client's bytes; the fault that one of them meets, if any.
+  Fault scan(Pair& pair) {
+    Fault met = Fault::kNone;
     for (;;) {
       std::size_t start = std::string::npos;
       for (const char* method : {"POST /", "GET /"}) start = std::min(start, pair.pending.find(method));
       if (start == std::string::npos) {
         if (pair.pending.size() > 16) pair.pending.erase(0, pair.pending.size() - 16);
-        return;
+        return met;
       }
       const std::size_t end = pair.pending.find(" HTTP/1.1\r\n", start);
       if (end == std::string::npos) {
         pair.pending.erase(0, start);
-        return;
+        return met;
       }
       {
         std::lock_guard lock(mutex_);
         requests_.push_back(pair.pending.substr(start, end - start));
+        if (faultsLeft_ > 0 && requests_.back() == faultLine_) {
+          --faultsLeft_;
+          met = fault_;
+        }
       }
       pair.pending.erase(0, end);
     }
@@ -151,16 +176,22 @@ class CountingProxy {
         bool open = true;
         if (fds[2 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) {
           const ssize_t got = ::recv(pair.client, buffer, sizeof buffer, 0);
-          if (got <= 0 || !sendAll(pair.server, buffer, static_cast<std::size_t>(got))) {
-            open = false;
-          } else {
+          Fault fault = Fault::kNone;
+          if (got > 0) {
             pair.pending.append(buffer, static_cast<std::size_t>(got));
-            scan(pair);
+            fault = scan(pair);
+          }
+          if (fault == Fault::kCutAnswer) pair.cutAnswer = true;
+          if (got <= 0 || fault == Fault::kDropRequest ||
+              !sendAll(pair.server, buffer, static_cast<std::size_t>(got))) {
+            open = false;
           }
         }
         if (open && (fds[3 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
           const ssize_t got = ::recv(pair.server, buffer, sizeof buffer, 0);
-          if (got <= 0 || !sendAll(pair.client, buffer, static_cast<std::size_t>(got))) open = false;
+          if (got <= 0 || pair.cutAnswer || !sendAll(pair.client, buffer, static_cast<std::size_t>(got))) {
+            open = false;
+          }
         }
         if (!open) closed.push_back(i);
       }
@@ -179,8 +210,11 @@ class CountingProxy {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::vector<Pair> pairs_;  // the forwarding thread's alone
-  std::mutex mutex_;
+  std::mutex mutex_;  // guards what follows
   std::vector<std::string> requests_;
+  Fault fault_ = Fault::kNone;
+  std::string faultLine_;
+  int faultsLeft_ = 0;
 };
 
 }  // namespace
@@ -436,6 +470,98 @@ TEST_CASE("listing, counting and deleting stay under the store's prefix", "[etcd
   CHECK(client->get(base + "a0/x").has_value());
   CHECK(theirs.get("x") == "theirs");
   CHECK(theirs.numKeys() == 1);
+}
+
+TEST_CASE("a ticket is one transaction through the gateway: 64 takers, 64 requests, 1..64",
+          "[etcd_store][ticket]") {
+  CountingProxy proxy(cluster().clientPort(0));
+  auto client = clientFor(proxy.endpoint());
+  const std::string prefix = freshPrefix("tickets");
+  constexpr int kTakers = 64;
+  std::vector<std::int64_t> taken(kTakers);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kTakers; ++i) {
+      threads.emplace_back([&, i] {
+        EtcdStore store(client, prefix);  // a connection of its own, as each agent has
+        taken[static_cast<std::size_t>(i)] = store.takeTicket("round/0/joined");
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+  // The client's own probes of a new connection (GET /version) aside: the takers' requests.
+  std::vector<std::string> seen;
+  for (const std::string& line : proxy.requests()) {
+    if (line != "GET /version") seen.push_back(line);
+  }
+  std::string lines;
+  for (const std::string& line : seen) lines += line + "; ";
+  INFO("requests through the forwarder: " << lines);
+  std::sort(taken.begin(), taken.end());
+  std::vector<std::int64_t> expected(kTakers);
+  for (int i = 0; i < kTakers; ++i) expected[static_cast<std::size_t>(i)] = i + 1;
+  CHECK(taken == expected);
+  // One write each, none retried (a guarded add makes every loser of a race write again).
+  CHECK(seen == std::vector<std::string>(kTakers, "POST /v3/kv/txn"));
+  // What the gateway keeps: the key's version counts the puts (its value is empty, no decimal
+  // count), and each take left its marker beside it.
+  const auto kv = client->get(prefix + "round/0/joined");
+  REQUIRE(kv.has_value());
+  CHECK(kv->version == kTakers);
+  CHECK(kv->value.empty());
+  etcd::RangeRequest markers{etcd::KeyRange::prefix(prefix + "round/0/joined/ticket/")};
+  markers.countOnly = true;
+  CHECK(client->range(markers).count == kTakers);
+  EtcdStore reader(client, prefix);
+  CHECK(reader.ticketCount("round/0/joined") == kTakers);
+  CHECK(reader.ticketCount("round/1/joined") == 0);
+  CHECK_FALSE(client->get(prefix + "round/1/joined").has_value());  // a count writes nothing
+}
+
+TEST_CASE("a ticket whose answer was lost after it applied is kept, not taken twice",
+          "[etcd_store][ticket]") {
+  // The first member is reached through a forwarder that forwards the ticket's put and cuts the
+  // connection before its answer: the client repeats the call on the second member, whose guard
+  // finds this call's marker, and the call reads its number instead of taking another.
+  CountingProxy proxy(cluster().clientPort(0));
+  auto client = clientFor(proxy.endpoint() + ",127.0.0.1:" + std::to_string(cluster().clientPort(1)));
+  EtcdStore store(client, freshPrefix("ticket-lost-answer"));
+  CHECK(store.takeTicket("t") == 1);
+  CHECK(store.takeTicket("t") == 2);
+  proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1);
+  CHECK(store.takeTicket("t") == 3);
+  CHECK(proxy.faultsLeft() == 0);
+  CHECK(store.ticketCount("t") == 3);  // no number taken for nobody
+  CHECK(store.takeTicket("t") == 4);
+}
+
+TEST_CASE("a ticket call that ends with its outcome unknown is a StoreConnectionError",
+          "[etcd_store][ticket]") {
+  // One member, behind a forwarder that fails every ticket put for the call's whole deadline.
+  CountingProxy proxy(cluster().clientPort(0));
+  EtcdStore store(clientFor(proxy.endpoint(), 1500ms), freshPrefix("ticket-unknown"));
+  CHECK(store.takeTicket("t") == 1);
+  SECTION("applied, every answer lost: StoreConnectionError, and one number taken, not one a try") {
+    proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1000);
+    CHECK_THROWS_AS(store.takeTicket("t"), StoreConnectionError);
+    proxy.fail(CountingProxy::Fault::kNone, "", 0);
+    CHECK(store.ticketCount("t") == 2);
+    CHECK(store.takeTicket("t") == 3);
+  }
+  SECTION("applied, the first answer lost: the client's next try finds the marker, one number") {
+    proxy.fail(CountingProxy::Fault::kCutAnswer, "POST /v3/kv/txn", 1);
+    CHECK(store.takeTicket("t") == 2);
+    CHECK(proxy.faultsLeft() == 0);
+    CHECK(store.ticketCount("t") == 2);
+    CHECK(store.takeTicket("t") == 3);
+  }
+  SECTION("never applied: StoreConnectionError, and nothing was taken") {
+    proxy.fail(CountingProxy::Fault::kDropRequest, "POST /v3/kv/txn", 1000);
+    CHECK_THROWS_AS(store.takeTicket("t"), StoreConnectionError);
+    proxy.fail(CountingProxy::Fault::kNone, "", 0);
+    CHECK(store.ticketCount("t") == 1);
+    CHECK(store.takeTicket("t") == 2);
+  }
 }
 
 TEST_CASE("a key prefix must end with '/'", "[etcd_store]") {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <limits>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -366,6 +367,39 @@ TEST_CASE("concurrent adds from many clients are exact", "[store][conformance]")
   }
   for (auto& t : threads) t.join();
   CHECK(fixture.connect()->add("hammer", 0) == kThreads * kAdds);
+}
+
+TEST_CASE("tickets from many clients at once are 1..N, each once, and the count is N",
+          "[store][conformance][ticket]") {
+  const Backend backend = anyBackend();
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  // 64 takers at once, one connection each, as agents joining a round (on etcd: 64 puts that no
+  // race fails, where add's guarded writes retry).
+  constexpr int kTakers = 64;
+  std::vector<std::int64_t> taken(kTakers);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < kTakers; ++i) {
+    threads.emplace_back([&, i] {
+      auto store = fixture.connect();
+      ready.fetch_add(1);
+      while (ready.load() < kTakers) std::this_thread::yield();  // bounded: every thread gets here
+      taken[static_cast<std::size_t>(i)] = store->takeTicket("tickets");
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::sort(taken.begin(), taken.end());
+  std::vector<std::int64_t> expected(kTakers);
+  for (int i = 0; i < kTakers; ++i) expected[static_cast<std::size_t>(i)] = i + 1;
+  CHECK(taken == expected);
+  auto store = fixture.connect();
+  CHECK(store->ticketCount("tickets") == kTakers);
+  CHECK(store->ticketCount("no tickets yet") == 0);
+  // A deleted ticket key starts again at 1.
+  CHECK(store->deleteKey("tickets"));
+  CHECK(store->takeTicket("tickets") == 1);
+  CHECK(store->ticketCount("tickets") == 1);
 }
 
 TEST_CASE("listPrefix lists the keys under a prefix in byte order, or says it cannot",

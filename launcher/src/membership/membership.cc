@@ -261,7 +261,9 @@ void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
   if (heartbeatStore_->holdLapse() == rendezvous::HoldLapse::kKeyDeletedOnly) {
     lapseReporter_ = std::make_unique<LapseReporter>(backend_.connect(quick, kConnectAttempt));
   }
-  self_.id = control().add(keys_.nextNodeId(), 1);
+  // A ticket, not add(): on etcd a guarded increment that N starting agents race for is O(N^2)
+  // raft proposals (Store::takeTicket).
+  self_.id = control().takeTicket(keys_.nextNodeId());
   const std::string me = toJsonText(self_);
   control().set(keys_.node(self_.id), me);
   renewHold(-1, -1);
@@ -429,7 +431,7 @@ std::vector<std::int64_t> Membership::stillAlive(const std::vector<std::int64_t>
 }
 
 std::optional<std::vector<std::int64_t>> Membership::liveJoiners(int round) {
-  const int joined = static_cast<int>(control().add(keys_.joined(round), 0));
+  const int joined = static_cast<int>(control().ticketCount(keys_.joined(round)));
   std::vector<std::string> slots;
   for (int k = 1; k <= joined; ++k) slots.push_back(keys_.member(round, k));
   if (!control().check(slots)) return std::nullopt;  // a joiner has counted itself, not written its id
@@ -520,7 +522,8 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& liveNow,
 
 std::optional<int> Membership::takeSlot(int round) {
   if (!mayWriteRound(control(), round, "a join")) return std::nullopt;
-  const int slot = static_cast<int>(control().add(keys_.joined(round), 1));
+  // The join counter is a ticket key (Store::takeTicket): one write per joiner on every backend.
+  const int slot = static_cast<int>(control().takeTicket(keys_.joined(round)));
   control().set(keys_.member(round, slot), std::to_string(self_.id));
   // Keep the job's current round up to date for agents that start later.
   for (std::string current = std::to_string(round - 1); round > 0;) {
@@ -563,7 +566,7 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // every poll, O(N^2) for the job; docs/benchmarks.md, "Scale") is read only from MIN on,
     // and below it at most once a second, for the waiting line and the check that enough nodes
     // remain after losses (which starts last_call_timeout: a second late there is nothing).
-    const int counted = static_cast<int>(control().add(keys_.joined(round), 0));
+    const int counted = static_cast<int>(control().ticketCount(keys_.joined(round)));
     std::optional<std::vector<std::int64_t>> live;
     // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
     const bool arrival = config_.maxNodes <= kNamedJoinersMax && counted != countedAtFullRead;

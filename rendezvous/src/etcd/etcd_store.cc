@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ddprun/common/random_id.h"
 #include "ddprun/common/text.h"
 #include "kv_state.h"  // parseCounter: the one reading of a stored counter
 
@@ -26,6 +27,7 @@ using etcd::EtcdError;
 using etcd::KeyRange;
 using etcd::KeyValue;
 using etcd::PutRequest;
+using etcd::PutResult;
 using etcd::RangeRequest;
 using etcd::RangeResult;
 using etcd::Revision;
@@ -505,6 +507,86 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
     return std::to_string(sum);
   });
   return sum;
+}
+
+// A ticket is a put, not a guarded increment: `add` reads, then writes guarded by the read's
+// mod revision, so of N concurrent adders one wins each round and the others' failed guards are
+// raft proposals too: O(N^2) of them for N joiners (1,024 simulated agents had not even taken
+// their node ids after 88 s, docs/benchmarks.md, "Scale"). etcd counts the puts to a key in its
+// version (1 at creation, +1 a put, back to 1 after a delete), and a put that asks for the
+// previous value learns which version it made: N takers, N proposals, none lost to a race.
+//
+// The put must apply once even when it is sent twice: the client repeats a call whose attempt got
+// no clear answer (a member that failed mid-request, or answered after the attempt's 2 s), and
+// under load that is common. A blind put repeated after its first attempt applied and another
+// taker's put came between would take a second number and leave the first to nobody, and a join
+// slot nobody fills stalls the round: Membership::liveJoiners reads slots 1..count, a counted
+// slot without its member key is "a joiner has counted itself, not written its id", and the round
+// does not close until join_timeout (membership.cc, takeSlot/waitForClose). So the put goes in a
+// transaction with a marker key of this call's own (a random name under the ticket key), guarded
+// by the marker's absence: the put and the marker apply together, once. A repeat that finds the
+// marker learns its ticket from the marker's create revision, which is the revision of the put:
+// the ticket key's version at that revision. The transaction is idempotent, so a call that fails
+// with its outcome unknown is tried once more (it applies then, or finds the marker) before it is
+// a StoreConnectionError. The markers (a few bytes each) go with the ticket key's prefix: a
+// round's keys are deleted with the round, the run's with the run.
+std::int64_t EtcdStore::takeTicket(std::string_view key) {
+  const std::string fullKey = full(key);
+  const std::string what = fmt::format("takeTicket '{}'", shown(key));
+  const std::string marker = fullKey + "/ticket/" + common::randomHexId();
+  Txn txn;
+  txn.when(Compare::absent(marker))
+      .then(PutRequest{fullKey, "", 0, true})
+      .then(PutRequest{marker, ""})
+      .otherwise(RangeRequest{KeyRange::single(marker)});
+  for (int attempt = 0;; ++attempt) {
+    try {
+      const TxnResult result = client_->txn(txn);
+      if (result.succeeded) {
+        if (result.responses.empty() || !std::holds_alternative<PutResult>(result.responses.front())) {
+          throw StoreError("etcd store: " + what + ": a transaction's answer lacks the put it asked for");
+        }
+        const std::optional<KeyValue>& previous = std::get<PutResult>(result.responses.front()).prevKv;
+        return previous ? previous->version + 1 : 1;
+      }
+      // An earlier attempt of this call applied, its answer lost.
+      const std::optional<KeyValue> mark = onlyKv(rangeOf(result));
+      if (!mark) {
+        throw StoreError("etcd store: " + what + ": the transaction's read lacks the marker its guard found");
+      }
+      RangeRequest then{KeyRange::single(fullKey)};
+      then.revision = mark->createRevision;
+      const RangeResult atPut = client_->range(then);
+      if (atPut.kvs.empty()) {
+        throw StoreError("etcd store: " + what + ": the ticket key is missing at its marker's revision");
+      }
+      return atPut.kvs.front().version;
+    } catch (const EtcdError& error) {
+      if (error.code() == EtcdError::Code::kCompacted) {
+        // The history of the put is gone (a shared etcd compacts every few minutes): which
+        // number this call took cannot be told.
+        throw StoreConnectionError(fmt::format(
+            "etcd store: {}: the take applied with its answer lost, and etcd has compacted the "
+            "revision that says which number it took: the outcome is unknown: {}",
+            what, error.what()));
+      }
+      if (!error.outcomeUnknown()) rethrow(error, what);
+      if (attempt >= 1) {
+        throw StoreConnectionError(fmt::format(
+            "etcd store: {}: twice sent to a member that failed mid-request: whether a number was "
+            "taken is unknown: {}",
+            what, error.what()));
+      }
+    }
+  }
+}
+
+std::int64_t EtcdStore::ticketCount(std::string_view key) {
+  // One read, no write (add(key, 0) creates a missing counter, as c10d does; a ticket key needs
+  // no creating: missing is 0).
+  const std::optional<KeyValue> current =
+      guarded(fmt::format("ticketCount '{}'", shown(key)), [&] { return client_->get(full(key)); });
+  return current ? current->version : 0;
 }
 
 void EtcdStore::append(std::string_view key, std::string_view value) {

@@ -88,6 +88,13 @@ class EtcdStore final : public HoldingStore {
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
+  // A ticket is one transaction that no race fails: etcd counts the puts to a key in its version
+  // (1 at creation, +1 a put), and the put's previous value says which it was. A marker key of
+  // the call's own ("<key>/ticket/<random>"), created in the same transaction and guarding it,
+  // makes a repeated attempt find its number instead of taking another. ticketCount() is one
+  // read: the key's version. The key's value is empty, no decimal count.
+  std::int64_t takeTicket(std::string_view key) override;
+  std::int64_t ticketCount(std::string_view key) override;
   std::string compareSet(std::string_view key, std::string_view expected,
                          std::string_view desired) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;

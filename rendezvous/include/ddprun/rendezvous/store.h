@@ -58,6 +58,22 @@ class Store {
   // connection, which surfaces as StoreConnectionError).
   virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
 
+  // Tickets: a dense, unique sequence number drawn from `key`. The k-th takeTicket() of a key
+  // returns k (1, 2, 3, ...; each number to one caller, none skipped: see below), and
+  // ticketCount() how many were taken (0 for a missing key). A ticket key is touched by these two
+  // calls only: its stored value is the backend's own business (a decimal count by default, empty
+  // on etcd, which keeps a marker key per take beside it), not a counter that get() or add() may
+  // read. A deleted key starts again at 1. Where the backend cannot say whether a take it sent
+  // was applied it throws StoreConnectionError, and a number may then have been taken for nobody
+  // (the caller treats the error as a lost store, as with add()).
+  // The default is add(key, 1) / add(key, 0) (c10d's counter; the key is created at 0 by a count,
+  // as c10d does). A backend where concurrent increments race overrides both: EtcdStore takes a
+  // ticket in one etcd write that never fails (a put's version), where add() is a guarded
+  // read-modify-write that every concurrent adder but one loses and retries. A wrapper store must
+  // forward both, or the backend's form is lost behind it.
+  virtual std::int64_t takeTicket(std::string_view key) { return add(key, 1); }
+  virtual std::int64_t ticketCount(std::string_view key) { return add(key, 0); }
+
   // Atomically: if `key` holds `expected`, replace it with `desired` and return `desired`;
   // if it holds something else, return that. A missing key is created with `desired` only when
   // `expected` is empty (and `desired` is returned); otherwise it stays missing and `expected` is
