@@ -13,8 +13,9 @@
 // compiler rejects a definition that differs from the declaration), forwarding to the real
 // function found with dlsym. Everything else (ddprun-rendezvous, the worker runtime, the tests)
 // links OpenSSL as usual. The list is ddprun's undefined OpenSSL symbols (`nm -D
-// --undefined-only ddprun`); a call to a function missing from it still works but brings the
-// libraries back at start-up, which tests/launcher/openssl_on_demand_test.py reports.
+// --undefined-only ddprun`, of the RelWithDebInfo and of the Debug build: -O0 keeps two more of
+// Asio's); a call to a function missing from it still works but brings the libraries back at
+// start-up, which tests/launcher/openssl_on_demand_test.py reports.
 //
 // When the library cannot be loaded: one line naming the fix, exit code 2 (docs/errors.md). This
 // happens at the first use, while the job is being set up (the token or TLS options are read
@@ -65,6 +66,7 @@
   X(X509 *, PEM_read_bio_X509, (BIO *out, X509 **x, pem_password_cb *cb, void *u), (out, x, cb, u)) \
   X(X509 *, PEM_read_bio_X509_AUX, (BIO *out, X509 **x, pem_password_cb *cb, void *u), (out, x, cb, u)) \
   X(int, RAND_bytes, (unsigned char *buf, int num), (buf, num)) \
+  X(EVP_PKEY *, d2i_PrivateKey_bio, (BIO *bp, EVP_PKEY **a), (bp, a)) \
   X(int, SSL_CTX_check_private_key, (const SSL_CTX *ctx), (ctx)) \
   X(long, SSL_CTX_ctrl, (SSL_CTX *ctx, int cmd, long larg, void *parg), (ctx, cmd, larg, parg)) \
   X(void, SSL_CTX_free, (SSL_CTX *a0), (a0)) \
@@ -101,6 +103,7 @@
   X(int, SSL_set_fd, (SSL *s, int fd), (s, fd)) \
   X(void, SSL_set_verify, (SSL *s, int mode, SSL_verify_cb callback), (s, mode, callback)) \
   X(int, SSL_write, (SSL *ssl, const void *buf, int num), (ssl, buf, num)) \
+  X(const SSL_METHOD *, TLS_method, (), ()) \
   X(const SSL_METHOD *, TLS_client_method, (), ()) \
   X(const SSL_METHOD *, TLS_server_method, (), ()) \
   X(X509 *, X509_STORE_CTX_get_current_cert, (const X509_STORE_CTX *ctx), (ctx)) \
