@@ -94,7 +94,7 @@ ClientSocket::ClientSocket(int fd) : fd_(fd), buffer_(16 * 1024) {}
 ClientSocket::~ClientSocket() {
   // No close_notify: the connection ends with the process or on an error, and a peer that stopped
   // reading must not make the destructor block.
-  ::SSL_free(tls_);
+  if (tls_ != nullptr) ::SSL_free(tls_);  // a plain connection never loads OpenSSL (ddprun: on demand)
   ::close(fd_);
 }
 
