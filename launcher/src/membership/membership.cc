@@ -240,8 +240,24 @@ void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
   const auto quick = settings_.heartbeatTimeout.value_or(std::max(settings_.holdTimeToLive(), 1000ms));
   // Reconnecting after a network blip: the heartbeat's is worth trying for as long as the node
   // counts as alive; the watch's in short attempts, so that it notices the heartbeat's verdict.
-  watch_ = backend_.connect(quick, kConnectAttempt);
-  heartbeatStore_ = backend_.connect(quick, settings_.holdTimeToLive());
+  // They follow at once, but a store that thousands of agents open in the same second may take
+  // longer than one attempt to accept one more connection (its accept queue full, a SYN resent
+  // after 1 s: 4,096 simulated agents, docs/benchmarks.md "Scale"): tried again, as the control
+  // connection is, within the same patience, each attempt short enough for cancel() to be noticed.
+  const auto connectMore = [&](std::chrono::milliseconds callTimeout, std::chrono::milliseconds attempt) {
+    const auto giveUp = now_() + patience;
+    for (int tries = 1;; ++tries) {
+      try {
+        return backend_.connect(callTimeout, attempt);
+      } catch (const rendezvous::StoreConnectionError&) {
+        if (cancelled_) throw MembershipCancelled();
+        // Bounded by the count too: a test's manual clock may stand still.
+        if (now_() >= giveUp || tries * attempt >= patience) throw;
+      }
+    }
+  };
+  watch_ = connectMore(quick, kConnectAttempt);
+  heartbeatStore_ = connectMore(quick, settings_.holdTimeToLive());
   heartbeatCallTimeout_ = quick;
 
   // A store that is this job's alone is claimed by the run, so that an agent of another run id
@@ -259,7 +275,7 @@ void Membership::open(std::optional<std::chrono::milliseconds> patienceGiven) {
     claimsStore_ = true;
   }
   if (heartbeatStore_->holdLapse() == rendezvous::HoldLapse::kKeyDeletedOnly) {
-    lapseReporter_ = std::make_unique<LapseReporter>(backend_.connect(quick, kConnectAttempt));
+    lapseReporter_ = std::make_unique<LapseReporter>(connectMore(quick, kConnectAttempt));
   }
   // A ticket, not add(): on etcd a guarded increment that N starting agents race for is O(N^2)
   // raft proposals (Store::takeTicket).
