@@ -35,7 +35,7 @@ try:
 except ImportError:
     plt = None
 
-from bench_scale import extrapolate  # noqa: E402  (the same power law the bench prints)
+from bench_scale import extrapolate, measured  # noqa: E402  (the same power law the bench prints)
 
 # torch's published figures, beside the scale plot (docs/benchmarks.md, "Scale").
 TORCH_POINTS = [(96_000, 100.0, "torch libuv TCPStore:\n96K clients, ~100 s"),
@@ -308,7 +308,7 @@ def _short(text, width=38):
 def plot_scale(results, out):
     doc = load(results, "scale")
     records = [r for r in doc.get("records", []) if "backend" in r and "nodes" in r]
-    formed = [r for r in records if r.get("form_s")]
+    formed = [r for r in records if measured(r, "form_s")]
     if not formed:
         raise Skip("scale.json has no run that formed a round (run scripts/bench.sh scale)")
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -318,7 +318,7 @@ def plot_scale(results, out):
     for backend, marker in (("c10d", "o"), ("etcd", "s")):
         mine = sorted((r for r in records if r["backend"] == backend), key=lambda r: r["nodes"])
         for key, style, what in (("form_s", "-", "form"), ("reform_s", "--", "re-form")):
-            pts = [(r["nodes"], r[key]) for r in mine if r.get(key)]
+            pts = [(r["nodes"], r[key]) for r in mine if measured(r, key)]
             if not pts:
                 continue
             line, = ax.plot(*zip(*pts), style, marker=marker, color=shades[(backend, key)],

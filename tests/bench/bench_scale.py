@@ -87,18 +87,28 @@ def run_one(args, backend, nodes):
         store.close()
 
 
+def measured(row, key):
+    """Whether `row` holds a whole figure `key`: a run that completed, or, for the forming
+    figures, one that gave up while re-forming (it had formed). A run that failed earlier has
+    zeros or partial times there."""
+    if row.get(key, 0) <= 0:
+        return False
+    return bool(row.get("ok")) or (key in ("form_s", "store_cpu_form_s") and
+                                   row.get("unfinished_phase") == "reform")
+
+
 def extrapolate(rows, target):
-    """Power law through the two largest sizes that formed: (exponent, seconds at `target`)."""
-    good = sorted((r for r in rows if r.get("ok")), key=lambda r: r["nodes"])
-    if len(good) < 2:
-        return None
-    a, b = good[-2], good[-1]
+    """Power law through the two largest sizes that measured each figure: (exponent, seconds at
+    `target`). Per figure, so that a size that formed but did not re-form still counts for its
+    form figures (and a curve is drawn on from its own last point)."""
     out = {}
     # The wall times, and the store's CPU seconds: on a real cluster (each agent on its own host)
     # the store is what all nodes share, while here the simulator's agents share the cores too.
     for key in ("form_s", "reform_s", "store_cpu_form_s", "store_cpu_reform_s"):
-        if a.get(key, 0) <= 0 or b.get(key, 0) <= 0:
+        have = sorted((r for r in rows if measured(r, key)), key=lambda r: r["nodes"])
+        if len(have) < 2:
             continue
+        a, b = have[-2], have[-1]
         k = math.log(b[key] / a[key]) / math.log(b["nodes"] / a["nodes"])
         out[key] = (k, b[key] * (target / b["nodes"]) ** k)
     return out
