@@ -1,6 +1,5 @@
 #include "process/posix_launcher.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sched.h>
@@ -15,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -119,15 +117,9 @@ pid_t parentOf(pid_t pid) {
 std::vector<pid_t> childrenByAnyMeans(pid_t parent) {
   if (auto children = childrenOf(parent)) return std::move(*children);
   std::vector<pid_t> children;
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return children;
-  while (dirent* entry = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
-    if (parentOf(static_cast<pid_t>(pid)) == parent) children.push_back(static_cast<pid_t>(pid));
+  for (const pid_t pid : listProcesses()) {
+    if (parentOf(pid) == parent) children.push_back(pid);
   }
-  ::closedir(proc);
   return children;
 }
 
