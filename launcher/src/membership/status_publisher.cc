@@ -38,7 +38,13 @@ std::string boundedSnapshotText(AgentSnapshot snapshot) {
 
 StatusPublisher::StatusPublisher(StoreBackend& backend, const std::string& runId,
                                  std::chrono::milliseconds callTimeout)
-    : backend_(backend), keys_(runId), callTimeout_(callTimeout), thread_([this] { run(); }) {}
+    : backend_(backend), keys_(runId), callTimeout_(callTimeout) {}
+
+void StatusPublisher::startThreadLocked() {
+  // The thread starts with the first snapshot: a job that ends before its first one (a launch of
+  // no-op workers, under half a second) never pays for a thread that would write nothing.
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
 
 StatusPublisher::~StatusPublisher() {
   {
@@ -58,6 +64,7 @@ void StatusPublisher::publish(const AgentSnapshot& snapshot, std::int64_t nodeId
     if (last_ || stopping_) return;
     pending_.emplace(nodeId, std::move(text));
     ++queued_;
+    startThreadLocked();
   }
   wake_.notify_all();
 }
@@ -71,6 +78,7 @@ bool StatusPublisher::publishLast(const AgentSnapshot& snapshot, std::int64_t no
   pending_.emplace(nodeId, std::move(text));
   const std::uint64_t mine = ++queued_;
   last_ = true;
+  startThreadLocked();
   wake_.notify_all();
   return wake_.wait_for(lock, patience, [&] { return settled_ >= mine; }) && lastWritten_;
 }

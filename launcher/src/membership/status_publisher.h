@@ -48,6 +48,8 @@ class StatusPublisher {
                    std::chrono::milliseconds patience);
 
  private:
+  // Starts the writing thread if it has not started. REQUIRES: mutex_ held.
+  void startThreadLocked();
   void run();
   // One write of `text` as node `nodeId`'s; throws what the store throws.
   void write(std::int64_t nodeId, const std::string& text);
@@ -66,7 +68,7 @@ class StatusPublisher {
   bool lastWritten_ = false;   // the last one settled was written
   bool last_ = false;          // publishLast() was called: nothing more after it
   bool stopping_ = false;
-  std::thread thread_;
+  std::thread thread_;  // started by the first snapshot handed over (under mutex_)
 };
 
 }  // namespace ddprun::launcher
