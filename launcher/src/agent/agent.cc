@@ -304,8 +304,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   // Who forms the rounds. A --standalone job is one node on the store this agent hosts on
   // 127.0.0.1 at a free port under a random run id: no other agent can join its rounds, so they
-  // form at once without the store (SoloRendezvous: ~50 loopback round trips and the driver's
-  // two threads fewer at each launch and restart). Safe because nothing else can reach them: the
+  // form at once without the store (SoloRendezvous: ~50 loopback round trips and the
+  // membership's three threads fewer at each launch and restart). Safe because nothing else can reach them: the
   // store goes with this process (nothing to fence against, no node to count lost), nobody else
   // knows the run id, and --nnodes is 1 (the CLI refuses more with --standalone). The store-wide
   // active-run claim is dropped with it: it keeps an agent of another run id out of a shared
@@ -376,9 +376,9 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     driver->closeWithStore();
   } else {
     driver->close(/*hostsStore=*/identity.hostsStore,
-                 signalled ? std::optional(std::min(config.restart.shutdownTimeout,
-                                                    config.rdzv.settings.closeTimeout))
-                           : std::nullopt);
+                  signalled ? std::optional(std::min(config.restart.shutdownTimeout,
+                                                     config.rdzv.settings.closeTimeout))
+                            : std::nullopt);
   }
   output.closeAll();
   // The failure summary points into the scratch directory (error files): keep it then, as
