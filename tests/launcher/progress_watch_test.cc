@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,7 @@ TEST_CASE("heartbeat files: none reported after prepare, a utime of the file is 
   TempDir dir;
   HeartbeatFiles files(dir.path);
   const std::string path = files.prepare(3);
-  CHECK(path == dir.path + "/3");
+  CHECK(path == dir.path + "/heartbeat-3");
   CHECK_FALSE(files.lastReport(3).has_value());
   const auto before = std::chrono::system_clock::now() - 1s;
   REQUIRE(::utime(path.c_str(), nullptr) == 0);  // Python: os.utime(path)
@@ -58,6 +60,29 @@ TEST_CASE("heartbeat files: none reported after prepare, a utime of the file is 
   files.prepare(3);
   CHECK_FALSE(files.lastReport(3).has_value());
   CHECK_FALSE(files.lastReport(4).has_value());  // no file at all
+}
+
+TEST_CASE("heartbeat files: in the agent's directory itself, no directory of their own",
+          "[progress][unit]") {
+  // Every directory costs a launch a mkdir and a removal (docs/benchmarks.md, eighth pass): the
+  // files of all the workers, every attempt, are plain files of the one directory.
+  TempDir dir;
+  HeartbeatFiles files(dir.path);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int rank = 0; rank < 8; ++rank) files.prepare(rank);
+  }
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    ++entries;
+    CHECK(entry.is_regular_file());
+  }
+  CHECK(entries == 8);
+  // Still the agent's own directory only: a missing one is made (mode 0700), a link refused.
+  HeartbeatFiles inNew(dir.path + "/made");
+  CHECK(inNew.prepare(0) == dir.path + "/made/heartbeat-0");
+  REQUIRE(::symlink(dir.path.c_str(), (dir.path + "/link").c_str()) == 0);
+  HeartbeatFiles throughLink(dir.path + "/link");
+  CHECK_THROWS_AS(throughLink.prepare(0), std::system_error);
 }
 
 TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes about once per hang "

@@ -82,13 +82,13 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 }
 
 // How a hung worker's stacks are taken: the Python stack hook (installed into the private
-// directory and put first on the workers' PYTHONPATH) and a debugger.
+// directory, its dumps there too, and put first on the workers' PYTHONPATH) and a debugger.
 EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& identity,
                                 std::chrono::milliseconds nativeStackBudget) {
   EvidenceOptions options;
   options.debuggerBudget = nativeStackBudget;
   try {
-    const PythonStackHook hook = installPythonStackHook((fs::path(privateDir) / "stack_hook").string());
+    const PythonStackHook hook = installPythonStackHook(privateDir);
     addPythonStackHook(hook, identity.environment);
     options.pythonStackDir = hook.stackDir;
     options.pythonStackSignal = hook.signal;
@@ -186,7 +186,7 @@ class Watchers {
  public:
   Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
            const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
-      : heartbeats_(heartbeatDir(privateDir)),
+      : heartbeats_(privateDir.string()),
         evidence_(makeThreadedEvidenceCollector(
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
         oom_(cgroupPath) {}
@@ -204,12 +204,6 @@ class Watchers {
   }
 
  private:
-  static std::string heartbeatDir(const fs::path& privateDir) {
-    std::error_code notMade;  // a failure shows when a worker's heartbeat file cannot be made
-    fs::create_directories(privateDir / "heartbeats", notMade);
-    return (privateDir / "heartbeats").string();
-  }
-
   HeartbeatFiles heartbeats_;
   std::unique_ptr<EvidenceCollector> evidence_;
   KernelOomWitness oom_;

@@ -34,14 +34,18 @@ std::chrono::milliseconds since(EventLoop::WallTime from, EventLoop::WallTime no
 }  // namespace
 
 std::string HeartbeatFiles::path(int localRank) const {
-  return fmt::format("{}/{}", directory_, localRank);
+  return fmt::format("{}/heartbeat-{}", directory_, localRank);
 }
 
 std::string HeartbeatFiles::prepare(int localRank) {
-  // The directory is the agent's own (in its private directory); one that is a link or another
-  // user's is refused, never used.
-  if (auto problem = common::ensureOwnDirectory(directory_)) {
-    throw std::system_error(problem->code(), "cannot create " + directory_);
+  // The directory is the agent's own (its private directory); one that is a link or another
+  // user's is refused, never used. Checked once, by the first worker's prepare: one mkdir and
+  // lstat per agent, not per worker and attempt.
+  if (!directoryChecked_) {
+    if (auto problem = common::ensureOwnDirectory(directory_)) {
+      throw std::system_error(problem->code(), "cannot create " + directory_);
+    }
+    directoryChecked_ = true;
   }
   const std::string file = path(localRank);
   // A fresh file for each attempt: the last attempt's (its workers could touch it, or put a link

@@ -53,7 +53,8 @@ class Heartbeats {
   virtual std::optional<EventLoop::WallTime> lastReport(int localRank) const = 0;
 };
 
-// Heartbeat files "<directory>/<local rank>".
+// Heartbeat files "<directory>/heartbeat-<local rank>" (the agent's private directory: no
+// directory of their own, which would cost every launch a mkdir and a removal).
 class HeartbeatFiles final : public Heartbeats {
  public:
   explicit HeartbeatFiles(std::string directory) : directory_(std::move(directory)) {}
@@ -63,6 +64,7 @@ class HeartbeatFiles final : public Heartbeats {
  private:
   std::string path(int localRank) const;
   std::string directory_;
+  bool directoryChecked_ = false;  // made or found to be ours (the first prepare())
 };
 
 // A worker found hung.
