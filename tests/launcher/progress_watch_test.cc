@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <string>
 #include <vector>
@@ -83,6 +84,50 @@ TEST_CASE("heartbeat files: in the agent's directory itself, no directory of the
   REQUIRE(::symlink(dir.path.c_str(), (dir.path + "/link").c_str()) == 0);
   HeartbeatFiles throughLink(dir.path + "/link");
   CHECK_THROWS_AS(throughLink.prepare(0), std::system_error);
+}
+
+TEST_CASE("heartbeat files: a restart resets the last attempt's file in place, and replaces "
+          "anything else found there",
+          "[progress][unit]") {
+  TempDir dir;
+  HeartbeatFiles files(dir.path);
+  auto inode = [](const std::string& path) {
+    struct stat info {};
+    REQUIRE(::lstat(path.c_str(), &info) == 0);
+    return info.st_ino;
+  };
+  const std::string path = files.prepare(0);
+  const auto first = inode(path);
+  REQUIRE(::utime(path.c_str(), nullptr) == 0);
+  REQUIRE(files.lastReport(0).has_value());
+  // Untouched but for reports: the same file, its report forgotten (no inode freed and made).
+  CHECK(files.prepare(0) == path);
+  CHECK(inode(path) == first);
+  CHECK_FALSE(files.lastReport(0).has_value());
+  // What a worker could leave there instead is never written through or kept: a link (to a
+  // file of its own), a second name for the file, a file others may write to.
+  const std::string target = dir.path + "/target";
+  { std::ofstream(target) << "x"; }
+  REQUIRE(::utime(target.c_str(), nullptr) == 0);
+  REQUIRE(::unlink(path.c_str()) == 0);
+  REQUIRE(::symlink(target.c_str(), path.c_str()) == 0);
+  files.prepare(0);
+  struct stat info {};
+  REQUIRE(::lstat(path.c_str(), &info) == 0);
+  CHECK(S_ISREG(info.st_mode));
+  CHECK_FALSE(files.lastReport(0).has_value());
+  REQUIRE(::stat(target.c_str(), &info) == 0);
+  CHECK(info.st_mtim.tv_sec != 0);  // the link's target untouched
+  const std::string other = dir.path + "/other-name";
+  REQUIRE(::link(path.c_str(), other.c_str()) == 0);
+  const auto linked = inode(path);
+  files.prepare(0);
+  CHECK(inode(path) != linked);
+  // (A file replaced may get the freed inode's number again: its mode tells it apart.)
+  REQUIRE(::chmod(path.c_str(), 0666) == 0);
+  files.prepare(0);
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
 }
 
 TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes about once per hang "
