@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "agent_fakes.h"
 #include "core/proc_stat.h"
@@ -128,6 +129,42 @@ TEST_CASE("heartbeat files: a restart resets the last attempt's file in place, a
   files.prepare(0);
   REQUIRE(::stat(path.c_str(), &info) == 0);
   CHECK((info.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("heartbeat files made ahead: prepare() finds them reset, and what was planted there "
+          "is replaced, never written through",
+          "[progress][unit]") {
+  TempDir dir;
+  const std::string target = dir.path + "/target";
+  { std::ofstream(target) << "x"; }
+  REQUIRE(::utime(target.c_str(), nullptr) == 0);
+  REQUIRE(::symlink(target.c_str(), (dir.path + "/heartbeat-2").c_str()) == 0);
+  {
+    HeartbeatFiles files(dir.path);
+    files.prepareAhead(4);
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::string path = files.prepare(rank);
+      CHECK(path == fmt::format("{}/heartbeat-{}", dir.path, rank));
+      struct stat info {};
+      REQUIRE(::lstat(path.c_str(), &info) == 0);
+      CHECK(S_ISREG(info.st_mode));
+      CHECK((info.st_mode & 0777) == 0600);
+      CHECK_FALSE(files.lastReport(rank).has_value());
+    }
+    struct stat info {};
+    REQUIRE(::stat(target.c_str(), &info) == 0);
+    CHECK(info.st_mtim.tv_sec != 0);  // the link's target untouched
+  }
+  // Made ahead and never prepared (a job that ended before its workers): joined, no error.
+  {
+    TempDir other;
+    HeartbeatFiles files(other.path);
+    files.prepareAhead(8);
+  }
+  // Not the agent's own directory: refused at once.
+  REQUIRE(::symlink(dir.path.c_str(), (dir.path + "/link").c_str()) == 0);
+  HeartbeatFiles throughLink(dir.path + "/link");
+  CHECK_THROWS_AS(throughLink.prepareAhead(2), std::system_error);
 }
 
 TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes about once per hang "

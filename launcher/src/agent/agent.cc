@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <system_error>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -191,6 +192,16 @@ class Watchers {
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
         oom_(cgroupPath) {}
 
+  // The first attempt's heartbeat files, made on a thread of their own meanwhile (each is an
+  // inode: the costly part of preparing a worker). A directory that is not the agent's own
+  // shows when a worker is prepared, as before.
+  void prepareAhead(int nproc) {
+    try {
+      heartbeats_.prepareAhead(nproc);
+    } catch (const std::system_error&) {
+    }
+  }
+
   WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
     WorkerWatch watch;
     watch.heartbeats = &heartbeats_;
@@ -297,6 +308,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   MembershipDriver driver(config.rdzv, *backend, selfNode(config, identity), loop);
   Watchers watchers(privateDir, identity, loop, launcher.cgroupPath(), config.hang.nativeStackBudget);
+  watchers.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, driver, stores,
