@@ -443,6 +443,36 @@ TEST_CASE("the error file the failure summary names still exists after ddprun ex
   fs::remove_all(fs::path(path).parent_path().parent_path().parent_path());  // the kept directory
 }
 
+TEST_CASE("the run's temporary directories are gone when ddprun exits 0, and after a failure only "
+          "the scratch directory with the workers' error-file directories is left",
+          "[agent]") {
+  // The private directory holds the heartbeat files, the stack hook's python/ and its dumps
+  // itself (no directory of their own: docs/benchmarks.md, eighth pass); the two trees are
+  // removed side by side at the end.
+  TempDir tmp;
+  const std::string check =
+      "test -f \"$DDPRUN_HEARTBEAT_FILE\" && test -f \"${PYTHONPATH%%:*}/sitecustomize.py\" && "
+      "test \"$(dirname \"$DDPRUN_HEARTBEAT_FILE\")\" = \"$DDPRUN_STACK_DIR\" && "
+      "test -d \"$(dirname \"$TORCHELASTIC_ERROR_FILE\")\" && exit \"$1\"";
+  {
+    Subprocess job(ddprunCommand(4, {"--no-python", "/bin/sh", "-c", check, "sh", "0"}), {"TMPDIR=" + tmp.path});
+    REQUIRE(exitsWith(job, 0, 30s));
+    INFO(job.errors());
+    CHECK(fs::is_empty(tmp.path));
+  }
+  {
+    Subprocess job(ddprunCommand(2, {"--no-python", "/bin/sh", "-c", check, "sh", "3"}), {"TMPDIR=" + tmp.path});
+    REQUIRE(exitsWith(job, 3, 30s));
+    INFO(job.errors());
+    std::vector<std::string> left;
+    for (const auto& entry : fs::directory_iterator(tmp.path)) left.push_back(entry.path().filename().string());
+    REQUIRE(left.size() == 1);
+    CHECK(left[0].rfind(fmt::format("ddprun-{}-", job.pid()), 0) == 0);  // the scratch directory
+    CHECK(fs::is_directory(tmp.path + "/" + left[0] + "/attempt_0/0"));
+    CHECK(fs::is_directory(tmp.path + "/" + left[0] + "/attempt_0/1"));
+  }
+}
+
 TEST_CASE("a run-path script: an uncaught exception's traceback is in the summary, as under torchrun",
           "[agent]") {
   TempDir dir;

@@ -8,7 +8,9 @@
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include "output/console_lines.h"
 
@@ -117,6 +119,60 @@ TEST_CASE("ConsoleWriter: framed pieces and the agent's lines on a real pipe", "
   }
   ::close(ends[0]);
   CHECK(text == "\r[0]: 5%\n[1]:hello\n\r[0]:10%\nagent line\n\r[0]:15%\n");
+}
+
+namespace {
+
+// The threads of this process now (/proc/self/task).
+std::size_t threadCount() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++count;
+  return count;
+}
+
+// Waits (bounded) until this process has `count` threads or fewer; the count seen last.
+std::size_t settlesAt(std::size_t count) {
+  std::size_t seen = threadCount();
+  for (int i = 0; i < 500 && seen > count; ++i) {
+    std::this_thread::sleep_for(10ms);
+    seen = threadCount();
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("ConsoleWriter: no thread until there is something to write, then one, gone with the writer",
+          "[console_writer]") {
+  // A quiet job (nothing printed) starts no writing thread and has none to end when it leaves.
+  REQUIRE(settlesAt(1) == 1);  // the earlier tests' writers have ended theirs
+  int ends[2];
+  REQUIRE(::pipe2(ends, O_CLOEXEC) == 0);
+  boost::asio::io_context io;
+  {
+    ConsoleWriter quiet(ends[1], io);
+    CHECK(threadCount() == 1);
+    CHECK(quiet.flush(1s));  // nothing queued: at once
+  }
+  {
+    ConsoleWriter writer(ends[1], io);
+    writer.write(std::string("first\n"));
+    CHECK(threadCount() == 2);
+    writer.write(std::string("second\n"));
+    CHECK(threadCount() == 2);  // one thread, however many writes
+    CHECK(writer.flush(10s));
+  }
+  CHECK(settlesAt(1) == 1);
+  ::close(ends[1]);
+  // Every descriptor of the pipe's writing end is closed (the quiet writer's copy too): the
+  // reader sees the end after what was written.
+  std::string text;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(ends[0], buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(ends[0]);
+  CHECK(text == "first\nsecond\n");
 }
 
 TEST_CASE("samePlace: one pipe through two descriptors, or two pipes", "[console_writer]") {

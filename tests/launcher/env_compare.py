@@ -139,18 +139,18 @@ DELIBERATE_DIFFERENCES = {
         "the workers start, so that the agent's guardian can find and kill even descendants that "
         "left their session if the agent is killed where no cgroup holds them."),
     "DDPRUN_HEARTBEAT_FILE": Deliberate(
-        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/heartbeats/[0-9]+",
+        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/heartbeat-[0-9]+",
         "ddprun's own: the worker's progress heartbeat (os.utime of it reports progress) that "
         "--hang-timeout watches; a file of the agent's private directory."),
     "DDPRUN_STACK_DIR": Deliberate(
-        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/stacks",
+        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}",
         "ddprun's own: where a Python worker's faulthandler writes every thread's stack when the "
         "agent asks a hung worker where it is (docs/errors.md, Hangs)."),
     "DDPRUN_STACK_SIGNAL": Deliberate(
         ALL, ABSENT, r"[0-9]+",
         "ddprun's own: the real-time signal that asks a Python worker for its stacks."),
     "PYTHONPATH": Deliberate(
-        ALL, r".*", r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/python(:.*)?",
+        ALL, r".*", r"<TMPDIR>/ddprun-agent-\w{6}/python(:.*)?",
         "ddprun puts its stack hook first (a sitecustomize.py that registers faulthandler for the "
         "stack signal and for fatal signals, then runs the sitecustomize it shadows); the "
         "caller's PYTHONPATH follows unchanged."),
@@ -165,7 +165,7 @@ DELIBERATE_DIFFERENCES = {
         "through a pipe per stream and copies whole lines to its own stdout/stderr (no "
         "mid-line interleaving between ranks, pytorch#117383; needed for prefixes and filters)."),
     "process: extra open descriptors": Deliberate(
-        ALL, "none", r"<TMPDIR>/ddprun-agent-\w{6}/stack_hook/stacks/[0-9]+\.txt.*",
+        ALL, "none", r"<TMPDIR>/ddprun-agent-\w{6}/[0-9]+\.txt.*",
         "ddprun's stack hook keeps the file faulthandler writes a hung worker's stacks into open "
         "(faulthandler writes from its signal handler, where it cannot open files)."),
     "process: parent-death signal": Deliberate(

@@ -208,6 +208,10 @@ TEST_CASE("hang evidence: a hung Python process dumps every thread's stack on re
   CHECK(hook.signal == SIGRTMIN + 5);
   CHECK(fs::exists(hook.pythonPath + "/sitecustomize.py"));
   CHECK(fs::is_directory(hook.stackDir));
+  // Two directories, not three: the dumps go into the hook's directory itself, and only the
+  // module directory on PYTHONPATH is one of its own (each directory costs a launch).
+  CHECK(hook.stackDir == dir.path + "/hook");
+  CHECK(hook.pythonPath == dir.path + "/hook/python");
   writeFile(dir.path + "/stuck.py", kStuckScript);
   Subprocess worker({kPython, dir.path + "/stuck.py"}, hookEnvironment(hook));
   REQUIRE(becomesReady(worker));

@@ -10,10 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "agent_fakes.h"
 #include "core/proc_stat.h"
@@ -47,7 +51,7 @@ TEST_CASE("heartbeat files: none reported after prepare, a utime of the file is 
   TempDir dir;
   HeartbeatFiles files(dir.path);
   const std::string path = files.prepare(3);
-  CHECK(path == dir.path + "/3");
+  CHECK(path == dir.path + "/heartbeat-3");
   CHECK_FALSE(files.lastReport(3).has_value());
   const auto before = std::chrono::system_clock::now() - 1s;
   REQUIRE(::utime(path.c_str(), nullptr) == 0);  // Python: os.utime(path)
@@ -58,6 +62,109 @@ TEST_CASE("heartbeat files: none reported after prepare, a utime of the file is 
   files.prepare(3);
   CHECK_FALSE(files.lastReport(3).has_value());
   CHECK_FALSE(files.lastReport(4).has_value());  // no file at all
+}
+
+TEST_CASE("heartbeat files: in the agent's directory itself, no directory of their own",
+          "[progress][unit]") {
+  // Every directory costs a launch a mkdir and a removal (docs/benchmarks.md, eighth pass): the
+  // files of all the workers, every attempt, are plain files of the one directory.
+  TempDir dir;
+  HeartbeatFiles files(dir.path);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (int rank = 0; rank < 8; ++rank) files.prepare(rank);
+  }
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    ++entries;
+    CHECK(entry.is_regular_file());
+  }
+  CHECK(entries == 8);
+  // Still the agent's own directory only: a missing one is made (mode 0700), a link refused.
+  HeartbeatFiles inNew(dir.path + "/made");
+  CHECK(inNew.prepare(0) == dir.path + "/made/heartbeat-0");
+  REQUIRE(::symlink(dir.path.c_str(), (dir.path + "/link").c_str()) == 0);
+  HeartbeatFiles throughLink(dir.path + "/link");
+  CHECK_THROWS_AS(throughLink.prepare(0), std::system_error);
+}
+
+TEST_CASE("heartbeat files: a restart resets the last attempt's file in place, and replaces "
+          "anything else found there",
+          "[progress][unit]") {
+  TempDir dir;
+  HeartbeatFiles files(dir.path);
+  auto inode = [](const std::string& path) {
+    struct stat info {};
+    REQUIRE(::lstat(path.c_str(), &info) == 0);
+    return info.st_ino;
+  };
+  const std::string path = files.prepare(0);
+  const auto first = inode(path);
+  REQUIRE(::utime(path.c_str(), nullptr) == 0);
+  REQUIRE(files.lastReport(0).has_value());
+  // Untouched but for reports: the same file, its report forgotten (no inode freed and made).
+  CHECK(files.prepare(0) == path);
+  CHECK(inode(path) == first);
+  CHECK_FALSE(files.lastReport(0).has_value());
+  // What a worker could leave there instead is never written through or kept: a link (to a
+  // file of its own), a second name for the file, a file others may write to.
+  const std::string target = dir.path + "/target";
+  { std::ofstream(target) << "x"; }
+  REQUIRE(::utime(target.c_str(), nullptr) == 0);
+  REQUIRE(::unlink(path.c_str()) == 0);
+  REQUIRE(::symlink(target.c_str(), path.c_str()) == 0);
+  files.prepare(0);
+  struct stat info {};
+  REQUIRE(::lstat(path.c_str(), &info) == 0);
+  CHECK(S_ISREG(info.st_mode));
+  CHECK_FALSE(files.lastReport(0).has_value());
+  REQUIRE(::stat(target.c_str(), &info) == 0);
+  CHECK(info.st_mtim.tv_sec != 0);  // the link's target untouched
+  const std::string other = dir.path + "/other-name";
+  REQUIRE(::link(path.c_str(), other.c_str()) == 0);
+  const auto linked = inode(path);
+  files.prepare(0);
+  CHECK(inode(path) != linked);
+  // (A file replaced may get the freed inode's number again: its mode tells it apart.)
+  REQUIRE(::chmod(path.c_str(), 0666) == 0);
+  files.prepare(0);
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("heartbeat files made ahead: prepare() finds them reset, and what was planted there "
+          "is replaced, never written through",
+          "[progress][unit]") {
+  TempDir dir;
+  const std::string target = dir.path + "/target";
+  { std::ofstream(target) << "x"; }
+  REQUIRE(::utime(target.c_str(), nullptr) == 0);
+  REQUIRE(::symlink(target.c_str(), (dir.path + "/heartbeat-2").c_str()) == 0);
+  {
+    HeartbeatFiles files(dir.path);
+    files.prepareAhead(4);
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::string path = files.prepare(rank);
+      CHECK(path == fmt::format("{}/heartbeat-{}", dir.path, rank));
+      struct stat info {};
+      REQUIRE(::lstat(path.c_str(), &info) == 0);
+      CHECK(S_ISREG(info.st_mode));
+      CHECK((info.st_mode & 0777) == 0600);
+      CHECK_FALSE(files.lastReport(rank).has_value());
+    }
+    struct stat info {};
+    REQUIRE(::stat(target.c_str(), &info) == 0);
+    CHECK(info.st_mtim.tv_sec != 0);  // the link's target untouched
+  }
+  // Made ahead and never prepared (a job that ended before its workers): joined, no error.
+  {
+    TempDir other;
+    HeartbeatFiles files(other.path);
+    files.prepareAhead(8);
+  }
+  // Not the agent's own directory: refused at once.
+  REQUIRE(::symlink(dir.path.c_str(), (dir.path + "/link").c_str()) == 0);
+  HeartbeatFiles throughLink(dir.path + "/link");
+  CHECK_THROWS_AS(throughLink.prepareAhead(2), std::system_error);
 }
 
 TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes about once per hang "

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <system_error>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -83,13 +84,13 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
 }
 
 // How a hung worker's stacks are taken: the Python stack hook (installed into the private
-// directory and put first on the workers' PYTHONPATH) and a debugger.
+// directory, its dumps there too, and put first on the workers' PYTHONPATH) and a debugger.
 EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& identity,
                                 std::chrono::milliseconds nativeStackBudget) {
   EvidenceOptions options;
   options.debuggerBudget = nativeStackBudget;
   try {
-    const PythonStackHook hook = installPythonStackHook((fs::path(privateDir) / "stack_hook").string());
+    const PythonStackHook hook = installPythonStackHook(privateDir);
     addPythonStackHook(hook, identity.environment);
     options.pythonStackDir = hook.stackDir;
     options.pythonStackSignal = hook.signal;
@@ -187,10 +188,20 @@ class Watchers {
  public:
   Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
            const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
-      : heartbeats_(heartbeatDir(privateDir)),
+      : heartbeats_(privateDir.string()),
         evidence_(makeThreadedEvidenceCollector(
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
         oom_(cgroupPath) {}
+
+  // The first attempt's heartbeat files, made on a thread of their own meanwhile (each is an
+  // inode: the costly part of preparing a worker). A directory that is not the agent's own
+  // shows when a worker is prepared, as before.
+  void prepareAhead(int nproc) {
+    try {
+      heartbeats_.prepareAhead(nproc);
+    } catch (const std::system_error&) {
+    }
+  }
 
   WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
     WorkerWatch watch;
@@ -205,12 +216,6 @@ class Watchers {
   }
 
  private:
-  static std::string heartbeatDir(const fs::path& privateDir) {
-    std::error_code notMade;  // a failure shows when a worker's heartbeat file cannot be made
-    fs::create_directories(privateDir / "heartbeats", notMade);
-    return (privateDir / "heartbeats").string();
-  }
-
   HeartbeatFiles heartbeats_;
   std::unique_ptr<EvidenceCollector> evidence_;
   KernelOomWitness oom_;
@@ -321,6 +326,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   RendezvousClient& rendezvous = solo ? static_cast<RendezvousClient&>(*solo) : *driver;
   Watchers watchers(privateDir, identity, loop, launcher.cgroupPath(), config.hang.nativeStackBudget);
+  watchers.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,

@@ -6,8 +6,10 @@
 //                 --log-dir get a fresh "$TMPDIR/ddprun_logs_XXXXXX" as D (as torchrun does);
 //   scratch dir   without --log-dir: "$TMPDIR/ddprun-<agent pid>-XXXXXX", the workers' error files;
 //                 kept when the failure summary points into it, as torchrun keeps its own;
-//   private dir   "$TMPDIR/ddprun-agent-XXXXXX": heartbeats, the Python stack hook and its dumps,
-//                 the FileTimer pipe; always removed.
+//   private dir   "$TMPDIR/ddprun-agent-XXXXXX": the heartbeat files, the Python stack hook's
+//                 python/ and its dumps, the FileTimer pipe; always removed. Two directories in
+//                 all (this one and python/): every directory costs a launch a mkdir and a
+//                 removal that can wait on the file system's journal (docs/benchmarks.md).
 //
 // Every one is a fresh mkdtemp (mode 0700, common::makePrivateDirectory), and each is registered
 // with the guardian as soon as it exists. Before anything is made, TMPDIR and --log-dir are

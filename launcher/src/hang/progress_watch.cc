@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <system_error>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -34,22 +36,70 @@ std::chrono::milliseconds since(EventLoop::WallTime from, EventLoop::WallTime no
 }  // namespace
 
 std::string HeartbeatFiles::path(int localRank) const {
-  return fmt::format("{}/{}", directory_, localRank);
+  return fmt::format("{}/heartbeat-{}", directory_, localRank);
 }
 
-std::string HeartbeatFiles::prepare(int localRank) {
-  // The directory is the agent's own (in its private directory); one that is a link or another
-  // user's is refused, never used.
+HeartbeatFiles::~HeartbeatFiles() {
+  if (ahead_.joinable()) ahead_.join();
+}
+
+void HeartbeatFiles::checkDirectory() {
+  // The directory is the agent's own (its private directory); one that is a link or another
+  // user's is refused, never used. Checked once, before the first file: one mkdir and lstat per
+  // agent, not per worker and attempt.
+  if (directoryChecked_) return;
   if (auto problem = common::ensureOwnDirectory(directory_)) {
     throw std::system_error(problem->code(), "cannot create " + directory_);
   }
+  directoryChecked_ = true;
+}
+
+void HeartbeatFiles::prepareAhead(int count) {
+  checkDirectory();
+  if (ahead_.joinable() || count <= 0) return;
+  std::vector<std::string> files;
+  for (int rank = 0; rank < count; ++rank) files.push_back(path(rank));
+  try {
+    ahead_ = std::thread([files = std::move(files)] {
+      // As prepare() makes one (O_EXCL, never through a link, time 0); a name already taken is
+      // left for prepare() to judge.
+      const timespec zero[2] = {{0, 0}, {0, 0}};
+      for (const std::string& file : files) {
+        if (auto made = common::createNewFile(file, 0600)) ::futimens(made->get(), zero);
+      }
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had: prepare() makes each file when its worker is prepared, as before.
+  }
+}
+
+std::string HeartbeatFiles::prepare(int localRank) {
+  if (ahead_.joinable()) ahead_.join();
+  checkDirectory();
   const std::string file = path(localRank);
-  // A fresh file for each attempt: the last attempt's (its workers could touch it, or put a link
-  // there) is removed, and the new one made with O_EXCL, so nothing planted is written through.
-  if (::unlink(file.c_str()) != 0 && errno != ENOENT) {
+  // A restart finds the last attempt's file. Its workers could touch it or put something else in
+  // its place, so it is kept only as what this agent made: opened without following a link and
+  // without blocking on a FIFO, a regular file of this user's, with no other name and no access
+  // for others. Then it is only reset to time 0 below: no inode freed and made again per worker
+  // and restart (on ext4 each costs 0.05-0.3 ms: docs/benchmarks.md, eighth pass). Opening it
+  // writes nothing, and nothing is ever written into it. A file made ahead (prepareAhead) is
+  // found and kept the same way.
+  common::FileDescriptor kept(::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  const bool none = !kept && errno == ENOENT;
+  if (kept) {
+    struct stat info {};
+    if (::fstat(kept.get(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_uid != ::geteuid() ||
+        info.st_nlink != 1 || (info.st_mode & 0077) != 0) {
+      kept.reset();
+    }
+  }
+  // Otherwise a fresh file: whatever is there is removed, and the new one made with O_EXCL, so
+  // nothing planted is written through.
+  if (!kept && !none && ::unlink(file.c_str()) != 0 && errno != ENOENT) {
     throw std::system_error(errno, std::generic_category(), "cannot replace " + file);
   }
-  auto made = common::createNewFile(file, 0600);
+  auto made = kept ? common::FileOutcome<common::FileDescriptor>(std::move(kept))
+                   : common::createNewFile(file, 0600);
   if (!made) throw std::system_error(made.error().code(), "cannot create " + file);
   // Time 0: "no report yet" (a worker's report sets the time to now).
   const timespec zero[2] = {{0, 0}, {0, 0}};

@@ -177,14 +177,18 @@ void writeHook(const std::string& path, std::string_view content) {
 PythonStackHook installPythonStackHook(const std::string& directory) {
   const std::filesystem::path root = std::filesystem::absolute(directory).lexically_normal();
   PythonStackHook hook;
+  // Two directories, not three: the dumps ("<pid>.txt") go into `directory` itself, and only
+  // the module directory, which must hold nothing but the hook (it is on every worker's
+  // PYTHONPATH), is one of its own. Each directory costs a launch a mkdir and a removal, and a
+  // removal on ext4 can wait milliseconds for the journal (docs/benchmarks.md, eighth pass).
   hook.pythonPath = (root / "python").string();
-  hook.stackDir = (root / "stacks").string();
+  hook.stackDir = root.string();
   // A real-time signal: SIGUSR1/2 are taken by Slurm, Lightning and others. Its default action
   // terminates, so it is only ever sent to a process that catches it (hang_evidence.cc checks).
   hook.signal = SIGRTMIN + 5;
   if (hook.signal > SIGRTMAX) hook.signal = SIGRTMIN;
-  makeOwnDirectory(hook.pythonPath);
   makeOwnDirectory(hook.stackDir);
+  makeOwnDirectory(hook.pythonPath);
   writeHook(hook.pythonPath + "/sitecustomize.py", kSiteCustomize);
   return hook;
 }

@@ -19,7 +19,9 @@ struct PythonStackHook {
 };
 
 // Writes the hook under `directory` (made if needed; an existing one must be this user's own
-// directory, not a link). Throws std::system_error naming the path.
+// directory, not a link): "<directory>/python/sitecustomize.py", the dumps into `directory`
+// itself ("<directory>/<pid>.txt"), which may hold other files of the agent's. Throws
+// std::system_error naming the path.
 PythonStackHook installPythonStackHook(const std::string& directory);
 
 // Adds the hook to a worker environment: PYTHONPATH (prepended to what is there),

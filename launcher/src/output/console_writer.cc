@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,7 +35,7 @@ bool samePlace(int fd, int other) {
   return first.st_dev == second.st_dev && first.st_ino == second.st_ino;
 }
 
-struct ConsoleWriter::Shared {
+struct ConsoleWriter::Shared : std::enable_shared_from_this<ConsoleWriter::Shared> {
   // A descriptor of its own: the thread may outlive the owner's use of `descriptor` (a test
   // closing its end), and must never write to a number reused for something else.
   Shared(int descriptor, boost::asio::io_context& context, std::size_t bound)
@@ -54,6 +56,7 @@ struct ConsoleWriter::Shared {
   std::size_t lost = 0;
   bool stopping = false;
   bool broken = false;       // the console is closed: everything after is lost
+  bool started = false;      // the writing thread runs (from the first bytes queued on)
   std::vector<std::function<void()>> waiting;
   std::function<void()> onClosed;
 
@@ -89,7 +92,23 @@ struct ConsoleWriter::Shared {
   void enqueue(std::string bytes) {
     queued += bytes.size();
     queue.push_back(std::move(bytes));
+    startThread();
     changed.notify_all();
+  }
+
+  // The writing thread, started by the first bytes queued: a job whose workers and agent print
+  // nothing (a quiet launch) never starts it, nor has it to be woken and ended when the agent
+  // leaves (docs/benchmarks.md, "Launch at the floor", eighth pass). Detached: a thread blocked
+  // on a stalled console must not keep the agent from exiting. Under the lock; it waits for the
+  // lock before its first look at the queue. A thread that cannot be started now (no resources)
+  // is tried again by the next bytes; what is queued meanwhile waits for it.
+  void startThread() {
+    if (started || stopping) return;
+    try {
+      std::thread([self = shared_from_this()] { self->run(); }).detach();
+      started = true;
+    } catch (const std::system_error&) {
+    }
   }
 
   // Blocking, as long as it takes: this thread is the one allowed to wait on the console. A
@@ -117,10 +136,7 @@ struct ConsoleWriter::Shared {
 };
 
 ConsoleWriter::ConsoleWriter(int fd, boost::asio::io_context& io, std::size_t limit)
-    : shared_(std::make_shared<Shared>(fd, io, limit)) {
-  // Detached: a thread blocked on a stalled console must not keep the agent from exiting.
-  std::thread([shared = shared_] { shared->run(); }).detach();
-}
+    : shared_(std::make_shared<Shared>(fd, io, limit)) {}
 
 ConsoleWriter::~ConsoleWriter() {
   flush(kExitPatience);

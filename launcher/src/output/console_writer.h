@@ -1,7 +1,8 @@
 // ConsoleWriter: the agent's output to one of its own streams (stdout or stderr), written by a
-// thread of its own so that the event loop never waits on the console. A paused pager, a stuck
-// log shipper or a full pipe then stalls only this thread: signals, reaping and the rendezvous
-// go on (torchrun's agent never writes worker output itself, so it never blocks there either).
+// thread of its own (started by the first bytes to write) so that the event loop never waits on
+// the console. A paused pager, a stuck log shipper or a full pipe then stalls only this thread:
+// signals, reaping and the rendezvous go on (torchrun's agent never writes worker output
+// itself, so it never blocks there either).
 //
 // Bounded: at most `limit` bytes wait to be written. Past that the agent applies back-pressure
 // instead of dropping: the log router stops reading the workers' pipes until the console has

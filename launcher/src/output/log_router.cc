@@ -553,6 +553,9 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   LogRouterOptions options;
   const bool oneConsole;  // the console's stdout and stderr are one place
   std::map<int, Worker> workers;  // by local rank
+  // The attempt directory last made or found to be ours: the ranks of an attempt share it, so it
+  // is checked once per attempt, not once per worker.
+  std::string attemptDirMade;
   std::map<std::uint64_t, Drain> drains;
   std::uint64_t nextDrainId = 0;
 };
@@ -575,7 +578,10 @@ ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const st
   std::string dir;  // where the log files go: none without logFiles
   if (!attemptDir.empty()) {
     const std::string rankDir = rankDirectory(attemptDir, localRank);
-    makeOwnDirectory(attemptDir);
+    if (impl_->attemptDirMade != attemptDir) {
+      makeOwnDirectory(attemptDir);
+      impl_->attemptDirMade = attemptDir;
+    }
     makeOwnDirectory(rankDir);
     if (logFiles) dir = rankDir;
   }
