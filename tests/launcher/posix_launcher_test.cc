@@ -29,6 +29,7 @@
 #include "core/exec_plan.h"
 #include "core/process_launcher.h"
 #include "process/child_exec.h"
+#include "process/clone_spawn.h"
 #include "process/guardian.h"
 #include "process/posix_launcher.h"
 #include "subprocess.h"
@@ -282,6 +283,40 @@ TEST_CASE("signalAll reaches what the workers started in their process groups", 
     workers.launcher.signalAll(SIGKILL);
     CHECK(workers.gone(orphan));
   }
+}
+
+// Both ways into the worker cgroup give the same worker: created in it by clone3 (no move, so no
+// wait for the kernel's grace period: clone_spawn.h), and moving itself through cgroup.procs where
+// clone3 cannot place it (here a directory descriptor that is no cgroup, as an older kernel or a
+// cgroup v1 answers: the spawner falls back).
+TEST_CASE("a worker is in the worker cgroup from its start, created there or moved there", "[posix_launcher]") {
+  Workers workers;
+  const std::string cgroup = workers.launcher.cgroupPath();
+  if (cgroup.empty()) {
+    WARN("skipped: cgroup v2 is not mounted or not writable here, so there is no worker cgroup");
+    return;
+  }
+  const int directory = ::open(cgroup.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const int procs = ::open((cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  const int notACgroup = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  REQUIRE(directory >= 0);
+  REQUIRE(procs >= 0);
+  REQUIRE(notACgroup >= 0);
+  CgroupTarget target;
+  SECTION("created in it, with no cgroup.procs to write") { target = {directory, -1}; }
+  SECTION("moving itself, where clone3 cannot place it") { target = {notACgroup, procs}; }
+  CloneSpawner spawner;
+  Pipe out;
+  const pid_t pid = spawner.spawn(shell("sed -n 's/^0:://p' /proc/self/cgroup", out.writeEnd()), target);
+  std::string membership = out.readAll(5s);
+  int status = 0;
+  CHECK(::waitpid(pid, &status, 0) == pid);
+  CHECK(exitedWith(status, 0));
+  if (!membership.empty() && membership.back() == '\n') membership.pop_back();
+  INFO("the worker's cgroup: " << membership << "; the worker cgroup: " << cgroup);
+  CHECK(!membership.empty());
+  CHECK(cgroup.ends_with(membership));
+  for (int fd : {directory, procs, notACgroup}) ::close(fd);
 }
 
 TEST_CASE("killStrays finds a descendant that left the worker's session", "[posix_launcher]") {

@@ -16,8 +16,9 @@
 //      dies with the agent even when the agent is killed with SIGKILL;
 //   3. default dispositions for every signal and an empty signal mask (the agent ignores SIGPIPE
 //      and blocks signals; exec would keep both);
-//   4. into the agent's worker cgroup when there is one (a descendant that leaves the worker's
-//      session is still found there), stdout/stderr from the log router, every other
+//   4. into the agent's worker cgroup when there is one and the child was not created in it
+//      (clone_spawn.h: clone3 places it there where the kernel can; a descendant that leaves
+//      the worker's session is still found there), stdout/stderr from the log router, every other
 //      descriptor closed on exec;
 //   5. the descriptor limit the agent started with (the agent raised its own for the stores it
 //      hosts; a worker gets what it would get under torchrun);
@@ -40,7 +41,7 @@ namespace ddprun::launcher {
 // Runs in the child after clone(); never returns. `errorPipe` is the write end of the pipe the
 // parent reads to learn whether exec succeeded (EOF) or failed (an errno). `parent` is the
 // agent's pid, to detect that it died before the death signal was armed. `cgroupProcs` is an
-// open cgroup.procs file to join, or -1. `descriptorLimit`, when not null, becomes the child's
+// open cgroup.procs file to join, or -1 (no worker cgroup, or the child was created in it). `descriptorLimit`, when not null, becomes the child's
 // RLIMIT_NOFILE.
 [[noreturn]] void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs,
                             const rlimit* descriptorLimit);

@@ -42,11 +42,13 @@ std::unique_ptr<WorkerCgroup> WorkerCgroup::create() {
     ::rmdir(path.c_str());
     return nullptr;
   }
-  return std::unique_ptr<WorkerCgroup>(new WorkerCgroup(path, fd));
+  const int directory = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  return std::unique_ptr<WorkerCgroup>(new WorkerCgroup(path, fd, directory));
 }
 
 WorkerCgroup::~WorkerCgroup() {
   ::close(procsFd_);
+  if (directoryFd_ >= 0) ::close(directoryFd_);
   killAll();
   ::rmdir(path_.c_str());
 }

@@ -21,13 +21,18 @@ class WorkerCgroup {
   const std::string& path() const { return path_; }
   // An open cgroup.procs for a child to join with write("0").
   int procsFd() const { return procsFd_; }
+  // The cgroup's directory (O_PATH), for a child created in it (clone3's CLONE_INTO_CGROUP),
+  // or -1 where it could not be opened.
+  int directoryFd() const { return directoryFd_; }
   // SIGKILLs every process in the cgroup and waits (bounded) until it is empty.
   void killAll();
 
  private:
-  WorkerCgroup(std::string path, int procsFd) : path_(std::move(path)), procsFd_(procsFd) {}
+  WorkerCgroup(std::string path, int procsFd, int directoryFd)
+      : path_(std::move(path)), procsFd_(procsFd), directoryFd_(directoryFd) {}
   std::string path_;
   int procsFd_;
+  int directoryFd_;
 };
 
 // Kills every process of the cgroup at `path` (cgroup.kill, or one by one on older kernels)
