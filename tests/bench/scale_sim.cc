@@ -66,6 +66,10 @@ class CountingStore final : public HoldingStore {
       : inner_(std::move(inner)), counts_(counts) {}
   void set(std::string_view key, std::string_view value) override { counts_.count(1); inner_->set(key, value); }
   std::string get(std::string_view key) override { counts_.count(1); return inner_->get(key); }
+  std::optional<std::string> tryGet(std::string_view key) override {
+    counts_.count(1);
+    return inner_->tryGet(key);
+  }
   std::int64_t add(std::string_view key, std::int64_t delta) override {
     counts_.count(1);
     return inner_->add(key, delta);

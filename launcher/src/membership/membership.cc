@@ -380,8 +380,9 @@ int roundNumber(const std::string& text) {
 }  // namespace
 
 std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
-  if (!store.check({keys_.currentRound()})) return std::nullopt;
-  return roundNumber(store.get(keys_.currentRound()));
+  const std::optional<std::string> text = store.tryGet(keys_.currentRound());
+  if (!text) return std::nullopt;
+  return roundNumber(*text);
 }
 
 bool Membership::mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what) {
@@ -408,9 +409,9 @@ int Membership::currentRound() {
 }
 
 std::optional<Membership::Closed> Membership::closed(int round) {
-  const std::string closedKey = keys_.closed(round);
-  if (!control().check({closedKey})) return std::nullopt;
-  const json record = json::parse(control().get(closedKey), nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> text = control().tryGet(keys_.closed(round));
+  if (!text) return std::nullopt;
+  const json record = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   Closed result;
   try {
     result.restarts = record.at("restarts").get<int>();
@@ -422,9 +423,9 @@ std::optional<Membership::Closed> Membership::closed(int round) {
 }
 
 std::optional<StopReason> Membership::stopOf(int round) {
-  const std::string stopKey = keys_.stop(round);
-  if (!control().check({stopKey})) return std::nullopt;
-  return StopReason::parse(control().get(stopKey));
+  const std::optional<std::string> text = control().tryGet(keys_.stop(round));
+  if (!text) return std::nullopt;
+  return StopReason::parse(*text);
 }
 
 bool Membership::alive(std::int64_t node) {
@@ -811,9 +812,9 @@ void Membership::writeWorld(int round, const std::vector<std::int64_t>& ids) {
 }
 
 std::optional<std::vector<NodeInfo>> Membership::readWorld(int round, const Closed& record) {
-  const std::string worldKey = keys_.world(round);
-  if (!control().check({worldKey})) return std::nullopt;  // a closer that wrote none
-  auto world = worldFromText(control().get(worldKey));
+  const std::optional<std::string> text = control().tryGet(keys_.world(round));
+  if (!text) return std::nullopt;  // a closer that wrote none
+  auto world = worldFromText(*text);
   if (!world) {
     throw MembershipError(fmt::format("round {}'s member list in the store is malformed; the store "
                                       "was written by something other than ddprun",
@@ -1033,10 +1034,13 @@ StopReason Membership::waitForStop(int round) {
       // In slices: a store that went silent (network cut) is the heartbeat's to report, and the
       // slices keep this thread from blocking past the agent's life. A stop wakes it at once.
       watch_->wait({stopKey}, 250ms);
-      const std::string text = watch_->get(stopKey);
-      if (auto stop = StopReason::parse(text)) return *stop;
+      // Read as it is now (one request): a stop record is never deleted while its round runs;
+      // one gone meanwhile (the round forgotten) is waited for again.
+      const std::optional<std::string> text = watch_->tryGet(stopKey);
+      if (!text) continue;
+      if (auto stop = StopReason::parse(*text)) return *stop;
       throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt: {}", round,
-                                        shown(text)));
+                                        shown(*text)));
     } catch (const rendezvous::StoreConnectionError& error) {
       // A network blip broke the watch's connection (it holds nothing, so dropping it tells the
       // store nothing). The heartbeat decides whether the store is lost: until it does, or for
