@@ -187,7 +187,7 @@ TEST_CASE("while a round forms: a line when a node joins, one per 10 s otherwise
   joinB.join();
   CHECK(errorA.empty());
   CHECK(errorB.empty());
-  CHECK(round.members.size() == 3);
+  CHECK(round.nodes == 3);
   INFO(log.text());
   CHECK(count(log.text(), "host-c") == 0);
   a.close(false);
