@@ -7,7 +7,9 @@
 //   close   the first agent that sees the round complete writes its size: complete means MAX
 //           nodes, or at least MIN nodes and either every still-alive member of round r-1 has
 //           rejoined (a restart or a node loss: no waiting) or last_call_timeout has passed since
-//           MIN was reached (new nodes may still come, as in torchrun);
+//           MIN was reached (new nodes may still come, as in torchrun). Before its close record
+//           it writes each member's seat (ranks, group rank 0's address, ring neighbours): a
+//           member reads its own seat, O(1) bytes, never the list of all N;
 //   run     group rank 0 is told that it hosts the round's worker store (its agent starts it and
 //           publishes where it listens: MASTER_ADDR:MASTER_PORT); everyone else waits for that,
 //           then everyone starts its workers and blocks on the round's stop key;
