@@ -973,18 +973,33 @@ std::optional<std::vector<NodeInfo>> Membership::readWorld(int round, std::int64
 std::optional<std::vector<NodeInfo>> Membership::readWorldThrough(rendezvous::HoldingStore& store, int round,
                                                                   std::int64_t closer) {
   if (closer < 0) return std::nullopt;
-  const std::optional<std::string> text = store.tryGet(keys_.world(round, closer));
-  if (!text) return std::nullopt;
-  return worldFromText(*text);
+  // check() then get(), not tryGet(): the world is large (~60 bytes a node), and ddprun's store
+  // answers a GET of a large value with a reference to the stored one, where tryGet's probe
+  // (a compareSet) gets a copy: thousands of members at the exit barrier reading it at once
+  // would hold thousands of copies. The closer wrote it before its close record; one deleted
+  // since (the round forgotten) is a timeout of the get, and nothing.
+  const std::string key = keys_.world(round, closer);
+  try {
+    if (!store.check({key})) return std::nullopt;
+    return worldFromText(store.get(key));
+  } catch (const StoreTimeoutError&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<std::vector<std::int64_t>> Membership::memberIds(int round, const Closed& record) {
   if (record.closer < 0) return record.members;
+  // A closed round's world never changes (its key names its closer): the deciding joiners, who
+  // ask on every poll, read it once.
+  if (memberIdsCache_ && memberIdsCache_->round == round && memberIdsCache_->closer == record.closer) {
+    return memberIdsCache_->ids;
+  }
   const auto world = readWorld(round, record.closer);
   if (!world) return std::nullopt;
   std::vector<std::int64_t> ids;
   ids.reserve(world->size());
   for (const NodeInfo& node : *world) ids.push_back(node.id);
+  memberIdsCache_ = MemberIds{round, record.closer, ids};
   return ids;
 }
 

@@ -263,6 +263,12 @@ class Membership {
   // The node ids of a closed round (a world read where the record has no list); nothing when
   // they cannot be read.
   std::optional<std::vector<std::int64_t>> memberIds(int round, const Closed& record);
+  struct MemberIds {
+    int round = -1;
+    std::int64_t closer = -1;
+    std::vector<std::int64_t> ids;
+  };
+  std::optional<MemberIds> memberIdsCache_;  // memberIds' last world read (control thread)
   // `members` (node ids) in group-rank order: sorts them in place, or throws MembershipError
   // when the static backend's node ranks are not 0..N-1.
   void toGroupRankOrder(std::vector<NodeInfo>& members) const;

@@ -61,7 +61,9 @@ class Store {
   // reads with one compareSet whose expected value nobody stores (one round trip when the key
   // exists; two when it is missing or holds the first probe value), HashStore under its lock,
   // EtcdStore with one range read. A wrapper store must forward it, or the backend's form is
-  // lost behind it (as with takeTicket).
+  // lost behind it (as with takeTicket). On ddprun's store the answer is a compareSet's, a copy
+  // of the value in each reply, where a GET of a large value references the stored one: a
+  // large value that many clients read at once is read with get().
   virtual std::optional<std::string> tryGet(std::string_view key);
 
   // Adds `delta` to the integer stored under `key` (missing = 0) and returns the new value.
