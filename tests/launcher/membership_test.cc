@@ -883,6 +883,51 @@ TEST_CASE("a member reads its seat, not the world: the bytes it reads to form a 
   CHECK(big < 1500);
 }
 
+TEST_CASE("a closer that cannot read a member's record writes no seats, and every member names "
+          "the bad record",
+          "[membership][seat]") {
+  // A forged node record (nproc 0): the closer falls back to naming the members' ids, and each
+  // member reads the records and refuses the round, as before seats (security: nproc-zero).
+  HashStore store;
+  InProcessStoreBackend backend(store);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = 2;
+  config.maxNodes = 2;
+  config.runId = "forged";
+  Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
+  a.open();
+  b.open();
+  const MembershipKeys keys("forged");
+  json forged = json::parse(store.get(keys.node(b.self().id)));
+  forged["nproc"] = 0;
+  store.set(keys.node(b.self().id), forged.dump());
+  std::string errorA;
+  std::thread joinA([&] {
+    try {
+      a.join(0);
+    } catch (const MembershipError& e) {
+      errorA = e.what();
+    }
+  });
+  std::string errorB;
+  try {
+    b.join(0);
+  } catch (const MembershipError& e) {
+    errorB = e.what();
+  }
+  joinA.join();
+  CHECK_THAT(errorA, Catch::Contains("a node record in the store is malformed"));
+  CHECK_THAT(errorB, Catch::Contains("a node record in the store is malformed"));
+  const json closed = json::parse(store.get(keys.closed(0)));
+  CHECK(closed.contains("members"));
+  CHECK_FALSE(closed.contains("closer"));
+  CHECK(store.listPrefix(keys.roundPrefix(0) + "seat/", 10).keys.empty());
+  a.close(false);
+  b.close(false);
+}
+
 TEST_CASE("a round forgets round r-2 with one prefix delete, and only it", "[membership][prefix]") {
   HashStore store;
   InProcessStoreBackend backend(store);
