@@ -85,6 +85,13 @@ std::string HashStore::get(std::string_view key) {
   }
 }
 
+std::optional<std::string> HashStore::tryGet(std::string_view key) {
+  std::lock_guard lock(shared_->mutex);
+  shared_->expire();
+  if (const std::string* value = shared_->state.find(key)) return *value;
+  return std::nullopt;
+}
+
 std::int64_t HashStore::add(std::string_view key, std::int64_t delta) {
   std::lock_guard lock(shared_->mutex);
   shared_->expire();

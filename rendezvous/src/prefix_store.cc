@@ -27,6 +27,7 @@ std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys)
 
 void PrefixStore::set(std::string_view key, std::string_view value) { base_->set(full(key), value); }
 std::string PrefixStore::get(std::string_view key) { return base_->get(full(key)); }
+std::optional<std::string> PrefixStore::tryGet(std::string_view key) { return base_->tryGet(full(key)); }
 std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
   return base_->add(full(key), delta);
 }

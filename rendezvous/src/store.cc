@@ -11,6 +11,13 @@
 
 namespace ddprun::rendezvous {
 
+std::optional<std::string> Store::tryGet(std::string_view key) {
+  // Not atomic: a key deleted between the two blocks get() for up to timeout() (then it throws
+  // StoreTimeoutError). Backends that can read in one step override this.
+  if (!check({std::string(key)})) return std::nullopt;
+  return get(key);
+}
+
 std::vector<std::string> Store::multiGet(const std::vector<std::string>& keys) {
   wait(keys, timeout());
   std::vector<std::string> values;

@@ -449,6 +449,12 @@ std::string TcpStore::get(std::string_view key) {
   });
 }
 
+std::optional<std::string> TcpStore::tryGet(std::string_view key) {
+  // One compareSet probe: one round trip for a key that is there (readLocked), atomic, where
+  // CHECK then get() (CHECK, WAIT, GET) was three and blocked on a key deleted in between.
+  return call("tryGet", key, [&](ClientSocket& socket) { return readLocked(socket, key); });
+}
+
 std::string TcpStore::getLocked(ClientSocket& socket, std::string_view key,
                                 Clock::time_point deadline) {
   const std::vector<std::string> keys = {std::string(key)};

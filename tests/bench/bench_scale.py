@@ -114,6 +114,12 @@ def extrapolate(rows, target):
     return out
 
 
+def read_bytes(row, phase):
+    """Bytes of values the store sent each node in a phase (a simulator that counts them)."""
+    value = row.get(f"read_bytes_per_node_{phase}")
+    return "—" if value is None else f"{value:,.0f}"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sim", required=True)
@@ -143,8 +149,8 @@ def main():
     print(f"ddprun-scale-sim on {os.cpu_count()} CPUs; the simulator's agents and the store share them")
     print("| store | nodes | open s | form s | re-form s | store CPU s (open/form/re-form) | "
           "store peak RSS MiB | requests/node form | keys/node form | requests/node re-form | "
-          "simulator CPU s (form/re-form) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "simulator CPU s (form/re-form) | bytes read/node form/re-form |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r.get("ok") and not r.get("form_s"):
             print(f"| {r['backend']} | {r['nodes']} | failed: {r.get('first_failure', '?')} |||||||")
@@ -159,7 +165,8 @@ def main():
               f"{r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/{r['store_cpu_reform_s']:.2f} | "
               f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
               f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} | "
-              f"{r.get('sim_cpu_form_s', 0):.2f}/{r.get('sim_cpu_reform_s', 0):.2f} |")
+              f"{r.get('sim_cpu_form_s', 0):.2f}/{r.get('sim_cpu_reform_s', 0):.2f} | "
+              f"{read_bytes(r, 'form')}/{read_bytes(r, 'reform')} |")
     for backend in ("c10d", "etcd"):
         fit = extrapolate([r for r in rows if r["backend"] == backend], 12500)
         for key, (k, seconds) in (fit or {}).items():

@@ -9,8 +9,8 @@
 //   reform  the last group rank announces it leaves (node_left) and goes; the others see the
 //           stop and join the next round: from the announcement until the last knows it;
 // and counts the store operations the agents made in each phase (requests, and the keys they
-// named: a multiGet of N keys is one request and N keys), so that a part that grows faster than
-// N shows itself per node. With --store-pid, the store process's CPU seconds in each phase and
+// named: a multiGet of N keys is one request and N keys; the bytes of the values the store sent
+// back), so that a part that grows faster than N shows itself per node. With --store-pid, the store process's CPU seconds in each phase and
 // its peak RSS (VmHWM) at the end. Output: one JSON line on stdout.
 //
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
@@ -53,10 +53,12 @@ using namespace std::chrono_literals;
 struct Counts {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> keys{0};
+  std::atomic<std::uint64_t> readBytes{0};  // of the values the store sent back
   void count(std::size_t named) {
     requests.fetch_add(1, std::memory_order_relaxed);
     keys.fetch_add(named, std::memory_order_relaxed);
   }
+  void read(std::size_t bytes) { readBytes.fetch_add(bytes, std::memory_order_relaxed); }
 };
 
 // A connection that counts what goes through it (the store's own view, from the client side).
@@ -65,7 +67,18 @@ class CountingStore final : public HoldingStore {
   CountingStore(std::unique_ptr<HoldingStore> inner, Counts& counts)
       : inner_(std::move(inner)), counts_(counts) {}
   void set(std::string_view key, std::string_view value) override { counts_.count(1); inner_->set(key, value); }
-  std::string get(std::string_view key) override { counts_.count(1); return inner_->get(key); }
+  std::string get(std::string_view key) override {
+    counts_.count(1);
+    std::string value = inner_->get(key);
+    counts_.read(value.size());
+    return value;
+  }
+  std::optional<std::string> tryGet(std::string_view key) override {
+    counts_.count(1);
+    std::optional<std::string> value = inner_->tryGet(key);
+    counts_.read(value ? value->size() : 0);
+    return value;
+  }
   std::int64_t add(std::string_view key, std::int64_t delta) override {
     counts_.count(1);
     return inner_->add(key, delta);
@@ -80,7 +93,9 @@ class CountingStore final : public HoldingStore {
   }
   std::string compareSet(std::string_view key, std::string_view expected, std::string_view desired) override {
     counts_.count(1);
-    return inner_->compareSet(key, expected, desired);
+    std::string value = inner_->compareSet(key, expected, desired);
+    counts_.read(value.size());
+    return value;
   }
   void wait(const std::vector<std::string>& keys, Duration timeout) override {
     counts_.count(keys.size());
@@ -94,7 +109,9 @@ class CountingStore final : public HoldingStore {
   std::int64_t numKeys() override { counts_.count(1); return inner_->numKeys(); }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
     counts_.count(keys.size());
-    return inner_->multiGet(keys);
+    std::vector<std::string> values = inner_->multiGet(keys);
+    for (const std::string& value : values) counts_.read(value.size());
+    return values;
   }
   void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
     counts_.count(keys.size());
@@ -245,6 +262,7 @@ int main(int argc, char** argv) {
     double simCpu = 0;
     std::uint64_t requests = 0;
     std::uint64_t keys = 0;
+    std::uint64_t readBytes = 0;
   };
   Phase open, form, reform;
   std::mutex mutex;  // guards the phase records and failures
@@ -254,11 +272,13 @@ int main(int argc, char** argv) {
   double simCpuAtStart = 0;
   std::uint64_t requestsAtStart = 0;
   std::uint64_t keysAtStart = 0;
+  std::uint64_t readBytesAtStart = 0;
   const auto startPhase = [&] {
     cpuAtStart = storeCpuSeconds(storePid);
     simCpuAtStart = ownCpuSeconds();
     requestsAtStart = counts.requests.load();
     keysAtStart = counts.keys.load();
+    readBytesAtStart = counts.readBytes.load();
     phaseStart = Clock::now();
   };
   const auto endPhase = [&](Phase& phase) {
@@ -267,6 +287,7 @@ int main(int argc, char** argv) {
     phase.simCpu = ownCpuSeconds() - simCpuAtStart;
     phase.requests = counts.requests.load() - requestsAtStart;
     phase.keys = counts.keys.load() - keysAtStart;
+    phase.readBytes = counts.readBytes.load() - readBytesAtStart;
   };
   // Each phase starts when every agent reached it and ends when every agent finished it: the
   // barrier's completion step (run by the last arrival) closes one phase and opens the next.
@@ -303,6 +324,8 @@ int main(int argc, char** argv) {
                            {"keys_per_node_form", static_cast<double>(form.keys) / nodes},
                            {"requests_per_node_reform", static_cast<double>(reform.requests) / nodes},
                            {"keys_per_node_reform", static_cast<double>(reform.keys) / nodes},
+                           {"read_bytes_per_node_form", static_cast<double>(form.readBytes) / nodes},
+                           {"read_bytes_per_node_reform", static_cast<double>(reform.readBytes) / nodes},
                            {"store_peak_rss_mib", storePeakRssMiB(storePid)}};
     return line;
   };

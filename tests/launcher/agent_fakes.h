@@ -372,6 +372,7 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
     }
     void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
     std::string get(std::string_view k) override { return live()->get(k); }
+    std::optional<std::string> tryGet(std::string_view k) override { return live()->tryGet(k); }
     std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
     std::int64_t takeTicket(std::string_view k) override { return live()->takeTicket(k); }
     std::int64_t ticketCount(std::string_view k) override { return live()->ticketCount(k); }

@@ -339,7 +339,7 @@ TEST_CASE("a lost node re-forms the job without it and spends no restart", "[age
   // Node b's agent vanishes (kill -9): its connections close, and the store writes its notice.
   job.nodes[1]->backend.sever();
   REQUIRE(job.until([&] { return a.runningRound(1); }));
-  CHECK(a.machine.round().members.size() == 1);
+  CHECK(a.machine.round().nodes == 1);
   CHECK(a.machine.round().restartCount == 0);
   CHECK(a.workers()[0].environment.at("WORLD_SIZE") == "1");
   const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
@@ -357,11 +357,11 @@ TEST_CASE("a node that joins a running elastic job re-forms it with the newcomer
     job.loop.advance(100ms);
     return a.runningRound(0);
   }));
-  CHECK(a.machine.round().members.size() == 1);
+  CHECK(a.machine.round().nodes == 1);
   Node& b = job.add(jobConfig(1, 2, 1), "10.0.0.2");
   b.machine.start();
   REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
-  CHECK(a.machine.round().members.size() == 2);
+  CHECK(a.machine.round().nodes == 2);
   CHECK(a.machine.round().restartCount == 0);
   CHECK(b.workers()[0].environment.at("WORLD_SIZE") == "2");
 }

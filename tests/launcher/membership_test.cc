@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -54,11 +55,15 @@ std::vector<LabelledKey> labelledKeys(const std::string& runId, int upTo) {
     all.push_back({keys.node(i)});
     all.push_back({keys.alive(i), -1, true});
     for (const std::string& key :
-         {keys.joined(i), keys.closed(i), keys.world(i), keys.master(i), keys.stop(i), keys.done(i)}) {
+         {keys.joined(i), keys.closed(i), keys.master(i), keys.stop(i), keys.done(i)}) {
       all.push_back({key, i});
     }
     for (int slot = 1; slot <= upTo; ++slot) all.push_back({keys.member(i, slot), i});
-    for (int id = 0; id <= upTo; ++id) all.push_back({keys.finished(i, id), i});
+    for (int id = 0; id <= upTo; ++id) {
+      all.push_back({keys.finished(i, id), i});
+      all.push_back({keys.world(i, id), i});
+      for (int member = 0; member <= upTo; ++member) all.push_back({keys.seat(i, id, member), i});
+    }
   }
   return all;
 }
@@ -87,7 +92,8 @@ TEST_CASE("every membership key has its exact wire string", "[membership_keys]")
   CHECK(keys.joined(12) == "ddprun/job-7/round/12/joined");
   CHECK(keys.member(12, 4) == "ddprun/job-7/round/12/member/4");
   CHECK(keys.closed(12) == "ddprun/job-7/round/12/closed");
-  CHECK(keys.world(12) == "ddprun/job-7/round/12/world");
+  CHECK(keys.world(12, 5) == "ddprun/job-7/round/12/world/5");
+  CHECK(keys.seat(12, 5, 3) == "ddprun/job-7/round/12/seat/5/3");
   CHECK(keys.master(12) == "ddprun/job-7/round/12/master");
   CHECK(keys.stop(12) == "ddprun/job-7/round/12/stop");
   CHECK(keys.done(12) == "ddprun/job-7/round/12/done");
@@ -168,6 +174,7 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
     key = key.substr(keys.prefix().size());
     key = std::regex_replace(key, std::regex("9001"), "<id>");
     key = std::regex_replace(key, std::regex("9002"), "<r>");
+    key = std::regex_replace(key, std::regex("9004"), "<c>");
     return std::regex_replace(key, std::regex("9003"), "<k>");
   };
   const std::set<std::string> code = {std::string(kActiveRunKey),
@@ -178,7 +185,8 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
                                       relative(keys.joined(9002)),
                                       relative(keys.member(9002, 9003)),
                                       relative(keys.closed(9002)),
-                                      relative(keys.world(9002)),
+                                      relative(keys.world(9002, 9004)),
+                                      relative(keys.seat(9002, 9004, 9001)),
                                       relative(keys.master(9002)),
                                       relative(keys.stop(9002)),
                                       relative(keys.done(9002)),
@@ -219,14 +227,24 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   const std::set<std::string> written(listed.begin(), listed.end());
   CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
                                          keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
-                                         keys.closed(0), keys.world(0), keys.master(0), keys.stop(0),
+                                         keys.closed(0), keys.world(0, self), keys.seat(0, self, self),
+                                         keys.master(0), keys.stop(0),
                                          keys.done(0), keys.finished(0, self)});
   CHECK(store.get(kActiveRunKey) == config.runId);
   CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
   CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");
-  CHECK(json::parse(store.get(keys.closed(0))) == json{{"members", {self}}, {"restarts", 0}});
-  // The world: this node's record, compact, in group-rank order (one read for every member).
-  const auto world = worldFromText(store.get(keys.world(0)));
+  CHECK(json::parse(store.get(keys.closed(0))) == json{{"nodes", 1}, {"closer", self}, {"restarts", 0}});
+  // Its seat: what it needs of the round, one small value.
+  const auto seat = seatFromText(store.get(keys.seat(0, self, self)));
+  REQUIRE(seat);
+  CHECK(seat->closer == self);
+  CHECK(seat->nodes == 1);
+  CHECK(seat->groupRank == 0);
+  CHECK(seat->worldSize == membership.self().nproc);
+  CHECK(seat->rank0Address == "10.0.0.1");
+  CHECK(seat->next.empty());
+  // The world: this node's record, compact, in group-rank order (read where the list is needed).
+  const auto world = worldFromText(store.get(keys.world(0, self)));
   REQUIRE(world);
   REQUIRE(world->size() == 1);
   CHECK(toJsonText(world->front()) == toJsonText(membership.self()));
@@ -363,6 +381,91 @@ TEST_CASE("what a round's world is made of is checked before any worker starts",
   CHECK_FALSE(roundMembersProblem(ids, with(0, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode; }), self, 3));
 }
 
+TEST_CASE("every member's seat: its ranks, group rank 0's address and its two ring neighbours",
+          "[membership_records][seat]") {
+  const std::vector<NodeInfo> members = {nodeInfo(4, "10.0.0.1", 8), nodeInfo(9, "10.0.0.2", 1),
+                                         nodeInfo(2, "10.0.0.3", 2), nodeInfo(7, "10.0.0.4", 4)};
+  const std::vector<Seat> seats = seatsOf(members, 9);
+  REQUIRE(seats.size() == 4);
+  const std::vector<int> bases = {0, 8, 9, 11};
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("group rank " << rank);
+    const Seat& seat = seats[static_cast<std::size_t>(rank)];
+    CHECK(seat.closer == 9);
+    CHECK(seat.nodes == 4);
+    CHECK(seat.groupRank == rank);
+    CHECK(seat.baseRank == bases[static_cast<std::size_t>(rank)]);
+    CHECK(seat.worldSize == 15);
+    CHECK(toJsonText(seat.self) == toJsonText(members[static_cast<std::size_t>(rank)]));
+    CHECK(seat.rank0Address == "10.0.0.1");
+    REQUIRE(seat.next.size() == 2);
+    CHECK(seat.next[0].groupRank == (rank + 1) % 4);
+    CHECK(seat.next[0].id == members[static_cast<std::size_t>((rank + 1) % 4)].id);
+    CHECK(seat.next[1].groupRank == (rank + 2) % 4);
+    CHECK(seat.next[1].hostname == members[static_cast<std::size_t>((rank + 2) % 4)].hostname);
+    // Through the store and back, exactly; and it passes its member's checks.
+    const auto back = seatFromText(seatToText(seat));
+    REQUIRE(back);
+    CHECK(seatToText(*back) == seatToText(seat));
+    CHECK(problemText(seatProblem(*back, 4, 9, members[static_cast<std::size_t>(rank)], 4, false)) == "<none>");
+  }
+  // Fewer nodes, fewer neighbours: none alone, one of two.
+  CHECK(seatsOf({members[0]}, 4).front().next.empty());
+  CHECK(seatsOf({members[0], members[1]}, 4).front().next.size() == 1);
+}
+
+TEST_CASE("a seat that is not one ddprun wrote for this node is refused", "[membership_records][seat]") {
+  const NodeInfo self = nodeInfo(2, "10.0.0.2", 2, 1000, 1);
+  const std::vector<NodeInfo> members = {nodeInfo(1, "10.0.0.1", 2, 999, 0), self, nodeInfo(3, "10.0.0.3", 2, 998, 2)};
+  const Seat good = seatsOf(members, 1)[1];
+  REQUIRE(problemText(seatProblem(good, 3, 1, self, 3, true)) == "<none>");
+  struct Row {
+    const char* what;
+    std::function<void(Seat&)> change;
+    int nodes;
+    std::int64_t closer;
+    int maxNodes;
+    const char* problem;
+  };
+  const std::vector<Row> rows = {
+      {"another closer's seat", [](Seat&) {}, 3, 5, 3, "written by node 1, the close record by node 5"},
+      {"more members than the job allows", [](Seat& s) { s.nodes = 4; }, 4, 1, 3, "4 members where the job allows 1 to 3"},
+      {"a count that is not the record's", [](Seat& s) { s.nodes = 2; }, 3, 1, 3, "counts 2 members, the close record 3"},
+      {"this node's record changed", [](Seat& s) { s.self.nproc = 64; }, 3, 1, 3, "own record (node 2) is not what it wrote"},
+      {"someone else's seat", [](Seat& s) { s.self.id = 3; }, 3, 1, 3, "own record (node 2) is not what it wrote"},
+      {"a group rank outside the round", [](Seat& s) { s.groupRank = 3; }, 3, 1, 3, "group rank 3 in a round of 3 nodes"},
+      {"a group rank that is not the node rank", [](Seat& s) { s.groupRank = 0; s.rank0Address = "10.0.0.2"; }, 3, 1, 3,
+       "group rank 0 for node rank 1"},
+      {"ranks past the world", [](Seat& s) { s.baseRank = 5; }, 3, 1, 3, "ranks 5..6 of a world of 6"},
+      {"a world larger than the nodes can hold", [](Seat& s) { s.worldSize = 3 * kMaxNprocPerNode + 1; }, 3, 1, 3,
+       "of a world of"},
+      {"no address for group rank 0", [](Seat& s) { s.rank0Address.clear(); }, 3, 1, 3, "group rank 0 has no address"},
+      {"a neighbour that is this node", [](Seat& s) { s.next[0].id = 2; }, 3, 1, 3, "a neighbour at group rank 2 (node 2)"},
+      {"a neighbour outside the round", [](Seat& s) { s.next[1].groupRank = 7; }, 3, 1, 3, "a neighbour at group rank 7"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    Seat seat = good;
+    row.change(seat);
+    CHECK_THAT(problemText(seatProblem(seat, row.nodes, row.closer, self, row.maxNodes, true)), Catch::Contains(row.problem));
+  }
+  // Group rank 0 must be where its own address says.
+  Seat first = seatsOf(members, 1)[0];
+  first.rank0Address = "0.0.0.0";
+  CHECK_THAT(problemText(seatProblem(first, 3, 1, members[0], 3, false)), Catch::Contains("is not this node's"));
+  // Text that is not a seat.
+  for (const char* text : {"", "[]", "{}", R"({"closer":1})", "not json"}) {
+    INFO(text);
+    CHECK_FALSE(seatFromText(text).has_value());
+  }
+  json withNproc0 = json::parse(seatToText(good));
+  withNproc0["self"][1] = 0;
+  CHECK_FALSE(seatFromText(withNproc0.dump()).has_value());
+  json manyNext = json::parse(seatToText(good));
+  manyNext["next"].push_back(json::array({0, 1, "x"}));
+  CHECK_FALSE(seatFromText(manyNext.dump()).has_value());
+}
+
 TEST_CASE("a round's worker store is host:port on group rank 0's address", "[membership_records]") {
   struct Row {
     std::string master;
@@ -437,8 +540,8 @@ TEST_CASE("on a shared store two runs side by side each keep to their prefix and
   // Each formed its own round 0 with itself alone.
   const auto closedA = json::parse(store.get(MembershipKeys("job-a").closed(0)));
   const auto closedB = json::parse(store.get(MembershipKeys("job-b").closed(0)));
-  CHECK(closedA["members"] == json::array({a.self().id}));
-  CHECK(closedB["members"] == json::array({b.self().id}));
+  CHECK(closedA == json{{"nodes", 1}, {"closer", a.self().id}, {"restarts", 0}});
+  CHECK(closedB == json{{"nodes", 1}, {"closer", b.self().id}, {"restarts", 0}});
   a.close(/*hostsStore=*/false);
   b.close(/*hostsStore=*/false);
 }
@@ -589,21 +692,31 @@ TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every m
     std::set<int> groupRanks;
     for (int i : who) {
       INFO("node " << i);
-      REQUIRE(rounds[i].members.size() == who.size());
-      for (std::size_t k = 0; k < who.size(); ++k) CHECK(toJsonText(rounds[i].members[k]) == toJsonText(first.members[k]));
-      CHECK(rounds[i].members[static_cast<std::size_t>(rounds[i].groupRank)].id == nodes[i]->self().id);
+      CHECK(rounds[i].nodes == static_cast<int>(who.size()));
+      CHECK(rounds[i].address == nodes[i]->self().address);
       CHECK(rounds[i].worldSize == first.worldSize);
       if (!rounds[i].hostsWorkerStore) CHECK(rounds[i].masterPort == 29512);
       groupRanks.insert(rounds[i].groupRank);
     }
     CHECK(static_cast<int>(groupRanks.size()) == static_cast<int>(who.size()));
+    CHECK(*groupRanks.rbegin() == static_cast<int>(who.size()) - 1);
+    // The base ranks tile the world in group-rank order: each node's after the ones before it.
+    std::vector<int> byRank(who.size());
+    for (int i : who) byRank[static_cast<std::size_t>(rounds[i].groupRank)] = i;
+    int base = 0;
+    for (int i : byRank) {
+      CHECK(rounds[i].baseRank == base);
+      base += nodes[i]->self().nproc;
+    }
+    CHECK(base == first.worldSize);
   };
   std::vector<int> everyone(kNodes);
   for (int i = 0; i < kNodes; ++i) everyone[i] = i;
   const std::vector<Round> first = joinAll(everyone, 0);
   agree(first, everyone);
   const MembershipKeys keys("big");
-  const auto world = worldFromText(store.get(keys.world(0)));
+  const auto closer = json::parse(store.get(keys.closed(0))).at("closer").get<std::int64_t>();
+  const auto world = worldFromText(store.get(keys.world(0, closer)));
   REQUIRE(world);
   CHECK(world->size() == kNodes);
 
@@ -626,6 +739,193 @@ TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every m
   std::vector<std::thread> closing;
   for (int i : survivors) closing.emplace_back([&, i] { nodes[i]->close(/*hostsStore=*/false); });
   for (auto& thread : closing) thread.join();
+}
+
+namespace {
+
+// A backend whose connections count the bytes of the values they read (get, tryGet, multiGet,
+// compareSet's answer) and the requests they make: what one member costs the store.
+class ReadCountingBackend final : public StoreBackend {
+ public:
+  explicit ReadCountingBackend(HashStore& store) : inner_(store) {}
+  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
+                                                            std::chrono::milliseconds connectTimeout) override {
+    return std::make_unique<Connection>(inner_.connect(callTimeout, connectTimeout), *this);
+  }
+  std::string address() const override { return inner_.address(); }
+  StoreTenancy tenancy() const override { return inner_.tenancy(); }
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<std::size_t> requests{0};
+
+ private:
+  class Connection final : public ddprun::rendezvous::HoldingStore {
+   public:
+    Connection(std::unique_ptr<ddprun::rendezvous::HoldingStore> inner, ReadCountingBackend& counts)
+        : inner_(std::move(inner)), counts_(counts) {}
+    void set(std::string_view k, std::string_view v) override { count(0); inner_->set(k, v); }
+    std::string get(std::string_view k) override { return read(inner_->get(k)); }
+    std::optional<std::string> tryGet(std::string_view k) override {
+      auto value = inner_->tryGet(k);
+      count(value ? value->size() : 0);
+      return value;
+    }
+    std::int64_t add(std::string_view k, std::int64_t d) override { count(0); return inner_->add(k, d); }
+    std::int64_t takeTicket(std::string_view k) override { count(0); return inner_->takeTicket(k); }
+    std::int64_t ticketCount(std::string_view k) override { count(0); return inner_->ticketCount(k); }
+    std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
+      return read(inner_->compareSet(k, e, d));
+    }
+    void wait(const std::vector<std::string>& keys, Duration timeout) override { count(0); inner_->wait(keys, timeout); }
+    using Store::wait;
+    bool check(const std::vector<std::string>& keys) override { count(0); return inner_->check(keys); }
+    bool deleteKey(std::string_view k) override { count(0); return inner_->deleteKey(k); }
+    std::int64_t numKeys() override { count(0); return inner_->numKeys(); }
+    std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
+      std::vector<std::string> values = inner_->multiGet(keys);
+      std::size_t total = 0;
+      for (const std::string& value : values) total += value.size();
+      count(total);
+      return values;
+    }
+    void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+      count(0);
+      inner_->multiSet(keys, values);
+    }
+    ddprun::rendezvous::ListedKeys listPrefix(std::string_view p, std::size_t n) override {
+      count(0);
+      return inner_->listPrefix(p, n);
+    }
+    std::int64_t deletePrefix(std::string_view p) override { count(0); return inner_->deletePrefix(p); }
+    std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl, std::string_view nk,
+                     std::string_view nv) override {
+      count(0);
+      return inner_->hold(k, v, ttl, nk, nv);
+    }
+    bool release(std::string_view k) override { count(0); return inner_->release(k); }
+    HoldLapse holdLapse() const override { return inner_->holdLapse(); }
+    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
+      count(0);
+      return inner_->waitForAnyMissing(keys, timeout);
+    }
+
+   private:
+    void count(std::size_t bytes) {
+      counts_.requests.fetch_add(1);
+      counts_.bytes.fetch_add(bytes);
+    }
+    std::string read(std::string value) {
+      count(value.size());
+      return value;
+    }
+    std::unique_ptr<ddprun::rendezvous::HoldingStore> inner_;
+    ReadCountingBackend& counts_;
+  };
+  InProcessStoreBackend inner_;
+};
+
+// The bytes of values the typical member of a job of `count` nodes reads to form round 0 (the
+// median: the deciding joiners read the list of joiners, O(N), as they must).
+std::size_t medianBytesToForm(int count) {
+  HashStore store;
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = count;
+  config.maxNodes = count;
+  config.runId = "count";
+  std::vector<std::unique_ptr<ReadCountingBackend>> backends;
+  std::vector<std::unique_ptr<Membership>> nodes;
+  for (int i = 0; i < count; ++i) {
+    backends.push_back(std::make_unique<ReadCountingBackend>(store));
+    nodes.push_back(std::make_unique<Membership>(config, *backends.back(),
+                                                 nodeInfo(-1, fmt::format("10.1.{}.{}", i / 200, i % 200), 2),
+                                                 steadyNow()));
+    nodes.back()->open();
+  }
+  std::vector<std::size_t> before(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) before[static_cast<std::size_t>(i)] = backends[static_cast<std::size_t>(i)]->bytes.load();
+  std::vector<std::string> errors(static_cast<std::size_t>(count));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < count; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        const Round round = nodes[static_cast<std::size_t>(i)]->join(0);
+        if (round.hostsWorkerStore) nodes[static_cast<std::size_t>(i)]->publishWorkerStore(0, "10.1.0.0", 29512);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const std::string& error : errors) REQUIRE(error.empty());
+  std::vector<std::size_t> read;
+  for (int i = 0; i < count; ++i) {
+    read.push_back(backends[static_cast<std::size_t>(i)]->bytes.load() - before[static_cast<std::size_t>(i)]);
+  }
+  std::sort(read.begin(), read.end());
+  std::vector<std::thread> closing;
+  for (auto& node : nodes) closing.emplace_back([&node] { node->close(/*hostsStore=*/false); });
+  for (auto& thread : closing) thread.join();
+  return read[read.size() / 2];
+}
+
+}  // namespace
+
+TEST_CASE("a member reads its seat, not the world: the bytes it reads to form a round do not grow "
+          "with the job",
+          "[membership][scale][seat]") {
+  // Above kNamedJoinersMax a member reads its own seat (O(1) bytes) and the close record (a
+  // count), never the N records of the world: twice the nodes, the same bytes per member (the
+  // world alone is ~45 bytes a node: 3 KB at 65 nodes, 6 KB at 130).
+  const std::size_t small = medianBytesToForm(65);
+  const std::size_t big = medianBytesToForm(130);
+  INFO("median bytes read per member: " << small << " at 65 nodes, " << big << " at 130");
+  CHECK(big < small + small / 4);
+  CHECK(big < 1500);
+}
+
+TEST_CASE("a closer that cannot read a member's record writes no seats, and every member names "
+          "the bad record",
+          "[membership][seat]") {
+  // A forged node record (nproc 0): the closer falls back to naming the members' ids, and each
+  // member reads the records and refuses the round, as before seats (security: nproc-zero).
+  HashStore store;
+  InProcessStoreBackend backend(store);
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = 2;
+  config.maxNodes = 2;
+  config.runId = "forged";
+  Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
+  Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
+  a.open();
+  b.open();
+  const MembershipKeys keys("forged");
+  json forged = json::parse(store.get(keys.node(b.self().id)));
+  forged["nproc"] = 0;
+  store.set(keys.node(b.self().id), forged.dump());
+  std::string errorA;
+  std::thread joinA([&] {
+    try {
+      a.join(0);
+    } catch (const MembershipError& e) {
+      errorA = e.what();
+    }
+  });
+  std::string errorB;
+  try {
+    b.join(0);
+  } catch (const MembershipError& e) {
+    errorB = e.what();
+  }
+  joinA.join();
+  CHECK_THAT(errorA, Catch::Contains("a node record in the store is malformed"));
+  CHECK_THAT(errorB, Catch::Contains("a node record in the store is malformed"));
+  const json closed = json::parse(store.get(keys.closed(0)));
+  CHECK(closed.contains("members"));
+  CHECK_FALSE(closed.contains("closer"));
+  CHECK(store.listPrefix(keys.roundPrefix(0) + "seat/", 10).keys.empty());
+  a.close(false);
+  b.close(false);
 }
 
 TEST_CASE("a round forgets round r-2 with one prefix delete, and only it", "[membership][prefix]") {

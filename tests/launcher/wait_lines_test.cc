@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "core/wait_lines.h"
 #include "ddprun/rendezvous/errors.h"
@@ -187,7 +188,7 @@ TEST_CASE("while a round forms: a line when a node joins, one per 10 s otherwise
   joinB.join();
   CHECK(errorA.empty());
   CHECK(errorB.empty());
-  CHECK(round.members.size() == 3);
+  CHECK(round.nodes == 3);
   INFO(log.text());
   CHECK(count(log.text(), "host-c") == 0);
   a.close(false);
@@ -227,6 +228,46 @@ TEST_CASE("the exit barrier names the members still at work and the time left",
   CHECK(stop->kind == StopKind::kDone);
   a.close(false);
   b.close(false);
+}
+
+TEST_CASE("in a job of more than 64 nodes the exit barrier's line reads the member list when it is "
+          "due, and names those at work",
+          "[wait_lines][membership][seat]") {
+  // A big job's member knows its seat, not the list: the first line due (every 10 s there) reads
+  // the round's world once and names the members still at work.
+  LogCapture log;
+  ManualClock clock;
+  HashStore store(clock.now());
+  constexpr int kNodes = 65;
+  RendezvousConfig config = jobOf(kNodes);
+  config.settings.exitBarrierTimeout = 300s;
+  std::vector<std::unique_ptr<InProcessStoreBackend>> backends;
+  std::vector<std::unique_ptr<Membership>> members;
+  for (int i = 0; i < kNodes; ++i) {
+    backends.push_back(std::make_unique<InProcessStoreBackend>(store));
+    members.push_back(std::make_unique<Membership>(
+        config, *backends.back(), node(fmt::format("10.0.0.{}", 100 + i), fmt::format("big-{}", 100 + i)),
+        clock.now()));
+    members.back()->open();
+  }
+  std::vector<Round> rounds(kNodes);
+  std::vector<std::thread> joining;
+  for (int i = 0; i < kNodes; ++i) joining.emplace_back([&, i] { rounds[i] = joinAndPublish(*members[i]); });
+  for (auto& thread : joining) thread.join();
+  // Everyone but the last two finishes (by address, they are group ranks 63 and 64).
+  for (int i = 0; i < kNodes - 2; ++i) members[i]->markDone(rounds[i].number, kNodes);
+  REQUIRE(rounds[kNodes - 1].groupRank == kNodes - 1);
+  std::optional<StopReason> stop;
+  std::thread watch([&] { stop = members[0]->waitForStop(rounds[0].number); });
+  clock.advance(11s);
+  CHECK(logged(log, R"(waiting for nodes big-163 \(group rank 63\), big-164 \(group rank 64\) to finish, 289 s left)"));
+  for (int i = kNodes - 2; i < kNodes; ++i) members[i]->markDone(rounds[i].number, kNodes);
+  watch.join();
+  REQUIRE(stop);
+  CHECK(stop->kind == StopKind::kDone);
+  std::vector<std::thread> closing;
+  for (auto& member : members) closing.emplace_back([&member] { member->close(false); });
+  for (auto& thread : closing) thread.join();
 }
 
 TEST_CASE("a store host name that resolves late is waited for up to the join timeout, saying so",

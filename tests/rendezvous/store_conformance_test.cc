@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -289,6 +290,34 @@ TEST_CASE("check, deleteKey and numKeys", "[store][conformance]") {
   CHECK_FALSE(store->deleteKey("k"));
   CHECK_FALSE(store->check({"k"}));
   CHECK(store->numKeys() == 1);
+}
+
+TEST_CASE("tryGet reads a key as it is now and never blocks", "[store][conformance][try_get]") {
+  const Backend backend = anyBackend();
+  INFO(backendName(backend));
+  Fixture fixture(backend);
+  auto store = fixture.connect();
+  auto other = fixture.connect();
+  store->setTimeout(5s);  // a tryGet that blocked would show in the time taken
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_FALSE(store->tryGet("missing").has_value());
+  other->set("k", "v");
+  CHECK(store->tryGet("k") == std::optional<std::string>("v"));
+  other->set("empty", "");  // present and empty is not missing
+  CHECK(store->tryGet("empty") == std::optional<std::string>(""));
+  const std::string binary("\0\xff with NUL\0", 12);
+  other->set("bin", binary);
+  CHECK(store->tryGet("bin") == std::optional<std::string>(binary));
+  // The values TcpStore probes with are values like any other.
+  other->set("probe", "<ddprun get probe 1>");
+  CHECK(store->tryGet("probe") == std::optional<std::string>("<ddprun get probe 1>"));
+  // Deleted meanwhile: missing at once, not a wait for it to come back.
+  CHECK(other->deleteKey("k"));
+  CHECK_FALSE(store->tryGet("k").has_value());
+  CHECK(std::chrono::steady_clock::now() - started < 4s);
+  // A read changes nothing: the missing key is still missing, the present one unchanged.
+  CHECK_FALSE(other->check({"missing"}));
+  CHECK(other->get("empty").empty());
 }
 
 TEST_CASE("multiGet, multiSet and append", "[store][conformance]") {

@@ -313,7 +313,12 @@ def fake_node(a):
         store.set(key(a.run_id, "round/%d/member/%d" % (r + 1, slot)), str(node))
         store.compare_set(key(a.run_id, "round/%d/stop" % r), "",
                           json.dumps({"kind": "node_joined", "node": node, "host": "attacker"}))
-        hijack["closed"] = json.loads(wait_key(store, key(a.run_id, "round/%d/closed" % (r + 1)), 60))
+        closed = json.loads(wait_key(store, key(a.run_id, "round/%d/closed" % (r + 1)), 60))
+        hijack["closed"] = closed
+        # A member of the round: the close record names it, or (with seats) the closer wrote it one.
+        hijack["member"] = node in closed.get("members", []) or (
+            "closer" in closed and
+            store.check([key(a.run_id, "round/%d/seat/%d/%d" % (r + 1, closed["closer"], node))]))
         store.set(key(a.run_id, "round/%d/master" % (r + 1)), "0.0.0.0:%d" % fake_port)
         since = time.monotonic()
         hijack["node"], hijack["round"] = node, r + 1
@@ -359,18 +364,18 @@ def fake_node(a):
     while len(hijacked_ranks()) < job.world and time.monotonic() < end:
         time.sleep(0.05)
     hijacked = hijacked_ranks()
-    if hijack["node"] not in hijack["closed"]["members"] or len(connections) < job.world or \
+    if not hijack["member"] or len(connections) < job.world or \
             len(hijacked) < job.world:
         a.fail("the fake node did not take over: round record %s, %d connections to the attacker's "
                "listener, workers' env %s" % (hijack["closed"], len(connections), job.worker_envs()))
     # Hijacked: its workers wait for a rank 0 that does not exist (or fail when the attacker's
     # "store" hangs up on them).
     job.kill()
-    return ("node %d at 0.0.0.0 joined round %d (members %s) as group rank 0; the real agents' "
+    return ("node %d at 0.0.0.0 joined round %d (close record %s) as group rank 0; the real agents' "
             "workers (rank, group rank) %s got MASTER_ADDR=0.0.0.0 MASTER_PORT=%d and %d of them "
             "connected to the attacker's listener (first %.2f s after it wrote the master, first "
             "bytes %s)" %
-            (hijack["node"], hijack["round"], hijack["closed"]["members"], hijacked, fake_port,
+            (hijack["node"], hijack["round"], hijack["closed"], hijacked, fake_port,
              len(connections), connections[0][0], connections[0][1][:16].hex()))
 
 

@@ -32,7 +32,11 @@ struct NodeInfo {
 // The outcome of a rendezvous round: who is in, and where the workers meet.
 struct Round {
   int number = 0;
-  std::vector<NodeInfo> members;  // in group-rank order
+  // How many nodes are in the round. Not their list: each member reads its own seat in the
+  // round (O(1) bytes), never the whole world (O(N) bytes for each of N members: O(N^2) for the
+  // store; docs/benchmarks.md, "Scale").
+  int nodes = 0;
+  std::string address;            // this node's, as its record in the round has it
   int groupRank = 0;              // this node's
   int restartCount = 0;
   int worldSize = 0;

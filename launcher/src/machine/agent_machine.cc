@@ -97,7 +97,7 @@ void AgentMachine::onRoundFormed(Round round) {
   if (!applyWorkerStore()) return;
   const bool relayed = workersStore_ != std::pair(round_.masterAddr, round_.masterPort);
   spdlog::info("round {}: group rank {} of {}, world size {}, master {}:{}{}, restart {}",
-               round_.number, round_.groupRank, round_.members.size(), round_.worldSize,
+               round_.number, round_.groupRank, round_.nodes, round_.worldSize,
                shown(round_.masterAddr), round_.masterPort,
                relayed ? fmt::format(" (workers through the token relay on {}:{})",
                                      workersStore_.first, workersStore_.second)
@@ -195,7 +195,7 @@ void AgentMachine::fenceNow(const std::string& why) {
 
 bool AgentMachine::applyWorkerStore() {
   if (round_.hostsWorkerStore) {
-    const std::string& address = round_.members.at(static_cast<std::size_t>(round_.groupRank)).address;
+    const std::string& address = round_.address;
     try {
       round_.masterPort = workerStores_.host(address);
     } catch (const std::exception& error) {
@@ -269,7 +269,7 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker, const
   // round has its own), so no earlier job's error file can be taken for this worker's.
   worker.errorFile = rankDirectory(attempt, localRank) + "/error.json";
   const WorkerPlacement placement{localRank,           worker.rank,      round_.worldSize,
-                                  config_.nprocPerNode, round_.groupRank, static_cast<int>(round_.members.size())};
+                                  config_.nprocPerNode, round_.groupRank, round_.nodes};
   const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second, round_.restartCount,
                                           round_.number, config_.rdzv.runId, identity_.agentMarker};
   const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
@@ -431,7 +431,7 @@ void AgentMachine::judgeWorkers() {
   // Every local worker exited 0: count this node done; the last node announces "done".
   spdlog::debug("round {}: every local worker exited 0", round_.number);
   state_ = State::kLocalDone;
-  rendezvous_.markDone(round_.number, static_cast<int>(round_.members.size()));
+  rendezvous_.markDone(round_.number, round_.nodes);
   barrierTimer_.arm(config_.rdzv.settings.exitBarrierTimeout, [this] {
     if (state_ != State::kLocalDone) return;
     if (identity_.hostsStore) {
@@ -816,7 +816,7 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.round = round_.number;
   snapshot.restarts = round_.restartCount;
   snapshot.groupRank = round_.groupRank;
-  snapshot.nodes = static_cast<int>(round_.members.size());
+  snapshot.nodes = round_.nodes;
   // While joining the next round, the workers listed are the last round's, as they ended.
   for (const LocalWorker& worker : local_) {
     WorkerSnapshot shown;

@@ -80,12 +80,28 @@ std::optional<NodeInfo> nodeFromJsonText(std::string_view text) {
   return checkedNode(std::move(node), nproc, staticRank);
 }
 
+namespace {
+
+json worldEntry(const NodeInfo& node) {
+  return json::array({node.id, node.nproc, common::validUtf8(node.address), common::validUtf8(node.hostname),
+                      node.pid, node.staticRank});
+}
+
+std::optional<NodeInfo> nodeFromWorldEntry(const json& entry) {
+  if (!entry.is_array() || entry.size() != 6) return std::nullopt;
+  NodeInfo node;
+  node.id = entry[0].get<std::int64_t>();
+  node.address = entry[2].get<std::string>();
+  node.hostname = entry[3].get<std::string>();
+  node.pid = entry[4].get<long>();
+  return checkedNode(std::move(node), entry[1].get<std::int64_t>(), entry[5].get<std::int64_t>());
+}
+
+}  // namespace
+
 std::string worldToText(const std::vector<NodeInfo>& members) {
   json world = json::array();
-  for (const NodeInfo& node : members) {
-    world.push_back(json::array({node.id, node.nproc, common::validUtf8(node.address),
-                                 common::validUtf8(node.hostname), node.pid, node.staticRank}));
-  }
+  for (const NodeInfo& node : members) world.push_back(worldEntry(node));
   return world.dump();
 }
 
@@ -96,20 +112,121 @@ std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text) {
   members.reserve(world.size());
   try {
     for (const json& entry : world) {
-      if (!entry.is_array() || entry.size() != 6) return std::nullopt;
-      NodeInfo node;
-      node.id = entry[0].get<std::int64_t>();
-      node.address = entry[2].get<std::string>();
-      node.hostname = entry[3].get<std::string>();
-      node.pid = entry[4].get<long>();
-      auto checked = checkedNode(std::move(node), entry[1].get<std::int64_t>(), entry[5].get<std::int64_t>());
-      if (!checked) return std::nullopt;
-      members.push_back(std::move(*checked));
+      auto node = nodeFromWorldEntry(entry);
+      if (!node) return std::nullopt;
+      members.push_back(std::move(*node));
     }
   } catch (const std::exception&) {
     return std::nullopt;
   }
   return members;
+}
+
+std::vector<Seat> seatsOf(const std::vector<NodeInfo>& members, std::int64_t closer) {
+  const int count = static_cast<int>(members.size());
+  int worldSize = 0;
+  for (const NodeInfo& node : members) worldSize += node.nproc;
+  std::vector<Seat> seats;
+  seats.reserve(members.size());
+  int baseRank = 0;
+  for (int rank = 0; rank < count; ++rank) {
+    Seat seat;
+    seat.closer = closer;
+    seat.nodes = count;
+    seat.groupRank = rank;
+    seat.baseRank = baseRank;
+    seat.worldSize = worldSize;
+    seat.self = members[static_cast<std::size_t>(rank)];
+    seat.rank0Address = members.front().address;
+    for (int step = 1; step <= kSeatNeighbours && step < count; ++step) {
+      const int next = (rank + step) % count;
+      const NodeInfo& node = members[static_cast<std::size_t>(next)];
+      seat.next.push_back({next, node.id, node.hostname});
+    }
+    baseRank += seat.self.nproc;
+    seats.push_back(std::move(seat));
+  }
+  return seats;
+}
+
+
+std::string seatToText(const Seat& seat) {
+  json next = json::array();
+  for (const Seat::Neighbour& neighbour : seat.next) {
+    next.push_back(json::array({neighbour.groupRank, neighbour.id, common::validUtf8(neighbour.hostname)}));
+  }
+  return json{{"closer", seat.closer},
+              {"nodes", seat.nodes},
+              {"group_rank", seat.groupRank},
+              {"base_rank", seat.baseRank},
+              {"world_size", seat.worldSize},
+              {"self", worldEntry(seat.self)},
+              {"rank0", common::validUtf8(seat.rank0Address)},
+              {"next", std::move(next)}}
+      .dump();
+}
+
+std::optional<Seat> seatFromText(std::string_view text) {
+  const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!value.is_object()) return std::nullopt;
+  Seat seat;
+  try {
+    seat.closer = value.at("closer").get<std::int64_t>();
+    seat.nodes = value.at("nodes").get<int>();
+    seat.groupRank = value.at("group_rank").get<int>();
+    seat.baseRank = value.at("base_rank").get<int>();
+    seat.worldSize = value.at("world_size").get<int>();
+    auto self = nodeFromWorldEntry(value.at("self"));
+    if (!self) return std::nullopt;
+    seat.self = std::move(*self);
+    seat.rank0Address = value.at("rank0").get<std::string>();
+    const json& next = value.at("next");
+    if (!next.is_array() || next.size() > static_cast<std::size_t>(kSeatNeighbours)) return std::nullopt;
+    for (const json& entry : next) {
+      if (!entry.is_array() || entry.size() != 3) return std::nullopt;
+      seat.next.push_back({entry[0].get<int>(), entry[1].get<std::int64_t>(), entry[2].get<std::string>()});
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return seat;
+}
+
+std::optional<std::string> seatProblem(const Seat& seat, int nodes, std::int64_t closer, const NodeInfo& self,
+                                       int maxNodes, bool staticRanks) {
+  if (seat.closer != closer) {
+    return fmt::format("this node's seat was written by node {}, the close record by node {}", seat.closer, closer);
+  }
+  if (nodes < 1 || nodes > maxNodes) return fmt::format("{} members where the job allows 1 to {}", nodes, maxNodes);
+  if (seat.nodes != nodes) return fmt::format("this node's seat counts {} members, the close record {}", seat.nodes, nodes);
+  const NodeInfo& mine = seat.self;
+  if (mine.id != self.id || mine.address != self.address || mine.nproc != self.nproc || mine.pid != self.pid ||
+      mine.staticRank != self.staticRank) {
+    return fmt::format("this node's own record (node {}) is not what it wrote", self.id);
+  }
+  if (seat.groupRank < 0 || seat.groupRank >= nodes) {
+    return fmt::format("group rank {} in a round of {} nodes", seat.groupRank, nodes);
+  }
+  if (staticRanks && seat.groupRank != self.staticRank) {
+    return fmt::format("group rank {} for node rank {}", seat.groupRank, self.staticRank);
+  }
+  // The world cannot be larger than every member at the most workers a node may claim.
+  const std::int64_t most = static_cast<std::int64_t>(nodes) * kMaxNprocPerNode;
+  if (seat.baseRank < 0 || seat.worldSize > most ||
+      static_cast<std::int64_t>(seat.baseRank) + mine.nproc > seat.worldSize) {
+    return fmt::format("ranks {}..{} of a world of {}", seat.baseRank, seat.baseRank + mine.nproc - 1, seat.worldSize);
+  }
+  if (seat.rank0Address.empty()) return std::string("group rank 0 has no address");
+  if (seat.groupRank == 0 && seat.rank0Address != mine.address) {
+    return fmt::format("group rank 0's address {} is not this node's ({})", shown(seat.rank0Address), shown(mine.address));
+  }
+  for (const Seat::Neighbour& neighbour : seat.next) {
+    if (neighbour.groupRank < 0 || neighbour.groupRank >= nodes || neighbour.groupRank == seat.groupRank ||
+        neighbour.id < 0 || neighbour.id == self.id) {
+      return fmt::format("a neighbour at group rank {} (node {})", neighbour.groupRank, neighbour.id);
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
@@ -380,8 +497,9 @@ int roundNumber(const std::string& text) {
 }  // namespace
 
 std::optional<int> Membership::storeRound(rendezvous::HoldingStore& store) {
-  if (!store.check({keys_.currentRound()})) return std::nullopt;
-  return roundNumber(store.get(keys_.currentRound()));
+  const std::optional<std::string> text = store.tryGet(keys_.currentRound());
+  if (!text) return std::nullopt;
+  return roundNumber(*text);
 }
 
 bool Membership::mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what) {
@@ -408,13 +526,20 @@ int Membership::currentRound() {
 }
 
 std::optional<Membership::Closed> Membership::closed(int round) {
-  const std::string closedKey = keys_.closed(round);
-  if (!control().check({closedKey})) return std::nullopt;
-  const json record = json::parse(control().get(closedKey), nullptr, /*allow_exceptions=*/false);
+  const std::optional<std::string> text = control().tryGet(keys_.closed(round));
+  if (!text) return std::nullopt;
+  const json record = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   Closed result;
   try {
     result.restarts = record.at("restarts").get<int>();
-    result.members = record.at("members").get<std::vector<std::int64_t>>();
+    if (record.contains("members")) {  // a closer that wrote no seats: the members' ids
+      result.members = record.at("members").get<std::vector<std::int64_t>>();
+      result.nodes = static_cast<int>(result.members.size());
+    } else {
+      result.nodes = record.at("nodes").get<int>();
+      result.closer = record.at("closer").get<std::int64_t>();
+      if (result.closer < 0) throw std::out_of_range("closer");
+    }
   } catch (const std::exception&) {
     throw MembershipError(fmt::format("round {}'s close record in the store is corrupt", round));
   }
@@ -422,9 +547,9 @@ std::optional<Membership::Closed> Membership::closed(int round) {
 }
 
 std::optional<StopReason> Membership::stopOf(int round) {
-  const std::string stopKey = keys_.stop(round);
-  if (!control().check({stopKey})) return std::nullopt;
-  return StopReason::parse(control().get(stopKey));
+  const std::optional<std::string> text = control().tryGet(keys_.stop(round));
+  if (!text) return std::nullopt;
+  return StopReason::parse(*text);
 }
 
 bool Membership::alive(std::int64_t node) {
@@ -498,9 +623,12 @@ std::optional<int> Membership::previousMembersStillAway(int round, const std::ve
   // A round that ended "done" belongs to a finished run of this id: nobody is away from this
   // one, which starts afresh (a rerun against the same store).
   if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone) return std::nullopt;
+  // The previous round's members: its world, O(N), read only by the joiners that decide.
+  const auto previousIds = memberIds(round - 1, *previous);
+  if (!previousIds) return std::nullopt;
   const std::set<std::int64_t> back(live.begin(), live.end());
   std::vector<std::int64_t> notBack;
-  for (std::int64_t id : previous->members) {
+  for (std::int64_t id : *previousIds) {
     if (back.count(id) == 0) notBack.push_back(id);
   }
   // Not back yet: only worth waiting for if it is still alive.
@@ -531,8 +659,12 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& liveNow,
   }
   std::vector<std::int64_t> members(live->begin(), live->begin() + std::min(joined, config_.maxNodes));
   if (!mayWriteRound(control(), round, "the close record")) return false;
-  writeWorld(round, members);
-  control().compareSet(keys_.closed(round), "", json{{"members", members}, {"restarts", restarts}}.dump());
+  // Create-if-absent: of two closers (rare), the first record stays, and it names the closer
+  // whose seats its members read (each closer writes its own, under its node id).
+  const json record = writeSeats(round, members)
+                          ? json{{"nodes", members.size()}, {"closer", self_.id}, {"restarts", restarts}}
+                          : json{{"members", members}, {"restarts", restarts}};
+  control().compareSet(keys_.closed(round), "", record.dump());
   return true;
 }
 
@@ -669,11 +801,16 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     } catch (const StoreTimeoutError&) {
     }
   }
-  // The round may have closed without us (last call ran out as we arrived).
-  if (std::find(record->members.begin(), record->members.end(), self_.id) == record->members.end()) {
-    return std::nullopt;
+  // The round may have closed without us (last call ran out as we arrived): then we have no seat.
+  if (record->closer < 0) {
+    if (std::find(record->members.begin(), record->members.end(), self_.id) == record->members.end()) {
+      return std::nullopt;
+    }
+    return readRound(round, *record, std::nullopt);
   }
-  return readRound(round, *record);
+  auto seat = readSeat(round, *record);
+  if (!seat) return std::nullopt;
+  return readRound(round, *record, std::move(seat));
 }
 
 void Membership::waitForRoundToStop(int round, TimePoint deadline) {
@@ -718,7 +855,7 @@ Round Membership::join(int fromRound) {
     }
     // The job runs round `round` without us. At MAX nodes: wait for a place. Below: take a place
     // in the next round first, then tell the members to re-form with us.
-    if (static_cast<int>(record->members.size()) >= config_.maxNodes) {
+    if (record->nodes >= config_.maxNodes) {
       waitForRoundToStop(round, deadline);
       ++round;
       continue;
@@ -735,34 +872,42 @@ Round Membership::join(int fromRound) {
 }
 
 std::vector<NodeInfo> Membership::readMembers(int number, const Closed& record) {
-  // The world the closer wrote: one value. Without it (a closer that found a record it could not
-  // read), every member's record, one key each, so that the bad one is named.
-  std::optional<std::vector<NodeInfo>> world = readWorld(number, record);
+  // The closer found a record it could not read (or node ranks that do not fit): every member's
+  // record, one key each, so that the bad one is named.
   std::vector<NodeInfo> members;
-  std::vector<std::int64_t> ids = record.members;
-  if (world) {
-    members = std::move(*world);
-    for (std::size_t i = 0; i < members.size(); ++i) ids[i] = members[i].id;
-  } else {
-    std::vector<std::string> nodeKeys;
-    for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
-    for (const std::string& text : control().multiGet(nodeKeys)) {
-      auto node = nodeFromJsonText(text);
-      if (!node) {
-        throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
-                                          "the store was written by something other than ddprun",
-                                          number, shown(text)));
-      }
-      members.push_back(std::move(*node));
+  std::vector<std::string> nodeKeys;
+  for (std::int64_t id : record.members) nodeKeys.push_back(keys_.node(id));
+  for (const std::string& text : control().multiGet(nodeKeys)) {
+    auto node = nodeFromJsonText(text);
+    if (!node) {
+      throw MembershipError(fmt::format("round {}: a node record in the store is malformed ({}); "
+                                        "the store was written by something other than ddprun",
+                                        number, shown(text)));
     }
+    members.push_back(std::move(*node));
   }
-  if (const auto problem = roundMembersProblem(ids, members, self_, config_.maxNodes)) {
+  if (const auto problem = roundMembersProblem(record.members, members, self_, config_.maxNodes)) {
     throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
                                       "something else writing to the rendezvous store?",
                                       number, *problem));
   }
   toGroupRankOrder(members);
   return members;
+}
+
+std::optional<Seat> Membership::readSeat(int number, const Closed& record) {
+  const std::optional<std::string> text = control().tryGet(keys_.seat(number, record.closer, self_.id));
+  if (!text) return std::nullopt;  // not a member of this round
+  auto seat = seatFromText(*text);
+  const auto problem = seat ? seatProblem(*seat, record.nodes, record.closer, self_, config_.maxNodes,
+                                          config_.backend == RdzvBackend::kStatic)
+                            : std::optional<std::string>("this node's seat is malformed");
+  if (problem) {
+    throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
+                                      "something else writing to the rendezvous store?",
+                                      number, *problem));
+  }
+  return seat;
 }
 
 void Membership::toGroupRankOrder(std::vector<NodeInfo>& members) const {
@@ -790,45 +935,75 @@ void Membership::toGroupRankOrder(std::vector<NodeInfo>& members) const {
   }
 }
 
-void Membership::writeWorld(int round, const std::vector<std::int64_t>& ids) {
+bool Membership::writeSeats(int round, const std::vector<std::int64_t>& ids) {
   std::vector<std::string> nodeKeys;
   for (std::int64_t id : ids) nodeKeys.push_back(keys_.node(id));
   std::vector<NodeInfo> members;
   members.reserve(ids.size());
   for (const std::string& text : control().multiGet(nodeKeys)) {
     auto node = nodeFromJsonText(text);
-    if (!node) return;  // each member reads the records itself and names the bad one
+    if (!node) return false;  // each member reads the records itself and names the bad one
     members.push_back(std::move(*node));
   }
+  // The same checks a member makes of the records, so that a seat is only written for a world
+  // ddprun would make (each member still checks its own seat).
+  if (members.empty() || roundMembersProblem(ids, members, members.front(), config_.maxNodes)) return false;
   try {
     toGroupRankOrder(members);
   } catch (const MembershipError&) {
-    return;  // the same: each member says it
+    return false;  // the same: each member says it
   }
-  // Create-if-absent: of two closers (rare), the first world stays; a member whose close record
-  // names other members than it finds the world does not use it (readWorld).
-  control().compareSet(keys_.world(round), "", worldToText(members));
+  // One request for the N seats (O(N) bytes, once for the job), one for the world; both under
+  // this closer's id, before the close record that names it.
+  std::vector<std::string> seatKeys;
+  std::vector<std::string> seatTexts;
+  for (const Seat& seat : seatsOf(members, self_.id)) {
+    seatKeys.push_back(keys_.seat(round, self_.id, seat.self.id));
+    seatTexts.push_back(seatToText(seat));
+  }
+  control().multiSet(seatKeys, seatTexts);
+  control().set(keys_.world(round, self_.id), worldToText(members));
+  return true;
 }
 
-std::optional<std::vector<NodeInfo>> Membership::readWorld(int round, const Closed& record) {
-  const std::string worldKey = keys_.world(round);
-  if (!control().check({worldKey})) return std::nullopt;  // a closer that wrote none
-  auto world = worldFromText(control().get(worldKey));
-  if (!world) {
-    throw MembershipError(fmt::format("round {}'s member list in the store is malformed; the store "
-                                      "was written by something other than ddprun",
-                                      round));
-  }
-  std::vector<std::int64_t> inWorld;
-  for (const NodeInfo& node : *world) inWorld.push_back(node.id);
-  std::vector<std::int64_t> inRecord = record.members;
-  std::sort(inWorld.begin(), inWorld.end());
-  std::sort(inRecord.begin(), inRecord.end());
-  if (inWorld != inRecord) return std::nullopt;  // another closer's world: read the records
-  return world;
+std::optional<std::vector<NodeInfo>> Membership::readWorld(int round, std::int64_t closer) {
+  return readWorldThrough(control(), round, closer);
 }
 
-void Membership::settleWorkerStore(Round& round) {
+std::optional<std::vector<NodeInfo>> Membership::readWorldThrough(rendezvous::HoldingStore& store, int round,
+                                                                  std::int64_t closer) {
+  if (closer < 0) return std::nullopt;
+  // check() then get(), not tryGet(): the world is large (~60 bytes a node), and ddprun's store
+  // answers a GET of a large value with a reference to the stored one, where tryGet's probe
+  // (a compareSet) gets a copy: thousands of members at the exit barrier reading it at once
+  // would hold thousands of copies. The closer wrote it before its close record; one deleted
+  // since (the round forgotten) is a timeout of the get, and nothing.
+  const std::string key = keys_.world(round, closer);
+  try {
+    if (!store.check({key})) return std::nullopt;
+    return worldFromText(store.get(key));
+  } catch (const StoreTimeoutError&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::vector<std::int64_t>> Membership::memberIds(int round, const Closed& record) {
+  if (record.closer < 0) return record.members;
+  // A closed round's world never changes (its key names its closer): the deciding joiners, who
+  // ask on every poll, read it once.
+  if (memberIdsCache_ && memberIdsCache_->round == round && memberIdsCache_->closer == record.closer) {
+    return memberIdsCache_->ids;
+  }
+  const auto world = readWorld(round, record.closer);
+  if (!world) return std::nullopt;
+  std::vector<std::int64_t> ids;
+  ids.reserve(world->size());
+  for (const NodeInfo& node : *world) ids.push_back(node.id);
+  memberIdsCache_ = MemberIds{round, record.closer, ids};
+  return ids;
+}
+
+void Membership::settleWorkerStore(Round& round, const std::string& rank0Address) {
   const std::string masterKey = keys_.master(round.number);
   if (round.groupRank == 0) {
     // Forget rounds nobody will read again: every agent is in this round, so none reads r-2.
@@ -853,7 +1028,7 @@ void Membership::settleWorkerStore(Round& round) {
   }
   const std::string master = control().get(masterKey);
   // c10d and etcd: group rank 0 hosts it on its advertised address.
-  const std::string expectedHost = config_.backend != RdzvBackend::kStatic ? round.members[0].address : "";
+  const std::string expectedHost = config_.backend != RdzvBackend::kStatic ? rank0Address : "";
   if (const auto problem = masterProblem(master, expectedHost)) {
     throw MembershipError(fmt::format("round {}'s worker store in the rendezvous store is wrong: {}; "
                                       "is something else writing to the rendezvous store?",
@@ -864,25 +1039,52 @@ void Membership::settleWorkerStore(Round& round) {
   round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
 }
 
-Round Membership::readRound(int number, const Closed& record) {
+Round Membership::readRound(int number, const Closed& record, std::optional<Seat> seat) {
   Round round;
   round.number = number;
   round.restartCount = record.restarts;
-  round.members = readMembers(number, record);
-  const int members = static_cast<int>(round.members.size());
-  for (int i = 0; i < members; ++i) {
-    if (round.members[i].id == self_.id) round.groupRank = i;
+  round.nodes = record.nodes;
+  round.address = self_.address;
+  std::vector<NodeInfo> members;  // all of them, where this node reads the list
+  if (!seat) {
+    // A close record without seats: the members from their records (readMembers), and this
+    // node's seat worked out from them as the closer would have.
+    members = readMembers(number, record);
+    for (Seat& mine : seatsOf(members, -1)) {
+      if (mine.self.id == self_.id) seat = std::move(mine);
+    }
+  } else if (record.nodes <= kNamedJoinersMax) {
+    // A small job's members watch every other member (the lapse reports, the early check) and
+    // name them in the exit barrier's line: the list, at most kNamedJoinersMax records.
+    auto world = readWorld(number, record.closer);
+    std::vector<std::int64_t> ids;
+    if (world) {
+      for (const NodeInfo& node : *world) ids.push_back(node.id);
+    }
+    const bool fits = world && static_cast<int>(world->size()) == record.nodes &&
+                      (*world)[static_cast<std::size_t>(seat->groupRank)].id == self_.id;
+    const auto problem = !world ? std::optional<std::string>("the round's member list is missing or malformed")
+                         : !fits ? std::optional<std::string>("the member list does not match this node's seat")
+                                 : roundMembersProblem(ids, *world, self_, config_.maxNodes);
+    if (problem) {
+      throw MembershipError(fmt::format("round {} in the store is not a world ddprun made: {}; is "
+                                        "something else writing to the rendezvous store?",
+                                        number, *problem));
+    }
+    members = std::move(*world);
   }
-  for (int i = 0; i < members; ++i) {
-    if (i < round.groupRank) round.baseRank += round.members[i].nproc;
-    round.worldSize += round.members[i].nproc;
-  }
-  settleWorkerStore(round);
+  round.groupRank = seat->groupRank;
+  round.baseRank = seat->baseRank;
+  round.worldSize = seat->worldSize;
+  settleWorkerStore(round, seat->rank0Address);
   {
     std::lock_guard lock(heartbeatMutex_);
     heartbeatRound_ = number;
     heartbeatGroupRank_ = round.groupRank;
-    roundMembers_ = round.members;
+    roundCloser_ = record.closer;
+    roundNodes_ = record.nodes;
+    roundMembers_ = members;
+    roundNext_ = seat->next;
   }
   // From now on a lapse of our hold must stop this round: armed before anyone starts workers,
   // so that a node lost at any moment of the round is reported to it.
@@ -890,21 +1092,20 @@ Round Membership::readRound(int number, const Closed& record) {
   if (lapseReporter_) {
     // The store will not write the others' notices: watch their alive keys and write them. In a
     // job of more than kNamedJoinersMax nodes each member watches the next two group ranks (a
-    // ring): any set of lost nodes short of all has one whose predecessor is still there to
-    // report it, and one loss stops the round; everyone watching everyone was N-1 keys for each
-    // of N watchers, O(N^2) for the store.
-    std::vector<int> watched;
-    if (members > kNamedJoinersMax) {
-      for (int step = 1; step <= 2; ++step) watched.push_back((round.groupRank + step) % members);
-    } else {
-      for (int rank = 0; rank < members; ++rank) {
-        if (rank != round.groupRank) watched.push_back(rank);
-      }
-    }
+    // ring, from its seat): any set of lost nodes short of all has one whose predecessor is
+    // still there to report it, and one loss stops the round; everyone watching everyone was N-1
+    // keys for each of N watchers, O(N^2) for the store.
     std::vector<LapseReporter::Watched> others;
-    for (int rank : watched) {
-      const NodeInfo& node = round.members[rank];
-      others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, rank, node.hostname).serialize()});
+    if (record.nodes > kNamedJoinersMax) {
+      for (const Seat::Neighbour& node : seat->next) {
+        others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, node.groupRank, node.hostname).serialize()});
+      }
+    } else {
+      for (int rank = 0; rank < static_cast<int>(members.size()); ++rank) {
+        if (rank == round.groupRank) continue;
+        const NodeInfo& node = members[static_cast<std::size_t>(rank)];
+        others.push_back({keys_.alive(node.id), StopReason::nodeLost(node.id, rank, node.hostname).serialize()});
+      }
     }
     lapseReporter_->arm(keys_.stop(number), std::move(others));
   }
@@ -952,17 +1153,33 @@ std::vector<std::string> Membership::hostnames(const std::vector<std::int64_t>& 
 void Membership::sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount) {
   const int count = static_cast<int>(watch_->add(keys_.done(round), 0));
   std::vector<NodeInfo> members;
+  std::int64_t closer = -1;
+  int nodes = 0;
   {
     std::lock_guard lock(heartbeatMutex_);
     if (heartbeatRound_ != round) return;
     members = roundMembers_;
+    closer = roundCloser_;
+    nodes = roundNodes_;
   }
   lastCount = count;
   // At once when a node finishes, in a job of up to kNamedJoinersMax nodes; a bigger one's every
   // kWaitLineInterval (each of thousands of arrivals at the barrier would otherwise make every
   // waiting node read who finished).
-  const bool small = static_cast<int>(members.size()) <= kNamedJoinersMax;
+  const bool small = nodes <= kNamedJoinersMax;
   if (!lines.due(now_(), small ? std::to_string(count) : std::string())) return;
+  if (members.empty()) {
+    // A big job's member knows its seat, not the list: read the world once, at the first line
+    // that is due (a node that waits kWaitLineInterval at the barrier), never at the round's start.
+    auto world = readWorldThrough(*watch_, round, closer);
+    if (!world || static_cast<int>(world->size()) != nodes) {
+      spdlog::warn("waiting for {} of {} nodes to finish", nodes - count, nodes);
+      return;
+    }
+    members = std::move(*world);
+    std::lock_guard lock(heartbeatMutex_);
+    if (heartbeatRound_ == round) roundMembers_ = members;
+  }
   // Who finished: one listing of the round's finished/ keys (one request, not one per member:
   // that was N requests per line for each waiting node). A listing cut at the store's limit
   // names no one rather than the wrong nodes.
@@ -986,35 +1203,35 @@ void Membership::sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount) {
 
 void Membership::reportMembersLostEarly(int round) {
   std::vector<NodeInfo> members;
+  std::vector<Seat::Neighbour> next;
+  int nodes = 0;
   {
     std::lock_guard lock(heartbeatMutex_);
     if (heartbeatRound_ != round) return;
     members = roundMembers_;
+    next = roundNext_;
+    nodes = roundNodes_;
   }
   // Every member's alive key in one request (the usual answer: all there); one request per
   // member from every member made this O(N^2) for the job at each round's start. In a job of
   // more than kNamedJoinersMax nodes each member asks only the next group rank's (a ring): every
   // member is still asked by one other, and a lost asker is itself found by its predecessor (any
   // one loss stops the round); N keys from each of N members was O(N^2) keys at every re-form.
-  std::vector<std::size_t> asked;  // group ranks
-  const std::size_t count = members.size();
-  if (static_cast<int>(count) > kNamedJoinersMax) {
-    for (std::size_t rank = 0; rank < count; ++rank) {
-      if (members[rank].id == self_.id) asked.push_back((rank + 1) % count);
-    }
+  std::vector<Seat::Neighbour> asked;
+  if (nodes > kNamedJoinersMax || members.empty()) {
+    if (!next.empty()) asked.push_back(next.front());
   } else {
-    for (std::size_t rank = 0; rank < count; ++rank) {
-      if (members[rank].id != self_.id) asked.push_back(rank);
+    for (std::size_t rank = 0; rank < members.size(); ++rank) {
+      const NodeInfo& node = members[rank];
+      if (node.id != self_.id) asked.push_back({static_cast<int>(rank), node.id, node.hostname});
     }
   }
   std::vector<std::string> others;
-  for (std::size_t rank : asked) others.push_back(keys_.alive(members[rank].id));
+  for (const Seat::Neighbour& node : asked) others.push_back(keys_.alive(node.id));
   if (others.empty() || watch_->check(others)) return;
-  for (std::size_t rank : asked) {
-    const NodeInfo& node = members[rank];
+  for (const Seat::Neighbour& node : asked) {
     if (watch_->check({keys_.alive(node.id)})) continue;
-    const std::string lost =
-        StopReason::nodeLost(node.id, static_cast<int>(rank), node.hostname).serialize();
+    const std::string lost = StopReason::nodeLost(node.id, node.groupRank, node.hostname).serialize();
     if (!mayWriteRound(*watch_, round, "a lost member's notice")) return;
     watch_->compareSet(keys_.stop(round), "", lost);
     return;
@@ -1033,10 +1250,13 @@ StopReason Membership::waitForStop(int round) {
       // In slices: a store that went silent (network cut) is the heartbeat's to report, and the
       // slices keep this thread from blocking past the agent's life. A stop wakes it at once.
       watch_->wait({stopKey}, 250ms);
-      const std::string text = watch_->get(stopKey);
-      if (auto stop = StopReason::parse(text)) return *stop;
+      // Read as it is now (one request): a stop record is never deleted while its round runs;
+      // one gone meanwhile (the round forgotten) is waited for again.
+      const std::optional<std::string> text = watch_->tryGet(stopKey);
+      if (!text) continue;
+      if (auto stop = StopReason::parse(*text)) return *stop;
       throw MembershipError(fmt::format("round {}'s stop record in the store is corrupt: {}", round,
-                                        shown(text)));
+                                        shown(*text)));
     } catch (const rendezvous::StoreConnectionError& error) {
       // A network blip broke the watch's connection (it holds nothing, so dropping it tells the
       // store nothing). The heartbeat decides whether the store is lost: until it does, or for

@@ -7,7 +7,9 @@
 //   close   the first agent that sees the round complete writes its size: complete means MAX
 //           nodes, or at least MIN nodes and either every still-alive member of round r-1 has
 //           rejoined (a restart or a node loss: no waiting) or last_call_timeout has passed since
-//           MIN was reached (new nodes may still come, as in torchrun);
+//           MIN was reached (new nodes may still come, as in torchrun). Before its close record
+//           it writes each member's seat (ranks, group rank 0's address, ring neighbours): a
+//           member reads its own seat, O(1) bytes, never the list of all N;
 //   run     group rank 0 is told that it hosts the round's worker store (its agent starts it and
 //           publishes where it listens: MASTER_ADDR:MASTER_PORT); everyone else waits for that,
 //           then everyone starts its workers and blocks on the round's stop key;
@@ -104,6 +106,27 @@ class MembershipCancelled : public std::runtime_error {
   MembershipCancelled() : std::runtime_error("cancelled") {}
 };
 
+// A member's seat in a closed round (round/<r>/seat/<closer>/<id>): what it needs to take its
+// place, written by the closer for each member so that a member reads O(1) bytes, not the world.
+struct Seat {
+  std::int64_t closer = -1;  // the node that closed the round (the close record names it too)
+  int nodes = 0;             // members in the round
+  int groupRank = 0;
+  int baseRank = 0;          // the global rank of this member's local rank 0
+  int worldSize = 0;
+  NodeInfo self;             // this member's record as the closer read it
+  std::string rank0Address;  // group rank 0's (where the round's workers' store is, on c10d/etcd)
+  // The next group ranks after this member's, in ring order (at most kSeatNeighbours, fewer in
+  // a round of fewer nodes): whose liveness this member watches in a big job.
+  struct Neighbour {
+    int groupRank = 0;
+    std::int64_t id = -1;
+    std::string hostname;
+  };
+  std::vector<Neighbour> next;
+};
+inline constexpr int kSeatNeighbours = 2;
+
 class Membership {
  public:
   using Now = std::function<std::chrono::steady_clock::time_point()>;
@@ -192,10 +215,14 @@ class Membership {
   // it, else nothing.
   std::optional<Round> waitForClose(int round, int slot, TimePoint deadline);
   void waitForRoundToStop(int round, TimePoint deadline);
-  // The close record of `round`: its members' node ids in join order, and its restart count.
-  // Nothing while it is open.
+  // The close record of `round`: how many members, the node that closed it (whose seats and
+  // world they read), and its restart count. Nothing while it is open. A closer that could not
+  // read every member's record names the members' ids instead (`members`, closer -1): each member
+  // then reads the records itself and names the bad one.
   struct Closed {
-    std::vector<std::int64_t> members;
+    int nodes = 0;
+    std::int64_t closer = -1;
+    std::vector<std::int64_t> members;  // only in a record without seats
     int restarts = 0;
   };
   std::optional<Closed> closed(int round);
@@ -221,22 +248,40 @@ class Membership {
   // unreported): announce them lost. Once per round, from the watch.
   void reportMembersLostEarly(int round);
   std::optional<StopReason> stopOf(int round);
-  // The members of a closed round, checked (nothing read from the store is trusted) and in
-  // group-rank order.
+  // The members of a closed round whose closer wrote no seats (record.members), from their node
+  // records, checked (nothing read from the store is trusted) and in group-rank order.
   std::vector<NodeInfo> readMembers(int round, const Closed& record);
+  // This node's seat in a round closed with seats: read and checked; nothing when it has none
+  // (the round closed without it).
+  std::optional<Seat> readSeat(int round, const Closed& record);
+  // The members of round `round` (closed by `closer`), as its world says; nothing when it is
+  // missing or not a list ddprun wrote. O(N) bytes: read only where the list is needed.
+  std::optional<std::vector<NodeInfo>> readWorld(int round, std::int64_t closer);
+  // The same through `store` (the calling thread's connection).
+  std::optional<std::vector<NodeInfo>> readWorldThrough(rendezvous::HoldingStore& store, int round,
+                                                        std::int64_t closer);
+  // The node ids of a closed round (a world read where the record has no list); nothing when
+  // they cannot be read.
+  std::optional<std::vector<std::int64_t>> memberIds(int round, const Closed& record);
+  struct MemberIds {
+    int round = -1;
+    std::int64_t closer = -1;
+    std::vector<std::int64_t> ids;
+  };
+  std::optional<MemberIds> memberIdsCache_;  // memberIds' last world read (control thread)
   // `members` (node ids) in group-rank order: sorts them in place, or throws MembershipError
   // when the static backend's node ranks are not 0..N-1.
   void toGroupRankOrder(std::vector<NodeInfo>& members) const;
-  // The closer writes the round's world before its close record (create-if-absent): every
-  // member then reads one value instead of N node records. Nothing is written when a record is
-  // unreadable (the members then read them one by one and say which).
-  void writeWorld(int round, const std::vector<std::int64_t>& members);
-  // The world of `round` if it is there and names exactly the close record's members.
-  std::optional<std::vector<NodeInfo>> readWorld(int round, const Closed& record);
+  // The closer writes the round's world and every member's seat before its close record, under
+  // its own node id: each member then reads its seat (O(1)) instead of the N node records.
+  // False, and nothing written, when a record is unreadable or the node ranks are not a
+  // permutation (the close record then names the members, who read the records and say what).
+  bool writeSeats(int round, const std::vector<std::int64_t>& members);
   // Where the round's workers meet: group rank 0 is told it hosts the store (c10d) or points it
   // at the static backend's store; everyone else reads what group rank 0 published.
-  void settleWorkerStore(Round& round);
-  Round readRound(int round, const Closed& record);
+  // `rank0Address`: group rank 0's advertised address (where its worker store must be).
+  void settleWorkerStore(Round& round, const std::string& rank0Address);
+  Round readRound(int round, const Closed& record, std::optional<Seat> seat);
   void heartbeat();
   // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
   void renewHold(int round, int groupRank);
@@ -269,7 +314,13 @@ class Membership {
   bool heartbeatStop_ = false;
   int heartbeatRound_ = -1;      // whose stop key a lapse of our hold reports to
   int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
-  std::vector<NodeInfo> roundMembers_;  // of heartbeatRound_, in group-rank order
+  // Of heartbeatRound_: who closed it, how many members, the members in group-rank order (in a
+  // job of up to kNamedJoinersMax nodes, or once the exit barrier's line read them; else empty)
+  // and this node's ring neighbours (the next group ranks, from its seat).
+  std::int64_t roundCloser_ = -1;
+  int roundNodes_ = 0;
+  std::vector<NodeInfo> roundMembers_;
+  std::vector<Seat::Neighbour> roundNext_;
   std::atomic<bool> storeLost_{false};
   std::atomic<bool> storeClosed_{false};  // the failing renewal was answered (closed, refused)
   std::atomic<bool> cancelled_{false};
@@ -291,6 +342,13 @@ std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
 // not such an array or any entry fails nodeFromJsonText's checks.
 std::string worldToText(const std::vector<NodeInfo>& members);
 std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text);
+// Every member's seat of a round whose members are `members` (group-rank order), closed by node
+// `closer`; in the same order.
+std::vector<Seat> seatsOf(const std::vector<NodeInfo>& members, std::int64_t closer);
+// A seat as one compact JSON object; nothing back when the text is not one seatToText wrote
+// (fields missing or of the wrong type, a record that fails nodeFromJsonText's checks).
+std::string seatToText(const Seat& seat);
+std::optional<Seat> seatFromText(std::string_view text);
 
 // Nothing read from the store is trusted blindly (anyone who reaches it can write it): what
 // makes a round's world is checked before any worker is started. Each returns the problem in one
@@ -303,6 +361,13 @@ std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text);
 std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
                                                const std::vector<NodeInfo>& members,
                                                const NodeInfo& self, int maxNodes);
+// This node's seat (`seat`, read from round/<r>/seat/<closer>/<self id>) against the close record
+// (`nodes` members, closed by `closer`): the same closer and count, within [1, maxNodes], this
+// node's own record exactly as it wrote it, ranks that fit (group rank in the round, base rank
+// plus its workers within the world, group rank 0's address its own where it is rank 0), with
+// static node ranks (`staticRanks`) the group rank its node rank, and neighbours in the round.
+std::optional<std::string> seatProblem(const Seat& seat, int nodes, std::int64_t closer, const NodeInfo& self,
+                                       int maxNodes, bool staticRanks);
 // "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
 // address group rank 0 advertised (`expectedHost`; "" = any).
 std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);

@@ -27,7 +27,13 @@ std::string MembershipKeys::member(int round, int slot) const {
 
 std::string MembershipKeys::closed(int round) const { return roundPrefix(round) + "closed"; }
 
-std::string MembershipKeys::world(int round) const { return roundPrefix(round) + "world"; }
+std::string MembershipKeys::world(int round, std::int64_t closer) const {
+  return fmt::format("{}world/{}", roundPrefix(round), closer);
+}
+
+std::string MembershipKeys::seat(int round, std::int64_t closer, std::int64_t id) const {
+  return fmt::format("{}seat/{}/{}", roundPrefix(round), closer, id);
+}
 
 std::string MembershipKeys::master(int round) const { return roundPrefix(round) + "master"; }
 

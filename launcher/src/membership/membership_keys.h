@@ -9,8 +9,10 @@
 //   ddprun/<run id>/current_round        the round the job is in
 //   ddprun/<run id>/round/<r>/joined     join counter; member/<k>: the k-th joiner's node id
 //   ddprun/<run id>/round/<r>/closed     the close record; master, stop, done: the round's others
-//   ddprun/<run id>/round/<r>/world      the members' node records in group-rank order, written
-//                                        once by the closer (one read instead of N per node)
+//   ddprun/<run id>/round/<r>/seat/<c>/<id>  node <id>'s seat in the round closed by node <c>: its
+//                                        ranks and what it needs of the others (O(1) per member)
+//   ddprun/<run id>/round/<r>/world/<c>  the members' node records in group-rank order, written
+//                                        once by the closer <c>, read only where the list is needed
 //   ddprun/<run id>/status/<id>          the node's AgentSnapshot (`ddprun status` reads them)
 //   ddprun/<run id>/round/<r>/finished/<id>  node <id> passed the exit barrier's count (who is
 //                                        still at work, for the waiting line)
@@ -50,8 +52,11 @@ class MembershipKeys {
   std::string joined(int round) const;
   std::string member(int round, int slot) const;
   std::string closed(int round) const;
-  // The members' node records in group-rank order, one value (worldToText in membership.h).
-  std::string world(int round) const;
+  // Written by the node `closer` that closes round `round`, before its close record (which names
+  // it): the members' node records in group-rank order, one value (worldToText in membership.h),
+  // and node `id`'s seat (seatToText), all a member reads to take its place.
+  std::string world(int round, std::int64_t closer) const;
+  std::string seat(int round, std::int64_t closer, std::int64_t id) const;
   std::string master(int round) const;
   std::string stop(int round) const;
   std::string done(int round) const;

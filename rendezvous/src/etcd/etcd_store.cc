@@ -387,6 +387,13 @@ std::string EtcdStore::get(std::string_view key) {
   return waitFor({fullKey}, timeout(), fmt::format("get '{}'", shown(key))).at(fullKey);
 }
 
+std::optional<std::string> EtcdStore::tryGet(std::string_view key) {
+  std::optional<KeyValue> current =
+      guarded(fmt::format("tryGet '{}'", shown(key)), [&] { return client_->get(full(key)); });
+  if (!current) return std::nullopt;
+  return std::move(current->value);
+}
+
 void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   std::vector<std::string> fullKeys;
   for (const std::string& key : keys) fullKeys.push_back(full(key));

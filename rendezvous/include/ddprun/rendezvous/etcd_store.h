@@ -87,6 +87,8 @@ class EtcdStore final : public HoldingStore {
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
+  // One range read of the key (no watch, no wait).
+  std::optional<std::string> tryGet(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
   // A ticket is one transaction that no race fails: etcd counts the puts to a key in its version
   // (1 at creation, +1 a put), and the put's previous value says which it was. A marker key of

@@ -36,6 +36,7 @@ class HashStore final : public HoldingStore {
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
+  std::optional<std::string> tryGet(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
   std::string compareSet(std::string_view key, std::string_view expected,
                          std::string_view desired) override;

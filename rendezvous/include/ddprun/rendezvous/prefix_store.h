@@ -22,6 +22,7 @@ class PrefixStore final : public Store {
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key) override;
+  std::optional<std::string> tryGet(std::string_view key) override;
   std::int64_t add(std::string_view key, std::int64_t delta) override;
   std::int64_t takeTicket(std::string_view key) override;
   std::int64_t ticketCount(std::string_view key) override;

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,20 @@ class Store {
   // Throws StoreTimeoutError if it does not exist within timeout(); a missing key is never
   // reported as an empty value.
   virtual std::string get(std::string_view key) = 0;
+
+  // The value of `key` if it exists at the moment of the call, else nothing: never blocks, and a
+  // missing key is never reported as an empty value (a present "" is returned as ""). For a key
+  // that may or may not be there (a round's close record, the job's current round): check() then
+  // get() is two requests (TcpStore's get() is three: CHECK, then WAIT and GET) and not atomic,
+  // where a key deleted between them leaves get() blocking for its whole timeout.
+  // The default is exactly that check() + get() (for a backend with no atomic form). TcpStore
+  // reads with one compareSet whose expected value nobody stores (one round trip when the key
+  // exists; two when it is missing or holds the first probe value), HashStore under its lock,
+  // EtcdStore with one range read. A wrapper store must forward it, or the backend's form is
+  // lost behind it (as with takeTicket). On ddprun's store the answer is a compareSet's, a copy
+  // of the value in each reply, where a GET of a large value references the stored one: a
+  // large value that many clients read at once is read with get().
+  virtual std::optional<std::string> tryGet(std::string_view key);
 
   // Adds `delta` to the integer stored under `key` (missing = 0) and returns the new value.
   // The value is stored as ASCII decimal, so get() of a counter returns e.g. "12". An existing value
