@@ -141,8 +141,8 @@ TEST_CASE("standalone: a round forms on the loop, alone, without a store", "[age
   CHECK(node.solo.nodeId() == SoloRendezvous::kNodeId);
   const Round& round = node.machine.round();
   CHECK(round.groupRank == 0);
-  CHECK(round.members.size() == 1);
-  CHECK(round.members[0].id == SoloRendezvous::kNodeId);
+  CHECK(round.nodes == 1);
+  CHECK(round.address == "127.0.0.1");
   CHECK(round.worldSize == 3);
   CHECK(round.baseRank == 0);
   CHECK(round.restartCount == 0);

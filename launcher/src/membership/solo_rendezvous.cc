@@ -25,7 +25,8 @@ void SoloRendezvous::join(int round) {
 
   Round formed;
   formed.number = number;
-  formed.members = {self_};
+  formed.nodes = 1;
+  formed.address = self_.address;
   formed.groupRank = 0;
   formed.restartCount = restarts_;
   formed.worldSize = self_.nproc;
