@@ -319,6 +319,27 @@ TEST_CASE("a worker is in the worker cgroup from its start, created there or mov
   for (int fd : {directory, procs, notACgroup}) ::close(fd);
 }
 
+// After killStrays emptied the cgroup with cgroup.kill, the next worker must live: a kernel with
+// cgroup.kill's fork-race fix kills every child later created in a killed cgroup by clone3
+// (6.18 here), so the launcher moves workers in through cgroup.procs from then on.
+TEST_CASE("a worker started after the worker cgroup was killed runs", "[posix_launcher]") {
+  Workers workers;
+  if (workers.launcher.cgroupPath().empty()) {
+    WARN("skipped: cgroup v2 is not mounted or not writable here, so there is no worker cgroup");
+    return;
+  }
+  Pipe strayOut;
+  const pid_t worker = workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", strayOut.writeEnd()));
+  const pid_t stray = pidFrom(strayOut.readAll(5s));
+  CHECK(exitedWith(workers.waitStatus(worker), 0));
+  workers.launcher.killStrays();  // the stray is in the cgroup: this writes cgroup.kill
+  CHECK(workers.gone(stray));
+  Pipe out;
+  const pid_t next = workers.launcher.spawn(shell("sleep 0.1; echo alive", out.writeEnd()));
+  CHECK(out.readAll(5s) == "alive\n");
+  CHECK(exitedWith(workers.waitStatus(next), 0));
+}
+
 TEST_CASE("killStrays finds a descendant that left the worker's session", "[posix_launcher]") {
   Workers workers;
   Pipe out;

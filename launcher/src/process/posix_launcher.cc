@@ -46,7 +46,7 @@ pid_t PosixLauncher::spawn(const ExecPlan& plan) {
       keptEntry_ = keptEntry(text.substr(prefix.size() + 1));
     }
   }
-  const pid_t pid = spawner_.spawn(plan, cgroup_ ? CgroupTarget{cgroup_->directoryFd(), cgroup_->procsFd()}
+  const pid_t pid = spawner_.spawn(plan, cgroup_ ? CgroupTarget{cgroup_->cloneIntoFd(), cgroup_->procsFd()}
                                                  : CgroupTarget{});
   running_.insert(pid);
   if (guardian_) guardian_->track(pid);

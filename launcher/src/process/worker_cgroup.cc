@@ -53,9 +53,12 @@ WorkerCgroup::~WorkerCgroup() {
   ::rmdir(path_.c_str());
 }
 
-void WorkerCgroup::killAll() { killCgroup(path_, std::chrono::seconds(2)); }
+void WorkerCgroup::killAll() {
+  if (killCgroup(path_, std::chrono::seconds(2))) killed_ = true;
+}
 
-void killCgroup(const std::string& path, std::chrono::milliseconds patience) {
+bool killCgroup(const std::string& path, std::chrono::milliseconds patience) {
+  bool wroteKill = false;
   const std::string procs = path + "/cgroup.procs";
   const int killFd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
   const auto deadline = std::chrono::steady_clock::now() + patience;
@@ -67,7 +70,8 @@ void killCgroup(const std::string& path, std::chrono::milliseconds patience) {
     }
     if (members.empty()) break;
     if (killFd >= 0) {
-      (void)!::write(killFd, "1", 1);  // Linux 5.14+: the whole cgroup at once, no race with fork
+      // Linux 5.14+: the whole cgroup at once, no race with fork.
+      if (::write(killFd, "1", 1) == 1) wroteKill = true;
     } else {
       for (pid_t pid : members) ::kill(pid, SIGKILL);
     }
@@ -75,6 +79,7 @@ void killCgroup(const std::string& path, std::chrono::milliseconds patience) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (killFd >= 0) ::close(killFd);
+  return wroteKill;
 }
 
 }  // namespace ddprun::launcher

@@ -21,9 +21,12 @@ class WorkerCgroup {
   const std::string& path() const { return path_; }
   // An open cgroup.procs for a child to join with write("0").
   int procsFd() const { return procsFd_; }
-  // The cgroup's directory (O_PATH), for a child created in it (clone3's CLONE_INTO_CGROUP),
-  // or -1 where it could not be opened.
-  int directoryFd() const { return directoryFd_; }
+  // The cgroup's directory (O_PATH), for a child created in it (clone3's CLONE_INTO_CGROUP), or
+  // -1: where it could not be opened, and once killAll() has written cgroup.kill. Kernels with
+  // cgroup.kill's fork-race fix (6.13+; 6.18 here) compare a CLONE_INTO_CGROUP child's kill
+  // count with its parent's cgroup instead of its own, so after one kill every child created in
+  // the cgroup is killed at birth. Moving in through cgroup.procs is not affected.
+  int cloneIntoFd() const { return killed_ ? -1 : directoryFd_; }
   // SIGKILLs every process in the cgroup and waits (bounded) until it is empty.
   void killAll();
 
@@ -33,10 +36,12 @@ class WorkerCgroup {
   std::string path_;
   int procsFd_;
   int directoryFd_;
+  bool killed_ = false;  // cgroup.kill was written (cloneIntoFd)
 };
 
 // Kills every process of the cgroup at `path` (cgroup.kill, or one by one on older kernels)
-// and waits up to `patience` for it to empty. Used by the agent and by the guardian.
-void killCgroup(const std::string& path, std::chrono::milliseconds patience);
+// and waits up to `patience` for it to empty. Used by the agent and by the guardian. True when
+// it wrote cgroup.kill.
+bool killCgroup(const std::string& path, std::chrono::milliseconds patience);
 
 }  // namespace ddprun::launcher
