@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::parseCommandLine;
 using ddprun::launcher::RdzvBackend;
@@ -24,12 +26,13 @@ using Environment = std::map<std::string, std::string>;
 
 namespace {
 
-// A training script to name (the command line checks that it exists).
+// A training script to name (the command line checks that it exists), in a directory removed
+// when the test process exits: each test case is a process of its own under CTest.
 const std::string& script() {
+  static const ddprun::test::TempDir dir;
   static const std::string path = [] {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-slurm-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    const std::string file = pattern + "/train.py";
+    REQUIRE(!dir.path.empty());
+    const std::string file = dir.path + "/train.py";
     std::ofstream(file) << "print('hi')\n";
     return file;
   }();
