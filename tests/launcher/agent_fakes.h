@@ -32,6 +32,7 @@
 #include "core/process_launcher.h"
 #include "membership/store_backend.h"
 #include "core/worker_output.h"
+#include "machine/agent_machine.h"
 
 namespace ddprun::test {
 
@@ -209,6 +210,10 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   // The workers of the latest round (the last `count` spawned).
   std::vector<Worker> latest(int count) const {
     return std::vector<Worker>(spawned.end() - std::min<std::size_t>(count, spawned.size()), spawned.end());
+  }
+  // Every worker of the latest round (the last `count` spawned) exits with `code`.
+  void latestExitWith(int count, int code) {
+    for (const Worker& worker : latest(count)) exitWith(worker.pid, code);
   }
   bool running(pid_t pid) const { return running_.count(pid) > 0; }
 
@@ -488,5 +493,30 @@ class FakeOom final : public launcher::OomWitness {
   std::set<pid_t> oomKilled;
   int attempts = 0;
 };
+
+// One agent as the machine's tests make it: its record in the rendezvous and its identity, under
+// one host name, so that a failure report's host says which agent it was.
+inline launcher::NodeInfo fakeNodeInfo(const std::string& hostname, const std::string& address, int nproc) {
+  launcher::NodeInfo node;
+  node.address = address;
+  node.hostname = hostname;
+  node.nproc = nproc;
+  return node;
+}
+inline launcher::AgentIdentity fakeIdentity(const std::string& hostname, const std::string& address,
+                                            bool hostsStore, const std::string& scratchDir) {
+  launcher::AgentIdentity id;
+  id.hostsStore = hostsStore;
+  id.hostname = hostname;
+  id.address = address;
+  id.agentMarker = "marker";
+  id.scratchDir = scratchDir;
+  return id;
+}
+
+// The machine runs round `round`'s workers.
+inline bool runsRound(const launcher::AgentMachine& machine, int round) {
+  return machine.state() == launcher::AgentMachine::State::kRunning && machine.round().number == round;
+}
 
 }  // namespace ddprun::test

@@ -71,11 +71,7 @@ struct Node {
   ~Node() { driver.close(false); }
 
   static NodeInfo self(const std::string& address, int nproc) {
-    NodeInfo node;
-    node.address = address;
-    node.hostname = "host-" + address;
-    node.nproc = nproc;
-    return node;
+    return fakeNodeInfo("host-" + address, address, nproc);
   }
   WorkerWatch watch() {
     WorkerWatch seams;
@@ -87,23 +83,13 @@ struct Node {
     return seams;
   }
   AgentIdentity identity(const std::string& address, bool hostsStore) const {
-    AgentIdentity id;
-    id.hostsStore = hostsStore;
-    id.hostname = "host-" + address;
-    id.address = address;
-    id.agentMarker = "marker";
-    id.scratchDir = "/tmp/ddprun-agent-machine-test";
-    return id;
+    return fakeIdentity("host-" + address, address, hostsStore, "/tmp/ddprun-agent-machine-test");
   }
 
-  bool runningRound(int round) const {
-    return machine.state() == State::kRunning && machine.round().number == round;
-  }
+  bool runningRound(int round) const { return runsRound(machine, round); }
   // The workers of the current round, as spawned.
   std::vector<FakeLauncher::Worker> workers() const { return launcher.latest(config_.nprocPerNode); }
-  void allExit(int code) {
-    for (const auto& worker : workers()) launcher.exitWith(worker.pid, code);
-  }
+  void allExit(int code) { launcher.latestExitWith(config_.nprocPerNode, code); }
 
   LaunchConfig config_;
   ManualEventLoop& loop_;

@@ -79,13 +79,7 @@ struct SoloNode {
     solo.attach(recorder);
   }
 
-  static NodeInfo self(int nproc) {
-    NodeInfo node;
-    node.address = "127.0.0.1";
-    node.hostname = "host-solo";
-    node.nproc = nproc;
-    return node;
-  }
+  static NodeInfo self(int nproc) { return fakeNodeInfo("host-solo", "127.0.0.1", nproc); }
   WorkerWatch watch() {
     WorkerWatch seams;
     seams.heartbeats = &heartbeats;
@@ -95,21 +89,11 @@ struct SoloNode {
     return seams;
   }
   AgentIdentity identity() const {
-    AgentIdentity id;
-    id.hostsStore = true;
-    id.hostname = "host-solo";
-    id.address = "127.0.0.1";
-    id.agentMarker = "marker";
-    id.scratchDir = "/tmp/ddprun-solo-rendezvous-test";
-    return id;
+    return fakeIdentity("host-solo", "127.0.0.1", /*hostsStore=*/true, "/tmp/ddprun-solo-rendezvous-test");
   }
-  bool runningRound(int round) const {
-    return machine.state() == State::kRunning && machine.round().number == round;
-  }
+  bool runningRound(int round) const { return runsRound(machine, round); }
   std::vector<FakeLauncher::Worker> workers() const { return launcher.latest(config_.nprocPerNode); }
-  void allExit(int code) {
-    for (const auto& worker : workers()) launcher.exitWith(worker.pid, code);
-  }
+  void allExit(int code) { launcher.latestExitWith(config_.nprocPerNode, code); }
   bool until(const std::function<bool()>& done) { return loop.runUntil(done, std::chrono::seconds(5)); }
 
   LaunchConfig config_;
