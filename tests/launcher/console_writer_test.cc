@@ -38,6 +38,17 @@ class Framer {
   std::string out_;
 };
 
+// Everything a pipe's reading end `fd` gives until every writer has closed it; closes `fd`.
+std::string readToEnd(int fd) {
+  std::string text;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE("ConsoleLines: every line of a source starts with its prefix", "[console_writer]") {
@@ -112,12 +123,7 @@ TEST_CASE("ConsoleWriter: framed pieces and the agent's lines on a real pipe", "
     CHECK(writer.flush(10s));
   }
   ::close(ends[1]);
-  std::string text;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(ends[0], buffer, sizeof buffer)) > 0;) {
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(ends[0]);
+  const std::string text = readToEnd(ends[0]);
   CHECK(text == "\r[0]: 5%\n[1]:hello\n\r[0]:10%\nagent line\n\r[0]:15%\n");
 }
 
@@ -166,12 +172,7 @@ TEST_CASE("ConsoleWriter: no thread until there is something to write, then one,
   ::close(ends[1]);
   // Every descriptor of the pipe's writing end is closed (the quiet writer's copy too): the
   // reader sees the end after what was written.
-  std::string text;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(ends[0], buffer, sizeof buffer)) > 0;) {
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(ends[0]);
+  const std::string text = readToEnd(ends[0]);
   CHECK(text == "first\nsecond\n");
 }
 
