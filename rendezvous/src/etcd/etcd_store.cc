@@ -228,15 +228,25 @@ namespace detail {
 // key, and its LapseReporter for the members' alive keys, in slices of 250 ms so that they
 // notice a cancel; a new watch each slice is a stream on a connection of its own and a watcher
 // etcd creates and cancels (measured in tests/netns/partition_etcd_test.sh: 8.7 a second per
-// agent). Kept, the next slice reads the keys again (one txn, at revision R) and goes on with
-// the stream, skipping what it delivers up to R. A kept watch is used for at most its silence
-// check's interval from its creation: the check needs more of a call's time than a short slice
-// gives (etcd_watch.cc), so a stream whose member went quiet is replaced at least that often.
+// agent). A kept watch is used for at most its silence check's interval from its creation: the
+// check needs more of a call's time than a short slice gives (etcd_watch.cc), so a stream whose
+// member went quiet is replaced at least that often.
+//
+// A slice that timed out also leaves what it saw of its keys (the view: its read, with the
+// events it consumed applied). The next slice on the same keys starts from that view instead of
+// reading again: the stream has run on from it without a gap, so anything since is among the
+// events still to come. That was one read a slice, four a second for each of an agent's two
+// slicing waits; on one etcd shared by a job of 1,024 agents, every agent's, the load that kept
+// its re-form from finishing (docs/benchmarks.md, "Scale"). A slice that found what it waited
+// for leaves no view (the caller moves on, and the keys may change before it asks again): the
+// next one reads.
 class WatchKeeper {
  public:
   struct Kept {
     std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one
     Clock::time_point since;                 // its creation
+    std::optional<ReadKeys> view;            // what a timed-out call saw, up to the stream's end
+    std::set<std::string> viewKeys;          // the keys that call waited on
   };
 
   // The kept watch if it is on `range`, young enough and not past `start` (the revision after
@@ -246,10 +256,17 @@ class WatchKeeper {
     std::lock_guard lock(mutex_);
     Kept kept = std::move(kept_);
     kept_ = {};
-    if (!kept.watch || kept.watch->nextRevision() > start || range.key != range_.key ||
-        range.rangeEnd != range_.rangeEnd || Clock::now() - kept.since >= kKeepFor) {
-      return {};
-    }
+    if (!kept.watch || kept.watch->nextRevision() > start || !sameRange(range) || tooOld(kept)) return {};
+    kept.view.reset();
+    return kept;
+  }
+  // The kept watch with its view if the call that left it waited on exactly `keys` (on `range`)
+  // and it is young enough; else none, and the caller reads.
+  Kept resume(const KeyRange& range, const std::set<std::string>& keys) {
+    std::lock_guard lock(mutex_);
+    if (!kept_.watch || !kept_.view || kept_.viewKeys != keys || !sameRange(range) || tooOld(kept_)) return {};
+    Kept kept = std::move(kept_);
+    kept_ = {};
     return kept;
   }
   // Keeps a healthy watch for the next call (the last one given wins).
@@ -261,6 +278,8 @@ class WatchKeeper {
 
  private:
   static constexpr auto kKeepFor = etcd::WatchRequest{}.checkAfterSilence;
+  bool sameRange(const KeyRange& range) const { return range.key == range_.key && range.rangeEnd == range_.rangeEnd; }
+  static bool tooOld(const Kept& kept) { return Clock::now() - kept.since >= kKeepFor; }
   std::mutex mutex_;
   KeyRange range_;
   Kept kept_;
@@ -273,23 +292,44 @@ class WatchKeeper {
 // over. False when `deadline` passes first. A compaction that took the history the watch needs
 // reads again; a watch that no member serves for a whole request timeout is a
 // StoreConnectionError. The watch comes from `keeper` where it has one for these keys, and goes
-// back to it when the call ends with the stream healthy.
+// back to it when the call ends with the stream healthy; a call that timed out leaves its view
+// too, and the next call on the same keys starts from it without reading (WatchKeeper).
 static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const std::vector<std::string>& keys,
                    etcd::Deadline deadline, const std::string& what,
                    const std::function<bool(const ReadKeys&)>& onRead,
                    const std::function<bool(const std::vector<etcd::WatchEvent>&)>& onEvents) {
   const auto requestTimeout = client.options().timeout;
   const std::set<std::string> wanted(keys.begin(), keys.end());
+  etcd::WatchRequest request;
+  request.range = covering(keys);
+  detail::WatchKeeper::Kept resumed = keeper.resume(request.range, wanted);
   for (;;) {
-    const ReadKeys read = guarded(what, [&] {
-      return readEach(client, keys, false, Clock::now() + requestTimeout);
-    });
-    if (onRead(read)) return true;
-    if (Clock::now() >= deadline) return false;
-    etcd::WatchRequest request;
-    request.range = covering(keys);
-    request.startRevision = read.revision + 1;
-    detail::WatchKeeper::Kept kept = keeper.take(request.range, request.startRevision);
+    detail::WatchKeeper::Kept kept;
+    ReadKeys read;
+    if (resumed.watch) {
+      kept = std::move(resumed);
+      resumed = {};
+      read = std::move(*kept.view);
+      kept.view.reset();
+    } else {
+      read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
+    }
+    if (onRead(read)) {
+      if (kept.watch) keeper.give(request.range, std::move(kept));
+      return true;
+    }
+    if (Clock::now() >= deadline) {
+      if (kept.watch) {
+        kept.view = std::move(read);
+        kept.viewKeys = wanted;
+        keeper.give(request.range, std::move(kept));
+      }
+      return false;
+    }
+    if (!kept.watch) {
+      request.startRevision = read.revision + 1;
+      kept = keeper.take(request.range, request.startRevision);
+    }
     if (!kept.watch) {
       kept.since = Clock::now();
       kept.watch = guarded(what, [&] { return client.watch(request, Clock::now() + requestTimeout); });
@@ -300,6 +340,8 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     while (!reread) {
       const auto now = Clock::now();
       if (now >= deadline) {
+        kept.view = std::move(read);
+        kept.viewKeys = wanted;
         keeper.give(request.range, std::move(kept));
         return false;
       }
@@ -332,6 +374,16 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
         // revision too).
         if (wanted.count(event.kv.key) != 0 && event.kv.modRevision > read.revision) {
           events.push_back(std::move(event));
+        }
+      }
+      // The view moves with the stream: what the next call would have read. Its revision stays
+      // the read's, the line below which a kept stream's events are old news; the stream
+      // delivers nothing twice.
+      for (const etcd::WatchEvent& event : events) {
+        if (event.type == etcd::WatchEvent::Type::kDelete) {
+          read.present.erase(event.kv.key);
+        } else {
+          read.present[event.kv.key] = event.kv;
         }
       }
       if (!events.empty() && onEvents(events)) {
