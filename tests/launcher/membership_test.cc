@@ -756,6 +756,8 @@ class ReadCountingBackend final : public StoreBackend {
   StoreTenancy tenancy() const override { return inner_.tenancy(); }
   std::atomic<std::size_t> bytes{0};
   std::atomic<std::size_t> requests{0};
+  std::atomic<std::size_t> reads{0};  // tryGet and ticketCount: a waiting joiner's polls
+  std::atomic<std::size_t> waits{0};
 
  private:
   class Connection final : public ddprun::rendezvous::HoldingStore {
@@ -767,15 +769,24 @@ class ReadCountingBackend final : public StoreBackend {
     std::optional<std::string> tryGet(std::string_view k) override {
       auto value = inner_->tryGet(k);
       count(value ? value->size() : 0);
+      counts_.reads.fetch_add(1);
       return value;
     }
     std::int64_t add(std::string_view k, std::int64_t d) override { count(0); return inner_->add(k, d); }
     std::int64_t takeTicket(std::string_view k) override { count(0); return inner_->takeTicket(k); }
-    std::int64_t ticketCount(std::string_view k) override { count(0); return inner_->ticketCount(k); }
+    std::int64_t ticketCount(std::string_view k) override {
+      count(0);
+      counts_.reads.fetch_add(1);
+      return inner_->ticketCount(k);
+    }
     std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
       return read(inner_->compareSet(k, e, d));
     }
-    void wait(const std::vector<std::string>& keys, Duration timeout) override { count(0); inner_->wait(keys, timeout); }
+    void wait(const std::vector<std::string>& keys, Duration timeout) override {
+      count(0);
+      counts_.waits.fetch_add(1);
+      inner_->wait(keys, timeout);
+    }
     using Store::wait;
     bool check(const std::vector<std::string>& keys) override { count(0); return inner_->check(keys); }
     bool deleteKey(std::string_view k) override { count(0); return inner_->deleteKey(k); }
@@ -881,6 +892,69 @@ TEST_CASE("a member reads its seat, not the world: the bytes it reads to form a 
   INFO("median bytes read per member: " << small << " at 65 nodes, " << big << " at 130");
   CHECK(big < small + small / 4);
   CHECK(big < 1500);
+}
+
+TEST_CASE("a big job's joiner that can no longer decide only waits for the close between its slow "
+          "reads",
+          "[membership][scale]") {
+  // Thousands of joiners wait while a big round forms; each one's polls are the store's load for
+  // that whole time. Above kNamedJoinersMax a joiner whose slot is neither the latest nor MIN's
+  // cannot close the round, so between its full reads (every 10 s) it neither reads the counter
+  // nor re-reads the close key its timed-out wait has just seen absent: one wait a second.
+  constexpr int kNodes = 66;
+  HashStore store;
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = kNodes;
+  config.maxNodes = kNodes;
+  config.runId = "bystander";
+  const MembershipKeys keys("bystander");
+  std::vector<std::unique_ptr<ReadCountingBackend>> backends;
+  std::vector<std::unique_ptr<Membership>> nodes;
+  std::vector<std::thread> joiners;
+  std::vector<std::string> errors(3);
+  for (int i = 0; i < 3; ++i) {
+    backends.push_back(std::make_unique<ReadCountingBackend>(store));
+    nodes.push_back(std::make_unique<Membership>(config, *backends.back(), nodeInfo(-1, fmt::format("10.2.0.{}", i)),
+                                                 steadyNow()));
+    nodes.back()->open();
+  }
+  // One after the other, so that node 0 holds slot 1 and node 2 the latest slot.
+  for (int i = 0; i < 3; ++i) {
+    joiners.emplace_back([&, i] {
+      try {
+        nodes[static_cast<std::size_t>(i)]->join(0);
+        errors[static_cast<std::size_t>(i)] = "the round closed with 3 of 66 nodes";
+      } catch (const MembershipCancelled&) {
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(i)] = e.what();
+      }
+    });
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (store.ticketCount(keys.joined(0)) < i + 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(5ms);
+    }
+    REQUIRE(store.ticketCount(keys.joined(0)) == i + 1);
+  }
+  std::this_thread::sleep_for(1200ms);  // node 0's pass that saw slot 3 taken is over
+  const std::size_t readsBefore = backends[0]->reads.load();
+  const std::size_t waitsBefore = backends[0]->waits.load();
+  const std::size_t latestReadsBefore = backends[2]->reads.load();
+  std::this_thread::sleep_for(2500ms);
+  const std::size_t reads = backends[0]->reads.load() - readsBefore;
+  const std::size_t waits = backends[0]->waits.load() - waitsBefore;
+  const std::size_t latestReads = backends[2]->reads.load() - latestReadsBefore;
+  for (auto& node : nodes) node->cancel();
+  for (auto& joiner : joiners) joiner.join();
+  for (const std::string& error : errors) CHECK(error.empty());
+  INFO("in 2.5 s the bystander made " << reads << " reads and " << waits << " waits; the latest joiner "
+                                     << latestReads << " reads");
+  CHECK(reads == 0);
+  CHECK(waits >= 2);
+  CHECK(waits <= 3);
+  // The latest joiner still decides (its arrival or the next may complete the round): it polls.
+  CHECK(latestReads >= 4);
+  for (auto& node : nodes) node->close(/*hostsStore=*/false);
 }
 
 TEST_CASE("a closer that cannot read a member's record writes no seats, and every member names "

@@ -128,14 +128,20 @@ TEST_CASE("wait lines: quiet for the first second, at once on a change, else one
 }
 
 TEST_CASE("wait lines: what they say", "[wait_lines]") {
-  CHECK(joinWaitLine(0, 2, 2, {"host-a"}, 590s, false) ==
+  CHECK(joinWaitLine(0, 2, 2, 1, {"host-a"}, 590s, false) ==
         "waiting for 1 more node (1 of 2 joined: host-a), 590 s left of the join timeout");
-  CHECK(joinWaitLine(3, 3, 5, {"a", "b"}, 12'400ms, false) ==
+  CHECK(joinWaitLine(3, 3, 5, 2, {"a", "b"}, 12'400ms, false) ==
         "waiting for 1 more node (2 of at least 3 joined: a, b), 12 s left of the join timeout");
-  CHECK(joinWaitLine(0, 4, 4, {"a"}, 5s, false) ==
+  CHECK(joinWaitLine(0, 4, 4, 1, {"a"}, 5s, false) ==
         "waiting for 3 more nodes (1 of 4 joined: a), 5 s left of the join timeout");
-  CHECK(joinWaitLine(1, 2, 4, {"a", "b"}, 25s, true) ==
+  CHECK(joinWaitLine(1, 2, 4, 2, {"a", "b"}, 25s, true) ==
         "rendezvous round 1: 2 of at most 4 nodes joined (a, b); waiting 25 s more "
+        "(last_call_timeout) for others before it closes");
+  // A job of thousands counts its joiners and names none.
+  CHECK(joinWaitLine(0, 4000, 4096, 3512, {}, 590s, false) ==
+        "waiting for 488 more nodes (3512 of at least 4000 joined), 590 s left of the join timeout");
+  CHECK(joinWaitLine(2, 4000, 4096, 4001, {}, 25s, true) ==
+        "rendezvous round 2: 4001 of at most 4096 nodes joined; waiting 25 s more "
         "(last_call_timeout) for others before it closes");
   CHECK(barrierWaitLine({{1, "host-b"}}, 280s) ==
         "waiting for node host-b (group rank 1) to finish, 280 s left");

@@ -707,17 +707,35 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
   int deadJoiners = 0;  // counted in, but dead, at the last full read (a node id never comes back)
   int countedAtFullRead = -1;
   std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything
-  while (!(record = closed(round))) {
+  // A bystander is a big job's joiner that can no longer decide (see `decides` below). It never
+  // reads the list of joiners: N bystanders reading 3N keys every 10 s, once a forming round took
+  // that long, was O(N^2) for the job and sank etcd's re-form of 1,024 nodes. It reads the counter
+  // only when a line is due (its line counts the joiners as the counter does, dead ones too),
+  // and a wait that timed out on the close key has just seen it absent: its only request a pass
+  // is that wait. Its three requests a pass were the store's load while a big round formed; on
+  // etcd (hundreds of microseconds of its CPU a request) they lengthened the forming they waited
+  // for (docs/benchmarks.md, "Scale"). That too few nodes remain after losses is the deciding
+  // joiners' to find: a bystander learns it from the join timeout.
+  const bool big = config_.maxNodes > kNamedJoinersMax;
+  bool bystander = false;
+  bool closeAbsent = false;  // the last wait timed out: nothing was written to the close key
+  int counted = 0;
+  for (;;) {
+    const bool readClose = !closeAbsent;
+    closeAbsent = false;
+    if (readClose && (record = closed(round))) break;
     throwIfStopped();
     // Below MIN joiners the round cannot close, and the counter (one request) says so: who
     // joined and who is still alive (every slot, every alive key: O(N) for each of N joiners on
     // every poll, O(N^2) for the job; docs/benchmarks.md, "Scale") is read only from MIN on,
-    // and below it at most once a second, for the waiting line and the check that enough nodes
-    // remain after losses (which starts last_call_timeout: a second late there is nothing).
-    const int counted = static_cast<int>(control().ticketCount(keys_.joined(round)));
+    // and below it at the slow pace (fullReadPace) by a joiner that can decide, for the waiting
+    // line and the check that enough nodes remain after losses (which starts last_call_timeout:
+    // a few seconds late there is nothing).
+    const bool slowPassDue = !lastFullRead || now_() - *lastFullRead >= fullReadPace;
+    if (!bystander || slowPassDue) counted = static_cast<int>(control().ticketCount(keys_.joined(round)));
     std::optional<std::vector<std::int64_t>> live;
     // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
-    const bool arrival = config_.maxNodes <= kNamedJoinersMax && counted != countedAtFullRead;
+    const bool arrival = !big && counted != countedAtFullRead;
     // From MIN on, in a job of more than kNamedJoinersMax nodes, only the joiners whose view can
     // close the round read the whole list on every poll: the latest (its arrival may complete the
     // round: MAX, or every live member of round r-1 back) and the one whose slot reached MIN (it
@@ -725,10 +743,10 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // the slow pace, which also covers a deciding joiner that died (the next arrival decides
     // too). Everyone reading 3N keys every 50 ms from MIN on was O(N^2) per poll for the job:
     // 4,096 nodes did not form within 90 s (docs/benchmarks.md, "Scale").
-    const bool decides = config_.maxNodes <= kNamedJoinersMax || slot == counted || slot == config_.minNodes;
-    if ((counted >= config_.minNodes && decides) || arrival || !lastFullRead ||
-        now_() - *lastFullRead >= fullReadPace) {
-      lastFullRead = now_();
+    const bool decides = !big || slot == counted || slot == config_.minNodes;
+    bystander = !decides;  // the counter only grows: a joiner that cannot decide now never will
+    if (slowPassDue) lastFullRead = now_();
+    if ((counted >= config_.minNodes && decides) || arrival || (slowPassDue && decides)) {
       countedAtFullRead = counted;
       live = liveJoiners(round);
       if (live) deadJoiners = std::max(0, counted - static_cast<int>(live->size()));
@@ -775,15 +793,17 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     }
     // What the user sees while it waits: who joined, as the store's records say (read only when
     // a line is due), and the time left.
-    if (live && lines.due(now_(), config_.maxNodes <= kNamedJoinersMax ? fmt::format("{}", fmt::join(*live, ","))
-                                                                         : std::string())) {
+    // A big job's line counts the joiners and names none (thousands of host names, read from N
+    // records for each line, say nothing).
+    if ((live || bystander) &&
+        lines.due(now_(), big ? fmt::format("{}", joined) : fmt::format("{}", fmt::join(*live, ",")))) {
       const bool lastCall = joined >= config_.minNodes;
       const auto left = lastCall && lastCallStart != TimePoint{}
                             ? settings_.lastCallTimeout - (now_() - lastCallStart)
                             : deadline - now_();
-      spdlog::warn("{}", joinWaitLine(round, config_.minNodes, config_.maxNodes, hostnames(*live),
-                                      std::chrono::duration_cast<std::chrono::milliseconds>(left),
-                                      lastCall));
+      spdlog::warn("{}", joinWaitLine(round, config_.minNodes, config_.maxNodes, joined,
+                                      big ? std::vector<std::string>() : hostnames(*live),
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(left), lastCall));
     }
     // The close wakes the wait at once; the pace is that of noticing what the counter cannot
     // say (a joiner's death, last call running out). Below MIN neither can close the round (the
@@ -799,6 +819,7 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     try {
       control().wait({keys_.closed(round)}, pace);
     } catch (const StoreTimeoutError&) {
+      closeAbsent = true;
     }
   }
   // The round may have closed without us (last call ran out as we arrived): then we have no seat.
@@ -1329,22 +1350,21 @@ void Membership::close(bool hostsStore, std::optional<std::chrono::milliseconds>
   }
 }
 
-std::string joinWaitLine(int round, int minNodes, int maxNodes,
+std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
                          const std::vector<std::string>& joinedHosts,
                          std::chrono::milliseconds left, bool lastCall) {
-  const int joined = static_cast<int>(joinedHosts.size());
   const long seconds = std::max<long>(0, std::chrono::duration_cast<std::chrono::seconds>(left).count());
   const std::string names = fmt::format("{}", fmt::join(joinedHosts, ", "));
   if (lastCall) {
-    return fmt::format("rendezvous round {}: {} of at most {} nodes joined ({}); waiting {} s more "
+    return fmt::format("rendezvous round {}: {} of at most {} nodes joined{}; waiting {} s more "
                        "(last_call_timeout) for others before it closes",
-                       round, joined, maxNodes, names, seconds);
+                       round, joined, maxNodes, names.empty() ? "" : " (" + names + ")", seconds);
   }
   const int missing = minNodes - joined;
-  return fmt::format("waiting for {} more node{} ({} of {}{} joined: {}), {} s left of the join "
+  return fmt::format("waiting for {} more node{} ({} of {}{} joined{}), {} s left of the join "
                      "timeout",
                      missing, missing == 1 ? "" : "s", joined, minNodes == maxNodes ? "" : "at least ",
-                     minNodes, names, seconds);
+                     minNodes, names.empty() ? "" : ": " + names, seconds);
 }
 
 std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,

@@ -377,7 +377,9 @@ std::optional<std::string> masterProblem(const std::string& master, const std::s
 // nodes are in (`lastCall`), how long the round waits for more; `left` is the time to the join
 // timeout or to the end of last_call_timeout. In the exit barrier, the members still at work
 // (group rank, host name): "waiting for node host-b (group rank 1) to finish, 280 s left".
-std::string joinWaitLine(int round, int minNodes, int maxNodes,
+// `joinedHosts` names the `joined` nodes; a job too big to name them (more than 64 nodes) gives
+// none, and the line counts them only.
+std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
                          const std::vector<std::string>& joinedHosts,
                          std::chrono::milliseconds left, bool lastCall);
 std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
