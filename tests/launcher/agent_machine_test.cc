@@ -68,7 +68,7 @@ struct Node {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(machine);
   }
-  ~Node() { driver.close(false); }
+  ~Node() { driver.leave(/*hostsStore=*/false, /*storeEndsAlone=*/false, std::nullopt); }
 
   static NodeInfo self(const std::string& address, int nproc) {
     return fakeNodeInfo("host-" + address, address, nproc);

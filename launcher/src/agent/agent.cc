@@ -376,16 +376,9 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   if (!storeEndsAlone && (!machine.ending() || machine.ending()->kind != EndKind::kStoreLost)) {
     statusFeed.finish(signalled ? std::chrono::milliseconds(500) : std::chrono::milliseconds(2000));
   }
-  if (!driver) {
-    // SoloRendezvous: no thread, no connection, nothing written.
-  } else if (storeEndsAlone) {
-    driver->closeWithStore();
-  } else {
-    driver->close(/*hostsStore=*/identity.hostsStore,
-                  signalled ? std::optional(std::min(config.restart.shutdownTimeout,
-                                                     config.rdzv.settings.closeTimeout))
-                            : std::nullopt);
-  }
+  rendezvous.leave(identity.hostsStore, storeEndsAlone,
+                   signalled ? std::optional(std::min(config.restart.shutdownTimeout, config.rdzv.settings.closeTimeout))
+                             : std::nullopt);
   output.closeAll();
   // The failure summary points into the scratch directory (error files): keep it then, as
   // torchrun keeps its torchelastic_* directory.

@@ -113,6 +113,13 @@ class RendezvousClient {
   // if it has not yet) and joins again as a new member from the job's current round, trying to
   // reach the store until join_timeout. Outcome: onRoundFormed or onRendezvousFailed.
   virtual void rejoin() = 0;
+
+  // At the agent's end: leaves the rendezvous quietly (a clean exit is not a lost node). Blocks
+  // until it is done; nothing is posted. `hostsStore`: this agent hosts the rendezvous store and
+  // gives the others up to `patience` (close_timeout when not given) to read the outcome and
+  // leave. `storeEndsAlone`: the store ends with this process and can hold no other node (a
+  // one-node job hosting it), so nothing written now would be read: only the renewals stop.
+  virtual void leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) = 0;
 };
 
 // Hosts a round's workers' store, and tells where this node's workers reach a store.

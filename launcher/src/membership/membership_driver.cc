@@ -202,14 +202,13 @@ void MembershipDriver::stopThreads() {
   if (watch_.joinable()) watch_.join();
 }
 
-void MembershipDriver::close(bool hostsStore, std::optional<std::chrono::milliseconds> patience) {
+void MembershipDriver::leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) {
   stopThreads();
-  current()->close(hostsStore, patience);
-}
-
-void MembershipDriver::closeWithStore() {
-  stopThreads();
-  current()->stopHeartbeat();
+  if (storeEndsAlone) {
+    current()->stopHeartbeat();
+  } else {
+    current()->close(hostsStore, patience);
+  }
 }
 
 }  // namespace ddprun::launcher

@@ -46,16 +46,9 @@ class MembershipDriver final : public RendezvousClient {
   }
   void fence(int round) override { current()->fence(round); }
   void rejoin() override;
-
-  // Leaves the rendezvous in order: stops the blocked calls, gives up the holds (a clean exit is
-  // not a lost node), and when this agent hosts the store gives the others a moment to read the
-  // outcome (`hostsStore`). Blocks up to `patience` (close_timeout when not given).
-  void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
-
-  // Leaves a rendezvous whose store ends with this process and holds no other node (this agent
-  // hosts the store of a one-node job): stops the threads and the heartbeat and writes nothing,
-  // since every key goes with the store in a moment and no other agent can be reading them.
-  void closeWithStore();
+  // Stops the blocked calls and the threads, then gives up the holds (blocking up to `patience`
+  // when this agent hosts the store); with `storeEndsAlone` it only stops the heartbeat.
+  void leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) override;
 
  private:
   using Call = std::function<void()>;

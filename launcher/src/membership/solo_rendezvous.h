@@ -28,6 +28,7 @@
 //               first acknowledgement): the store dies with this process, so this node cannot
 //               be counted lost while it runs, and fencing it would only kill healthy workers.
 //   fence/rejoin  never reached without a fence; rejoin forms the next round all the same.
+//   leave       nothing: no thread, no connection, nothing written.
 // Every outcome is posted to the loop, never delivered inside the call that caused it.
 //
 // Thread safety: the loop's thread only (calls and outcomes alike).
@@ -67,6 +68,7 @@ class SoloRendezvous final : public RendezvousClient {
   }
   void fence(int) override {}
   void rejoin() override { join(-1); }
+  void leave(bool, bool, std::optional<std::chrono::milliseconds>) override {}  // nothing held, nothing written
 
  private:
   // Posts onStop for the current round once both its watch and its stop are there.
