@@ -30,10 +30,27 @@ from ports import free_port  # noqa: E402
 from bench_rendezvous import ETCD, Etcd  # noqa: E402  (one etcd member on loopback, data in /dev/shm)
 
 
+# Descriptors the simulator may need: 3 per agent on ddprun's store; on etcd about 20 (its client
+# opens a connection per concurrent call and per watch), and etcd one for each of them. The hard
+# limit here is 20,000, and this VM's root lacks CAP_SYS_RESOURCE to raise it: about 1,000 agents
+# on etcd. Where the hard limit can be raised, it is.
+WANTED_FDS = 1 << 20
+
+
 def raise_fd_limit():
-    """Children inherit it: the simulator and the store each need 3 descriptors per agent."""
+    """Children inherit it. With CAP_SYS_RESOURCE the hard limit too (up to fs.nr_open)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            ceiling = min(WANTED_FDS, int(f.read()))
+    except OSError:
+        ceiling = hard
+    for limit in (ceiling, hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            return
+        except (ValueError, OSError):
+            continue
 
 
 def wait_port(port, process, what, patience=30):

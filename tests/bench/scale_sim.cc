@@ -413,6 +413,15 @@ int main(int argc, char** argv) {
       line["unfinished_sim_cpu_s"] = partial.simCpu;
     }
     line["first_failure"] = fmt::format("gave up after {} s in stage {} (3: re-form)", timeoutSeconds + 60, reached);
+    {
+      // What had failed by then is often why the rest waited.
+      std::lock_guard lock(mutex);
+      if (!failures.empty()) {
+        line["failed_agents"] = failures.size();
+        line["first_failure"] = fmt::format("{}; {} agent(s) had failed first: {}", line["first_failure"].get<std::string>(),
+                                            failures.size(), failures.front());
+      }
+    }
     std::cout << line.dump() << std::endl;
     std::_Exit(3);
   });
