@@ -13,8 +13,10 @@ batch script): exit 2 naming srun. port-taken: the port derived from the job and
 held by another socket: exit 2, one line naming the port and DDPRUN_SLURM_PORT.
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import socket
 import sys
 import tempfile
@@ -71,6 +73,7 @@ def ddp(args, deadline):
     if version is None:
         return SKIP
     work = tempfile.mkdtemp(prefix="ddprun-slurm-")
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the checkpoint is checked before the exit
     checkpoint = os.path.join(work, "model.pt")
     script = [os.path.abspath(EXAMPLE), "--epochs", "3", "--checkpoint", checkpoint]
     agents = [Job([args.ddprun, "--nproc-per-node", "2", *script], name=f"ddprun on node {n}",

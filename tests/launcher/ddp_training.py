@@ -11,8 +11,10 @@ skipped when it is missing). 2nodes runs two agents on 127.0.0.1 (c10d), 2 worke
 starts the etcd and runs this).
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -46,6 +48,7 @@ def main():
     version = probe.output.strip()
 
     work = tempfile.mkdtemp(prefix="ddprun-ddp-")
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the checkpoint is checked before the exit
     checkpoint = os.path.join(work, "model.pt")
     env = dict(os.environ, PYTHON_EXEC=args.python)
     script = [os.path.abspath(EXAMPLE), "--epochs", str(args.epochs), "--checkpoint", checkpoint]
