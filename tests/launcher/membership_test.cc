@@ -74,6 +74,16 @@ std::vector<std::string> everyKey(const std::string& runId, int upTo) {
   return all;
 }
 
+// A c10d job of --nnodes MIN:MAX under `runId`, with the default settings.
+RendezvousConfig c10dJob(int minNodes, int maxNodes, const std::string& runId) {
+  RendezvousConfig config;
+  config.backend = RdzvBackend::kC10d;
+  config.minNodes = minNodes;
+  config.maxNodes = maxNodes;
+  config.runId = runId;
+  return config;
+}
+
 // For messages: the problem found, or "<none>".
 std::string problemText(const std::optional<std::string>& problem) { return problem.value_or("<none>"); }
 
@@ -648,11 +658,7 @@ TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every m
   INFO((lapse == HoldLapse::kStoreNotifies ? "the store notifies" : "the store only deletes"));
   constexpr int kNodes = 70;
   HashStore store({}, lapse);
-  RendezvousConfig config;
-  config.backend = RdzvBackend::kC10d;
-  config.minNodes = kNodes - 1;
-  config.maxNodes = kNodes;
-  config.runId = "big";
+  RendezvousConfig config = c10dJob(kNodes - 1, kNodes, "big");
   // The vanished node's heartbeat gives up on its severed link soon (a 5 s call timeout otherwise).
   config.settings.heartbeatTimeout = 500ms;
   std::vector<std::unique_ptr<SeverableStoreBackend>> backends;
@@ -838,11 +844,7 @@ class ReadCountingBackend final : public StoreBackend {
 // median: the deciding joiners read the list of joiners, O(N), as they must).
 std::size_t medianBytesToForm(int count) {
   HashStore store;
-  RendezvousConfig config;
-  config.backend = RdzvBackend::kC10d;
-  config.minNodes = count;
-  config.maxNodes = count;
-  config.runId = "count";
+  RendezvousConfig config = c10dJob(count, count, "count");
   std::vector<std::unique_ptr<ReadCountingBackend>> backends;
   std::vector<std::unique_ptr<Membership>> nodes;
   for (int i = 0; i < count; ++i) {
@@ -899,15 +901,11 @@ TEST_CASE("a big job's joiner that can no longer decide only waits for the close
           "[membership][scale]") {
   // Thousands of joiners wait while a big round forms; each one's polls are the store's load for
   // that whole time. Above kNamedJoinersMax a joiner whose slot is neither the latest nor MIN's
-  // cannot close the round, so between its full reads (every 10 s) it neither reads the counter
-  // nor re-reads the close key its timed-out wait has just seen absent: one wait a second.
+  // cannot close the round, so between its line's passes (every 10 s) it neither reads the
+  // counter nor re-reads the close key its timed-out wait has just seen absent: one wait a second.
   constexpr int kNodes = 66;
   HashStore store;
-  RendezvousConfig config;
-  config.backend = RdzvBackend::kC10d;
-  config.minNodes = kNodes;
-  config.maxNodes = kNodes;
-  config.runId = "bystander";
+  RendezvousConfig config = c10dJob(kNodes, kNodes, "bystander");
   const MembershipKeys keys("bystander");
   std::vector<std::unique_ptr<ReadCountingBackend>> backends;
   std::vector<std::unique_ptr<Membership>> nodes;
@@ -964,11 +962,7 @@ TEST_CASE("a closer that cannot read a member's record writes no seats, and ever
   // member reads the records and refuses the round, as before seats (security: nproc-zero).
   HashStore store;
   InProcessStoreBackend backend(store);
-  RendezvousConfig config;
-  config.backend = RdzvBackend::kC10d;
-  config.minNodes = 2;
-  config.maxNodes = 2;
-  config.runId = "forged";
+  RendezvousConfig config = c10dJob(2, 2, "forged");
   Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
   Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
   a.open();
@@ -1080,11 +1074,7 @@ TEST_CASE("on a shared store the last agent out removes its run's keys, and only
   HashStore store;
   InProcessStoreBackend backend(store, StoreTenancy::kShared);
   store.set("ddprun/other-run/node/0", "another job's");
-  RendezvousConfig config;
-  config.backend = RdzvBackend::kC10d;
-  config.minNodes = 1;
-  config.maxNodes = 2;
-  config.runId = "job-a";
+  RendezvousConfig config = c10dJob(1, 2, "job-a");
   Membership a(config, backend, nodeInfo(-1, "10.0.0.1"), steadyNow());
   Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
   a.open();
