@@ -142,7 +142,13 @@ def run_job(backend, n, kill=None):
             # measured on every backend: the worker files name group ranks, not agents.
             hosts = host_of(logs)
             if kill == "idle":
-                victim = next(i for i in range(n - 1, -1, -1) if i not in hosts)
+                # An agent that hosts nothing; with 2 agents on c10d there may be none (the one
+                # that registered first is group rank 0, and the rendezvous store's host may have
+                # been second): then the other one, which hosts only the workers' store.
+                store_host = [i for i, path in enumerate(logs)
+                              if "hosting the rendezvous store" in open(path, errors="replace").read()]
+                victim = next((i for i in range(n - 1, -1, -1) if i not in hosts),
+                              next(i for i in range(n - 1, -1, -1) if i not in store_host))
             else:
                 victim = next(iter(sorted(hosts)))
             killed = time.time()
