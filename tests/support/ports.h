@@ -3,15 +3,50 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <random>
+#include <string>
 
 namespace ddprun::test {
+
+// Whether `port` is now this test's: no other test claimed it in the last 600 s. The claims are
+// tests/support/ports.py's (one empty file per port under /tmp/ddprun-test-ports): two tests
+// beside each other once drew the same port. Where the directory cannot be used, every port
+// counts as claimed, as before.
+inline bool claimPort(std::uint16_t port) {
+  constexpr const char* kClaims = "/tmp/ddprun-test-ports";
+  constexpr std::time_t kClaimSeconds = 600;
+  if (::mkdir(kClaims, 0700) != 0) {
+    struct stat directory {};
+    if (errno != EEXIST || ::lstat(kClaims, &directory) != 0 || !S_ISDIR(directory.st_mode) ||
+        directory.st_uid != ::geteuid()) {
+      return true;  // not ours to write into
+    }
+  }
+  const std::string path = std::string(kClaims) + "/" + std::to_string(port);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    if (errno != EEXIST) return true;
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) continue;  // gone meanwhile: try again
+    if (std::time(nullptr) - info.st_mtime < kClaimSeconds) return false;
+    ::unlink(path.c_str());  // a lapsed claim
+  }
+  return false;
+}
 
 // A listening TCP socket on 127.0.0.1 at a port the kernel chose; the port goes to `port`.
 inline int listenOnLoopback(std::uint16_t& port, int backlog = 16) {
@@ -52,7 +87,7 @@ inline std::uint16_t freePort() {
     address.sin_port = htons(port);
     const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
     ::close(fd);
-    if (free) return port;
+    if (free && claimPort(port)) return port;
   }
   std::uint16_t port = 0;  // every pick taken: the kernel's choice, as before
   ::close(listenOnLoopback(port));
