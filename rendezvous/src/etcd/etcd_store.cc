@@ -303,6 +303,12 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
   etcd::WatchRequest request;
   request.range = covering(keys);
   detail::WatchKeeper::Kept resumed = keeper.resume(request.range, wanted);
+  // A call that timed out gives its watch back with what it saw of the keys.
+  const auto keepWithView = [&](detail::WatchKeeper::Kept kept, ReadKeys view) {
+    kept.view = std::move(view);
+    kept.viewKeys = wanted;
+    keeper.give(request.range, std::move(kept));
+  };
   for (;;) {
     detail::WatchKeeper::Kept kept;
     ReadKeys read;
@@ -319,11 +325,7 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
       return true;
     }
     if (Clock::now() >= deadline) {
-      if (kept.watch) {
-        kept.view = std::move(read);
-        kept.viewKeys = wanted;
-        keeper.give(request.range, std::move(kept));
-      }
+      if (kept.watch) keepWithView(std::move(kept), std::move(read));
       return false;
     }
     if (!kept.watch) {
@@ -340,9 +342,7 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     while (!reread) {
       const auto now = Clock::now();
       if (now >= deadline) {
-        kept.view = std::move(read);
-        kept.viewKeys = wanted;
-        keeper.give(request.range, std::move(kept));
+        keepWithView(std::move(kept), std::move(read));
         return false;
       }
       std::optional<etcd::WatchBatch> batch;
