@@ -695,15 +695,15 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
   int reportedJoined = -1;
   WaitLines lines(now_());
   std::optional<Closed> record;
-  std::optional<TimePoint> lastFullRead;
+  std::optional<TimePoint> lastSlowPass;  // the last pass at the slow pace (a deciding joiner reads the list then)
+  const bool big = config_.maxNodes > kNamedJoinersMax;  // too big to name its joiners (kNamedJoinersMax)
   // A job of thousands reads the whole list below MIN as often as it says so (every
   // kWaitLineInterval): each read costs O(N) per joiner.
-  const auto fullReadPace = config_.maxNodes <= kNamedJoinersMax
-                                ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
-                                : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
+  const auto fullReadPace = !big ? std::chrono::duration_cast<std::chrono::milliseconds>(kQuietStart)
+                                 : std::chrono::duration_cast<std::chrono::milliseconds>(kWaitLineInterval);
   // A big job's joiner does not read the whole list on arrival either (every joiner's first pass
   // read all who came before it: O(N^2) keys for the job); only a deciding one does, below.
-  if (config_.maxNodes > kNamedJoinersMax) lastFullRead = now_();
+  if (big) lastSlowPass = now_();
   int deadJoiners = 0;  // counted in, but dead, at the last full read (a node id never comes back)
   int countedAtFullRead = -1;
   std::optional<int> remaining;  // joiners + members of round-1 still away, when that says anything
@@ -716,7 +716,6 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
   // etcd (hundreds of microseconds of its CPU a request) they lengthened the forming they waited
   // for (docs/benchmarks.md, "Scale"). That too few nodes remain after losses is the deciding
   // joiners' to find: a bystander learns it from the join timeout.
-  const bool big = config_.maxNodes > kNamedJoinersMax;
   bool bystander = false;
   bool closeAbsent = false;  // the last wait timed out: nothing was written to the close key
   int counted = 0;
@@ -731,7 +730,7 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // and below it at the slow pace (fullReadPace) by a joiner that can decide, for the waiting
     // line and the check that enough nodes remain after losses (which starts last_call_timeout:
     // a few seconds late there is nothing).
-    const bool slowPassDue = !lastFullRead || now_() - *lastFullRead >= fullReadPace;
+    const bool slowPassDue = !lastSlowPass || now_() - *lastSlowPass >= fullReadPace;
     if (!bystander || slowPassDue) counted = static_cast<int>(control().ticketCount(keys_.joined(round)));
     std::optional<std::vector<std::int64_t>> live;
     // A small job also reads at each arrival, for its line at once (kNamedJoinersMax).
@@ -745,7 +744,7 @@ std::optional<Round> Membership::waitForClose(int round, int slot, TimePoint dea
     // 4,096 nodes did not form within 90 s (docs/benchmarks.md, "Scale").
     const bool decides = !big || slot == counted || slot == config_.minNodes;
     bystander = !decides;  // the counter only grows: a joiner that cannot decide now never will
-    if (slowPassDue) lastFullRead = now_();
+    if (slowPassDue) lastSlowPass = now_();
     if ((counted >= config_.minNodes && decides) || arrival || (slowPassDue && decides)) {
       countedAtFullRead = counted;
       live = liveJoiners(round);
