@@ -107,14 +107,16 @@ def starts(work, nodes):
 
 
 def host_of(logs):
-    """The agents (indexes) hosting a store: the rendezvous store (c10d) and the round's workers'
-    store (group rank 0), as their INFO lines say."""
-    hosts = set()
+    """The agents (indexes) hosting the rendezvous store (c10d) and those hosting a round's
+    workers' store (group rank 0), as their INFO lines say: two sets."""
+    rendezvous, workers = set(), set()
     for i, path in enumerate(logs):
         text = open(path, errors="replace").read()
-        if "hosting the rendezvous store" in text or re.search(r"round \d+: group rank 0 of", text):
-            hosts.add(i)
-    return hosts
+        if "hosting the rendezvous store" in text:
+            rendezvous.add(i)
+        if re.search(r"round \d+: group rank 0 of", text):
+            workers.add(i)
+    return rendezvous, workers
 
 
 def run_job(backend, n, kill=None):
@@ -140,17 +142,16 @@ def run_job(backend, n, kill=None):
         if kill:
             # Which agent hosts what is read from their logs (LOGLEVEL=INFO), so the same event is
             # measured on every backend: the worker files name group ranks, not agents.
-            hosts = host_of(logs)
+            rendezvous_hosts, workers_hosts = host_of(logs)
+            hosts = rendezvous_hosts | workers_hosts
             if kill == "idle":
                 # An agent that hosts nothing; with 2 agents on c10d there may be none (the one
                 # that registered first is group rank 0, and the rendezvous store's host may have
                 # been second): then the other one, which hosts only the workers' store.
-                store_host = [i for i, path in enumerate(logs)
-                              if "hosting the rendezvous store" in open(path, errors="replace").read()]
-                victim = next((i for i in range(n - 1, -1, -1) if i not in hosts),
-                              next(i for i in range(n - 1, -1, -1) if i not in store_host))
+                spare = [i for i in range(n - 1, -1, -1) if i not in hosts]
+                victim = spare[0] if spare else next(i for i in range(n - 1, -1, -1) if i not in rendezvous_hosts)
             else:
-                victim = next(iter(sorted(hosts)))
+                victim = min(hosts)
             killed = time.time()
             os.kill(agents[victim].pid, signal.SIGKILL)
             wait_for(f"{n - 1} workers of the survivors' round", lambda: len(starts(work, n - 1)) == n - 1,
