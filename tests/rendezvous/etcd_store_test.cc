@@ -383,6 +383,37 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   CHECK(watches() - before <= 2);  // the second range (two keys) and nothing more
 }
 
+TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its watch from there, "
+          "no slice after reads again, and a change after the read is still seen",
+          "[etcd_store][watch]") {
+  CountingProxy proxy(cluster().clientPort(0));
+  const std::string prefix = freshPrefix("slow-slices");
+  EtcdStore store(clientFor(proxy.endpoint()), prefix);
+  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
+  const auto count = [&](const std::string& line) {
+    const std::vector<std::string> all = proxy.requests();
+    return std::count(all.begin(), all.end(), line);
+  };
+  const auto reads = [&] { return count("POST /v3/kv/txn"); };
+  const auto watches = [&] { return count("POST /v3/watch"); };
+  writer.set("alive/1", "a");
+  writer.set("alive/2", "b");
+  const auto readsBefore = reads();
+  const auto watchesBefore = watches();
+  // Slices with no time at all: each one's read outlasts it, as a 250 ms slice's read does on an
+  // etcd loaded by a thousand agents. Each used to read and leave nothing, so the next read too.
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 0ms).empty());  // reads
+  writer.deleteKey("alive/2");  // after that read: only a stream from its revision has it
+  // The next makes its watch from the view's revision (past its deadline); none after reads.
+  for (int slice = 0; slice < 5; ++slice) store.waitForAnyMissing({"alive/1", "alive/2"}, 0ms);
+  INFO("reads: " << reads() - readsBefore << ", watches: " << watches() - watchesBefore);
+  CHECK(reads() == readsBefore + 1);
+  CHECK(watches() == watchesBefore + 1);
+  // A slice with time reads the stream: the delete is there.
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 5s) == std::vector<std::string>{"alive/2"});
+  CHECK(reads() == readsBefore + 1);
+}
+
 TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the value set later",
           "[etcd_store][outage]") {
   EtcdCluster& etcd = cluster();

@@ -240,11 +240,17 @@ namespace detail {
 // its re-form from finishing (docs/benchmarks.md, "Scale"). A slice that found what it waited
 // for leaves no view (the caller moves on, and the keys may change before it asks again): the
 // next one reads.
+//
+// A slice whose read alone outlasted it leaves its view without a watch, and the next slice makes
+// the watch from the view's revision instead of reading again. On a loaded etcd a read can take
+// longer than a 250 ms slice: each slice then read, found its time gone, and left nothing, so the
+// next read too; the reads were the load that made them slow. At 1,024 agents re-forming, a
+// third of every agent's slices did that (docs/benchmarks.md, "Scale").
 class WatchKeeper {
  public:
   struct Kept {
-    std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one
-    Clock::time_point since;                 // its creation
+    std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one (from the view's revision, if any)
+    Clock::time_point since;                 // its creation (without one: the view's read)
     std::optional<ReadKeys> view;            // what a timed-out call saw, up to the stream's end
     std::set<std::string> viewKeys;          // the keys that call waited on
   };
@@ -260,16 +266,17 @@ class WatchKeeper {
     kept.view.reset();
     return kept;
   }
-  // The kept watch with its view if the call that left it waited on exactly `keys` (on `range`)
-  // and it is young enough; else none, and the caller reads.
+  // The kept view, with its watch if it has one, if the call that left it waited on exactly
+  // `keys` (on `range`) and it is young enough; else none, and the caller reads.
   Kept resume(const KeyRange& range, const std::set<std::string>& keys) {
     std::lock_guard lock(mutex_);
-    if (!kept_.watch || !kept_.view || kept_.viewKeys != keys || !sameRange(range) || tooOld(kept_)) return {};
+    if (!kept_.view || kept_.viewKeys != keys || !sameRange(range) || tooOld(kept_)) return {};
     Kept kept = std::move(kept_);
     kept_ = {};
     return kept;
   }
-  // Keeps a healthy watch for the next call (the last one given wins).
+  // Keeps a healthy watch, or a view whose watch is still to be made, for the next call (the last
+  // one given wins).
   void give(const KeyRange& range, Kept kept) {
     std::lock_guard lock(mutex_);
     range_ = range;
@@ -312,20 +319,30 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
   for (;;) {
     detail::WatchKeeper::Kept kept;
     ReadKeys read;
-    if (resumed.watch) {
+    const bool fromView = resumed.view.has_value();
+    if (fromView) {
       kept = std::move(resumed);
       resumed = {};
       read = std::move(*kept.view);
       kept.view.reset();
     } else {
+      kept.since = Clock::now();
       read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
     }
     if (onRead(read)) {
       if (kept.watch) keeper.give(request.range, std::move(kept));
       return true;
     }
-    if (Clock::now() >= deadline) {
-      if (kept.watch) keepWithView(std::move(kept), std::move(read));
+    // A read that outlasted the call leaves its view for the next call, which watches from it. A
+    // view taken without its watch makes the watch now, even past the deadline: a view is only
+    // good with a stream from its revision, and a call that only ever looked at it would never
+    // see a change.
+    if (Clock::now() >= deadline && !(fromView && !kept.watch)) {
+      if (!kept.watch) {
+        detail::WatchKeeper::Kept held = keeper.take(request.range, read.revision + 1);
+        if (held.watch) kept = std::move(held);
+      }
+      keepWithView(std::move(kept), std::move(read));
       return false;
     }
     if (!kept.watch) {
