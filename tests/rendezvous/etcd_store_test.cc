@@ -412,6 +412,17 @@ TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its wa
   // A slice with time reads the stream: the delete is there.
   CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 5s) == std::vector<std::string>{"alive/2"});
   CHECK(reads() == readsBefore + 1);
+
+  // A view whose revision etcd compacted away meanwhile is read again, not an error.
+  CHECK(store.waitForAnyMissing({"alive/1"}, 0ms).empty());  // reads; its view stays
+  writer.deleteKey("alive/1");
+  writer.set("later", "x");  // the compaction below takes the delete's revision too
+  auto client = clientFor(cluster().endpoints());
+  client->compact(client->range(etcd::RangeRequest{etcd::KeyRange::single(prefix + "alive/1")}).header.revision);
+  std::vector<std::string> missing;
+  CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 0ms));
+  if (missing.empty()) CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 5s));
+  CHECK(missing == std::vector<std::string>{"alive/1"});
 }
 
 TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the value set later",

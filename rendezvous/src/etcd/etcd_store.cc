@@ -228,9 +228,9 @@ namespace detail {
 // key, and its LapseReporter for the members' alive keys, in slices of 250 ms so that they
 // notice a cancel; a new watch each slice is a stream on a connection of its own and a watcher
 // etcd creates and cancels (measured in tests/netns/partition_etcd_test.sh: 8.7 a second per
-// agent). A kept watch is used for at most its silence check's interval from its creation: the
-// check needs more of a call's time than a short slice gives (etcd_watch.cc), so a stream whose
-// member went quiet is replaced at least that often.
+// agent). A kept watch is used for at most its silence check's interval from the read it was
+// made for: the check needs more of a call's time than a short slice gives (etcd_watch.cc), so a
+// stream whose member went quiet is replaced at least that often.
 //
 // A slice that timed out also leaves what it saw of its keys (the view: its read, with the
 // events it consumed applied). The next slice on the same keys starts from that view instead of
@@ -250,7 +250,7 @@ class WatchKeeper {
  public:
   struct Kept {
     std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one (from the view's revision, if any)
-    Clock::time_point since;                 // its creation (without one: the view's read)
+    Clock::time_point since;                 // the read it was made for
     std::optional<ReadKeys> view;            // what a timed-out call saw, up to the stream's end
     std::set<std::string> viewKeys;          // the keys that call waited on
   };
@@ -320,13 +320,16 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     detail::WatchKeeper::Kept kept;
     ReadKeys read;
     const bool fromView = resumed.view.has_value();
+    // The read this call's view rests on: a watch made for it is kept no longer than kKeepFor
+    // from then, so what a compaction or a silent member hid is read again within that.
+    const Clock::time_point readAt = fromView ? resumed.since : Clock::now();
     if (fromView) {
       kept = std::move(resumed);
       resumed = {};
       read = std::move(*kept.view);
       kept.view.reset();
     } else {
-      kept.since = Clock::now();
+      kept.since = readAt;
       read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
     }
     if (onRead(read)) {
@@ -350,8 +353,18 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
       kept = keeper.take(request.range, request.startRevision);
     }
     if (!kept.watch) {
-      kept.since = Clock::now();
-      kept.watch = guarded(what, [&] { return client.watch(request, Clock::now() + requestTimeout); });
+      kept.since = readAt;
+      kept.watch = guarded(what, [&]() -> std::unique_ptr<etcd::EtcdWatch> {
+        try {
+          return client.watch(request, Clock::now() + requestTimeout);
+        } catch (const EtcdError& error) {
+          // A kept view's revision may be compacted away by now (etcd keeps a view's read, not
+          // its history): read again.
+          if (fromView && error.code() == EtcdError::Code::kCompacted) return nullptr;
+          throw;
+        }
+      });
+      if (!kept.watch) continue;
     }
     etcd::EtcdWatch* watch = kept.watch.get();
     std::optional<Clock::time_point> troubleSince;
