@@ -320,40 +320,36 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     detail::WatchKeeper::Kept kept;
     ReadKeys read;
     const bool fromView = resumed.view.has_value();
-    // The read this call's view rests on: a watch made for it is kept no longer than kKeepFor
-    // from then, so what a compaction or a silent member hid is read again within that.
-    const Clock::time_point readAt = fromView ? resumed.since : Clock::now();
     if (fromView) {
       kept = std::move(resumed);
       resumed = {};
       read = std::move(*kept.view);
       kept.view.reset();
     } else {
-      kept.since = readAt;
+      // The read a watch made for it rests on: kept no longer than kKeepFor from then, so what a
+      // compaction or a silent member hid is read again within that.
+      kept.since = Clock::now();
       read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
     }
     if (onRead(read)) {
       if (kept.watch) keeper.give(request.range, std::move(kept));
       return true;
     }
+    if (!kept.watch) {
+      request.startRevision = read.revision + 1;
+      if (detail::WatchKeeper::Kept held = keeper.take(request.range, request.startRevision); held.watch) {
+        kept = std::move(held);
+      }
+    }
     // A read that outlasted the call leaves its view for the next call, which watches from it. A
     // view taken without its watch makes the watch now, even past the deadline: a view is only
     // good with a stream from its revision, and a call that only ever looked at it would never
     // see a change.
     if (Clock::now() >= deadline && !(fromView && !kept.watch)) {
-      if (!kept.watch) {
-        detail::WatchKeeper::Kept held = keeper.take(request.range, read.revision + 1);
-        if (held.watch) kept = std::move(held);
-      }
       keepWithView(std::move(kept), std::move(read));
       return false;
     }
     if (!kept.watch) {
-      request.startRevision = read.revision + 1;
-      kept = keeper.take(request.range, request.startRevision);
-    }
-    if (!kept.watch) {
-      kept.since = readAt;
       kept.watch = guarded(what, [&]() -> std::unique_ptr<etcd::EtcdWatch> {
         try {
           return client.watch(request, Clock::now() + requestTimeout);
