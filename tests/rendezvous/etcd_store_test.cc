@@ -338,25 +338,38 @@ TEST_CASE("a renewal is one HTTP request", "[etcd_store][hold]") {
   CHECK(renewals == std::vector<std::string>{"POST /v3/lease/keepalive", "POST /v3/lease/keepalive"});
 }
 
-TEST_CASE("waits in short slices keep one watch and one read, and still see every change after it",
-          "[etcd_store][watch]") {
-  CountingProxy proxy(cluster().clientPort(0));
-  const std::string prefix = freshPrefix("slices");
-  EtcdStore store(clientFor(proxy.endpoint()), prefix);
-  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
-  const auto count = [&](const std::string& line) {
+// The store of the slicing waits, its requests to etcd counted through a forwarder, and a writer
+// beside it on the same prefix.
+struct SliceStores {
+  explicit SliceStores(const std::string& name)
+      : prefix(freshPrefix(name)),
+        store(clientFor(proxy.endpoint()), prefix),
+        writer(clientFor(cluster().endpoints()), prefix) {}
+  std::ptrdiff_t count(const std::string& line) {
     const std::vector<std::string> all = proxy.requests();
     return std::count(all.begin(), all.end(), line);
-  };
-  const auto watches = [&] { return count("POST /v3/watch"); };
-  const auto reads = [&] { return count("POST /v3/kv/txn"); };
+  }
+  std::ptrdiff_t watches() { return count("POST /v3/watch"); }
+  std::ptrdiff_t reads() { return count("POST /v3/kv/txn"); }
+
+  CountingProxy proxy{cluster().clientPort(0)};
+  std::string prefix;
+  EtcdStore store;
+  EtcdStore writer;
+};
+
+TEST_CASE("waits in short slices keep one watch and one read, and still see every change after it",
+          "[etcd_store][watch]") {
+  SliceStores stores("slices");
+  EtcdStore& store = stores.store;
+  EtcdStore& writer = stores.writer;
   // Membership's stop key: 8 slices of 100 ms with nothing set, then the key set between two.
   // Each slice after the first goes on from what the one before saw (the stream has no gap
   // since), so only the first reads: on one etcd shared by a thousand agents, four reads a
   // second each were its load.
   for (int slice = 0; slice < 8; ++slice) CHECK_THROWS_AS(store.wait({"stop"}, 100ms), StoreTimeoutError);
-  CHECK(watches() == 1);
-  CHECK(reads() == 1);
+  CHECK(stores.watches() == 1);
+  CHECK(stores.reads() == 1);
   writer.set("stop", "done");
   CHECK_NOTHROW(store.wait({"stop"}, 2s));
   CHECK(store.get("stop") == "done");
@@ -365,11 +378,11 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   // (seen by the next slice, from the stream), then one deleted during a slice.
   writer.set("alive/1", "a");
   writer.set("alive/2", "b");
-  const auto before = watches();
-  const auto readsBefore = reads();
+  const auto before = stores.watches();
+  const auto readsBefore = stores.reads();
   for (int slice = 0; slice < 5; ++slice) CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms).empty());
-  CHECK(watches() == before + 1);
-  CHECK(reads() == readsBefore + 1);
+  CHECK(stores.watches() == before + 1);
+  CHECK(stores.reads() == readsBefore + 1);
   writer.deleteKey("alive/2");
   CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms) == std::vector<std::string>{"alive/2"});
   writer.set("alive/2", "b");
@@ -379,39 +392,33 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   });
   CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 5s) == std::vector<std::string>{"alive/1"});
   deleting.join();
-  INFO("watches created: " << watches() - before);
-  CHECK(watches() - before <= 2);  // the second range (two keys) and nothing more
+  INFO("watches created: " << stores.watches() - before);
+  CHECK(stores.watches() - before <= 2);  // the second range (two keys) and nothing more
 }
 
 TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its watch from there, "
           "no slice after reads again, and a change after the read is still seen",
           "[etcd_store][watch]") {
-  CountingProxy proxy(cluster().clientPort(0));
-  const std::string prefix = freshPrefix("slow-slices");
-  EtcdStore store(clientFor(proxy.endpoint()), prefix);
-  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
-  const auto count = [&](const std::string& line) {
-    const std::vector<std::string> all = proxy.requests();
-    return std::count(all.begin(), all.end(), line);
-  };
-  const auto reads = [&] { return count("POST /v3/kv/txn"); };
-  const auto watches = [&] { return count("POST /v3/watch"); };
+  SliceStores stores("slow-slices");
+  EtcdStore& store = stores.store;
+  EtcdStore& writer = stores.writer;
+  const std::string& prefix = stores.prefix;
   writer.set("alive/1", "a");
   writer.set("alive/2", "b");
-  const auto readsBefore = reads();
-  const auto watchesBefore = watches();
+  const auto readsBefore = stores.reads();
+  const auto watchesBefore = stores.watches();
   // Slices with no time at all: each one's read outlasts it, as a 250 ms slice's read does on an
   // etcd loaded by a thousand agents. Each used to read and leave nothing, so the next read too.
   CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 0ms).empty());  // reads
   writer.deleteKey("alive/2");  // after that read: only a stream from its revision has it
   // The next makes its watch from the view's revision (past its deadline); none after reads.
   for (int slice = 0; slice < 5; ++slice) store.waitForAnyMissing({"alive/1", "alive/2"}, 0ms);
-  INFO("reads: " << reads() - readsBefore << ", watches: " << watches() - watchesBefore);
-  CHECK(reads() == readsBefore + 1);
-  CHECK(watches() == watchesBefore + 1);
+  INFO("reads: " << stores.reads() - readsBefore << ", watches: " << stores.watches() - watchesBefore);
+  CHECK(stores.reads() == readsBefore + 1);
+  CHECK(stores.watches() == watchesBefore + 1);
   // A slice with time reads the stream: the delete is there.
   CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 5s) == std::vector<std::string>{"alive/2"});
-  CHECK(reads() == readsBefore + 1);
+  CHECK(stores.reads() == readsBefore + 1);
 
   // A view whose revision etcd compacted away meanwhile is read again, not an error.
   CHECK(store.waitForAnyMissing({"alive/1"}, 0ms).empty());  // reads; its view stays
