@@ -10,7 +10,9 @@
 // --relay-token-file: they connect to a LoopbackRelay started in this process, which proves it for
 // them (what PyTorch workers do under a token, through their agent's relay). --tls-cert: either
 // of them speaks TLS to the store, trusting that certificate. --floor-proxy: the clients go
-// through the least a user-space hop costs (floor_proxy.h), the relay's anchor.
+// through the least a user-space hop costs (floor_proxy.h), the relay's anchor. --relay-handoff
+// (with --relay-token-file, and this program run with LD_PRELOAD=libddprun-relay-handoff.so): the
+// relay hands each client a proven connection to the store, as the agent does for Python workers.
 //
 // Prints one JSON object per run on stdout. scripts/bench.sh drives it (tests/bench/bench_store.py).
 #include <pthread.h>
@@ -39,6 +41,7 @@
 
 #include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/loopback_relay.h"
+#include "ddprun/rendezvous/relay_handoff_wire.h"
 #include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "auth/handshake.h"
@@ -420,6 +423,27 @@ void benchIdle(const Config& config) {
               p50With / p50Before);
 }
 
+// A private directory for the relay's handoff socket (the agent's is its private directory),
+// removed with the socket at exit.
+class HandoffDirectory {
+ public:
+  HandoffDirectory() {
+    char pattern[] = "/tmp/ddprun-bench-handoff-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("cannot make a handoff directory");
+    path_ = pattern;
+  }
+  ~HandoffDirectory() {
+    ::unlink(socket().c_str());
+    ::rmdir(path_.c_str());
+  }
+  HandoffDirectory(const HandoffDirectory&) = delete;
+  HandoffDirectory& operator=(const HandoffDirectory&) = delete;
+  std::string socket() const { return path_ + "/relay.sock"; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -441,6 +465,8 @@ int main(int argc, char** argv) {
       ("token-file", po::value<std::string>(), "the clients prove this token (threads engine)")
       ("relay-token-file", po::value<std::string>(),
        "the clients go through an in-process LoopbackRelay that proves this token")
+      ("relay-handoff", "with --relay-token-file: the relay hands each connection off (needs "
+                        "LD_PRELOAD=libddprun-relay-handoff.so)")
       ("floor-proxy", "the clients go through a minimal epoll forwarder in this process (no token)")
       ("serve-floor", "be the floor store instead (floor_store.h): the least a server costs per request")
       ("tls-cert", po::value<std::string>(),
@@ -468,15 +494,22 @@ int main(int argc, char** argv) {
       config.host = "127.0.0.1";
       config.port = floor->port();
     }
+    std::unique_ptr<HandoffDirectory> handoff;  // outlives the relay, whose socket is in it
     std::unique_ptr<LoopbackRelay> relay;
     if (values.count("relay-token-file")) {
       RelayOptions relayOptions{readTokenFile(values["relay-token-file"].as<std::string>())};
       relayOptions.tls = config.tls;
+      if (values.count("relay-handoff")) {
+        handoff = std::make_unique<HandoffDirectory>();
+        relayOptions.handoffPath = handoff->socket();
+      }
       config.tls = nullptr;  // the clients reach the relay in plain TCP, as workers do
       relay = std::make_unique<LoopbackRelay>(std::move(relayOptions));
       relay->setUpstream(config.host, static_cast<std::uint16_t>(config.port));
       config.host = "127.0.0.1";
       config.port = relay->port();
+      // What the agent gives its workers; the preloaded shim reads it at each connect().
+      if (handoff) ::setenv(DDPRUN_RELAY_HANDOFF_ENV, relay->handoffVariable().c_str(), 1);
     }
     if (values.count("token-file") || values.count("relay-token-file")) {
       // OpenSSL's first random bytes and HMAC load its configuration and seed it (~2 ms): a
@@ -501,6 +534,10 @@ int main(int argc, char** argv) {
       benchIdle(config);
     } else {
       throw std::runtime_error("unknown --mode " + config.mode);
+    }
+    if (handoff && relay->stats().handedOff == 0) {
+      throw std::runtime_error("--relay-handoff: no connection was handed off; run with "
+                               "LD_PRELOAD=<build>/launcher/libddprun-relay-handoff.so");
     }
   } catch (const std::exception& error) {
     std::cerr << "ddprun-store-bench: error: " << error.what() << "\n";

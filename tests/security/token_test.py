@@ -16,6 +16,8 @@ skipped when it is missing):
                        (the daemon's file ends in a newline, the agents' does not: the same secret)
   ddp-tls-agent        the same with TLS (tls_cert, tls_key) on the stores the agents host
   ddp-tls-daemon       the same through ddprun-rendezvous --token-file --tls-cert --tls-key
+  relay-handoff        workers' store connections skip the relay (the agent hands each a proven
+                       connection to the store) and work; without DDPRUN_RELAY_HANDOFF, the relay
 Without torch (the secret's handling; PY only runs a no-op worker):
   wrong-token          an agent with another secret: exit 2 within seconds, one line (token, refused)
   missing-token        an agent with no secret against a protected daemon: exit 2, one line (token)
@@ -44,11 +46,12 @@ from secjobs import (REPO, SKIP, Deadline, Job, TwoNodeJob, free_port, give_up, 
                      start_daemon, torch_version, write_certificate, write_token)
 
 TORCH_SCENARIOS = ["torch-client-daemon", "torch-client-agent", "ddp-daemon", "ddp-tls-agent",
-                   "ddp-tls-daemon"]
+                   "ddp-tls-daemon", "relay-handoff"]
 PLAIN_SCENARIOS = ["wrong-token", "missing-token", "file-mode", "missing-file", "short-token",
                    "tls-untrusted", "tls-needs-token"]
 PROBE = os.path.join(HERE, "workers", "torch_store_probe.py")
 NOOP = os.path.join(HERE, "workers", "noop_worker.py")
+HANDOFF = os.path.join(HERE, "workers", "handoff_worker.py")
 EXAMPLE = os.path.join(REPO, "examples", "train_ddp.py")
 # "Within a few seconds": a refusal or a bad-input exit, from start to exit.
 QUICK = 10
@@ -187,6 +190,34 @@ def ddp_tls_agent(s):
     return ddp_verdict(job, "DDP training with TLS on the stores the agents host") + ", " + version
 
 
+def relay_handoff(s):
+    """One agent with a token and two Python workers (handoff_worker.py): each store connection
+    lands on the store itself, past the relay, and torch's client works on it; a worker that drops
+    DDPRUN_RELAY_HANDOFF lands on the relay and works too."""
+    argv = [s.args.ddprun, "--standalone", "--nproc-per-node", "2",
+            "--rdzv-conf", "token_file=" + write_token(s.work), HANDOFF]
+    job = s.track(Job(argv, name="handoff job", env=dict(os.environ, PYTHON_EXEC=s.args.python)))
+    if job.wait(s.deadline.cap(90)) is None:
+        s.fail("the handoff job did not finish within 90 s")
+    pattern = (r"rank (\d): handoff peer (\d+) store (\w+); without peer (\d+) store (\w+); "
+               r"relay port (\d+)")
+    ranks = {m.group(1): m for m in re.finditer(pattern, job.output)}
+    if job.returncode != 0 or sorted(ranks) != ["0", "1"]:
+        s.fail("the handoff job exited %s with lines for ranks %s" % (job.returncode, sorted(ranks)))
+    for rank, m in sorted(ranks.items()):
+        handed, handed_store, relayed, relayed_store, relay = (m.group(2), m.group(3), m.group(4),
+                                                               m.group(5), m.group(6))
+        if handed == relay or handed_store != "OK":
+            s.fail("rank %s: with the handoff its connection landed on port %s (the relay's: %s), "
+                   "store %s" % (rank, handed, relay, handed_store))
+        if relayed != relay or relayed_store != "OK":
+            s.fail("rank %s: without the handoff its connection landed on port %s, not the relay's "
+                   "%s, store %s" % (rank, relayed, relay, relayed_store))
+    first = ranks["0"]
+    return "handed off to the store's port %s, past the relay's %s; without it, the relay" % (
+        first.group(2), first.group(6))
+
+
 def ddp_verdict(job, what):
     """Waits for `job` (examples/train_ddp.py) and checks that it trained on every rank."""
     job.finish(what)
@@ -320,7 +351,8 @@ def main():
                "ddp-daemon": ddp_daemon, "wrong-token": wrong_token, "missing-token": missing_token,
                "file-mode": file_mode, "missing-file": missing_file, "short-token": short_token,
                "ddp-tls-agent": ddp_tls_agent, "ddp-tls-daemon": lambda s: ddp_daemon(s, tls=True),
-               "tls-untrusted": tls_untrusted, "tls-needs-token": tls_needs_token}
+               "tls-untrusted": tls_untrusted, "tls-needs-token": tls_needs_token,
+               "relay-handoff": relay_handoff}
     started = time.monotonic()
     try:
         verdict = handler[args.scenario](scenario)

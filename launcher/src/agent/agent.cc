@@ -23,6 +23,7 @@
 #include "agent/asio_event_loop.h"
 #include "agent/health_endpoint.h"
 #include "agent/hosted_stores.h"
+#include "agent/relay_handoff.h"
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
 #include "agent/startup_error.h"
@@ -293,11 +294,14 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   HostedStores stores(loadSecurity(config.rdzv.settings),
                       hostedStoreConnections(config.nprocPerNode, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
+  const std::optional<RelayHandoffPlan> handoff =
+      stores.relaysWorkers() ? planRelayHandoff(config, privateDir) : std::nullopt;
   try {
-    storeOptions = stores.hostOrFind(config);
+    storeOptions = stores.hostOrFind(config, handoff ? handoff->socket : std::string());
   } catch (const std::exception& error) {
     throw StartupError(error.what());
   }
+  if (handoff) addRelayHandoff(*handoff, stores.relayHandoffVariable(), identity.environment);
   identity.hostsStore = stores.hostsRendezvous();
   identity.address = stores.advertisedAddress(config);
 

@@ -112,13 +112,19 @@ void HostedStores::warnIfOpen(const std::string& host, std::string_view address,
   }
 }
 
-rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config) {
+std::string HostedStores::relayHandoffVariable() const {
+  return relay_ ? relay_->handoffVariable() : std::string();
+}
+
+rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config,
+                                                     const std::string& handoffSocket) {
   const RendezvousConfig& rdzv = config.rdzv;
   rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, security_);
   // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
   if (security_.secret) {
     rendezvous::RelayOptions relay{*security_.secret};
     relay.tls = security_.tls;
+    relay.handoffPath = handoffSocket;
     relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
   }
   const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;

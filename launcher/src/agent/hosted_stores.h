@@ -43,13 +43,18 @@ class HostedStores final : public WorkerStoreHost {
   ~HostedStores() override;
 
   // Decides whether to host the rendezvous store and starts it; returns where to reach it.
-  // Throws what the relay or the server throws when this agent must host it and cannot (the
-  // wiring reports it as a start-up error).
-  rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config);
+  // `handoffSocket`: where the relay (with a token) listens for handoffs, or empty for nowhere
+  // (agent/relay_handoff.h). Throws what the relay or the server throws when this agent must host
+  // it and cannot (the wiring reports it as a start-up error).
+  rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config, const std::string& handoffSocket);
+  // The relay's DDPRUN_RELAY_HANDOFF for the workers; empty without a relay or its handoffs.
+  std::string relayHandoffVariable() const;
   // Where the other nodes reach this one (MASTER_ADDR if rank 0); empty while the store's host
   // name does not resolve yet (Membership::open then asks once the store answers).
   std::string advertisedAddress(const LaunchConfig& config) const;
   bool hostsRendezvous() const { return rendezvous_ != nullptr; }
+  // The workers reach their store through a relay (the job has a token).
+  bool relaysWorkers() const { return security_.secret.has_value(); }
 
   // WorkerStoreHost:
   std::uint16_t host(const std::string& address) override;

@@ -2,6 +2,8 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,6 +27,7 @@
 #include "auth/asio_tls.h"
 #include "ddprun/common/text.h"
 #include "refusal_tally.h"
+#include "ddprun/rendezvous/relay_handoff_wire.h"
 #include "relay/peer_user.h"
 #include "relay/relay_link.h"
 
@@ -31,6 +35,7 @@ namespace ddprun::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using Local = asio::local::stream_protocol;
 
 namespace {
 
@@ -70,6 +75,8 @@ class LoopbackRelay::Impl {
         io_(1),
         acceptor_(io_),
         worker_(io_),
+        handoffAcceptor_(io_),
+        requester_(io_),
         retryTimer_(io_),
         refusalTimer_(io_),
         stopEvent_(io_),
@@ -90,6 +97,7 @@ class LoopbackRelay::Impl {
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) throw std::runtime_error("cannot create an eventfd for the store relay");
     stopEvent_.assign(fd);
+    if (!options_.handoffPath.empty() && !options_.tls) listenForHandoffs(options_.handoffPath);
     acceptNext();
     stopEvent_.async_wait(asio::posix::stream_descriptor::wait_read,
                           [this](const boost::system::error_code&) { shutdown(); });
@@ -99,9 +107,11 @@ class LoopbackRelay::Impl {
   ~Impl() {
     ::eventfd_write(stopEvent_.native_handle(), 1);
     if (thread_.joinable()) thread_.join();
+    if (!handoffPath_.empty()) ::unlink(handoffPath_.c_str());
   }
 
   std::uint16_t port() const { return port_; }
+  const std::string& handoffPath() const { return handoffPath_; }
 
   // Resolved here, once per round, on the caller's thread: connections then go straight to the
   // addresses (Asio's asynchronous resolver would add a trip through a thread of its own to
@@ -128,10 +138,90 @@ class LoopbackRelay::Impl {
 
   Stats stats() const {
     return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load(),
-                 refusedUsers_.load(), refusedGone_.load(), refusedLookups_.load()};
+                 refusedUsers_.load(), refusedGone_.load(), refusedLookups_.load(),
+                 handedOff_.load()};
   }
 
  private:
+  // The handoff socket, made before the serving thread starts. Read and write for the owner
+  // only, in a directory only the owner can enter; a failure leaves the port to serve everyone.
+  void listenForHandoffs(const std::string& path) {
+    boost::system::error_code error;
+    handoffAcceptor_.open(Local(), error);
+    if (!error) handoffAcceptor_.bind(Local::endpoint(path), error);
+    if (!error && ::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+      error.assign(errno, boost::system::system_category());
+    }
+    if (!error) handoffAcceptor_.listen(4096, error);
+    if (error) {
+      spdlog::warn("workers' store relay: no handoff socket at {} ({}); the workers' store "
+                   "connections all go through the relay", common::printablePrefix(path),
+                   error.message());
+      handoffAcceptor_.close(error);
+      return;
+    }
+    handoffPath_ = path;
+    acceptHandoff();
+  }
+
+  void acceptHandoff() {
+    handoffAcceptor_.async_accept(requester_, [this](const boost::system::error_code& error) {
+      onHandoff(error);
+    });
+  }
+
+  // A worker's shim asks for a store connection. Its own user only, as on the port; before a
+  // round has formed it is told to use the relay, which then refuses it as it refuses everyone.
+  void onHandoff(const boost::system::error_code& error) {
+    if (error == asio::error::operation_aborted || stopping_) return;
+    if (error) {
+      // Out of descriptors: the shim connects to the port instead, where the same is retried.
+      spdlog::error("the workers' store relay cannot accept a handoff: {}", error.message());
+      requester_ = Local::socket(io_);
+      acceptHandoff();
+      return;
+    }
+    ucred peer{};
+    socklen_t length = sizeof peer;
+    const bool known = ::getsockopt(requester_.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer,
+                                    &length) == 0;
+    const int lookupError = known ? 0 : errno;
+    std::string upstream;
+    std::vector<tcp::endpoint> endpoints;
+    bool set = false;
+    {
+      std::lock_guard lock(mutex_);
+      upstream = upstream_;
+      endpoints = upstreamEndpoints_;
+      set = upstreamSet_;
+    }
+    boost::system::error_code ignored;
+    if (!known || peer.uid != agentUser_) {
+      refuse(known ? PeerAdmission{PeerVerdict::kOtherUser, peer.uid}
+                   : PeerAdmission{PeerVerdict::kLookupFailed, std::nullopt},
+             known ? fmt::format("pid {} on the handoff socket", peer.pid)
+                   : std::string("the handoff socket"),
+             known ? fmt::format("(only uid {}'s processes are relayed)", agentUser_)
+                   : fmt::format("({})", std::strerror(lookupError)));
+      requester_.close(ignored);
+    } else if (!set) {
+      const char relay = DDPRUN_HANDOFF_RELAY;
+      requester_.send(asio::buffer(&relay, 1), 0, ignored);
+      requester_.close(ignored);
+    } else {
+      auto link = std::make_shared<RelayLink>(
+          std::move(requester_), std::move(endpoints), upstream, options_.secret,
+          options_.connectTimeout,
+          [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, upstream, detail, /*relayed=*/false);
+          });
+      links_.emplace(link.get(), link);
+      link->start();
+    }
+    requester_ = Local::socket(io_);
+    acceptHandoff();
+  }
+
   void acceptNext() {
     acceptor_.async_accept(worker_, [this](const boost::system::error_code& error) { onAccept(error); });
   }
@@ -170,7 +260,7 @@ class LoopbackRelay::Impl {
           std::move(worker_), std::move(endpoints), upstream, options_.secret,
           tls_ ? &*tls_ : nullptr, options_.connectTimeout,
           [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, upstream, detail);
+            onLinkEnd(ended, end, upstream, detail, /*relayed=*/true);
           });
       links_.emplace(link.get(), link);
       link->start();
@@ -189,7 +279,7 @@ class LoopbackRelay::Impl {
     const tcp::endpoint local = worker_.local_endpoint(error);
     const tcp::endpoint peer = error ? tcp::endpoint() : worker_.remote_endpoint(error);
     if (error) {  // reset while it waited: gone
-      refuse(PeerAdmission{PeerVerdict::kGone, std::nullopt}, peer,
+      refuse(PeerAdmission{PeerVerdict::kGone, std::nullopt}, "a reset connection",
              "(reset before it was accepted)");
       return false;
     }
@@ -208,17 +298,19 @@ class LoopbackRelay::Impl {
         }
         return true;
       case PeerVerdict::kOtherUser:
-        refuse(admission, peer, fmt::format("(only uid {}'s processes are relayed)", agentUser_));
+        refuse(admission, fmt::format("port {}", peer.port()),
+               fmt::format("(only uid {}'s processes are relayed)", agentUser_));
         return false;
       case PeerVerdict::kGone:
-        refuse(admission, peer,
+        refuse(admission, fmt::format("port {}", peer.port()),
                lookup.outcome == PeerLookup::Outcome::kFound
                    ? fmt::format("(its socket is in {} with inode {})",
                                  tcpStateName(lookup.socket.state), lookup.socket.inode)
                    : std::string("(its socket no longer exists)"));
         return false;
       case PeerVerdict::kLookupFailed:
-        refuse(admission, peer, fmt::format("({})", std::strerror(lookup.error)));
+        refuse(admission, fmt::format("port {}", peer.port()),
+               fmt::format("({})", std::strerror(lookup.error)));
         return false;
     }
     return false;
@@ -226,8 +318,8 @@ class LoopbackRelay::Impl {
 
   // Counts a refusal; its line at once if it is the first of its user and verdict, otherwise in
   // the window's count (refusal_tally.h). Nothing here comes from the peer's bytes.
-  void refuse(const PeerAdmission& admission, const tcp::endpoint& peer,
-              const std::string& detail) {
+  // `from`: where it came from ("port 41234"), for the line.
+  void refuse(const PeerAdmission& admission, const std::string& from, const std::string& detail) {
     switch (admission.verdict) {
       case PeerVerdict::kOtherUser:
         refusedUsers_.fetch_add(1, std::memory_order_relaxed);
@@ -245,9 +337,9 @@ class LoopbackRelay::Impl {
     const auto now = RelayRefusals::Clock::now();
     if (refusals_.count(admission.owner, admission.verdict, now)) {
       const std::string source = describeSource(admission.owner);
-      spdlog::warn("workers' store relay: refused a connection from {} (port {}): {} {}; more of "
+      spdlog::warn("workers' store relay: refused a connection from {} ({}): {} {}; more of "
                    "these from {} are counted and logged once per {} s",
-                   source, peer.port(), describeRefusal(admission.verdict), detail, source,
+                   source, from, describeRefusal(admission.verdict), detail, source,
                    kRefusalWindow.count());
     }
     armRefusalTimer();
@@ -276,10 +368,12 @@ class LoopbackRelay::Impl {
     }
   }
 
+  // `relayed`: a worker connection (counted in `connections`), not a handoff.
   void onLinkEnd(RelayLink* link, RelayLink::End end, const std::string& upstream,
-                 const std::string& detail) {
-    connections_.fetch_sub(1, std::memory_order_relaxed);
-    if (end != RelayLink::End::kClosed) {
+                 const std::string& detail, bool relayed) {
+    if (relayed) connections_.fetch_sub(1, std::memory_order_relaxed);
+    if (end == RelayLink::End::kHandedOff) handedOff_.fetch_add(1, std::memory_order_relaxed);
+    if (end != RelayLink::End::kClosed && end != RelayLink::End::kHandedOff) {
       // Once per upstream and kind of failure: every worker connection would say the same.
       if (reported_.emplace(upstream, static_cast<int>(end)).second) {
         const char* what = "the store cannot be reached";
@@ -297,6 +391,7 @@ class LoopbackRelay::Impl {
             what = "the store did not complete a TLS handshake (it runs without TLS)";
             break;
           case RelayLink::End::kClosed:
+          case RelayLink::End::kHandedOff:
           case RelayLink::End::kUnreachable:
             break;
         }
@@ -313,6 +408,7 @@ class LoopbackRelay::Impl {
     stopping_ = true;
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    handoffAcceptor_.close(ignored);
     retryTimer_.cancel();
     refusalTimer_.cancel();
     logRefusals(refusals_.remaining(RelayRefusals::Clock::now()));
@@ -328,6 +424,9 @@ class LoopbackRelay::Impl {
   asio::io_context io_;
   tcp::acceptor acceptor_;
   tcp::socket worker_;
+  Local::acceptor handoffAcceptor_;
+  Local::socket requester_;
+  std::string handoffPath_;  // set before the serving thread starts, then read only
   asio::steady_timer retryTimer_;
   asio::steady_timer refusalTimer_;
   asio::posix::stream_descriptor stopEvent_;
@@ -353,12 +452,17 @@ class LoopbackRelay::Impl {
   std::atomic<std::uint64_t> refusedUsers_{0};
   std::atomic<std::uint64_t> refusedGone_{0};
   std::atomic<std::uint64_t> refusedLookups_{0};
+  std::atomic<std::uint64_t> handedOff_{0};
 };
 
 LoopbackRelay::LoopbackRelay(RelayOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 LoopbackRelay::~LoopbackRelay() = default;
 std::uint16_t LoopbackRelay::port() const { return impl_->port(); }
+std::string LoopbackRelay::handoffVariable() const {
+  const std::string& path = impl_->handoffPath();
+  return path.empty() ? std::string() : fmt::format("{}:{}", impl_->port(), path);
+}
 void LoopbackRelay::setUpstream(const std::string& host, std::uint16_t port) {
   impl_->setUpstream(host, port);
 }

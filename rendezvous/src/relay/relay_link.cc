@@ -2,7 +2,10 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <type_traits>
 
 #include <boost/asio/buffer.hpp>
@@ -12,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "auth/tls_peer.h"
+#include "ddprun/rendezvous/relay_handoff_wire.h"
 
 namespace ddprun::rendezvous {
 
@@ -31,6 +35,14 @@ RelayLink::RelayLink(tcp::socket worker, std::vector<tcp::endpoint> store, std::
       handshake_(secret),
       hello_(handshake_.hello()),
       onEnd_(std::move(onEnd)) {}
+
+RelayLink::RelayLink(asio::local::stream_protocol::socket requester, std::vector<tcp::endpoint> store,
+                     std::string upstream, const JobSecret& secret,
+                     std::chrono::milliseconds connectTimeout, OnEnd onEnd)
+    : RelayLink(tcp::socket(requester.get_executor()), std::move(store), std::move(upstream), secret,
+                nullptr, connectTimeout, std::move(onEnd)) {
+  requester_.emplace(std::move(requester));
+}
 
 void RelayLink::start() {
   deadline_.expires_after(connectTimeout_);
@@ -138,6 +150,10 @@ void RelayLink::onProofSent(const boost::system::error_code& error) {
     return;
   }
   deadline_.cancel();
+  if (requester_) {
+    handOff();
+    return;
+  }
   // Non-blocking, for pump()'s direct writes: a full socket buffer must not block the loop.
   boost::system::error_code ignored;
   worker_.non_blocking(true, ignored);
@@ -189,12 +205,42 @@ void RelayLink::pump(From& from, To& to, Buffer& buffer) {
       });
 }
 
+void RelayLink::handOff() {
+  char taken = DDPRUN_HANDOFF_TAKEN;
+  iovec data{&taken, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  // Taken out of Asio first: its epoll set must forget the socket (release() removes it there),
+  // which closing would not do while the worker holds the same open file.
+  boost::system::error_code error;
+  const int store = store_.release(error);
+  if (error) {
+    finish(End::kClosed, "");
+    return;
+  }
+  std::memcpy(CMSG_DATA(header), &store, sizeof store);
+  // One byte on a fresh socket always fits; a requester that has given up makes this fail, and
+  // the store connection then goes with the link.
+  const ssize_t sent = ::sendmsg(requester_->native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::close(store);  // the worker holds its own reference now
+  finish(sent == 1 ? End::kHandedOff : End::kClosed, "");
+}
+
 void RelayLink::finish(End end, const std::string& detail) {
   if (finished_) return;
   finished_ = true;
   boost::system::error_code ignored;
   deadline_.cancel();
   worker_.close(ignored);
+  if (requester_) requester_->close(ignored);
   store_.close(ignored);  // under tls_ too: no close_notify, the store sees the connection end
   // Last: the relay drops its reference here; in-flight handlers keep this object alive.
   onEnd_(this, end, detail);

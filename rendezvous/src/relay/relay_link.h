@@ -3,6 +3,10 @@
 // handshake and check the store's certificate, prove the token (auth/handshake.h), then copy bytes
 // both ways unchanged until either side closes, which closes both.
 //
+// Or one handoff (relay_handoff_wire.h): the same connection to the store, made and proven the same
+// way, but then given whole to the worker that asked on the handoff socket, which talks to the
+// store directly; the link ends there. Never with TLS: the TLS session lives in this process.
+//
 // Lives on the relay's event-loop thread.
 #pragma once
 
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -34,6 +39,7 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
     kNoToken,      // the store did not answer the token hello as a token-holding store does
     kUntrusted,    // TLS: the store's certificate is not signed by the job's CA
     kNoTls,        // TLS: the store did not complete a TLS handshake
+    kHandedOff,    // a handoff: the proven connection went to the worker
   };
   using OnEnd = std::function<void(RelayLink*, End, const std::string& detail)>;
 
@@ -42,6 +48,10 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   RelayLink(boost::asio::ip::tcp::socket worker, std::vector<boost::asio::ip::tcp::endpoint> store,
             std::string upstream, const JobSecret& secret, boost::asio::ssl::context* tls,
             std::chrono::milliseconds connectTimeout, OnEnd onEnd);
+  // A handoff for the worker that connected to the handoff socket as `requester` (no TLS).
+  RelayLink(boost::asio::local::stream_protocol::socket requester,
+            std::vector<boost::asio::ip::tcp::endpoint> store, std::string upstream,
+            const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd);
 
   void start();
   // Closes both connections (the relay is stopping). Idempotent.
@@ -57,6 +67,8 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   void sendHello();
   void onChallenge(const boost::system::error_code& error);
   void onProofSent(const boost::system::error_code& error);
+  // Sends the proven store connection to the requester, then ends the link.
+  void handOff();
   // Calls `operation` with the stream to the store: the TLS one, or the socket itself.
   template <typename Operation>
   void withUpstream(Operation&& operation);
@@ -65,7 +77,8 @@ class RelayLink final : public std::enable_shared_from_this<RelayLink> {
   void pump(From& from, To& to, Buffer& buffer);
   void finish(End end, const std::string& detail);
 
-  boost::asio::ip::tcp::socket worker_;
+  boost::asio::ip::tcp::socket worker_;  // never opened in a handoff
+  std::optional<boost::asio::local::stream_protocol::socket> requester_;  // a handoff's only
   boost::asio::ip::tcp::socket store_;
   boost::asio::ssl::context* tlsContext_;
   std::optional<TlsStream> tls_;  // over store_, once connected, with a TLS context

@@ -14,6 +14,12 @@
 // peer has already closed (the kernel names each socket's state, inode and owner:
 // relay/peer_user.h). Refusals are logged per user and reason, then counted (refusal_tally.h).
 //
+// With a handoff path, the relay also listens on a Unix socket there, for the workers that run
+// with its shim (relay_handoff_wire.h): to one of those it gives the proven store connection
+// itself, and their requests then go to the store without the relay's hop. The same users are
+// served there as on the port (SO_PEERCRED names the peer). Not with TLS, whose session cannot
+// leave this process.
+//
 // A connection is accepted at once; its bytes wait in the kernel until the upstream connection has
 // passed the handshake. If that fails, the worker's connection is closed (its client reports a
 // broken store connection); a store that holds a different token is logged once per upstream.
@@ -37,6 +43,9 @@ struct RelayOptions {
   std::chrono::milliseconds connectTimeout = std::chrono::seconds(30);
   // With TLS, every upstream connection is a TLS one that checks the store's certificate.
   std::shared_ptr<const TlsConfig> tls = nullptr;
+  // Where to listen for handoffs: a path in a directory only the agent's user can enter (the
+  // agent's private directory); empty for none. Ignored with TLS.
+  std::string handoffPath = {};
 };
 
 class LoopbackRelay {
@@ -48,9 +57,11 @@ class LoopbackRelay {
     std::uint64_t refusedUsers = 0;  // connections from another local user, closed at once
     std::uint64_t refusedGone = 0;   // connections whose peer had closed before they were served
     std::uint64_t refusedLookups = 0;  // closed because the kernel could not be asked (fail closed)
+    std::uint64_t handedOff = 0;     // proven store connections given to workers, since start
   };
 
-  // Listens on 127.0.0.1 (a free port) and starts serving. Throws std::runtime_error.
+  // Listens on 127.0.0.1 (a free port), and at the handoff path if asked, and starts serving.
+  // Throws std::runtime_error when it cannot listen on the port.
   explicit LoopbackRelay(RelayOptions options);
   // Closes every connection and stops the serving thread.
   ~LoopbackRelay();
@@ -58,6 +69,10 @@ class LoopbackRelay {
   LoopbackRelay& operator=(const LoopbackRelay&) = delete;
 
   std::uint16_t port() const;
+  // DDPRUN_RELAY_HANDOFF's value for the workers that run with the shim, "<port>:<path>"
+  // (relay_handoff_wire.h); empty when the relay takes no handoffs (none was asked for, TLS, or
+  // the socket could not be made: then a warning says why, and the port serves every worker).
+  std::string handoffVariable() const;
   // Where connections accepted from now on are carried (connections already relayed keep theirs).
   void setUpstream(const std::string& host, std::uint16_t port);
   Stats stats() const;
