@@ -268,22 +268,30 @@ def plot_relay(results, out):
 
 
 def plot_relay_delay(results, out):
-    """The relay against direct access across a link with a one-way delay: relay/direct by delay,
-    one line per load (the rows' second column), with the issue's 1.1x goal."""
+    """Through the relay (and handed off, where the run has that column) against direct access
+    across a link with a one-way delay, by delay: one line per load (the rows' second column) and
+    way, with the issue's 1.1x goal."""
     doc = load(results, "relay-delay")
     series = {}
-    for _, row in rows(doc):
+    for table, row in rows(doc):
         delay = re.search(r"(\d+(?:\.\d+)?) ?ms", row["name"])
         cells = row["cells"]
-        if not delay or len(cells) < 2 or "ratio" not in cells[-1]:
+        # The columns after the name: "... vs direct ..." ones are the ratios (relay, handoff).
+        titles = table.get("columns", [])[1:]
+        if not delay or len(cells) < 2:
             continue
-        series.setdefault(cells[0]["text"], []).append((float(delay.group(1)), cells[-1]["ratio"]))
+        for title, cell in zip(titles, cells):
+            if "vs direct" in title and "ratio" in cell:
+                way = title.split(" vs direct")[0]
+                series.setdefault(f"{cells[0]['text']}, {way}", []).append(
+                    (float(delay.group(1)), cell["ratio"]))
     if not series:
         raise Skip("relay-delay.json has no 'relay vs direct' rows (run scripts/bench.sh relay-delay)")
     fig, ax = plt.subplots(figsize=(8, 4.2))
     for load_text, pts in series.items():
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=load_text)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=load_text,
+                ls="--" if load_text.endswith("handoff") else "-")
     delays = sorted({p[0] for pts in series.values() for p in pts})
     ax.axhline(1.1, color="#d62728", lw=0.8, ls="--", label="goal: within 1.1x of direct")
     ax.axhline(1.0, color="#999999", lw=0.6)
@@ -291,7 +299,7 @@ def plot_relay_delay(results, out):
     ax.set_xticks(delays, [f"{d:g}" for d in delays])
     ax.minorticks_off()
     ax.set_xlabel("one-way delay of the link, ms (log)")
-    ax.set_ylabel("through the relay / direct (ops/s or time)")
+    ax.set_ylabel("relay or handoff / direct (ops/s or time)")
     ax.set_title("The relay across a delayed link (network namespaces, a user-space delay link)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))

@@ -10,18 +10,23 @@ same link:
   direct   worker -> link (D) -> store, no token (what torch offers)
   token    worker -> link (D) -> store, the worker proves the token itself (ddprun's agents)
   relay    worker -> relay on node's 127.0.0.1 -> link (D) -> store, the relay proves the token
-           (what unmodified PyTorch workers do under a token)
+           (unmodified workers under a token: what the relay's port serves)
+  handoff  worker -> link (D) -> store on a connection the relay made and proved the token on, then
+           handed to the worker (the load generator runs with the relay's handoff shim preloaded:
+           what the agent does for its Python workers under a token)
 
 For each D (0.1, 0.5 and 2 ms by default), 1 and 16 clients, the same load generator
 (ddprun-store-bench, threads engine, torch 2.x dialect, set/get/add), medians of alternating runs;
-the ratio is direct ops/s over relay ops/s (and, less moved by a neighbour's burst, the relay's
-median latency over direct's). And once per D, the time 16 clients take to open
+the ratios are direct ops/s over relay (and handoff) ops/s, and, less moved by a neighbour's
+burst, their median latency over direct's. And once per D, the time 16 clients take to open
 their connections, add to a counter and wait for all (the init barrier).
 
 Needs root (network namespaces); without it, prints one "skipped:" line and exits 0.
 
 Usage: bench_relay_delay.py --bench ddprun-store-bench --daemon ddprun-rendezvous
-                            --forwarder ddprun-delay-forwarder [--delays-ms 0.1,0.5,2] [--repeats N]
+                            --forwarder ddprun-delay-forwarder [--shim libddprun-relay-handoff.so]
+                            [--delays-ms 0.1,0.5,2] [--repeats N]
+(--shim: by default the one the build wrote beside ddprun, <build>/launcher/.)
 """
 import argparse
 import datetime
@@ -95,12 +100,17 @@ def main():
     parser.add_argument("--bench", required=True)
     parser.add_argument("--daemon", required=True)
     parser.add_argument("--forwarder", required=True)
+    parser.add_argument("--shim", help="the relay's handoff shim (default: <build>/launcher/ of --bench)")
     parser.add_argument("--delays-ms", default="0.1,0.5,2")
     parser.add_argument("--repeats", type=int, default=3)
     bench_json.add_option(parser)
     args = parser.parse_args()
     bench_json.record(args, "relay-delay")
     delays = [float(d) for d in args.delays_ms.split(",")]
+    shim = os.path.abspath(args.shim or os.path.join(os.path.dirname(args.bench), "..", "..",
+                                                     "launcher", "libddprun-relay-handoff.so"))
+    if not os.path.isfile(shim):
+        raise SystemExit(f"bench_relay_delay.py: no handoff shim at {shim}; build the project or give --shim")
 
     why_not = can_make_namespaces()
     if why_not:
@@ -132,7 +142,8 @@ def main():
             links.append(link)
             setups = {"direct": (plain, []),
                       "token": (guarded, ["--token-file", token]),
-                      "relay": (guarded, ["--relay-token-file", token])}
+                      "relay": (guarded, ["--relay-token-file", token]),
+                      "handoff": (guarded, ["--relay-token-file", token, "--relay-handoff"])}
             # A set/get/add round is three round trips of 2 x delay, plus ~0.1 ms of the hosts' own.
             rounds = max(30, min(2000, int(RUN_SECONDS * 1e6 / (3 * (2 * delay_us + 100)))))
 
@@ -141,8 +152,9 @@ def main():
                 argv = [args.bench, "--host", STORE_ADDRESS, "--port", str(server.port),
                         "--dialect", "torch2", "--mode", mode, "--engine", "threads",
                         "--clients", str(clients), "--rounds", str(rounds), *extra]
+                env = dict(os.environ, LD_PRELOAD=shim) if setup == "handoff" else None
                 out = subprocess.run(hosts.run_in(hosts.node, argv), capture_output=True,
-                                     text=True, timeout=300)
+                                     text=True, timeout=300, env=env)
                 if out.returncode != 0:
                     raise SystemExit(f"bench failed ({setup}, {delay} ms): {out.stderr.strip()}")
                 return json.loads(out.stdout.strip().splitlines()[-1])
@@ -151,16 +163,15 @@ def main():
                 r = medians(list(setups), args.repeats, lambda name: run(name, clients))
                 cells = [f"{r[n]['ops_per_s']:,.0f} ({r[n]['p50_us']:.0f} / {r[n]['p99_us']:.0f} us)"
                          for n in setups]
-                ratio = r["direct"]["ops_per_s"] / r["relay"]["ops_per_s"]
-                p50 = r["relay"]["p50_us"] / r["direct"]["p50_us"]
-                rows.append((f"{delay:g} ms", f"set/get/add, {clients}", *cells,
-                             f"**{ratio:.3f}x** ({p50:.3f}x)"))
+                against = [f"**{r['direct']['ops_per_s'] / r[n]['ops_per_s']:.3f}x** "
+                           f"({r[n]['p50_us'] / r['direct']['p50_us']:.3f}x)" for n in ("relay", "handoff")]
+                rows.append((f"{delay:g} ms", f"set/get/add, {clients}", *cells, *against))
             # What a worker's store connection costs to open: connect (and, with a token, its
             # round trip of hello and challenge), then one add and a wait for the others.
             r = medians(list(setups), args.repeats, lambda name: run(name, 16, "barrier"))
             cells = [f"{r[n]['seconds'] * 1000:.1f} ms" for n in setups]
-            ratio = r["relay"]["seconds"] / r["direct"]["seconds"]
-            rows.append((f"{delay:g} ms", "connect + add + wait, 16", *cells, f"{ratio:.3f}x"))
+            against = [f"{r[n]['seconds'] / r['direct']['seconds']:.3f}x" for n in ("relay", "handoff")]
+            rows.append((f"{delay:g} ms", "connect + add + wait, 16", *cells, *against))
             link.kill()
             links.remove(link)
     finally:
@@ -174,8 +185,9 @@ def main():
           f"{os.cpu_count()} CPUs, median of {args.repeats} alternating runs per figure")
     print()
     print("| one-way delay | load, clients | no token, direct: ops/s (p50 / p99) or time | token, "
-          "client proves it | token, through the relay | relay vs direct: ops/s x (p50 x), or time x |")
-    print("|---|---|---|---|---|---|")
+          "client proves it | token, through the relay | token, handed off | relay vs direct: ops/s x "
+          "(p50 x), or time x | handoff vs direct |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
 
