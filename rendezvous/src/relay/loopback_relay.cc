@@ -26,8 +26,8 @@
 
 #include "auth/asio_tls.h"
 #include "ddprun/common/text.h"
-#include "refusal_tally.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
+#include "refusal_tally.h"
 #include "relay/peer_user.h"
 #include "relay/relay_link.h"
 
@@ -64,6 +64,12 @@ std::string describeSource(const std::optional<uid_t>& user) {
   return user ? fmt::format("uid {}", *user) : std::string("an unknown local user");
 }
 
+// Where the links of the current round go.
+struct Upstream {
+  std::string name;  // "host:port", for messages
+  std::vector<tcp::endpoint> endpoints;
+};
+
 }  // namespace
 
 class LoopbackRelay::Impl {
@@ -77,6 +83,7 @@ class LoopbackRelay::Impl {
         worker_(io_),
         handoffAcceptor_(io_),
         requester_(io_),
+        handoffRetryTimer_(io_),
         retryTimer_(io_),
         refusalTimer_(io_),
         stopEvent_(io_),
@@ -131,9 +138,7 @@ class LoopbackRelay::Impl {
                    error.message());
     }
     std::lock_guard lock(mutex_);
-    upstream_ = fmt::format("{}:{}", host, port);
-    upstreamEndpoints_ = std::move(endpoints);
-    upstreamSet_ = true;
+    upstream_ = Upstream{fmt::format("{}:{}", host, port), std::move(endpoints)};
   }
 
   Stats stats() const {
@@ -143,6 +148,11 @@ class LoopbackRelay::Impl {
   }
 
  private:
+  std::optional<Upstream> currentUpstream() const {
+    std::lock_guard lock(mutex_);
+    return upstream_;
+  }
+
   // The handoff socket, made before the serving thread starts. Read and write for the owner
   // only, in a directory only the owner can enter; a failure leaves the port to serve everyone.
   void listenForHandoffs(const std::string& path) {
@@ -175,10 +185,15 @@ class LoopbackRelay::Impl {
   void onHandoff(const boost::system::error_code& error) {
     if (error == asio::error::operation_aborted || stopping_) return;
     if (error) {
-      // Out of descriptors: the shim connects to the port instead, where the same is retried.
-      spdlog::error("the workers' store relay cannot accept a handoff: {}", error.message());
+      // Out of descriptors: back off instead of spinning; meanwhile the shims wait, then connect
+      // to the port.
+      spdlog::error("the workers' store relay cannot accept a handoff: {}; retrying in 100 ms",
+                    error.message());
       requester_ = Local::socket(io_);
-      acceptHandoff();
+      handoffRetryTimer_.expires_after(std::chrono::milliseconds(100));
+      handoffRetryTimer_.async_wait([this](const boost::system::error_code& e) {
+        if (!e) acceptHandoff();
+      });
       return;
     }
     ucred peer{};
@@ -186,15 +201,7 @@ class LoopbackRelay::Impl {
     const bool known = ::getsockopt(requester_.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer,
                                     &length) == 0;
     const int lookupError = known ? 0 : errno;
-    std::string upstream;
-    std::vector<tcp::endpoint> endpoints;
-    bool set = false;
-    {
-      std::lock_guard lock(mutex_);
-      upstream = upstream_;
-      endpoints = upstreamEndpoints_;
-      set = upstreamSet_;
-    }
+    const std::optional<Upstream> upstream = currentUpstream();
     boost::system::error_code ignored;
     if (!known || peer.uid != agentUser_) {
       refuse(known ? PeerAdmission{PeerVerdict::kOtherUser, peer.uid}
@@ -204,16 +211,16 @@ class LoopbackRelay::Impl {
              known ? fmt::format("(only uid {}'s processes are relayed)", agentUser_)
                    : fmt::format("({})", std::strerror(lookupError)));
       requester_.close(ignored);
-    } else if (!set) {
+    } else if (!upstream) {
       const char relay = DDPRUN_HANDOFF_RELAY;
       requester_.send(asio::buffer(&relay, 1), 0, ignored);
       requester_.close(ignored);
     } else {
       auto link = std::make_shared<RelayLink>(
-          std::move(requester_), std::move(endpoints), upstream, options_.secret,
+          std::move(requester_), upstream->endpoints, upstream->name, options_.secret,
           options_.connectTimeout,
-          [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, upstream, detail, /*relayed=*/false);
+          [this, name = upstream->name](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, name, detail, /*relayed=*/false);
           });
       links_.emplace(link.get(), link);
       link->start();
@@ -237,18 +244,10 @@ class LoopbackRelay::Impl {
       });
       return;
     }
-    std::string upstream;
-    std::vector<tcp::endpoint> endpoints;
-    bool set = false;
-    {
-      std::lock_guard lock(mutex_);
-      upstream = upstream_;
-      endpoints = upstreamEndpoints_;
-      set = upstreamSet_;
-    }
+    const std::optional<Upstream> upstream = currentUpstream();
     // Another user, or a peer already gone, is not served; before a round has formed, nobody is
     // (there is nothing a worker could want).
-    if (!admitted() || !set) {
+    if (!admitted() || !upstream) {
       boost::system::error_code ignored;
       worker_.close(ignored);
     } else {
@@ -257,10 +256,10 @@ class LoopbackRelay::Impl {
       accepted_.fetch_add(1, std::memory_order_relaxed);
       connections_.fetch_add(1, std::memory_order_relaxed);
       auto link = std::make_shared<RelayLink>(
-          std::move(worker_), std::move(endpoints), upstream, options_.secret,
+          std::move(worker_), upstream->endpoints, upstream->name, options_.secret,
           tls_ ? &*tls_ : nullptr, options_.connectTimeout,
-          [this, upstream](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, upstream, detail, /*relayed=*/true);
+          [this, name = upstream->name](RelayLink* ended, RelayLink::End end, const std::string& detail) {
+            onLinkEnd(ended, end, name, detail, /*relayed=*/true);
           });
       links_.emplace(link.get(), link);
       link->start();
@@ -410,6 +409,7 @@ class LoopbackRelay::Impl {
     acceptor_.close(ignored);
     handoffAcceptor_.close(ignored);
     retryTimer_.cancel();
+    handoffRetryTimer_.cancel();
     refusalTimer_.cancel();
     logRefusals(refusals_.remaining(RelayRefusals::Clock::now()));
     stopEvent_.close(ignored);
@@ -426,6 +426,7 @@ class LoopbackRelay::Impl {
   tcp::socket worker_;
   Local::acceptor handoffAcceptor_;
   Local::socket requester_;
+  asio::steady_timer handoffRetryTimer_;
   std::string handoffPath_;  // set before the serving thread starts, then read only
   asio::steady_timer retryTimer_;
   asio::steady_timer refusalTimer_;
@@ -439,9 +440,7 @@ class LoopbackRelay::Impl {
   bool refusalTimerArmed_ = false;        // serving thread only
 
   mutable std::mutex mutex_;
-  std::string upstream_;                      // "host:port", for messages
-  std::vector<tcp::endpoint> upstreamEndpoints_;
-  bool upstreamSet_ = false;
+  std::optional<Upstream> upstream_;  // none before the first round
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
   std::set<std::pair<std::string, int>> reported_;                      // serving thread only
