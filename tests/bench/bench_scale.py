@@ -2,8 +2,9 @@
 """Round formation at scale, in simulation (issue #22 point 6; docs/benchmarks.md, "Scale").
 
 For each size N, a fresh store (a ddprun-rendezvous daemon, or one etcd member on loopback with its
-data in /dev/shm) and one ddprun-scale-sim process driving N simulated agents (real Memberships,
-three store connections each, no workers) against it: the time to open, to form round 0 of N nodes,
+data in /dev/shm) and ddprun-scale-sim driving N simulated agents (real Memberships, three store
+connections each, no workers; threads of as many processes as their descriptors need, see
+AGENTS_PER_PROCESS) against it: the time to open, to form round 0 of N nodes,
 and to re-form after one node leaves; the store's CPU seconds per phase and its peak RSS; and the
 store operations per node (requests, and keys named), which show whatever grows faster than N.
 Output: one JSON line per run (also appended to --json-out), then a table, then a power-law
@@ -12,7 +13,8 @@ extrapolation from the two largest sizes to 12,500 nodes (100,000 ranks at 8 per
   flock /tmp/ddprun-bench.lock scripts/bench.sh scale [--sizes 256,1024,4096] [--etcd-sizes 256,1024]
 
 A benchmark, never a timed test. Sizes above ~6,000 need more than the usual 20,000 descriptors
-(three connections per simulated agent, in both the simulator and the store).
+in the store (three connections per simulated agent); on etcd, whose member holds one for each of
+the agents' connections (about twenty an agent), sizes above ~1,000.
 """
 import argparse
 import json
@@ -35,6 +37,11 @@ from bench_rendezvous import ETCD, Etcd  # noqa: E402  (one etcd member on loopb
 # limit here is 20,000, and this VM's root lacks CAP_SYS_RESOURCE to raise it: about 1,000 agents
 # on etcd. Where the hard limit can be raised, it is.
 WANTED_FDS = 1 << 20
+# Simulated agents per simulator process, so that each process's descriptors stay under the
+# limit, which binds each process alone: on ddprun's store an agent holds three connections, on
+# etcd about twenty (the client's connection per concurrent call and per kept watch), and each
+# client its epoll set besides.
+AGENTS_PER_PROCESS = {"c10d": 4096, "etcd": 256}
 
 
 def raise_fd_limit():
@@ -87,9 +94,10 @@ class Daemon:
 def run_one(args, backend, nodes):
     store = Etcd() if backend == "etcd" else Daemon(args.daemon)
     try:
+        procs = -(-nodes // AGENTS_PER_PROCESS[backend])
         command = [args.sim, "--backend", backend, "--endpoint", store.endpoint(), "--nodes", str(nodes),
-                   "--run-id", f"scale{os.getpid()}n{nodes}", "--store-pid", str(store.process.pid),
-                   "--timeout-s", str(args.timeout_s)]
+                   "--procs", str(procs), "--run-id", f"scale{os.getpid()}n{nodes}",
+                   "--store-pid", str(store.process.pid), "--timeout-s", str(args.timeout_s)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
         except subprocess.TimeoutExpired:

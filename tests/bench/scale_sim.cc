@@ -1,8 +1,12 @@
 // Round formation at scale, in simulation (issue #22 point 6; scripts/bench.sh scale).
 //
-// N simulated agents in this one process, each a real Membership over its own store connections
-// (control, watch, heartbeat: what an agent opens), no workers, against a running store: a
-// ddprun-rendezvous daemon (c10d) or an etcd (etcd). It times
+// N simulated agents, each a real Membership over its own store connections (control, watch,
+// heartbeat: what an agent opens), no workers, against a running store: a ddprun-rendezvous
+// daemon (c10d) or an etcd (etcd). The agents are threads of --procs processes (default 1), so
+// that their connections fit the descriptor limit, which binds each process: on etcd an agent
+// holds about twenty (a connection per concurrent call and per kept watch, and an epoll set per
+// client), and this VM's hard limit is 20,000. The processes meet at every phase through barriers
+// in shared memory, and count into shared counters. It times
 //   open    every agent connects, gets a node id and starts holding its alive key;
 //   form    from the moment every agent is open, all join round 0 at once, until the last one
 //           knows the round (group rank 0 published its worker store, as an agent does);
@@ -10,12 +14,13 @@
 //           stop and join the next round: from the announcement until the last knows it;
 // and counts the store operations the agents made in each phase (requests, and the keys they
 // named: a multiGet of N keys is one request and N keys; the bytes of the values the store sent
-// back), so that a part that grows faster than N shows itself per node. With --store-pid, the store process's CPU seconds in each phase and
-// its peak RSS (VmHWM) at the end. Output: one JSON line on stdout.
+// back), so that a part that grows faster than N shows itself per node. With --store-pid, the
+// store process's CPU seconds in each phase and its peak RSS (VmHWM) at the end; the simulator
+// processes' own CPU seconds in each phase. Output: one JSON line on stdout.
 //
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
+#include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -23,13 +28,15 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -49,7 +56,8 @@ using ddprun::rendezvous::ListedKeys;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// Requests and keys named, for every connection of every simulated agent.
+// Requests and keys named, for every connection of every simulated agent (in shared memory:
+// lock-free atomics work across processes).
 struct Counts {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> keys{0};
@@ -179,66 +187,156 @@ double storePeakRssMiB(pid_t pid) {
   return std::strtod(status->c_str() + at + 6, nullptr) / 1024.0;
 }
 
-// This process's CPU seconds so far: the simulated agents' own cost, which on a small VM shares
-// the cores with the store (if it nears cores x wall time, the simulator is the bottleneck).
-double ownCpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+constexpr int kMaxProcs = 64;
+
+struct Phase {
+  double seconds = 0;
+  double storeCpu = 0;
+  double simCpu = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t keys = 0;
+  std::uint64_t readBytes = 0;
+};
+
+// What every simulator process shares: a MAP_SHARED mapping made before the fork. Each phase
+// starts when every agent of every process reached it and ends when every agent finished it: at
+// each meeting the last arrival (the barrier's serial thread) closes one phase and opens the
+// next, and only then are the others let go (a second barrier).
+struct Shared {
+  pthread_barrier_t arrive;
+  pthread_barrier_t leave;
+  pthread_mutex_t mutex;  // the phase records, the start mark and the failures
+  Counts counts;
+  std::atomic<int> stage{0};
+  std::atomic<bool> failed{false};
+  std::atomic<pid_t> pids[kMaxProcs];  // each process writes its own before its agents start
+  int procs = 1;
+  pid_t storePid = 0;
+  Phase open, form, reform;
+  // Where the current phase started.
+  Clock::time_point start;
+  double storeCpuAtStart = 0;
+  double simCpuAtStart = 0;
+  std::uint64_t requestsAtStart = 0;
+  std::uint64_t keysAtStart = 0;
+  std::uint64_t readBytesAtStart = 0;
+  int failures = 0;
+  char firstFailure[512] = {};
+};
+
+// The simulator processes' CPU seconds so far: the simulated agents' own cost, which on a small
+// VM shares the cores with the store (if it nears cores x wall time, the simulator is the
+// bottleneck).
+double simCpuSeconds(const Shared& shared) {
+  double total = 0;
+  for (int k = 0; k < shared.procs; ++k) total += storeCpuSeconds(shared.pids[k].load());
+  return total;
 }
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+void startPhase(Shared& shared) {
+  shared.storeCpuAtStart = storeCpuSeconds(shared.storePid);
+  shared.simCpuAtStart = simCpuSeconds(shared);
+  shared.requestsAtStart = shared.counts.requests.load();
+  shared.keysAtStart = shared.counts.keys.load();
+  shared.readBytesAtStart = shared.counts.readBytes.load();
+  shared.start = Clock::now();
+}
+
+Phase endPhase(const Shared& shared) {
+  Phase phase;
+  phase.seconds = std::chrono::duration<double>(Clock::now() - shared.start).count();
+  phase.storeCpu = storeCpuSeconds(shared.storePid) - shared.storeCpuAtStart;
+  phase.simCpu = simCpuSeconds(shared) - shared.simCpuAtStart;
+  phase.requests = shared.counts.requests.load() - shared.requestsAtStart;
+  phase.keys = shared.counts.keys.load() - shared.keysAtStart;
+  phase.readBytes = shared.counts.readBytes.load() - shared.readBytesAtStart;
+  return phase;
+}
+
+// Every agent of every process meets here; the last arrival closes a phase and opens the next.
+void meet(Shared& shared) {
+  if (pthread_barrier_wait(&shared.arrive) == PTHREAD_BARRIER_SERIAL_THREAD) {
+    pthread_mutex_lock(&shared.mutex);
+    const int stage = shared.stage.load();
+    if (stage == 0) startPhase(shared);
+    if (stage == 1) {
+      shared.open = endPhase(shared);
+      startPhase(shared);
+    }
+    if (stage == 2) shared.form = endPhase(shared);
+    if (stage == 3) shared.reform = endPhase(shared);  // started by the leaver's announcement
+    shared.stage.store(stage + 1);
+    pthread_mutex_unlock(&shared.mutex);
+  }
+  pthread_barrier_wait(&shared.leave);
+}
+
+void fail(Shared& shared, const std::string& what) {
+  pthread_mutex_lock(&shared.mutex);
+  if (shared.failures++ == 0) {
+    std::snprintf(shared.firstFailure, sizeof shared.firstFailure, "%s", what.c_str());
+  }
+  shared.failed = true;
+  pthread_mutex_unlock(&shared.mutex);
+}
+
+// The figures so far (a phase that did not end reads 0): one JSON line. Under the mutex.
+nlohmann::json result(const Shared& shared, const std::string& backendName, int nodes) {
+  return {{"backend", backendName},
+          {"nodes", nodes},
+          {"procs", shared.procs},
+          {"ok", shared.failures == 0},
+          {"open_s", shared.open.seconds},
+          {"form_s", shared.form.seconds},
+          {"reform_s", shared.reform.seconds},
+          {"store_cpu_open_s", shared.open.storeCpu},
+          {"store_cpu_form_s", shared.form.storeCpu},
+          {"store_cpu_reform_s", shared.reform.storeCpu},
+          {"sim_cpu_form_s", shared.form.simCpu},
+          {"sim_cpu_reform_s", shared.reform.simCpu},
+          {"requests_per_node_form", static_cast<double>(shared.form.requests) / nodes},
+          {"keys_per_node_form", static_cast<double>(shared.form.keys) / nodes},
+          {"requests_per_node_reform", static_cast<double>(shared.reform.requests) / nodes},
+          {"keys_per_node_reform", static_cast<double>(shared.reform.keys) / nodes},
+          {"read_bytes_per_node_form", static_cast<double>(shared.form.readBytes) / nodes},
+          {"read_bytes_per_node_reform", static_cast<double>(shared.reform.readBytes) / nodes},
+          {"store_peak_rss_mib", storePeakRssMiB(shared.storePid)}};
 }
 
 int usage(const std::string& problem) {
   std::cerr << "ddprun-scale-sim: " << problem
             << "; usage: ddprun-scale-sim --backend c10d|etcd --endpoint HOST:PORT --nodes N "
-               "[--run-id ID] [--store-pid PID] [--timeout-s S]\n";
+               "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S]\n";
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct SimOptions {
   std::string backendName = "c10d";
   std::string endpoint;
   std::string runId = "scale";
   int nodes = 0;
-  pid_t storePid = 0;
+  int procs = 1;
   int timeoutSeconds = 600;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) return usage(fmt::format("{} needs a value", flag));
-    const std::string value = argv[++i];
-    if (flag == "--backend") backendName = value;
-    else if (flag == "--endpoint") endpoint = value;
-    else if (flag == "--nodes") nodes = std::atoi(value.c_str());
-    else if (flag == "--run-id") runId = value;
-    else if (flag == "--store-pid") storePid = static_cast<pid_t>(std::atoi(value.c_str()));
-    else if (flag == "--timeout-s") timeoutSeconds = std::atoi(value.c_str());
-    else return usage(fmt::format("unknown option {}", flag));
-  }
-  const auto colon = endpoint.rfind(':');
-  if (nodes < 2 || colon == std::string::npos) return usage("give --endpoint HOST:PORT and --nodes 2 or more");
-  if (backendName != "c10d" && backendName != "etcd") return usage("--backend is c10d or etcd");
-  std::signal(SIGPIPE, SIG_IGN);
-  spdlog::set_level(spdlog::level::err);  // the waiting lines of thousands of agents are not the point
+};
 
+// One simulator process: agents [begin, end) of the N, each a thread with its own Membership.
+int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const int nodes = options.nodes;
+  const auto colon = options.endpoint.rfind(':');
   RendezvousConfig config;
-  config.backend = backendName == "etcd" ? RdzvBackend::kEtcd : RdzvBackend::kC10d;
+  config.backend = options.backendName == "etcd" ? RdzvBackend::kEtcd : RdzvBackend::kC10d;
   // --nnodes N-1:N: the round forms at N (max), and re-forms at once without the one that left
   // (min); last call never ends a forming round early here.
   config.minNodes = nodes - 1;
   config.maxNodes = nodes;
-  config.endpoint = endpoint;
-  config.host = endpoint.substr(0, colon);
-  config.port = static_cast<std::uint16_t>(std::atoi(endpoint.c_str() + colon + 1));
-  config.runId = runId;
-  config.settings.joinTimeout = std::chrono::seconds(timeoutSeconds);
-  config.settings.readTimeout = std::chrono::seconds(timeoutSeconds);
-  config.settings.lastCallTimeout = std::chrono::seconds(timeoutSeconds);
+  config.endpoint = options.endpoint;
+  config.host = options.endpoint.substr(0, colon);
+  config.port = static_cast<std::uint16_t>(std::atoi(options.endpoint.c_str() + colon + 1));
+  config.runId = options.runId;
+  config.settings.joinTimeout = std::chrono::seconds(options.timeoutSeconds);
+  config.settings.readTimeout = std::chrono::seconds(options.timeoutSeconds);
+  config.settings.lastCallTimeout = std::chrono::seconds(options.timeoutSeconds);
   // Renewals every second as an agent's (the store's load is real), but a hold lapses after 30 s
   // rather than 5: thousands of simulated agents' threads on two cores can wait seconds for a
   // core, and a heartbeat thread that was not scheduled is the simulator's delay, not the store's
@@ -253,85 +351,11 @@ int main(int argc, char** argv) {
   StoreBackendInputs inputs;
   inputs.ddprunStore = rendezvousStoreOptions(config, {});
   std::unique_ptr<StoreBackend> real = makeStoreBackend(config, inputs);
-  Counts counts;
-  CountingBackend backend(*real, counts);
+  CountingBackend backend(*real, shared.counts);
 
-  struct Phase {
-    double seconds = 0;
-    double storeCpu = 0;
-    double simCpu = 0;
-    std::uint64_t requests = 0;
-    std::uint64_t keys = 0;
-    std::uint64_t readBytes = 0;
-  };
-  Phase open, form, reform;
-  std::mutex mutex;  // guards the phase records and failures
-  std::vector<std::string> failures;
-  Clock::time_point phaseStart;
-  double cpuAtStart = 0;
-  double simCpuAtStart = 0;
-  std::uint64_t requestsAtStart = 0;
-  std::uint64_t keysAtStart = 0;
-  std::uint64_t readBytesAtStart = 0;
-  const auto startPhase = [&] {
-    cpuAtStart = storeCpuSeconds(storePid);
-    simCpuAtStart = ownCpuSeconds();
-    requestsAtStart = counts.requests.load();
-    keysAtStart = counts.keys.load();
-    readBytesAtStart = counts.readBytes.load();
-    phaseStart = Clock::now();
-  };
-  const auto endPhase = [&](Phase& phase) {
-    phase.seconds = secondsSince(phaseStart);
-    phase.storeCpu = storeCpuSeconds(storePid) - cpuAtStart;
-    phase.simCpu = ownCpuSeconds() - simCpuAtStart;
-    phase.requests = counts.requests.load() - requestsAtStart;
-    phase.keys = counts.keys.load() - keysAtStart;
-    phase.readBytes = counts.readBytes.load() - readBytesAtStart;
-  };
-  // Each phase starts when every agent reached it and ends when every agent finished it: the
-  // barrier's completion step (run by the last arrival) closes one phase and opens the next.
-  std::atomic<int> stage{0};
-  std::barrier sync(nodes, [&]() noexcept {
-    if (stage == 0) startPhase();
-    if (stage == 1) { endPhase(open); startPhase(); }
-    if (stage == 2) endPhase(form);
-    if (stage == 3) { endPhase(reform); }
-    ++stage;
-  });
-  // The leaver's announcement starts the re-form phase, not the barrier.
-  std::atomic<bool> failed{false};
-  const auto fail = [&](const std::string& what) {
-    std::lock_guard lock(mutex);
-    failures.push_back(what);
-    failed = true;
-  };
-
-  // The figures so far (a phase that did not end reads 0): one JSON line.
-  const auto result = [&] {
-    nlohmann::json line = {{"backend", backendName},
-                           {"nodes", nodes},
-                           {"ok", failures.empty()},
-                           {"open_s", open.seconds},
-                           {"form_s", form.seconds},
-                           {"reform_s", reform.seconds},
-                           {"store_cpu_open_s", open.storeCpu},
-                           {"store_cpu_form_s", form.storeCpu},
-                           {"store_cpu_reform_s", reform.storeCpu},
-                           {"sim_cpu_form_s", form.simCpu},
-                           {"sim_cpu_reform_s", reform.simCpu},
-                           {"requests_per_node_form", static_cast<double>(form.requests) / nodes},
-                           {"keys_per_node_form", static_cast<double>(form.keys) / nodes},
-                           {"requests_per_node_reform", static_cast<double>(reform.requests) / nodes},
-                           {"keys_per_node_reform", static_cast<double>(reform.keys) / nodes},
-                           {"read_bytes_per_node_form", static_cast<double>(form.readBytes) / nodes},
-                           {"read_bytes_per_node_reform", static_cast<double>(reform.readBytes) / nodes},
-                           {"store_peak_rss_mib", storePeakRssMiB(storePid)}};
-    return line;
-  };
   std::vector<std::thread> agents;
-  agents.reserve(nodes);
-  for (int i = 0; i < nodes; ++i) {
+  agents.reserve(static_cast<std::size_t>(end - begin));
+  for (int i = begin; i < end; ++i) {
     agents.emplace_back([&, i] {
       NodeInfo self;
       self.address = "127.0.0.1";
@@ -340,32 +364,32 @@ int main(int argc, char** argv) {
       self.pid = 100000 + i;
       Membership membership(config, backend, self, [] { return Clock::now(); });
       bool ok = true;
-      sync.arrive_and_wait();  // stage 0 -> open starts
+      meet(shared);  // stage 0 -> open starts
       try {
         membership.open();
       } catch (const std::exception& error) {
-        fail(fmt::format("agent {} open: {}", i, error.what()));
+        fail(shared, fmt::format("agent {} open: {}", i, error.what()));
         ok = false;
       }
-      sync.arrive_and_wait();  // stage 1: open ends, form starts
+      meet(shared);  // stage 1: open ends, form starts
       std::optional<Round> round;
-      if (ok && !failed) {
+      if (ok && !shared.failed) {
         try {
           round = membership.join(-1);
           if (round->hostsWorkerStore) membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
         } catch (const std::exception& error) {
-          fail(fmt::format("agent {} join: {}", i, error.what()));
+          fail(shared, fmt::format("agent {} join: {}", i, error.what()));
           membership.cancel();
         }
       }
-      sync.arrive_and_wait();  // stage 2: form ends
-      if (round && !failed) {
+      meet(shared);  // stage 2: form ends
+      if (round && !shared.failed) {
         try {
           if (round->groupRank == nodes - 1) {
-            {
-              std::lock_guard lock(mutex);
-              startPhase();
-            }
+            // The leaver's announcement starts the re-form phase, not a meeting.
+            pthread_mutex_lock(&shared.mutex);
+            startPhase(shared);
+            pthread_mutex_unlock(&shared.mutex);
             membership.announce(round->number,
                                 StopReason::nodeLeft(membership.self().id, round->groupRank, self.hostname, SIGTERM));
             membership.close(false);
@@ -375,61 +399,148 @@ int main(int argc, char** argv) {
             if (next.hostsWorkerStore) membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
           }
         } catch (const std::exception& error) {
-          fail(fmt::format("agent {} re-form: {}", i, error.what()));
+          fail(shared, fmt::format("agent {} re-form: {}", i, error.what()));
         }
       }
-      sync.arrive_and_wait();  // stage 3: re-form ends
+      meet(shared);  // stage 3: re-form ends
       membership.close(false);
     });
   }
-  // A wedged run must not outlive the benchmark's patience: say so and leave.
-  std::thread watchdog([&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(timeoutSeconds) + 60s;
-    while (Clock::now() < deadline) {
-      std::this_thread::sleep_for(1s);
-      if (stage.load() >= 4) return;
+  for (auto& agent : agents) agent.join();
+  return 0;
+}
+
+// The partial figures of a run that gave up: what finished, and where the unfinished phase spent
+// its time so far.
+nlohmann::json gaveUp(Shared& shared, const SimOptions& options, const std::string& why) {
+  pthread_mutex_lock(&shared.mutex);
+  nlohmann::json line = result(shared, options.backendName, options.nodes);
+  line["ok"] = false;
+  const int reached = shared.stage.load();
+  if (reached == 2 || reached == 3) {
+    const Phase partial = endPhase(shared);
+    line["unfinished_phase"] = reached == 2 ? "form" : "reform";
+    line["unfinished_s"] = partial.seconds;
+    line["unfinished_requests_per_node"] = static_cast<double>(partial.requests) / options.nodes;
+    line["unfinished_keys_per_node"] = static_cast<double>(partial.keys) / options.nodes;
+    line["unfinished_store_cpu_s"] = partial.storeCpu;
+    line["unfinished_sim_cpu_s"] = partial.simCpu;
+  }
+  std::string first = fmt::format("{} in stage {} (3: re-form)", why, reached);
+  // What had failed by then is often why the rest waited.
+  if (shared.failures > 0) {
+    line["failed_agents"] = shared.failures;
+    first += fmt::format("; {} agent(s) had failed first: {}", shared.failures, shared.firstFailure);
+  }
+  line["first_failure"] = first;
+  pthread_mutex_unlock(&shared.mutex);
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SimOptions options;
+  pid_t storePid = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return usage(fmt::format("{} needs a value", flag));
+    const std::string value = argv[++i];
+    if (flag == "--backend") options.backendName = value;
+    else if (flag == "--endpoint") options.endpoint = value;
+    else if (flag == "--nodes") options.nodes = std::atoi(value.c_str());
+    else if (flag == "--procs") options.procs = std::atoi(value.c_str());
+    else if (flag == "--run-id") options.runId = value;
+    else if (flag == "--store-pid") storePid = static_cast<pid_t>(std::atoi(value.c_str()));
+    else if (flag == "--timeout-s") options.timeoutSeconds = std::atoi(value.c_str());
+    else return usage(fmt::format("unknown option {}", flag));
+  }
+  if (options.nodes < 2 || options.endpoint.rfind(':') == std::string::npos) {
+    return usage("give --endpoint HOST:PORT and --nodes 2 or more");
+  }
+  if (options.backendName != "c10d" && options.backendName != "etcd") return usage("--backend is c10d or etcd");
+  if (options.procs < 1 || options.procs > kMaxProcs || options.procs > options.nodes) {
+    return usage(fmt::format("--procs is 1 to {} and at most --nodes", kMaxProcs));
+  }
+  spdlog::set_level(spdlog::level::err);  // the waiting lines of thousands of agents are not the point
+
+  // Before any thread: the processes are forked from here.
+  void* memory = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return usage("cannot map shared memory for the simulator's processes");
+  Shared& shared = *new (memory) Shared();
+  shared.procs = options.procs;
+  shared.storePid = storePid;
+  for (auto& pid : shared.pids) pid = 0;
+  pthread_barrierattr_t barrierShared;
+  pthread_barrierattr_init(&barrierShared);
+  pthread_barrierattr_setpshared(&barrierShared, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&shared.arrive, &barrierShared, static_cast<unsigned>(options.nodes));
+  pthread_barrier_init(&shared.leave, &barrierShared, static_cast<unsigned>(options.nodes));
+  pthread_mutexattr_t mutexShared;
+  pthread_mutexattr_init(&mutexShared);
+  pthread_mutexattr_setpshared(&mutexShared, PTHREAD_PROCESS_SHARED);
+  pthread_mutex_init(&shared.mutex, &mutexShared);
+
+  std::vector<pid_t> children;
+  for (int k = 0; k < options.procs; ++k) {
+    const int begin = static_cast<int>(static_cast<long>(options.nodes) * k / options.procs);
+    const int end = static_cast<int>(static_cast<long>(options.nodes) * (k + 1) / options.procs);
+    const pid_t child = ::fork();
+    if (child < 0) {
+      for (const pid_t started : children) ::kill(started, SIGKILL);
+      return usage("cannot fork the simulator's processes");
     }
-    const int reached = stage.load();
-    std::cerr << "ddprun-scale-sim: gave up after " << timeoutSeconds + 60 << " s in stage " << reached << "\n";
-    // What did finish still counts (a round that formed but did not re-form in time).
-    nlohmann::json line;
-    {
-      std::lock_guard lock(mutex);
-      line = result();
-    }
-    line["ok"] = false;
-    if (reached == 2 || reached == 3) {
-      // Where the unfinished phase spent its time so far: the store's work and the simulator's.
-      Phase partial;
-      {
-        std::lock_guard lock(mutex);
-        endPhase(partial);
+    if (child == 0) {
+      shared.pids[k] = ::getpid();
+      int code = 1;
+      try {
+        code = runAgents(shared, options, begin, end);
+      } catch (const std::exception& error) {
+        fail(shared, fmt::format("simulator process {}: {}", k, error.what()));
       }
-      line["unfinished_phase"] = reached == 2 ? "form" : "reform";
-      line["unfinished_s"] = partial.seconds;
-      line["unfinished_requests_per_node"] = static_cast<double>(partial.requests) / nodes;
-      line["unfinished_keys_per_node"] = static_cast<double>(partial.keys) / nodes;
-      line["unfinished_store_cpu_s"] = partial.storeCpu;
-      line["unfinished_sim_cpu_s"] = partial.simCpu;
+      std::fflush(nullptr);
+      std::_Exit(code);
     }
-    line["first_failure"] = fmt::format("gave up after {} s in stage {} (3: re-form)", timeoutSeconds + 60, reached);
-    {
-      // What had failed by then is often why the rest waited.
-      std::lock_guard lock(mutex);
-      if (!failures.empty()) {
-        line["failed_agents"] = failures.size();
-        line["first_failure"] = fmt::format("{}; {} agent(s) had failed first: {}", line["first_failure"].get<std::string>(),
-                                            failures.size(), failures.front());
+    children.push_back(child);
+  }
+
+  // A wedged run must not outlive the benchmark's patience, nor a process that died leave the
+  // others waiting at a meeting for ever: say so, with what finished, and leave.
+  const auto deadline = Clock::now() + std::chrono::seconds(options.timeoutSeconds) + 60s;
+  std::size_t running = children.size();
+  std::string gaveUpWhy;
+  while (running > 0 && gaveUpWhy.empty()) {
+    int status = 0;
+    const pid_t ended = ::waitpid(-1, &status, WNOHANG);
+    if (ended > 0) {
+      --running;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        gaveUpWhy = WIFSIGNALED(status)
+                        ? fmt::format("a simulator process (pid {}) died of signal {}", ended, WTERMSIG(status))
+                        : fmt::format("a simulator process (pid {}) exited {}", ended, WEXITSTATUS(status));
       }
+      continue;
+    }
+    if (Clock::now() >= deadline) {
+      gaveUpWhy = fmt::format("gave up after {} s", options.timeoutSeconds + 60);
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  if (!gaveUpWhy.empty()) {
+    std::cerr << "ddprun-scale-sim: " << gaveUpWhy << "\n";
+    const nlohmann::json line = gaveUp(shared, options, gaveUpWhy);
+    for (const pid_t child : children) ::kill(child, SIGKILL);
+    while (::waitpid(-1, nullptr, 0) > 0) {
     }
     std::cout << line.dump() << std::endl;
-    std::_Exit(3);
-  });
-  for (auto& agent : agents) agent.join();
-  watchdog.join();
-
-  nlohmann::json line = result();
-  if (!failures.empty()) line["first_failure"] = failures.front();
+    return 3;
+  }
+  pthread_mutex_lock(&shared.mutex);
+  nlohmann::json line = result(shared, options.backendName, options.nodes);
+  if (shared.failures > 0) line["first_failure"] = std::string(shared.firstFailure);
+  const bool ok = shared.failures == 0;
+  pthread_mutex_unlock(&shared.mutex);
   std::cout << line.dump() << std::endl;
-  return failures.empty() ? 0 : 1;
+  return ok ? 0 : 1;
 }
