@@ -216,17 +216,26 @@ class LoopbackRelay::Impl {
       requester_.send(asio::buffer(&relay, 1), 0, ignored);
       requester_.close(ignored);
     } else {
-      auto link = std::make_shared<RelayLink>(
-          std::move(requester_), upstream->endpoints, upstream->name, options_.secret,
-          options_.connectTimeout,
-          [this, name = upstream->name](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, name, detail, /*relayed=*/false);
-          });
-      links_.emplace(link.get(), link);
-      link->start();
+      adopt(std::make_shared<RelayLink>(std::move(requester_), upstream->endpoints, upstream->name,
+                                        options_.secret, options_.connectTimeout,
+                                        linkEnd(*upstream, /*relayed=*/false)));
     }
     requester_ = Local::socket(io_);
     acceptHandoff();
+  }
+
+  // Keeps `link` until it ends (onLinkEnd), and starts it.
+  void adopt(std::shared_ptr<RelayLink> link) {
+    links_.emplace(link.get(), link);
+    link->start();
+  }
+
+  // What a link of `upstream` calls when it ends; `relayed`: a worker connection, not a handoff.
+  RelayLink::OnEnd linkEnd(const Upstream& upstream, bool relayed) {
+    return [this, name = upstream.name, relayed](RelayLink* ended, RelayLink::End end,
+                                                 const std::string& detail) {
+      onLinkEnd(ended, end, name, detail, relayed);
+    };
   }
 
   void acceptNext() {
@@ -255,14 +264,9 @@ class LoopbackRelay::Impl {
       worker_.set_option(tcp::no_delay(true), ignored);
       accepted_.fetch_add(1, std::memory_order_relaxed);
       connections_.fetch_add(1, std::memory_order_relaxed);
-      auto link = std::make_shared<RelayLink>(
-          std::move(worker_), upstream->endpoints, upstream->name, options_.secret,
-          tls_ ? &*tls_ : nullptr, options_.connectTimeout,
-          [this, name = upstream->name](RelayLink* ended, RelayLink::End end, const std::string& detail) {
-            onLinkEnd(ended, end, name, detail, /*relayed=*/true);
-          });
-      links_.emplace(link.get(), link);
-      link->start();
+      adopt(std::make_shared<RelayLink>(std::move(worker_), upstream->endpoints, upstream->name,
+                                        options_.secret, tls_ ? &*tls_ : nullptr,
+                                        options_.connectTimeout, linkEnd(*upstream, /*relayed=*/true)));
     }
     worker_ = tcp::socket(io_);
     acceptNext();
