@@ -21,6 +21,7 @@
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -224,6 +225,13 @@ struct Shared {
   char firstFailure[512] = {};
 };
 
+// The shared mutex is robust: a process that died holding it (killed mid-phase) must not leave
+// the parent, which reports what finished, waiting for it for ever.
+void lockShared(Shared& shared) {
+  if (pthread_mutex_lock(&shared.mutex) == EOWNERDEAD) pthread_mutex_consistent(&shared.mutex);
+}
+void unlockShared(Shared& shared) { pthread_mutex_unlock(&shared.mutex); }
+
 // The simulator processes' CPU seconds so far: the simulated agents' own cost, which on a small
 // VM shares the cores with the store (if it nears cores x wall time, the simulator is the
 // bottleneck).
@@ -256,7 +264,7 @@ Phase endPhase(const Shared& shared) {
 // Every agent of every process meets here; the last arrival closes a phase and opens the next.
 void meet(Shared& shared) {
   if (pthread_barrier_wait(&shared.arrive) == PTHREAD_BARRIER_SERIAL_THREAD) {
-    pthread_mutex_lock(&shared.mutex);
+    lockShared(shared);
     const int stage = shared.stage.load();
     if (stage == 0) startPhase(shared);
     if (stage == 1) {
@@ -266,18 +274,18 @@ void meet(Shared& shared) {
     if (stage == 2) shared.form = endPhase(shared);
     if (stage == 3) shared.reform = endPhase(shared);  // started by the leaver's announcement
     shared.stage.store(stage + 1);
-    pthread_mutex_unlock(&shared.mutex);
+    unlockShared(shared);
   }
   pthread_barrier_wait(&shared.leave);
 }
 
 void fail(Shared& shared, const std::string& what) {
-  pthread_mutex_lock(&shared.mutex);
+  lockShared(shared);
   if (shared.failures++ == 0) {
     std::snprintf(shared.firstFailure, sizeof shared.firstFailure, "%s", what.c_str());
   }
   shared.failed = true;
-  pthread_mutex_unlock(&shared.mutex);
+  unlockShared(shared);
 }
 
 // The figures so far (a phase that did not end reads 0): one JSON line. Under the mutex.
@@ -387,9 +395,9 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
         try {
           if (round->groupRank == nodes - 1) {
             // The leaver's announcement starts the re-form phase, not a meeting.
-            pthread_mutex_lock(&shared.mutex);
+            lockShared(shared);
             startPhase(shared);
-            pthread_mutex_unlock(&shared.mutex);
+            unlockShared(shared);
             membership.announce(round->number,
                                 StopReason::nodeLeft(membership.self().id, round->groupRank, self.hostname, SIGTERM));
             membership.close(false);
@@ -413,7 +421,7 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
 // The partial figures of a run that gave up: what finished, and where the unfinished phase spent
 // its time so far.
 nlohmann::json gaveUp(Shared& shared, const SimOptions& options, const std::string& why) {
-  pthread_mutex_lock(&shared.mutex);
+  lockShared(shared);
   nlohmann::json line = result(shared, options.backendName, options.nodes);
   line["ok"] = false;
   const int reached = shared.stage.load();
@@ -433,7 +441,7 @@ nlohmann::json gaveUp(Shared& shared, const SimOptions& options, const std::stri
     first += fmt::format("; {} agent(s) had failed first: {}", shared.failures, shared.firstFailure);
   }
   line["first_failure"] = first;
-  pthread_mutex_unlock(&shared.mutex);
+  unlockShared(shared);
   return line;
 }
 
@@ -479,6 +487,7 @@ int main(int argc, char** argv) {
   pthread_mutexattr_t mutexShared;
   pthread_mutexattr_init(&mutexShared);
   pthread_mutexattr_setpshared(&mutexShared, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&mutexShared, PTHREAD_MUTEX_ROBUST);
   pthread_mutex_init(&shared.mutex, &mutexShared);
 
   std::vector<pid_t> children;
@@ -536,11 +545,11 @@ int main(int argc, char** argv) {
     std::cout << line.dump() << std::endl;
     return 3;
   }
-  pthread_mutex_lock(&shared.mutex);
+  lockShared(shared);
   nlohmann::json line = result(shared, options.backendName, options.nodes);
   if (shared.failures > 0) line["first_failure"] = std::string(shared.firstFailure);
   const bool ok = shared.failures == 0;
-  pthread_mutex_unlock(&shared.mutex);
+  unlockShared(shared);
   std::cout << line.dump() << std::endl;
   return ok ? 0 : 1;
 }
