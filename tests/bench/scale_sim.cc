@@ -170,8 +170,8 @@ class CountingBackend final : public StoreBackend {
   Counts& counts_;
 };
 
-// The store process's CPU seconds so far (0 without a pid).
-double storeCpuSeconds(pid_t pid) {
+// A process's CPU seconds so far, the store's or a simulator process's (0 without a pid).
+double cpuSeconds(pid_t pid) {
   if (pid <= 0) return 0;
   const auto stat = readProcStat(pid);
   if (!stat) return 0;
@@ -237,12 +237,12 @@ void unlockShared(Shared& shared) { pthread_mutex_unlock(&shared.mutex); }
 // bottleneck).
 double simCpuSeconds(const Shared& shared) {
   double total = 0;
-  for (int k = 0; k < shared.procs; ++k) total += storeCpuSeconds(shared.pids[k].load());
+  for (int k = 0; k < shared.procs; ++k) total += cpuSeconds(shared.pids[k].load());
   return total;
 }
 
 void startPhase(Shared& shared) {
-  shared.storeCpuAtStart = storeCpuSeconds(shared.storePid);
+  shared.storeCpuAtStart = cpuSeconds(shared.storePid);
   shared.simCpuAtStart = simCpuSeconds(shared);
   shared.requestsAtStart = shared.counts.requests.load();
   shared.keysAtStart = shared.counts.keys.load();
@@ -253,7 +253,7 @@ void startPhase(Shared& shared) {
 Phase endPhase(const Shared& shared) {
   Phase phase;
   phase.seconds = std::chrono::duration<double>(Clock::now() - shared.start).count();
-  phase.storeCpu = storeCpuSeconds(shared.storePid) - shared.storeCpuAtStart;
+  phase.storeCpu = cpuSeconds(shared.storePid) - shared.storeCpuAtStart;
   phase.simCpu = simCpuSeconds(shared) - shared.simCpuAtStart;
   phase.requests = shared.counts.requests.load() - shared.requestsAtStart;
   phase.keys = shared.counts.keys.load() - shared.keysAtStart;
@@ -478,7 +478,6 @@ int main(int argc, char** argv) {
   Shared& shared = *new (memory) Shared();
   shared.procs = options.procs;
   shared.storePid = storePid;
-  for (auto& pid : shared.pids) pid = 0;
   pthread_barrierattr_t barrierShared;
   pthread_barrierattr_init(&barrierShared);
   pthread_barrierattr_setpshared(&barrierShared, PTHREAD_PROCESS_SHARED);
