@@ -198,20 +198,17 @@ class LoopbackRelay::Impl {
     }
     ucred peer{};
     socklen_t length = sizeof peer;
-    const bool known = ::getsockopt(requester_.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer,
-                                    &length) == 0;
-    const int lookupError = known ? 0 : errno;
-    const std::optional<Upstream> upstream = currentUpstream();
     boost::system::error_code ignored;
-    if (!known || peer.uid != agentUser_) {
-      refuse(known ? PeerAdmission{PeerVerdict::kOtherUser, peer.uid}
-                   : PeerAdmission{PeerVerdict::kLookupFailed, std::nullopt},
-             known ? fmt::format("pid {} on the handoff socket", peer.pid)
-                   : std::string("the handoff socket"),
-             known ? fmt::format("(only uid {}'s processes are relayed)", agentUser_)
-                   : fmt::format("({})", std::strerror(lookupError)));
+    if (::getsockopt(requester_.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+      refuse(PeerAdmission{PeerVerdict::kLookupFailed, std::nullopt}, "the handoff socket",
+             fmt::format("({})", std::strerror(errno)));
       requester_.close(ignored);
-    } else if (!upstream) {
+    } else if (peer.uid != agentUser_) {
+      refuse(PeerAdmission{PeerVerdict::kOtherUser, peer.uid},
+             fmt::format("pid {} on the handoff socket", peer.pid),
+             fmt::format("(only uid {}'s processes are relayed)", agentUser_));
+      requester_.close(ignored);
+    } else if (const std::optional<Upstream> upstream = currentUpstream(); !upstream) {
       const char relay = DDPRUN_HANDOFF_RELAY;
       requester_.send(asio::buffer(&relay, 1), 0, ignored);
       requester_.close(ignored);
