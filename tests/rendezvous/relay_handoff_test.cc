@@ -21,9 +21,11 @@
 
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
+#include "ports.h"
 #include "raw_client.h"
 #include "temp_dir.h"
 #include "test_certificate.h"
+#include "test_secrets.h"
 #include "test_server.h"
 #include "waits.h"
 
@@ -32,9 +34,6 @@ using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-const JobSecret kSecret = JobSecret::fromBytes("0123456789abcdef-the-job-secret");
-const JobSecret kOther = JobSecret::fromBytes("0123456789abcdef-another-secret");
 
 using ConnectFn = int (*)(int, const sockaddr*, socklen_t);
 
@@ -51,14 +50,6 @@ ServerOptions withToken(const JobSecret& secret) {
   ServerOptions options;
   options.secret = secret;
   return options;
-}
-
-sockaddr_in loopback(std::uint16_t port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return address;
 }
 
 std::uint16_t peerPort(int fd) {
@@ -118,7 +109,7 @@ TEST_CASE("the shim gets the store connection itself, proven, with the socket's 
   // As torch 1.13 connects: a non-blocking, close-on-exec socket.
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   REQUIRE(fd >= 0);
-  const sockaddr_in relay = loopback(setup.relay.port());
+  const sockaddr_in relay = loopbackAddress(setup.relay.port());
   REQUIRE(shimConnect()(fd, reinterpret_cast<const sockaddr*>(&relay), sizeof relay) == 0);
   CHECK(peerPort(fd) == setup.server.port());  // the store, not the relay
   CHECK((::fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
@@ -143,7 +134,7 @@ TEST_CASE("what cannot be handed off connects to the relay as before", "[relay][
   SECTION("before a round has formed, the relay says so and the port refuses as always") {
     HandoffRelay setup(kSecret);
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const sockaddr_in relay = loopback(setup.relay.port());
+    const sockaddr_in relay = loopbackAddress(setup.relay.port());
     REQUIRE(shimConnect()(fd, reinterpret_cast<const sockaddr*>(&relay), sizeof relay) == 0);
     CHECK(peerPort(fd) == setup.relay.port());
     CHECK(addOne(fd) == -1);  // closed without a reply, as the relay does before a round
@@ -154,7 +145,7 @@ TEST_CASE("what cannot be handed off connects to the relay as before", "[relay][
     HandoffRelay setup(kOther);
     setup.relay.setUpstream("127.0.0.1", setup.server.port());
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const sockaddr_in relay = loopback(setup.relay.port());
+    const sockaddr_in relay = loopbackAddress(setup.relay.port());
     REQUIRE(shimConnect()(fd, reinterpret_cast<const sockaddr*>(&relay), sizeof relay) == 0);
     CHECK(peerPort(fd) == setup.relay.port());
     CHECK(addOne(fd) == -1);
@@ -174,7 +165,7 @@ TEST_CASE("what cannot be handed off connects to the relay as before", "[relay][
     }
     HandoffVariable again(variable);
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    const sockaddr_in relay = loopback(port);
+    const sockaddr_in relay = loopbackAddress(port);
     CHECK(shimConnect()(fd, reinterpret_cast<const sockaddr*>(&relay), sizeof relay) == -1);
     CHECK(errno == ECONNREFUSED);
     ::close(fd);
@@ -186,14 +177,14 @@ TEST_CASE("the shim leaves every other connection alone", "[relay][handoff]") {
   setup.relay.setUpstream("127.0.0.1", setup.server.port());
   // Straight to the store: its port is not the relay's, so nothing is asked.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const sockaddr_in store = loopback(setup.server.port());
+  const sockaddr_in store = loopbackAddress(setup.server.port());
   REQUIRE(shimConnect()(fd, reinterpret_cast<const sockaddr*>(&store), sizeof store) == 0);
   CHECK(peerPort(fd) == setup.server.port());
   ::close(fd);
   // A malformed variable is no variable: the relay's port, connected as asked.
   HandoffVariable malformed(fmt::format("{}", setup.relay.port()));
   const int relayed = ::socket(AF_INET, SOCK_STREAM, 0);
-  const sockaddr_in relay = loopback(setup.relay.port());
+  const sockaddr_in relay = loopbackAddress(setup.relay.port());
   REQUIRE(shimConnect()(relayed, reinterpret_cast<const sockaddr*>(&relay), sizeof relay) == 0);
   CHECK(peerPort(relayed) == setup.relay.port());
   ::close(relayed);

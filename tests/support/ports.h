@@ -48,12 +48,19 @@ inline bool claimPort(std::uint16_t port) {
   return false;
 }
 
+// 127.0.0.1:`port` (0: any port) as a socket address.
+inline sockaddr_in loopbackAddress(std::uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
 // A listening TCP socket on 127.0.0.1 at a port the kernel chose; the port goes to `port`.
 inline int listenOnLoopback(std::uint16_t& port, int backlog = 16) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in address = loopbackAddress(0);
   ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
   ::listen(fd, backlog);
   socklen_t length = sizeof address;
@@ -81,11 +88,8 @@ inline std::uint16_t freePort() {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+    const sockaddr_in address = loopbackAddress(port);
+    const bool free = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
     ::close(fd);
     if (free && claimPort(port)) return port;
   }
