@@ -18,6 +18,7 @@
 #include "raw_client.h"
 #include "temp_dir.h"
 #include "test_certificate.h"
+#include "test_secrets.h"
 #include "test_server.h"
 
 using namespace ddprun::rendezvous;
@@ -27,8 +28,6 @@ using Peer = StoreHandshakeError::Peer;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-const JobSecret kSecret = JobSecret::fromBytes("0123456789abcdef-the-job-secret");
 
 std::string_view peerName(Peer peer) {
   switch (peer) {

@@ -24,6 +24,7 @@
 #include "raw_client.h"
 #include "temp_dir.h"
 #include "test_certificate.h"
+#include "test_secrets.h"
 #include "test_server.h"
 #include "waits.h"
 
@@ -32,8 +33,6 @@ using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-const JobSecret kSecret = JobSecret::fromBytes("0123456789abcdef-the-job-secret");
 
 // The job's TLS files in a directory of the test's own.
 struct JobTls {

@@ -20,6 +20,7 @@
 #include "ddprun/rendezvous/tcp_store.h"
 #include "log_capture.h"
 #include "raw_client.h"
+#include "test_secrets.h"
 #include "test_server.h"
 #include "waits.h"
 
@@ -28,9 +29,6 @@ using namespace ddprun::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-const JobSecret kSecret = JobSecret::fromBytes("0123456789abcdef-the-job-secret");
-const JobSecret kOther = JobSecret::fromBytes("0123456789abcdef-another-secret");
 
 ServerOptions withToken(std::chrono::milliseconds handshakeTimeout = 10s) {
   ServerOptions options;
