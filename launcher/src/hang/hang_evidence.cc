@@ -151,6 +151,16 @@ void collectThreads(pid_t pid, HangEvidence& evidence) {
     } else if (stackError.empty()) {
       stackError = why;
     }
+    // This kernel finds wchan by unwinding the sleeper's stack, and says "0" when the task
+    // stirred while it looked (a timer tick, a ptrace stop): a sleeper's wait channel is then
+    // the function on top of the kernel stack just read, "hrtimer_nanosleep+0x8f/0x120" minus
+    // its offset.
+    const bool sleeping = view.state == 'S' || view.state == 'D';
+    if (sleeping && (view.waitChannel.empty() || view.waitChannel == "0") &&
+        !view.kernelStack.empty()) {
+      const std::string& top = view.kernelStack.front();
+      view.waitChannel = top.substr(0, top.find('+'));
+    }
     evidence.threads.push_back(std::move(view));
   }
   if (evidence.threads.empty()) {

@@ -32,7 +32,9 @@ struct ThreadView {
   pid_t tid = 0;
   std::string name;                      // /proc/.../comm
   char state = '?';                      // R, S, D, T, Z... (/proc/.../stat)
-  std::string waitChannel;               // /proc/.../wchan ("" or "0": running)
+  // /proc/.../wchan ("" or "0": running); for a sleeper whose wchan read "0", the top function
+  // of its kernel stack
+  std::string waitChannel;
   std::vector<std::string> kernelStack;  // /proc/.../stack, when readable
 };
 
