@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -430,6 +432,35 @@ TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its wa
   CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 0ms));
   if (missing.empty()) CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 5s));
   CHECK(missing == std::vector<std::string>{"alive/1"});
+}
+
+TEST_CASE("multiGet reads many keys in a few transactions and waits for the missing ones",
+          "[etcd_store][multiget]") {
+  SliceStores stores("multiget");
+  EtcdStore& store = stores.store;
+  EtcdStore& writer = stores.writer;
+  // A closer reads every joiner's slot: 300 keys are three transactions of up to 128 ranges,
+  // not a get of each (300 round trips in a row, minutes for a round of thousands on a busy etcd).
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back(fmt::format("slot/{}", i));
+    values.push_back(std::to_string(1000 + i));
+  }
+  writer.multiSet(keys, values);
+  const auto readsBefore = stores.reads();
+  CHECK(store.multiGet(keys) == values);
+  CHECK(stores.reads() - readsBefore == 3);
+  CHECK(stores.watches() == 0);
+  // Asked in another order, with a key twice: each answer in its place.
+  CHECK(store.multiGet({"slot/7", "slot/3", "slot/7"}) == std::vector<std::string>{"1007", "1003", "1007"});
+  // A key that is missing is waited for (one watch), and its value is the one put.
+  std::thread late([&] {
+    std::this_thread::sleep_for(300ms);
+    writer.set("slot/late", "L");
+  });
+  CHECK(store.multiGet({"slot/1", "slot/late"}) == std::vector<std::string>{"1001", "L"});
+  late.join();
+  CHECK(stores.watches() == 1);
 }
 
 TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the value set later",

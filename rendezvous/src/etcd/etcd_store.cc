@@ -472,6 +472,19 @@ std::optional<std::string> EtcdStore::tryGet(std::string_view key) {
   return std::move(current->value);
 }
 
+std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& keys) {
+  std::vector<std::string> fullKeys;
+  fullKeys.reserve(keys.size());
+  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  const std::map<std::string, std::string> found =
+      waitFor(fullKeys, timeout(), keys.size() == 1 ? fmt::format("multiGet '{}'", shown(keys.front()))
+                                                    : fmt::format("multiGet of {} keys", keys.size()));
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : fullKeys) values.push_back(found.at(key));
+  return values;
+}
+
 void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   std::vector<std::string> fullKeys;
   for (const std::string& key : keys) fullKeys.push_back(full(key));
