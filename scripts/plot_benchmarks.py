@@ -35,7 +35,7 @@ try:
 except ImportError:
     plt = None
 
-from bench_scale import extrapolate, measured  # noqa: E402  (the same power law the bench prints)
+from bench_scale import extrapolate, measured, store_label  # noqa: E402  (the same power law the bench prints)
 
 # torch's published figures, beside the scale plot (docs/benchmarks.md, "Scale").
 TORCH_POINTS = [(96_000, 100.0, "torch libuv TCPStore:\n96K clients, ~100 s"),
@@ -321,16 +321,21 @@ def plot_scale(results, out):
         raise Skip("scale.json has no run that formed a round (run scripts/bench.sh scale)")
     fig, ax = plt.subplots(figsize=(8, 5))
     top = 100_000
-    shades = {("c10d", "form_s"): "#1f77b4", ("c10d", "reform_s"): "#6baed6",
-              ("etcd", "form_s"): "#2ca02c", ("etcd", "reform_s"): "#98df8a"}
-    for backend, marker in (("c10d", "o"), ("etcd", "s")):
-        mine = sorted((r for r in records if r["backend"] == backend), key=lambda r: r["nodes"])
-        for key, style, what in (("form_s", "-", "form"), ("reform_s", "--", "re-form")):
+    # One pair of shades (form, re-form) per store: ddprun's own, then each etcd version measured.
+    # (Never torch's red: its published points are drawn in it.)
+    pairs = [("#1f77b4", "#6baed6"), ("#2ca02c", "#98df8a"), ("#9467bd", "#c5b0d5"),
+             ("#ff7f0e", "#ffbb78")]
+    stores = sorted(dict.fromkeys(store_label(r) for r in records),
+                    key=lambda label: (label != "ddprun-rendezvous", label))
+    for index, label in enumerate(stores):
+        mine = sorted((r for r in records if store_label(r) == label), key=lambda r: r["nodes"])
+        marker = "o" if label == "ddprun-rendezvous" else "s"
+        for key, style, what, shade in (("form_s", "-", "form", 0), ("reform_s", "--", "re-form", 1)):
             pts = [(r["nodes"], r[key]) for r in mine if measured(r, key)]
             if not pts:
                 continue
-            line, = ax.plot(*zip(*pts), style, marker=marker, color=shades[(backend, key)],
-                            label=f"ddprun, {backend}: {what}")
+            line, = ax.plot(*zip(*pts), style, marker=marker, color=pairs[index % len(pairs)][shade],
+                            label=f"ddprun on {label}: {what}")
             fit = (extrapolate(mine, top) or {}).get(key)
             if fit:
                 k, at_top = fit
@@ -340,7 +345,7 @@ def plot_scale(results, out):
     # The O(N) guide starts at the smallest c10d round (ddprun-rendezvous; etcd's where c10d has none).
     first = min(formed, key=lambda r: (r["backend"] != "c10d", r["nodes"]))
     ax.plot([first["nodes"], top], [first["form_s"], first["form_s"] * top / first["nodes"]],
-            color="#999999", lw=0.8, label=f"O(N) from {first['backend']} at {first['nodes']:,} nodes")
+            color="#999999", lw=0.8, label=f"O(N) from {store_label(first)} at {first['nodes']:,} nodes")
     for x, y, label in TORCH_POINTS:
         ax.plot([x], [y], "*", color=colour("torch"), markersize=12)
         ax.annotate(label, (x, y), fontsize=7, xytext=(6, -14), textcoords="offset points",

@@ -46,12 +46,12 @@ WAIT_S = 120  # every wait of a run gives up after this, saying what it saw
 class Etcd:
     """One etcd member on loopback, its data in a private directory under /dev/shm."""
 
-    def __init__(self):
+    def __init__(self, binary=ETCD):
         self.data = tempfile.mkdtemp(prefix="ddprun-bench-etcd-", dir="/dev/shm")
         self.port, peer = free_port(), free_port()
         self.log = open(os.path.join(self.data, "log"), "w")
         self.process = subprocess.Popen(
-            [ETCD, "--name", "m0", "--data-dir", os.path.join(self.data, "m0"),
+            [binary, "--name", "m0", "--data-dir", os.path.join(self.data, "m0"),
              "--listen-client-urls", f"http://127.0.0.1:{self.port}",
              "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
              "--listen-peer-urls", f"http://127.0.0.1:{peer}",

@@ -11,6 +11,12 @@ Output: one JSON line per run (also appended to --json-out), then a table, then 
 extrapolation from the two largest sizes to 12,500 nodes (100,000 ranks at 8 per node).
 
   flock /tmp/ddprun-bench.lock scripts/bench.sh scale [--sizes 256,1024,4096] [--etcd-sizes 256,1024]
+      [--etcd /usr/bin/etcd,/path/to/another/etcd]
+
+--etcd names the etcd binaries to run the etcd sizes on, each in its own rows labelled with its
+version (`etcd --version`): Debian bookworm's is 3.4, whose member copies its whole buffer of
+uncommitted writes for every read (docs/benchmarks.md, "Scale"); a 3.5 binary shows the same job
+without that.
 
 A benchmark, never a timed test. Sizes above ~6,000 need more than the usual 20,000 descriptors
 in the store (three connections per simulated agent); on etcd, whose member holds one for each of
@@ -91,8 +97,25 @@ class Daemon:
         self.process.wait()
 
 
-def run_one(args, backend, nodes):
-    store = Etcd() if backend == "etcd" else Daemon(args.daemon)
+def etcd_version(binary):
+    """"3.4.23" from `etcd --version` ("etcd Version: 3.4.23"); "?" if it does not say."""
+    try:
+        text = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    for line in text.splitlines():
+        if line.startswith("etcd Version:"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def store_label(row):
+    """The rows' store: "ddprun-rendezvous" for c10d, "etcd <version>" (older records: "etcd")."""
+    return row.get("store") or ("ddprun-rendezvous" if row["backend"] == "c10d" else row["backend"])
+
+
+def run_one(args, backend, nodes, etcd_binary=ETCD):
+    store = Etcd(etcd_binary) if backend == "etcd" else Daemon(args.daemon)
     try:
         procs = -(-nodes // AGENTS_PER_PROCESS[backend])
         command = [args.sim, "--backend", backend, "--endpoint", store.endpoint(), "--nodes", str(nodes),
@@ -151,20 +174,29 @@ def main():
     parser.add_argument("--daemon", required=True)
     parser.add_argument("--sizes", default="256,1024,4096")
     parser.add_argument("--etcd-sizes", default="256,1024")
+    parser.add_argument("--etcd", default=ETCD,
+                        help="etcd binaries for the etcd sizes, comma-separated (rows per version)")
     parser.add_argument("--timeout-s", type=int, default=300)
     parser.add_argument("--json-out", default="")
     bench_json.add_option(parser)
     args = parser.parse_args()
     bench_json.record(args, "scale")
     raise_fd_limit()
-    plan = [("c10d", int(n)) for n in args.sizes.split(",") if n]
-    if os.path.exists(ETCD):
-        plan += [("etcd", int(n)) for n in args.etcd_sizes.split(",") if n]
-    else:
-        print(f"bench_scale: {ETCD} is not installed: etcd rows skipped", file=sys.stderr)
+    plan = [("c10d", int(n), None) for n in args.sizes.split(",") if n]
+    for binary in (b for b in args.etcd.split(",") if b):
+        if os.path.exists(binary):
+            plan += [("etcd", int(n), binary) for n in args.etcd_sizes.split(",") if n]
+        else:
+            print(f"bench_scale: {binary} is not installed: its etcd rows are skipped", file=sys.stderr)
+    versions = {}
     rows = []
-    for backend, nodes in plan:
-        row = run_one(args, backend, nodes)
+    for backend, nodes, binary in plan:
+        row = run_one(args, backend, nodes, binary) if binary else run_one(args, backend, nodes)
+        if binary:
+            versions.setdefault(binary, etcd_version(binary))
+            row["store"] = f"etcd {versions[binary]}"
+        else:
+            row["store"] = "ddprun-rendezvous"
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json_out:
@@ -178,24 +210,24 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r.get("ok") and not r.get("form_s"):
-            print(f"| {r['backend']} | {r['nodes']} | failed: {r.get('first_failure', '?')} |||||||")
+            print(f"| {store_label(r)} | {r['nodes']} | failed: {r.get('first_failure', '?')} |||||||")
             continue
         if not r.get("ok"):  # formed, did not re-form in time: the figures of what finished
-            print(f"| {r['backend']} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | "
+            print(f"| {store_label(r)} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | "
                   f"not within the timeout | {r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/— | "
                   f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
                   f"{r['keys_per_node_form']:.1f} | — |")
             continue
-        print(f"| {r['backend']} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | {r['reform_s']:.2f} | "
+        print(f"| {store_label(r)} | {r['nodes']} | {r['open_s']:.2f} | {r['form_s']:.2f} | {r['reform_s']:.2f} | "
               f"{r['store_cpu_open_s']:.2f}/{r['store_cpu_form_s']:.2f}/{r['store_cpu_reform_s']:.2f} | "
               f"{r['store_peak_rss_mib']:.1f} | {r['requests_per_node_form']:.1f} | "
               f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} | "
               f"{r.get('sim_cpu_form_s', 0):.2f}/{r.get('sim_cpu_reform_s', 0):.2f} | "
               f"{read_bytes(r, 'form')}/{read_bytes(r, 'reform')} |")
-    for backend in ("c10d", "etcd"):
-        fit = extrapolate([r for r in rows if r["backend"] == backend], 12500)
+    for label in dict.fromkeys(store_label(r) for r in rows):
+        fit = extrapolate([r for r in rows if store_label(r) == label], 12500)
         for key, (k, seconds) in (fit or {}).items():
-            print(f"{backend} {key}: grows as N^{k:.2f} between the two largest sizes; at 12,500 nodes "
+            print(f"{label} {key}: grows as N^{k:.2f} between the two largest sizes; at 12,500 nodes "
                   f"(100,000 ranks at 8 per node): ~{seconds:.1f} s; at 100,000 nodes: "
                   f"~{seconds * (100000 / 12500) ** k:.1f} s")
     return 0 if all(r.get("ok") for r in rows) else 1
