@@ -191,7 +191,7 @@ def main():
     versions = {}
     rows = []
     for backend, nodes, binary in plan:
-        row = run_one(args, backend, nodes, binary) if binary else run_one(args, backend, nodes)
+        row = run_one(args, backend, nodes, binary or ETCD)
         if binary:
             versions.setdefault(binary, etcd_version(binary))
             row["store"] = f"etcd {versions[binary]}"
