@@ -172,6 +172,13 @@ EtcdStore::~EtcdStore() {
 
 std::string EtcdStore::full(std::string_view key) const { return keyPrefix_ + std::string(key); }
 
+std::vector<std::string> EtcdStore::full(const std::vector<std::string>& keys) const {
+  std::vector<std::string> fullKeys;
+  fullKeys.reserve(keys.size());
+  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  return fullKeys;
+}
+
 etcd::Deadline EtcdStore::requestDeadline() const {
   return Clock::now() + client_->options().timeout;
 }
@@ -473,9 +480,7 @@ std::optional<std::string> EtcdStore::tryGet(std::string_view key) {
 }
 
 std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& keys) {
-  std::vector<std::string> fullKeys;
-  fullKeys.reserve(keys.size());
-  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  const std::vector<std::string> fullKeys = full(keys);
   const std::map<std::string, std::string> found =
       waitFor(fullKeys, timeout(), keys.size() == 1 ? fmt::format("multiGet '{}'", shown(keys.front()))
                                                     : fmt::format("multiGet of {} keys", keys.size()));
@@ -486,16 +491,14 @@ std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& key
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  std::vector<std::string> fullKeys;
-  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  const std::vector<std::string> fullKeys = full(keys);
   waitFor(fullKeys, timeout, keys.size() == 1 ? fmt::format("wait '{}'", shown(keys.front()))
                                               : fmt::format("wait for {} keys", keys.size()));
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
-  std::vector<std::string> fullKeys;
-  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  const std::vector<std::string> fullKeys = full(keys);
   const ReadKeys read = guarded(fmt::format("check {} keys", keys.size()), [&] {
     return readEach(*client_, fullKeys, true, requestDeadline());
   });
@@ -963,8 +966,7 @@ bool EtcdStore::release(std::string_view key) {
 std::vector<std::string> EtcdStore::waitForAnyMissing(const std::vector<std::string>& keys,
                                                       Duration timeout) {
   if (keys.empty()) return {};
-  std::vector<std::string> fullKeys;
-  for (const std::string& key : keys) fullKeys.push_back(full(key));
+  const std::vector<std::string> fullKeys = full(keys);
   std::set<std::string> missing;
   const auto answer = [&] {
     std::vector<std::string> inOrder;

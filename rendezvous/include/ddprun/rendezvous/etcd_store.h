@@ -142,6 +142,7 @@ class EtcdStore final : public HoldingStore {
   };
 
   std::string full(std::string_view key) const;
+  std::vector<std::string> full(const std::vector<std::string>& keys) const;  // each one's full()
   etcd::Deadline requestDeadline() const;
   // Blocks until every key in `fullKeys` has existed since the call began; StoreTimeoutError
   // after `timeout` (`what` names the call). Returns the value each PUT event or read carried.
