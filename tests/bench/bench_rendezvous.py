@@ -46,7 +46,9 @@ WAIT_S = 120  # every wait of a run gives up after this, saying what it saw
 class Etcd:
     """One etcd member on loopback, its data in a private directory under /dev/shm."""
 
-    def __init__(self, binary=ETCD):
+    def __init__(self, binary=None):
+        # Looked up at the call, not at import: a caller that sets ETCD afterwards gets its binary.
+        binary = binary or ETCD
         self.data = tempfile.mkdtemp(prefix="ddprun-bench-etcd-", dir="/dev/shm")
         self.port, peer = free_port(), free_port()
         self.log = open(os.path.join(self.data, "log"), "w")

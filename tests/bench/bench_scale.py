@@ -114,7 +114,7 @@ def store_label(row):
     return row.get("store") or ("ddprun-rendezvous" if row["backend"] == "c10d" else row["backend"])
 
 
-def run_one(args, backend, nodes, etcd_binary=ETCD):
+def run_one(args, backend, nodes, etcd_binary=None):
     store = Etcd(etcd_binary) if backend == "etcd" else Daemon(args.daemon)
     try:
         procs = -(-nodes // AGENTS_PER_PROCESS[backend])
@@ -191,7 +191,7 @@ def main():
     versions = {}
     rows = []
     for backend, nodes, binary in plan:
-        row = run_one(args, backend, nodes, binary or ETCD)
+        row = run_one(args, backend, nodes, binary)
         if binary:
             versions.setdefault(binary, etcd_version(binary))
             row["store"] = f"etcd {versions[binary]}"
