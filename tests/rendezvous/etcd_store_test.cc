@@ -434,6 +434,57 @@ TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its wa
   CHECK(missing == std::vector<std::string>{"alive/1"});
 }
 
+TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; once the member is "
+          "silent past the check interval (5 s), the next slice reads again",
+          "[etcd_store][watch]") {
+  // An agent's waiter and its holder share one client (Membership's watch and heartbeat
+  // connections): the holder's renewals are answers from the member the watch streams from.
+  CountingProxy proxy(cluster().clientPort(0));
+  const auto client = clientFor(proxy.endpoint());
+  const std::string prefix = freshPrefix("heard");
+  EtcdStore waiter(client, prefix);
+  EtcdStore holder(client, prefix);
+  const auto count = [&](const std::string& line) {
+    const std::vector<std::string> all = proxy.requests();
+    return std::count(all.begin(), all.end(), line);
+  };
+  REQUIRE(holder.hold("alive/me", "n", 5s, "", "") == "n");
+  std::atomic<bool> renewing{true};
+  std::thread renewals([&] {
+    for (int i = 0; i < 30 && renewing; ++i) {  // bounded: the case ends within 20 s
+      holder.hold("alive/me", "n", 5s, "", "");
+      std::this_thread::sleep_for(1s);
+    }
+  });
+  const auto slicesFor = [&](milliseconds span) {
+    const auto until = Clock::now() + span;
+    while (Clock::now() < until) CHECK_THROWS_AS(waiter.wait({"stop"}, 250ms), StoreTimeoutError);
+  };
+  const auto reads = count("POST /v3/kv/txn");
+  // Slices for longer than the check interval: one read and one watch, no status request.
+  slicesFor(6500ms);
+  // A wait long enough for the watch to check its member itself does not ask either.
+  CHECK_THROWS_AS(waiter.wait({"stop"}, 6s), StoreTimeoutError);
+  INFO("requests: watches " << count("POST /v3/watch") << ", reads " << count("POST /v3/kv/txn") - reads
+                            << ", status checks " << count("POST /v3/maintenance/status"));
+  CHECK(count("POST /v3/watch") == 1);
+  CHECK(count("POST /v3/kv/txn") - reads == 1);
+  CHECK(count("POST /v3/maintenance/status") == 0);
+
+  // No more renewals: 5 s after the last answer the next slice asks the member again, as one
+  // that went quiet may be cut off (its stream would say nothing): it reads, and the member's
+  // answer vouches for the kept stream again. A change is still seen.
+  renewing = false;
+  renewals.join();
+  slicesFor(6s);
+  CHECK(count("POST /v3/kv/txn") - reads == 2);
+  CHECK(count("POST /v3/watch") == 1);
+  CHECK(count("POST /v3/maintenance/status") == 0);
+  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
+  writer.set("stop", "done");
+  CHECK_NOTHROW(waiter.wait({"stop"}, 5s));
+}
+
 TEST_CASE("multiGet reads many keys in a few transactions and waits for the missing ones",
           "[etcd_store][multiget]") {
   SliceStores stores("multiget");

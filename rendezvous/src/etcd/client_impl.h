@@ -55,6 +55,10 @@ struct EtcdClient::Impl {
 
   std::size_t preferred();
   void answered(std::size_t endpoint);
+  // When `endpoint` last answered a request of this client (every request asks for a leader:
+  // the member was there and had one then); the epoch when never. A silent watch on that member
+  // counts it as heard from (etcd_watch.cc).
+  Clock::time_point lastAnswer(std::size_t endpoint);
 
   const EtcdClientOptions options;
   const std::shared_ptr<TlsClientContext> tls;
@@ -65,6 +69,7 @@ struct EtcdClient::Impl {
   std::mutex mutex_;
   std::size_t preferred_ = 0;
   std::vector<std::string> prefixes_;  // per endpoint; empty until probed
+  std::vector<Clock::time_point> answeredAt_;  // per endpoint: lastAnswer()
   std::vector<std::pair<std::size_t, std::unique_ptr<HttpConnection>>> idle_;
   std::string token_;  // never logged
 };

@@ -159,7 +159,8 @@ EtcdClient::Impl::Impl(EtcdClientOptions o)
                       [](const EtcdEndpoint& e) { return e.scheme == EtcdEndpoint::Scheme::kHttps; })
               ? loadTlsClientContext(options.tls)
               : nullptr),
-      prefixes_(options.endpoints.size()) {
+      prefixes_(options.endpoints.size()),
+      answeredAt_(options.endpoints.size()) {
   if (options.endpoints.empty()) {
     throw EtcdError(EtcdError::Code::kRejected, "etcd: no endpoint is given");
   }
@@ -177,6 +178,11 @@ std::size_t EtcdClient::Impl::preferred() {
 void EtcdClient::Impl::answered(std::size_t endpoint) {
   std::lock_guard lock(mutex_);
   preferred_ = endpoint;
+}
+
+Clock::time_point EtcdClient::Impl::lastAnswer(std::size_t endpoint) {
+  std::lock_guard lock(mutex_);
+  return answeredAt_[endpoint];
 }
 
 std::unique_ptr<HttpConnection> EtcdClient::Impl::takeConnection(std::size_t endpoint,
@@ -340,6 +346,10 @@ json EtcdClient::Impl::attempt(std::size_t endpoint, const std::string& path,
     json parsed;
     auto error = errorOf(endpoint, response, parsed);
     if (!error) {
+      {
+        std::lock_guard lock(mutex_);
+        answeredAt_[endpoint] = Clock::now();
+      }
       giveBack(endpoint, std::move(connection));
       return parsed;
     }

@@ -235,9 +235,12 @@ namespace detail {
 // key, and its LapseReporter for the members' alive keys, in slices of 250 ms so that they
 // notice a cancel; a new watch each slice is a stream on a connection of its own and a watcher
 // etcd creates and cancels (measured in tests/netns/partition_etcd_test.sh: 8.7 a second per
-// agent). A kept watch is used for at most its silence check's interval from the read it was
-// made for: the check needs more of a call's time than a short slice gives (etcd_watch.cc), so a
-// stream whose member went quiet is replaced at least that often.
+// agent). A kept watch is used while its member was heard from within its silence check's
+// interval (EtcdWatch::lastHeard: the stream, or any answer to the same client, such as the
+// agent's keep-alives). The check itself needs more of a call's time than a short slice gives
+// (etcd_watch.cc), so a stream whose member went quiet is replaced, read and watched again, once
+// that long has passed. Counting only the read it was made for, as until 2026-11-27, replaced
+// every kept watch every 5 s: at 2,048 agents re-forming, a third of etcd's requests.
 //
 // A slice that timed out also leaves what it saw of its keys (the view: its read, with the
 // events it consumed applied). The next slice on the same keys starts from that view instead of
@@ -257,7 +260,7 @@ class WatchKeeper {
  public:
   struct Kept {
     std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one (from the view's revision, if any)
-    Clock::time_point since;                 // the read it was made for
+    Clock::time_point since;                 // the read it was made for (a view's age, without a watch)
     std::optional<ReadKeys> view;            // what a timed-out call saw, up to the stream's end
     std::set<std::string> viewKeys;          // the keys that call waited on
   };
@@ -293,7 +296,9 @@ class WatchKeeper {
  private:
   static constexpr auto kKeepFor = etcd::WatchRequest{}.checkAfterSilence;
   bool sameRange(const KeyRange& range) const { return range.key == range_.key && range.rangeEnd == range_.rangeEnd; }
-  static bool tooOld(const Kept& kept) { return Clock::now() - kept.since >= kKeepFor; }
+  static bool tooOld(const Kept& kept) {
+    return Clock::now() - (kept.watch ? kept.watch->lastHeard() : kept.since) >= kKeepFor;
+  }
   std::mutex mutex_;
   KeyRange range_;
   Kept kept_;
@@ -333,8 +338,7 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
       read = std::move(*kept.view);
       kept.view.reset();
     } else {
-      // The read a watch made for it rests on: kept no longer than kKeepFor from then, so what a
-      // compaction or a silent member hid is read again within that.
+      // The read a view rests on: a view left without its watch is read again after kKeepFor.
       kept.since = Clock::now();
       read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
     }

@@ -94,13 +94,14 @@ class Watch final : public EtcdWatch {
       const auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
       const auto silence = request_.checkAfterSilence;
-      const bool checkDue = silence.count() > 0 && now >= lastHeard_ + silence;
+      const auto heard = lastHeard();
+      const bool checkDue = silence.count() > 0 && now >= heard + silence;
       if (checkDue && deadline - now >= kCheckNeeds) {
         check(std::min<Deadline>(deadline, now + kCheckTimeout));
         continue;
       }
       Deadline readUntil = deadline;
-      if (silence.count() > 0 && !checkDue) readUntil = std::min(deadline, lastHeard_ + silence);
+      if (silence.count() > 0 && !checkDue) readUntil = std::min(deadline, heard + silence);
       try {
         std::string bytes = connection_->readStream(readUntil);
         if (!bytes.empty()) {
@@ -117,6 +118,15 @@ class Watch final : public EtcdWatch {
   Revision nextRevision() const override { return next_; }
   int resumes() const override { return resumes_; }
   std::string endpoint() const override { return client_->options.endpoints[endpoint_].text(); }
+  // The client's other answers count: an agent's keep-alives go to the member its watches
+  // stream from (the one that answered last), every second or so, and each asks for a leader
+  // as the status check does. Without them every silent stream cost a status request per
+  // interval; a caller that keeps a watch across short waits replaced it instead, a read and a
+  // new watch each time (etcd_store.cc's WatchKeeper), the bulk of a big job's load on etcd
+  // while a round formed (docs/benchmarks.md, "Scale").
+  Clock::time_point lastHeard() const override {
+    return std::max(lastHeard_, client_->lastAnswer(endpoint_));
+  }
 
  private:
   std::string what() const { return "watch " + rangeText(request_.range); }

@@ -244,10 +244,11 @@ struct WatchRequest {
   Revision startRevision = 0;  // 0: events after now
   bool prevKv = false;         // each event carries the key as it was before
   bool progressNotify = false; // etcd sends an empty batch when idle (every 10 min by default)
-  // A stream silent this long is checked: its member is asked for its status (one request).
-  // A member that does not answer, or has no leader, counts as a lost stream (resumed on the
-  // next member). Without it a member cut off from this client alone (no reset reaches it)
-  // would leave the watch waiting for ever. 0: never checked.
+  // A stream silent this long is checked: its member is asked for its status (one request),
+  // unless it answered another request of the same client meanwhile (lastHeard()). A member
+  // that does not answer, or has no leader, counts as a lost stream (resumed on the next
+  // member). Without it a member cut off from this client alone (no reset reaches it) would
+  // leave the watch waiting for ever. 0: never checked.
   std::chrono::milliseconds checkAfterSilence{5000};
 };
 
@@ -283,6 +284,11 @@ class EtcdWatch {
   virtual int resumes() const = 0;
   // The endpoint the watch streams from now, for messages.
   virtual std::string endpoint() const = 0;
+  // When the stream's member last showed it was there: a message on the stream, an answer to
+  // its silence check, or an answer to any other request of the same client (each asks for a
+  // leader), such as the keep-alives of a lease held beside the watch. A stream silent for
+  // checkAfterSilence past this is checked.
+  virtual Clock::time_point lastHeard() const = 0;
 };
 
 // A member's own view, from POST /v3/maintenance/status: which member it is and which it takes
