@@ -512,6 +512,13 @@ TEST_CASE("multiGet reads many keys in a few transactions and waits for the miss
   CHECK(store.multiGet({"slot/1", "slot/late"}) == std::vector<std::string>{"1001", "L"});
   late.join();
   CHECK(stores.watches() == 1);
+
+  // A multiSet's transactions go several at once, except when a key is named twice: then in
+  // order, so that its last value wins (here in a later transaction than its first).
+  keys.push_back("slot/5");
+  values.push_back("last");
+  writer.multiSet(keys, values);
+  CHECK(store.multiGet({"slot/5", "slot/299"}) == std::vector<std::string>{"last", "1299"});
 }
 
 TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the value set later",

@@ -4,10 +4,14 @@
 #include "ddprun/rendezvous/etcd_store.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -39,6 +43,11 @@ constexpr std::size_t kMaxTxnOps = 128;
 // ... and a request larger than --max-request-bytes (1.5 MiB by default): a multiSet's
 // transactions stay below this many bytes of keys and values (one larger pair goes alone).
 constexpr std::size_t kMaxTxnBytes = std::size_t{1} << 20;
+// At most this many of one call's transactions in flight at once (readEach, multiSet). A closer's
+// pass over a round of 2,048 nodes is about 80 transactions; sent one after another to an etcd
+// busy with the agents' own requests, each waited its turn there, a pass took seconds
+// (docs/benchmarks.md, "Scale"). Each one in flight holds a connection from the client's pool.
+constexpr std::size_t kTxnsInFlight = 8;
 // A read-modify-write (add, append) retries when another writer changed the key between its read
 // and its guarded write. Each lost race means another writer's transaction applied, so the
 // caller waits only on others' progress; 1000 in a row is a writer storm beyond anything a job
@@ -190,9 +199,40 @@ void EtcdStore::set(std::string_view key, std::string_view value) {
 
 namespace {
 
-// The keys read in transactions of ranges (one request for up to kMaxTxnOps keys): each key's
-// value where it exists, and the revision of the first read (a watch from just after it misses
-// nothing that happened to any of them after they were read).
+// Runs job(0) .. job(count - 1), up to kTxnsInFlight at once: this thread and as many more as
+// help. Once one throws, no job starts; the first exception is rethrown after all have ended.
+void inFlight(std::size_t count, const std::function<void(std::size_t)>& job) {
+  std::atomic<std::size_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    for (std::size_t i = next++; i < count; i = next++) {
+      try {
+        job(i);
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (!failure) failure = std::current_exception();
+        next = count;
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < std::min(count, kTxnsInFlight); ++t) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: fewer in flight
+    }
+  }
+  work();
+  for (std::thread& helper : helpers) helper.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// The keys read in transactions of ranges (one request for up to kMaxTxnOps keys), several in
+// flight: each key's value where it exists, and the revision of the earliest transaction (a watch
+// from just after it misses nothing that happened to any of the keys after they were read; a
+// key read later has its events since replayed, which lead to the state it was read in).
 struct ReadKeys {
   Revision revision = 0;
   std::map<std::string, KeyValue> present;
@@ -200,17 +240,24 @@ struct ReadKeys {
 
 ReadKeys readEach(etcd::EtcdClient& client, const std::vector<std::string>& keys, bool countOnly,
                   etcd::Deadline deadline) {
-  ReadKeys read;
-  for (std::size_t first = 0; first < keys.size(); first += kMaxTxnOps) {
+  const std::size_t chunks = (keys.size() + kMaxTxnOps - 1) / kMaxTxnOps;
+  std::vector<TxnResult> results(chunks);
+  inFlight(chunks, [&](std::size_t chunk) {
     Txn txn;
-    const std::size_t end = std::min(keys.size(), first + kMaxTxnOps);
-    for (std::size_t i = first; i < end; ++i) {
+    const std::size_t end = std::min(keys.size(), (chunk + 1) * kMaxTxnOps);
+    for (std::size_t i = chunk * kMaxTxnOps; i < end; ++i) {
       RangeRequest request{KeyRange::single(keys[i])};
       request.countOnly = countOnly;
       txn.then(request);
     }
-    const TxnResult result = client.txn(txn, deadline);
-    if (first == 0) read.revision = result.header.revision;
+    results[chunk] = client.txn(txn, deadline);
+  });
+  ReadKeys read;
+  for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
+    const TxnResult& result = results[chunk];
+    if (chunk == 0 || result.header.revision < read.revision) read.revision = result.header.revision;
+    const std::size_t first = chunk * kMaxTxnOps;
+    const std::size_t end = std::min(keys.size(), first + kMaxTxnOps);
     for (std::size_t i = first; i < end; ++i) {
       const RangeResult& range = rangeOf(result, i - first);
       if (countOnly ? range.count > 0 : !range.kvs.empty()) {
@@ -746,7 +793,11 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
   }
   // Transactions of puts, fewer requests than a put each: at most kMaxTxnOps puts and about
   // kMaxTxnBytes in each, and no key twice in one (etcd refuses that; the later put of a key
-  // goes in a later transaction, so the last value wins, as with set() one by one).
+  // goes in a later transaction, so the last value wins, as with set() one by one). Several in
+  // flight when no key is named twice (a closer's seats); else one after another, in order.
+  std::vector<Txn> txns;
+  std::set<std::string> named;
+  bool repeats = false;
   std::size_t i = 0;
   while (i < keys.size()) {
     Txn txn;
@@ -758,10 +809,18 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
       if (!txn.success.empty() && (bytes + size > kMaxTxnBytes || inTxn.count(fullKey) != 0)) break;
       bytes += size;
       inTxn.insert(fullKey);
+      repeats = !named.insert(fullKey).second || repeats;
       txn.then(PutRequest{fullKey, values[i]});
     }
-    guarded(fmt::format("multiSet of {} keys", keys.size()), [&] { client_->txn(txn); });
+    txns.push_back(std::move(txn));
   }
+  guarded(fmt::format("multiSet of {} keys", keys.size()), [&] {
+    if (repeats) {
+      for (const Txn& txn : txns) client_->txn(txn);
+    } else {
+      inFlight(txns.size(), [&](std::size_t k) { client_->txn(txns[k]); });
+    }
+  });
 }
 
 ListedKeys EtcdStore::listPrefix(std::string_view prefix, std::size_t maxKeys) {
