@@ -122,8 +122,8 @@ class Watch final : public EtcdWatch {
   // stream from (the one that answered last), every second or so, and each asks for a leader
   // as the status check does. Without them every silent stream cost a status request per
   // interval; a caller that keeps a watch across short waits replaced it instead, a read and a
-  // new watch each time (etcd_store.cc's WatchKeeper), the bulk of a big job's load on etcd
-  // while a round formed (docs/benchmarks.md, "Scale").
+  // new watch each time (etcd_store.cc's WatchKeeper): a third of etcd's requests while 2,048
+  // agents re-formed (docs/benchmarks.md, "Scale").
   Clock::time_point lastHeard() const override {
     return std::max(lastHeard_, client_->lastAnswer(endpoint_));
   }
