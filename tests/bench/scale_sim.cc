@@ -314,7 +314,7 @@ nlohmann::json result(const Shared& shared, const std::string& backendName, int 
 int usage(const std::string& problem) {
   std::cerr << "ddprun-scale-sim: " << problem
             << "; usage: ddprun-scale-sim --backend c10d|etcd --endpoint HOST:PORT --nodes N "
-               "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S]\n";
+               "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S] [--keep-alive-ms MS]\n";
   return 2;
 }
 
@@ -325,6 +325,7 @@ struct SimOptions {
   int nodes = 0;
   int procs = 1;
   int timeoutSeconds = 600;
+  int keepAliveMs = 0;  // --keep-alive-ms: the agents' keep_alive_interval (0: the default, 1 s)
 };
 
 // One simulator process: agents [begin, end) of the N, each a thread with its own Membership.
@@ -350,6 +351,7 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
   // core, and a heartbeat thread that was not scheduled is the simulator's delay, not the store's
   // (4,096 agents lost their own holds that way).
   config.settings.keepAliveMaxAttempts = 30;
+  if (options.keepAliveMs > 0) config.settings.keepAliveInterval = std::chrono::milliseconds(options.keepAliveMs);
   if (config.backend == RdzvBackend::kEtcd) {
     ddprun::rendezvous::etcd::EtcdEndpoint member;
     member.host = config.host;
@@ -461,12 +463,14 @@ int main(int argc, char** argv) {
     else if (flag == "--run-id") options.runId = value;
     else if (flag == "--store-pid") storePid = static_cast<pid_t>(std::atoi(value.c_str()));
     else if (flag == "--timeout-s") options.timeoutSeconds = std::atoi(value.c_str());
+    else if (flag == "--keep-alive-ms") options.keepAliveMs = std::atoi(value.c_str());
     else return usage(fmt::format("unknown option {}", flag));
   }
   if (options.nodes < 2 || options.endpoint.rfind(':') == std::string::npos) {
     return usage("give --endpoint HOST:PORT and --nodes 2 or more");
   }
   if (options.backendName != "c10d" && options.backendName != "etcd") return usage("--backend is c10d or etcd");
+  if (options.keepAliveMs < 0) return usage("--keep-alive-ms is 0 (the default interval) or more");
   if (options.procs < 1 || options.procs > kMaxProcs || options.procs > options.nodes) {
     return usage(fmt::format("--procs is 1 to {} and at most --nodes", kMaxProcs));
   }
