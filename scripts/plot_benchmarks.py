@@ -330,6 +330,7 @@ def plot_scale(results, out):
     for index, label in enumerate(stores):
         mine = sorted((r for r in records if store_label(r) == label), key=lambda r: r["nodes"])
         marker = "o" if label == "ddprun-rendezvous" else "s"
+        ends = {}  # key -> (k, seconds at `top`)
         for key, style, what, shade in (("form_s", "-", "form", 0), ("reform_s", "--", "re-form", 1)):
             pts = [(r["nodes"], r[key]) for r in mine if measured(r, key)]
             if not pts:
@@ -340,18 +341,26 @@ def plot_scale(results, out):
             if fit:
                 k, at_top = fit
                 ax.plot([pts[-1][0], top], [pts[-1][1], at_top], ":", color=line.get_color())
-                ax.annotate(f"N^{k:.2f}: ~{at_top:,.0f} s", (top, at_top), fontsize=7,
-                            xytext=(-4, 0), textcoords="offset points", ha="right", va="bottom")
+                ends[key] = fit
+        # Right of the lines' ends, clear of torch's points; of a store's two, which often end
+        # close by, the higher one's label above its end and the other's below.
+        highest = max(ends.values(), key=lambda fit: fit[1])[1] if ends else None
+        for k, at_top in ends.values():
+            ax.annotate(f"N^{k:.2f}: ~{at_top:,.0f} s", (top, at_top), fontsize=7,
+                        xytext=(4, 0), textcoords="offset points", ha="left",
+                        va="bottom" if at_top == highest else "top")
     # The O(N) guide starts at the smallest c10d round (ddprun-rendezvous; etcd's where c10d has none).
     first = min(formed, key=lambda r: (r["backend"] != "c10d", r["nodes"]))
     ax.plot([first["nodes"], top], [first["form_s"], first["form_s"] * top / first["nodes"]],
             color="#999999", lw=0.8, label=f"O(N) from {store_label(first)} at {first['nodes']:,} nodes")
     for x, y, label in TORCH_POINTS:
         ax.plot([x], [y], "*", color=colour("torch"), markersize=12)
-        ax.annotate(label, (x, y), fontsize=7, xytext=(6, -14), textcoords="offset points",
-                    ha="right" if x > 10_000 else "left")
+        right = x > 10_000  # its label left of it, clear of the extrapolations' labels
+        ax.annotate(label, (x, y), fontsize=7, xytext=(-8 if right else 6, -14), textcoords="offset points",
+                    ha="right" if right else "left")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(right=top * 5)  # room for the extrapolations' labels
     ax.axvline(12_500, color="#cccccc", lw=0.8)
     ax.text(12_500, ax.get_ylim()[0], " 12,500 nodes\n (100,000 ranks at 8)", fontsize=6, va="bottom")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
