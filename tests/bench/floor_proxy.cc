@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <stdexcept>
 
+#include "ports.h"  // loopbackAddress
+
 namespace {
 
 void watch(int epoll, int fd) {
@@ -20,19 +22,11 @@ void watch(int epoll, int fd) {
   ::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event);
 }
 
-sockaddr_in loopback(std::uint16_t port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return address;
-}
-
 }  // namespace
 
 FloorProxy::FloorProxy(std::uint16_t target) : target_(target) {
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address = loopback(0);
+  sockaddr_in address = ddprun::test::loopbackAddress(0);
   socklen_t length = sizeof address;
   if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(listener_, 65535) != 0 ||
@@ -84,7 +78,7 @@ void FloorProxy::accept() {
   const int client = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
   if (client < 0) return;
   const int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const sockaddr_in address = loopback(target_);
+  const sockaddr_in address = ddprun::test::loopbackAddress(target_);
   if (::connect(upstream, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     ::close(client);
     ::close(upstream);

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ports.h"  // loopbackAddress
 #include "protocol/wire.h"
 
 namespace ddprun::bench {
@@ -131,9 +132,7 @@ struct Floor {
 
 int serveFloorStore() {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  sockaddr_in address = ddprun::test::loopbackAddress(0);
   socklen_t length = sizeof address;
   const int on = 1;
   ::setsockopt(listener, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);  // inherited by accepted ones
