@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <catch2/catch.hpp>
 #include <functional>
@@ -367,6 +368,45 @@ TEST_CASE("watch: from a revision, every event since in order with prev_kv, then
   CHECK_FALSE(watch->next(in(300ms)));  // nothing more
   CHECK(watch->resumes() == 0);
   client.deleteRange({KeyRange::prefix("watch")});
+}
+
+TEST_CASE("watch: a stream with no message of its own for remakeAfterSilence is made again from where it was, "
+          "on the member that answers, losing nothing") {
+  EtcdCluster& c = cluster();
+  EtcdClient client(optionsFor(c.endpoints()));
+  const Revision before = client.put({"quiet/a", "1"}).header.revision;
+  WatchRequest request{KeyRange::prefix("quiet/"), before + 1};
+  request.checkAfterSilence = 500ms;
+  request.remakeAfterSilence = 1500ms;
+  auto watch = client.watch(request);
+  const std::string member = watch->endpoint();
+  // 2.2 s of silence on the stream while the same client's reads are answered every 200 ms (by
+  // the member the watch streams from: the one that answered last): remade once, on that member.
+  std::atomic<bool> reading{true};
+  std::thread reads([&] {
+    for (int i = 0; i < 50 && reading; ++i) {  // bounded: 10 s at most
+      try {
+        client.get("quiet/a");
+      } catch (const EtcdError&) {
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  CHECK_FALSE(watch->next(in(2200ms)));
+  reading = false;
+  reads.join();
+  CHECK(watch->resumes() == 1);
+  CHECK(watch->endpoint() == member);
+  // Nothing was lost or doubled by the remake: the writes after it arrive once, in order.
+  const Revision first = client.put({"quiet/b", "2"}).header.revision;
+  client.put({"quiet/b", "3"});
+  auto events = collect(*watch, atLeast(2), 10s);
+  INFO("seen: " << describe(events));
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].kv.modRevision == first);
+  CHECK(events[1].kv.value == "3");
+  CHECK_FALSE(watch->next(in(300ms)));
+  client.deleteRange({KeyRange::prefix("quiet/")});
 }
 
 TEST_CASE("watch: from a compacted revision is reported as compacted at R; re-range and re-watch") {

@@ -450,12 +450,28 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
   };
   REQUIRE(holder.hold("alive/me", "n", 5s, "", "") == "n");
   std::atomic<bool> renewing{true};
+  std::mutex failedMutex;
+  std::string failed;  // a renewal that threw, said after the join (an exception must not escape the thread)
   std::thread renewals([&] {
-    for (int i = 0; i < 30 && renewing; ++i) {  // bounded: the case ends within 20 s
-      holder.hold("alive/me", "n", 5s, "", "");
+    for (int i = 0; i < 30 && renewing; ++i) {  // bounded: 30 s at most; the case stops it after 12.5 s
+      try {
+        holder.hold("alive/me", "n", 5s, "", "");
+      } catch (const std::exception& error) {
+        std::lock_guard lock(failedMutex);
+        failed = error.what();
+        return;
+      }
       std::this_thread::sleep_for(1s);
     }
   });
+  struct StopRenewals {  // joined on every way out of the case, a failed REQUIRE's too
+    std::atomic<bool>& renewing;
+    std::thread& thread;
+    ~StopRenewals() {
+      renewing = false;
+      if (thread.joinable()) thread.join();
+    }
+  } stopRenewals{renewing, renewals};
   const auto slicesFor = [&](milliseconds span) {
     const auto until = Clock::now() + span;
     while (Clock::now() < until) CHECK_THROWS_AS(waiter.wait({"stop"}, 250ms), StoreTimeoutError);
@@ -476,6 +492,11 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
   // answer vouches for the kept stream again. A change is still seen.
   renewing = false;
   renewals.join();
+  {
+    std::lock_guard lock(failedMutex);
+    INFO("a renewal failed: " << failed);
+    REQUIRE(failed.empty());
+  }
   slicesFor(6s);
   CHECK(count("POST /v3/kv/txn") - reads == 2);
   CHECK(count("POST /v3/watch") == 1);

@@ -11,7 +11,6 @@
 #include <random>
 #include <set>
 #include <stdexcept>
-#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -200,7 +199,8 @@ void EtcdStore::set(std::string_view key, std::string_view value) {
 namespace {
 
 // Runs job(0) .. job(count - 1), up to kTxnsInFlight at once: this thread and as many more as
-// help. Once one throws, no job starts; the first exception is rethrown after all have ended.
+// help. Once one throws, no further job starts (those already taken run to their end, bounded
+// by the deadline they share); the first exception is rethrown after all have ended.
 void inFlight(std::size_t count, const std::function<void(std::size_t)>& job) {
   std::atomic<std::size_t> next{0};
   std::mutex mutex;
@@ -217,11 +217,12 @@ void inFlight(std::size_t count, const std::function<void(std::size_t)>& job) {
     }
   };
   std::vector<std::thread> helpers;
+  helpers.reserve(kTxnsInFlight);  // no reallocation below: a failed start leaves the rest joinable
   for (std::size_t t = 1; t < std::min(count, kTxnsInFlight); ++t) {
     try {
       helpers.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // no thread to be had: fewer in flight
+    } catch (...) {
+      break;  // no thread to be had (system_error, bad_alloc): fewer in flight
     }
   }
   work();
@@ -285,9 +286,12 @@ namespace detail {
 // agent). A kept watch is used while its member was heard from within its silence check's
 // interval (EtcdWatch::lastHeard: the stream, or any answer to the same client, such as the
 // agent's keep-alives). The check itself needs more of a call's time than a short slice gives
-// (etcd_watch.cc), so a stream whose member went quiet is replaced, read and watched again, once
-// that long has passed. Counting only the read it was made for, as until 2026-11-27, replaced
-// every kept watch every 5 s: at 2,048 agents re-forming, a third of etcd's requests.
+// (etcd_watch.cc), so once the member has been quiet that long the next call reads again, and
+// keeps the stream if that read's answer came from the stream's member (a new watch if not).
+// Counting only the read it was made for, as until 2026-11-27, replaced every kept watch every
+// 5 s: at 2,048 agents re-forming, a third of etcd's requests. The stream's own connection is
+// not proven by the member's answers: the watch makes itself again after a minute with no
+// message of its own (WatchRequest::remakeAfterSilence).
 //
 // A slice that timed out also leaves what it saw of its keys (the view: its read, with the
 // events it consumed applied). The next slice on the same keys starts from that view instead of

@@ -45,8 +45,10 @@ class Watch final : public EtcdWatch {
   void open(Deadline deadline, bool resuming) {
     const auto started = Clock::now();
     const std::size_t members = client_->options.endpoints.size();
-    // A resumed watch starts at the member after the one it lost (that one is likely down).
-    const std::size_t first = resuming ? (endpoint_ + 1) % members : client_->preferred();
+    // A resumed watch starts at the member after the one it lost (that one is likely down),
+    // unless only the stream was in doubt (remakeAfterSilence): then at the one that answered last.
+    const std::size_t first =
+        resuming && !memberAnswers_ ? (endpoint_ + 1) % members : client_->preferred();
     std::map<std::size_t, std::string> failures;
     std::map<std::size_t, EtcdError::Code> codes;
     for (int round = 0;; ++round) {
@@ -93,6 +95,11 @@ class Watch final : public EtcdWatch {
       if (!connection_) continue;  // the buffer said the stream is lost: resume
       const auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
+      const auto remakeAfter = request_.remakeAfterSilence;
+      if (remakeAfter.count() > 0 && now >= streamHeard_ + remakeAfter) {
+        lost("no message on it for " + std::to_string(remakeAfter.count()) + " ms", true);
+        continue;
+      }
       const auto silence = request_.checkAfterSilence;
       const auto heard = lastHeard();
       const bool checkDue = silence.count() > 0 && now >= heard + silence;
@@ -102,10 +109,12 @@ class Watch final : public EtcdWatch {
       }
       Deadline readUntil = deadline;
       if (silence.count() > 0 && !checkDue) readUntil = std::min(deadline, heard + silence);
+      if (remakeAfter.count() > 0) readUntil = std::min(readUntil, streamHeard_ + remakeAfter);
       try {
         std::string bytes = connection_->readStream(readUntil);
         if (!bytes.empty()) {
           lastHeard_ = Clock::now();
+          streamHeard_ = lastHeard_;
           buffer_ += bytes;
           if (buffer_.size() > kMaxLineBytes) lost("a stream line over 64 MiB");
         }
@@ -131,9 +140,11 @@ class Watch final : public EtcdWatch {
  private:
   std::string what() const { return "watch " + rangeText(request_.range); }
 
-  void lost(const std::string& why) {
+  // `memberAnswers`: the member is not in doubt, only this stream.
+  void lost(const std::string& why, bool memberAnswers = false) {
     connection_.reset();
     buffer_.clear();
+    memberAnswers_ = memberAnswers;
     lostBecause_ = "the stream from " + client_->options.endpoints[endpoint_].text() +
                    " was lost: " + common::printablePrefix(why);
   }
@@ -245,6 +256,7 @@ class Watch final : public EtcdWatch {
             endpoint_ = endpoint;
             buffer_ = std::move(buffer);
             lastHeard_ = Clock::now();
+            streamHeard_ = lastHeard_;
             return;
           }
           if (message.kind == wire::WatchMessage::Kind::kError) {
@@ -290,7 +302,9 @@ class Watch final : public EtcdWatch {
   std::string buffer_;  // bytes of the stream not yet taken as lines
   Revision next_ = 0;
   int resumes_ = 0;
-  Clock::time_point lastHeard_;
+  Clock::time_point lastHeard_;    // the stream's last message, or its member's last status answer
+  Clock::time_point streamHeard_;  // the stream's last message (or its creation) alone
+  bool memberAnswers_ = false;     // the stream was lost for its silence alone (lost())
   std::string lostBecause_;
 };
 

@@ -250,6 +250,11 @@ struct WatchRequest {
   // member). Without it a member cut off from this client alone (no reset reaches it) would
   // leave the watch waiting for ever. 0: never checked.
   std::chrono::milliseconds checkAfterSilence{5000};
+  // A stream with no message of its own this long is made again from where it was (resumes()
+  // counts it), even while its member answers: those answers prove the member, not the stream's
+  // own connection, which something between may drop while it is idle (a NAT's or a firewall's
+  // idle timeout) without a word to either end. 0: never.
+  std::chrono::milliseconds remakeAfterSilence{60000};
 };
 
 struct WatchEvent {
