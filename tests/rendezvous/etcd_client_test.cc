@@ -17,7 +17,9 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "ddprun/rendezvous/etcd_client.h"
 #include "etcd/http_connection.h"
@@ -662,7 +664,7 @@ TEST_CASE("hasleader: a member cut off from the others answers unavailable, not 
   c.heal();
 }
 
-TEST_CASE("auth: a token from user and password, renewed once etcd forgets it; denied and wrong credentials") {
+TEST_CASE("auth: a token from user and password, renewed once etcd forgets it, taken once by calls that need it together; denied and wrong credentials") {
   EtcdCluster::skipUnlessInstalled();
   // One member of its own, with simple tokens forgotten after 1 s of disuse (300 s by default).
   EtcdCluster::Options clusterOptions;
@@ -699,6 +701,37 @@ TEST_CASE("auth: a token from user and password, renewed once etcd forgets it; d
   const auto events = collect(*watch, atLeast(1), 10s);
   REQUIRE(events.size() == 1);
   CHECK(events[0].kv.value == "w");
+
+  // Calls that find the token missing together authenticate once (a read's transactions go
+  // several at once): 8 threads' first calls on a fresh client, counted by etcd itself.
+  const auto authentications = [&] {
+    HttpConnection metrics(member, nullptr, in(2s));
+    const HttpResponse page = metrics.exchange(false, "/metrics", "", {}, in(2s));
+    double count = 0;
+    std::istringstream lines(page.body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("grpc_server_started_total{", 0) == 0 &&
+          line.find("grpc_method=\"Authenticate\"") != std::string::npos) {
+        count += std::stod(line.substr(line.rfind(' ') + 1));
+      }
+    }
+    return count;
+  };
+  const double authenticatedBefore = authentications();
+  EtcdClient burst(options);
+  std::atomic<int> served{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 8; ++i) {
+    callers.emplace_back([&] {
+      try {
+        if (burst.get("job/k")) ++served;
+      } catch (const EtcdError&) {
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  CHECK(served == 8);
+  CHECK(authentications() - authenticatedBefore == 1);
 
   // A wrong password: an auth error that does not show the password.
   options.credentials = EtcdCredentials{"alice", "not-the-password"};

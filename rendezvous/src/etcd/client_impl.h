@@ -72,6 +72,7 @@ struct EtcdClient::Impl {
   std::vector<Clock::time_point> answeredAt_;  // per endpoint: lastAnswer()
   std::vector<std::pair<std::size_t, std::unique_ptr<HttpConnection>>> idle_;
   std::string token_;  // never logged
+  std::timed_mutex authenticating_;  // one authentication at a time (headers())
 };
 
 // "etcd: <what> failed on every member after N ms: <endpoint>: <its failure>; ...". `failures`

@@ -316,10 +316,24 @@ HttpHeaders EtcdClient::Impl::headers(std::size_t endpoint, HttpConnection& conn
     token = token_;
   }
   if (token.empty() || renew) {
-    // Outside the lock: other calls go on with the token they have meanwhile.
-    token = authenticate(endpoint, connection, deadline);
-    std::lock_guard lock(mutex_);
-    token_ = token;
+    // One authentication at a time: the calls that found the token missing or refused together
+    // (a read's transactions go several at once) take the first one's new token instead of each
+    // asking etcd, a bcrypt check and a raft request apiece. A call that cannot have the turn by
+    // its deadline authenticates on its own. Outside mutex_: other calls go on meanwhile.
+    std::unique_lock turn(authenticating_, std::defer_lock);
+    (void)turn.try_lock_until(deadline);
+    std::string current;
+    {
+      std::lock_guard lock(mutex_);
+      current = token_;
+    }
+    if (turn.owns_lock() && !current.empty() && current != token) {
+      token = current;  // another call authenticated while this one waited for its turn
+    } else {
+      token = authenticate(endpoint, connection, deadline);
+      std::lock_guard lock(mutex_);
+      token_ = token;
+    }
   }
   // The token as it is, no "Bearer": etcd reads the gateway's "authorization" metadata as the
   // token itself.
