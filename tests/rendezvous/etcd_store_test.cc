@@ -345,7 +345,8 @@ TEST_CASE("a renewal is one HTTP request", "[etcd_store][hold]") {
 struct SliceStores {
   explicit SliceStores(const std::string& name)
       : prefix(freshPrefix(name)),
-        store(clientFor(proxy.endpoint()), prefix),
+        client(clientFor(proxy.endpoint())),
+        store(client, prefix),
         writer(clientFor(cluster().endpoints()), prefix) {}
   std::ptrdiff_t count(const std::string& line) {
     const std::vector<std::string> all = proxy.requests();
@@ -356,6 +357,7 @@ struct SliceStores {
 
   CountingProxy proxy{cluster().clientPort(0)};
   std::string prefix;
+  std::shared_ptr<etcd::EtcdClient> client;  // the store's, through the proxy
   EtcdStore store;
   EtcdStore writer;
 };
@@ -439,15 +441,10 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
           "[etcd_store][watch]") {
   // An agent's waiter and its holder share one client (Membership's watch and heartbeat
   // connections): the holder's renewals are answers from the member the watch streams from.
-  CountingProxy proxy(cluster().clientPort(0));
-  const auto client = clientFor(proxy.endpoint());
-  const std::string prefix = freshPrefix("heard");
-  EtcdStore waiter(client, prefix);
-  EtcdStore holder(client, prefix);
-  const auto count = [&](const std::string& line) {
-    const std::vector<std::string> all = proxy.requests();
-    return std::count(all.begin(), all.end(), line);
-  };
+  SliceStores stores("heard");
+  EtcdStore& waiter = stores.store;
+  EtcdStore holder(stores.client, stores.prefix);
+  const auto count = [&](const std::string& line) { return stores.count(line); };
   REQUIRE(holder.hold("alive/me", "n", 5s, "", "") == "n");
   std::atomic<bool> renewing{true};
   std::mutex failedMutex;
@@ -501,8 +498,7 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
   CHECK(count("POST /v3/kv/txn") - reads == 2);
   CHECK(count("POST /v3/watch") == 1);
   CHECK(count("POST /v3/maintenance/status") == 0);
-  EtcdStore writer(clientFor(cluster().endpoints()), prefix);
-  writer.set("stop", "done");
+  stores.writer.set("stop", "done");
   CHECK_NOTHROW(waiter.wait({"stop"}, 5s));
 }
 
