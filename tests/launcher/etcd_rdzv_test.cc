@@ -296,6 +296,77 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
                               Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
 }
 
+TEST_CASE(
+    "etcd and the job's token: on an etcd without auth a stop forged by anyone ends a job "
+    "as a success, so a job with a token is refused there at start; on an etcd with auth "
+    "the same forgery is refused and the job with a token trains on",
+    "[token]") {
+  EtcdCluster::skipUnlessInstalled();
+  TempDir dir;  // outlives the clusters
+  const std::string until = dir.path + "/stop";
+  const std::string token =
+      writeFile(dir.path + "/job.token", "0123456789abcdef0123456789abcdef\n", 0600);
+  // What an outsider writes: the round's stop record saying the job is done. With no user, as
+  // a process that holds neither the job's token nor an etcd user's password.
+  const auto forgeStop = [](EtcdCluster& cluster, const std::string& id) {
+    try {
+      cluster.etcdctl({"put", "/ddprun/" + id + "/round/0/stop", R"({"kind":"done"})"});
+      return true;
+    } catch (const std::runtime_error& refused) {
+      WARN("the forged stop was refused: " << refused.what());
+      return false;
+    }
+  };
+
+  {
+    EtcdCluster::Options clusterOptions;
+    clusterOptions.members = 1;
+    EtcdCluster open(clusterOptions);
+    const std::string endpoints = open.endpoints();
+
+    // Without a token (as torchrun on etcd): the forgery ends the job as a success.
+    auto a = agent("2", endpoints, "opentok", until);
+    auto b = agent("2", endpoints, "opentok", until);
+    REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
+    REQUIRE(forgeStop(open, "opentok"));
+    const Deadline deadline(kFinishes);
+    CHECK(exitsWith(*a, 0, deadline.left(), {a.get(), b.get()}));
+    CHECK(exitsWith(*b, 0, deadline.left(), {a.get(), b.get()}));
+
+    // With a token: refused before it joins, at once, one line naming auth and token_file.
+    const auto started = Clock::now();
+    auto refused = agent("2", endpoints, "opentok2", until, "token_file=" + token);
+    CHECK(exitsWith(*refused, 2, 20s));
+    WARN("a token on an etcd without auth: exit 2 after " << secondsSince(started) << " s");
+    CHECK(secondsSince(started) < 10.0);
+    CHECK(countLines(refused->output(), "rank=") == 0);
+    CHECK_THAT(
+        badInputLine(*refused),
+        Catch::Contains("this job has a token (--rdzv-conf token_file), but etcd at http://") &&
+            Catch::Contains("serves clients with no user") &&
+            Catch::Contains("turn etcd's auth on") &&
+            Catch::Contains("username= and password_file="));
+    CHECK(keysOf(open, "opentok2").empty());
+  }
+
+  EtcdCluster::Options clusterOptions;
+  clusterOptions.members = 1;
+  EtcdCluster closed(clusterOptions);
+  closed.enableAuth("/ddprun/tokjob/", "alice", "alicepw");
+  const std::string endpoints = closed.endpoints();
+  const std::string password = writeFile(dir.path + "/alice.pw", "alicepw\n", 0600);
+  const std::string conf = "token_file=" + token + ",username=alice,password_file=" + password;
+  auto a = agent("2", endpoints, "tokjob", until, conf);
+  auto b = agent("2", endpoints, "tokjob", until, conf);
+  REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
+  CHECK_FALSE(forgeStop(closed, "tokjob"));
+  // Nobody stops: both still run their workers a while after the forgery, then end as asked.
+  CHECK_FALSE(a->wait(2s).has_value());
+  CHECK_FALSE(b->wait(100ms).has_value());
+  finishJob(until, {a.get(), b.get()});
+  CHECK(countLines(a->output() + b->output(), "world=2 ") == 2);  // the one round, no re-form
+}
+
 namespace {
 
 // examples/train_ddp.py on 2 agents x 2 workers over a fresh 3-member etcd, checked by

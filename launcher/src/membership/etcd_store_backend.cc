@@ -50,8 +50,11 @@ std::shared_ptr<etcd::EtcdClient> makeClient(etcd::EtcdClientOptions options) {
 }  // namespace
 
 EtcdStoreBackend::EtcdStoreBackend(etcd::EtcdClientOptions options, std::string keyPrefix,
-                                   std::string probeKey)
-    : options_(std::move(options)), keyPrefix_(std::move(keyPrefix)), probeKey_(std::move(probeKey)) {
+                                   std::string probeKey, bool jobHasToken)
+    : options_(std::move(options)),
+      keyPrefix_(std::move(keyPrefix)),
+      probeKey_(std::move(probeKey)),
+      jobHasToken_(jobHasToken) {
   // Made now, so that a certificate file that cannot be used is said before anything starts.
   clients_.emplace(options_.timeout, makeClient(options_));
 }
@@ -113,9 +116,48 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(std::chrono:
     }
     throw;
   }
+  if (jobHasToken_ && !shownClosed_) refuseIfOpen(connectTimeout);
   auto store = std::make_unique<rendezvous::EtcdStore>(client, keyPrefix_);
   store->setTimeout(callTimeout);
   return store;
+}
+
+void EtcdStoreBackend::refuseIfOpen(std::chrono::milliseconds connectTimeout) {
+  etcd::EtcdClientOptions anonymous = options_;
+  anonymous.credentials.reset();
+  anonymous.timeout = connectTimeout;
+  try {
+    makeClient(std::move(anonymous))
+        ->get(keyPrefix_ + probeKey_, etcd::Clock::now() + connectTimeout);
+  } catch (const etcd::EtcdError& error) {
+    switch (error.code()) {
+      case etcd::EtcdError::Code::kAuth:
+      case etcd::EtcdError::Code::kRejected:
+        // No user, no read (etcd 3.4 says "user name is empty", gRPC 3): etcd's auth is on, and
+        // its roles decide who writes the job's keys.
+        shownClosed_ = true;
+        return;
+      case etcd::EtcdError::Code::kUnreachable:
+      case etcd::EtcdError::Code::kUnavailable:
+      case etcd::EtcdError::Code::kTimeout:
+        throw rendezvous::StoreConnectionError(error.what());
+      default:
+        throw rendezvous::StoreHandshakeError(
+            fmt::format("etcd answered a read with no user neither with the key nor with an auth "
+                        "refusal: {}",
+                        error.what()),
+            rendezvous::StoreHandshakeError::Peer::kHttpServer);
+    }
+  }
+  throw rendezvous::StoreAuthError(
+      fmt::format(
+          "this job has a token (--rdzv-conf token_file), but etcd at {} serves clients "
+          "with no user, so anyone who reaches it could rewrite the job's rounds (end it "
+          "as a success, say) without the token; turn etcd's auth on and give the job's "
+          "etcd user as username= and password_file= (docs/etcd.md, \"Auth and TLS\"), or drop "
+          "token_file to run unprotected",
+          address()),
+      rendezvous::StoreAuthError::Code::kNoToken);
 }
 
 std::string EtcdStoreBackend::address() const {

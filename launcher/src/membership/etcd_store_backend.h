@@ -13,11 +13,15 @@
 //   - no static facet: the workers never share etcd (a static job is refused before this);
 //   - no agent hosts the rendezvous store: etcd is it. Each round's group rank 0 hosts the
 //     round's workers' store as on c10d (Round::hostsWorkerStore).
+//   - a job with a token (token_file) needs an etcd that admits only its users: the job's token
+//     cannot guard records that etcd itself lets anyone write (docs/security.md), so a job with
+//     a token on an etcd that serves a client with no user is refused at its first connection.
 //
 // Thread safety: connect() from any thread (the client is thread-safe); each connection as
 // EtcdStore says.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -46,16 +50,19 @@ class EtcdStoreBackend final : public StoreBackend {
   // No I/O. Throws StoreBackendError when the client cannot be made (a certificate file that
   // cannot be used: the line names it). `options.timeout` is replaced by each connection's.
   // `probeKey` (under keyPrefix) is what connect() reads: one of the job's own keys, since an
-  // etcd user may be allowed the job's prefix alone.
+  // etcd user may be allowed the job's prefix alone. `jobHasToken`: the job was given a token,
+  // so an etcd without auth is refused (connect()).
   EtcdStoreBackend(rendezvous::etcd::EtcdClientOptions options, std::string keyPrefix,
-                   std::string probeKey);
+                   std::string probeKey, bool jobHasToken = false);
 
   // A new EtcdStore on the client of `callTimeout`, after one read of the probe key within
   // `connectTimeout` that shows etcd answers: unreachable, no leader or too slow is a
   // StoreConnectionError (Membership retries until read_timeout); something that is not etcd,
   // or an etcd that refuses this agent (auth), is a StoreHandshakeError, and one that refuses
   // the agent's user (a wrong password, no permission on the probe key) a StoreAuthError
-  // (kUserRefused).
+  // (kUserRefused). With a token, the first connection also asks etcd as a client without a
+  // user: an etcd that answers serves anyone, and that is a StoreAuthError (kNoToken), one line
+  // naming etcd's auth and token_file.
   std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
                                                     std::chrono::milliseconds connectTimeout) override;
   // "etcd at http://h1:2379,http://h2:2379"
@@ -66,10 +73,15 @@ class EtcdStoreBackend final : public StoreBackend {
  private:
   // The client whose requests get `callTimeout`, made on first use.
   std::shared_ptr<rendezvous::etcd::EtcdClient> clientFor(std::chrono::milliseconds callTimeout);
+  // Throws StoreAuthError (kNoToken) when etcd serves a read of the probe key to a client with no
+  // user; StoreConnectionError when that cannot be told now (asked again at the next connect()).
+  void refuseIfOpen(std::chrono::milliseconds connectTimeout);
 
   rendezvous::etcd::EtcdClientOptions options_;
   std::string keyPrefix_;
   std::string probeKey_;
+  const bool jobHasToken_;
+  std::atomic<bool> shownClosed_{false};  // etcd refused a client with no user: it has auth
   std::mutex mutex_;  // guards clients_
   std::map<std::chrono::milliseconds, std::shared_ptr<rendezvous::etcd::EtcdClient>> clients_;
 };

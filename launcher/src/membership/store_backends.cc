@@ -18,9 +18,9 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
     case RdzvBackend::kC10d:    // the store on the endpoint: an agent's or a daemon
       return std::make_unique<TcpStoreBackend>(inputs.ddprunStore);
     case RdzvBackend::kEtcd:  // the members on the endpoint; no agent hosts the rendezvous
-      return std::make_unique<EtcdStoreBackend>(etcdClientOptions(config),
-                                                etcdKeyPrefix(config.settings.etcdPrefix),
-                                                MembershipKeys(config.runId).prefix());
+      return std::make_unique<EtcdStoreBackend>(
+          etcdClientOptions(config), etcdKeyPrefix(config.settings.etcdPrefix),
+          MembershipKeys(config.runId).prefix(), !config.settings.tokenFile.empty());
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }
