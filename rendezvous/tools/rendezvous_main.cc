@@ -48,7 +48,7 @@ struct Parsed {
   // The token and TLS as loaded, also in `server`: for the log lines about the store's security.
   ddprun::rendezvous::JobSecurity security;
   spdlog::level::level_enum logLevel = spdlog::level::info;
-  // --health-port, --health-addr: GET /healthz, when a port is given.
+  // --health-port, --health-addr, --health-hosts: GET /healthz, when a port is given.
   std::optional<ddprun::rendezvous::HealthServerOptions> health;
   bool exitNow = false;
 };
@@ -59,6 +59,7 @@ Parsed parse(int argc, char** argv) {
   int port = o.port;
   int healthPort = -1;
   std::string healthAddr = "127.0.0.1";
+  std::string healthHosts;
   std::string logLevel = "info";
   ddprun::rendezvous::JobSecurityFiles security;
   // Read as ServerLimits (signed counts, seconds as real numbers): a negative number is an error
@@ -132,6 +133,9 @@ Parsed parse(int argc, char** argv) {
        "HOST:PORT\"): 200 with the daemon's state as JSON while it serves, 503 once it shuts down")
       ("health-addr", po::value(&healthAddr)->default_value(healthAddr),
        "with --health-port: the address /healthz listens on (loopback unless widened)")
+      ("health-hosts", po::value(&healthHosts),
+       "with --health-port: host names (comma-separated) a request's Host header may give besides "
+       "the bound address (a wildcard bind takes any IP address; other names are refused)")
       ("log-level", po::value(&logLevel)->default_value(logLevel),
        "trace, debug, info, warn, error or off");
   // clang-format on
@@ -170,8 +174,15 @@ Parsed parse(int argc, char** argv) {
     parsed.health.emplace();
     parsed.health->port = static_cast<std::uint16_t>(healthPort);
     parsed.health->host = healthAddr;
+    try {
+      parsed.health->hostNames = ddprun::rendezvous::parseHealthHostNames(healthHosts);
+    } catch (const HealthServerError& error) {
+      throw UsageError(fmt::format("--health-hosts: {}", error.what()));
+    }
   } else if (!values["health-addr"].defaulted()) {
     throw UsageError("--health-addr needs --health-port");
+  } else if (values.count("health-hosts")) {
+    throw UsageError("--health-hosts needs --health-port");
   }
   if (auto problem = serverLimitsProblem(limits)) throw UsageError(*problem);
   limits.applyTo(o);

@@ -104,3 +104,51 @@ TEST_CASE("what is not a snapshot is refused, naming the field", "[snapshot][uni
   badWorker["workers"][0]["state"] = "?";
   CHECK_THROWS_AS(agentSnapshotFromJson(badWorker), std::invalid_argument);
 }
+
+TEST_CASE("/healthz's view: states, counts and times, no failure text, path or host name",
+          "[snapshot][unit]") {
+  AgentSnapshot snapshot = sample();
+  snapshot.lastFailure->message = "KeyError: 'password=hunter2'";
+  snapshot.lastFailure->errorFile = "/scratch/ddprun-secret-dir/error.json";
+  snapshot.lastFailure->evidenceFile = "/scratch/ddprun-secret-dir/stacks.txt";
+  snapshot.lastFailure->host = "host-b";
+  snapshot.lastFailure->hangDetail = "no progress reported for 30.0 s";
+  snapshot.lastFailure->oom = "the kernel's OOM killer (cgroup /kubepods/x)";
+  snapshot.lastFailure->stderrTail = {"token=abc"};
+  const json value = toHealthJson(snapshot);
+  const std::string text = value.dump();
+  for (const char* secret : {"hunter2", "KeyError", "/scratch", "ddprun-secret-dir", "host-b",
+                             "10.0.0.2", "no progress", "cgroup", "token=abc"}) {
+    INFO(secret);
+    CHECK(text.find(secret) == std::string::npos);
+  }
+  CHECK(value.at("run_id") == "job-7");
+  CHECK(value.at("state") == "running");
+  CHECK(value.at("healthy") == true);
+  CHECK(value.at("round") == 3);
+  CHECK(value.at("restarts") == 1);
+  CHECK(value.at("nodes") == 2);
+  CHECK(value.at("agent_pid") == 4242);
+  CHECK(value.at("workers") == toJson(snapshot).at("workers"));  // the workers' one form
+  CHECK(value.at("last_failure") == json{{"rank", 3},
+                                         {"local_rank", -1},
+                                         {"group_rank", -1},
+                                         {"exit_code", 137},
+                                         {"signal", 9},
+                                         {"observed_at", 0.0},
+                                         {"hang", "none"},
+                                         {"oom", true}});
+  CHECK_FALSE(value.contains("addr"));
+  CHECK_FALSE(value.contains("hostname"));
+  CHECK_FALSE(value.contains("exit_code"));
+
+  snapshot.lastFailure.reset();
+  snapshot.phase = AgentPhase::kFinished;
+  snapshot.exitCode = 1;
+  const json finished = toHealthJson(snapshot);
+  CHECK(finished.at("last_failure").is_null());
+  CHECK(finished.at("exit_code") == 1);
+  CHECK(finished.at("healthy") == false);
+  // `ddprun status` keeps the whole story.
+  CHECK(toJson(sample()).at("last_failure").at("message") == "killed");
+}

@@ -1,7 +1,9 @@
-// The agent's reading of TORCHELASTIC_HEALTH_CHECK_PORT and DDPRUN_HEALTH_CHECK_ADDR
-// (agent/health_endpoint.h): what is served where, and the one line for a bad value.
+// The agent's reading of TORCHELASTIC_HEALTH_CHECK_PORT, DDPRUN_HEALTH_CHECK_ADDR and
+// DDPRUN_HEALTH_CHECK_HOSTS (agent/health_endpoint.h): what is served where, and the one line for
+// a bad value.
 #include <map>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -59,4 +61,23 @@ TEST_CASE("health endpoint: an address that is no IP address is one line naming 
   const auto six = healthEndpointOf(
       {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}, {"DDPRUN_HEALTH_CHECK_ADDR", "::1"}});
   CHECK(six->host == "::1");
+}
+
+TEST_CASE("health endpoint: DDPRUN_HEALTH_CHECK_HOSTS names Host names, a bad one is one line") {
+  const auto named = healthEndpointOf({{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"},
+                                       {"DDPRUN_HEALTH_CHECK_HOSTS", "probe.svc,node-3"}});
+  CHECK(named->hostNames == std::vector<std::string>{"probe.svc", "node-3"});
+  CHECK(healthEndpointOf({{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}})->hostNames.empty());
+  for (const char* bad : {"a b", "evil.example/x", "10.0.0.1", "a..b"}) {
+    INFO(bad);
+    try {
+      healthEndpointOf(
+          {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}, {"DDPRUN_HEALTH_CHECK_HOSTS", bad}});
+      FAIL("accepted");
+    } catch (const StartupError& error) {
+      const std::string line = error.what();
+      CHECK(line.find("DDPRUN_HEALTH_CHECK_HOSTS: '") == 0);
+      CHECK(line.find('\n') == std::string::npos);
+    }
+  }
 }

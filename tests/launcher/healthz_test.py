@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""/healthz under the real ddprun and ddprun-rendezvous (issue #21, point 6).
+"""/healthz under the real ddprun and ddprun-rendezvous (issue #21, point 6; issue #34, point 2).
 
   healthz_test.py --ddprun BIN --rendezvous BIN --scenario agent|joining|bad-port|daemon
 
 agent     TORCHELASTIC_HEALTH_CHECK_PORT=0 (a free port, named in the agent's log): 200 with the
           agent's snapshot (state running, both workers with their real pids), then rank 1 stops
           its heartbeat (--hang-timeout 2) and /healthz answers 503 (a worker hung, or the agent
-          stopping), and once the agent has exited its port is closed.
+          stopping) with the failure as ranks, codes and kind (no message, no path), and once the
+          agent has exited its port is closed. No host name or address in the body; a request
+          with Host: evil.example (a DNS-rebinding page's) is 421 without it.
 joining   an agent waiting for the second node of a 2-node job answers 200, state joining, no
           workers; SIGTERM ends it and closes the port.
 bad-port  a value that is no port number, and a port that is taken: one line naming the
           variable (and the port), exit 2, before any worker starts.
 daemon    ddprun-rendezvous --health-port 0: 200 with its state while it serves (a client
           connected counts), then SIGTERM: 503 while it drains or refused once it is gone, exit 0;
-          a bad --health-port is exit 2.
+          a bad --health-port or --health-hosts is exit 2; a --health-hosts name is taken as Host,
+          another name is 421.
 
 Every wait is bounded by one deadline well below CTest's TIMEOUT; polls are every 50 ms.
 """
@@ -54,6 +57,20 @@ def ask(address, method="GET", path="/healthz"):
         return None
     except socket.timeout:
         return ("timeout", None)  # accepted but never answered: what a probe must not see
+    finally:
+        connection.close()
+
+
+def ask_host(address, host):
+    """The status /healthz answers a GET whose Host header is `host` (a DNS-rebinding page's)."""
+    name, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(name, int(port), timeout=5)
+    try:
+        connection.putrequest("GET", "/healthz", skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read().decode()
     finally:
         connection.close()
 
@@ -118,7 +135,12 @@ def agent(args, deadline):
                     check(b"healthz_worker.py" in cmdline.read(), f"pid {worker['pid']} is a worker", [job])
             except OSError:
                 give_up(f"worker pid {worker['pid']} from /healthz is no process", [job])
+        check("hostname" not in body and "addr" not in body, f"no host name or address in /healthz: {body}", [job])
         check(ask(address, "HEAD")[0] == 200, "HEAD /healthz is 200 too", [job])
+        status, text = ask_host(address, f"evil.example:{address.rsplit(':', 1)[1]}")
+        check(status == 421 and "running" not in text, f"a rebinding page's Host is 421 without the body: "
+              f"{status} {text}", [job])
+        check(ask_host(address, "localhost")[0] == 200, "Host: localhost is taken on loopback", [job])
         check(ask(address, path="/metrics")[0] == 404, "another path is 404", [job])
         print(f"agent: 200 while running, workers {[w['pid'] for w in body['workers']]}")
 
@@ -128,6 +150,13 @@ def agent(args, deadline):
         states = [w["state"] for w in body["workers"]]
         check(body["healthy"] is False and (body["state"] == "stopping" or "hung" in states),
               f"the 503 body says a worker is hung or the agent is stopping: {body}", [job])
+        failure = poll(address, lambda a: a is None or (a[1] or {}).get("last_failure"), deadline, 30, [job])
+        if failure is not None:  # the agent may be gone by now; while it answers, the failure is bare
+            last = failure[1]["last_failure"]
+            print(f"agent: /healthz last failure {last}")
+            check(set(last) == {"rank", "local_rank", "group_rank", "exit_code", "signal", "observed_at", "hang",
+                                "oom"} and last["hang"] == "no_progress",
+                  f"/healthz's last failure: ranks, codes and kind, no message or path: {last}", [job])
         print(f"agent: 503 {time.monotonic() - started:.1f} s after rank 1 stopped reporting "
               f"(state {body['state']}, workers {states})")
 
@@ -190,8 +219,13 @@ def bad_port(args, deadline):
 def daemon(args, deadline):
     bad = run([args.rendezvous, "--port", "0", "--health-port", "65536"], deadline.cap(30))
     check(bad.returncode == 2 and "--health-port 65536" in bad.errors, "a bad --health-port is exit 2", [bad])
+    bad = run([args.rendezvous, "--port", "0", "--health-port", "0", "--health-hosts", "ok.example,a b"],
+              deadline.cap(30))
+    check(bad.returncode == 2 and bad.errors.count("\n") == 1 and "--health-hosts: 'a b' is not a host name"
+          in bad.errors, f"a bad --health-hosts is one line and exit 2: {bad.errors!r}", [bad])
 
-    job = Job([args.rendezvous, "--port", "0", "--health-port", "0"], name="ddprun-rendezvous")
+    job = Job([args.rendezvous, "--port", "0", "--health-port", "0", "--health-hosts", "store.example"],
+              name="ddprun-rendezvous")
     try:
         listening = job.read_line(deadline.cap(30)) or give_up("the daemon did not start", [job])
         health = job.read_line(deadline.cap(10)) or give_up("the daemon did not say where /healthz is", [job])
@@ -209,6 +243,8 @@ def daemon(args, deadline):
         check(body["state"] == "serving" and body["healthy"] is True and body["address"] == store
               and "version" in body and body["uptime_s"] >= 0 and body["keys"] == 0,
               f"the daemon's state: {body}", [job])
+        check(ask_host(address, "store.example:80")[0] == 200, "a --health-hosts name is taken", [job])
+        check(ask_host(address, "evil.example")[0] == 421, "another name is 421", [job])
         print(f"daemon: 200 {body}")
         job.signal(signal.SIGTERM)
         answer = poll(address, lambda a: a is None or a[0] == 503, deadline, 20, [job])

@@ -50,8 +50,18 @@ std::string u64(std::uint64_t v) {
 
 std::string blob(std::string_view bytes) { return u64(bytes.size()) + std::string(bytes); }
 
-RawClient::RawClient(const std::string& host, std::uint16_t port) {
+RawClient::RawClient(const std::string& host, std::uint16_t port, const std::string& source) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+      const int error = errno;
+      ::close(fd_);
+      throw std::runtime_error(std::string("RawClient bind: ") + std::strerror(error));
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);

@@ -22,7 +22,8 @@ std::string blob(std::string_view bytes);
 
 class RawClient {
  public:
-  RawClient(const std::string& host, std::uint16_t port);
+  // From `source` when given (another loopback address, say, to be another client address).
+  RawClient(const std::string& host, std::uint16_t port, const std::string& source = "");
   ~RawClient();
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;

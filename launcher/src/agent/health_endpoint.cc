@@ -40,6 +40,15 @@ std::optional<HealthEndpoint> healthEndpointOf(
     }
     endpoint.host = host->second;
   }
+  if (const auto names = environment.find(common::kEnvDdprunHealthCheckHosts);
+      names != environment.end()) {
+    try {
+      endpoint.hostNames = rendezvous::parseHealthHostNames(names->second);
+    } catch (const rendezvous::HealthServerError& notNames) {
+      throw StartupError(fmt::format("{}: {}; give host names separated by commas",
+                                     common::kEnvDdprunHealthCheckHosts, notNames.what()));
+    }
+  }
   return endpoint;
 }
 
@@ -50,13 +59,14 @@ std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& i
   rendezvous::HealthServerOptions options;
   options.host = endpoint->host;
   options.port = endpoint->port;
+  options.hostNames = endpoint->hostNames;
   try {
     auto server = std::make_unique<rendezvous::HealthServer>(io, options, [&machine] {
       const AgentSnapshot snapshot = machine.snapshot();
-      // Worker-given text is valid UTF-8 by now; replace, never throw, should some slip through.
+      // The run id is its one text, checked at start; replace, never throw, should some slip by.
       return rendezvous::HealthReport{
           healthy(snapshot),
-          toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+          toHealthJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
     });
     spdlog::info("serving /healthz on http://{}/healthz", server->address());
     return server;

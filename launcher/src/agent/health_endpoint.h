@@ -1,7 +1,9 @@
 // The agent's /healthz (issue #21): with TORCHELASTIC_HEALTH_CHECK_PORT set (torch's name), the
 // agent serves GET /healthz on its event loop, answering from its AgentSnapshot: the body is
-// toJson(snapshot) and the code is healthy(snapshot) (200, or 503 when a worker is hung or the
-// agent is stopping or finished): one form and one rule, shared with `ddprun status`.
+// toHealthJson(snapshot), the snapshot's states, counts and times without its text (no failure
+// message, no path, no host name: whoever reaches the port may read it), and the code is
+// healthy(snapshot) (200, or 503 when a worker is hung or the agent is stopping or finished): the
+// one rule shared with `ddprun status`, which shows the whole snapshot.
 //
 // Thread safety: the server runs on the agent's io_context; the snapshot is taken on that thread.
 #pragma once
@@ -11,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -23,11 +26,13 @@ class AgentMachine;
 struct HealthEndpoint {
   std::uint16_t port = 0;          // 0: a free port, named in the agent's log
   std::string host = "127.0.0.1";  // DDPRUN_HEALTH_CHECK_ADDR widens it
+  std::vector<std::string> hostNames;  // DDPRUN_HEALTH_CHECK_HOSTS: Host names taken besides
 };
 
 // What the environment asks for: nothing when TORCHELASTIC_HEALTH_CHECK_PORT is unset or empty.
-// Throws StartupError naming the variable when its value is no port number (0..65535), or when
-// DDPRUN_HEALTH_CHECK_ADDR is no IP address: before anything starts.
+// Throws StartupError naming the variable when its value is no port number (0..65535), when
+// DDPRUN_HEALTH_CHECK_ADDR is no IP address, or when DDPRUN_HEALTH_CHECK_HOSTS holds what is no
+// host name: before anything starts.
 std::optional<HealthEndpoint> healthEndpointOf(
     const std::map<std::string, std::string>& environment);
 

@@ -136,6 +136,30 @@ json toJson(const AgentSnapshot& snapshot) {
   return value;
 }
 
+json toHealthJson(const AgentSnapshot& snapshot) {
+  json workers = json::array();
+  for (const WorkerSnapshot& worker : snapshot.workers) workers.push_back(workerJson(worker));
+  json value{{"run_id", snapshot.runId},        {"round", snapshot.round},
+             {"restarts", snapshot.restarts},   {"max_restarts", snapshot.maxRestarts},
+             {"agent_pid", snapshot.agentPid},  {"group_rank", snapshot.groupRank},
+             {"nodes", snapshot.nodes},         {"state", agentPhaseName(snapshot.phase)},
+             {"healthy", healthy(snapshot)},    {"workers", std::move(workers)},
+             {"last_failure", nullptr},         {"started_at", snapshot.startedAt},
+             {"updated_at", snapshot.updatedAt}};
+  if (const auto& failure = snapshot.lastFailure) {
+    value["last_failure"] = json{{"rank", failure->rank},
+                                 {"local_rank", failure->localRank},
+                                 {"group_rank", failure->groupRank},
+                                 {"exit_code", exitCodeOf(*failure)},
+                                 {"signal", failure->signal},
+                                 {"observed_at", failure->observedAt},
+                                 {"hang", hangKindName(failure->hang)},
+                                 {"oom", !failure->oom.empty()}};
+  }
+  if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
+  return value;
+}
+
 AgentSnapshot agentSnapshotFromJson(const json& value) {
   if (!value.is_object()) throw std::invalid_argument("a snapshot must be a JSON object");
   AgentSnapshot snapshot;

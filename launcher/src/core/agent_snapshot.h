@@ -78,9 +78,17 @@ bool healthy(const AgentSnapshot& snapshot);
 // stop record) without its traceback, stack and stderr tail: those can be large, are published
 // again on every change, and belong to the failure report.
 nlohmann::json toJson(const AgentSnapshot& snapshot);
-// The inverse. Throws std::invalid_argument naming the field when `value` is not a snapshot
-// (a key missing or of the wrong type, an unknown state): what was published by a ddprun of
-// another version, or by something else, is refused rather than half read.
+// What /healthz serves to whoever reaches its port: the snapshot's states, counts and times, no
+// text beyond the run id (no failure message, no path, no host name or address):
+// {"run_id", "round", "restarts", "max_restarts", "agent_pid", "group_rank", "nodes", "state",
+// "healthy", "workers": [as in toJson], "last_failure": null | {"rank", "local_rank",
+// "group_rank", "exit_code" (the agent's code for it: exit code or 128 + signal), "signal",
+// "observed_at", "hang" (hangKindName), "oom" (bool)}, "exit_code"? (finished only),
+// "started_at", "updated_at"}. docs/status.md says what each field reveals.
+nlohmann::json toHealthJson(const AgentSnapshot& snapshot);
+// The inverse of toJson. Throws std::invalid_argument naming the field when `value` is not a
+// snapshot (a key missing or of the wrong type, an unknown state): what was published by a ddprun
+// of another version, or by something else, is refused rather than half read.
 AgentSnapshot agentSnapshotFromJson(const nlohmann::json& value);
 
 }  // namespace ddprun::launcher

@@ -1,8 +1,10 @@
 #include "ddprun/rendezvous/health_server.h"
 
+#include <algorithm>
+#include <cctype>
+#include <list>
 #include <optional>
 #include <string_view>
-#include <unordered_set>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -11,6 +13,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+
+#include "ddprun/common/text.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -25,13 +29,122 @@ constexpr std::string_view kPath = "/healthz";
 // again, rather than spinning on the same error.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
 
+constexpr std::size_t kMaxHostName = 253;
+
 std::string errorJson(std::string_view what) { return fmt::format("{{\"error\": \"{}\"}}", what); }
 
+// An IPv4-mapped IPv6 address (a v4 client of a "::" bind) as the IPv4 address it is, so that one
+// client is one address however the server is bound.
+asio::ip::address plain(const asio::ip::address& address) {
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  return address;
+}
+
+std::optional<asio::ip::address> ipLiteral(std::string_view text) {
+  boost::system::error_code error;
+  const asio::ip::address address = asio::ip::make_address(std::string(text), error);
+  if (error) return std::nullopt;
+  return plain(address);
+}
+
+bool sameName(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// The host of a `Host:` value: "name", "name:port", "1.2.3.4:port", "[::1]:port". Nothing when
+// the value is none of these (an unbracketed IPv6 literal is ambiguous and refused too).
+std::optional<std::string_view> hostPart(std::string_view value) {
+  std::string_view host;
+  std::string_view rest;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = value.substr(1, close - 1);
+    rest = value.substr(close + 1);
+    if (host.find(':') == std::string_view::npos) return std::nullopt;  // brackets are IPv6's
+  } else {
+    const auto colon = value.find(':');
+    host = value.substr(0, colon);
+    rest = colon == std::string_view::npos ? std::string_view() : value.substr(colon);
+  }
+  if (!rest.empty()) {
+    const std::string_view port = rest.substr(1);
+    if (rest.front() != ':' || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string_view::npos) {
+      return std::nullopt;
+    }
+  }
+  if (host.empty()) return std::nullopt;
+  return host;
+}
+
+bool isDnsName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxHostName) return false;
+  std::size_t label = 0;
+  for (const char c : name) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    ++label;
+  }
+  return label > 0;
+}
+
 }  // namespace
+
+bool healthHostAllowed(std::string_view value, const asio::ip::address& bound,
+                       const std::vector<std::string>& names) {
+  const std::optional<std::string_view> host = hostPart(value);
+  if (!host) return false;
+  const asio::ip::address self = plain(bound);
+  if (const auto address = ipLiteral(*host)) {
+    return self.is_unspecified() || *address == self ||
+           (self.is_loopback() && address->is_loopback());
+  }
+  if ((self.is_loopback() || self.is_unspecified()) && sameName(*host, "localhost")) return true;
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& name) { return sameName(*host, name); });
+}
+
+std::vector<std::string> parseHealthHostNames(std::string_view list) {
+  std::vector<std::string> names;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (item.empty()) continue;
+    if (ipLiteral(item)) {
+      throw HealthServerError(
+          HealthServerError::Code::kHostName,
+          fmt::format("'{}' is an IP address; give host names only (addresses are checked "
+                      "against the bound one)",
+                      common::printable(item)));
+    }
+    if (!isDnsName(item)) {
+      throw HealthServerError(
+          HealthServerError::Code::kHostName,
+          fmt::format("'{}' is not a host name (letters, digits, '-', '_' and '.', at most {} "
+                      "characters)",
+                      common::printablePrefix(item), kMaxHostName));
+    }
+    names.emplace_back(item);
+  }
+  return names;
+}
 
 class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Impl> {
  public:
   class Session;
+  // Open connections, oldest first; each session holds its own place to leave in O(1).
+  using Sessions = std::list<Session*>;
 
   Impl(asio::io_context& io, HealthServerOptions options, Report report)
       : io_(io),
@@ -79,12 +192,16 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   }
 
   const HealthServerOptions& options() const { return options_; }
+  asio::ip::address boundAddress() const { return bound_.address(); }
   bool closed() const { return closed_; }
   HealthReport report() const { return report_(); }
-  void forget(Session* session) { sessions_.erase(session); }
+  void forget(Sessions::iterator place) { sessions_.erase(place); }
 
  private:
   void accept();
+  void admit(tcp::socket socket);
+  bool makeRoom(const asio::ip::address& source);
+  bool evictOldestReading(const std::optional<asio::ip::address>& source);
   void closeSessions();
 
   asio::io_context& io_;
@@ -94,36 +211,53 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   asio::steady_timer retry_;
   tcp::endpoint bound_;
   bool closed_ = false;
-  std::unordered_set<Session*> sessions_;  // open now; each removes itself as it ends
+  Sessions sessions_;
 };
 
-// One connection: read one request (header bounded, no body, under the read deadline), answer
-// it, close. Owned by its pending operations (shared_ptr); the server knows it only to close it.
+// One connection: read one request (header bounded, no body, under the request deadline), answer
+// it, close. Owned by its pending operations (shared_ptr); the server lists it, oldest first, to
+// count it and to close it: at the server's end, or to make room while it has not yet sent a
+// whole request (reading()).
 class HealthServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<Impl> server, tcp::socket socket)
+  Session(std::shared_ptr<Impl> server, tcp::socket socket, asio::ip::address source)
       : server_(std::move(server)),
+        source_(std::move(source)),
         stream_(std::move(socket)),
         // The header's limit is enforced by the parser; the buffer is only sized for it.
         buffer_(server_->options().maxHeaderBytes + 1024) {
     parser_.header_limit(static_cast<std::uint32_t>(server_->options().maxHeaderBytes));
   }
-  ~Session() { server_->forget(this); }
+  ~Session() { unlist(); }
+
+  void list(Sessions::iterator place) { place_ = place; }
+  const asio::ip::address& source() const { return source_; }
+  bool reading() const { return reading_; }
 
   void start() {
-    stream_.expires_after(server_->options().readTimeout);
+    stream_.expires_after(server_->options().requestDeadline);
     http::async_read(
         stream_, buffer_, parser_,
         [self = shared_from_this()](beast::error_code error, std::size_t) { self->onRead(error); });
   }
 
+  // Closes the connection and leaves the server's list now, so that it no longer counts against
+  // the caps while its aborted operation is still to run.
   void close() {
+    unlist();
     boost::system::error_code ignored;
     stream_.socket().close(ignored);
   }
 
  private:
+  void unlist() {
+    if (!place_) return;
+    server_->forget(*place_);
+    place_.reset();
+  }
+
   void onRead(beast::error_code error) {
+    reading_ = false;
     if (server_->closed()) return;
     if (error == http::error::header_limit ||
         error == beast::error_code(http::error::buffer_overflow)) {
@@ -143,11 +277,24 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
     if (error) return answer(http::status::bad_request, errorJson("malformed request"), false);
 
     const auto& request = parser_.get();
+    const bool head = request.method() == http::verb::head;
+    const auto hosts = request.count(http::field::host);
+    if (hosts > 1 || (hosts == 0 && request.version() >= 11)) {
+      return answer(http::status::bad_request,
+                    errorJson("an HTTP/1.1 request needs exactly one Host header"), head);
+    }
+    if (hosts == 1) {
+      const auto host = request[http::field::host];
+      if (!healthHostAllowed(std::string_view(host.data(), host.size()), server_->boundAddress(),
+                             server_->options().hostNames)) {
+        return answer(http::status::misdirected_request,
+                      errorJson("the Host header names no address or name of this server"), head);
+      }
+    }
     const std::string_view target(request.target().data(), request.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
     if (path != kPath)
       return answer(http::status::not_found, errorJson("not found: ask for /healthz"), false);
-    const bool head = request.method() == http::verb::head;
     if (request.method() != http::verb::get && !head) {
       return answer(http::status::method_not_allowed,
                     errorJson("method not allowed: use GET or HEAD"), head);
@@ -174,9 +321,9 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
     response_->keep_alive(false);
     response_->content_length(body.size());  // HEAD too: the length GET would send
     if (!head) response_->body() = std::move(body);
-    // The answer is bounded by the same deadline as the request: a client that sends and then
-    // stops reading is dropped as well.
-    stream_.expires_after(server_->options().readTimeout);
+    // The answer has as long as the request had: a client that sends and then stops reading is
+    // dropped as well.
+    stream_.expires_after(server_->options().requestDeadline);
     http::async_write(stream_, *response_,
                       [self = shared_from_this()](beast::error_code, std::size_t) {
                         boost::system::error_code ignored;
@@ -186,6 +333,9 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
   }
 
   std::shared_ptr<Impl> server_;
+  const asio::ip::address source_;
+  std::optional<Sessions::iterator> place_;  // in the server's list; none once closed
+  bool reading_ = true;                      // no whole request yet: may be closed for room
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   http::request_parser<http::empty_body> parser_;
@@ -203,19 +353,43 @@ void HealthServer::Impl::accept() {
           });
           return;
         }
-        if (self->sessions_.size() < self->options_.maxConnections) {
-          auto session = std::make_shared<Session>(self, std::move(socket));
-          self->sessions_.insert(session.get());
-          session->start();
-        }  // else: over the cap, `socket` closes here, unanswered
+        self->admit(std::move(socket));
         self->accept();
       });
 }
 
+void HealthServer::Impl::admit(tcp::socket socket) {
+  boost::system::error_code error;
+  const tcp::endpoint peer = socket.remote_endpoint(error);
+  if (error) return;  // gone already; `socket` closes here
+  const asio::ip::address source = plain(peer.address());
+  if (!makeRoom(source)) return;  // every connection is being answered: `socket` closes here
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket), source);
+  session->list(sessions_.insert(sessions_.end(), session.get()));
+  session->start();
+}
+
+bool HealthServer::Impl::makeRoom(const asio::ip::address& source) {
+  const auto fromSource = static_cast<std::size_t>(
+      std::count_if(sessions_.begin(), sessions_.end(),
+                    [&](const Session* session) { return session->source() == source; }));
+  if (fromSource >= options_.maxPerSource) return evictOldestReading(source);
+  if (sessions_.size() >= options_.maxConnections) return evictOldestReading(std::nullopt);
+  return true;
+}
+
+bool HealthServer::Impl::evictOldestReading(const std::optional<asio::ip::address>& source) {
+  const auto oldest = std::find_if(sessions_.begin(), sessions_.end(), [&](const Session* session) {
+    return session->reading() && (!source || session->source() == *source);
+  });
+  if (oldest == sessions_.end()) return false;
+  (*oldest)->close();
+  return true;
+}
+
 void HealthServer::Impl::closeSessions() {
-  // close() may end a session's last operation, which removes it from the set: iterate a copy.
-  const std::unordered_set<Session*> open = sessions_;
-  for (Session* session : open) session->close();
+  // close() removes a session from the list: take them one at a time from the front.
+  while (!sessions_.empty()) sessions_.front()->close();
 }
 
 HealthServer::HealthServer(asio::io_context& io, HealthServerOptions options, Report report)

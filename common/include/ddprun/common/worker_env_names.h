@@ -54,8 +54,10 @@ inline constexpr const char* kEnvTorchelasticEnableFileTimer = "TORCHELASTIC_ENA
 inline constexpr const char* kEnvTorchelasticTimerFile = "TORCHELASTIC_TIMER_FILE";
 
 // torch's health-check port: the agent serves GET /healthz there (agent/health_endpoint.h), on
-// loopback unless kEnvDdprunHealthCheckAddr names another address.
+// loopback unless kEnvDdprunHealthCheckAddr names another address. kEnvDdprunHealthCheckHosts:
+// "name1,name2", host names its `Host:` header may give besides this server's addresses.
 inline constexpr const char* kEnvTorchelasticHealthCheckPort = "TORCHELASTIC_HEALTH_CHECK_PORT";
 inline constexpr const char* kEnvDdprunHealthCheckAddr = "DDPRUN_HEALTH_CHECK_ADDR";
+inline constexpr const char* kEnvDdprunHealthCheckHosts = "DDPRUN_HEALTH_CHECK_HOSTS";
 
 }  // namespace ddprun::common
