@@ -4,6 +4,8 @@
 # badinput* as an agent refusing its input there (exit 2) would; any other runs
 # COMMAND here under bash as sshd would (then says it closes, without a newline), as a child (not exec'd: like ssh and sshd, this process
 # stands between the driver and the agent, and the agent's stdin is the driver's pipe).
+# With FAKE_SSH_TOKEN_DIR set, a command with --token-from-stdin has its first stdin line kept
+# there for the test.
 while [[ $# -gt 0 && $1 != -- ]]; do shift; done
 shift
 host=$1
@@ -17,7 +19,15 @@ if [[ $host == unreachable* ]]; then
   exit 255
 fi
 code=0
-bash -c "$command" || code=$?
+if [[ -n ${FAKE_SSH_TOKEN_DIR:-} && $command == *"'--token-from-stdin'"* ]]; then
+  # The test reads the job's token the driver writes first on stdin ($dir/token.HOST, mode 600),
+  # to look for it in every process; the agent gets the same bytes, then the rest of the pipe.
+  IFS= read -r line
+  (umask 077 && printf '%s\n' "$line" > "$FAKE_SSH_TOKEN_DIR/token.$host")
+  { printf '%s\n' "$line"; exec cat; } | bash -c "$command" || code=$?
+else
+  bash -c "$command" || code=$?
+fi
 # A last line without a newline, as ssh's own "Connection to HOST closed." can come: the driver
 # must pass it on whole.
 printf 'closing %s' "$host" >&2

@@ -3,12 +3,13 @@
 # by a bridge (tests/netns/hosts.sh), each running Debian's sshd with host and user keys this test
 # makes in its scratch directory. The driver runs in host 1's namespace with the test's key in
 # DDPRUN_SSH_OPTIONS. Checked: a job over --hosts (output prefixed with the host, one world of 4,
-# forwarded variables, the remote cwd), real DDP training on 4 ranks, and its exit code when a
-# rank fails; a job over --hostfile
-# with --include (slots -> CUDA_VISIBLE_DEVICES); Ctrl-C (SIGINT to the driver) and `kill -9` of
-# the driver with nothing of the job left on any host; an address nobody has: one line naming it,
-# in bounded time, and the other host's agent stopped; a refused login (host 4's sshd knows no
-# key) likewise.
+# forwarded variables, the remote cwd), real DDP training on 4 ranks (through the store's token,
+# which the driver made), and its exit code when a rank fails; a job over --hostfile with
+# --include (slots -> CUDA_VISIBLE_DEVICES); the job's token on each agent's stdin and in no
+# process's argv or environment, torch's client refused; Ctrl-C (SIGINT to the driver) and
+# `kill -9` of the driver with nothing of the job left on any host; an address nobody has: one
+# line naming it, in bounded time, and the other host's agent stopped; a refused login (host 4's
+# sshd knows no key) likewise.
 #
 #   ssh_hosts_test.sh DDPRUN      (exit 77 = skipped: needs root, `ip netns` and sshd)
 set -euo pipefail
@@ -131,10 +132,33 @@ wait_exit "$driver" 60 "the --hostfile job's driver"
 [[ $(lines hostfile "^$h2: ") -eq 0 ]] || fail "host 2 ran although --include left it out"
 echo "--hostfile --include: 2 ranks on host 1, 1 on host 3 with CUDA_VISIBLE_DEVICES=1"
 
-# 4. Ctrl-C: SIGINT to the driver reaches every host's agent, which stops its workers.
-rm -f "$dir"/pids.*
-drive sigint --hosts "$h1,$h2,$h3" --shutdown-timeout 5 --no-python "$worker" "$mark" wait "$dir"
+# 4. Ctrl-C: SIGINT to the driver reaches every host's agent, which stops its workers. Meanwhile,
+# the job's token: the driver made one (no token_file given) and each agent got it over its ssh
+# session: ddprun on the hosts is a tap that keeps the first line of its stdin ($dir/token.PID)
+# and hands the agent the same bytes and the rest. All three hold one token, no process shows it
+# in its command line or environment, and torch's own TCPStore client is refused by the store.
+cat > "$dir/ddprun-tap" <<TAP
+#!/usr/bin/env bash
+IFS= read -r line
+(umask 077 && printf '%s\\n' "\$line" > "$dir/token.\$\$")
+{ printf '%s\\n' "\$line"; exec cat; } | exec "$ddprun" "\$@"
+TAP
+chmod 700 "$dir/ddprun-tap"
+rm -f "$dir"/pids.* "$dir"/token.*
+drive sigint --hosts "$h1,$h2,$h3" --shutdown-timeout 5 --ssh-ddprun "$dir/ddprun-tap" \
+  --no-python "$worker" "$mark" wait "$dir"
 wait_until 40 "3 workers wait" waiting sigint 3
+tokens=("$dir"/token.*)
+[[ ${#tokens[@]} -eq 3 ]] || fail "not 3 agents read a token line: ${tokens[*]}"
+[[ $(sort -u "${tokens[@]}" | wc -l) -eq 1 ]] || fail "the agents got different tokens"
+grep -Eqx '[0-9a-f]{64}' "${tokens[0]}" || fail "the agents' token is not 64 hex characters"
+token_nowhere_else "${tokens[0]}"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  probe=$(timeout 30 ip netns exec "${tag}2" /usr/bin/python3 \
+    "$here/../security/workers/torch_store_probe.py" "$h1" 29400 5 2>&1 | tail -n 1) || true
+  [[ $probe == refused:* ]] || fail "torch's TCPStore client from host 2 was not refused: $probe"
+fi
+echo "the job's token: made by the driver, on 3 agents' stdin, in no argv or environment; torch's client: ${probe:-not tried}"
 kill -INT "$driver"
 wait_exit "$driver" 30 "the driver after SIGINT"
 [[ $code -eq 130 ]] || fail "the driver exited $code after SIGINT, not 130"

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 
 #include "hosts/host_list.h"
 #include "hosts/ssh_command.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -177,7 +180,7 @@ TEST_CASE("forwarded variables: NCCL_*, PYTHON*, CUDA_VISIBLE_DEVICES and the na
   CHECK_FALSE(isVariableName(""));
 }
 
-TEST_CASE("the remote command: cd, env, ddprun's rendezvous flags, then the job's words") {
+TEST_CASE("the remote command: cd, the exports, ddprun's rendezvous flags, then the job's words") {
   SshLaunch launch;
   launch.agents = {{"n1", "2", std::nullopt}, {"n2", "1", std::string("3")}};
   launch.rdzvEndpoint = "n1:29400";
@@ -191,18 +194,26 @@ TEST_CASE("the remote command: cd, env, ddprun's rendezvous flags, then the job'
 
   // The shell's own words first (quoted where they are the user's), then the command it execs.
   const std::string command = remoteCommand(launch, 0);
-  const std::string start = "cd '/home/me/my job' && exec env ";
+  const std::string start =
+      "cd '/home/me/my job' && export CUDA_VISIBLE_DEVICES='0,1' NCCL_DEBUG='INFO' && exec ";
   REQUIRE(command.starts_with(start));
   const std::vector<std::string> first = shellWords(command.substr(start.size()));
-  const std::vector<std::string> expected = {
-      "CUDA_VISIBLE_DEVICES=0,1", "NCCL_DEBUG=INFO",
-      "/opt/dd prun", "--stop-on-stdin-eof", "--nnodes=2", "--nproc-per-node=2",
-      "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400", "--rdzv-id=ssh-abc",
-      "--max-restarts=1", "--", "train.py", "--name", "it's mine"};
+  const std::vector<std::string> expected = {"/opt/dd prun",
+                                             "--stop-on-stdin-eof",
+                                             "--nnodes=2",
+                                             "--nproc-per-node=2",
+                                             "--rdzv-backend=c10d",
+                                             "--rdzv-endpoint=n1:29400",
+                                             "--rdzv-id=ssh-abc",
+                                             "--max-restarts=1",
+                                             "--",
+                                             "train.py",
+                                             "--name",
+                                             "it's mine"};
   CHECK(first == expected);
   // Host 2's selected slot replaces the forwarded CUDA_VISIBLE_DEVICES.
   const std::string second = remoteCommand(launch, 1);
-  CHECK_THAT(second, Contains("'CUDA_VISIBLE_DEVICES=3'"));
+  CHECK_THAT(second, Contains(" CUDA_VISIBLE_DEVICES='3' "));
   CHECK_THAT(second, Contains("'--nproc-per-node=1'"));
 
   const auto argv = sshArgv(launch, 1);
@@ -215,4 +226,67 @@ TEST_CASE("the remote command: cd, env, ddprun's rendezvous flags, then the job'
   CHECK(argv[argv.size() - 3] == "--");  // a host name is never read as an option
   CHECK(argv[argv.size() - 2] == "n2");
   CHECK(argv.back() == second);
+}
+
+TEST_CASE("the remote command without variables to set: cd, then exec") {
+  SshLaunch launch;
+  launch.agents = {{"n1", "1", std::nullopt}};
+  launch.remoteProgram = "/opt/ddprun";
+  launch.remoteDirectory = "/w";
+  CHECK_THAT(remoteCommand(launch, 0),
+             Catch::Matchers::StartsWith("cd '/w' && exec '/opt/ddprun' "));
+}
+
+// The remote command as a POSIX shell runs it, here: ddprun is a stand-in script under a
+// directory whose name holds '=' (which `env` would take for an assignment), printing the
+// variables it was given and its arguments.
+TEST_CASE("the remote command runs a ddprun whose path holds '=', its variables set, sh and bash") {
+  const ddprun::test::TempDir scratch;
+  const std::filesystem::path bin = std::filesystem::path(scratch.path) / "opt=1 it's" / "ddprun";
+  std::filesystem::create_directories(bin.parent_path());
+  {
+    std::ofstream script(bin);
+    script << "#!/bin/sh\nprintf '%s\\n' \"$PWD\" \"$NCCL_DEBUG\" \"$WANDB_NOTE\" \"$@\"\n";
+  }
+  std::filesystem::permissions(bin, std::filesystem::perms::owner_all);
+  SshLaunch launch;
+  launch.agents = {{"n1", "1", std::nullopt}};
+  launch.rdzvEndpoint = "n1:29400";
+  launch.runId = "r";
+  launch.agentArguments = {"--", "train.py", "a=b"};
+  launch.environment = {{"NCCL_DEBUG", "INFO"}, {"WANDB_NOTE", "x='1' $HOME `id`"}};
+  launch.remoteProgram = bin.string();
+  launch.remoteDirectory = scratch.path;
+  const std::string command = remoteCommand(launch, 0);
+  for (const std::string shell : {"/bin/sh", "/bin/bash"}) {
+    FILE* pipe = ::popen((shell + " -c " + shellQuote(command)).c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string out;
+    char buffer[4096];
+    std::size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+    REQUIRE(::pclose(pipe) == 0);
+    INFO(shell << " ran: " << command);
+    CHECK(out == scratch.path +
+                     "\nINFO\nx='1' $HOME `id`\n--stop-on-stdin-eof\n--nnodes=1\n"
+                     "--nproc-per-node=1\n--rdzv-backend=c10d\n"
+                     "--rdzv-endpoint=n1:29400\n--rdzv-id=r\n--\ntrain.py\na=b\n");
+  }
+}
+
+TEST_CASE("a launch's own token: --token-from-stdin on the remote command, the token on no argv") {
+  SshLaunch launch;
+  launch.agents = {{"n1", "1", std::nullopt}, {"n2", "1", std::nullopt}};
+  launch.rdzvEndpoint = "n1:29400";
+  launch.runId = "r";
+  launch.agentArguments = {"--", "train.py"};
+  launch.sshProgram = "/usr/bin/ssh";
+  launch.remoteProgram = "/opt/ddprun";
+  launch.remoteDirectory = "/w";
+  CHECK_THAT(remoteCommand(launch, 0), !Contains("token"));
+  launch.token = std::string(64, 'f');
+  for (std::size_t i = 0; i < launch.agents.size(); ++i) {
+    CHECK_THAT(remoteCommand(launch, i), Contains(" '--token-from-stdin' "));
+    for (const std::string& word : sshArgv(launch, i)) CHECK_THAT(word, !Contains("ffffffff"));
+  }
 }

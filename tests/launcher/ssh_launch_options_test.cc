@@ -148,6 +148,7 @@ TEST_CASE("a launch over ssh refuses what it cannot honour, in one line") {
       {{"--hosts", "a,b", "--rdzv-backend", "static", train()}, "uses the c10d backend"},
       {{"--hosts", "a", "--forward-env", "A-B", train()}, "is not a variable name"},
       {{"--hosts", "a", "--stop-on-stdin-eof", train()}, "is set by --hosts"},
+      {{"--hosts", "a", "--token-from-stdin", train()}, "--token-from-stdin is set by --hosts"},
       {{"--hostfile", scratch().file("bad", "a slots=2\nb\n"), train()}, "bad:2: no slots=N"},
       {{"--hostfile", (scratch().dir / "missing").string(), train()}, "cannot read it"},
       {{"--hosts", "a", "--max-restarts", "-1", train()}, "restarts cannot be negative"},
@@ -167,6 +168,40 @@ TEST_CASE("the remote agent's --stop-on-stdin-eof reaches the agent's config") {
   CHECK(parse({"--stop-on-stdin-eof", train()}).config.stopOnStdinEof);
   CHECK_FALSE(parse({train()}).config.stopOnStdinEof);
   CHECK_FALSE(parse({train()}).sshLaunch);
+}
+
+TEST_CASE("a --hosts launch without a token file makes a token of its own, on no command line") {
+  const auto first = parse({"--hosts", "a,b", train()});
+  const auto second = parse({"--hosts", "a,b", train()});
+  REQUIRE(first.sshLaunch->token);
+  REQUIRE(second.sshLaunch->token);
+  const std::string& token = *first.sshLaunch->token;
+  CHECK(token.size() == 64);  // 32 random bytes as hex, `openssl rand -hex 32`
+  CHECK(token.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(token != *second.sshLaunch->token);
+  for (const auto& word : first.sshLaunch->agentArguments) CHECK_THAT(word, !Contains(token));
+}
+
+TEST_CASE("a --hosts launch with the user's token file makes none: each agent reads that file") {
+  const std::string tokenFile = scratch().file("token", std::string(64, '7') + "\n");
+  fs::permissions(tokenFile, fs::perms::owner_read | fs::perms::owner_write);
+  const auto given = parse({"--hosts", "a,b", "--rdzv-conf", "token_file=" + tokenFile, train()});
+  CHECK_FALSE(given.sshLaunch->token);
+  CHECK(given.sshLaunch->agentArguments.front() == "--rdzv-conf=token_file=" + tokenFile);
+  const auto fromEnvironment = parse({"--hosts", "a,b", train()}, [&] {
+    auto env = environment();
+    env["PET_RDZV_CONF"] = "token_file=" + tokenFile;
+    return env;
+  }());
+  CHECK_FALSE(fromEnvironment.sshLaunch->token);
+  CHECK(fromEnvironment.sshLaunch->agentArguments.front() == "--rdzv-conf=token_file=" + tokenFile);
+}
+
+TEST_CASE("the remote agent's --token-from-stdin reaches its config, and not beside a token file") {
+  CHECK(parse({"--token-from-stdin", train()}).config.tokenFromStdin);
+  CHECK_FALSE(parse({train()}).config.tokenFromStdin);
+  CHECK_THAT(usageError({"--token-from-stdin", "--rdzv-conf", "token_file=/t", train()}),
+             Contains("--token-from-stdin and --rdzv-conf token_file both give the job's token"));
 }
 
 TEST_CASE("the ssh launch's options leave torchrun's unique prefixes as they were") {

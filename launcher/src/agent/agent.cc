@@ -132,10 +132,17 @@ std::string fileTimerPath(const std::string& privateDir, AgentIdentity& identity
   return path;
 }
 
-// The job's token and TLS files, read once for every store this agent hosts or reaches.
-rendezvous::JobSecurity loadSecurity(const RendezvousSettings& settings) {
+// How long the ssh driver's token line may take to come (--token-from-stdin): it is written
+// before the connection is made, so it comes with the session; this bounds a stdin that never
+// gives one.
+constexpr std::chrono::seconds kTokenLineWait{30};
+
+// The job's token and TLS files (or the token `given` on stdin), read once for every store this
+// agent hosts or reaches.
+rendezvous::JobSecurity loadSecurity(const RendezvousSettings& settings,
+                                     std::optional<rendezvous::JobSecret> given) {
   try {
-    return loadRendezvousSecurity(settings);
+    return loadRendezvousSecurity(settings, std::move(given));
   } catch (const StoreBackendError& error) {
     throw StartupError(error.what());
   }
@@ -268,6 +275,9 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
+  // Before anything else reads stdin (watchStdin below takes what follows the line).
+  std::optional<rendezvous::JobSecret> stdinToken;
+  if (config.tokenFromStdin) stdinToken = readTokenLine(STDIN_FILENO, kTokenLineWait);
   const std::optional<HealthEndpoint> healthEndpoint = healthEndpointOf(environment);  // bad: exit 2 now
   const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
   RunDirectories directories(config, environment, guardian);
@@ -291,7 +301,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   routerOptions.errWriter = errWriter;
   LogRouter output(io, routerOptions);
 
-  HostedStores stores(loadSecurity(config.rdzv.settings),
+  HostedStores stores(loadSecurity(config.rdzv.settings, std::move(stdinToken)),
                       hostedStoreConnections(config.nprocPerNode, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
   const std::optional<RelayHandoffPlan> handoff =

@@ -1,16 +1,29 @@
 #include "agent/stdin_watch.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <string>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "agent/startup_error.h"
 
 namespace ddprun::launcher {
 namespace {
+
+// What every refusal of the token line ends with: where the line comes from, and the fix for a
+// person who gave the flag by hand.
+constexpr std::string_view kTokenLineFix =
+    "--token-from-stdin is set by ddprun --hosts, whose driver writes the job's token there; "
+    "outside such a launch give --rdzv-conf token_file=PATH instead";
 
 int signalOfByte(unsigned char byte) {
   switch (byte) {
@@ -51,6 +64,53 @@ class AsioStdinWatch final : public StdinWatch {
 };
 
 }  // namespace
+
+rendezvous::JobSecret readTokenLine(int fd, std::chrono::milliseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + limit;
+  std::string line;
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw StartupError(fmt::format("no token line on stdin within {:g} s; {}",
+                                     static_cast<double>(limit.count()) / 1000, kTokenLineFix));
+    }
+    pollfd ready{fd, POLLIN, 0};
+    const int polled = ::poll(&ready, 1, static_cast<int>(left.count()));
+    if (polled < 0 && errno != EINTR) {
+      throw StartupError(fmt::format("cannot read the token line on stdin ({}); {}",
+                                     std::strerror(errno), kTokenLineFix));
+    }
+    if (polled <= 0) continue;
+    char byte = 0;
+    const ssize_t n = ::read(fd, &byte, 1);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) {
+      throw StartupError(fmt::format("cannot read the token line on stdin ({}); {}",
+                                     std::strerror(errno), kTokenLineFix));
+    }
+    if (n == 0) {
+      throw StartupError(fmt::format("stdin ended before the token line; {}", kTokenLineFix));
+    }
+    if (byte == '\n') break;
+    if (line.size() + 1 >= kLongestTokenLine) {
+      throw StartupError(fmt::format("the token line on stdin is longer than {} bytes; {}",
+                                     kLongestTokenLine, kTokenLineFix));
+    }
+    line += byte;
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
+    line.pop_back();
+  }
+  if (line.size() < rendezvous::JobSecret::kMinBytes) {
+    throw StartupError(
+        fmt::format("the token line on stdin holds {} bytes, fewer than the {} a "
+                    "token needs; {}",
+                    line.size(), rendezvous::JobSecret::kMinBytes, kTokenLineFix));
+  }
+  return rendezvous::JobSecret::fromBytes(std::move(line), "the token line on stdin");
+}
 
 std::unique_ptr<StdinWatch> watchStdin(boost::asio::io_context& io,
                                        std::function<void(int signal)> onSignal) {

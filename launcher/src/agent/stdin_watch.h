@@ -3,14 +3,29 @@
 // driver got and passes on (SIGINT, SIGTERM, SIGHUP or SIGQUIT; any other byte reads as SIGTERM:
 // ssh without a terminal passes no signal); EOF or an error means the driver or its ssh
 // connection is gone, and the agent stops as on SIGTERM, so nothing is left running on this host.
+//
+// --token-from-stdin: before the watch, the driver's first line on that stdin is the job's token.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 
 #include <boost/asio/io_context.hpp>
 
+#include "ddprun/rendezvous/job_secret.h"
+
 namespace ddprun::launcher {
+
+// The longest token line taken from stdin, its newline included; a longer one is refused.
+inline constexpr std::size_t kLongestTokenLine = 1024;
+
+// Reads the job's token from `fd`: one line of at most kLongestTokenLine bytes, ended by a
+// newline (trailing blanks and '\r' dropped), within `limit`. Reads byte by byte, so that what
+// follows the line (the driver's signal bytes) stays for watchStdin. Throws StartupError, one
+// line naming what is wrong: stdin ended or failed first, the line is too long, late or too
+// short for a token (rendezvous::JobSecret::kMinBytes).
+rendezvous::JobSecret readTokenLine(int fd, std::chrono::milliseconds limit);
 
 class StdinWatch {
  public:

@@ -231,6 +231,15 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
     config.logs.dir = logDir->value;
   }
   resolveRendezvous(arguments, result);
+  if (const auto* fromStdin = arguments.given("token-from-stdin")) {
+    config.tokenFromStdin = true;
+    if (!config.rdzv.settings.tokenFile.empty()) {
+      throw UsageError(
+          fmt::format("{} and --rdzv-conf token_file both give the job's token; "
+                      "give one of them",
+                      printable(fromStdin->origin)));
+    }
+  }
   return result;
 }
 

@@ -165,6 +165,9 @@ constexpr OptionSpec kOptions[] = {
    .help = "ddprun, set by --hosts on each host's agent: a byte on stdin is a signal passed on; "
            "the end of stdin (the ssh connection gone) stops the job on this host as SIGTERM "
            "does."},
+  {.name = "token-from-stdin", .kind = ValueKind::kFlag, .hasEnvironment = false,
+   .help = "ddprun, set by --hosts on each host's agent: the job's token is the first line on "
+           "stdin (the driver writes it there), instead of --rdzv-conf token_file."},
 };
 // clang-format on
 

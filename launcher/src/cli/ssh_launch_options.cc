@@ -7,6 +7,7 @@
 #include <array>
 #include <filesystem>
 #include <set>
+#include <system_error>
 
 #include "cli/options.h"
 #include "cli/value_parsers.h"
@@ -29,6 +30,9 @@ constexpr std::array<std::string_view, 7> kDriverOptions = {
 constexpr std::array<std::string_view, 9> kRendezvousOptions = {
     "nnodes", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "standalone",
     "node-rank", "master-addr", "master-port", "local-addr"};
+
+// The token a launch makes when the user gives none: 32 bytes, as `openssl rand -hex 32`.
+constexpr std::size_t kTokenBytes = 32;
 
 // A hostfile is the user's; bounded all the same (a hostfile of a megabyte is a wrong file).
 constexpr std::size_t kHostfileLimit = 1 << 20;
@@ -212,9 +216,11 @@ bool wantsSshLaunch(const std::map<std::string_view, GivenValue>& given) {
 CommandLine sshCommandLine(
     const std::map<std::string_view, GivenValue>& given, const Environment& environment,
     const std::function<CommandLine(std::map<std::string_view, GivenValue>)>& validate) {
-  if (const GivenValue* internal = find(given, "stop-on-stdin-eof")) {
-    throw UsageError(fmt::format("{} is set by --hosts on each host's agent; drop it",
-                                 printable(internal->origin)));
+  for (const std::string_view name : {"stop-on-stdin-eof", "token-from-stdin"}) {
+    if (const GivenValue* internal = find(given, name)) {
+      throw UsageError(fmt::format("{} is set by --hosts on each host's agent; drop it",
+                                   printable(internal->origin)));
+    }
   }
   std::vector<hosts::SelectedHost> selected;
   try {
@@ -250,6 +256,18 @@ CommandLine sshCommandLine(
   launch.runId = id != nullptr ? id->value : "ssh-" + common::randomHexId();
   launch.agentArguments = agentArguments(given, result.config.entry);
   launch.environment = hosts::forwardedEnvironment(environment, forwardedNames(given));
+  // Secure by default: without the user's token file (which each host's agent then reads, as
+  // given), a token made here, which only the agents get (over their ssh sessions' stdin).
+  if (result.config.rdzv.settings.tokenFile.empty()) {
+    try {
+      launch.token = common::randomHexSecret(kTokenBytes);
+    } catch (const std::system_error& error) {
+      throw UsageError(
+          fmt::format("cannot make the job's token ({}); give one with --rdzv-conf "
+                      "token_file=PATH",
+                      error.what()));
+    }
+  }
 
   const auto ssh = common::findExecutable("ssh", environment);
   if (!ssh) {

@@ -45,11 +45,19 @@ std::map<std::string, std::string> forwardedEnvironment(
 
 std::string remoteCommand(const SshLaunch& launch, std::size_t index) {
   const RemoteAgent& agent = launch.agents.at(index);
-  std::string command = "cd " + shellQuote(launch.remoteDirectory) + " && exec env";
+  std::string command = "cd " + shellQuote(launch.remoteDirectory) + " &&";
+  // The variables are the shell's exports, not `env NAME=value` words: env takes every word
+  // holding '=' for an assignment, ddprun's path too (/opt/x=y/ddprun). A name is checked
+  // (isVariableName) and written bare, its value quoted.
   std::map<std::string, std::string> environment = launch.environment;
   if (agent.cudaVisibleDevices) environment["CUDA_VISIBLE_DEVICES"] = *agent.cudaVisibleDevices;
-  for (const auto& [name, value] : environment) command += " " + shellQuote(name + "=" + value);
-  const std::vector<std::string> own = {
+  std::string exports;
+  for (const auto& [name, value] : environment) {
+    if (isVariableName(name)) exports += " " + name + "=" + shellQuote(value);
+  }
+  if (!exports.empty()) command += " export" + exports + " &&";
+  command += " exec";
+  std::vector<std::string> own = {
       launch.remoteProgram,
       "--stop-on-stdin-eof",
       fmt::format("--nnodes={}", launch.agents.size()),
@@ -58,6 +66,8 @@ std::string remoteCommand(const SshLaunch& launch, std::size_t index) {
       "--rdzv-endpoint=" + launch.rdzvEndpoint,
       "--rdzv-id=" + launch.runId,
   };
+  // The token itself comes on stdin, written by the driver (ssh_driver.h): never a word here.
+  if (launch.token) own.emplace_back("--token-from-stdin");
   for (const auto& word : own) command += " " + shellQuote(word);
   for (const auto& word : launch.agentArguments) command += " " + shellQuote(word);
   return command;

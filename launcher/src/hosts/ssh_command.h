@@ -25,7 +25,9 @@ std::map<std::string, std::string> forwardedEnvironment(
 bool isVariableName(std::string_view name);
 
 // What the remote shell runs for agent `index`:
-//   cd '<dir>' && exec env 'K=V'... '<ddprun>' --stop-on-stdin-eof --nnodes=N ... -- script args
+//   cd '<dir>' && export K='V'... && exec '<ddprun>' --stop-on-stdin-eof --nnodes=N ...
+//       [--token-from-stdin] -- script args
+// (no export without variables). ddprun's path is the word after exec, whatever it holds.
 std::string remoteCommand(const SshLaunch& launch, std::size_t index);
 
 // The ssh client's argv for agent `index` (argv[0] is the program): the user's options first

@@ -156,6 +156,10 @@ void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sig
   ::fcntl(host.stdinFd, F_SETFL, O_NONBLOCK);
   host.out = {out[0], STDOUT_FILENO, {}};
   host.err = {err[0], STDERR_FILENO, {}};
+  // The job's token first, before any signal byte: the agent reads this one line
+  // (--token-from-stdin), then watches the rest. The pipe is new and empty, so the line fits
+  // whole; should ssh be gone already, its agent never ran, and the host fails as such.
+  if (launch.token) writeAll(host.stdinFd, *launch.token + "\n");
 }
 
 // Passes signal `sig` to a host's agent: one byte on its stdin (--stop-on-stdin-eof).
@@ -200,9 +204,9 @@ int runSshDriver(const SshLaunch& launch) {
     names += (i == 0 ? "" : ", ") + hosts[i].name;
   }
   writeAll(STDERR_FILENO,
-           fmt::format("ddprun: starting {} agent(s) over ssh on {} (store {}, run id {})\n",
-                       hosts.size(), names, common::printable(launch.rdzvEndpoint),
-                       launch.runId));
+           fmt::format("ddprun: starting {} agent(s) over ssh on {} (store {}, run id {}, {})\n",
+                       hosts.size(), names, common::printable(launch.rdzvEndpoint), launch.runId,
+                       launch.token ? "a job token made for this launch" : "the job's token file"));
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     try {
       startHost(launch, i, hosts[i], original);

@@ -3,6 +3,8 @@
 // and the job's exit code. docs/ssh.md has the failure model; in short:
 //   - each ssh child gets PR_SET_PDEATHSIG(SIGKILL) and its own process group: it dies with the
 //     driver, even a driver killed with SIGKILL, and a terminal's Ctrl-C reaches only the driver;
+//   - a launch with a token of its own (SshLaunch::token) writes it as the first line on each
+//     host's stdin, which that agent reads with --token-from-stdin before anything else;
 //   - each remote agent runs with --stop-on-stdin-eof and its stdin is a pipe the driver holds
 //     open: a byte on it is a signal to act on as if it were its own (how SIGINT, SIGTERM, SIGHUP
 //     and SIGQUIT are passed on: ssh without a terminal passes none), and EOF (the driver or the

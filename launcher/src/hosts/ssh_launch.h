@@ -26,11 +26,15 @@ struct SshLaunch {
   // The job's own options for every agent ("--max-restarts=3", ...), then "--", the training
   // script and its arguments, untouched.
   std::vector<std::string> agentArguments;
-  // NAME=value pairs set on every remote agent (`env NAME=value ... ddprun ...`), in name order.
+  // NAME=value pairs set on every remote agent (`export NAME='value' ...`), in name order.
   std::map<std::string, std::string> environment;
   std::string sshProgram;               // the OpenSSH client, an absolute path
   std::vector<std::string> sshOptions;  // the user's, placed before ddprun's own: theirs win
   std::chrono::seconds connectTimeout{10};
+  // The job's token when the user gave none (--rdzv-conf token_file): made for this launch, and
+  // written by the driver as the first line on each host's stdin, which the agent reads with
+  // --token-from-stdin. Never a word of a command line, nor a variable of any process.
+  std::optional<std::string> token;
   std::string remoteProgram;    // ddprun's path on the hosts
   std::string remoteDirectory;  // the working directory there (the local one)
   // After the driver passed on a signal: how long the hosts have to stop before their ssh

@@ -25,11 +25,18 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }
 
-rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings) {
+rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings,
+                                               std::optional<rendezvous::JobSecret> given) {
   const rendezvous::JobSecurityFiles files{settings.tokenFile,
                                            {settings.tlsCert, settings.tlsKey, settings.tlsCa}};
+  if (given && !settings.tokenFile.empty()) {
+    throw std::logic_error("loadRendezvousSecurity: a token given and a token file");
+  }
   try {
-    return rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
+    rendezvous::JobSecurity security =
+        rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
+    if (given) security.secret = std::move(given);
+    return security;
   } catch (const rendezvous::JobSecurityError& error) {
     // Which option the line is about, as the user gave it.
     const char* option = error.code() == rendezvous::JobSecurityError::Code::kTokenFile

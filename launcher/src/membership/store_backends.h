@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/security_options.h"
@@ -28,8 +29,10 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
 
 // The job's token and TLS files (--rdzv-conf token_file, tls_*), read once, by the rule the
 // agents and ddprun-rendezvous share. Throws StoreBackendError: one line naming the option as the
-// user gave it.
-rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings);
+// user gave it. `given`: the token the agent already holds (--token-from-stdin), used instead of a
+// token file, which the command line then refuses alongside it.
+rendezvous::JobSecurity loadRendezvousSecurity(
+    const RendezvousSettings& settings, std::optional<rendezvous::JobSecret> given = std::nullopt);
 
 // How a client reaches ddprun's store at the job's endpoint (the agent that finds it hosted, or
 // `ddprun status`): its address, the wire dialect and the job's security.

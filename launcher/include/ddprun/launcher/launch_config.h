@@ -213,6 +213,9 @@ struct LaunchConfig {
   // --stop-on-stdin-eof: set by the ssh driver on each remote agent (docs/ssh.md): a byte on
   // stdin is a signal passed on, EOF stops the agent as SIGTERM does.
   bool stopOnStdinEof = false;
+  // --token-from-stdin: set by the ssh driver on each remote agent when the job's token is one it
+  // made: the agent reads it from the first line on stdin, before anything else (docs/ssh.md).
+  bool tokenFromStdin = false;
 };
 
 // The static backend's default port, and c10d's default endpoint port.
