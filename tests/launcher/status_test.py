@@ -346,6 +346,9 @@ def hostile_values(args, work):
         prefix = "ddprun/%s/status/" % run_id
         store.set(prefix + "999", b"{" * (2 << 20))
         store.set(prefix + "998", json.dumps(forged, ensure_ascii=False).encode())
+        # torch's set sends and returns; a read on the same connection is answered after both.
+        check(store.get(prefix + "998") == json.dumps(forged, ensure_ascii=False).encode(),
+              "the forged snapshot is in the store")
 
         started = time.monotonic()
         text = status(args.ddprun, job_args)
