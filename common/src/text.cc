@@ -35,6 +35,38 @@ void appendEscaped(std::string& out, unsigned char byte) {
   out += escaped;
 }
 
+// The code point of the well-formed UTF-8 sequence of `length` bytes at text[i].
+char32_t codePoint(std::string_view text, std::size_t i, std::size_t length) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  char32_t point = length == 1   ? lead
+                   : length == 2 ? (lead & 0x1F)
+                   : length == 3 ? (lead & 0x0F)
+                                 : (lead & 0x07);
+  for (std::size_t k = 1; k < length; ++k)
+    point = (point << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+  return point;
+}
+
+// The characters that reorder what a terminal shows (Trojan Source, CVE-2021-42574): the
+// embeddings and overrides U+202A..U+202E, the isolates U+2066..U+2069, and the marks U+200E,
+// U+200F and U+061C. Shown raw, one in a host name makes the rest of the line read backwards.
+bool bidiControl(char32_t point) {
+  return (point >= 0x202A && point <= 0x202E) || (point >= 0x2066 && point <= 0x2069) ||
+         point == 0x200E || point == 0x200F || point == 0x061C;
+}
+
+// A C1 control (U+0080..U+009F, which terminals act on like ESC sequences) or a bidi control:
+// the non-ASCII characters that printable() and printableJson() escape.
+bool unsafeAboveAscii(char32_t point) {
+  return (point >= 0x80 && point <= 0x9F) || bidiControl(point);
+}
+
+void appendCodePointEscape(std::string& out, char32_t point) {
+  char escaped[7];
+  std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(point));
+  out += escaped;
+}
+
 }  // namespace
 
 std::string printable(std::string_view text) {
@@ -55,13 +87,19 @@ std::string printable(std::string_view text) {
     } else {
       const std::size_t length = sequenceLength(text, i);
       // C1 controls act on terminals too: U+0080..U+009F (C2 80..C2 9F), and any byte that is
-      // not UTF-8 (an 8-bit terminal reads 0x80..0x9F as them).
-      const bool c1 = length == 2 && byte == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
-      if (length == 0 || c1) {
+      // not UTF-8 (an 8-bit terminal reads 0x80..0x9F as them). A bidi control is shown as its
+      // code point.
+      const char32_t point = length == 0 ? 0 : codePoint(text, i, length);
+      if (length == 0 || (point >= 0x80 && point <= 0x9F)) {
         for (std::size_t k = 0; k < std::max<std::size_t>(length, 1); ++k) {
           appendEscaped(out, static_cast<unsigned char>(text[i + k]));
         }
         i += std::max<std::size_t>(length, 1);
+        continue;
+      }
+      if (bidiControl(point)) {
+        appendCodePointEscape(out, point);
+        i += length;
         continue;
       }
       out.append(text.substr(i, length));
@@ -88,6 +126,34 @@ std::string validUtf8(std::string_view text) {
     } else {
       out += "\xEF\xBF\xBD";
       ++i;
+    }
+  }
+  return out;
+}
+
+std::string printableJson(std::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  std::size_t i = 0;
+  while (i < json.size()) {
+    const auto byte = static_cast<unsigned char>(json[i]);
+    if (byte == 0x7f) {
+      appendCodePointEscape(out, byte);
+      ++i;
+    } else if (byte < 0x80) {
+      out += json[i];  // C0 controls are escaped by every JSON writer; outside strings, whitespace
+      ++i;
+    } else if (const std::size_t length = sequenceLength(json, i); length == 0) {
+      out += "\\ufffd";
+      ++i;
+    } else {
+      const char32_t point = codePoint(json, i, length);
+      if (unsafeAboveAscii(point)) {
+        appendCodePointEscape(out, point);
+      } else {
+        out.append(json.substr(i, length));
+      }
+      i += length;
     }
   }
   return out;

@@ -30,6 +30,7 @@ using detail::sighting;
 using detail::Sighting;
 using detail::SocketError;
 using detail::SocketTimeout;
+using detail::SocketValueTooLarge;
 using detail::TlsHandshakeError;
 using protocol::Op;
 using Clock = std::chrono::steady_clock;
@@ -388,6 +389,11 @@ auto TcpStore::call(std::string_view what, const Keys& keys, Body&& body) {
   try {
     request_.clear();
     return body(*socket_);
+  } catch (const SocketValueTooLarge& error) {
+    socket_.reset();  // the value's bytes are still on their way: no further reply can be read
+    throw StoreValueTooLargeError(
+        fmt::format("{}: {}{}: {}", where(), what, quoted(keys), error.what()), error.bytes(),
+        error.limit());
   } catch (const SocketError& error) {
     socket_.reset();
     throw StoreConnectionError(fmt::format("{}: {}{} failed after {} ms: {}", where(), what,

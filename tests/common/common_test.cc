@@ -148,6 +148,35 @@ TEST_CASE("printable: one line, no control sequence a terminal acts on, UTF-8 ke
   CHECK(ddprun::common::printablePrefix(std::string(300, 'k')).size() == ddprun::common::kShownBytes);
 }
 
+TEST_CASE("printable: no bidi control reorders the line as shown", "[common]") {
+  using ddprun::common::printable;
+  // U+202E (right-to-left override) in a host name: "gpu-a\u202e1gnp.exe" would show reversed.
+  CHECK(printable("gpu-a\xe2\x80\xae"
+                  "1gnp") == "gpu-a\\u202e1gnp");
+  // Every other embedding, override, isolate and mark.
+  CHECK(printable("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad") ==
+        "\\u202a\\u202b\\u202c\\u202d");
+  CHECK(printable("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9") ==
+        "\\u2066\\u2067\\u2068\\u2069");
+  CHECK(printable("\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c") == "\\u200e\\u200f\\u061c");
+  // Their neighbours are text: U+202F (narrow no-break space), U+2070, an Arabic letter.
+  CHECK(printable("\xe2\x80\xaf \xe2\x81\xb0 \xd8\xa8") == "\xe2\x80\xaf \xe2\x81\xb0 \xd8\xa8");
+}
+
+TEST_CASE("printableJson: the same JSON value, with no control or bidi character left raw",
+          "[common]") {
+  using ddprun::common::printableJson;
+  // DEL, C1 (U+009B) and U+202E inside a string become \u escapes; other UTF-8 stays readable.
+  CHECK(printableJson("{\"h\":\"a\x7f"
+                      "b\xc2\x9b"
+                      "c\xe2\x80\xae"
+                      "d \xe6\xbc\xa2\"}") == "{\"h\":\"a\\u007fb\\u009bc\\u202ed \xe6\xbc\xa2\"}");
+  // A writer's escapes and the whitespace between tokens (an indented dump) are kept.
+  CHECK(printableJson("{\n  \"k\": \"\\u001b[2J\\n\"\n}") == "{\n  \"k\": \"\\u001b[2J\\n\"\n}");
+  // A byte that is no UTF-8 (a writer told to keep it) becomes U+FFFD.
+  CHECK(printableJson("[\"\xff\"]") == "[\"\\ufffd\"]");
+}
+
 TEST_CASE("validUtf8: each byte that is no UTF-8 becomes U+FFFD", "[common]") {
   using ddprun::common::validUtf8;
   CHECK(validUtf8("ok ü") == "ok ü");

@@ -8,16 +8,19 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
 #include "cli/rendezvous_options.h"
 #include "core/agent_snapshot.h"
+#include "ddprun/common/text.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "membership/membership_keys.h"
 #include "membership/status_publisher.h"
 #include "membership/store_backend.h"
 #include "status/job_status.h"
+#include "status/status_command.h"
 
 using namespace ddprun::launcher;
 using namespace std::chrono_literals;
@@ -26,6 +29,46 @@ using nlohmann::json;
 namespace {
 
 constexpr double kNow = 2000;
+
+// Every control (C0 but the line ends given, DEL, C1) and bidi control in `text`, as "U+XXXX at
+// N" each: what a terminal would act on or reorder. Empty when there is none.
+std::string unsafeIn(const std::string& text, bool lineEndsAllowed) {
+  std::string found;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const auto next = [&](std::size_t k) {
+      return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+    };
+    unsigned point = 0;
+    if ((byte < 0x20 && !(lineEndsAllowed && byte == '\n')) || byte == 0x7f) {
+      point = byte;
+    } else if (byte == 0xC2 && next(1) >= 0x80 && next(1) <= 0x9F) {
+      point = next(1);
+    } else if (byte == 0xD8 && next(1) == 0x9C) {
+      point = 0x061C;
+    } else if (byte == 0xE2 && next(1) == 0x80 &&
+               ((next(2) >= 0xAA && next(2) <= 0xAE) || next(2) == 0x8E || next(2) == 0x8F)) {
+      point = 0x2000 + (next(2) - 0x80);
+    } else if (byte == 0xE2 && next(1) == 0x81 && next(2) >= 0xA6 && next(2) <= 0xA9) {
+      point = 0x2040 + (next(2) - 0x80);
+    } else if (byte >= 0x80 && byte < 0xC0) {
+      continue;  // a continuation byte of a character checked at its lead
+    } else if (byte >= 0x80 && (byte < 0xC2 || byte > 0xF4)) {
+      point = byte;  // no UTF-8 lead: an 8-bit terminal reads 0x80..0x9F as C1
+    }
+    if (point != 0 || (byte == 0 && !lineEndsAllowed))
+      found += fmt::format("U+{:04X} at {}; ", point, i);
+  }
+  return found;
+}
+
+// A value from the store with every kind of character a terminal acts on or reorders: ESC (a
+// screen clear), BEL, CR, DEL, a newline, C1 CSI (U+009B), U+202E and the other bidi controls, a
+// byte that is no UTF-8, and plain UTF-8 text that must stay readable.
+const std::string kHostile =
+    "x\x1b[2J\x07\r\x7f\nforged line\xc2\x9b"
+    "31m\xe2\x80\xae"
+    "gnp.exe\xe2\x81\xa6\xe2\x80\x8f\xd8\x9c\xff \xe6\xbc\xa2";
 
 AgentSnapshot node(int groupRank, const std::string& host, AgentPhase phase = AgentPhase::kRunning) {
   AgentSnapshot snapshot;
@@ -166,6 +209,127 @@ TEST_CASE("status text: bytes from the store are escaped before they are printed
   CHECK(text.find('\x07') == std::string::npos);
   // Only the line ends the text itself writes.
   CHECK(std::count(text.begin(), text.end(), '\n') == 5);
+}
+
+TEST_CASE(
+    "status text and JSON: no control or bidi character from any store field reaches the terminal",
+    "[status]") {
+  // Every text a snapshot carries, hostile: the host name, the address, the run id (the user's
+  // and the snapshot's), the failure's host, message, hang detail, OOM line and files, and a key
+  // that is no snapshot.
+  AgentSnapshot first = node(0, kHostile);
+  first.address = kHostile;
+  first.runId = kHostile;
+  WorkerFailure hostile = failure(1, 1500, kHostile);
+  hostile.host = kHostile;
+  hostile.hang = HangKind::kNoProgress;
+  hostile.hangDetail = kHostile;
+  hostile.oom = kHostile;
+  hostile.errorFile = kHostile;
+  first.lastFailure = hostile;
+  JobStatus status = jobStatusOf(kHostile, {first, node(1, "host-b")});
+  status.unreadable.push_back(
+      {"ddprun/r/status/" + kHostile, UnreadableKey::Why::kNotASnapshot, 0});
+  status.unreadable.push_back(
+      {"ddprun/r/status/" + kHostile, UnreadableKey::Why::kTooLarge, 2 << 20});
+
+  const std::string text = renderText(status, kNow);
+  CHECK(unsafeIn(text, /*lineEndsAllowed=*/true) == "");
+  // One line per node, worker, failure and key set aside: none forged by a newline in a value.
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 2 * 3 + 1 + 2);
+  CHECK_THAT(text, Catch::Contains("\\u202egnp.exe\\u2066\\u200f\\u061c\\xff \xe6\xbc\xa2"));
+
+  const std::string jsonText = renderJsonText(status, kNow);
+  CHECK(unsafeIn(jsonText, /*lineEndsAllowed=*/false) == "");
+  CHECK(jsonText.find('\n') == std::string::npos);
+  // Valid JSON of the same values: a program reads each field back exactly (the byte that is no
+  // UTF-8 as U+FFFD), and the plain UTF-8 text is kept readable, not escaped.
+  const json value = json::parse(jsonText);
+  const std::string expected = ddprun::common::validUtf8(kHostile);
+  CHECK(value["run_id"] == expected);
+  CHECK(value["nodes"][0]["hostname"] == expected);
+  CHECK(value["nodes"][0]["addr"] == expected);
+  CHECK(value["nodes"][0]["run_id"] == expected);
+  CHECK(value["last_failure"]["host"] == expected);
+  CHECK(value["last_failure"]["message"] == expected);
+  CHECK(value["unreadable"][0]["key"] == "ddprun/r/status/" + expected);
+  CHECK(value["unreadable"][1] ==
+        json{{"key", "ddprun/r/status/" + expected}, {"reason", "too_large"}, {"bytes", 2 << 20}});
+  CHECK_THAT(jsonText, Catch::Contains("\\u202egnp.exe") && Catch::Contains(" \xe6\xbc\xa2"));
+  // The one-line reason is the text's (escaped) form.
+  CHECK(unsafeIn(value["last_failure"]["reason"].get<std::string>(), false) == "");
+}
+
+TEST_CASE(
+    "status read: a value too large or not a snapshot is one node's problem, the others shown",
+    "[status]") {
+  ddprun::rendezvous::HashStore store;
+  const MembershipKeys keys("job-7");
+  store.set(keys.status(0), boundedSnapshotText(node(0, "host-a")));
+  store.set(keys.status(1), std::string(kMaxSnapshotBytes + 1, '{'));
+  store.set(keys.status(2), "not json");
+  const JobStatus status = readJob(store, "job-7");
+  REQUIRE(status.nodes.size() == 1);
+  CHECK(status.nodes[0].hostname == "host-a");
+  REQUIRE(status.unreadable.size() == 2);
+  CHECK(status.unreadable[0].key == keys.status(1));
+  CHECK(status.unreadable[0].why == UnreadableKey::Why::kTooLarge);
+  CHECK(status.unreadable[0].bytes == kMaxSnapshotBytes + 1);
+  CHECK(status.unreadable[1].why == UnreadableKey::Why::kNotASnapshot);
+  CHECK_FALSE(status.records);  // a snapshot is there: the round records are not read
+  const std::string text = renderText(status, kNow);
+  CHECK_THAT(text, Catch::StartsWith("job 'job-7': round 1, restarts 1 of 3, 1 node\n"));
+  CHECK_THAT(text, Catch::Contains(fmt::format(
+                       "(not shown: ddprun/job-7/status/1 holds {} bytes, too large for a "
+                       "snapshot (at most {}))\n",
+                       kMaxSnapshotBytes + 1, kMaxSnapshotBytes)));
+  CHECK_THAT(text,
+             Catch::Contains(
+                 "(not shown: ddprun/job-7/status/2 holds no snapshot this ddprun can read)\n"));
+}
+
+TEST_CASE("status read: before any snapshot, what the round records say; nothing at all is no job",
+          "[status]") {
+  ddprun::rendezvous::HashStore store;
+  const MembershipKeys keys("job-7");
+  CHECK_FALSE(readJob(store, "job-7").records);  // no record of the run: "no job"
+  // Registered, no round yet.
+  store.set(keys.node(1), "{}");
+  store.set(keys.node(2), "{}");
+  JobStatus status = readJob(store, "job-7");
+  REQUIRE(status.records);
+  CHECK(renderText(status, kNow) ==
+        "job 'job-7': joining, 2 nodes registered, no round yet, no status published yet\n");
+  CHECK(renderJson(status, kNow)["state"] == "joining");
+  // Round 0 forming: one joiner.
+  store.set(keys.currentRound(), "0");
+  store.set(keys.member(0, 1), "1");
+  status = readJob(store, "job-7");
+  CHECK(renderText(status, kNow) ==
+        "job 'job-7': round 0 forming, 1 node joined, no status published yet\n");
+  // Formed: its workers are starting; the close record's count and restarts.
+  store.set(keys.member(0, 2), "2");
+  store.set(keys.closed(0), R"({"nodes":2,"closer":1,"restarts":0})");
+  status = readJob(store, "job-7");
+  CHECK(renderText(status, kNow) ==
+        "job 'job-7': round 0 starting, 2 nodes joined, no status published yet\n");
+  json value = renderJson(status, kNow);
+  CHECK(value["state"] == "starting");
+  CHECK(value["round"] == 0);
+  CHECK(value["joined"] == 2);
+  CHECK(value["max_restarts"].is_null());
+  CHECK(value["nodes"].empty());
+  // A later round after a restart, closed by a closer that listed its members.
+  store.set(keys.currentRound(), "1");
+  store.set(keys.member(1, 1), "1");
+  store.set(keys.member(1, 2), "2");
+  store.set(keys.member(1, 3), "3");
+  store.set(keys.closed(1), R"({"members":[1,2],"restarts":1})");
+  status = readJob(store, "job-7");
+  CHECK(renderText(status, kNow) ==
+        "job 'job-7': round 1 starting (restarts 1), 2 nodes joined, no status published yet\n");
+  // Reading wrote nothing: no counter, no key.
+  CHECK(store.listKeys().size() == 10);
 }
 
 TEST_CASE("status: the published snapshot stays within its bound, the failure shortened first", "[status]") {

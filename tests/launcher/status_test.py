@@ -16,6 +16,18 @@ workers each.
   daemon-tls  the same with the job's TLS files too (the daemon serves TLS); without them, exit 2
   etcd    the same on a one-member etcd on loopback (skipped, 77, without /usr/bin/etcd); the
           last agent out removes the run's keys from the shared etcd, so after the end: exit 3
+  hostile-values  the c10d job while it runs, with what anyone who reaches its store (no token)
+          writes under its status prefix with torch's own TCPStore: a 2 MiB value and a snapshot
+          whose host name, address and run id hold ESC, BEL, CR, DEL, a newline, C1 CSI (U+009B)
+          and bidi controls (U+202E ...). Both nodes still shown (exit 0, within 10 s), the large
+          key named as too large, the forged node's texts escaped: no control or bidi character
+          in the text nor in --json's bytes, and --json is valid JSON holding the values exactly.
+          The job itself finishes (exit 0)
+  first-second  `ddprun status` in a loop from the first agent's start until both nodes'
+          snapshots show the workers running: from the moment the agent logs that it joined
+          round 0, never exit 3 ("no job"), and before any snapshot it says what the round
+          records say ("round 0 forming, 1 node joined, no status published yet"); bounded in
+          count (400 calls) and time (60 s)
 
 Workers wait for a "go" file of their restart before they exit (rank 3 fails the first time,
 writing a torch-style error file), so what is checked while they run does not depend on the
@@ -24,6 +36,7 @@ machine's speed. Every wait is bounded and prints what it saw when it gives up.
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -278,17 +291,156 @@ def etcd(args, work):
         server.kill()
 
 
+# The characters a terminal acts on or shows out of order: C0 but the line end, DEL, C1, bidi.
+BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A)) | {0x200E, 0x200F, 0x061C}
+HOSTILE = "x\x1b[2J\x07\r\x7f\nforged line\u009b31m\u202egnp.exe\u2066\u200f\u061c \u6f22\u5b57"
+
+
+def unsafe_in(text, line_ends=True):
+    return ["U+%04X at %d" % (ord(c), i) for i, c in enumerate(text)
+            if (ord(c) < 0x20 and not (line_ends and c == "\n")) or 0x7F <= ord(c) <= 0x9F
+            or ord(c) in BIDI]
+
+
+def raw_store(port):
+    """torch's own TCPStore client on the job's store: what anyone who reaches it (no token) has."""
+    import datetime
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=10))
+
+
+def start_agents(args, work, job_args, nodes=(0, 1)):
+    script = os.path.join(work, "worker.py")
+    with open(script, "w") as f:
+        f.write(WORKER)
+    env = dict(os.environ, LOGLEVEL="INFO")
+    return [Job([args.ddprun, "--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "1",
+                 *job_args, script, work], name="agent %d" % n, env=env, cwd=work) for n in nodes]
+
+
+def finish(agents, work, deadline, check):
+    """Lets the workers end (rank 3 fails once, the restart succeeds): every agent exits 0."""
+    for restart in (0, 1):
+        open(os.path.join(work, "go.%d" % restart), "w").close()
+    wait_all(agents, deadline, "the job")
+    for agent in agents:
+        check(agent.returncode == 0, "%s exits 0" % agent.name, agent.describe())
+
+
+def hostile_values(args, work):
+    deadline = Deadline(150)
+    port = free_port()
+    run_id = "status-" + secrets.token_hex(4)
+    job_args = ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", run_id]
+    agents = start_agents(args, work, job_args)
+    check = Check(agents)
+    try:
+        wait_for(lambda: len(pids_of(work, 0)) == 4, deadline, 60, "the 4 workers did not start", agents)
+        value = poll_json(args, job_args, deadline,
+                          lambda v: sum(w["state"] == "running" for n in v["nodes"] for w in n["workers"]) == 4,
+                          "status --json never showed the 4 running workers", agents)
+        forged = dict(value["nodes"][0])
+        forged.pop("stale")
+        forged.update(hostname=HOSTILE, addr=HOSTILE, run_id=HOSTILE, group_rank=-1, agent_pid=1)
+        store = raw_store(port)
+        prefix = "ddprun/%s/status/" % run_id
+        store.set(prefix + "999", b"{" * (2 << 20))
+        store.set(prefix + "998", json.dumps(forged, ensure_ascii=False).encode())
+        # torch's set sends and returns; a read on the same connection is answered after both.
+        check(store.get(prefix + "998") == json.dumps(forged, ensure_ascii=False).encode(),
+              "the forged snapshot is in the store")
+
+        started = time.monotonic()
+        text = status(args.ddprun, job_args)
+        check(time.monotonic() - started < 10, "status answered within 10 s", shown(text))
+        check(text.returncode == 0, "with a 2 MiB value under the status prefix: exit 0, the job shown",
+              shown(text))
+        check(text.output.startswith("job '%s': round 0, restarts 0 of 1, 3 nodes\n" % run_id)
+              and "\nnode 0 on " in text.output and "\nnode 1 on " in text.output,
+              "both nodes shown (and the forged one)", shown(text))
+        check("(not shown: %s999 holds %d bytes, too large for a snapshot (at most 65536))\n"
+              % (prefix, 2 << 20) in text.output, "the large key named as too large", shown(text))
+        check(unsafe_in(text.output) == [], "no control or bidi character in the text: %s"
+              % unsafe_in(text.output), shown(text))
+        check("\\x1b[2J\\x07\\x0d\\x7f\\nforged line\\xc2\\x9b31m\\u202egnp.exe\\u2066\\u200f\\u061c \u6f22\u5b57"
+              in text.output, "the forged host name shown escaped, its UTF-8 text readable", shown(text))
+
+        done = status(args.ddprun, job_args, "--json")
+        check(done.returncode == 0, "--json with a 2 MiB value: exit 0", shown(done))
+        check(unsafe_in(done.output.rstrip("\n"), line_ends=False) == [],
+              "no control or bidi character in --json's bytes: %s" % unsafe_in(done.output), shown(done))
+        check("\u6f22\u5b57" in done.output, "--json keeps plain UTF-8 readable", shown(done))
+        value = json.loads(done.output)
+        check(sorted(n["group_rank"] for n in value["nodes"]) == [-1, 0, 1], "--json: every node", value)
+        node = [n for n in value["nodes"] if n["group_rank"] == -1][0]
+        check(node["hostname"] == HOSTILE and node["addr"] == HOSTILE and node["run_id"] == HOSTILE,
+              "--json holds the forged values exactly", node)
+        check({"key": prefix + "999", "reason": "too_large", "bytes": 2 << 20} in value["unreadable"],
+              "--json names the large key", value["unreadable"])
+        store.delete_key(prefix + "998")
+        finish(agents, work, deadline, check)
+    finally:
+        for agent in agents:
+            agent.kill()
+
+
+def first_second(args, work):
+    deadline = Deadline(150)
+    port = free_port()
+    run_id = "status-" + secrets.token_hex(4)
+    job_args = ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", run_id]
+    agents = start_agents(args, work, job_args, nodes=(0,))
+    joined_line = "rendezvous round 0 of run '%s': 1 node(s) joined" % run_id
+    check = Check(agents)
+    calls, seen, records_lines = 0, [], 0
+    end = time.monotonic() + 60
+    try:
+        while True:
+            check(calls < 400 and time.monotonic() < end,
+                  "the snapshots never showed 4 running workers within 400 calls and 60 s",
+                  "\n".join(seen[-5:]))
+            joined = joined_line in agents[0].errors  # before the call: the records were there
+            as_json = calls % 2 == 1
+            done = status(args.ddprun, job_args, *(["--json"] if as_json else []))
+            calls += 1
+            seen.append("call %d (joined before it: %s): %s" % (calls, joined, shown(done)))
+            if joined:
+                check(done.returncode == 0 and "no job" not in done.errors,
+                      "status after the agent joined round 0: exit 0, never 'no job'", seen[-1])
+            if done.returncode != 0:
+                continue
+            if as_json:
+                value = json.loads(done.output)
+                if not value["nodes"]:
+                    check(value["state"] in ("joining", "forming", "starting"), "--json's state", seen[-1])
+                if sum(w["state"] == "running" for n in value["nodes"] for w in n["workers"]) == 4:
+                    break
+            elif "no status published yet" in done.output:
+                records_lines += 1
+                check(re.fullmatch(r"job '%s': (round 0 (forming|starting), [12] nodes? joined|joining, [12] "
+                                   r"nodes? registered, no round yet), no status published yet\n" % run_id,
+                                   done.output), "the round records' line", seen[-1])
+            if len(agents) == 1 and joined:
+                agents += start_agents(args, work, job_args, nodes=(1,))  # the round can form
+        print("%d status calls; %d said what the round records say (before any snapshot)" % (calls, records_lines))
+        finish(agents, work, deadline, check)
+    finally:
+        for agent in agents:
+            agent.kill()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--daemon")
-    parser.add_argument("--scenario", required=True, choices=["c10d", "daemon", "daemon-tls", "etcd"])
+    parser.add_argument("--scenario", required=True,
+                        choices=["c10d", "daemon", "daemon-tls", "etcd", "hostile-values", "first-second"])
     args = parser.parse_args()
     args.ddprun = os.path.abspath(args.ddprun)
     work = tempfile.mkdtemp(prefix="ddprun-status-test-")
     try:
         scenarios = {"c10d": c10d, "daemon": daemon, "daemon-tls": lambda a, w: daemon(a, w, tls=True),
-                     "etcd": etcd}
+                     "etcd": etcd, "hostile-values": hostile_values, "first-second": first_second}
         scenarios[args.scenario](args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -196,6 +196,34 @@ TEST_CASE("a failed add names the key and the likely reason", "[tcp_store]") {
   CHECK(store.get("text") == "not a number");  // reconnected
 }
 
+TEST_CASE(
+    "a value over the client's reply limit is that key's error, typed; the next call reconnects",
+    "[tcp_store]") {
+  TestServer server;
+  TcpStore writer(server.clientOptions());
+  writer.set("big", std::string(200 * 1024, 'b'));
+  writer.set("small", "s");
+  TcpStoreOptions options = server.clientOptions();
+  options.maxReplyValueBytes = 64 * 1024;
+  TcpStore reader(options);
+  // Neither get nor tryGet (a compareSet's reply) buffers the value; each says how large it is.
+  for (int call = 0; call < 2; ++call) {
+    try {
+      if (call == 0) {
+        reader.get("big");
+      } else {
+        reader.tryGet("big");
+      }
+      FAIL("a 200 KiB value was read under a 64 KiB limit");
+    } catch (const StoreValueTooLargeError& error) {
+      CHECK(error.bytes() == 200 * 1024);
+      CHECK(error.limit() == 64 * 1024);
+      CHECK_THAT(error.what(), Catch::Contains("'big'"));
+    }
+    CHECK(reader.get("small") == "s");  // the half-read reply is gone with its connection
+  }
+}
+
 TEST_CASE("many threads hammering one counter get an exact count", "[tcp_store]") {
   TestServer server;
   constexpr int kThreads = 16;

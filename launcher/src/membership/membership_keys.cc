@@ -9,7 +9,11 @@ MembershipKeys::MembershipKeys(std::string_view runId)
 
 std::string MembershipKeys::nextNodeId() const { return prefix_ + "next_node_id"; }
 
-std::string MembershipKeys::node(std::int64_t id) const { return fmt::format("{}node/{}", prefix_, id); }
+std::string MembershipKeys::node(std::int64_t id) const {
+  return fmt::format("{}{}", nodePrefix(), id);
+}
+
+std::string MembershipKeys::nodePrefix() const { return prefix_ + "node/"; }
 
 std::string MembershipKeys::alive(std::int64_t id) const { return fmt::format("{}{}", alivePrefix(), id); }
 
@@ -22,8 +26,10 @@ std::string MembershipKeys::roundPrefix(int round) const { return fmt::format("{
 std::string MembershipKeys::joined(int round) const { return roundPrefix(round) + "joined"; }
 
 std::string MembershipKeys::member(int round, int slot) const {
-  return fmt::format("{}member/{}", roundPrefix(round), slot);
+  return fmt::format("{}{}", memberPrefix(round), slot);
 }
+
+std::string MembershipKeys::memberPrefix(int round) const { return roundPrefix(round) + "member/"; }
 
 std::string MembershipKeys::closed(int round) const { return roundPrefix(round) + "closed"; }
 

@@ -43,6 +43,8 @@ class MembershipKeys {
   const std::string& prefix() const { return prefix_; }
   std::string nextNodeId() const;
   std::string node(std::int64_t id) const;
+  // What every node record starts with (`ddprun status` counts them before a round exists).
+  std::string nodePrefix() const;
   std::string alive(std::int64_t id) const;
   // What every alive key starts with: the store's host waits for none to be left at close.
   std::string alivePrefix() const;
@@ -51,6 +53,8 @@ class MembershipKeys {
   std::string roundPrefix(int round) const;
   std::string joined(int round) const;
   std::string member(int round, int slot) const;
+  // What every member slot of round `round` starts with (`ddprun status` counts the joiners).
+  std::string memberPrefix(int round) const;
   std::string closed(int round) const;
   // Written by the node `closer` that closes round `round`, before its close record (which names
   // it): the members' node records in group-rank order, one value (worldToText in membership.h),
@@ -61,7 +65,8 @@ class MembershipKeys {
   std::string stop(int round) const;
   std::string done(int round) const;
   // Node `id`'s published AgentSnapshot (core/agent_snapshot.h), and what every such key starts
-  // with: `ddprun status` lists them, reading nothing else of the run.
+  // with: `ddprun status` lists them (and, while there is none, counts the round's members and the
+  // node records, and reads the current round and its close record).
   std::string status(std::int64_t id) const;
   std::string statusPrefix() const;
   // Set by a node as it counts itself done: the exit barrier's waiting line names the others.

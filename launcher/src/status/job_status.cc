@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "ddprun/common/text.h"
+#include "membership/status_publisher.h"
 #include "report/failure_report.h"
 
 namespace ddprun::launcher {
@@ -66,6 +67,41 @@ std::string nodeLine(const AgentSnapshot& node, double now) {
   return line;
 }
 
+// "2 nodes", "1 node", "4096+ nodes" (a count that stopped at a listing's limit).
+std::string nodeCount(std::size_t count, bool atLeast) {
+  return fmt::format("{}{} node{}", count, atLeast ? "+" : "", count == 1 && !atLeast ? "" : "s");
+}
+
+// The job as its round records say, before any node published a snapshot: "joining",
+// "forming" (a round that collects its joiners) or "starting" (formed: its workers start).
+const char* recordsState(const RoundRecords& records) {
+  if (!records.round) return "joining";
+  return records.formed ? "starting" : "forming";
+}
+
+// "job 'x': round 0 forming, 1 node joined, no status published yet".
+std::string recordsLine(const std::string& run, const RoundRecords& records) {
+  if (!records.round) {
+    return fmt::format("job '{}': joining, {} registered, no round yet, no status published yet",
+                       run, nodeCount(records.registered, records.atLeast));
+  }
+  return fmt::format(
+      "job '{}': round {} {}{}, {} joined, no status published yet", run, *records.round,
+      recordsState(records),
+      records.restarts > 0 ? fmt::format(" (restarts {})", records.restarts) : std::string(),
+      nodeCount(records.joined, records.atLeast));
+}
+
+// The key is anyone's who reaches the store: quoted up to common::kShownBytes.
+std::string unreadableLine(const UnreadableKey& key) {
+  if (key.why == UnreadableKey::Why::kTooLarge) {
+    return fmt::format("(not shown: {} holds {} bytes, too large for a snapshot (at most {}))",
+                       common::printablePrefix(key.key), key.bytes, kMaxSnapshotBytes);
+  }
+  return fmt::format("(not shown: {} holds no snapshot this ddprun can read)",
+                     common::printablePrefix(key.key));
+}
+
 }  // namespace
 
 JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
@@ -90,7 +126,7 @@ JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
     if (key(a) != key(b)) return key(a) < key(b);
     return a.address < b.address;
   });
-  return JobStatus{std::move(runId), std::move(nodes), {}};
+  return JobStatus{std::move(runId), std::move(nodes), {}, std::nullopt};
 }
 
 bool ended(const JobStatus& status) {
@@ -140,10 +176,14 @@ std::string renderText(const JobStatus& status, double now) {
                                                                      : "stopped";
     text += fmt::format("job '{}' has ended: {} (exit code {}), round {}, restarts {} of {}\n", run,
                         outcome, code, round(status), restarts(status), maxRestarts(status));
-  } else {
+  } else if (!status.nodes.empty()) {
     text += fmt::format("job '{}': round {}, restarts {} of {}, {} node{}\n", run, round(status),
                         restarts(status), maxRestarts(status), status.nodes.size(),
                         status.nodes.size() == 1 ? "" : "s");
+  } else if (status.records) {
+    text += recordsLine(run, *status.records) + "\n";
+  } else {
+    text += fmt::format("job '{}': no status this ddprun can show, no round records\n", run);
   }
   for (const AgentSnapshot& node : status.nodes) {
     text += nodeLine(node, now) + "\n";
@@ -153,9 +193,7 @@ std::string renderText(const JobStatus& status, double now) {
     text += fmt::format("last failure: rank {} (local {}) on {}: {}\n", failure->rank, failure->localRank,
                         printable(failure->host), failureReason(*failure));
   }
-  for (const std::string& key : status.unreadable) {
-    text += fmt::format("(not shown: {} holds no snapshot this ddprun can read)\n", printable(key));
-  }
+  for (const UnreadableKey& key : status.unreadable) text += unreadableLine(key) + "\n";
   return text;
 }
 
@@ -166,19 +204,42 @@ nlohmann::json renderJson(const JobStatus& status, double now) {
     value["stale"] = stale(node, now);
     nodes.push_back(std::move(value));
   }
+  nlohmann::json unreadable = nlohmann::json::array();
+  for (const UnreadableKey& key : status.unreadable) {
+    const bool tooLarge = key.why == UnreadableKey::Why::kTooLarge;
+    nlohmann::json entry{{"key", common::validUtf8(key.key)},
+                         {"reason", tooLarge ? "too_large" : "not_a_snapshot"}};
+    if (tooLarge) entry["bytes"] = key.bytes;
+    unreadable.push_back(std::move(entry));
+  }
   nlohmann::json value{{"run_id", status.runId},
                        {"state", ended(status) ? "ended" : "running"},
                        {"round", round(status)},
                        {"restarts", restarts(status)},
                        {"max_restarts", maxRestarts(status)},
                        {"nodes", std::move(nodes)},
-                       {"last_failure", nullptr}};
+                       {"last_failure", nullptr},
+                       {"unreadable", std::move(unreadable)}};
+  if (status.nodes.empty() && status.records) {
+    // No snapshot yet: what the round records say, and no maximum (only the agents know it).
+    const RoundRecords& records = *status.records;
+    value["state"] = recordsState(records);
+    value["round"] = records.round.value_or(-1);
+    value["restarts"] = records.restarts;
+    value["max_restarts"] = nullptr;
+    value["joined"] = records.round ? records.joined : records.registered;
+  }
   if (ended(status)) value["exit_code"] = outcomeCode(status);
   if (const auto failure = lastFailure(status)) {
     value["last_failure"] = toJson(*failure);
     value["last_failure"]["reason"] = failureReason(*failure);
   }
   return value;
+}
+
+std::string renderJsonText(const JobStatus& status, double now) {
+  return common::printableJson(
+      renderJson(status, now).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace ddprun::launcher

@@ -6,6 +6,8 @@
 // Thread safety: plain values and pure functions.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,12 +29,39 @@ inline constexpr int kStatusEnded = 4;        // every node of the job has finis
 // without a word): the agents refresh theirs every few seconds while they run.
 inline constexpr double kStaleSeconds = 15;
 
+// A key under the run's status prefix whose value is not shown, and why: one node's problem,
+// never the job's (the other nodes are shown).
+struct UnreadableKey {
+  enum class Why {
+    kNotASnapshot,  // not JSON, or not a snapshot: another version's, or something else's
+    kTooLarge,      // over kMaxSnapshotBytes: no agent writes that, and it is not read whole
+  };
+  std::string key;
+  Why why = Why::kNotASnapshot;
+  std::uint64_t bytes = 0;  // kTooLarge: the value's size, as the store gave it
+};
+
+// What the round records (membership/membership_keys.h) say of a job none of whose nodes has
+// published a snapshot yet: the first second of a job, between its agents' joining and their
+// first snapshot.
+struct RoundRecords {
+  std::optional<int> round;  // the job's current round; none: no round begun yet
+  // The round's joiners (its member slots), or, once formed, its members (the close record's).
+  std::size_t joined = 0;
+  bool formed = false;         // the round's close record is there: its workers are starting
+  int restarts = 0;            // the close record's
+  std::size_t registered = 0;  // node records: agents that registered, in any round
+  bool atLeast = false;        // a count stopped at a listing's limit: there are more
+};
+
 struct JobStatus {
   std::string runId;
   // Every node's snapshot, by group rank (nodes without one last), then address.
   std::vector<AgentSnapshot> nodes;
-  // Keys under the run whose value was not a snapshot (another version's), by name.
-  std::vector<std::string> unreadable;
+  // Keys under the run's status prefix whose value is not shown, by name.
+  std::vector<UnreadableKey> unreadable;
+  // Read only when no node's snapshot is there: the round records, if any.
+  std::optional<RoundRecords> records;
 };
 
 // Sorts `nodes` as JobStatus keeps them, leaving out those of an earlier run of the same run id
@@ -51,9 +80,14 @@ std::string failureReason(const WorkerFailure& failure);
 
 // The lines `ddprun status` prints; every text from the store escaped (common::printable).
 std::string renderText(const JobStatus& status, double now);
-// `ddprun status --json`: {"run_id", "state" ("running" or "ended"), "exit_code" (ended only),
-// "round", "restarts", "max_restarts", "nodes": [each node's snapshot JSON plus "stale"],
-// "last_failure"}.
+// `ddprun status --json`: {"run_id", "state" ("running" or "ended"; before any snapshot, from the
+// round records: "joining", "forming" or "starting"), "exit_code" (ended only), "round",
+// "restarts", "max_restarts" (null before any snapshot), "joined" (round records only), "nodes":
+// [each node's snapshot JSON plus "stale"], "last_failure", "unreadable": [{"key", "reason"
+// ("too_large" or "not_a_snapshot"), "bytes" (too_large only)}]}.
 nlohmann::json renderJson(const JobStatus& status, double now);
+// renderJson's one-line text as `ddprun status --json` prints it: valid JSON of the same value,
+// with no control or bidi character raw (common::printableJson).
+std::string renderJsonText(const JobStatus& status, double now);
 
 }  // namespace ddprun::launcher

@@ -1,8 +1,10 @@
 #include "status/status_command.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,34 +72,97 @@ struct Refusal {
   std::string line;
 };
 
-// Every node's snapshot under the run, read with one listing and one get per node.
-JobStatus readJob(rendezvous::Store& store, const RendezvousConfig& rdzv) {
-  const MembershipKeys keys(rdzv.runId);
+// A record's text as a count or round number (current_round), or none: status only reads, and a
+// record it cannot read is left out rather than refused.
+std::optional<int> number(const std::string& text) {
+  int value = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  return value;
+}
+
+// What the round records say (membership_keys.h): the current round, its joiners (a listing of
+// its member slots), whether it formed (its close record: the members' count and the restarts),
+// and how many nodes registered. None when there is no record of the run at all. Reads only:
+// tryGet and listings, never the ticket counters (a count of a missing one creates it).
+std::optional<RoundRecords> readRoundRecords(rendezvous::Store& store, const MembershipKeys& keys) {
+  constexpr std::size_t kAll = rendezvous::Store::kMaxListedKeys;
+  RoundRecords records;
+  try {
+    if (const auto text = store.tryGet(keys.currentRound())) records.round = number(*text);
+  } catch (const rendezvous::StoreValueTooLargeError&) {
+    // No agent writes that: not a round number, as any other text that is none.
+  }
+  if (records.round) {
+    const auto members = store.listPrefix(keys.memberPrefix(*records.round), kAll);
+    records.joined = members.keys.size();
+    records.atLeast = members.more;
+    std::optional<std::string> closed;
+    try {
+      closed = store.tryGet(keys.closed(*records.round));
+    } catch (const rendezvous::StoreValueTooLargeError&) {
+      closed = "";  // a close record listing its members (a large job's): formed, counted above
+    }
+    if (closed) {
+      records.formed = true;
+      const auto record = nlohmann::json::parse(*closed, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object()) {
+        if (const auto restarts = record.find("restarts");
+            restarts != record.end() && restarts->is_number_integer()) {
+          records.restarts = restarts->get<int>();
+        }
+        if (const auto nodes = record.find("nodes");
+            nodes != record.end() && nodes->is_number_unsigned()) {
+          records.joined = nodes->get<std::size_t>();
+          records.atLeast = false;
+        } else if (const auto listed = record.find("members");
+                   listed != record.end() && listed->is_array()) {
+          records.joined = listed->size();
+          records.atLeast = false;
+        }
+      }
+    }
+  }
+  const auto nodes = store.listPrefix(keys.nodePrefix(), kAll);
+  records.registered = nodes.keys.size();
+  if (!records.round) records.atLeast = nodes.more;
+  if (!records.round && records.registered == 0) return std::nullopt;
+  return records;
+}
+
+}  // namespace
+
+JobStatus readJob(rendezvous::Store& store, const std::string& runId) {
+  const MembershipKeys keys(runId);
   const auto listed = store.listPrefix(keys.statusPrefix(), rendezvous::Store::kMaxListedKeys);
   std::vector<AgentSnapshot> nodes;
-  std::vector<std::string> unreadable;
+  std::vector<UnreadableKey> unreadable;
   for (const std::string& key : listed.keys) {
-    std::string text;
+    std::optional<std::string> text;
     try {
-      if (!store.check({key})) continue;  // deleted since the listing (a node that rejoined)
-      text = store.get(key);
-    } catch (const rendezvous::StoreTimeoutError&) {
-      continue;  // deleted since the listing (a node that rejoined under a new id)
+      text = store.tryGet(key);
+    } catch (const rendezvous::StoreValueTooLargeError& error) {
+      unreadable.push_back({key, UnreadableKey::Why::kTooLarge, error.bytes()});
+      continue;
     }
-    if (text.size() > kMaxSnapshotBytes) {
-      unreadable.push_back(key);
+    if (!text) continue;  // deleted since the listing (a node that rejoined under a new id)
+    if (text->size() > kMaxSnapshotBytes) {
+      unreadable.push_back({key, UnreadableKey::Why::kTooLarge, text->size()});
       continue;
     }
     try {
-      nodes.push_back(agentSnapshotFromJson(nlohmann::json::parse(text)));
+      nodes.push_back(agentSnapshotFromJson(nlohmann::json::parse(*text)));
     } catch (const std::exception&) {  // not JSON, or not a snapshot: another version's
-      unreadable.push_back(key);
+      unreadable.push_back({key, UnreadableKey::Why::kNotASnapshot, 0});
     }
   }
-  JobStatus status = jobStatusOf(rdzv.runId, std::move(nodes));
+  JobStatus status = jobStatusOf(runId, std::move(nodes));
   status.unreadable = std::move(unreadable);
+  if (status.nodes.empty()) status.records = readRoundRecords(store, keys);
   return status;
 }
+
+namespace {
 
 int runStatus(const std::vector<std::string>& args, const Subcommand::Environment& environment) {
   const StatusArguments given = splitOwnFlags(args);
@@ -115,7 +180,8 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
   try {
     rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, loadRendezvousSecurity(rdzv.settings));
     // Nothing this command reads is larger (a snapshot is at most kMaxSnapshotBytes, a listing
-    // kMaxListedBytes): a store that answers with more is refused, not buffered.
+    // kMaxListedBytes): a larger value is not read (StoreValueTooLargeError: that key is set
+    // aside, the others shown), never buffered.
     store.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
     backend = makeStoreBackend(rdzv, {std::move(store)});
   } catch (const StoreBackendError& error) {
@@ -127,10 +193,15 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     return refusal.code;
   };
   const std::string where = backend->address();
+  const auto failedWhileRead = [&](const rendezvous::StoreError& error) {
+    return refuse(
+        {kStatusStoreFailed, fmt::format("the rendezvous store at {} failed while being read: {}",
+                                         printable(where), printable(error.what()))});
+  };
   JobStatus status;
   try {
     const auto store = backend->connect(kCallTimeout, kConnectTimeout);
-    status = readJob(*store, rdzv);
+    status = readJob(*store, rdzv.runId);
   } catch (const rendezvous::StoreAuthError& error) {
     // The job's store, but this command's token or TLS files are not the job's: the line says
     // which option to give, as it does to an agent.
@@ -138,6 +209,9 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
   } catch (const rendezvous::StoreHandshakeError& error) {
     return refuse({kStatusNoJob, fmt::format("no rendezvous store answers at {}: {}; check --rdzv-endpoint",
                                              printable(where), printable(error.what()))});
+  } catch (const rendezvous::StoreValueTooLargeError& error) {
+    // A connection the client closed itself, on a reply it would not read: the store answers.
+    return failedWhileRead(error);
   } catch (const rendezvous::StoreConnectionError& error) {
     // An agent-hosted store ends with its job: say so, as that is the likely case after a run.
     const char* hosted = rdzv.backend == RdzvBackend::kEtcd
@@ -148,20 +222,18 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
                                              printable(where), kConnectTimeout.count() / 1000,
                                              printable(error.what()), hosted)});
   } catch (const rendezvous::StoreError& error) {
-    return refuse({kStatusStoreFailed, fmt::format("the rendezvous store at {} failed while being read: {}",
-                                                   printable(where), printable(error.what()))});
+    return failedWhileRead(error);
   }
-  if (status.nodes.empty() && status.unreadable.empty()) {
-    return refuse({kStatusNoJob,
-                   fmt::format("no job '{}' at {}: no node of that run id has published its status; "
-                               "check --rdzv-id (agents publish once they have joined)",
-                               printable(rdzv.runId), printable(where))});
+  if (status.nodes.empty() && status.unreadable.empty() && !status.records) {
+    return refuse(
+        {kStatusNoJob,
+         fmt::format("no job '{}' at {}: no node of that run id has registered or published "
+                     "its status; check --rdzv-id",
+                     printable(rdzv.runId), printable(where))});
   }
   const double now = epochNow();
   if (given.json) {
-    const std::string text =
-        renderJson(status, now).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::printf("%s\n", text.c_str());
+    std::printf("%s\n", renderJsonText(status, now).c_str());
   } else {
     std::fputs(renderText(status, now).c_str(), stdout);
   }

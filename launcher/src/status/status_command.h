@@ -8,9 +8,19 @@
 // Thread safety: runs on main's thread.
 #pragma once
 
+#include <string>
+
 #include "cli/subcommands.h"
+#include "ddprun/rendezvous/store.h"
+#include "status/job_status.h"
 
 namespace ddprun::launcher {
+
+// Every node's snapshot under run `runId`, read with one listing and one read per node; when
+// there is none, the round records (JobStatus::records). A value that is not a snapshot, or over
+// the limit, is that node's problem: set aside and named (JobStatus::unreadable), never read
+// whole. Reads only. Throws StoreError when the store fails.
+JobStatus readJob(rendezvous::Store& store, const std::string& runId);
 
 // The subcommand's row (name, summary, run).
 Subcommand statusSubcommand();

@@ -341,7 +341,9 @@ std::int64_t ClientSocket::readI64(Clock::time_point deadline) {
 std::string ClientSocket::readBlob(std::size_t maxBytes, Clock::time_point deadline) {
   const auto length = static_cast<std::uint64_t>(readI64(deadline));
   if (length > maxBytes) {
-    throw SocketError(fmt::format("reply value of {} bytes exceeds the {}-byte limit", length, maxBytes));
+    throw SocketValueTooLarge(
+        fmt::format("reply value of {} bytes exceeds the {}-byte limit", length, maxBytes), length,
+        maxBytes);
   }
   std::string value(static_cast<std::size_t>(length), '\0');
   readExact(value.data(), value.size(), deadline);

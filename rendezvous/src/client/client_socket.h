@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -58,6 +59,19 @@ class TlsHandshakeError : public SocketError {
 class SocketTimeout : public SocketError {
  public:
   using SocketError::SocketError;
+};
+// A reply announced a value over the reader's limit: the value was not read, so the connection
+// is mid-reply and cannot be used again.
+class SocketValueTooLarge : public SocketError {
+ public:
+  SocketValueTooLarge(const std::string& message, std::uint64_t bytes, std::size_t limit)
+      : SocketError(message), bytes_(bytes), limit_(limit) {}
+  std::uint64_t bytes() const { return bytes_; }
+  std::size_t limit() const { return limit_; }
+
+ private:
+  std::uint64_t bytes_;
+  std::size_t limit_;
 };
 
 // OpenSSL writes with write(2), which raises SIGPIPE when the peer has closed: that kills a

@@ -1,6 +1,8 @@
 // The exceptions Store implementations throw. docs/errors.md describes the whole error model.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -78,6 +80,22 @@ class StoreAuthError : public StoreHandshakeError {
 
  private:
   Code code_;
+};
+
+// A reply held a value over the client's limit (TcpStoreOptions::maxReplyValueBytes): the client
+// closed the connection rather than read the value (the next call reconnects). The store and the
+// other keys are fine: a reader of values others write (`ddprun status`) sets the one key aside.
+class StoreValueTooLargeError : public StoreConnectionError {
+ public:
+  StoreValueTooLargeError(const std::string& message, std::uint64_t bytes, std::size_t limit)
+      : StoreConnectionError(message), bytes_(bytes), limit_(limit) {}
+  // The value's size as the reply announced it, and the client's limit.
+  std::uint64_t bytes() const { return bytes_; }
+  std::size_t limit() const { return limit_; }
+
+ private:
+  std::uint64_t bytes_;
+  std::size_t limit_;
 };
 
 // The operation does not exist in this backend or wire dialect (e.g. listKeys over torch 1.13).
