@@ -26,4 +26,11 @@ std::string printablePrefix(std::string_view text, std::size_t limit = kShownByt
 // hold raw bytes from a path or a worker.
 std::string validUtf8(std::string_view text);
 
+// One address as typed (a URL or HOST:PORT) with its user information, everything before its
+// last '@' after "scheme://" (or from the start without a scheme), replaced by "***":
+// "http://u:pw@h:2379" -> "http://***@h:2379", "u:pw@h" -> "***@h". Text without '@' comes back
+// as it is. For the message that refuses such an address: a password typed into it is never
+// repeated. The result is still outside text (printable() it).
+std::string withoutUserinfo(std::string_view address);
+
 }  // namespace ddprun::common
