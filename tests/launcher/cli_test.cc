@@ -1727,7 +1727,7 @@ TEST_CASE(
   for (const auto& [id, shown] : invalid) {
     INFO("run id '" << id << "'");
     for (const std::string backend : {"static", "c10d", "etcd"}) {
-      const std::string line = usageError({"--rdzv-backend", backend, "--rdzv-id", id, script()});
+      const std::string line = usageError({"--rdzv-backend", backend, "--rdzv-id=" + id, script()});
       CHECK_THAT(line, Catch::StartsWith("--rdzv-id " + shown) &&
                            Catch::EndsWith(": " + rule + "; e.g. --rdzv-id job1"));
     }
@@ -1756,7 +1756,7 @@ TEST_CASE(
     "[cli][run-id]") {
   using namespace std::chrono_literals;
   const std::string rule = "a run id is 1..128 of A-Z a-z 0-9 . _ - (not starting with . or -)";
-  for (const std::string id :
+  for (const std::string& id :
        {std::string("job\x1b]0;owned\x07"), std::string(9000, '7'), std::string("P/x")}) {
     for (const bool status : {false, true}) {
       std::vector<std::string> argv = {DDPRUN_BIN};
@@ -1784,7 +1784,8 @@ TEST_CASE(
   // etcd: one line saying to use username= and password_file=, the URL shown with "***".
   CHECK(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint",
                     "http://alice:" + secret + "@etcd-0:2379", script()}) ==
-        "--rdzv-endpoint: etcd endpoint 'http://***@etcd-0:2379': a user name or password does not "
+        "--rdzv-endpoint 'http://***@etcd-0:2379': etcd endpoint 'http://***@etcd-0:2379': a user "
+        "name or password does not "
         "go in "
         "the endpoint; give the user as username=NAME and its password in a file only you can read "
         "as "
@@ -1792,7 +1793,8 @@ TEST_CASE(
   CHECK(usageError({script()},
                    with(with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd"),
                         "PET_RDZV_ENDPOINT", "etcd-1,https://alice:" + secret + "@etcd-0")) ==
-        "PET_RDZV_ENDPOINT: etcd endpoint 'https://***@etcd-0': a user name or password does not "
+        "PET_RDZV_ENDPOINT '***@etcd-0': etcd endpoint 'https://***@etcd-0': a user name or "
+        "password does not "
         "go in "
         "the endpoint; give the user as username=NAME and its password in a file only you can read "
         "as "

@@ -171,10 +171,11 @@ TEST_CASE("a run id cannot reach another run's keys or the active-run key", "[me
     }
   }
   // An id that is a path or no name has no keys at all: "P/x" would live inside "P"'s prefix.
-  for (const std::string bad :
-       {"a/x", "a/round/0", "", ".", "..", "-a", ".a", "a\x1b", "a b", std::string(129, 'a')}) {
-    INFO("run '" << bad << "'");
-    CHECK_THROWS_AS(MembershipKeys(bad), std::invalid_argument);
+  const std::vector<std::string> bad = {"a/x", "a/round/0", "",      ".",   "..",
+                                        "-a",  ".a",        "a\x1b", "a b", std::string(129, 'a')};
+  for (const std::string& id : bad) {
+    INFO("run '" << id << "'");
+    CHECK_THROWS_AS(MembershipKeys(id), std::invalid_argument);
   }
   CHECK_NOTHROW(MembershipKeys(std::string(128, 'a')));
 }

@@ -184,15 +184,17 @@ void expand(const std::vector<Part>& parts, std::size_t index, std::string& pref
 }  // namespace
 
 std::vector<std::string> expandHostlist(std::string_view text) {
-  std::vector<std::string> hosts;
+  // Every item is read and counted before any is expanded: a list over the cap costs no more
+  // than its own length to refuse.
+  std::vector<std::vector<Part>> items;
+  std::size_t count = 0;
   auto add = [&](std::string_view item) {
-    const std::vector<Part> parts = parseItem(item);
-    if (hosts.size() + countHosts(parts) > kMaxHosts) {
+    items.push_back(parseItem(item));
+    count += countHosts(items.back());
+    if (count > kMaxHosts) {
       throw HostlistError(fmt::format("'{}': more than {} hosts (ddprun's cap, as Slurm's)",
                                       printablePrefix(text), kMaxHosts));
     }
-    std::string prefix;
-    expand(parts, 0, prefix, hosts);
   };
   const auto emptyHost = [&] {
     return HostlistError(fmt::format(
@@ -230,7 +232,13 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     itemSinceComma = true;
   }
   if (anyComma && !itemSinceComma) throw emptyHost();
-  if (hosts.empty()) throw HostlistError("the host list is empty");
+  if (count == 0) throw HostlistError("the host list is empty");
+  std::vector<std::string> hosts;
+  hosts.reserve(count);
+  for (const auto& parts : items) {
+    std::string prefix;
+    expand(parts, 0, prefix, hosts);
+  }
   return hosts;
 }
 

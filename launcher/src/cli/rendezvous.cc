@@ -97,8 +97,8 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
   try {
     rdzv.etcdEndpoints = rendezvous::etcd::parseEtcdEndpoints(text);
   } catch (const rendezvous::etcd::EtcdEndpointError& error) {
-    // what() quotes the entry (without its user information): the whole value is not repeated.
-    throw UsageError(fmt::format("{}: {}", printable(given.origin), error.what()));
+    // label() and what() show an address without its user information.
+    throw UsageError(fmt::format("{}: {}", label(given), error.what()));
   }
   for (const auto& member : rdzv.etcdEndpoints) checkResolvable(member.host, given);
   // Where this node's address is looked for (toward etcd) and what messages call the endpoint.
