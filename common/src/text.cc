@@ -159,4 +159,23 @@ std::string printableJson(std::string_view json) {
   return out;
 }
 
+std::string withoutUserinfo(std::string_view address) {
+  const auto at = address.rfind('@');
+  if (at == std::string_view::npos) return std::string(address);
+  // A scheme is a letter then letters, digits, '+', '-' or '.' (RFC 3986); "://" after anything
+  // else is part of the user information.
+  std::size_t start = 0;
+  const auto separator = address.find("://");
+  if (separator != std::string_view::npos && separator > 0 && separator < at) {
+    const std::string_view scheme = address.substr(0, separator);
+    const auto isAlpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+    const bool isScheme =
+        isAlpha(scheme.front()) && std::all_of(scheme.begin(), scheme.end(), [&](char c) {
+          return isAlpha(c) || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+        });
+    if (isScheme) start = separator + 3;
+  }
+  return std::string(address.substr(0, start)) + "***" + std::string(address.substr(at));
+}
+
 }  // namespace ddprun::common

@@ -15,6 +15,7 @@
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
+#include "ddprun/common/run_id.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/template.h"
 #include "ddprun/common/text.h"
@@ -182,4 +183,33 @@ TEST_CASE("validUtf8: each byte that is no UTF-8 becomes U+FFFD", "[common]") {
   CHECK(validUtf8("ok ü") == "ok ü");
   CHECK(validUtf8("a\xff" "b") == "a\xEF\xBF\xBD" "b");
   CHECK(validUtf8("\xed\xa0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+}
+
+TEST_CASE("run ids: a name of 1..128 of A-Z a-z 0-9 . _ -, never a path", "[common]") {
+  for (const std::string id :
+       {"none", "job1", "slurm-12345.0", "ssh-0123456789abcdef", "pytorchjob-mnist-master-0",
+        "123e4567-e89b-12d3-a456-426614174000", "A_b.c-d", "_x", "a..", "7"}) {
+    INFO(id);
+    CHECK(isRunId(id));
+  }
+  CHECK(isRunId(std::string(kMaxRunIdBytes, 'a')));
+  CHECK_FALSE(isRunId(std::string(kMaxRunIdBytes + 1, 'a')));
+  for (const std::string id : {"", ".", "..", ".a", "-a", "a/b", "/", "a b", "a\\b", "a\x1b",
+                               "a\x07", "j\xc3\xa9", "a:b", "a@b", "a*"}) {
+    INFO(printable(id));
+    CHECK_FALSE(isRunId(id));
+  }
+  CHECK_FALSE(isRunId(std::string("a\0b", 3)));
+}
+
+TEST_CASE("withoutUserinfo: what precedes an address's last '@' is never shown", "[common]") {
+  CHECK(withoutUserinfo("http://u:pw@h:2379") == "http://***@h:2379");
+  CHECK(withoutUserinfo("HTTPS://u:pw@h") == "HTTPS://***@h");
+  CHECK(withoutUserinfo("u:pw@h:1") == "***@h:1");
+  CHECK(withoutUserinfo("http://u:p@w@h") == "http://***@h");
+  CHECK(withoutUserinfo("http://u:p/w@h/x") == "http://***@h/x");
+  CHECK(withoutUserinfo("u:a://b@h") == "***@h");        // "u:a" is no scheme
+  CHECK(withoutUserinfo("a,http://u:pw@h") == "***@h");  // a list: all of it up to the '@'
+  CHECK(withoutUserinfo("h:2379") == "h:2379");
+  CHECK(withoutUserinfo("") == "");
 }

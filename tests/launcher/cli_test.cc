@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "cli/host_probes.h"
 #include "cli/options.h"
+#include "cli/rendezvous_options.h"
 #include "subprocess.h"
 #include "waits.h"
 
@@ -1681,4 +1682,210 @@ TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about
       {"c10d", "protocol=ftp", "warn: protocol is not read by the c10d backend"},
   };
   checkBackendKeyCases(cases);
+}
+
+// --- Run ids are names, not paths (issue 34) ---
+
+TEST_CASE(
+    "--rdzv-id: a name of 1..128 safe characters on every backend, from every source: "
+    "torch's, Slurm's, Kubeflow's and UUID ids stay valid",
+    "[cli][run-id]") {
+  const std::vector<std::string> valid = {"none",
+                                          "job1",
+                                          "slurm-12345.0",
+                                          "ssh-0123456789abcdef",
+                                          "pytorchjob-mnist-master-0",
+                                          "123e4567-e89b-12d3-a456-426614174000",
+                                          "A_b.c-d",
+                                          "a..",
+                                          "7",
+                                          std::string(128, 'x')};
+  for (const std::string& id : valid) {
+    INFO("run id '" << id << "'");
+    for (const std::string backend : {"static", "c10d", "etcd"}) {
+      CHECK(config({"--rdzv-backend", backend, "--rdzv-id", id, script()}).rdzv.runId == id);
+    }
+    CHECK(config({script()}, with(sandbox().environment(), "PET_RDZV_ID", id)).rdzv.runId == id);
+  }
+  // torch's default.
+  CHECK(config({script()}).rdzv.runId == "none");
+
+  const std::string rule = "a run id is 1..128 of A-Z a-z 0-9 . _ - (not starting with . or -)";
+  // id -> how the line shows it
+  const std::vector<std::pair<std::string, std::string>> invalid = {
+      {"P/x", "'P/x'"},
+      {"", "''"},
+      {".", "'.'"},
+      {"..", "'..'"},
+      {"-job", "'-job'"},
+      {".job", "'.job'"},
+      {"a b", "'a b'"},
+      {"job\\x", "'job\\x'"},
+      {"j\xc3\xa9", "'j\xc3\xa9'"},
+      {"job\x1b]0;x\x07", "'job\\x1b]0;x\\x07'"},
+      {std::string(129, 'x'), ""}};
+  for (const auto& [id, shown] : invalid) {
+    INFO("run id '" << id << "'");
+    for (const std::string backend : {"static", "c10d", "etcd"}) {
+      const std::string line = usageError({"--rdzv-backend", backend, "--rdzv-id=" + id, script()});
+      CHECK_THAT(line, Catch::StartsWith("--rdzv-id " + shown) &&
+                           Catch::EndsWith(": " + rule + "; e.g. --rdzv-id job1"));
+    }
+    CHECK(usageError({script()}, with(sandbox().environment(), "PET_RDZV_ID", id)) ==
+          "PET_RDZV_ID " + (shown.empty() ? "'" + id + "'" : shown) + ": " + rule +
+              "; e.g. PET_RDZV_ID=job1");
+  }
+  // A long id is shown cut, bounded and escaped: 9,000 bytes on c10d used to be a misleading "not
+  // an int".
+  std::string huge(9000, 'a');
+  huge[300] = '\x1b';
+  const std::string line = usageError({"--rdzv-backend", "c10d", "--rdzv-id", huge, script()});
+  CHECK(line == "--rdzv-id '" + std::string(200, 'a') + "...' (9000 bytes): " + rule +
+                    "; e.g. --rdzv-id job1");
+  // ddprun status reads the same options by the same rules.
+  CHECK_THROWS_WITH(
+      ddprun::launcher::parseRendezvousOptions("ddprun status", {"--rdzv-id", "P/x"}, {}),
+      "--rdzv-id 'P/x': " + rule + "; e.g. --rdzv-id job1");
+  CHECK(ddprun::launcher::parseRendezvousOptions("ddprun status", {"--rdzv-id", "P.x"}, {})
+            .config.rdzv.runId == "P.x");
+}
+
+TEST_CASE(
+    "the ddprun binary and ddprun status: a bad run id is exit 2 with one line, no control "
+    "byte reaches stderr",
+    "[cli][run-id]") {
+  using namespace std::chrono_literals;
+  const std::string rule = "a run id is 1..128 of A-Z a-z 0-9 . _ - (not starting with . or -)";
+  for (const std::string& id :
+       {std::string("job\x1b]0;owned\x07"), std::string(9000, '7'), std::string("P/x")}) {
+    for (const bool status : {false, true}) {
+      std::vector<std::string> argv = {DDPRUN_BIN};
+      if (status) argv.push_back("status");
+      argv.insert(argv.end(),
+                  {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", id});
+      if (!status) argv.insert(argv.end(), {"--no-python", "/bin/true"});
+      ddprun::test::Subprocess ddprun(argv);
+      INFO(ddprun.describe());
+      REQUIRE(ddprun::test::exitsWith(ddprun, 2, 30s));
+      const std::string errors = ddprun.errors();
+      CHECK(errors.find('\n') == errors.size() - 1);
+      CHECK_THAT(errors, Catch::StartsWith("ddprun") && Catch::Contains(rule));
+      CHECK(errors.find_first_of("\x1b\x07") == std::string::npos);
+      CHECK(errors.size() < 600);
+    }
+  }
+}
+
+TEST_CASE(
+    "--rdzv-endpoint: a user name or password is refused on every backend and never "
+    "repeated in any message",
+    "[cli][endpoint]") {
+  const std::string secret = "S3cr3tPw";
+  // etcd: one line saying to use username= and password_file=, the URL shown with "***".
+  CHECK(usageError({"--rdzv-backend", "etcd", "--rdzv-endpoint",
+                    "http://alice:" + secret + "@etcd-0:2379", script()}) ==
+        "--rdzv-endpoint 'http://***@etcd-0:2379': etcd endpoint 'http://***@etcd-0:2379': a user "
+        "name or password does not "
+        "go in "
+        "the endpoint; give the user as username=NAME and its password in a file only you can read "
+        "as "
+        "password_file=PATH in --rdzv-conf");
+  CHECK(usageError({script()},
+                   with(with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd"),
+                        "PET_RDZV_ENDPOINT", "etcd-1,https://alice:" + secret + "@etcd-0")) ==
+        "PET_RDZV_ENDPOINT '***@etcd-0': etcd endpoint 'https://***@etcd-0': a user name or "
+        "password does not "
+        "go in "
+        "the endpoint; give the user as username=NAME and its password in a file only you can read "
+        "as "
+        "password_file=PATH in --rdzv-conf");
+  // c10d and static take HOST:PORT: the same refusal, the value shown the same way.
+  for (const std::string backend : {"c10d", "static"}) {
+    const std::string line = usageError({"--rdzv-backend", backend, "--rdzv-endpoint",
+                                         "http://alice:" + secret + "@node0:29400", script()});
+    CHECK_THAT(
+        line, Catch::StartsWith("--rdzv-endpoint 'http://***@node0:29400': a user name or password "
+                                "does not go in the address"));
+    CHECK(line.find(secret) == std::string::npos);
+    CHECK(usageError({"--rdzv-backend", backend, "--rdzv-endpoint", "alice:" + secret + "@node0",
+                      script()})
+              .find(secret) == std::string::npos);
+  }
+  // Where the endpoint is only ignored, the warning does not repeat it either.
+  const CommandLine standalone = parse(
+      {"--standalone", "--rdzv-endpoint", "http://alice:" + secret + "@node0:29400", script()});
+  REQUIRE(standalone.warnings.size() == 1);
+  CHECK_THAT(standalone.warnings[0], Catch::Contains("'http://***@node0:29400'"));
+  CHECK(standalone.warnings[0].find(secret) == std::string::npos);
+}
+
+TEST_CASE("--nproc-per-node: at most the workers a node record may claim", "[cli][nproc]") {
+  using ddprun::launcher::kMaxNprocPerNode;
+  CHECK(kMaxNprocPerNode == 65536);
+  CHECK(config({"--nproc-per-node", std::to_string(kMaxNprocPerNode), script()}).nprocPerNode ==
+        kMaxNprocPerNode);
+  for (const std::string count : {"65537", "1000000", "0"}) {
+    CHECK(usageError({"--nproc-per-node", count, script()}) ==
+          "--nproc-per-node '" + count +
+              "': the number of workers per node must be between 1 and 65536, "
+              "e.g. --nproc-per-node 2");
+  }
+  CHECK(usageError({script()}, with(sandbox().environment(), "PET_NPROC_PER_NODE", "1000000")) ==
+        "PET_NPROC_PER_NODE '1000000': the number of workers per node must be between 1 and 65536, "
+        "e.g. "
+        "PET_NPROC_PER_NODE=2");
+}
+
+TEST_CASE(
+    "--rdzv-conf: every duration key has a range: below 1 ms or above it is exit 2 with the "
+    "range",
+    "[cli][rdzv-conf]") {
+  using std::chrono::milliseconds;
+  const auto error = [](const std::string& value) {
+    return usageError({"--rdzv-backend", "etcd", "--rdzv-conf", value, script()});
+  };
+  for (const std::string key :
+       {"join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "timeout",
+        "read_timeout", "exit_barrier_timeout"}) {
+    INFO(key);
+    CHECK(error(key + "=0.0009") == "--rdzv-conf: '" + key + "=0.0009' is outside " + key +
+                                        "'s range, 0.001 to 1000000000 seconds; e.g. " + key +
+                                        "=60");
+    CHECK_THAT(error(key + "=1e10"), Catch::Contains("is outside " + key + "'s range"));
+    CHECK_THAT(error(key + "=1e300"), Catch::Contains("is outside " + key + "'s range"));
+  }
+  CHECK(error("keep_alive_interval=0.0001") ==
+        "--rdzv-conf: 'keep_alive_interval=0.0001' is outside keep_alive_interval's range, 0.001 "
+        "to 3600 "
+        "seconds; e.g. keep_alive_interval=1");
+  CHECK_THAT(error("keep_alive_interval=3601"), Catch::Contains("0.001 to 3600 seconds"));
+  // The least of each: 1 ms, never 0.
+  const auto settings =
+      config({"--rdzv-backend", "c10d", "--rdzv-conf",
+              "keep_alive_interval=0.001,keep_alive_max_attempt=1000,join_timeout=0.0015,"
+              "read_timeout=1e9",
+              script()})
+          .rdzv.settings;
+  CHECK(settings.keepAliveInterval == milliseconds(1));
+  CHECK(settings.joinTimeout == milliseconds(1));
+  CHECK(settings.readTimeout == milliseconds(1'000'000'000'000));
+}
+
+TEST_CASE(
+    "the ddprun binary and ddprun status: keep_alive_interval below 1 ms is exit 2, not SIGFPE",
+    "[cli][rdzv-conf]") {
+  using namespace std::chrono_literals;
+  for (const bool status : {false, true}) {
+    std::vector<std::string> argv = {DDPRUN_BIN};
+    if (status) argv.push_back("status");
+    argv.insert(argv.end(), {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1",
+                             "--rdzv-id", "job", "--rdzv-conf", "keep_alive_interval=0.0001"});
+    if (!status) argv.insert(argv.end(), {"--no-python", "/bin/true"});
+    ddprun::test::Subprocess ddprun(argv);
+    INFO(ddprun.describe());
+    REQUIRE(ddprun::test::exitsWith(ddprun, 2, 30s));
+    CHECK_THAT(ddprun.errors(),
+               Catch::Contains("'keep_alive_interval=0.0001' is outside keep_alive_interval's "
+                               "range, 0.001 to 3600 seconds"));
+  }
 }

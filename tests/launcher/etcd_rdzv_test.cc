@@ -14,6 +14,7 @@
 
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -202,6 +203,61 @@ TEST_CASE("etcd: agents of another run id are another job on the same etcd, neve
   CHECK(keysOf(cluster, "job-y").empty());
 }
 
+TEST_CASE(
+    "etcd: jobs P, P-x and P.x are three jobs: P ending normally leaves the others running "
+    "with their keys; P/x is refused with exit 2",
+    "[elastic]") {
+  EtcdCluster& cluster = sharedCluster();
+  TempDir dir;
+  const std::string endpoints = cluster.endpoints();
+  // P's prefix delete at its end is a range over "/ddprun/P/": it must reach no key of a job whose
+  // id starts with "P" (an etcd range without the '/' would take "/ddprun/P-x/..." along).
+  auto p = agent("1", endpoints, "P", dir.path + "/stop-P");
+  auto dash = agent("1", endpoints, "P-x", dir.path + "/stop-P-x");
+  auto dot = agent("1", endpoints, "P.x", dir.path + "/stop-P.x");
+  REQUIRE(reported({p.get()}, "world=1 ", 1, kForms));
+  REQUIRE(reported({dash.get()}, "world=1 ", 1, kForms));
+  REQUIRE(reported({dot.get()}, "world=1 ", 1, kForms));
+  const std::string dashKeys = keysOf(cluster, "P-x");
+  const std::string dotKeys = keysOf(cluster, "P.x");
+  CHECK_THAT(dashKeys, Catch::Contains("/ddprun/P-x/alive/"));
+  CHECK_THAT(dotKeys, Catch::Contains("/ddprun/P.x/alive/"));
+
+  finishJob(dir.path + "/stop-P", {p.get()});
+  CHECK(keysOf(cluster, "P").empty());  // P removed its own keys
+  // The others run on: every key they had is still there, their workers too, nothing lost.
+  const auto keptAll = [&](const std::string& id, const std::string& before) {
+    const std::string now = keysOf(cluster, id);
+    INFO("job " << id << " had:\n" << before << "now has:\n" << now);
+    std::istringstream lines(before);
+    for (std::string key; std::getline(lines, key);) {
+      if (!key.empty()) CHECK(now.find(key + "\n") != std::string::npos);
+    }
+  };
+  keptAll("P-x", dashKeys);
+  keptAll("P.x", dotKeys);
+  std::this_thread::sleep_for(1500ms);  // past a keep-alive: a deleted alive key would be noticed
+  CHECK_FALSE(dash->wait(0ms).has_value());
+  CHECK_FALSE(dot->wait(0ms).has_value());
+  CHECK_THAT(dash->errors() + dot->errors(), !Catch::Contains("was lost"));
+
+  // P/x would live under P's keys: refused before anything is written, one line naming the rule.
+  auto nested = agent("1", endpoints, "P/x", dir.path + "/stop-P");
+  REQUIRE(exitsWith(*nested, 2, 20s, {dash.get(), dot.get()}));
+  const std::string errors = nested->errors();
+  INFO(errors);
+  CHECK(countLines(errors, "^ddprun: error: ") == 1);
+  CHECK_THAT(errors,
+             Catch::Contains("ddprun: error: --rdzv-id 'P/x': a run id is 1..128 of A-Z a-z 0-9 "
+                             ". _ - (not starting with . or -); e.g. --rdzv-id job1"));
+  CHECK(cluster.etcdctl({"get", "--prefix", "--keys-only", "/ddprun/P/"}).empty());
+
+  finishJob(dir.path + "/stop-P-x", {dash.get()});
+  finishJob(dir.path + "/stop-P.x", {dot.get()});
+  CHECK(keysOf(cluster, "P-x").empty());
+  CHECK(keysOf(cluster, "P.x").empty());
+}
+
 TEST_CASE("etcd unreachable at start: one line naming the members and the fix, exit 2, within "
           "read_timeout",
           "[elastic]") {
@@ -282,10 +338,18 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
                         Catch::Contains("check username= and password_file= in --rdzv-conf"));
   CHECK_THAT(wrong, !Catch::Contains("not-alices-pw-7f3"));
 
-  // The right password, another job's prefix, which alice's role does not cover.
+  // The right password, another job's prefix, which alice's role does not cover: the role of the
+  // recipe (docs/errors.md, a prefix ending in '/') covers job authjob alone, not one whose id
+  // starts with it.
   CHECK_THAT(refused("username=alice,password_file=" + password, "otherjob"),
              Catch::Contains("etcd refused user 'alice': ") && Catch::Contains("permission denied") &&
                  Catch::Contains("that the user's role may read and write /ddprun/otherjob/"));
+  for (const std::string sibling : {"authjob-x", "authjob.x", "authjobx"}) {
+    CHECK_THAT(
+        refused("username=alice,password_file=" + password, sibling),
+        Catch::Contains("permission denied") &&
+            Catch::Contains("that the user's role may read and write /ddprun/" + sibling + "/"));
+  }
 
   const std::string openFile = writeFile(dir.path + "/open.pw", "alicepw\n", 0644);
   CHECK_THAT(refused("username=alice,password_file=" + openFile),

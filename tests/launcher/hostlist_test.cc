@@ -3,6 +3,7 @@
 #include "cli/hostlist.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -88,4 +89,38 @@ TEST_CASE("a hostlist of exactly the cap expands, one more host is refused") {
   CHECK(expandHostlist("n[0-65535]").size() == kMaxHosts);
   CHECK(expandHostlist("a[0-255]b[0-255]").size() == kMaxHosts);
   CHECK_THROWS_AS(expandHostlist("n[0-65535],extra"), HostlistError);
+}
+
+TEST_CASE("a hostlist bomb is refused from its length alone: counted before anything is expanded") {
+  // Bracket groups whose product is astronomically over the cap, ~126 KB as an environment
+  // variable can hold: one item of 14,000 groups, 14,000 items of one group each, and groups of
+  // 10 (the product passes the cap late). Each used to be expanded group by group first (1 GiB
+  // for 9 KB). Counted arithmetically now: refused in well under a millisecond each on an idle
+  // machine; the bound here is a hang guard for a loaded, instrumented build.
+  std::string oneItem = "n";
+  std::string manyItems;
+  std::string tens = "n";
+  for (int i = 0; i < 14000; ++i) {
+    oneItem += "[0-65534]";
+    manyItems += (i == 0 ? "" : ",") + std::string("n[0-65534]");
+  }
+  for (int i = 0; i < 25000; ++i) tens += "[0-9]";
+  for (const std::string* bomb : {&oneItem, &manyItems, &tens}) {
+    INFO(bomb->size() << " bytes: " << bomb->substr(0, 40));
+    CHECK(bomb->size() >= 125'000);
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      const auto hosts = expandHostlist(*bomb);
+      FAIL_CHECK("expanded to " << hosts.size() << " hosts");
+    } catch (const HostlistError& error) {
+      const std::string message = error.what();
+      CHECK_THAT(message,
+                 Catch::Contains("more than 65536 hosts") || Catch::Contains("longer than 255"));
+      CHECK(message.size() < 400);  // the list is quoted cut
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    WARN("refused in " << took * 1000 << " ms");
+    CHECK(took < 2.0);
+  }
 }

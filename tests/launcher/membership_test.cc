@@ -134,23 +134,50 @@ TEST_CASE("the prefixes that forget a round and wait for the alive keys cover ex
 }
 
 TEST_CASE("a run id cannot reach another run's keys or the active-run key", "[membership_keys]") {
-  // --rdzv-id is taken as given (cli.cc checks nothing), '/' included: the keys must stay apart
-  // anyway. Run ids built from another run's key suffixes are the ones that could collide.
-  const std::vector<std::string> runIds = {"a",       "a/round/0", "a/round", "a/node",    "a/node/1",
-                                           "a/alive", "a/alive/1", "a/round/0/member", "active_run",
-                                           "",        "..",        "a/..",    "a/round/0/member/1"};
+  // Run ids that extend another ("a-x", "a.x", "a_x", "a.", "a..") or name its keys' words: no
+  // run's prefix (what a range or the prefix delete at a job's end covers) holds a key of another.
+  const std::vector<std::string> runIds = {"a",
+                                           "a-x",
+                                           "a.x",
+                                           "a_x",
+                                           "a.",
+                                           "a..",
+                                           "A",
+                                           "round",
+                                           "node",
+                                           "alive",
+                                           "active_run",
+                                           "none",
+                                           "slurm-1234.0",
+                                           "ssh-0123456789abcdef",
+                                           "123e4567-e89b-12d3-a456-426614174000"};
   std::map<std::string, std::string> owner;  // key -> the run that uses it
   for (const std::string& runId : runIds) {
     const MembershipKeys keys(runId);
     CHECK(keys.prefix() == "ddprun/" + runId + "/");
     for (const std::string& key : everyKey(runId, 3)) {
       INFO("run '" << runId << "', key " << key);
-      CHECK(key.starts_with(keys.prefix()));  // no normalisation: keys are not paths
+      CHECK(key.starts_with(keys.prefix()));
       CHECK(key != kActiveRunKey);
       const auto [it, fresh] = owner.emplace(key, runId);
       CHECK((fresh || it->second == runId));
     }
   }
+  for (const auto& [key, run] : owner) {
+    for (const std::string& other : runIds) {
+      if (other == run) continue;
+      INFO("key " << key << " of run '" << run << "'");
+      CHECK_FALSE(key.starts_with(MembershipKeys(other).prefix()));
+    }
+  }
+  // An id that is a path or no name has no keys at all: "P/x" would live inside "P"'s prefix.
+  const std::vector<std::string> bad = {"a/x", "a/round/0", "",      ".",   "..",
+                                        "-a",  ".a",        "a\x1b", "a b", std::string(129, 'a')};
+  for (const std::string& id : bad) {
+    INFO("run '" << id << "'");
+    CHECK_THROWS_AS(MembershipKeys(id), std::invalid_argument);
+  }
+  CHECK_NOTHROW(MembershipKeys(std::string(128, 'a')));
 }
 
 // The key table of docs/architecture.md ("Rendezvous rounds"), each name as written there.
@@ -223,7 +250,7 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   InProcessStoreBackend backend(store);
   RendezvousConfig config;
   config.backend = RdzvBackend::kC10d;
-  config.runId = "job/with/slashes";
+  config.runId = "job.with-dots_and-dashes";
   Membership membership(config, backend, nodeInfo(-1, "10.0.0.1"), [] { return std::chrono::steady_clock::now(); });
   membership.open();
   const Round round = membership.join(-1);

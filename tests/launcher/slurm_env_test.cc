@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "ports.h"
+#include "subprocess.h"
 #include "temp_dir.h"
+#include "waits.h"
 
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::parseCommandLine;
@@ -251,4 +254,50 @@ TEST_CASE("slurm: variables that are not what Slurm writes are errors naming the
     }
     CHECK_THAT(errorOf({}, environment), Catch::Contains(c.says));
   }
+}
+
+TEST_CASE(
+    "slurm: a hostlist bomb in SLURM_STEP_NODELIST is refused at once by the ddprun binary, "
+    "within a 64 MiB address space") {
+  using namespace std::chrono_literals;
+  // 126 KB of bracket groups (an environment variable holds at most 128 KiB): their product is
+  // astronomically over the cap. Each group used to be expanded before the product was checked:
+  // 1 GiB and 17 s for 9 KB, and out of memory at this size.
+  std::string bomb = "n";
+  while (bomb.size() < 126'000) bomb += "[0-65534]";
+  std::vector<std::string> environment;
+  for (const auto& [name, value] : srunEnvironment(0)) environment.push_back(name + "=" + value);
+  environment.push_back("SLURM_STEP_NODELIST=" + bomb);
+  std::vector<std::string> argv = {DDPRUN_BIN, "--nproc-per-node", "1", "--no-python", "/bin/true"};
+#if !defined(__SANITIZE_ADDRESS__)
+  // The cap: 64 MiB of address space, which ddprun itself fits in (the same command with a
+  // readable list reaches its rendezvous under it, below); AddressSanitizer's shadow memory
+  // alone is terabytes of address space, so an instrumented build runs it without the cap.
+  argv.insert(argv.begin(), {"prlimit", "--as=67108864", "--"});
+#else
+  WARN("built with AddressSanitizer: run without the 64 MiB address-space cap");
+#endif
+  const auto started = std::chrono::steady_clock::now();
+  ddprun::test::Subprocess ddprun(argv, environment);
+  INFO(ddprun.describe(2000));
+  REQUIRE(ddprun::test::exitsWith(ddprun, 2, 20s));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  WARN("a 126 KB SLURM_STEP_NODELIST bomb: ddprun exited 2 after " << took * 1000 << " ms");
+  CHECK(took < 10.0);  // a hang guard: it is the work before the refusal that is bounded
+  const std::string errors = ddprun.errors();
+  CHECK(errors.find('\n') == errors.size() - 1);  // one line
+  CHECK_THAT(errors, Catch::StartsWith("ddprun: error: SLURM_STEP_NODELIST: ") &&
+                         Catch::Contains("it is not a Slurm host list ddprun can read"));
+  CHECK(errors.size() < 800);
+
+#if !defined(__SANITIZE_ADDRESS__)
+  // Under the same cap, with a list it can read, ddprun goes on past the command line: node 0
+  // hosts the step's store and waits for node 1, which never comes (stopped here).
+  environment.back() = "SLURM_STEP_NODELIST=127.0.0.[1-2]";
+  environment.push_back("DDPRUN_SLURM_PORT=" + std::to_string(ddprun::test::freePort()));
+  ddprun::test::Subprocess capped(argv, environment);
+  INFO(capped.describe(2000));
+  CHECK(capped.waitForError("waiting for 1 more node", 20000ms));
+#endif
 }

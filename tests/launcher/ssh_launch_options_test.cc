@@ -152,6 +152,7 @@ TEST_CASE("a launch over ssh refuses what it cannot honour, in one line") {
       {{"--hostfile", scratch().file("bad", "a slots=2\nb\n"), train()}, "bad:2: no slots=N"},
       {{"--hostfile", (scratch().dir / "missing").string(), train()}, "cannot read it"},
       {{"--hosts", "a", "--max-restarts", "-1", train()}, "restarts cannot be negative"},
+      {{"--hosts", "a", "--rdzv-id", "P/x", train()}, "--rdzv-id 'P/x': a run id is 1..128 of"},
       {{"--hosts", "a"}, "missing the training script"},
   };
   CHECK_THAT(usageError({"--hosts", "a", train()}, {{"PATH", "/nonexistent"}, {"PYTHON_EXEC", "/usr/bin/python3"}}),

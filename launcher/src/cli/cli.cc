@@ -34,9 +34,6 @@ using namespace cli_detail;
 using common::printable;
 using std::chrono::milliseconds;
 
-// Up to ~31 years: anything larger is a typo, and would overflow later arithmetic.
-constexpr double kMaxSeconds = 1e9;
-
 milliseconds secondsToMilliseconds(double seconds) {
   return milliseconds(std::llround(seconds * 1000));
 }

@@ -95,7 +95,9 @@ bool parseEnvironmentBoolean(std::string_view value, const std::string& variable
 }  // namespace
 
 std::string label(const GivenValue& given) {
-  return fmt::format("{} {}", printable(given.origin), quote(given.value));
+  const bool address = given.spec != nullptr && given.spec->address;
+  return fmt::format("{} {}", printable(given.origin),
+                     quote(address ? common::withoutUserinfo(given.value) : given.value));
 }
 
 std::string example(const GivenValue& given, std::string_view value) {

@@ -31,6 +31,9 @@ std::string quote(std::string_view text);
 std::optional<long long> parseWholeNumber(std::string_view text);
 // A finite number ("0.5", "1e3", surrounding blanks allowed); not inf or nan.
 std::optional<double> parseFiniteNumber(std::string_view text);
+// The most seconds any duration option or --rdzv-conf key takes, ~31 years: anything larger is a
+// typo, and would overflow later arithmetic (a deadline in a clock's nanoseconds).
+inline constexpr double kMaxSeconds = 1e9;
 // 0..65535 written as 1 to 5 digits, nothing else.
 std::optional<std::uint16_t> parsePort(std::string_view text);
 

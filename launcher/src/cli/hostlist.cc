@@ -22,10 +22,29 @@ struct Bound {
   std::size_t width = 0;
 };
 
-// One bracket group: the numbers it stands for, each with the width to print it at.
-struct Group {
-  std::vector<std::pair<std::uint64_t, std::size_t>> numbers;
+// One range of a bracket group: LO..HI, each printed at least `width` digits wide.
+struct Range {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  std::size_t width = 0;
 };
+
+// One bracket group: its ranges as written, never expanded before the whole item is counted, so
+// that the work and memory of reading a list are bounded by its length and kMaxHosts, whatever
+// its ranges multiply to.
+struct Group {
+  std::vector<Range> ranges;
+  std::size_t count = 0;  // how many numbers the ranges stand for, at most kMaxHosts
+};
+
+std::size_t digitCount(std::uint64_t value) {
+  std::size_t digits = 1;
+  while (value >= 10) {
+    value /= 10;
+    ++digits;
+  }
+  return digits;
+}
 
 // An item: literal text and groups, in order.
 using Part = std::variant<std::string, Group>;
@@ -70,10 +89,11 @@ Group parseGroup(std::string_view ranges, std::string_view item) {
                                       "its high bound)",
                                       printablePrefix(item), printablePrefix(range)));
     }
-    if (hi.value - lo.value >= kMaxHosts || group.numbers.size() + (hi.value - lo.value) >= kMaxHosts) {
+    if (hi.value - lo.value >= kMaxHosts || group.count + (hi.value - lo.value) >= kMaxHosts) {
       throw HostlistError(fmt::format("'{}': more than {} hosts", printablePrefix(item), kMaxHosts));
     }
-    for (std::uint64_t n = lo.value; n <= hi.value; ++n) group.numbers.emplace_back(n, lo.width);
+    group.ranges.push_back({lo.value, hi.value, lo.width});
+    group.count += static_cast<std::size_t>(hi.value - lo.value) + 1;
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -113,8 +133,8 @@ std::vector<Part> parseItem(std::string_view item) {
       continue;
     }
     std::size_t widest = 0;
-    for (const auto& [number, width] : std::get<Group>(part).numbers) {
-      widest = std::max({widest, width, std::to_string(number).size()});
+    for (const Range& range : std::get<Group>(part).ranges) {
+      widest = std::max({widest, range.width, digitCount(range.hi)});
     }
     longest += widest;
   }
@@ -125,12 +145,13 @@ std::vector<Part> parseItem(std::string_view item) {
   return parts;
 }
 
-// How many hosts the parts make, or more than kMaxHosts (the product is checked as it grows).
+// How many hosts the parts make, or kMaxHosts + 1 for more (each factor is at most kMaxHosts, so
+// the product checked as it grows never overflows).
 std::size_t countHosts(const std::vector<Part>& parts) {
   std::size_t count = 1;
   for (const auto& part : parts) {
     if (const auto* group = std::get_if<Group>(&part)) {
-      count *= group->numbers.size();
+      count *= group->count;
       if (count > kMaxHosts) return kMaxHosts + 1;
     }
   }
@@ -149,10 +170,12 @@ void expand(const std::vector<Part>& parts, std::size_t index, std::string& pref
     prefix += *text;
     expand(parts, index + 1, prefix, hosts);
   } else {
-    for (const auto& [number, width] : std::get<Group>(parts[index]).numbers) {
-      prefix += fmt::format("{:0{}}", number, width);
-      expand(parts, index + 1, prefix, hosts);
-      prefix.resize(keep);
+    for (const Range& range : std::get<Group>(parts[index]).ranges) {
+      for (std::uint64_t number = range.lo; number <= range.hi; ++number) {
+        prefix += fmt::format("{:0{}}", number, range.width);
+        expand(parts, index + 1, prefix, hosts);
+        prefix.resize(keep);
+      }
     }
   }
   prefix.resize(keep);
@@ -161,15 +184,17 @@ void expand(const std::vector<Part>& parts, std::size_t index, std::string& pref
 }  // namespace
 
 std::vector<std::string> expandHostlist(std::string_view text) {
-  std::vector<std::string> hosts;
+  // Every item is read and counted before any is expanded: a list over the cap costs no more
+  // than its own length to refuse.
+  std::vector<std::vector<Part>> items;
+  std::size_t count = 0;
   auto add = [&](std::string_view item) {
-    const std::vector<Part> parts = parseItem(item);
-    if (hosts.size() + countHosts(parts) > kMaxHosts) {
+    items.push_back(parseItem(item));
+    count += countHosts(items.back());
+    if (count > kMaxHosts) {
       throw HostlistError(fmt::format("'{}': more than {} hosts (ddprun's cap, as Slurm's)",
                                       printablePrefix(text), kMaxHosts));
     }
-    std::string prefix;
-    expand(parts, 0, prefix, hosts);
   };
   const auto emptyHost = [&] {
     return HostlistError(fmt::format(
@@ -207,7 +232,13 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     itemSinceComma = true;
   }
   if (anyComma && !itemSinceComma) throw emptyHost();
-  if (hosts.empty()) throw HostlistError("the host list is empty");
+  if (count == 0) throw HostlistError("the host list is empty");
+  std::vector<std::string> hosts;
+  hosts.reserve(count);
+  for (const auto& parts : items) {
+    std::string prefix;
+    expand(parts, 0, prefix, hosts);
+  }
   return hosts;
 }
 

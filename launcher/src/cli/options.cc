@@ -37,7 +37,8 @@ constexpr OptionSpec kOptions[] = {
    .help = "Rendezvous store address: HOST[:PORT] or [IPv6][:PORT]; the c10d port defaults to "
            "29400. Default for c10d: localhost:29400; for static: MASTER_ADDR:MASTER_PORT. "
            "etcd: its members, HOST[:PORT][,HOST[:PORT]...], each may start with http:// or "
-           "https://, port 2379; default localhost:2379."},
+           "https://, port 2379; default localhost:2379.",
+   .address = true},
   {.name = "rdzv-id",
    .help = "Job id shared by every node; becomes TORCHELASTIC_RUN_ID. Default: none."},
   {.name = "rdzv-conf",

@@ -19,6 +19,9 @@ struct OptionSpec {
   bool hasEnvironment = true;  // falls back to PET_<NAME>
   std::string_view metavar{};  // "" = the name upper-cased, as argparse prints it
   std::string_view help{};
+  // An address that may be typed as a URL: messages quote it without its user information
+  // (common::withoutUserinfo), so a password written into it is never repeated.
+  bool address = false;
 };
 
 // Every option, in --help order.

@@ -158,14 +158,37 @@ std::string knownKeyNames() {
   return names;
 }
 
+// The range of a duration key, in seconds. Every duration is held in whole milliseconds, so none
+// is below 1 ms (a keep-alive interval of 0 ms would divide by zero and spin). keep_alive_interval
+// is an hour at most: times keep_alive_max_attempt (up to 1000000) it is the liveness timeout,
+// which must still fit a clock's nanoseconds.
+struct SecondsRange {
+  double least = 0.001;
+  double most = kMaxSeconds;
+  std::string_view example = "60";
+};
+
+SecondsRange secondsRange(std::string_view key) {
+  if (key == "keep_alive_interval") return {0.001, 3600, "1"};
+  return {};
+}
+
 std::chrono::milliseconds secondsValue(const ConfSource& source, std::string_view key,
                                        std::string_view value) {
+  const SecondsRange range = secondsRange(key);
   const auto seconds = parseFiniteNumber(value);
   if (!seconds || *seconds <= 0) {
-    throw UsageError(fmt::format("{}: {} is not a positive number of seconds; e.g. {}=60",
-                                 source.where(), quote(fmt::format("{}={}", key, value)), key));
+    throw UsageError(fmt::format("{}: {} is not a positive number of seconds; e.g. {}={}",
+                                 source.where(), quote(fmt::format("{}={}", key, value)), key,
+                                 range.example));
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000));
+  if (*seconds < range.least || *seconds > range.most) {
+    throw UsageError(fmt::format(
+        "{}: {} is outside {}'s range, {:.10g} to {:.10g} seconds; e.g. {}={}", source.where(),
+        quote(fmt::format("{}={}", key, value)), key, range.least, range.most, key, range.example));
+  }
+  return std::chrono::milliseconds(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(*seconds * 1000)));
 }
 
 int countValue(const ConfSource& source, std::string_view key, std::string_view value) {
@@ -324,7 +347,9 @@ void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
   if (fence > s.keepAliveInterval) return;
   const auto slack = 2 * RendezvousSettings::kFenceRoundTrip + RendezvousSettings::kFenceMargin;
   // The least keep_alive_max_attempt that gives a fence longer than one interval.
-  const long attempts = (s.keepAliveInterval + slack).count() / s.keepAliveInterval.count() + 1;
+  // keep_alive_interval is at least 1 ms (secondsValue); the divisor is kept >= 1 here as well.
+  const long interval = std::max<long>(1, s.keepAliveInterval.count());
+  const long attempts = (s.keepAliveInterval + slack).count() / interval + 1;
   throw UsageError(fmt::format(
       "{}: keep_alive_interval={} s x keep_alive_max_attempt={} make a {} s liveness timeout, and "
       "a node fences itself (stops its workers) {} s before it: after {} s without an acknowledged "

@@ -97,6 +97,7 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
   try {
     rdzv.etcdEndpoints = rendezvous::etcd::parseEtcdEndpoints(text);
   } catch (const rendezvous::etcd::EtcdEndpointError& error) {
+    // label() and what() show an address without its user information.
     throw UsageError(fmt::format("{}: {}", label(given), error.what()));
   }
   for (const auto& member : rdzv.etcdEndpoints) checkResolvable(member.host, given);
@@ -216,7 +217,9 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
   }
   rdzv.settings = conf.settings;
   if (standalone != nullptr) return resolveStandalone(*standalone, arguments, result);
-  if (const auto* id = arguments.given("rdzv-id")) rdzv.runId = id->value;
+  // A run id is one segment of every key of the job (one rule for every backend: on a shared
+  // etcd a '/' would put one job inside another's keys).
+  if (const auto* id = arguments.given("rdzv-id")) rdzv.runId = parseRunId(*id);
   // torchrun's static rendezvous waits `timeout` (its TCPStore timeout, 900 s unless given) for
   // the nodes and the master's store to come; its legacy etcd backend takes `timeout` as its join
   // timeout (600 s unless given, join_timeout's default).

@@ -253,7 +253,7 @@ CommandLine sshCommandLine(
   }
   launch.rdzvEndpoint = rendezvousEndpoint(given, selected.front().name);
   const GivenValue* id = find(given, "rdzv-id");
-  launch.runId = id != nullptr ? id->value : "ssh-" + common::randomHexId();
+  launch.runId = id != nullptr ? parseRunId(*id) : "ssh-" + common::randomHexId();
   launch.agentArguments = agentArguments(given, result.config.entry);
   launch.environment = hosts::forwardedEnvironment(environment, forwardedNames(given));
   // Secure by default: without the user's token file (which each host's agent then reads, as

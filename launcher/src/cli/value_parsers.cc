@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/host_probes.h"
+#include "ddprun/common/run_id.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher::cli_detail {
@@ -96,12 +97,25 @@ int resolveNprocPerNode(const GivenValue& given, const Environment& environment)
         "{} is not a number of workers; use an integer >= 1 or one of auto, cpu, gpu, xpu",
         label(given)));
   }
-  if (*count < 1 || *count > 1'000'000) {
+  // The most a node record may claim (the other nodes refuse a larger one): said here, at start.
+  if (*count < 1 || *count > kMaxNprocPerNode) {
     throw UsageError(
-        fmt::format("{}: the number of workers per node must be between 1 and 1000000, e.g. {}",
-                    label(given), example(given, "2")));
+        fmt::format("{}: the number of workers per node must be between 1 and {}, e.g. {}",
+                    label(given), kMaxNprocPerNode, example(given, "2")));
   }
   return static_cast<int>(*count);
+}
+
+std::string parseRunId(const GivenValue& given) {
+  if (common::isRunId(given.value)) return given.value;
+  // A long id is shown cut: enough to recognise it (and bounded, escaped: it is outside text).
+  const std::string shown =
+      given.value.size() > common::kShownBytes
+          ? fmt::format("'{}...' ({} bytes)", common::printablePrefix(given.value),
+                        given.value.size())
+          : fmt::format("'{}'", printable(given.value));
+  throw UsageError(fmt::format("{} {}: {}; e.g. {}", printable(given.origin), shown,
+                               common::kRunIdRule, example(given, "job1")));
 }
 
 // HOST, HOST:PORT, [IPv6] or [IPv6]:PORT.
@@ -109,6 +123,13 @@ HostPort parseEndpoint(const GivenValue& given) {
   const std::string_view text = trim(given.value);
   const std::string fix =
       fmt::format("write HOST:PORT or [IPv6]:PORT, e.g. {}", example(given, "node0:29400"));
+  if (text.find('@') != std::string_view::npos) {
+    // label() shows the value with the user information as "***".
+    throw UsageError(
+        fmt::format("{}: a user name or password does not go in the address (the "
+                    "job's secret is a file given as token_file=PATH in --rdzv-conf); {}",
+                    label(given), fix));
+  }
   HostPort endpoint;
   std::optional<std::string_view> portText;
   if (text.starts_with('[')) {

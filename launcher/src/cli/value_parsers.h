@@ -20,15 +20,20 @@ namespace ddprun::launcher::cli_detail {
 // --nnodes: N or MIN:MAX with 0 < MIN <= MAX -> {MIN, MAX}.
 std::pair<int, int> parseNnodes(const GivenValue& given);
 
-// --nproc-per-node: a count >= 1, or cpu, gpu, xpu, auto resolved on this host.
+// --nproc-per-node: a count in 1..kMaxNprocPerNode, or cpu, gpu, xpu, auto resolved on this host.
 int resolveNprocPerNode(const GivenValue& given, const Environment& environment);
+
+// --rdzv-id (or an id made from Slurm's variables, or for a launch over ssh): the value when it
+// follows common::isRunId's rule, else a UsageError naming the rule.
+std::string parseRunId(const GivenValue& given);
 
 struct HostPort {
   std::string host;  // without an IPv6 address's brackets
   std::optional<std::uint16_t> port;
 };
 
-// --rdzv-endpoint: HOST, HOST:PORT, [IPv6] or [IPv6]:PORT.
+// --rdzv-endpoint: HOST, HOST:PORT, [IPv6] or [IPv6]:PORT; user information ("user:pw@") is
+// refused, quoted as "***".
 HostPort parseEndpoint(const GivenValue& given);
 
 // -r/--redirects, -t/--tee: "0".."3" for every local rank, or LOCAL_RANK:N,...

@@ -385,7 +385,4 @@ std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
 std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
                             std::chrono::milliseconds left);
 
-// The largest nproc a node record may claim (a typo or a forgery beyond it).
-inline constexpr int kMaxNprocPerNode = 1 << 16;
-
 }  // namespace ddprun::launcher

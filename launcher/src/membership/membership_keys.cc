@@ -2,10 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
+#include "ddprun/common/run_id.h"
+#include "ddprun/common/text.h"
+
 namespace ddprun::launcher {
+namespace {
+
+std::string_view checkedRunId(std::string_view runId) {
+  if (!common::isRunId(runId)) {
+    throw std::invalid_argument(
+        fmt::format("run id '{}': {}", common::printablePrefix(runId), common::kRunIdRule));
+  }
+  return runId;
+}
+
+}  // namespace
 
 MembershipKeys::MembershipKeys(std::string_view runId)
-    : prefix_(fmt::format("{}{}/", kRendezvousKeyPrefix, runId)) {}
+    : prefix_(fmt::format("{}{}/", kRendezvousKeyPrefix, checkedRunId(runId))) {}
 
 std::string MembershipKeys::nextNodeId() const { return prefix_ + "next_node_id"; }
 

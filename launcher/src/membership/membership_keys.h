@@ -35,9 +35,13 @@ inline constexpr std::string_view kRendezvousKeyPrefix = "ddprun/";
 // a job of its own and nothing of one is visible to another.
 inline constexpr std::string_view kActiveRunKey = "ddprun/active_run";
 
-// The keys of one run, all under prefix() = "ddprun/<run id>/".
+// The keys of one run, all under prefix() = "ddprun/<run id>/". The run id is a name
+// (common::isRunId: no '/', so no run's prefix is inside another's), and every prefix below ends
+// in '/': a range or a delete of run "P" never reaches run "P-x" or "P.x".
 class MembershipKeys {
  public:
+  // Throws std::invalid_argument for an id that is not a run id (the command line refuses one
+  // before: this is the layout's own guarantee).
   explicit MembershipKeys(std::string_view runId);
 
   const std::string& prefix() const { return prefix_; }

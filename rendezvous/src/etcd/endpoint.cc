@@ -41,6 +41,16 @@ bool plausibleHost(std::string_view host) {
   });
 }
 
+// An entry with user information ("http://user:PASSWORD@host") is refused before anything else
+// quotes it, and quoted with that part as "***": the password is in no message.
+void refuseUserinfo(std::string_view entry) {
+  if (entry.find('@') == std::string_view::npos) return;
+  throw EtcdEndpointError(
+      "etcd endpoint '" + common::printablePrefix(common::withoutUserinfo(entry)) +
+      "': a user name or password does not go in the endpoint; give the user as username=NAME and "
+      "its password in a file only you can read as password_file=PATH in --rdzv-conf");
+}
+
 EtcdEndpoint parseOne(std::string_view entry) {
   EtcdEndpoint endpoint;
   std::string_view rest = entry;
@@ -55,12 +65,6 @@ EtcdEndpoint parseOne(std::string_view entry) {
   // One trailing '/' is what a copied URL often has; any other path is not an etcd endpoint.
   if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   if (rest.find('/') != std::string_view::npos) bad(entry, "a path is not part of an endpoint");
-  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    // Only what follows the '@' is quoted: what precedes it may be a password.
-    bad(rest.substr(at + 1), "user names and passwords do not go in the endpoint (give the "
-                             "user as username=NAME and the password in a file only you can "
-                             "read as password_file=PATH)");
-  }
   std::string_view host = rest;
   std::string_view port;
   if (!rest.empty() && rest.front() == '[') {
@@ -113,6 +117,13 @@ std::string EtcdEndpoint::text() const {
 
 std::vector<EtcdEndpoint> parseEtcdEndpoints(std::string_view text) {
   std::vector<EtcdEndpoint> endpoints;
+  // Every entry first: another entry's message must not quote a password (one written with a
+  // ',' in it is split across two entries).
+  for (std::size_t start = 0; start <= text.size();) {
+    const auto comma = std::min(text.find(',', start), text.size());
+    refuseUserinfo(trimmed(text.substr(start, comma - start)));
+    start = comma + 1;
+  }
   if (trimmed(text).empty()) bad(text, "no endpoint is given");
   std::size_t start = 0;
   for (;;) {

@@ -36,4 +36,11 @@ std::string validUtf8(std::string_view text);
 // every JSON writer already and are whitespace outside them: kept as they are.
 std::string printableJson(std::string_view json);
 
+// One address as typed (a URL or HOST:PORT) with its user information, everything before its
+// last '@' after "scheme://" (or from the start without a scheme), replaced by "***":
+// "http://u:pw@h:2379" -> "http://***@h:2379", "u:pw@h" -> "***@h". Text without '@' comes back
+// as it is. For the message that refuses such an address: a password typed into it is never
+// repeated. The result is still outside text (printable() it).
+std::string withoutUserinfo(std::string_view address);
+
 }  // namespace ddprun::common

@@ -218,6 +218,10 @@ struct LaunchConfig {
   bool tokenFromStdin = false;
 };
 
+// The most workers one node may run: --nproc-per-node above it is refused at start, and a node
+// record that claims more is refused by the others (a typo or a forgery).
+inline constexpr int kMaxNprocPerNode = 1 << 16;
+
 // The static backend's default port, and c10d's default endpoint port.
 inline constexpr std::uint16_t kDefaultMasterPort = 29500;
 inline constexpr std::uint16_t kDefaultC10dPort = 29400;
