@@ -1687,7 +1687,7 @@ TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about
 // --- Run ids are names, not paths (issue 34) ---
 
 TEST_CASE(
-    "--rdzv-id: a name of 1..128 safe characters on every backend, from every source: "
+    "option --rdzv-id: a name of 1..128 safe characters on every backend, from every source: "
     "torch's, Slurm's, Kubeflow's and UUID ids stay valid",
     "[cli][run-id]") {
   const std::vector<std::string> valid = {"none",
@@ -1777,7 +1777,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "--rdzv-endpoint: a user name or password is refused on every backend and never "
+    "option --rdzv-endpoint: a user name or password is refused on every backend and never "
     "repeated in any message",
     "[cli][endpoint]") {
   const std::string secret = "S3cr3tPw";
@@ -1819,7 +1819,7 @@ TEST_CASE(
   CHECK(standalone.warnings[0].find(secret) == std::string::npos);
 }
 
-TEST_CASE("--nproc-per-node: at most the workers a node record may claim", "[cli][nproc]") {
+TEST_CASE("option --nproc-per-node: at most the workers a node record may claim", "[cli][nproc]") {
   using ddprun::launcher::kMaxNprocPerNode;
   CHECK(kMaxNprocPerNode == 65536);
   CHECK(config({"--nproc-per-node", std::to_string(kMaxNprocPerNode), script()}).nprocPerNode ==
@@ -1837,7 +1837,7 @@ TEST_CASE("--nproc-per-node: at most the workers a node record may claim", "[cli
 }
 
 TEST_CASE(
-    "--rdzv-conf: every duration key has a range: below 1 ms or above it is exit 2 with the "
+    "option --rdzv-conf: every duration key has a range: below 1 ms or above it is exit 2 with the "
     "range",
     "[cli][rdzv-conf]") {
   using std::chrono::milliseconds;

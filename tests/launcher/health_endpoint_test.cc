@@ -64,8 +64,8 @@ TEST_CASE("health endpoint: an address that is no IP address is one line naming 
 }
 
 TEST_CASE("health endpoint: DDPRUN_HEALTH_CHECK_HOSTS names Host names, a bad one is one line") {
-  const auto named = healthEndpointOf({{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"},
-                                       {"DDPRUN_HEALTH_CHECK_HOSTS", "probe.svc,node-3"}});
+  const auto named = healthEndpointOf(
+      {{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}, {"DDPRUN_HEALTH_CHECK_HOSTS", "probe.svc,node-3"}});
   CHECK(named->hostNames == std::vector<std::string>{"probe.svc", "node-3"});
   CHECK(healthEndpointOf({{"TORCHELASTIC_HEALTH_CHECK_PORT", "0"}})->hostNames.empty());
   for (const char* bad : {"a b", "evil.example/x", "10.0.0.1", "a..b"}) {

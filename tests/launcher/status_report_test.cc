@@ -288,7 +288,7 @@ TEST_CASE(
                  "(not shown: ddprun/job-7/status/2 holds no snapshot this ddprun can read)\n"));
 }
 
-TEST_CASE("status read: before any snapshot, what the round records say; nothing at all is no job",
+TEST_CASE("status read: before any snapshot, what the round records say, and nothing at all is no job",
           "[status]") {
   ddprun::rendezvous::HashStore store;
   const MembershipKeys keys("job-7");
