@@ -288,8 +288,9 @@ TEST_CASE(
                  "(not shown: ddprun/job-7/status/2 holds no snapshot this ddprun can read)\n"));
 }
 
-TEST_CASE("status read: before any snapshot, what the round records say, and nothing at all is no job",
-          "[status]") {
+TEST_CASE(
+    "status read: before any snapshot, what the round records say, and nothing at all is no job",
+    "[status]") {
   ddprun::rendezvous::HashStore store;
   const MembershipKeys keys("job-7");
   CHECK_FALSE(readJob(store, "job-7").records);  // no record of the run: "no job"

@@ -197,7 +197,8 @@ TEST_CASE("a failed add names the key and the likely reason", "[tcp_store]") {
 }
 
 TEST_CASE(
-    "a value over the client's reply limit is that key's error, typed, and the next call reconnects",
+    "a value over the client's reply limit is that key's error, typed, and the next call "
+    "reconnects",
     "[tcp_store]") {
   TestServer server;
   TcpStore writer(server.clientOptions());
