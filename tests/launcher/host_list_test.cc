@@ -37,16 +37,21 @@ std::vector<std::string> namesOf(const std::vector<SelectedHost>& hosts) {
   return names;
 }
 
-// What /bin/sh makes of `text`: each word it reads, one per line (printf '%s\n').
-std::vector<std::string> shellWords(const std::string& text) {
-  const std::string command = "/bin/sh -c " + shellQuote("printf '%s\\n' " + text);
-  FILE* pipe = ::popen(command.c_str(), "r");
+// What `shell -c script` prints; the shell must exit 0.
+std::string shellOutput(const std::string& shell, const std::string& script) {
+  FILE* pipe = ::popen((shell + " -c " + shellQuote(script)).c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string out;
   char buffer[4096];
   std::size_t n;
   while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
   REQUIRE(::pclose(pipe) == 0);
+  return out;
+}
+
+// What /bin/sh makes of `text`: each word it reads, one per line (printf '%s\n').
+std::vector<std::string> shellWords(const std::string& text) {
+  const std::string out = shellOutput("/bin/sh", "printf '%s\\n' " + text);
   std::vector<std::string> words;
   std::size_t start = 0;
   for (std::size_t newline; (newline = out.find('\n', start)) != std::string::npos; start = newline + 1) {
@@ -259,18 +264,12 @@ TEST_CASE("the remote command runs a ddprun whose path holds '=', its variables 
   launch.remoteDirectory = scratch.path;
   const std::string command = remoteCommand(launch, 0);
   for (const std::string shell : {"/bin/sh", "/bin/bash"}) {
-    FILE* pipe = ::popen((shell + " -c " + shellQuote(command)).c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    char buffer[4096];
-    std::size_t n;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-    REQUIRE(::pclose(pipe) == 0);
     INFO(shell << " ran: " << command);
-    CHECK(out == scratch.path +
-                     "\nINFO\nx='1' $HOME `id`\n--stop-on-stdin-eof\n--nnodes=1\n"
-                     "--nproc-per-node=1\n--rdzv-backend=c10d\n"
-                     "--rdzv-endpoint=n1:29400\n--rdzv-id=r\n--\ntrain.py\na=b\n");
+    CHECK(shellOutput(shell, command) ==
+          scratch.path +
+              "\nINFO\nx='1' $HOME `id`\n--stop-on-stdin-eof\n--nnodes=1\n"
+              "--nproc-per-node=1\n--rdzv-backend=c10d\n"
+              "--rdzv-endpoint=n1:29400\n--rdzv-id=r\n--\ntrain.py\na=b\n");
   }
 }
 

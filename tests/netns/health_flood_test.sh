@@ -6,8 +6,8 @@
 # probes from the server's own namespace, each as a kubelet makes it, are each answered 200
 # within 1 s, and the job goes on running.
 #
-# Two namespaces joined by a veth pair: the server host (10.234.9.1) and the attacker
-# (10.234.9.2). The flood and the probe are tests/netns/health_flood.py.
+# Two hosts (tests/netns/hosts.sh): the server (10.234.9.1) and the attacker (10.234.9.2). The
+# flood and the probe are tests/netns/health_flood.py.
 #
 #   health_flood_test.sh DDPRUN DAEMON      (exit 77 = skipped: needs root and `ip netns`)
 set -euo pipefail
@@ -16,31 +16,11 @@ daemon=$2
 here="$(cd "$(dirname "$0")" && pwd)"
 flood="$here/health_flood.py"
 tag="hzf$$"
-srv="${tag}s" att="${tag}a"
-dir=$(mktemp -d)
-pids=()
-logs=()
-source "$here/waits.sh"
+subnet=10.234.9
+source "$here/hosts.sh"
 test_budget 120  # two thirds of CTest's 180 s: a wait that gives up has time to say what it saw
-cleanup() {
-  stop_pids
-  ip netns del "$srv" 2>/dev/null || true
-  ip netns del "$att" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-if [[ $EUID -ne 0 ]] || ! ip netns add "$srv" 2>/dev/null; then
-  echo "skipped: needs root and network namespaces (ip netns add)"
-  exit 77
-fi
-ip netns add "$att"
-ip link add "${tag}x" netns "$srv" type veth peer name "${tag}y" netns "$att"
-ip -n "$srv" addr add 10.234.9.1/24 dev "${tag}x"
-ip -n "$att" addr add 10.234.9.2/24 dev "${tag}y"
-for ns in "$srv" "$att"; do ip -n "$ns" link set lo up; done
-ip -n "$srv" link set "${tag}x" up
-ip -n "$att" link set "${tag}y" up
+make_hosts 2
+srv="${tag}1" att="${tag}2"
 
 # The daemon: its store on loopback, its /healthz on every address of its host.
 logs+=("$dir/daemon.out" "$dir/daemon.err")
