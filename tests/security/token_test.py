@@ -143,7 +143,7 @@ def torch_client_daemon(s):
 
 def torch_client_agent(s):
     job = TwoNodeJob(s.args.ddprun, s.args.python, s.deadline, "token-agent-%d" % os.getpid(),
-                     token_file=write_token(s.work), token_by_env=True, steps=60)
+                     token_file=write_token(s.work), token_by_env=True, steps=180)
     s.jobs.extend(job.agents)
     job.wait_training(1)
     stores = [(job.rdzv_port, "rendezvous store"), (job.worker_store_port(), "workers' store")]
