@@ -21,6 +21,7 @@ packages=(
   slurm-wlm munge                                       # a real one-node Slurm (tests/cluster)
   openssh-server openssh-client                         # ddprun --hosts over ssh and its tests
   python3-matplotlib                                    # scripts/bench.sh plot: the PNGs in docs/img
+  clang-format                                          # scripts/check-format.sh: the tree against .clang-format
 )
 
 missing=()
