@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/event_loop.h"
+#include "forwarding_store.h"
 #include "hang/hang_evidence.h"
 #include "membership/membership.h"
 #include "hang/oom.h"
@@ -366,7 +367,8 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       if (hold) --blockedHolds;
     }
   };
-  class Connection final : public rendezvous::HoldingStore {
+  // Every call goes to the link's store while it lasts; a hold waits for the network first.
+  class Connection final : public ForwardingStore {
    public:
     Connection(std::shared_ptr<Link> link, rendezvous::HoldLapse lapse, std::shared_ptr<Gate> gate)
         : link_(std::move(link)), lapse_(lapse), gate_(std::move(gate)) {}
@@ -375,40 +377,19 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       std::lock_guard lock(link_->mutex);
       link_->store.reset();
     }
-    void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
-    std::string get(std::string_view k) override { return live()->get(k); }
-    std::optional<std::string> tryGet(std::string_view k) override { return live()->tryGet(k); }
-    std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
-    std::int64_t takeTicket(std::string_view k) override { return live()->takeTicket(k); }
-    std::int64_t ticketCount(std::string_view k) override { return live()->ticketCount(k); }
-    std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
-      return live()->compareSet(k, e, d);
-    }
-    void wait(const std::vector<std::string>& keys, Duration timeout) override { live()->wait(keys, timeout); }
-    using Store::wait;
-    bool check(const std::vector<std::string>& keys) override { return live()->check(keys); }
-    bool deleteKey(std::string_view k) override { return live()->deleteKey(k); }
-    std::int64_t numKeys() override { return live()->numKeys(); }
-    void append(std::string_view k, std::string_view v) override { live()->append(k, v); }
-    std::vector<std::string> listKeys() override { return live()->listKeys(); }
     std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl,
                      std::string_view nk, std::string_view nv) override {
       gate_->pass(/*hold=*/true);
-      return live()->hold(k, v, ttl, nk, nv);
+      return ForwardingStore::hold(k, v, ttl, nk, nv);
     }
-    bool release(std::string_view k) override { return live()->release(k); }
-    rendezvous::ListedKeys listPrefix(std::string_view p, std::size_t n) override { return live()->listPrefix(p, n); }
-    std::int64_t deletePrefix(std::string_view p) override { return live()->deletePrefix(p); }
     rendezvous::HoldLapse holdLapse() const override { return lapse_; }
-    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
-      return live()->waitForAnyMissing(keys, timeout);
-    }
 
    private:
-    std::shared_ptr<rendezvous::HashStore> live() {
+    std::shared_ptr<rendezvous::HoldingStore> target() const override {
       gate_->pass(/*hold=*/false);  // a hold passed already
       std::lock_guard lock(link_->mutex);
-      if (!link_->store) throw rendezvous::StoreConnectionError("in-process store: connection severed");
+      if (!link_->store)
+        throw rendezvous::StoreConnectionError("in-process store: connection severed");
       return link_->store;
     }
     std::shared_ptr<Link> link_;
