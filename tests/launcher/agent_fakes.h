@@ -31,6 +31,8 @@
 #include "hang/progress_watch.h"
 #include "hang/worker_activity.h"
 #include "core/process_launcher.h"
+#include "core/rendezvous_client.h"
+#include "core/stop_reason.h"
 #include "membership/store_backend.h"
 #include "core/worker_output.h"
 #include "machine/agent_machine.h"
@@ -499,5 +501,30 @@ inline launcher::AgentIdentity fakeIdentity(const std::string& hostname, const s
 inline bool runsRound(const launcher::AgentMachine& machine, int round) {
   return machine.state() == launcher::AgentMachine::State::kRunning && machine.round().number == round;
 }
+
+// Records every outcome a rendezvous client gives, in order, before handing it to the machine.
+struct EventRecorder final : launcher::RendezvousEvents {
+  explicit EventRecorder(launcher::RendezvousEvents& next) : next_(next) {}
+  void onRoundFormed(launcher::Round round) override {
+    seen.push_back("formed " + std::to_string(round.number));
+    next_.onRoundFormed(std::move(round));
+  }
+  void onRendezvousFailed(const launcher::RendezvousFailure& failure) override {
+    seen.push_back("failed");
+    next_.onRendezvousFailed(failure);
+  }
+  void onStop(int round, launcher::StopReason stop) override {
+    seen.push_back("stop " + std::to_string(round) + " " + launcher::stopKindName(stop.kind));
+    next_.onStop(round, std::move(stop));
+  }
+  void onStoreLost(const launcher::StoreLoss& loss) override {
+    seen.push_back("store lost");
+    next_.onStoreLost(loss);
+  }
+  std::vector<std::string> seen;
+
+ private:
+  launcher::RendezvousEvents& next_;
+};
 
 }  // namespace ddprun::test
