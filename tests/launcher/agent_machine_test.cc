@@ -225,13 +225,14 @@ TEMPLATE_TEST_CASE("with the budget spent, the job fails with the root cause's e
   CHECK(node.launcher.spawned.size() == 2);  // no restart
 }
 
-TEST_CASE("a worker killed by a signal ends the job with 128 + the signal", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+TEMPLATE_TEST_CASE("a worker killed by a signal ends the job with 128 + the signal",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(1, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.launcher.dieOf(node.workers()[0].pid, SIGSEGV);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGSEGV);
 }
 
@@ -254,13 +255,13 @@ TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs o
   CHECK(*node.exitCode == 1);
 }
 
-TEST_CASE("a worker that cannot be started is a failure with exit code 127", "[agent][unit]") {
-  Job job;
-  LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/1);
-  Node& node = job.add(config, "10.0.0.1");
+TEMPLATE_TEST_CASE("a worker that cannot be started is a failure with exit code 127",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/1);
+  auto& node = client.node;
   node.launcher.failingSpawns = {1};
   node.machine.start();
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 127);
   CHECK(node.machine.round().restartCount == 1);  // the restart was spent on it too
   CHECK(node.machine.ending()->rootCause->message.find("No such file") != std::string::npos);
@@ -295,7 +296,8 @@ TEST_CASE(
   Node& other = job.add(jobConfig(1, 3, 1), "10.0.0.2");
   Node& third = job.add(jobConfig(1, 3, 1), "10.0.0.3");
   for (Node* node : {&host, &other, &third}) node->machine.start();
-  REQUIRE(job.until([&] { return host.runningRound(0) && other.runningRound(0) && third.runningRound(0); }));
+  REQUIRE(job.until(
+      [&] { return host.runningRound(0) && other.runningRound(0) && third.runningRound(0); }));
   host.machine.onSignal(SIGTERM);
   REQUIRE(job.until([&] { return host.exitCode && other.exitCode && third.exitCode; }));
   CHECK(*host.exitCode == 128 + SIGTERM);
@@ -306,17 +308,18 @@ TEST_CASE(
   CHECK(third.launcher.spawned.size() == 1);
 }
 
-TEST_CASE("a second signal kills the workers at once", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+TEMPLATE_TEST_CASE("a second signal kills the workers at once", "[agent][unit]", OverStore,
+                   Standalone) {
+  TestType client(1, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.launcher.obeySignals = false;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.machine.onSignal(SIGINT);
   CHECK(node.launcher.signals == std::vector<int>{SIGINT});
   node.machine.onSignal(SIGINT);
   CHECK(node.launcher.signals == std::vector<int>{SIGINT, SIGKILL});
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGINT);
 }
 
