@@ -46,6 +46,7 @@
 
 #include "core/file_text.h"
 #include "core/proc_stat.h"
+#include "forwarding_store.h"
 #include "membership/membership.h"
 #include "membership/store_backends.h"
 
@@ -54,6 +55,7 @@ namespace {
 using namespace ddprun::launcher;
 using ddprun::rendezvous::HoldingStore;
 using ddprun::rendezvous::ListedKeys;
+using ddprun::test::ForwardingStore;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -71,87 +73,106 @@ struct Counts {
 };
 
 // A connection that counts what goes through it (the store's own view, from the client side).
-class CountingStore final : public HoldingStore {
+class CountingStore final : public ForwardingStore {
  public:
   CountingStore(std::unique_ptr<HoldingStore> inner, Counts& counts)
-      : inner_(std::move(inner)), counts_(counts) {}
-  void set(std::string_view key, std::string_view value) override { counts_.count(1); inner_->set(key, value); }
+      : ForwardingStore(std::move(inner)), counts_(counts) {}
+  void set(std::string_view key, std::string_view value) override {
+    counts_.count(1);
+    ForwardingStore::set(key, value);
+  }
   std::string get(std::string_view key) override {
     counts_.count(1);
-    std::string value = inner_->get(key);
+    std::string value = ForwardingStore::get(key);
     counts_.read(value.size());
     return value;
   }
   std::optional<std::string> tryGet(std::string_view key) override {
     counts_.count(1);
-    std::optional<std::string> value = inner_->tryGet(key);
+    std::optional<std::string> value = ForwardingStore::tryGet(key);
     counts_.read(value ? value->size() : 0);
     return value;
   }
   std::int64_t add(std::string_view key, std::int64_t delta) override {
     counts_.count(1);
-    return inner_->add(key, delta);
+    return ForwardingStore::add(key, delta);
   }
   std::int64_t takeTicket(std::string_view key) override {
     counts_.count(1);
-    return inner_->takeTicket(key);
+    return ForwardingStore::takeTicket(key);
   }
   std::int64_t ticketCount(std::string_view key) override {
     counts_.count(1);
-    return inner_->ticketCount(key);
+    return ForwardingStore::ticketCount(key);
   }
-  std::string compareSet(std::string_view key, std::string_view expected, std::string_view desired) override {
+  std::string compareSet(std::string_view key, std::string_view expected,
+                         std::string_view desired) override {
     counts_.count(1);
-    std::string value = inner_->compareSet(key, expected, desired);
+    std::string value = ForwardingStore::compareSet(key, expected, desired);
     counts_.read(value.size());
     return value;
   }
   void wait(const std::vector<std::string>& keys, Duration timeout) override {
     counts_.count(keys.size());
-    inner_->wait(keys, timeout);
+    ForwardingStore::wait(keys, timeout);
   }
+  using Store::wait;
   bool check(const std::vector<std::string>& keys) override {
     counts_.count(keys.size());
-    return inner_->check(keys);
+    return ForwardingStore::check(keys);
   }
-  bool deleteKey(std::string_view key) override { counts_.count(1); return inner_->deleteKey(key); }
-  std::int64_t numKeys() override { counts_.count(1); return inner_->numKeys(); }
+  bool deleteKey(std::string_view key) override {
+    counts_.count(1);
+    return ForwardingStore::deleteKey(key);
+  }
+  std::int64_t numKeys() override {
+    counts_.count(1);
+    return ForwardingStore::numKeys();
+  }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
     counts_.count(keys.size());
-    std::vector<std::string> values = inner_->multiGet(keys);
+    std::vector<std::string> values = ForwardingStore::multiGet(keys);
     for (const std::string& value : values) counts_.read(value.size());
     return values;
   }
-  void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+  void multiSet(const std::vector<std::string>& keys,
+                const std::vector<std::string>& values) override {
     counts_.count(keys.size());
-    inner_->multiSet(keys, values);
+    ForwardingStore::multiSet(keys, values);
   }
-  void append(std::string_view key, std::string_view value) override { counts_.count(1); inner_->append(key, value); }
-  std::vector<std::string> listKeys() override { counts_.count(1); return inner_->listKeys(); }
+  void append(std::string_view key, std::string_view value) override {
+    counts_.count(1);
+    ForwardingStore::append(key, value);
+  }
+  std::vector<std::string> listKeys() override {
+    counts_.count(1);
+    return ForwardingStore::listKeys();
+  }
   ListedKeys listPrefix(std::string_view prefix, std::size_t maxKeys) override {
-    ListedKeys listed = inner_->listPrefix(prefix, maxKeys);
+    ListedKeys listed = ForwardingStore::listPrefix(prefix, maxKeys);
     counts_.count(std::max<std::size_t>(1, listed.keys.size()));
     return listed;
   }
-  std::int64_t deletePrefix(std::string_view prefix) override { counts_.count(1); return inner_->deletePrefix(prefix); }
-  void setTimeout(Duration timeout) override {
-    Store::setTimeout(timeout);
-    inner_->setTimeout(timeout);
+  std::int64_t deletePrefix(std::string_view prefix) override {
+    counts_.count(1);
+    return ForwardingStore::deletePrefix(prefix);
   }
   std::string hold(std::string_view key, std::string_view value, std::chrono::milliseconds ttl,
                    std::string_view notifyKey, std::string_view notifyValue) override {
     counts_.count(1);
-    return inner_->hold(key, value, ttl, notifyKey, notifyValue);
+    return ForwardingStore::hold(key, value, ttl, notifyKey, notifyValue);
   }
-  bool release(std::string_view key) override { counts_.count(1); return inner_->release(key); }
-  ddprun::rendezvous::HoldLapse holdLapse() const override { return inner_->holdLapse(); }
-  std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
+  bool release(std::string_view key) override {
+    counts_.count(1);
+    return ForwardingStore::release(key);
+  }
+  std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys,
+                                             Duration timeout) override {
     counts_.count(keys.size());
-    return inner_->waitForAnyMissing(keys, timeout);
+    return ForwardingStore::waitForAnyMissing(keys, timeout);
   }
 
  private:
-  std::unique_ptr<HoldingStore> inner_;
   Counts& counts_;
 };
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -23,15 +22,7 @@
 #include "temp_dir.h"
 
 using namespace ddprun::common;
-
-namespace {
-
-void writeFile(const std::string& path, mode_t mode) {
-  std::ofstream(path) << "#!/bin/sh\n";
-  REQUIRE(::chmod(path.c_str(), mode) == 0);
-}
-
-}  // namespace
+using ddprun::test::writeFile;
 
 TEST_CASE("safeSubstitute behaves like string.Template.safe_substitute", "[common]") {
   const std::map<std::string, std::string> values = {{"local_rank", "3"}, {"rank", "11"}};
@@ -63,8 +54,8 @@ TEST_CASE("signal names: Python's spelling, real-time signals and unknown number
 TEST_CASE("findExecutable searches like execvp", "[common]") {
   ddprun::test::TempDir first;
   ddprun::test::TempDir second;
-  writeFile(first.path + "/tool", 0644);  // not executable: skipped
-  writeFile(second.path + "/tool", 0755);
+  writeFile(first.path + "/tool", "#!/bin/sh\n", 0644);  // not executable: skipped
+  writeFile(second.path + "/tool", "#!/bin/sh\n", 0755);
   REQUIRE(::mkdir((first.path + "/dir").c_str(), 0755) == 0);  // a directory never matches
   const std::string path = first.path + ":" + second.path;
 
@@ -88,7 +79,7 @@ TEST_CASE("findExecutable searches like execvp", "[common]") {
 
 TEST_CASE("findExecutable: an empty PATH entry is the working directory", "[common]") {
   ddprun::test::TempDir dir;
-  writeFile(dir.path + "/here", 0755);
+  writeFile(dir.path + "/here", "#!/bin/sh\n", 0755);
   char previous[4096] = {};
   REQUIRE(::getcwd(previous, sizeof previous) != nullptr);
   REQUIRE(::chdir(dir.path.c_str()) == 0);

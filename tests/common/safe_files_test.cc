@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -20,6 +18,7 @@
 
 using namespace ddprun::common;
 using ddprun::test::TempDir;
+using ddprun::test::writeFile;
 
 using ddprun::test::blockedOnFifo;
 
@@ -30,18 +29,6 @@ constexpr uid_t kOtherUid = 54321;
 constexpr gid_t kOtherGid = 54321;
 
 bool root() { return ::geteuid() == 0; }
-
-void writeText(const std::string& path, const std::string& text, mode_t mode = 0600) {
-  std::ofstream(path, std::ios::binary) << text;
-  REQUIRE(::chmod(path.c_str(), mode) == 0);
-}
-
-std::string readText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 mode_t modeOf(const std::string& path) {
   struct stat info {};
@@ -79,7 +66,7 @@ TEST_CASE("ensureOwnDirectory: made or ours, a link, a file or another user's is
   REQUIRE(link.has_value());
   CHECK(link->problem == FileProblem::kSymlink);
 
-  writeText(dir.path + "/file", "x");
+  writeFile(dir.path + "/file", "x", 0600);
   auto file = ensureOwnDirectory(dir.path + "/file");
   REQUIRE(file.has_value());
   CHECK(file->problem == FileProblem::kNotRegular);
@@ -115,7 +102,7 @@ TEST_CASE("ensureOwnDirectories: mkdir -p, each directory made or ours", "[safe_
 TEST_CASE("createNewFile: O_EXCL|O_NOFOLLOW, nothing planted is written through", "[safe_files]") {
   TempDir dir;
   const std::string target = dir.path + "/target";
-  writeText(target, "root only");
+  writeFile(target, "root only", 0600);
 
   auto made = createNewFile(dir.path + "/new");
   REQUIRE(made);
@@ -134,7 +121,7 @@ TEST_CASE("createNewFile: O_EXCL|O_NOFOLLOW, nothing planted is written through"
   CHECK_FALSE(std::filesystem::exists(dir.path + "/made-by-link"));
 
   CHECK_FALSE(createNewFile(target));
-  CHECK(readText(target) == "root only");
+  CHECK(ddprun::test::readFile(target) == "root only");
 }
 
 TEST_CASE("openForAppend: a new file, or our own regular file, never a link, a FIFO or a hard link",
@@ -153,21 +140,21 @@ TEST_CASE("openForAppend: a new file, or our own regular file, never a link, a F
     CHECK_FALSE(writeAll(again->get(), "two\n").has_value());
     CHECK((::fcntl(again->get(), F_GETFL) & O_NONBLOCK) == 0);
   }
-  CHECK(readText(log) == "one\ntwo\n");
+  CHECK(ddprun::test::readFile(log) == "one\ntwo\n");
 
   const std::string target = dir.path + "/target";
-  writeText(target, "root only");
+  writeFile(target, "root only", 0600);
   REQUIRE(::symlink(target.c_str(), (dir.path + "/link.log").c_str()) == 0);
   auto link = openForAppend(dir.path + "/link.log");
   REQUIRE_FALSE(link);
   CHECK(link.error().problem == FileProblem::kSymlink);
-  CHECK(readText(target) == "root only");
+  CHECK(ddprun::test::readFile(target) == "root only");
 
   REQUIRE(::link(target.c_str(), (dir.path + "/hard.log").c_str()) == 0);
   auto hard = openForAppend(dir.path + "/hard.log");
   REQUIRE_FALSE(hard);
   CHECK(hard.error().problem == FileProblem::kHardLinked);
-  CHECK(readText(target) == "root only");
+  CHECK(ddprun::test::readFile(target) == "root only");
 
   const std::string fifo = dir.path + "/fifo.log";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -185,7 +172,7 @@ TEST_CASE("openForAppend: a new file, or our own regular file, never a link, a F
 
   if (root()) {
     const std::string theirs = dir.path + "/theirs.log";
-    writeText(theirs, "theirs");
+    writeFile(theirs, "theirs", 0600);
     REQUIRE(::chown(theirs.c_str(), kOtherUid, kOtherGid) == 0);
     auto opened = openForAppend(theirs);
     REQUIRE_FALSE(opened);
@@ -198,20 +185,20 @@ TEST_CASE("writeFileAtomically: replaces the name, never writes through a link t
   TempDir dir;
   const std::string path = dir.path + "/error.json";
   CHECK_FALSE(writeFileAtomically(path, "first", 0644).has_value());
-  CHECK(readText(path) == "first");
+  CHECK(ddprun::test::readFile(path) == "first");
   CHECK(modeOf(path) == 0644);
   CHECK_FALSE(writeFileAtomically(path, "second").has_value());
-  CHECK(readText(path) == "second");
+  CHECK(ddprun::test::readFile(path) == "second");
   CHECK(modeOf(path) == 0600);
 
   const std::string target = dir.path + "/target";
-  writeText(target, "root only");
+  writeFile(target, "root only", 0600);
   const std::string linked = dir.path + "/linked.json";
   REQUIRE(::symlink(target.c_str(), linked.c_str()) == 0);
   CHECK_FALSE(writeFileAtomically(linked, "new").has_value());
-  CHECK(readText(target) == "root only");
+  CHECK(ddprun::test::readFile(target) == "root only");
   CHECK(modeOf(linked) == 0600);  // a file now, not the link
-  CHECK(readText(linked) == "new");
+  CHECK(ddprun::test::readFile(linked) == "new");
 
   // Nothing else is left in the directory (the temporary files were renamed).
   int entries = 0;
@@ -226,7 +213,7 @@ TEST_CASE("writeFileAtomically: replaces the name, never writes through a link t
 TEST_CASE("readFile: a regular file up to a limit, saying when it held more", "[safe_files]") {
   TempDir dir;
   const std::string path = dir.path + "/f";
-  writeText(path, "0123456789");
+  writeFile(path, "0123456789", 0600);
   auto whole = readFile(path, {100});
   REQUIRE(whole);
   CHECK(whole->bytes == "0123456789");
@@ -256,7 +243,7 @@ TEST_CASE("readFile: a regular file up to a limit, saying when it held more", "[
 
 TEST_CASE("readFile: a link is refused unless followed on purpose", "[safe_files]") {
   TempDir dir;
-  writeText(dir.path + "/target", "secret");
+  writeFile(dir.path + "/target", "secret", 0600);
   REQUIRE(::symlink((dir.path + "/target").c_str(), (dir.path + "/link").c_str()) == 0);
   auto refused = readFile(dir.path + "/link", {100});
   REQUIRE_FALSE(refused);

@@ -24,12 +24,15 @@
 #include <vector>
 
 #include "core/event_loop.h"
+#include "forwarding_store.h"
 #include "hang/hang_evidence.h"
 #include "membership/membership.h"
 #include "hang/oom.h"
 #include "hang/progress_watch.h"
 #include "hang/worker_activity.h"
 #include "core/process_launcher.h"
+#include "core/rendezvous_client.h"
+#include "core/stop_reason.h"
 #include "membership/store_backend.h"
 #include "core/worker_output.h"
 #include "machine/agent_machine.h"
@@ -366,7 +369,8 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       if (hold) --blockedHolds;
     }
   };
-  class Connection final : public rendezvous::HoldingStore {
+  // Every call goes to the link's store while it lasts; a hold waits for the network first.
+  class Connection final : public ForwardingStore {
    public:
     Connection(std::shared_ptr<Link> link, rendezvous::HoldLapse lapse, std::shared_ptr<Gate> gate)
         : link_(std::move(link)), lapse_(lapse), gate_(std::move(gate)) {}
@@ -375,40 +379,19 @@ class SeverableStoreBackend final : public launcher::StoreBackend {
       std::lock_guard lock(link_->mutex);
       link_->store.reset();
     }
-    void set(std::string_view k, std::string_view v) override { live()->set(k, v); }
-    std::string get(std::string_view k) override { return live()->get(k); }
-    std::optional<std::string> tryGet(std::string_view k) override { return live()->tryGet(k); }
-    std::int64_t add(std::string_view k, std::int64_t d) override { return live()->add(k, d); }
-    std::int64_t takeTicket(std::string_view k) override { return live()->takeTicket(k); }
-    std::int64_t ticketCount(std::string_view k) override { return live()->ticketCount(k); }
-    std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
-      return live()->compareSet(k, e, d);
-    }
-    void wait(const std::vector<std::string>& keys, Duration timeout) override { live()->wait(keys, timeout); }
-    using Store::wait;
-    bool check(const std::vector<std::string>& keys) override { return live()->check(keys); }
-    bool deleteKey(std::string_view k) override { return live()->deleteKey(k); }
-    std::int64_t numKeys() override { return live()->numKeys(); }
-    void append(std::string_view k, std::string_view v) override { live()->append(k, v); }
-    std::vector<std::string> listKeys() override { return live()->listKeys(); }
     std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl,
                      std::string_view nk, std::string_view nv) override {
       gate_->pass(/*hold=*/true);
-      return live()->hold(k, v, ttl, nk, nv);
+      return ForwardingStore::hold(k, v, ttl, nk, nv);
     }
-    bool release(std::string_view k) override { return live()->release(k); }
-    rendezvous::ListedKeys listPrefix(std::string_view p, std::size_t n) override { return live()->listPrefix(p, n); }
-    std::int64_t deletePrefix(std::string_view p) override { return live()->deletePrefix(p); }
     rendezvous::HoldLapse holdLapse() const override { return lapse_; }
-    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
-      return live()->waitForAnyMissing(keys, timeout);
-    }
 
    private:
-    std::shared_ptr<rendezvous::HashStore> live() {
+    std::shared_ptr<rendezvous::HoldingStore> target() const override {
       gate_->pass(/*hold=*/false);  // a hold passed already
       std::lock_guard lock(link_->mutex);
-      if (!link_->store) throw rendezvous::StoreConnectionError("in-process store: connection severed");
+      if (!link_->store)
+        throw rendezvous::StoreConnectionError("in-process store: connection severed");
       return link_->store;
     }
     std::shared_ptr<Link> link_;
@@ -518,5 +501,30 @@ inline launcher::AgentIdentity fakeIdentity(const std::string& hostname, const s
 inline bool runsRound(const launcher::AgentMachine& machine, int round) {
   return machine.state() == launcher::AgentMachine::State::kRunning && machine.round().number == round;
 }
+
+// Records every outcome a rendezvous client gives, in order, before handing it to the machine.
+struct EventRecorder final : launcher::RendezvousEvents {
+  explicit EventRecorder(launcher::RendezvousEvents& next) : next_(next) {}
+  void onRoundFormed(launcher::Round round) override {
+    seen.push_back("formed " + std::to_string(round.number));
+    next_.onRoundFormed(std::move(round));
+  }
+  void onRendezvousFailed(const launcher::RendezvousFailure& failure) override {
+    seen.push_back("failed");
+    next_.onRendezvousFailed(failure);
+  }
+  void onStop(int round, launcher::StopReason stop) override {
+    seen.push_back("stop " + std::to_string(round) + " " + launcher::stopKindName(stop.kind));
+    next_.onStop(round, std::move(stop));
+  }
+  void onStoreLost(const launcher::StoreLoss& loss) override {
+    seen.push_back("store lost");
+    next_.onStoreLost(loss);
+  }
+  std::vector<std::string> seen;
+
+ private:
+  launcher::RendezvousEvents& next_;
+};
 
 }  // namespace ddprun::test

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include "membership/store_backend.h"
 #include "membership/membership_driver.h"
 #include "core/stop_reason.h"
+#include "solo_node.h"
 
 namespace {
 
@@ -63,10 +65,11 @@ struct Node {
         backend(store),
         driver(config_.rdzv, backend, self(address, config_.nprocPerNode), loop),
         evidence(loop),
-        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, stores, watch(),
-                [this](int code) { exitCode = code; }) {
+        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, stores,
+                watch(), [this](int code) { exitCode = code; }),
+        recorder(machine) {
     launcher.childExited = [this] { machine.onChildExited(); };
-    driver.attach(machine);
+    driver.attach(recorder);
   }
   ~Node() { driver.leave(/*hostsStore=*/false, /*storeEndsAlone=*/false, std::nullopt); }
 
@@ -104,6 +107,7 @@ struct Node {
   FakeActivity activity;
   std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
+  EventRecorder recorder;  // what the driver told the machine
   std::optional<int> exitCode;
 };
 
@@ -129,13 +133,34 @@ struct Job {
     return loop.runUntil(done, patience);
   }
 };
+
+// The scenarios every rendezvous client must pass run once per client (TEMPLATE_TEST_CASE), each
+// as a one-node job: MembershipDriver over the in-process store, and SoloRendezvous
+// (--standalone, no store; solo_rendezvous_test.cc has what only it does).
+struct OverStore {
+  OverStore(int nproc, int maxRestarts)
+      : node(job.add(jobConfig(1, 1, nproc, maxRestarts), kAddress)) {}
+  bool until(const std::function<bool()>& done) { return job.until(done); }
+  static constexpr const char* kAddress = "10.0.0.1";
+  static constexpr const char* kHost = "host-10.0.0.1";
+  Job job;
+  Node& node;
+};
+struct Standalone {
+  Standalone(int nproc, int maxRestarts) : node(standaloneConfig(nproc, maxRestarts)) {}
+  bool until(const std::function<bool()>& done) { return node.until(done); }
+  static constexpr const char* kAddress = "127.0.0.1";
+  static constexpr const char* kHost = "host-solo";
+  SoloNode node;
+};
 }  // namespace
 
-TEST_CASE("one node: workers get their ranks, all exit 0, the agent exits 0", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 3), "10.0.0.1");
+TEMPLATE_TEST_CASE("one node: workers get their ranks, all exit 0, the agent exits 0",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(3, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   const auto workers = node.workers();
   REQUIRE(workers.size() == 3);
   for (int i = 0; i < 3; ++i) {
@@ -143,61 +168,76 @@ TEST_CASE("one node: workers get their ranks, all exit 0, the agent exits 0", "[
     CHECK(workers[i].environment.at("LOCAL_RANK") == std::to_string(i));
     CHECK(workers[i].environment.at("WORLD_SIZE") == "3");
     CHECK(workers[i].environment.at("TORCHELASTIC_RESTART_COUNT") == "0");
-    CHECK(workers[i].environment.at("MASTER_ADDR") == "10.0.0.1");
+    CHECK(workers[i].environment.at("MASTER_ADDR") == TestType::kAddress);
   }
   node.allExit(0);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  // The exit barrier's count ends the run.
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 0);
   CHECK(node.machine.ending()->kind == EndKind::kSucceeded);
+  CHECK(node.recorder.seen == std::vector<std::string>{"formed 0", "stop 0 done"});
 }
 
-TEST_CASE("a failed worker restarts the whole group within --max-restarts", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+TEMPLATE_TEST_CASE("a failed worker restarts the whole group within --max-restarts",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/2);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   const auto first = node.workers();
   node.launcher.exitWith(first[1].pid, 3);
   // Its peer is stopped (SIGTERM), then the group starts again as restart 1.
-  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  REQUIRE(client.until([&] { return node.runningRound(1); }));
   CHECK(node.launcher.signals.front() == SIGTERM);
   CHECK_FALSE(node.launcher.running(first[0].pid));
   const auto second = node.workers();
   CHECK(second[0].pid != first[0].pid);
   CHECK(second[0].environment.at("TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(second[0].environment.at("DDPRUN_GENERATION") == "1");
+  CHECK(second[0].environment.at("MASTER_PORT") == "40002");  // a fresh workers' store
   CHECK(node.machine.round().restartCount == 1);
+  node.launcher.exitWith(second[0].pid, 4);
+  REQUIRE(client.until([&] { return node.runningRound(2); }));
+  CHECK(node.machine.round().restartCount == 2);
   node.allExit(0);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 0);
+  CHECK(node.recorder.seen == std::vector<std::string>{"formed 0", "stop 0 failure", "formed 1",
+                                                       "stop 1 failure", "formed 2",
+                                                       "stop 2 done"});
 }
 
-TEST_CASE("with the budget spent, the job fails with the root cause's exit code", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/0), "10.0.0.1");
+TEMPLATE_TEST_CASE("with the budget spent, the job fails with the root cause's exit code",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.launcher.exitWith(node.workers()[1].pid, 7);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 7);
   const Ending& ending = *node.machine.ending();
   CHECK(ending.kind == EndKind::kJobFailed);
+  REQUIRE(ending.rootCause);
   CHECK(ending.rootCause->rank == 1);
   CHECK(ending.rootCause->exitCode == 7);
+  CHECK(ending.rootCause->host == TestType::kHost);
   CHECK(node.launcher.spawned.size() == 2);  // no restart
 }
 
-TEST_CASE("a worker killed by a signal ends the job with 128 + the signal", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+TEMPLATE_TEST_CASE("a worker killed by a signal ends the job with 128 + the signal",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(1, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.launcher.dieOf(node.workers()[0].pid, SIGSEGV);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGSEGV);
 }
 
-TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs out", "[agent][unit]") {
+TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs out",
+          "[agent][unit]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
   node.launcher.obeySignals = false;
@@ -215,43 +255,49 @@ TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs o
   CHECK(*node.exitCode == 1);
 }
 
-TEST_CASE("a worker that cannot be started is a failure with exit code 127", "[agent][unit]") {
-  Job job;
-  LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/1);
-  Node& node = job.add(config, "10.0.0.1");
+TEMPLATE_TEST_CASE("a worker that cannot be started is a failure with exit code 127",
+                   "[agent][unit]", OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/1);
+  auto& node = client.node;
   node.launcher.failingSpawns = {1};
   node.machine.start();
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 127);
   CHECK(node.machine.round().restartCount == 1);  // the restart was spent on it too
   CHECK(node.machine.ending()->rootCause->message.find("No such file") != std::string::npos);
 }
 
-TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+TEMPLATE_TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143", "[agent][unit]",
+                   OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.machine.onSignal(SIGTERM);
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGTERM);
   CHECK(node.launcher.signals.front() == SIGTERM);  // forwarded, not SIGKILL first
-  // The others are told this node left (not a failure: no restart is spent on it).
-  const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
-  REQUIRE(stop);
-  CHECK(stop->kind == StopKind::kNodeLeft);
-  CHECK(stop->signal == SIGTERM);
-  CHECK(stop->groupRank == 0);
+  if constexpr (std::is_same_v<TestType, OverStore>) {
+    // The others are told this node left (not a failure: no restart is spent on it).
+    const auto stop = StopReason::parse(client.job.store.get("ddprun/unit/round/0/stop"));
+    REQUIRE(stop);
+    CHECK(stop->kind == StopKind::kNodeLeft);
+    CHECK(stop->signal == SIGTERM);
+    CHECK(stop->groupRank == 0);
+  }
 }
 
-TEST_CASE("SIGTERM to the agent hosting the store ends the others instead of re-forming without "
-          "their store", "[agent][unit]") {
+TEST_CASE(
+    "SIGTERM to the agent hosting the store ends the others instead of re-forming without "
+    "their store",
+    "[agent][unit]") {
   Job job;
   Node& host = job.add(jobConfig(1, 3, 1), "10.0.0.1", /*hostsStore=*/true);
   Node& other = job.add(jobConfig(1, 3, 1), "10.0.0.2");
   Node& third = job.add(jobConfig(1, 3, 1), "10.0.0.3");
   for (Node* node : {&host, &other, &third}) node->machine.start();
-  REQUIRE(job.until([&] { return host.runningRound(0) && other.runningRound(0) && third.runningRound(0); }));
+  REQUIRE(job.until(
+      [&] { return host.runningRound(0) && other.runningRound(0) && third.runningRound(0); }));
   host.machine.onSignal(SIGTERM);
   REQUIRE(job.until([&] { return host.exitCode && other.exitCode && third.exitCode; }));
   CHECK(*host.exitCode == 128 + SIGTERM);
@@ -262,17 +308,18 @@ TEST_CASE("SIGTERM to the agent hosting the store ends the others instead of re-
   CHECK(third.launcher.spawned.size() == 1);
 }
 
-TEST_CASE("a second signal kills the workers at once", "[agent][unit]") {
-  Job job;
-  Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
+TEMPLATE_TEST_CASE("a second signal kills the workers at once", "[agent][unit]", OverStore,
+                   Standalone) {
+  TestType client(1, /*maxRestarts=*/0);
+  auto& node = client.node;
   node.launcher.obeySignals = false;
   node.machine.start();
-  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.machine.onSignal(SIGINT);
   CHECK(node.launcher.signals == std::vector<int>{SIGINT});
   node.machine.onSignal(SIGINT);
   CHECK(node.launcher.signals == std::vector<int>{SIGINT, SIGKILL});
-  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGINT);
 }
 

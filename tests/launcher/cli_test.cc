@@ -5,6 +5,7 @@
 #include "cli/options.h"
 #include "cli/rendezvous_options.h"
 #include "subprocess.h"
+#include "temp_dir.h"
 #include "waits.h"
 
 #include <sys/stat.h>
@@ -13,7 +14,6 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -27,16 +27,13 @@ using ddprun::launcher::RdzvBackend;
 using ddprun::launcher::StdStreams;
 using ddprun::launcher::StreamSelection;
 using ddprun::launcher::UsageError;
+using ddprun::test::TempDir;
+using ddprun::test::writeFile;
 namespace fs = std::filesystem;
 
 namespace {
 
 using Environment = std::map<std::string, std::string>;
-
-void writeFile(const fs::path& path, const std::string& content, mode_t mode) {
-  std::ofstream(path) << content;
-  REQUIRE(::chmod(path.c_str(), mode) == 0);
-}
 
 // Files the tests point ddprun at, created once under a fresh temporary directory:
 //   bin/python3, bin/mytool   executables found through PATH=bin (bin/pytool: a Python one)
@@ -46,14 +43,11 @@ void writeFile(const fs::path& path, const std::string& content, mode_t mode) {
 //   finetune (0755, #!/usr/bin/env python3), program (0755, an ELF header)
 //   pkg/__main__.py, emptydir/
 struct Sandbox {
-  fs::path root;
-  fs::path bin;
+  TempDir dir;
+  fs::path root = dir.path;
+  fs::path bin = root / "bin";
 
   Sandbox() {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-cli-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    root = pattern;
-    bin = root / "bin";
     fs::create_directories(bin);
     fs::create_directories(root / "numabin");
     fs::create_directories(root / "nopython");
@@ -71,10 +65,6 @@ struct Sandbox {
     writeFile(root / "tool", shell, 0755);
     writeFile(root / "data.txt", "print('hi')\n", 0644);
     writeFile(root / "pkg" / "__main__.py", "\n", 0644);
-  }
-  ~Sandbox() {
-    std::error_code ignored;
-    fs::remove_all(root, ignored);
   }
 
   std::string path(const std::string& name) const { return (root / name).string(); }

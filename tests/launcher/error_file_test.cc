@@ -8,8 +8,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -21,7 +19,9 @@
 #include "temp_dir.h"
 
 using namespace ddprun::launcher;
+using ddprun::test::readFile;
 using ddprun::test::TempDir;
+using ddprun::test::writeFile;
 using nlohmann::json;
 
 using ddprun::test::blockedOnFifo;
@@ -30,17 +30,6 @@ namespace {
 
 constexpr const char* kValid = R"({"message": {"message": "ValueError: boom", "extraInfo": )"
                                R"({"py_callstack": "Traceback ...", "timestamp": "1763776719"}}})";
-
-void writeText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string readText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 WorkerFailure failureWith(const std::string& errorFile) {
   WorkerFailure failure;
@@ -60,7 +49,7 @@ WorkerFailure failureWith(const std::string& errorFile) {
 TEST_CASE("an error file that is a link is not followed: found, not read", "[error_file]") {
   TempDir dir;
   const std::string target = dir.path + "/elsewhere.json";
-  writeText(target, kValid);
+  writeFile(target, kValid);
   const std::string link = dir.path + "/error.json";
   REQUIRE(::symlink(target.c_str(), link.c_str()) == 0);
   WorkerFailure failure = failureWith(link);
@@ -86,7 +75,7 @@ TEST_CASE("an error file that is a FIFO is reported at once, not waited on", "[e
   // Propagation reads it again, as loadErrorFile does: a synthesized file, no wait.
   const std::string parent = dir.path + "/parent.json";
   CHECK_FALSE(blockedOnFifo(fifo, [&] { propagateErrorFile(failure, parent); }));
-  const json written = json::parse(readText(parent));
+  const json written = json::parse(readFile(parent));
   CHECK(written["message"]["errorCode"] == 1);
   CHECK(written["message"]["message"] == failure.message);
 }
@@ -94,7 +83,7 @@ TEST_CASE("an error file that is a FIFO is reported at once, not waited on", "[e
 TEST_CASE("an error file over the limit is not read, and says so", "[error_file]") {
   TempDir dir;
   const std::string huge = dir.path + "/error.json";
-  writeText(huge, kValid);
+  writeFile(huge, kValid);
   REQUIRE(::truncate(huge.c_str(), off_t{1} << 30) == 0);  // 1 GiB, sparse
   WorkerFailure failure = failureWith(huge);
   CHECK(loadErrorFile(failure));
@@ -102,7 +91,7 @@ TEST_CASE("an error file over the limit is not read, and says so", "[error_file]
 
   // Just under the limit is read (and parsed: the valid JSON followed by spaces).
   const std::string large = dir.path + "/large.json";
-  writeText(large, std::string(kValid) + std::string((4u << 20) - std::string(kValid).size(), ' '));
+  writeFile(large, std::string(kValid) + std::string((4u << 20) - std::string(kValid).size(), ' '));
   WorkerFailure read = failureWith(large);
   CHECK(loadErrorFile(read));
   CHECK(read.message == "ValueError: boom");
@@ -121,21 +110,21 @@ TEST_CASE("the parent's error file replaces a link at its name instead of writin
           "[error_file]") {
   TempDir dir;
   const std::string child = dir.path + "/child.json";
-  writeText(child, kValid);
+  writeFile(child, kValid);
   WorkerFailure failure = failureWith(child);
   REQUIRE(loadErrorFile(failure));
 
   const std::string target = dir.path + "/root-only";
-  writeText(target, "untouched");
+  writeFile(target, "untouched");
   const std::string parent = dir.path + "/parent.json";
   REQUIRE(::symlink(target.c_str(), parent.c_str()) == 0);
   propagateErrorFile(failure, parent);
-  CHECK(readText(target) == "untouched");
+  CHECK(readFile(target) == "untouched");
   struct stat info {};
   REQUIRE(::lstat(parent.c_str(), &info) == 0);
   CHECK(S_ISREG(info.st_mode));
   CHECK((info.st_mode & 0777) == 0644);
-  CHECK(json::parse(readText(parent))["message"]["errorCode"] == 1);
+  CHECK(json::parse(readFile(parent))["message"]["errorCode"] == 1);
   // No temporary file is left beside it.
   int entries = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path)) ++entries;

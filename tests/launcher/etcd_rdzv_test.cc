@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 
-#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -23,6 +22,7 @@
 #include "etcd_cluster.h"
 #include "lines.h"
 #include "ports.h"
+#include "report_jobs.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -62,13 +62,6 @@ std::unique_ptr<Subprocess> agent(const std::string& nnodes, const std::string& 
   if (reportArgs.empty()) reportArgs = {"--until", until};
   args.insert(args.end(), reportArgs.begin(), reportArgs.end());
   return std::make_unique<Subprocess>(ddprunCommand(args), std::vector<std::string>{"LOGLEVEL=INFO"});
-}
-
-// Ends the job (report.sh --until) and waits for each of `nodes` to exit 0, under one deadline.
-void finishJob(const std::string& until, const std::vector<Subprocess*>& nodes) {
-  std::ofstream(until).put('\n');
-  const Deadline deadline(kFinishes);
-  for (Subprocess* node : nodes) CHECK(exitsWith(*node, 0, deadline.left(), nodes));
 }
 
 // The job's keys left in etcd (the default prefix: /ddprun/<run id>/), one per line.
@@ -121,7 +114,7 @@ TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the wo
   // Membership changes spend no restart.
   CHECK(countLines(survivor.output() + c->output(), "restart=[1-9]") == 0);
 
-  finishJob(until, {&survivor, c.get()});
+  finishJob(until, {&survivor, c.get()}, kFinishes);
   // The last agent out removed the job's keys with one prefix delete.
   CHECK(keysOf(cluster, "elastic").empty());
 }
@@ -176,7 +169,7 @@ TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form
   // every renewal fails over to the members left.
   std::this_thread::sleep_for(7s);
   CHECK(countLines(a->output() + b->output(), "generation=[1-9]") == 0);
-  finishJob(until, {a.get(), b.get()});
+  finishJob(until, {a.get(), b.get()}, kFinishes);
   CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("was lost"));
   CHECK(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/"}).empty());
   cluster.heal();
@@ -198,7 +191,7 @@ TEST_CASE("etcd: agents of another run id are another job on the same etcd, neve
                                           "waiting for at least 2"));
   CHECK_THAT(y->errors(), Catch::Contains("did not complete within join_timeout"));
   CHECK(countLines(y->output(), "rank=") == 0);
-  finishJob(until, {x.get(), x2.get()});
+  finishJob(until, {x.get(), x2.get()}, kFinishes);
   CHECK(keysOf(cluster, "job-x").empty());
   CHECK(keysOf(cluster, "job-y").empty());
 }
@@ -223,7 +216,7 @@ TEST_CASE(
   CHECK_THAT(dashKeys, Catch::Contains("/ddprun/P-x/alive/"));
   CHECK_THAT(dotKeys, Catch::Contains("/ddprun/P.x/alive/"));
 
-  finishJob(dir.path + "/stop-P", {p.get()});
+  finishJob(dir.path + "/stop-P", {p.get()}, kFinishes);
   CHECK(keysOf(cluster, "P").empty());  // P removed its own keys
   // The others run on: every key they had is still there, their workers too, nothing lost.
   const auto keptAll = [&](const std::string& id, const std::string& before) {
@@ -252,8 +245,8 @@ TEST_CASE(
                              ". _ - (not starting with . or -); e.g. --rdzv-id job1"));
   CHECK(cluster.etcdctl({"get", "--prefix", "--keys-only", "/ddprun/P/"}).empty());
 
-  finishJob(dir.path + "/stop-P-x", {dash.get()});
-  finishJob(dir.path + "/stop-P.x", {dot.get()});
+  finishJob(dir.path + "/stop-P-x", {dash.get()}, kFinishes);
+  finishJob(dir.path + "/stop-P.x", {dot.get()}, kFinishes);
   CHECK(keysOf(cluster, "P-x").empty());
   CHECK(keysOf(cluster, "P.x").empty());
 }
@@ -284,13 +277,6 @@ TEST_CASE("etcd unreachable at start: one line naming the members and the fix, e
 
 namespace {
 
-// A file holding `bytes` with `mode` (a password file).
-std::string writeFile(const std::string& path, const std::string& bytes, mode_t mode) {
-  std::ofstream(path, std::ios::binary) << bytes;
-  ::chmod(path.c_str(), mode);
-  return path;
-}
-
 // The one "ddprun: error: " line of an agent that exited 2 (the test fails when there are more).
 std::string badInputLine(Subprocess& agent) {
   const std::string errors = agent.errors();
@@ -317,7 +303,7 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   auto a = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   auto b = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
-  finishJob(until, {a.get(), b.get()});
+  finishJob(until, {a.get(), b.get()}, kFinishes);
   CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"}).empty());
 
   // Each refusal comes at once: well within read_timeout (60 s), which retries only an etcd that
@@ -427,7 +413,7 @@ TEST_CASE(
   // Nobody stops: both still run their workers a while after the forgery, then end as asked.
   CHECK_FALSE(a->wait(2s).has_value());
   CHECK_FALSE(b->wait(100ms).has_value());
-  finishJob(until, {a.get(), b.get()});
+  finishJob(until, {a.get(), b.get()}, kFinishes);
   CHECK(countLines(a->output() + b->output(), "world=2 ") == 2);  // the one round, no re-form
 }
 

@@ -14,52 +14,22 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "subprocess.h"
+#include "temp_dir.h"
 
 using namespace ddprun::launcher;
+using ddprun::test::readFile;
+using ddprun::test::TempDir;
+using ddprun::test::writeFile;
 using nlohmann::json;
-namespace fs = std::filesystem;
 
 namespace {
 
 constexpr int kSkip = 77;
-
-// A fresh directory under /tmp, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-failure-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-void writeFile(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary);
-  out << content;
-  REQUIRE(out.good());
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
 
 // Forks a child that runs `body` (which must not return) and returns its wait status.
 template <typename Body>

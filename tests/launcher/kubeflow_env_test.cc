@@ -17,19 +17,18 @@
 //
 // The pods' service names do not resolve here, as they may not yet inside a pod that just
 // started: each is a warning, and the agent waits for the name (membership_test).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "cli/cli.h"
+#include "temp_dir.h"
 
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::LaunchConfig;
@@ -44,19 +43,11 @@ using Environment = std::map<std::string, std::string>;
 
 // A training script and a python3 on PATH, as a container image has them.
 struct Image {
-  fs::path root;
+  ddprun::test::TempDir dir;
+  fs::path root = dir.path;
   Image() {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-kubeflow-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    root = pattern;
-    fs::create_directories(root / "bin");
-    std::ofstream(root / "bin" / "python3") << "#!/bin/sh\nexit 0\n";
-    REQUIRE(::chmod((root / "bin" / "python3").c_str(), 0755) == 0);
-    std::ofstream(root / "train.py") << "print('hi')\n";
-  }
-  ~Image() {
-    std::error_code ignored;
-    fs::remove_all(root, ignored);
+    ddprun::test::writeFile(root / "bin" / "python3", "#!/bin/sh\nexit 0\n", 0755);
+    ddprun::test::writeFile(root / "train.py", "print('hi')\n");
   }
   std::string script() const { return (root / "train.py").string(); }
   Environment environment(const Environment& pod) const {

@@ -14,47 +14,25 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <tuple>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
+
 using namespace ddprun::launcher;
+using ddprun::test::readFile;
+using ddprun::test::TempDir;
+using ddprun::test::writeFile;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under /tmp, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-logs-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string path(const std::string& name = "") const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
 
 std::vector<std::string> splitLines(const std::string& text) {
   std::vector<std::string> lines;
@@ -363,13 +341,13 @@ TEST_CASE("redirect: the stream goes to its file only", "[log_router]") {
   LogRouterOptions options;
   options.redirects = every(true, false);
   Harness harness(options);
-  harness.spawn(0, "echo out; printf 'raw'; echo err >&2", dir.path("attempt_0"));
+  harness.spawn(0, "echo out; printf 'raw'; echo err >&2", dir.file("attempt_0"));
   harness.drain(10s);
   const auto [out, err] = harness.finish();
   CHECK(out.empty());
   CHECK(err == "[default0]:err\n");
-  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "out\nraw");
-  CHECK_FALSE(fs::exists(dir.path("attempt_0/0/stderr.log")));
+  CHECK(readFile(dir.file("attempt_0/0/stdout.log")) == "out\nraw");
+  CHECK_FALSE(fs::exists(dir.file("attempt_0/0/stderr.log")));
 }
 
 TEST_CASE("redirect per rank: only the ranks listed", "[log_router]") {
@@ -378,13 +356,13 @@ TEST_CASE("redirect per rank: only the ranks listed", "[log_router]") {
   options.redirects.perRankGiven = true;
   options.redirects.perRank[1] = StdStreams{false, true};
   Harness harness(options);
-  harness.spawn(0, "echo zero >&2", dir.path("a"));
-  harness.spawn(1, "echo one >&2", dir.path("a"));
+  harness.spawn(0, "echo zero >&2", dir.file("a"));
+  harness.spawn(1, "echo one >&2", dir.file("a"));
   harness.drain(10s);
   CHECK(harness.finish().second == "[default0]:zero\n");
-  CHECK(readFile(dir.path("a/1/stderr.log")) == "one\n");
-  CHECK(fs::is_directory(dir.path("a/0")));  // made for error.json even without log files
-  CHECK_FALSE(fs::exists(dir.path("a/0/stderr.log")));
+  CHECK(readFile(dir.file("a/1/stderr.log")) == "one\n");
+  CHECK(fs::is_directory(dir.file("a/0")));  // made for error.json even without log files
+  CHECK_FALSE(fs::exists(dir.file("a/0/stderr.log")));
 }
 
 TEST_CASE("tee: raw to the file and prefixed to the console", "[log_router]") {
@@ -392,13 +370,13 @@ TEST_CASE("tee: raw to the file and prefixed to the console", "[log_router]") {
   LogRouterOptions options;
   options.tee = every(true, true);
   Harness harness(options);
-  harness.spawn(0, "echo out; printf 'partial'; echo err >&2", dir.path("attempt_0"));
+  harness.spawn(0, "echo out; printf 'partial'; echo err >&2", dir.file("attempt_0"));
   harness.drain(10s);
   const auto [out, err] = harness.finish();
   CHECK(out == "[default0]:out\n[default0]:partial\n");
   CHECK(err == "[default0]:err\n");
-  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "out\npartial");
-  CHECK(readFile(dir.path("attempt_0/0/stderr.log")) == "err\n");
+  CHECK(readFile(dir.file("attempt_0/0/stdout.log")) == "out\npartial");
+  CHECK(readFile(dir.file("attempt_0/0/stderr.log")) == "err\n");
 }
 
 TEST_CASE("without a log dir, redirect falls back to the console and no file is made",
@@ -420,15 +398,15 @@ TEST_CASE("local-ranks-filter: other ranks stay off the console", "[log_router]"
   options.localRanksFilter = std::set<int>{0};
   options.tee = every(true, false);
   Harness harness(options);
-  harness.spawn(0, "echo zero; echo zero-err >&2", dir.path("a"));
-  harness.spawn(1, "echo one; echo one-err >&2", dir.path("a"));
+  harness.spawn(0, "echo zero; echo zero-err >&2", dir.file("a"));
+  harness.spawn(1, "echo one; echo one-err >&2", dir.file("a"));
   harness.drain(10s);
   const auto [out, err] = harness.finish();
   CHECK(out == "[default0]:zero\n");
   CHECK(err == "[default0]:zero-err\n");
   // Rank 1's tee'd stdout still reaches its file; its stderr (not tee'd) goes nowhere.
-  CHECK(readFile(dir.path("a/1/stdout.log")) == "one\n");
-  CHECK_FALSE(fs::exists(dir.path("a/1/stderr.log")));
+  CHECK(readFile(dir.file("a/1/stdout.log")) == "one\n");
+  CHECK_FALSE(fs::exists(dir.file("a/1/stderr.log")));
 }
 
 TEST_CASE("duplicate filters copy matching lines to filtered_*.log", "[log_router]") {
@@ -441,23 +419,23 @@ TEST_CASE("duplicate filters copy matching lines to filtered_*.log", "[log_route
     harness.spawn(0,
                   "echo 'step 1 loss 0.5'; echo hello; echo 'WARN x'; echo 'ERR y' >&2; "
                   "echo other >&2; printf 'last loss'",
-                  dir.path("a"));
+                  dir.file("a"));
     harness.drain(10s);
     const auto [out, err] = harness.finish();
     CHECK(out == "[default0]:step 1 loss 0.5\n[default0]:hello\n[default0]:WARN x\n"
                  "[default0]:last loss\n");
     CHECK(err == "[default0]:ERR y\n[default0]:other\n");
-    CHECK(readFile(dir.path("a/0/filtered_stdout.log")) == "step 1 loss 0.5\nWARN x\nlast loss\n");
-    CHECK(readFile(dir.path("a/0/filtered_stderr.log")) == "ERR y\n");
+    CHECK(readFile(dir.file("a/0/filtered_stdout.log")) == "step 1 loss 0.5\nWARN x\nlast loss\n");
+    CHECK(readFile(dir.file("a/0/filtered_stderr.log")) == "ERR y\n");
   }
   SECTION("with a redirected stream") {
     options.redirects = every(true, false);
     Harness harness(options);
-    harness.spawn(0, "echo 'a loss'; echo plain", dir.path("a"));
+    harness.spawn(0, "echo 'a loss'; echo plain", dir.file("a"));
     harness.drain(10s);
     CHECK(harness.finish().first.empty());
-    CHECK(readFile(dir.path("a/0/stdout.log")) == "a loss\nplain\n");
-    CHECK(readFile(dir.path("a/0/filtered_stdout.log")) == "a loss\n");
+    CHECK(readFile(dir.file("a/0/stdout.log")) == "a loss\nplain\n");
+    CHECK(readFile(dir.file("a/0/filtered_stdout.log")) == "a loss\n");
   }
 }
 
@@ -467,13 +445,13 @@ TEST_CASE("a reused attempt directory is appended to, never truncated", "[log_ro
   options.redirects = every(true, false);
   options.tee = every(false, true);
   Harness harness(options);
-  harness.spawn(0, "echo first; echo first-err >&2", dir.path("attempt_0"));
+  harness.spawn(0, "echo first; echo first-err >&2", dir.file("attempt_0"));
   harness.drain(10s);
-  harness.spawn(0, "echo second; echo second-err >&2", dir.path("attempt_0"));
+  harness.spawn(0, "echo second; echo second-err >&2", dir.file("attempt_0"));
   harness.drain(10s);
   harness.finish();
-  CHECK(readFile(dir.path("attempt_0/0/stdout.log")) == "first\nsecond\n");
-  CHECK(readFile(dir.path("attempt_0/0/stderr.log")) == "first-err\nsecond-err\n");
+  CHECK(readFile(dir.file("attempt_0/0/stdout.log")) == "first\nsecond\n");
+  CHECK(readFile(dir.file("attempt_0/0/stderr.log")) == "first-err\nsecond-err\n");
 }
 
 TEST_CASE("drain: at EOF at once, or after the grace when a grandchild holds the pipe",
@@ -491,7 +469,7 @@ TEST_CASE("drain: at EOF at once, or after the grace when a grandchild holds the
   SECTION("grace") {
     TempDir dir;
     Harness harness(LogRouterOptions{});
-    const std::string pidFile = dir.path("sleeper.pid");
+    const std::string pidFile = dir.file("sleeper.pid");
     harness.spawn(0, "sleep 5 & echo $! > " + pidFile + "; printf bye");
     const auto took = harness.drain(300ms);
     CHECK(took >= 300ms);
@@ -520,7 +498,7 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
   LogRouterOptions options;
   options.tee = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
   CHECK(fdIsOpen(streams.out));
   CHECK(fdIsOpen(streams.err));
   CHECK((::fcntl(streams.out, F_GETFD) & FD_CLOEXEC) != 0);
@@ -528,12 +506,12 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
   CHECK_FALSE(fdIsOpen(streams.out));
   CHECK_FALSE(fdIsOpen(streams.err));
 
-  std::ofstream(dir.path("file")) << "x";
+  writeFile(dir.file("file"), "x");
   try {
-    harness.router().prepare(0, 0, 0, dir.path("file/attempt_0"), true);
+    harness.router().prepare(0, 0, 0, dir.file("file/attempt_0"), true);
     FAIL("prepare did not throw");
   } catch (const std::system_error& error) {
-    CHECK(std::string(error.what()).find(dir.path("file/attempt_0")) != std::string::npos);
+    CHECK(std::string(error.what()).find(dir.file("file/attempt_0")) != std::string::npos);
   }
   harness.finish();
 }
@@ -543,7 +521,7 @@ TEST_CASE("a redirected, filtered-out rank writes straight to its file", "[log_r
   LogRouterOptions options;
   options.redirects = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
   struct stat info {};
   REQUIRE(::fstat(streams.out, &info) == 0);
   CHECK(S_ISREG(info.st_mode));  // no pipe, no copying by the agent
@@ -556,19 +534,17 @@ std::string waitFor(const std::string& path) {
   return "while [ ! -e " + path + " ]; do sleep 0.01; done; ";
 }
 
-void touch(const std::string& path) { std::ofstream(path) << ""; }
-
 TEST_CASE("a partial line reaches the console after the hold, and its rest follows",
           "[log_router]") {
   TempDir dir;
   LogRouterOptions options;
   options.partialLineDelay = 20ms;
   Harness harness(options);
-  harness.spawn(0, "printf 'abc'; " + waitFor(dir.path("go")) + "echo def");
+  harness.spawn(0, "printf 'abc'; " + waitFor(dir.file("go")) + "echo def");
   INFO("console so far: " << harness.outSoFar());
   REQUIRE(harness.runUntilOut("[default0]:abc"));
   CHECK(harness.outSoFar() == "[default0]:abc");  // no '\n' of its own: the line is still open
-  touch(dir.path("go"));
+  writeFile(dir.file("go"), "");
   harness.drain(10s);
   CHECK(harness.finish().first == "[default0]:abcdef\n");
 }
@@ -578,10 +554,10 @@ TEST_CASE("within the hold, a line written in pieces stays whole", "[log_router]
   LogRouterOptions options;
   options.partialLineDelay = 60s;  // longer than the test: only the '\n' lets the line out
   Harness harness(options);
-  harness.spawn(0, "printf 'a'; " + waitFor(dir.path("go")) + "echo b");
+  harness.spawn(0, "printf 'a'; " + waitFor(dir.file("go")) + "echo b");
   harness.spawn(1, "echo x");
   REQUIRE(harness.runUntilOut("[default1]:x\n"));
-  touch(dir.path("go"));
+  writeFile(dir.file("go"), "");
   harness.drain(10s);
   CHECK(harness.finish().first == "[default1]:x\n[default0]:ab\n");
 }
@@ -592,12 +568,12 @@ TEST_CASE("two workers never share a console line: an open line is ended first",
   LogRouterOptions options;
   options.partialLineDelay = 1ms;
   Harness harness(options);
-  harness.spawn(0, "printf 'abc'; " + waitFor(dir.path("go0")) + "echo def");
-  harness.spawn(1, waitFor(dir.path("go1")) + "echo xyz");
+  harness.spawn(0, "printf 'abc'; " + waitFor(dir.file("go0")) + "echo def");
+  harness.spawn(1, waitFor(dir.file("go1")) + "echo xyz");
   REQUIRE(harness.runUntilOut("[default0]:abc"));
-  touch(dir.path("go1"));
+  writeFile(dir.file("go1"), "");
   REQUIRE(harness.runUntilOut("[default1]:xyz\n"));
-  touch(dir.path("go0"));
+  writeFile(dir.file("go0"), "");
   harness.drain(10s);
   // Rank 0's line continues on a line of its own, under its prefix.
   CHECK(harness.finish().first == "[default0]:abc\n[default1]:xyz\n[default0]:def\n");
@@ -608,10 +584,10 @@ TEST_CASE("a line redrawn after a carriage return keeps its prefix", "[log_route
   LogRouterOptions options;
   options.partialLineDelay = 1ms;
   Harness harness(options);
-  harness.spawn(0, "printf '\\r 10%%'; " + waitFor(dir.path("go")) +
+  harness.spawn(0, "printf '\\r 10%%'; " + waitFor(dir.file("go")) +
                        "printf '\\r 20%%\\r 30%%\\n'; printf 'crlf\\r\\n'");
   REQUIRE(harness.runUntilOut("[default0]: 10%"));
-  touch(dir.path("go"));
+  writeFile(dir.file("go"), "");
   harness.drain(10s);
   CHECK(harness.finish().first ==
         "\r[default0]: 10%\r[default0]: 20%\r[default0]: 30%\n[default0]:crlf\r\n");
@@ -652,13 +628,13 @@ TEST_CASE("one console: a worker's stdout and stderr share one channel and keep 
     LogRouterOptions options;
     options.tee = every(false, true);
     Harness harness(options, false, Consoles::kOne);
-    const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.path("a"), true);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
     CHECK(streams.out != streams.err);
     harness.router().abandon(0);
-    harness.spawn(0, "echo out; sleep 0.1; echo err >&2", dir.path("a"));
+    harness.spawn(0, "echo out; sleep 0.1; echo err >&2", dir.file("a"));
     harness.drain(10s);
     CHECK(harness.finish().first == "[default0]:out\n[default0]:err\n");
-    CHECK(readFile(dir.path("a/0/stderr.log")) == "err\n");
+    CHECK(readFile(dir.file("a/0/stderr.log")) == "err\n");
   }
   SECTION("a passed-through worker keeps the agent's own descriptors") {
     LogRouterOptions options;

@@ -793,63 +793,91 @@ class ReadCountingBackend final : public StoreBackend {
   std::atomic<std::size_t> waits{0};
 
  private:
-  class Connection final : public ddprun::rendezvous::HoldingStore {
+  // Counts every request it forwards; the others (append, listKeys, barrier) Membership never
+  // makes.
+  class Connection final : public ddprun::test::ForwardingStore {
    public:
+    using Forwarding = ddprun::test::ForwardingStore;
     Connection(std::unique_ptr<ddprun::rendezvous::HoldingStore> inner, ReadCountingBackend& counts)
-        : inner_(std::move(inner)), counts_(counts) {}
-    void set(std::string_view k, std::string_view v) override { count(0); inner_->set(k, v); }
-    std::string get(std::string_view k) override { return read(inner_->get(k)); }
+        : Forwarding(std::move(inner)), counts_(counts) {}
+    void set(std::string_view k, std::string_view v) override {
+      count(0);
+      Forwarding::set(k, v);
+    }
+    std::string get(std::string_view k) override { return read(Forwarding::get(k)); }
     std::optional<std::string> tryGet(std::string_view k) override {
-      auto value = inner_->tryGet(k);
+      auto value = Forwarding::tryGet(k);
       count(value ? value->size() : 0);
       counts_.reads.fetch_add(1);
       return value;
     }
-    std::int64_t add(std::string_view k, std::int64_t d) override { count(0); return inner_->add(k, d); }
-    std::int64_t takeTicket(std::string_view k) override { count(0); return inner_->takeTicket(k); }
+    std::int64_t add(std::string_view k, std::int64_t d) override {
+      count(0);
+      return Forwarding::add(k, d);
+    }
+    std::int64_t takeTicket(std::string_view k) override {
+      count(0);
+      return Forwarding::takeTicket(k);
+    }
     std::int64_t ticketCount(std::string_view k) override {
       count(0);
       counts_.reads.fetch_add(1);
-      return inner_->ticketCount(k);
+      return Forwarding::ticketCount(k);
     }
     std::string compareSet(std::string_view k, std::string_view e, std::string_view d) override {
-      return read(inner_->compareSet(k, e, d));
+      return read(Forwarding::compareSet(k, e, d));
     }
     void wait(const std::vector<std::string>& keys, Duration timeout) override {
       count(0);
       counts_.waits.fetch_add(1);
-      inner_->wait(keys, timeout);
+      Forwarding::wait(keys, timeout);
     }
     using Store::wait;
-    bool check(const std::vector<std::string>& keys) override { count(0); return inner_->check(keys); }
-    bool deleteKey(std::string_view k) override { count(0); return inner_->deleteKey(k); }
-    std::int64_t numKeys() override { count(0); return inner_->numKeys(); }
+    bool check(const std::vector<std::string>& keys) override {
+      count(0);
+      return Forwarding::check(keys);
+    }
+    bool deleteKey(std::string_view k) override {
+      count(0);
+      return Forwarding::deleteKey(k);
+    }
+    std::int64_t numKeys() override {
+      count(0);
+      return Forwarding::numKeys();
+    }
     std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
-      std::vector<std::string> values = inner_->multiGet(keys);
+      std::vector<std::string> values = Forwarding::multiGet(keys);
       std::size_t total = 0;
       for (const std::string& value : values) total += value.size();
       count(total);
       return values;
     }
-    void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+    void multiSet(const std::vector<std::string>& keys,
+                  const std::vector<std::string>& values) override {
       count(0);
-      inner_->multiSet(keys, values);
+      Forwarding::multiSet(keys, values);
     }
     ddprun::rendezvous::ListedKeys listPrefix(std::string_view p, std::size_t n) override {
       count(0);
-      return inner_->listPrefix(p, n);
+      return Forwarding::listPrefix(p, n);
     }
-    std::int64_t deletePrefix(std::string_view p) override { count(0); return inner_->deletePrefix(p); }
-    std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl, std::string_view nk,
-                     std::string_view nv) override {
+    std::int64_t deletePrefix(std::string_view p) override {
       count(0);
-      return inner_->hold(k, v, ttl, nk, nv);
+      return Forwarding::deletePrefix(p);
     }
-    bool release(std::string_view k) override { count(0); return inner_->release(k); }
-    HoldLapse holdLapse() const override { return inner_->holdLapse(); }
-    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys, Duration timeout) override {
+    std::string hold(std::string_view k, std::string_view v, std::chrono::milliseconds ttl,
+                     std::string_view nk, std::string_view nv) override {
       count(0);
-      return inner_->waitForAnyMissing(keys, timeout);
+      return Forwarding::hold(k, v, ttl, nk, nv);
+    }
+    bool release(std::string_view k) override {
+      count(0);
+      return Forwarding::release(k);
+    }
+    std::vector<std::string> waitForAnyMissing(const std::vector<std::string>& keys,
+                                               Duration timeout) override {
+      count(0);
+      return Forwarding::waitForAnyMissing(keys, timeout);
     }
 
    private:
@@ -861,7 +889,6 @@ class ReadCountingBackend final : public StoreBackend {
       count(value.size());
       return value;
     }
-    std::unique_ptr<ddprun::rendezvous::HoldingStore> inner_;
     ReadCountingBackend& counts_;
   };
   InProcessStoreBackend inner_;

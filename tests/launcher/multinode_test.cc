@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -17,6 +16,7 @@
 #include "ddprun_command.h"
 #include "lines.h"
 #include "ports.h"
+#include "report_jobs.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -76,12 +76,6 @@ bool firstTwoJoined(Subprocess& zero, Subprocess& one) {
                     {&zero, &one});
 }
 
-// Ends the job (report.sh --until) and waits for each of `nodes` to exit 0, under one deadline.
-void finishJob(const std::string& until, const std::vector<Subprocess*>& nodes) {
-  std::ofstream(until).put('\n');
-  const Deadline deadline(kFinishes);
-  for (Subprocess* node : nodes) CHECK(exitsWith(*node, 0, deadline.left(), nodes));
-}
 
 }  // namespace
 
@@ -95,7 +89,7 @@ TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the
         ddprun::test::staticCommand(2, 2, rank, port, {"--no-python", kReport, "--until", until})));
   }
   REQUIRE(reported({nodes[0].get(), nodes[1].get()}, "world=4 ", 4, kForms));
-  finishJob(until, {nodes[0].get(), nodes[1].get()});
+  finishJob(until, {nodes[0].get(), nodes[1].get()}, kFinishes);
   const std::string rank1 = nodes[0]->output();
   CHECK(countLines(rank1, fmt::format("^\\[default0\\]:rank=2 local_rank=0 world=4 group_rank=1 "
                                       "group_world=2 restart=0 generation=0 "
@@ -134,7 +128,7 @@ TEST_CASE("three agents: one killed mid-run is noticed at once and the others re
   CHECK(countLines(a->output() + b->output() + c->output() + d->output(),
                    "restart=0 generation=2") == 6);
 
-  finishJob(until, {a.get(), b.get(), d.get()});
+  finishJob(until, {a.get(), b.get(), d.get()}, kFinishes);
 }
 
 TEST_CASE("when fewer than MIN nodes remain, the survivor says why and exits non-zero",
@@ -239,7 +233,7 @@ TEST_CASE("agents rendezvous through a ddprun-rendezvous daemon already on the e
   auto a = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
   auto b = agent("2", static_cast<std::uint16_t>(port), "daemonjob", until);
   REQUIRE(reported({a.get(), b.get()}, "world=4 ", 4, kForms));
-  finishJob(until, {a.get(), b.get()});
+  finishJob(until, {a.get(), b.get()}, kFinishes);
   // Neither agent hosted the store: the daemon did, and outlives the job.
   CHECK_THAT(a->errors() + b->errors(), !Catch::Contains("hosting the rendezvous store"));
   CHECK_FALSE(daemon.wait(0ms).has_value());
@@ -294,7 +288,7 @@ TEST_CASE("static: a non-zero node that starts before the master waits for its s
   REQUIRE(exitStatus(early, 0ms) == std::nullopt);
   Subprocess master(ddprun::test::staticCommand(2, 1, 0, port, rest));
   REQUIRE(reported({&early, &master}, "world=2 ", 2, kForms));
-  finishJob(until, {&early, &master});
+  finishJob(until, {&early, &master}, kFinishes);
 }
 
 TEST_CASE("static: a node killed before the job starts and started again takes its place",
@@ -312,7 +306,7 @@ TEST_CASE("static: a node killed before the job starts and started again takes i
   auto two = node(2);
   REQUIRE(reported({zero.get(), again.get(), two.get()}, "world=3 ", 3, kForms));
   CHECK(countLines(again->output() + two->output(), "group_rank=1 ") == 1);
-  finishJob(until, {zero.get(), again.get(), two.get()});
+  finishJob(until, {zero.get(), again.get(), two.get()}, kFinishes);
 }
 
 TEST_CASE("elastic: an agent killed after joining but before the round closes is not counted",
@@ -332,7 +326,7 @@ TEST_CASE("elastic: an agent killed after joining but before the round closes is
   // The round forms with the two live agents only: 2 workers each, world 4 (not 6).
   REQUIRE(reported({a.get(), c.get()}, "world=4 ", 4, 30s));
   CHECK(countLines(a->output() + c->output(), "world=6 ") == 0);
-  finishJob(until, {a.get(), c.get()});
+  finishJob(until, {a.get(), c.get()}, kFinishes);
 }
 
 TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of restarting into a "
@@ -375,5 +369,5 @@ TEST_CASE("static: a second agent claiming a node rank that a running agent hold
   CHECK_THAT(duplicate->errors(), Catch::Contains("--node-rank 1 is taken by the running agent"));
   auto two = node(2);
   REQUIRE(reported({zero.get(), one.get(), two.get()}, "world=3 ", 3, kForms));
-  finishJob(until, {zero.get(), one.get(), two.get()});
+  finishJob(until, {zero.get(), one.get(), two.get()}, kFinishes);
 }

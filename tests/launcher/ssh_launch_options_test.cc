@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "cli/cli.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -23,23 +23,15 @@ using Environment = std::map<std::string, std::string>;
 
 // A scratch directory with train.py and hostfiles, removed at exit.
 struct Scratch {
-  fs::path dir;
+  ddprun::test::TempDir temp;
+  fs::path dir = temp.path;
   Scratch() {
-    char pattern[] = "/tmp/ddprun-ssh-cli-XXXXXX";
-    dir = ::mkdtemp(pattern);
-    std::ofstream(dir / "train.py") << "print('hi')\n";
+    ddprun::test::writeFile(dir / "train.py", "print('hi')\n");
     // The ssh client is looked up on PATH; a stand-in is enough, nothing runs it here.
-    fs::create_directory(dir / "bin");
-    std::ofstream(dir / "bin" / "ssh") << "#!/bin/sh\nexit 255\n";
-    fs::permissions(dir / "bin" / "ssh", fs::perms::owner_all);
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
+    ddprun::test::writeFile(dir / "bin" / "ssh", "#!/bin/sh\nexit 255\n", 0700);
   }
   std::string file(const std::string& name, const std::string& text) const {
-    std::ofstream(dir / name) << text;
-    return (dir / name).string();
+    return ddprun::test::writeFile(dir / name, text);
   }
 };
 

@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 
 #include <csignal>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -95,10 +94,7 @@ WorkerPlacement placementOf(const Shape& shape) {
           .groupWorldSize = shape.nodes};
 }
 
-void makeExecutable(const std::string& path) {
-  std::ofstream(path) << "#!/bin/sh\n";
-  REQUIRE(::chmod(path.c_str(), 0755) == 0);
-}
+void makeExecutable(const std::string& path) { ddprun::test::writeFile(path, "#!/bin/sh\n", 0755); }
 
 TEST_CASE("every worker gets torchrun's rank variables for its place in the job", "[worker_env]") {
   const Shape shape = GENERATE(Shape{1, 1, 0, 0}, Shape{1, 2, 0, 1}, Shape{2, 2, 1, 0}, Shape{2, 2, 1, 1},

@@ -4,7 +4,6 @@
 // facts against a real etcd). And the password file's reader (a file in a temporary directory).
 #include <sys/stat.h>
 
-#include <fstream>
 
 #include <catch2/catch.hpp>
 
@@ -381,10 +380,7 @@ TEST_CASE("credentials: the password from a mode-600 file, its line end dropped,
           "can read, an empty one, a missing one refused naming it") {
   ddprun::test::TempDir dir;
   const auto write = [&](const std::string& name, const std::string& bytes, mode_t mode) {
-    const std::string path = dir.path + "/" + name;
-    std::ofstream(path, std::ios::binary) << bytes;
-    ::chmod(path.c_str(), mode);
-    return path;
+    return ddprun::test::writeFile(dir.file(name), bytes, mode);
   };
   const auto refusal = [](const std::string& path) -> std::string {
     try {

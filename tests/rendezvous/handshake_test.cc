@@ -3,8 +3,6 @@
 // others can read never gets used.
 #include <sys/stat.h>
 
-#include <fstream>
-
 #include <catch2/catch.hpp>
 
 #include "auth/handshake.h"
@@ -12,6 +10,7 @@
 
 using namespace ddprun::rendezvous;
 using namespace ddprun::rendezvous::auth;
+using ddprun::test::writeFile;
 
 namespace {
 
@@ -22,13 +21,6 @@ Nonce filled(unsigned char byte) {
   Nonce nonce;
   nonce.fill(byte);
   return nonce;
-}
-
-std::string writeFile(const std::string& dir, const std::string& text, mode_t mode) {
-  const std::string path = dir + "/token";
-  std::ofstream(path) << text;
-  ::chmod(path.c_str(), mode);
-  return path;
 }
 
 }  // namespace
@@ -118,12 +110,12 @@ TEST_CASE("anything but a hello is told apart at its first differing byte", "[ha
 TEST_CASE("a token file: owner-only, long enough, trailing newline ignored", "[token-file]") {
   ddprun::test::TempDir dir;
   SECTION("mode 600 is read, without its trailing newline") {
-    const auto path = writeFile(dir.path, "0123456789abcdef0123\n", 0600);
+    const auto path = writeFile(dir.file("token"), "0123456789abcdef0123\n", 0600);
     CHECK(readTokenFile(path).bytes() == "0123456789abcdef0123");
   }
   SECTION("readable by group or others: refused, naming chmod 600") {
     for (mode_t mode : {0644, 0640, 0604, 0660}) {
-      const auto path = writeFile(dir.path, "0123456789abcdef0123\n", mode);
+      const auto path = writeFile(dir.file("token"), "0123456789abcdef0123\n", mode);
       try {
         readTokenFile(path);
         FAIL("mode " << std::oct << mode << " was accepted");
@@ -133,7 +125,7 @@ TEST_CASE("a token file: owner-only, long enough, trailing newline ignored", "[t
     }
   }
   SECTION("too short") {
-    const auto path = writeFile(dir.path, "short\n", 0600);
+    const auto path = writeFile(dir.file("token"), "short\n", 0600);
     CHECK_THROWS_WITH(readTokenFile(path), Catch::Contains("fewer than the 16"));
   }
   SECTION("missing, or a directory") {

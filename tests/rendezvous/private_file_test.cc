@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -22,9 +21,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::string writeToken(const std::string& path, mode_t mode = 0600) {
-  std::ofstream(path) << "0123456789abcdef0123\n";
-  REQUIRE(::chmod(path.c_str(), mode) == 0);
-  return path;
+  return ddprun::test::writeFile(path, "0123456789abcdef0123\n", mode);
 }
 
 std::string refusal(const std::string& path) {

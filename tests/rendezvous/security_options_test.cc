@@ -7,7 +7,6 @@
 
 #include <catch2/catch.hpp>
 #include <climits>
-#include <fstream>
 
 #include "ddprun/rendezvous/server_limits.h"
 #include "temp_dir.h"
@@ -30,10 +29,7 @@ std::string problem(const JobSecurityFiles& given, const SecurityOptionNames& na
 bool oneLine(const std::string& text) { return text.find('\n') == std::string::npos; }
 
 std::string writeToken(const std::string& dir, mode_t mode) {
-  const std::string path = dir + "/token";
-  std::ofstream(path) << "0123456789abcdef-the-job-secret\n";
-  ::chmod(path.c_str(), mode);
-  return path;
+  return ddprun::test::writeFile(dir + "/token", "0123456789abcdef-the-job-secret\n", mode);
 }
 
 // What loadJobSecurity throws, or FAIL.
