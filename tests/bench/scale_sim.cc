@@ -47,7 +47,7 @@
 #include "core/file_text.h"
 #include "core/proc_stat.h"
 #include "membership/membership.h"
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 
 namespace {
 

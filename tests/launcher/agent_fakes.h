@@ -30,7 +30,7 @@
 #include "hang/progress_watch.h"
 #include "hang/worker_activity.h"
 #include "core/process_launcher.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 #include "core/worker_output.h"
 #include "machine/agent_machine.h"
 

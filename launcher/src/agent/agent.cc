@@ -22,7 +22,7 @@
 
 #include "agent/asio_event_loop.h"
 #include "agent/health_endpoint.h"
-#include "agent/hosted_stores.h"
+#include "stores/hosted_stores.h"
 #include "agent/relay_handoff.h"
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
@@ -45,7 +45,7 @@
 #include "membership/membership_driver.h"
 #include "membership/solo_rendezvous.h"
 #include "membership/status_publisher.h"
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 #include "output/agent_log.h"
 #include "output/console_writer.h"
 #include "output/log_router.h"

@@ -17,7 +17,7 @@
 #include "ddprun/rendezvous/errors.h"
 #include "membership/membership_keys.h"
 #include "membership/status_publisher.h"
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 #include "status/job_status.h"
 
 namespace ddprun::launcher {

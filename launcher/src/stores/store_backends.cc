@@ -1,11 +1,11 @@
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "membership/etcd_store_backend.h"
-#include "membership/membership_keys.h"
+#include "stores/etcd_store_backend.h"
+#include "stores/store_keys.h"
 
 namespace ddprun::launcher {
 
@@ -20,7 +20,7 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
     case RdzvBackend::kEtcd:  // the members on the endpoint; no agent hosts the rendezvous
       return std::make_unique<EtcdStoreBackend>(
           etcdClientOptions(config), etcdKeyPrefix(config.settings.etcdPrefix),
-          MembershipKeys(config.runId).prefix(), !config.settings.tokenFile.empty());
+          runKeyPrefix(config.runId), !config.settings.tokenFile.empty());
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }

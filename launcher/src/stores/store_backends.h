@@ -12,7 +12,7 @@
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/tcp_store.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 
 namespace ddprun::launcher {
 

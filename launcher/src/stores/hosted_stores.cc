@@ -1,4 +1,4 @@
-#include "agent/hosted_stores.h"
+#include "stores/hosted_stores.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/server_limits.h"
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 
 namespace ddprun::launcher {
 namespace {
