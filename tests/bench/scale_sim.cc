@@ -358,9 +358,7 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
     member.port = config.port;
     config.etcdEndpoints = {member};
   }
-  StoreBackendInputs inputs;
-  inputs.ddprunStore = rendezvousStoreOptions(config, {});
-  std::unique_ptr<StoreBackend> real = makeStoreBackend(config, inputs);
+  std::unique_ptr<StoreBackend> real = makeStoreBackend(config, {storeAccess(config).endpoint});
   CountingBackend backend(*real, shared.counts);
 
   std::vector<std::thread> agents;

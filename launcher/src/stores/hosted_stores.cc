@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -15,7 +14,6 @@
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/server.h"
 #include "ddprun/rendezvous/server_limits.h"
-#include "stores/store_backends.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -51,24 +49,8 @@ bool namesThisHostThroughLoopback(const std::string& host) {
 
 }  // namespace
 
-// How many connections each store this agent hosts may hold, given its descriptor limit. Without
-// a cap, idle connections to its store could take every descriptor, and the agent could then not
-// make the pipes to restart a worker. So it keeps a reserve: 64 for itself (stdio, the event
-// loop's epoll and eventfds, its own store clients, the FileTimer pipe, the listeners, /proc and
-// cgroup reads) and 16 per local worker (about 10 at once at worst: its stdout and stderr pipes or
-// pty, both ends while it is spawned, the spawn's error pipe, its log files under --redirects or
-// --tee, its heartbeat file, a debugger's pipe when it hangs). The rest is split between the two
-// stores it may host (the job's rendezvous store and the workers' store).
-std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit) {
-  const std::size_t reserve = 64 + 16 * static_cast<std::size_t>(std::max(1, nprocPerNode));
-  const std::size_t perStore = descriptorLimit > reserve ? (descriptorLimit - reserve) / 2 : 0;
-  // A store needs a few connections for the agents' own clients; below that nothing would work.
-  constexpr std::size_t kFewest = 16;
-  return std::clamp(perStore, kFewest, rendezvous::ServerOptions{}.maxConnections);
-}
-
-HostedStores::HostedStores(rendezvous::JobSecurity security, std::size_t maxConnections)
-    : security_(std::move(security)), maxConnections_(maxConnections) {}
+HostedStores::HostedStores(StoreAccess access, std::size_t maxConnections)
+    : access_(std::move(access)), maxConnections_(maxConnections) {}
 
 HostedStores::~HostedStores() = default;
 
@@ -92,8 +74,8 @@ rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host, s
   rendezvous::ServerOptions options;
   options.host = host;
   options.port = port;
-  options.secret = security_.secret;
-  options.tls = security_.tls;
+  options.secret = access_.security.secret;
+  options.tls = access_.security.tls;
   options.maxConnections = maxConnections_;
   // The agent sets only what it derives (the connection budget); the check is the daemon's, so
   // a limit that is wrong here is a bug, said as the daemon would say it.
@@ -105,7 +87,7 @@ rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host, s
 
 void HostedStores::warnIfOpen(const std::string& host, std::string_view address, std::string_view which) {
   if (warnedOpen_) return;
-  if (auto warning = rendezvous::openStoreWarning(which, host, address, security_,
+  if (auto warning = rendezvous::openStoreWarning(which, host, address, access_.security,
                                                   rendezvous::kAgentSecurityOptions)) {
     warnedOpen_ = true;
     spdlog::warn("{}", *warning);
@@ -116,88 +98,72 @@ std::string HostedStores::relayHandoffVariable() const {
   return relay_ ? relay_->handoffVariable() : std::string();
 }
 
-rendezvous::TcpStoreOptions HostedStores::hostOrFind(const LaunchConfig& config,
+rendezvous::TcpStoreOptions HostedStores::hostOrFind(const RendezvousConfig& config,
                                                      const std::string& handoffSocket) {
-  const RendezvousConfig& rdzv = config.rdzv;
-  rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, security_);
+  const rendezvous::JobSecurity& security = access_.security;
+  rendezvous::TcpStoreOptions store = access_.endpoint;
   // The workers' relay first: its failure (no descriptors) ends the agent before it joins anyone.
-  if (security_.secret) {
-    rendezvous::RelayOptions relay{*security_.secret};
-    relay.tls = security_.tls;
+  if (security.secret) {
+    rendezvous::RelayOptions relay{*security.secret};
+    relay.tls = security.tls;
     relay.handoffPath = handoffSocket;
     relay_ = std::make_unique<rendezvous::LoopbackRelay>(std::move(relay));
   }
-  const bool staticHost = rdzv.backend == RdzvBackend::kStatic && rdzv.nodeRank == 0;
-  const bool mustHost = staticHost || rdzv.standalone || rdzv.settings.isHost.value_or(false);
-  const bool mayHost = mustHost || (rdzv.backend == RdzvBackend::kC10d && !rdzv.settings.isHost);
-  // A multi-node job's endpoint named through loopback here: listen on every interface (as
-  // torchrun always does) and advertise the name, which the other nodes resolve for themselves.
-  // Kubeflow's training-operator writes MASTER_ADDR=PET_MASTER_ADDR=localhost into a PyTorchJob's
-  // master pod (the worker pods get the master's service name): torchrun's store listens on every
-  // interface whatever it is given, so the workers reach it; so does this one.
-  const bool kubeflowMaster = staticHost && rdzv.host == "localhost";
-  listenEverywhere_ = mayHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty() &&
-                      (kubeflowMaster || namesThisHostThroughLoopback(rdzv.host));
-  if (!mayHost) return store;
-  rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : rdzv.host, rdzv.port);
+  const HostingDecision decision = decideHosting(config, namesThisHostThroughLoopback);
+  listenEverywhere_ = decision.listenEverywhere;
+  if (!decision.mayHost()) return store;
+  rendezvous::ServerOptions options =
+      serverOptions(listenEverywhere_ ? "0.0.0.0" : config.host, config.port);
   try {
     rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
     rendezvous_->start();
   } catch (const rendezvous::ServerError& error) {
-    // A store host name that does not resolve yet (a Kubernetes service name appears seconds
-    // after its pod): a node that must host listens on every interface, as torchrun's store
-    // always does, and advertises the name; one that only may host is not that host, yet.
-    const bool unresolved = error.code() == rendezvous::ServerError::Code::kUnresolvedHost;
-    if (unresolved && mustHost && rdzv.maxNodes > 1 && rdzv.localAddr.empty()) {
-      spdlog::warn("the rendezvous host name {} does not resolve here yet: listening on all "
-                   "interfaces for the other nodes, which reach it once the name resolves",
-                   rdzv.host);
-      listenEverywhere_ = true;
-      options = serverOptions("0.0.0.0", rdzv.port);
-      rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
-      rendezvous_->start();
-    } else {
-      // A port ddprun chose (Slurm's): the user did not type it, so the line names where it came
-      // from and the one setting that changes it.
-      if (mustHost && error.code() == rendezvous::ServerError::Code::kAddressInUse &&
-          !rdzv.endpointSource.empty()) {
+    switch (onListenFailure(config, decision, error.code())) {
+      case ListenFailureStep::kListenEverywhere:
+        spdlog::warn(
+            "the rendezvous host name {} does not resolve here yet: listening on all "
+            "interfaces for the other nodes, which reach it once the name resolves",
+            config.host);
+        listenEverywhere_ = true;
+        options = serverOptions("0.0.0.0", config.port);
+        rendezvous_ = std::make_unique<rendezvous::RendezvousServer>(options);
+        rendezvous_->start();
+        break;
+      case ListenFailureStep::kBeClient:
+        rendezvous_.reset();
+        listenEverywhere_ = false;
+        return store;
+      case ListenFailureStep::kFailNamingPortSource:
+        // The user did not type the port: the line names where it came from and the one setting
+        // that changes it.
         throw rendezvous::ServerError(
             fmt::format("cannot host the rendezvous store on {}:{}: the port is taken ({} {})",
-                        common::printable(rdzv.host), rdzv.port, rdzv.port, rdzv.endpointSource),
+                        common::printable(config.host), config.port, config.port,
+                        config.endpointSource),
             error.code());
-      }
-      // c10d: the endpoint is served already (another agent of this job, or ddprun-rendezvous),
-      // or it is another host's address: be a client.
-      const bool someoneElses = error.code() == rendezvous::ServerError::Code::kAddressInUse ||
-                                error.code() == rendezvous::ServerError::Code::kAddressNotAvailable ||
-                                unresolved;
-      if (mustHost || !someoneElses) throw;
-      rendezvous_.reset();
-      listenEverywhere_ = false;
-      return store;
+      case ListenFailureStep::kFail:
+        throw;
     }
   }
   store.port = rendezvous_->port();
   if (listenEverywhere_) {
-    spdlog::warn("the rendezvous endpoint {} resolves to a loopback address on this host, which "
-                 "other nodes cannot reach: listening on all interfaces instead; give "
-                 "--rdzv-endpoint this host's network address to listen on it alone",
-                 rdzv.host);
+    spdlog::warn(
+        "the rendezvous endpoint {} resolves to a loopback address on this host, which "
+        "other nodes cannot reach: listening on all interfaces instead; give "
+        "--rdzv-endpoint this host's network address to listen on it alone",
+        config.host);
   }
   spdlog::info("hosting the rendezvous store on {} (at most {} connections{})",
-               rendezvous_->address(), maxConnections_, rendezvous::storeSecurityNote(security_));
+               rendezvous_->address(), maxConnections_, rendezvous::storeSecurityNote(security));
   warnIfOpen(options.host, rendezvous_->address(), "the rendezvous store");
   return store;
 }
 
-std::string HostedStores::advertisedAddress(const LaunchConfig& config) const {
-  const RendezvousConfig& rdzv = config.rdzv;
-  if (!rdzv.localAddr.empty()) return rdzv.localAddr;
-  if (rdzv.standalone) return "127.0.0.1";
-  if (listenEverywhere_) return rdzv.host;
+std::string HostedStores::advertisedAddress(const RendezvousConfig& config) const {
+  if (auto address = launcher::advertisedAddress(config, listenEverywhere_)) return *address;
   // Empty while the store's host name does not resolve yet: Membership::open asks the store
   // backend once it reaches the store (StoreBackend::addressTowardStore).
-  return common::localAddressToward(rdzv.host, rdzv.port).value_or("");
+  return common::localAddressToward(config.host, config.port).value_or("");
 }
 
 }  // namespace ddprun::launcher

@@ -1,9 +1,12 @@
-// The rendezvous backends by name: the one place that turns --rdzv-backend (RdzvBackend) into the
-// StoreBackend Membership runs on: ddprun's store (TcpStoreBackend) for static and c10d, etcd
-// (EtcdStoreBackend) for etcd. A backend is one more case here and one more StoreBackend
-// implementation; neither Membership nor the agent changes.
+// How a process of the job reaches its rendezvous store, from the job's rendezvous options: the
+// entry point the agent and `ddprun status` share. storeAccess() reads the job's security once and
+// says where ddprun's store is on the endpoint; makeStoreBackend() turns --rdzv-backend
+// (RdzvBackend) into the StoreBackend Membership runs on: ddprun's store (TcpStoreBackend) for
+// static and c10d, etcd (EtcdStoreBackend) for etcd. A backend is one more case here and one more
+// StoreBackend implementation; neither Membership nor the agent changes. Between the two calls the
+// agent may host that store itself (HostedStores::hostOrFind, which says where it listens).
 //
-// Thread safety: a plain function.
+// Thread safety: plain functions.
 #pragma once
 
 #include <memory>
@@ -16,8 +19,26 @@
 
 namespace ddprun::launcher {
 
+// What a process of the job needs to reach its stores.
+struct StoreAccess {
+  // The job's token and TLS files, read once, for every store it hosts or reaches.
+  rendezvous::JobSecurity security;
+  // ddprun's store at the job's endpoint as a client reaches it: its address, the wire dialect
+  // and the job's security.
+  rendezvous::TcpStoreOptions endpoint;
+};
+
+// The access of the job whose rendezvous options are `config`. The token and TLS files are read
+// by the rule the agents and ddprun-rendezvous share. Throws StoreBackendError: one line naming
+// the option as the user gave it. `given`: the token the agent already holds
+// (--token-from-stdin), used instead of a token file, which the command line then refuses
+// alongside it.
+StoreAccess storeAccess(const RendezvousConfig& config,
+                        std::optional<rendezvous::JobSecret> given = std::nullopt);
+
 // What a backend may be made of besides the job's rendezvous config: where ddprun's own store is
-// (the agent hosts it or found it: HostedStores::hostOrFind), for the backends built on it.
+// (StoreAccess::endpoint, or where this agent hosts it: HostedStores::hostOrFind), for the
+// backends built on it.
 struct StoreBackendInputs {
   rendezvous::TcpStoreOptions ddprunStore;
 };
@@ -26,17 +47,5 @@ struct StoreBackendInputs {
 // the job was given (etcd: a certificate file that cannot be used).
 std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
                                                const StoreBackendInputs& inputs);
-
-// The job's token and TLS files (--rdzv-conf token_file, tls_*), read once, by the rule the
-// agents and ddprun-rendezvous share. Throws StoreBackendError: one line naming the option as the
-// user gave it. `given`: the token the agent already holds (--token-from-stdin), used instead of a
-// token file, which the command line then refuses alongside it.
-rendezvous::JobSecurity loadRendezvousSecurity(
-    const RendezvousSettings& settings, std::optional<rendezvous::JobSecret> given = std::nullopt);
-
-// How a client reaches ddprun's store at the job's endpoint (the agent that finds it hosted, or
-// `ddprun status`): its address, the wire dialect and the job's security.
-rendezvous::TcpStoreOptions rendezvousStoreOptions(const RendezvousConfig& config,
-                                                   const rendezvous::JobSecurity& security);
 
 }  // namespace ddprun::launcher
