@@ -48,7 +48,7 @@
 #include "core/proc_stat.h"
 #include "forwarding_store.h"
 #include "membership/membership.h"
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 
 namespace {
 
@@ -379,9 +379,7 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
     member.port = config.port;
     config.etcdEndpoints = {member};
   }
-  StoreBackendInputs inputs;
-  inputs.ddprunStore = rendezvousStoreOptions(config, {});
-  std::unique_ptr<StoreBackend> real = makeStoreBackend(config, inputs);
+  std::unique_ptr<StoreBackend> real = makeStoreBackend(config, {storeAccess(config).endpoint});
   CountingBackend backend(*real, shared.counts);
 
   std::vector<std::thread> agents;

@@ -33,7 +33,7 @@
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 #include "core/worker_output.h"
 #include "machine/agent_machine.h"
 

@@ -21,7 +21,7 @@
 #include "machine/agent_machine.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "core/exit_codes.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 #include "membership/membership_driver.h"
 #include "core/stop_reason.h"
 #include "solo_node.h"

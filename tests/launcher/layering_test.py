@@ -18,14 +18,18 @@ ALLOWED = {
     "output": {"core"},
     "report": {"core"},
     "hang": {"core"},
-    "membership": {"core"},
+    # How the job's store is reached and hosted (the store seam, its backends, the hosting
+    # policy): below membership, which runs its rounds on a StoreBackend.
+    "stores": {"core"},
+    "membership": {"core", "stores"},
     "machine": {"core", "process", "hang", "report"},
-    "agent": {"core", "process", "output", "report", "hang", "membership", "machine"},
+    "agent": {"core", "process", "output", "report", "hang", "stores", "membership", "machine"},
     "hosts": {"core"},
     "cli": {"core", "hosts"},
-    # `ddprun status`: the agent's options (cli) read by the agent's rules, the store seam
-    # (membership) and the failure's wording (report); main.cc joins it to the subcommand table.
-    "status": {"core", "cli", "membership", "report"},
+    # `ddprun status`: the agent's options (cli) read by the agent's rules, the agent's way to the
+    # store (stores), the key layout and snapshots (membership) and the failure's wording (report);
+    # main.cc joins it to the subcommand table.
+    "status": {"core", "cli", "stores", "membership", "report"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 

@@ -25,11 +25,11 @@
 #include "agent_fakes.h"
 #include "core/stop_reason.h"
 #include "ddprun/rendezvous/hash_store.h"
-#include "membership/etcd_store_backend.h"
+#include "stores/etcd_store_backend.h"
 #include "membership/membership.h"
 #include "membership/membership_keys.h"
-#include "membership/store_backend.h"
-#include "membership/store_backends.h"
+#include "stores/store_backend.h"
+#include "stores/store_backends.h"
 
 namespace {
 

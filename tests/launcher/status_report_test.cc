@@ -18,7 +18,7 @@
 #include "ddprun/rendezvous/hash_store.h"
 #include "membership/membership_keys.h"
 #include "membership/status_publisher.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 #include "status/job_status.h"
 #include "status/status_command.h"
 

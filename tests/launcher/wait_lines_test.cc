@@ -19,7 +19,7 @@
 #include "ddprun/rendezvous/hash_store.h"
 #include "log_capture.h"
 #include "membership/membership.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 
 namespace {
 

@@ -2,7 +2,8 @@
 // the signals, the workers' pipes), POSIX processes, the TCP store and the stores this agent may
 // host. Everything that decides is in the machine; this file only builds and connects, in three
 // steps: the run's directories (run_directories.h), the job's security and the stores
-// (hosted_stores.h), then the machine and its seams, run to the end.
+// (stores/store_backends.h, stores/hosted_stores.h), then the machine and its seams, run to the
+// end.
 #include "ddprun/launcher/agent.h"
 
 #include <signal.h>
@@ -22,7 +23,6 @@
 
 #include "agent/asio_event_loop.h"
 #include "agent/health_endpoint.h"
-#include "agent/hosted_stores.h"
 #include "agent/relay_handoff.h"
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
@@ -45,13 +45,14 @@
 #include "membership/membership_driver.h"
 #include "membership/solo_rendezvous.h"
 #include "membership/status_publisher.h"
-#include "membership/store_backends.h"
 #include "output/agent_log.h"
 #include "output/console_writer.h"
 #include "output/log_router.h"
 #include "process/guardian.h"
 #include "process/posix_launcher.h"
 #include "process/worker_env.h"
+#include "stores/hosted_stores.h"
+#include "stores/store_backends.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -137,12 +138,12 @@ std::string fileTimerPath(const std::string& privateDir, AgentIdentity& identity
 // gives one.
 constexpr std::chrono::seconds kTokenLineWait{30};
 
-// The job's token and TLS files (or the token `given` on stdin), read once for every store this
-// agent hosts or reaches.
-rendezvous::JobSecurity loadSecurity(const RendezvousSettings& settings,
-                                     std::optional<rendezvous::JobSecret> given) {
+// How this agent reaches the job's stores (the token `given` on stdin, or the job's token file),
+// read once for every store it hosts or reaches.
+StoreAccess loadStoreAccess(const RendezvousConfig& config,
+                            std::optional<rendezvous::JobSecret> given) {
   try {
-    return loadRendezvousSecurity(settings, std::move(given));
+    return storeAccess(config, std::move(given));
   } catch (const StoreBackendError& error) {
     throw StartupError(error.what());
   }
@@ -301,19 +302,21 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   routerOptions.errWriter = errWriter;
   LogRouter output(io, routerOptions);
 
-  HostedStores stores(loadSecurity(config.rdzv.settings, std::move(stdinToken)),
+  // The job's stores from its rendezvous options, all in stores/: how to reach them, whether this
+  // agent hosts the rendezvous store, and the backend; Membership runs on that backend.
+  HostedStores stores(loadStoreAccess(config.rdzv, std::move(stdinToken)),
                       hostedStoreConnections(config.nprocPerNode, descriptors.inForce));
   rendezvous::TcpStoreOptions storeOptions;
   const std::optional<RelayHandoffPlan> handoff =
       stores.relaysWorkers() ? planRelayHandoff(config, privateDir) : std::nullopt;
   try {
-    storeOptions = stores.hostOrFind(config, handoff ? handoff->socket : std::string());
+    storeOptions = stores.hostOrFind(config.rdzv, handoff ? handoff->socket : std::string());
   } catch (const std::exception& error) {
     throw StartupError(error.what());
   }
   if (handoff) addRelayHandoff(*handoff, stores.relayHandoffVariable(), identity.environment);
   identity.hostsStore = stores.hostsRendezvous();
-  identity.address = stores.advertisedAddress(config);
+  identity.address = stores.advertisedAddress(config.rdzv);
 
   std::unique_ptr<StoreBackend> backend;
   try {

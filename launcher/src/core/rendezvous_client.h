@@ -2,7 +2,7 @@
 // Round), the asynchronous client the machine calls (RendezvousClient), the events that client
 // reports back (RendezvousEvents), and the seam through which the machine hosts a round's workers'
 // store (WorkerStoreHost). Membership (membership/) implements the rounds; MembershipDriver runs
-// them off the loop and implements RendezvousClient; agent/hosted_stores implements
+// them off the loop and implements RendezvousClient; stores/hosted_stores implements
 // WorkerStoreHost. Nothing here knows a store, a socket or a thread.
 //
 // Thread safety: plain values and interfaces; see each implementation.

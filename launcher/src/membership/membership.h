@@ -54,7 +54,7 @@
 #include "ddprun/launcher/launch_config.h"
 #include "membership/lapse_reporter.h"
 #include "membership/membership_keys.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
 #include "core/wait_lines.h"

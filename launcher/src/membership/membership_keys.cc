@@ -21,7 +21,7 @@ std::string_view checkedRunId(std::string_view runId) {
 }  // namespace
 
 MembershipKeys::MembershipKeys(std::string_view runId)
-    : prefix_(fmt::format("{}{}/", kRendezvousKeyPrefix, checkedRunId(runId))) {}
+    : prefix_(runKeyPrefix(checkedRunId(runId))) {}
 
 std::string MembershipKeys::nextNodeId() const { return prefix_ + "next_node_id"; }
 

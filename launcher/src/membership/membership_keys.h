@@ -24,11 +24,10 @@
 #include <string>
 #include <string_view>
 
+#include "stores/store_keys.h"
+
 namespace ddprun::launcher {
 
-// What every key of the rendezvous' own starts with: a store's other keys are its workers' (the
-// static backend shares the store with them; StoreBackend::clearWorkerKeys keeps these).
-inline constexpr std::string_view kRendezvousKeyPrefix = "ddprun/";
 // The one key outside every run's prefix: held by each agent of the running job, so that a store
 // that is one job's (StoreTenancy::kOneJob, ddprun's own) serves one run at a time: an agent of
 // another run id is refused. Never written on a store that jobs share (an etcd), where a run id is

@@ -20,7 +20,7 @@
 
 #include "core/agent_snapshot.h"
 #include "membership/membership_keys.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 
 namespace ddprun::launcher {
 

@@ -17,8 +17,9 @@
 #include "ddprun/rendezvous/errors.h"
 #include "membership/membership_keys.h"
 #include "membership/status_publisher.h"
-#include "membership/store_backends.h"
 #include "status/job_status.h"
+#include "stores/hosting_policy.h"
+#include "stores/store_backends.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -178,12 +179,13 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
   const RendezvousConfig& rdzv = parsed.config.rdzv;
   std::unique_ptr<StoreBackend> backend;
   try {
-    rendezvous::TcpStoreOptions store = rendezvousStoreOptions(rdzv, loadRendezvousSecurity(rdzv.settings));
+    // The agent's way to the store (agent/agent.cc), without hosting it.
+    StoreAccess access = storeAccess(rdzv);
     // Nothing this command reads is larger (a snapshot is at most kMaxSnapshotBytes, a listing
     // kMaxListedBytes): a larger value is not read (StoreValueTooLargeError: that key is set
     // aside, the others shown), never buffered.
-    store.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
-    backend = makeStoreBackend(rdzv, {std::move(store)});
+    access.endpoint.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
+    backend = makeStoreBackend(rdzv, {std::move(access.endpoint)});
   } catch (const StoreBackendError& error) {
     throw UsageError(error.what());
   }
@@ -214,7 +216,7 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     return failedWhileRead(error);
   } catch (const rendezvous::StoreConnectionError& error) {
     // An agent-hosted store ends with its job: say so, as that is the likely case after a run.
-    const char* hosted = rdzv.backend == RdzvBackend::kEtcd
+    const char* hosted = storeHosting(rdzv.backend) == StoreHosting::kExternal
                              ? ""
                              : " (or the job has ended: the store its agent hosted ended with it)";
     return refuse({kStatusNoJob, fmt::format("no job at {}: nothing answered within {} s ({}); check "

@@ -43,9 +43,9 @@ constexpr std::size_t kMaxTxnOps = 128;
 // transactions stay below this many bytes of keys and values (one larger pair goes alone).
 constexpr std::size_t kMaxTxnBytes = std::size_t{1} << 20;
 // At most this many of one call's transactions in flight at once (readEach, multiSet). A closer's
-// pass over a round of 2,048 nodes is about 80 transactions; sent one after another to an etcd
-// busy with the agents' own requests, each waited its turn there, a pass took seconds
-// (docs/benchmarks.md, "Scale"). Each one in flight holds a connection from the client's pool.
+// pass over a large round is tens of transactions, and sent one after another to an etcd busy
+// with the agents' own requests, each waits its turn there; each one in flight holds a connection
+// from the client's pool, so the number is a trade between the two (docs/benchmarks.md, "Scale").
 constexpr std::size_t kTxnsInFlight = 8;
 // A read-modify-write (add, append) retries when another writer changed the key between its read
 // and its guarded write. Each lost race means another writer's transaction applied, so the
@@ -280,33 +280,30 @@ ReadKeys readEach(etcd::EtcdClient& client, const std::vector<std::string>& keys
 namespace detail {
 
 // One watch kept between blocking calls on the same range. Membership waits for a round's stop
-// key, and its LapseReporter for the members' alive keys, in slices of 250 ms so that they
-// notice a cancel; a new watch each slice is a stream on a connection of its own and a watcher
-// etcd creates and cancels (measured in tests/netns/partition_etcd_test.sh: 8.7 a second per
-// agent). A kept watch is used while its member was heard from within its silence check's
-// interval (EtcdWatch::lastHeard: the stream, or any answer to the same client, such as the
-// agent's keep-alives). The check itself needs more of a call's time than a short slice gives
-// (etcd_watch.cc), so once the member has been quiet that long the next call reads again, and
-// keeps the stream if that read's answer came from the stream's member (a new watch if not).
-// Counting only the read it was made for, as until 2026-11-27, replaced every kept watch every
-// 5 s: at 2,048 agents re-forming, a third of etcd's requests. The stream's own connection is
-// not proven by the member's answers: the watch makes itself again after a minute with no
-// message of its own (WatchRequest::remakeAfterSilence).
+// key, and its LapseReporter for the members' alive keys, in short slices so that they notice a
+// cancel; a new watch each slice would be a stream on a connection of its own and a watcher etcd
+// creates and cancels, several a second for every agent. A kept watch is used while its member
+// was heard from within its silence check's interval (EtcdWatch::lastHeard: the stream, or any
+// answer to the same client, such as the agent's keep-alives), not only while the read it was
+// made for is recent: that read ages within seconds, and replacing every kept watch that often
+// is a large share of etcd's requests when a large job re-forms. The check itself needs more of a
+// call's time than a short slice gives (etcd_watch.cc), so once the member has been quiet that
+// long the next call reads again, and keeps the stream if that read's answer came from the
+// stream's member (a new watch if not). The stream's own connection is not proven by the
+// member's answers: the watch makes itself again after a minute with no message of its own
+// (WatchRequest::remakeAfterSilence).
 //
 // A slice that timed out also leaves what it saw of its keys (the view: its read, with the
 // events it consumed applied). The next slice on the same keys starts from that view instead of
 // reading again: the stream has run on from it without a gap, so anything since is among the
-// events still to come. That was one read a slice, four a second for each of an agent's two
-// slicing waits; on one etcd shared by a job of 1,024 agents, every agent's, the load that kept
-// its re-form from finishing (docs/benchmarks.md, "Scale"). A slice that found what it waited
-// for leaves no view (the caller moves on, and the keys may change before it asks again): the
-// next one reads.
+// events still to come. A read every slice, from every agent of a job on one shared etcd, is load
+// enough to keep a re-form from finishing. A slice that found what it waited for leaves no view
+// (the caller moves on, and the keys may change before it asks again): the next one reads.
 //
 // A slice whose read alone outlasted it leaves its view without a watch, and the next slice makes
 // the watch from the view's revision instead of reading again. On a loaded etcd a read can take
-// longer than a 250 ms slice: each slice then read, found its time gone, and left nothing, so the
-// next read too; the reads were the load that made them slow. At 1,024 agents re-forming, a
-// third of every agent's slices did that (docs/benchmarks.md, "Scale").
+// longer than a slice: slices that each read, ran out of time and kept nothing would read again
+// and again, their reads the very load that makes them slow.
 class WatchKeeper {
  public:
   struct Kept {
@@ -616,9 +613,8 @@ std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, co
       }
       base = std::move(now);
       // Lost the race: every writer that lost it retrying at once loses it again, each failed
-      // guarded write a raft proposal of its own (N joiners counting themselves in made O(N^2)
-      // of them; 256 simulated agents did not form a round within 60 s, docs/benchmarks.md,
-      // "Scale"). A random pause, up to 1 ms doubling to 64 ms, spreads them out.
+      // guarded write a raft proposal of its own (N joiners counting themselves in at once make
+      // O(N^2) of them). A random pause, up to 1 ms doubling to 64 ms, spreads them out.
       raceBackoff(attempt);
     }
     throw StoreError(fmt::format("etcd store: {}: other writers changed the key {} times in a row "
@@ -635,9 +631,9 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
   if (delta == 0) {
     // Adding 0 is how a c10d client reads a counter. Where the counter exists that is a read
     // alone: writing the same value back would be a raft commit that moves the key's revision
-    // and fails every concurrent adder's guarded write, so N joiners polling a join counter
-    // made their own joins retry O(N^2) times (docs/benchmarks.md, "Scale"). A missing counter
-    // is created at 0 below, as c10d does.
+    // and fails every concurrent adder's guarded write, so N joiners polling a join counter would
+    // make their own joins retry O(N^2) times. A missing counter is created at 0 below, as c10d
+    // does.
     const std::optional<KeyValue> current = guarded(what, [&] { return client_->get(full(key)); });
     if (current) {
       const std::optional<std::int64_t> parsed = parseCounter(current->value);
@@ -667,8 +663,7 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
 
 // A ticket is a put, not a guarded increment: `add` reads, then writes guarded by the read's
 // mod revision, so of N concurrent adders one wins each round and the others' failed guards are
-// raft proposals too: O(N^2) of them for N joiners (1,024 simulated agents had not even taken
-// their node ids after 88 s, docs/benchmarks.md, "Scale"). etcd counts the puts to a key in its
+// raft proposals too: O(N^2) of them for N joiners. etcd counts the puts to a key in its
 // version (1 at creation, +1 a put, back to 1 after a delete), and a put that asks for the
 // previous value learns which version it made: N takers, N proposals, none lost to a race.
 //

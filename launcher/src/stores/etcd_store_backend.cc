@@ -1,4 +1,4 @@
-#include "membership/etcd_store_backend.h"
+#include "stores/etcd_store_backend.h"
 
 #include <fmt/format.h>
 

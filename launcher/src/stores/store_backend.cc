@@ -1,9 +1,9 @@
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 
 #include <fmt/format.h>
 
 #include "ddprun/common/local_address.h"
-#include "membership/membership_keys.h"
+#include "stores/store_keys.h"
 
 namespace ddprun::launcher {
 

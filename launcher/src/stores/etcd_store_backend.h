@@ -30,7 +30,7 @@
 
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/etcd_client.h"
-#include "membership/store_backend.h"
+#include "stores/store_backend.h"
 
 namespace ddprun::launcher {
 

@@ -1,11 +1,11 @@
 // HostedStores: the stores this agent serves, and the relay its workers reach them through.
 //   - the job's rendezvous store: standalone, static node 0, or the first c10d agent on the
-//     endpoint (the others find it taken and are its clients);
-//     (with etcd, none: etcd holds the rendezvous);
+//     endpoint (the others find it taken and are its clients); with etcd, none: etcd holds the
+//     rendezvous. Which, where it listens and what this node advertises are decided by
+//     stores/hosting_policy.h; this class starts the servers it decides on;
 //   - the round's workers' store, as group rank 0 of a c10d or etcd round (WorkerStoreHost: the
 //     machine asks for it when a round says so);
 //   - with the job's token, a LoopbackRelay that proves it for the unmodified workers.
-// It also decides the address this node advertises (MASTER_ADDR when it is group rank 0).
 //
 // Thread safety: the agent's main thread (the event loop's) only.
 #pragma once
@@ -22,6 +22,8 @@
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/security_options.h"
 #include "ddprun/rendezvous/tcp_store.h"
+#include "stores/hosting_policy.h"
+#include "stores/store_backends.h"
 
 namespace ddprun::rendezvous {
 class LoopbackRelay;
@@ -31,30 +33,30 @@ struct ServerOptions;
 
 namespace ddprun::launcher {
 
-// How many connections each store this agent hosts may hold, given its descriptor limit (it keeps
-// a reserve for itself and its workers: hosted_stores.cc says how much and why).
-std::size_t hostedStoreConnections(int nprocPerNode, std::size_t descriptorLimit);
-
 class HostedStores final : public WorkerStoreHost {
  public:
-  // With the job's secret, every store this agent hosts wants it, and the workers go through a
-  // relay. With TLS as well, every store connection between hosts is a TLS one.
-  HostedStores(rendezvous::JobSecurity security, std::size_t maxConnections);
+  // `access`: the job's security and its endpoint (storeAccess). With the job's secret, every
+  // store this agent hosts wants it, and the workers go through a relay. With TLS as well, every
+  // store connection between hosts is a TLS one. `maxConnections`: each hosted store's
+  // (hostedStoreConnections).
+  HostedStores(StoreAccess access, std::size_t maxConnections);
   ~HostedStores() override;
 
-  // Decides whether to host the rendezvous store and starts it; returns where to reach it.
+  // Decides whether to host the rendezvous store (decideHosting) and starts it; returns where to
+  // reach it: the endpoint, or the port this agent's store really got.
   // `handoffSocket`: where the relay (with a token) listens for handoffs, or empty for nowhere
   // (agent/relay_handoff.h). Throws what the relay or the server throws when this agent must host
   // it and cannot (the wiring reports it as a start-up error).
-  rendezvous::TcpStoreOptions hostOrFind(const LaunchConfig& config, const std::string& handoffSocket);
+  rendezvous::TcpStoreOptions hostOrFind(const RendezvousConfig& config,
+                                         const std::string& handoffSocket);
   // The relay's DDPRUN_RELAY_HANDOFF for the workers; empty without a relay or its handoffs.
   std::string relayHandoffVariable() const;
   // Where the other nodes reach this one (MASTER_ADDR if rank 0); empty while the store's host
   // name does not resolve yet (Membership::open then asks once the store answers).
-  std::string advertisedAddress(const LaunchConfig& config) const;
+  std::string advertisedAddress(const RendezvousConfig& config) const;
   bool hostsRendezvous() const { return rendezvous_ != nullptr; }
   // The workers reach their store through a relay (the job has a token).
-  bool relaysWorkers() const { return security_.secret.has_value(); }
+  bool relaysWorkers() const { return access_.security.secret.has_value(); }
 
   // WorkerStoreHost:
   std::uint16_t host(const std::string& address) override;
@@ -67,7 +69,7 @@ class HostedStores final : public WorkerStoreHost {
   // One line, the first time a store of this agent listens where other hosts reach it, open.
   void warnIfOpen(const std::string& host, std::string_view address, std::string_view which);
 
-  rendezvous::JobSecurity security_;
+  StoreAccess access_;
   std::unique_ptr<rendezvous::LoopbackRelay> relay_;
   std::unique_ptr<rendezvous::RendezvousServer> rendezvous_;
   std::unique_ptr<rendezvous::RendezvousServer> workers_;

@@ -1,11 +1,11 @@
-#include "membership/store_backends.h"
+#include "stores/store_backends.h"
 
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "membership/etcd_store_backend.h"
-#include "membership/membership_keys.h"
+#include "stores/etcd_store_backend.h"
+#include "stores/store_keys.h"
 
 namespace ddprun::launcher {
 
@@ -20,23 +20,22 @@ std::unique_ptr<StoreBackend> makeStoreBackend(const RendezvousConfig& config,
     case RdzvBackend::kEtcd:  // the members on the endpoint; no agent hosts the rendezvous
       return std::make_unique<EtcdStoreBackend>(
           etcdClientOptions(config), etcdKeyPrefix(config.settings.etcdPrefix),
-          MembershipKeys(config.runId).prefix(), !config.settings.tokenFile.empty());
+          runKeyPrefix(config.runId), !config.settings.tokenFile.empty());
   }
   throw std::logic_error("makeStoreBackend: a rendezvous backend with no StoreBackend");
 }
 
-rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& settings,
-                                               std::optional<rendezvous::JobSecret> given) {
+StoreAccess storeAccess(const RendezvousConfig& config,
+                        std::optional<rendezvous::JobSecret> given) {
+  const RendezvousSettings& settings = config.settings;
   const rendezvous::JobSecurityFiles files{settings.tokenFile,
                                            {settings.tlsCert, settings.tlsKey, settings.tlsCa}};
   if (given && !settings.tokenFile.empty()) {
-    throw std::logic_error("loadRendezvousSecurity: a token given and a token file");
+    throw std::logic_error("storeAccess: a token given and a token file");
   }
+  StoreAccess access;
   try {
-    rendezvous::JobSecurity security =
-        rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
-    if (given) security.secret = std::move(given);
-    return security;
+    access.security = rendezvous::loadJobSecurity(files, rendezvous::kAgentSecurityOptions);
   } catch (const rendezvous::JobSecurityError& error) {
     // Which option the line is about, as the user gave it.
     const char* option = error.code() == rendezvous::JobSecurityError::Code::kTokenFile
@@ -44,17 +43,13 @@ rendezvous::JobSecurity loadRendezvousSecurity(const RendezvousSettings& setting
                              : "--rdzv-conf";
     throw StoreBackendError(fmt::format("{}: {}", option, error.what()));
   }
-}
-
-rendezvous::TcpStoreOptions rendezvousStoreOptions(const RendezvousConfig& config,
-                                                   const rendezvous::JobSecurity& security) {
-  rendezvous::TcpStoreOptions store;
-  store.dialect = rendezvous::WireDialect::kTorch2;
-  store.host = config.host;
-  store.port = config.port;
-  store.secret = security.secret;
-  store.tls = security.tls;
-  return store;
+  if (given) access.security.secret = std::move(given);
+  access.endpoint.dialect = rendezvous::WireDialect::kTorch2;
+  access.endpoint.host = config.host;
+  access.endpoint.port = config.port;
+  access.endpoint.secret = access.security.secret;
+  access.endpoint.tls = access.security.tls;
+  return access;
 }
 
 }  // namespace ddprun::launcher
