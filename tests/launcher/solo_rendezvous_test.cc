@@ -72,7 +72,7 @@ struct SoloNode {
         output(loop),
         solo(self(config_.nprocPerNode), loop, "127.0.0.1:29400"),
         evidence(loop),
-        machine(config_, identity(), loop, launcher, output, solo, stores, watch(),
+        machine(config_, identity(), loop, launcher, output, solo, stores, diagnostics(),
                 [this](int code) { exitCode = code; }),
         recorder(machine) {
     launcher.childExited = [this] { machine.onChildExited(); };
@@ -80,8 +80,8 @@ struct SoloNode {
   }
 
   static NodeInfo self(int nproc) { return fakeNodeInfo("host-solo", "127.0.0.1", nproc); }
-  WorkerWatch watch() {
-    WorkerWatch seams;
+  WorkerDiagnostics diagnostics() {
+    WorkerDiagnostics seams;
     seams.heartbeats = &heartbeats;
     seams.evidence = &evidence;
     seams.oom = &oom;

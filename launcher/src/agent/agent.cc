@@ -27,7 +27,7 @@
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
 #include "agent/startup_error.h"
-#include "agent/stdin_watch.h"
+#include "agent/stdin_reader.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/path_lookup.h"
@@ -38,7 +38,7 @@
 #include "hang/file_timer_pipe.h"
 #include "hang/hang_evidence.h"
 #include "hang/oom.h"
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 #include "hang/python_stack_hook.h"
 #include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
@@ -190,12 +190,13 @@ NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
   return self;
 }
 
-// What watches the workers beyond their exit statuses (docs/architecture.md, WorkerWatch): the
-// heartbeat files, the evidence collector and the OOM witness, with the event log's callback.
-class Watchers {
+// What tells the machine about the workers beyond their exit statuses (docs/architecture.md,
+// WorkerDiagnostics): the heartbeat files, the evidence collector, the OOM witness and the
+// activity sampler, with the event log's callback.
+class AgentDiagnostics {
  public:
-  Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
-           const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
+  AgentDiagnostics(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
+                   const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
       : heartbeats_(privateDir.string()),
         evidence_(makeThreadedEvidenceCollector(
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
@@ -211,16 +212,17 @@ class Watchers {
     }
   }
 
-  WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
-    WorkerWatch watch;
-    watch.heartbeats = &heartbeats_;
-    watch.evidence = evidence_.get();
-    watch.oom = &oom_;
-    watch.activity = &activity_;
+  WorkerDiagnostics seams(const LaunchConfig& config,
+                          const std::shared_ptr<ConsoleWriter>& errWriter) {
+    WorkerDiagnostics diagnostics;
+    diagnostics.heartbeats = &heartbeats_;
+    diagnostics.evidence = evidence_.get();
+    diagnostics.oom = &oom_;
+    diagnostics.activity = &activity_;
     if (config.eventLogHandler == "console") {
-      watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
+      diagnostics.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
     }
-    return watch;
+    return diagnostics;
   }
 
  private:
@@ -275,7 +277,7 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
-  // Before anything else reads stdin (watchStdin below takes what follows the line).
+  // Before anything else reads stdin (readStdinSignals below takes what follows the line).
   std::optional<rendezvous::JobSecret> stdinToken;
   if (config.tokenFromStdin) stdinToken = readTokenLine(STDIN_FILENO, kTokenLineWait);
   const std::optional<HealthEndpoint> healthEndpoint = healthEndpointOf(environment);  // bad: exit 2 now
@@ -339,12 +341,13 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     driver = std::make_unique<MembershipDriver>(config.rdzv, *backend, selfNode(config, identity), loop);
   }
   RendezvousClient& rendezvous = solo ? static_cast<RendezvousClient&>(*solo) : *driver;
-  Watchers watchers(privateDir, identity, loop, launcher.cgroupPath(), config.hang.nativeStackBudget);
-  watchers.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
+  AgentDiagnostics diagnostics(privateDir, identity, loop, launcher.cgroupPath(),
+                               config.hang.nativeStackBudget);
+  diagnostics.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,
-                       watchers.seams(config, errWriter),
+                       diagnostics.seams(config, errWriter),
                        [&](int exitCode) {
                          code = exitCode;
                          io.stop();
@@ -368,9 +371,10 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   forwardSignals(signals, machine, timerPipe.get());
   // --stop-on-stdin-eof: the ssh driver's signals come on stdin, and its end is stdin's end.
-  const auto stdinWatch = !config.stopOnStdinEof ? nullptr : watchStdin(io, [&machine](int signal) {
-    if (machine.state() != AgentMachine::State::kFinished) machine.onSignal(signal);
-  });
+  const auto stdinReader =
+      !config.stopOnStdinEof ? nullptr : readStdinSignals(io, [&machine](int signal) {
+        if (machine.state() != AgentMachine::State::kFinished) machine.onSignal(signal);
+      });
   machine.start();
   statusFeed.start();
   io.run();

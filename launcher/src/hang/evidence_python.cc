@@ -88,7 +88,7 @@ struct DumpExtent {
   bool settled = false;
 };
 
-// Watches `path` grow from `sizeBefore` until it has been quiet for a while or `deadline` passes.
+// Waits for `path` to grow from `sizeBefore` and then stay quiet for a while, or for `deadline`.
 DumpExtent awaitDump(const std::string& path, off_t sizeBefore, Clock::time_point deadline) {
   constexpr auto kQuiet = milliseconds(50);
   DumpExtent dump{sizeBefore, sizeBefore};

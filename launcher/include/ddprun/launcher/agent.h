@@ -1,5 +1,5 @@
 // The ddprun agent: one per node. It joins the job's rendezvous, starts the node's workers with
-// torchrun's environment, watches them, restarts the whole job when one fails, re-forms it when
+// torchrun's environment, monitors them, restarts the whole job when one fails, re-forms it when
 // nodes join or leave, and ends with the job's exit code. docs/architecture.md walks through it.
 #pragma once
 
