@@ -12,9 +12,6 @@ namespace ddprun::launcher {
 
 class Guardian;
 
-// How the agent's log lines look (spdlog's pattern).
-inline constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v";
-
 // Runs the agent to the end of the job and returns its exit code (docs/errors.md, "Exit codes of
 // ddprun"; launcher/src/core/exit_codes.cc is the one place that decides them, start-up
 // problems included: one line on stderr and the bad-input code).
