@@ -204,7 +204,7 @@ class AgentDiagnostics {
 
   // The first attempt's heartbeat files, made on a thread of their own meanwhile (each is an
   // inode: the costly part of preparing a worker). A directory that is not the agent's own
-  // shows when a worker is prepared, as before.
+  // shows when a worker is prepared.
   void prepareAhead(int nproc) {
     try {
       heartbeats_.prepareAhead(nproc);
@@ -325,13 +325,13 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   // Who forms the rounds. A --standalone job is one node on the store this agent hosts on
   // 127.0.0.1 at a free port under a random run id: no other agent can join its rounds, so they
-  // form at once without the store (SoloRendezvous: ~50 loopback round trips and the
-  // membership's three threads fewer at each launch and restart). Safe because nothing else can reach them: the
-  // store goes with this process (nothing to fence against, no node to count lost), nobody else
+  // form at once without the store (SoloRendezvous: no store round trips and none of the
+  // membership's threads at each launch and restart). Safe because nothing else can reach them:
+  // the store goes with this process (nothing to fence against, no node to count lost), nobody else
   // knows the run id, and --nnodes is 1 (the CLI refuses more with --standalone). The store-wide
   // active-run claim is dropped with it: it keeps an agent of another run id out of a shared
   // endpoint, and this private port and random id have none. The hosted store and the status
-  // publisher stay, so `ddprun status` reads status/<id> as before.
+  // publisher stay, so `ddprun status` reads status/<id> as for any other job.
   const bool formsAlone = config.rdzv.standalone && identity.hostsStore && config.rdzv.maxNodes == 1;
   std::unique_ptr<SoloRendezvous> solo;
   std::unique_ptr<MembershipDriver> driver;
@@ -387,7 +387,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // its keys end with this process in a moment, and no other agent can be waiting in it. Writing
   // the final snapshot and giving up the holds there would be read by nobody, and cost a
   // connection of the status publisher's own, five round trips and a dozen thread hand-offs at
-  // the end of every such job (docs/benchmarks.md, "Launch at the floor").
+  // the end of every such job.
   const bool storeEndsAlone = identity.hostsStore && config.rdzv.maxNodes == 1;
   // The final snapshot (finished, with the exit code) while this agent is still a member; not
   // when the store is gone, and briefly when a signal asks the agent to be quick.

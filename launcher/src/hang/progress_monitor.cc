@@ -69,7 +69,7 @@ void HeartbeatFiles::prepareAhead(int count) {
       }
     });
   } catch (const std::system_error&) {
-    // No thread to be had: prepare() makes each file when its worker is prepared, as before.
+    // No thread to be had: prepare() makes each file when its worker is prepared.
   }
 }
 
@@ -81,7 +81,7 @@ std::string HeartbeatFiles::prepare(int localRank) {
   // its place, so it is kept only as what this agent made: opened without following a link and
   // without blocking on a FIFO, a regular file of this user's, with no other name and no access
   // for others. Then it is only reset to time 0 below: no inode freed and made again per worker
-  // and restart (on ext4 each costs 0.05-0.3 ms: docs/benchmarks.md, eighth pass). Opening it
+  // and restart (the costly part: prepareAhead). Opening it
   // writes nothing, and nothing is ever written into it. A file made ahead (prepareAhead) is
   // found and kept the same way.
   common::FileDescriptor kept(::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));

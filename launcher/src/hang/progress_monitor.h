@@ -64,11 +64,11 @@ class HeartbeatFiles final : public Heartbeats {
   HeartbeatFiles& operator=(const HeartbeatFiles&) = delete;
 
   // Makes the files of local ranks 0..count-1 now, on a thread of their own, while the agent
-  // sets up and forms its round: making a file (an inode) is the costly part of prepare(), 0.25
-  // to 0.5 ms each on this VM's ext4 against microseconds for the rest, and prepare() only
-  // resets a file made ahead, as it does a restart's (docs/benchmarks.md, eighth pass). The
-  // first prepare() waits for that thread. What could not be made ahead is made by prepare();
-  // throws std::system_error when the directory is not the agent's own.
+  // sets up and forms its round: making a file (an inode) is the costly part of prepare(), a
+  // fraction of a millisecond each against microseconds for the rest (docs/benchmarks.md,
+  // "Launch at the floor"), and prepare() only resets a file made ahead, as it does a restart's.
+  // The first prepare() waits for that thread. What could not be made ahead is made by
+  // prepare(); throws std::system_error when the directory is not the agent's own.
   void prepareAhead(int count);
   std::string prepare(int localRank) override;
   std::optional<EventLoop::WallTime> lastReport(int localRank) const override;
