@@ -15,6 +15,7 @@
 #include "ddprun/common/text.h"
 #include "ddprun/launcher/agent.h"
 #include "hosts/ssh_driver.h"
+#include "output/agent_log.h"
 #include "process/guardian.h"
 #include "status/status_command.h"
 

@@ -94,7 +94,7 @@ int openTun(const char* name) {
   return tun;
 }
 
-void watch(int epoll, int fd) {
+void pollIn(int epoll, int fd) {
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.fd = fd;
@@ -157,9 +157,9 @@ int main(int argc, char** argv) {
   backward.to = a;
   const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
   const int timer = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  watch(epoll, a);
-  watch(epoll, b);
-  watch(epoll, timer);
+  pollIn(epoll, a);
+  pollIn(epoll, b);
+  pollIn(epoll, timer);
   epoll_event events[3];
   for (;;) {
     const int count = ::epoll_wait(epoll, events, 3, -1);

@@ -15,7 +15,7 @@
 
 namespace {
 
-void watch(int epoll, int fd) {
+void pollIn(int epoll, int fd) {
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.fd = fd;
@@ -36,8 +36,8 @@ FloorProxy::FloorProxy(std::uint16_t target) : target_(target) {
   port_ = ntohs(address.sin_port);
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   stop_ = ::eventfd(0, EFD_CLOEXEC);
-  watch(epoll_, listener_);
-  watch(epoll_, stop_);
+  pollIn(epoll_, listener_);
+  pollIn(epoll_, stop_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -89,8 +89,8 @@ void FloorProxy::accept() {
   ::setsockopt(upstream, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   peer_[client] = upstream;
   peer_[upstream] = client;
-  watch(epoll_, client);
-  watch(epoll_, upstream);
+  pollIn(epoll_, client);
+  pollIn(epoll_, upstream);
 }
 
 void FloorProxy::close(int fd) {

@@ -28,7 +28,7 @@
 #include "hang/hang_evidence.h"
 #include "membership/membership.h"
 #include "hang/oom.h"
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"

@@ -66,7 +66,7 @@ struct Node {
         driver(config_.rdzv, backend, self(address, config_.nprocPerNode), loop),
         evidence(loop),
         machine(config_, identity(address, hostsStore), loop, launcher, output, driver, stores,
-                watch(), [this](int code) { exitCode = code; }),
+                diagnostics(), [this](int code) { exitCode = code; }),
         recorder(machine) {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(recorder);
@@ -76,8 +76,8 @@ struct Node {
   static NodeInfo self(const std::string& address, int nproc) {
     return fakeNodeInfo("host-" + address, address, nproc);
   }
-  WorkerWatch watch() {
-    WorkerWatch seams;
+  WorkerDiagnostics diagnostics() {
+    WorkerDiagnostics seams;
     seams.heartbeats = &heartbeats;
     seams.evidence = &evidence;
     seams.oom = &oom;
@@ -591,7 +591,7 @@ TEST_CASE("a worker silent for --hang-timeout after reporting progress: stacks f
   REQUIRE_FALSE(node.launcher.processSignals.empty());
   CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{first[1].pid, SIGKILL});
   CHECK(node.machine.round().restartCount == 1);
-  // The new attempt is watched afresh: rank 1 has not reported in it, which is no hang yet.
+  // The new attempt is judged afresh: rank 1 has not reported in it, which is no hang yet.
   job.loop.advance(60s);
   CHECK(node.evidence.requests.size() == 1);
   node.allExit(0);

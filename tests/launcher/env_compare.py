@@ -141,7 +141,7 @@ DELIBERATE_DIFFERENCES = {
     "DDPRUN_HEARTBEAT_FILE": Deliberate(
         ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/heartbeat-[0-9]+",
         "ddprun's own: the worker's progress heartbeat (os.utime of it reports progress) that "
-        "--hang-timeout watches; a file of the agent's private directory."),
+        "--hang-timeout monitors; a file of the agent's private directory."),
     "DDPRUN_STACK_DIR": Deliberate(
         ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}",
         "ddprun's own: where a Python worker's faulthandler writes every thread's stack when the "

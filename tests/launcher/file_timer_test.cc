@@ -364,7 +364,7 @@ TEST_CASE(
     "timers: signal 0 timers never kill, are dropped once due, and do not wake the loop again",
     "[file_timer]") {
   Fixture f;
-  f.set(5, "watch", 1, 0);
+  f.set(5, "no-signal", 1, 0);
   f.set(5, "negative", 1, -3);
   f.set(5, "kill-later", 10, SIGKILL);
   f.loop.advance(1s);

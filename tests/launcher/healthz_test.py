@@ -119,7 +119,7 @@ def agent(args, deadline):
         address = health_address(job, deadline)
         check(address.startswith("127.0.0.1:"), f"/healthz listens on loopback by default ({address})", [job])
 
-        # Both workers running and each past its first progress report: --hang-timeout watches a
+        # Both workers running and each past its first progress report: --hang-timeout monitors a
         # worker only once it has reported, so the hang must come after that.
         def running(answer):
             return (answer and answer[0] == 200 and answer[1]["state"] == "running"

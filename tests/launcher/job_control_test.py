@@ -128,15 +128,15 @@ def run_stopped_job(name, command, env):
     term.send(b"\x1a")  # Ctrl-Z
     stopped_at = term.wait_for(r"Stopped", 10, f"{name}: the shell did not say the job stopped").end()
     # Ranks 0 and 1 and rank 1's child; rank 2 exited (0) already.
-    watched = {f"rank 0 (pid {ready[0][0]})": ready[0][0], f"rank 1 (pid {ready[1][0]})": ready[1][0],
+    processes = {f"rank 0 (pid {ready[0][0]})": ready[0][0], f"rank 1 (pid {ready[1][0]})": ready[1][0],
                f"rank 1's child (pid {ready[1][1]})": ready[1][1]}
     launcher = proc_stat(ready[0][0])[1]
-    watched[f"the launcher (pid {launcher})"] = launcher
+    processes[f"the launcher (pid {launcher})"] = launcher
     # A stop takes effect when the process next runs: on a loaded machine a runnable process
     # may wait its turn (state R) for a moment. Then every one must stay stopped.
     settle = time.monotonic() + 10
     while True:
-        states = {what: (proc_stat(pid) or ("gone",))[0] for what, pid in watched.items()}
+        states = {what: (proc_stat(pid) or ("gone",))[0] for what, pid in processes.items()}
         running = {what: state for what, state in states.items() if state != "T"}
         if not running:
             break
@@ -146,7 +146,7 @@ def run_stopped_job(name, command, env):
     deadline = time.monotonic() + STOPPED_FOR
     looks = 0
     while True:
-        states = {what: (proc_stat(pid) or ("gone",))[0] for what, pid in watched.items()}
+        states = {what: (proc_stat(pid) or ("gone",))[0] for what, pid in processes.items()}
         running = {what: state for what, state in states.items() if state != "T"}
         if running:
             term.fail(f"{name}: stopped, then running again without fg, "

@@ -32,6 +32,40 @@ ALLOWED = {
     "status": {"core", "cli", "stores", "membership", "report"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+# The launcher's public headers (launcher/include), each in the room its contents belong to: an
+# include of one is checked like an include of that room. Other "ddprun/..." paths are the modules
+# below the launcher (common, rendezvous), which every room may use.
+PUBLIC = {
+    "ddprun/launcher/launch_config.h": "core",  # the options every room reads
+    "ddprun/launcher/agent.h": "agent",  # runAgent: the wiring's entry point
+}
+PUBLIC_PREFIX = "ddprun/launcher/"
+
+
+def room_of(included: str):
+    """The room `included` belongs to, "" for a module below the launcher, None for a bare name."""
+    if included.startswith(PUBLIC_PREFIX):
+        return PUBLIC.get(included, "?")
+    if included.startswith("ddprun/"):
+        return ""
+    return included.split("/", 1)[0] if "/" in included else None
+
+
+def check(room: str, name: str, text: str, problems: list) -> int:
+    """Checks the includes of one file of `room`; returns how many it has."""
+    includes = INCLUDE.findall(text)
+    for included in includes:
+        target = room_of(included)
+        if target is None:
+            problems.append(f"{name}: #include \"{included}\" names no room "
+                            "(write it from launcher/src, e.g. \"core/event_loop.h\")")
+        elif target == "?":
+            problems.append(f"{name}: #include \"{included}\" is a public header this test does "
+                            "not place: add it to PUBLIC with its room")
+        elif target in ALLOWED and target != room and target not in ALLOWED.get(room, set()):
+            problems.append(f"{name}: #include \"{included}\" points up or sideways ({room} may "
+                            f"include {sorted(ALLOWED.get(room, set())) or 'only core'})")
+    return len(includes)
 
 
 def main() -> int:
@@ -47,15 +81,15 @@ def main() -> int:
     checked = 0
     for room in rooms:
         for source in sorted((root / room).glob("*")):
-            for included in INCLUDE.findall(source.read_text(errors="replace")):
-                checked += 1
-                target = included.split("/", 1)[0] if "/" in included else None
-                if target is None:
-                    problems.append(f"{room}/{source.name}: #include \"{included}\" names no room "
-                                    "(write it from launcher/src, e.g. \"core/event_loop.h\")")
-                elif target in ALLOWED and target != room and target not in ALLOWED.get(room, set()):
-                    problems.append(f"{room}/{source.name}: #include \"{included}\" points up or "
-                                    f"sideways ({room} may include {sorted(ALLOWED.get(room, set())) or 'only core'})")
+            checked += check(room, f"{room}/{source.name}", source.read_text(errors="replace"), problems)
+    public = root.parent / "include"
+    for header in sorted(public.rglob("*.h")):
+        included = header.relative_to(public).as_posix()
+        room = PUBLIC.get(included)
+        if room is None:
+            problems.append(f"{included}: a public header this test does not place: add it to PUBLIC")
+            continue
+        checked += check(room, included, header.read_text(errors="replace"), problems)
     for problem in problems:
         print("layering:", problem)
     print(f"layering: {checked} includes in {len(rooms)} rooms checked, {len(problems)} problems")

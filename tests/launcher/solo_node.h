@@ -40,7 +40,7 @@ struct SoloNode {
         output(loop),
         solo(self(config_.nprocPerNode), loop, "127.0.0.1:29400"),
         evidence(loop),
-        machine(config_, identity(), loop, launcher, output, solo, stores, watch(),
+        machine(config_, identity(), loop, launcher, output, solo, stores, diagnostics(),
                 [this](int code) { exitCode = code; }),
         recorder(machine) {
     launcher.childExited = [this] { machine.onChildExited(); };
@@ -50,8 +50,8 @@ struct SoloNode {
   static launcher::NodeInfo self(int nproc) {
     return fakeNodeInfo("host-solo", "127.0.0.1", nproc);
   }
-  launcher::WorkerWatch watch() {
-    launcher::WorkerWatch seams;
+  launcher::WorkerDiagnostics diagnostics() {
+    launcher::WorkerDiagnostics seams;
     seams.heartbeats = &heartbeats;
     seams.evidence = &evidence;
     seams.oom = &oom;

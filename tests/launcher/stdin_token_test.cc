@@ -1,6 +1,7 @@
-// --token-from-stdin (agent/stdin_watch.h): the job's token as the ssh driver hands it to a remote
+// --token-from-stdin (agent/stdin_reader.h): the job's token as the ssh driver hands it to a remote
 // agent, the first line on its stdin. Checked on real pipes: the line is taken and nothing after
-// it (the driver's signal bytes stay for the watch), and each way it can be wrong is one line.
+// it (the driver's signal bytes stay for the signal reader), and each way it can be wrong is one
+// line.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,7 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/startup_error.h"
-#include "agent/stdin_watch.h"
+#include "agent/stdin_reader.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ TEST_CASE("the token line is taken up to its newline, and the signal bytes after
   CHECK(readTokenLine(pipe.read, 2s).bytes() == token);
   unsigned char next = 0;
   REQUIRE(::read(pipe.read, &next, 1) == 1);
-  CHECK(next == 15);  // SIGTERM's byte, for watchStdin
+  CHECK(next == 15);  // SIGTERM's byte, for readStdinSignals
 }
 
 TEST_CASE("a token line that cannot be used is one line naming why") {

@@ -438,7 +438,7 @@ TEST_CASE("the heartbeat file replaces an inherited one (ddprun inside a ddprun 
   // asMap fails on a second entry of one name: the worker would read the outer agent's file and
   // be found hung by this one.
   const Environment caller{{"DDPRUN_HEARTBEAT_FILE", "/tmp/outer-agent/heartbeats/0"}};
-  SECTION("this agent watches progress: its file, once") {
+  SECTION("this agent monitors progress: its file, once") {
     const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(),
                                                     kErrorFile, "/tmp/inner-agent/heartbeats/0"));
     CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/inner-agent/heartbeats/0");

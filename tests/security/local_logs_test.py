@@ -42,7 +42,7 @@ SCENARIOS = ["forged-log-line", "file-timer-foreign-pid"]
 IDLE_WORKER = os.path.join(HERE, "workers", "idle_worker.py")
 TIMER_WORKER = os.path.join(HERE, "workers", "file_timer_worker.py")
 
-# A whole line in the agent's own format (launcher/include/ddprun/launcher/agent.h, kLogPattern),
+# A whole line in the agent's own format (launcher/src/output/agent_log.h, kLogPattern),
 # then what would retitle the terminal and clear it.
 FORGED_LINE = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0"
 TERMINAL = "\x1b]0;owned\x07\x1b[2J"

@@ -71,13 +71,12 @@ void ignoreSigpipeUnlessHandled() {
 // Up to this size all_reduce uses Gloo's bcube algorithm (recursive halving and doubling: about
 // log2(n) exchange steps), above it Gloo's ring (2n segments passed along n ranks; what torch's
 // ProcessGroupGloo uses at every size). Small messages are all latency, and every step costs a
-// round trip plus a wake-up of Gloo's I/O thread: on the 2-core bench VM bcube was 1.2-2.6x
-// faster than ring from 64 KiB to 1 MiB at 2 and 4 ranks, while ring won from 32 MiB up (bcube
-// does not pipeline large messages). docs/benchmarks.md has the side-by-side figures.
+// round trip plus a wake-up of Gloo's I/O thread, so bcube is the faster up to 1 MiB; ring wins
+// for large messages, which bcube does not pipeline (docs/benchmarks.md, "Worker runtime").
 constexpr std::size_t kBcubeMaxBytes = std::size_t{1} << 20;
 // The ring's segments: Gloo's default is 1 MiB; 4 MiB halves the messages, syscalls and I/O-thread
-// wake-ups per byte while two segments stay in flight, and measured 1.2-1.4x the busbw at 16 MiB
-// and up (2 and 4 ranks). At 16 MiB segments throughput fell off a cliff past 64 MiB messages.
+// wake-ups per byte while two segments stay in flight. Much larger segments lose the pipelining
+// on large messages.
 constexpr std::size_t kRingSegmentBytes = std::size_t{4} << 20;
 
 // Gloo's option setters are templates on the element type but only use its size.

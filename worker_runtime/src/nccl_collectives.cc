@@ -329,7 +329,7 @@ class NcclCollectives final : public Collectives {
     }
   }
 
-  // Waits until the stream has run everything enqueued, watching for NCCL's async errors.
+  // Waits until the stream has run everything enqueued, checking for NCCL's async errors.
   void complete(const char* what, Clock::time_point start) {
     for (int spins = 0;; ++spins) {
       const cudaError_t query = cudaStreamQuery(stream_.get());

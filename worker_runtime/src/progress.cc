@@ -1,5 +1,6 @@
 // reportProgress(): sets the modification time of the worker's heartbeat file
-// (DDPRUN_HEARTBEAT_FILE) to now, which is all the agent looks at (launcher/src/progress_watch.h).
+// (DDPRUN_HEARTBEAT_FILE) to now, which is all the agent looks at
+// (launcher/src/hang/progress_monitor.h).
 // Rate-limited so that a tight loop of small collectives costs a clock read per call, not a
 // system call.
 #include <fcntl.h>

@@ -27,7 +27,7 @@
 #include "agent/run_directories.h"
 #include "agent/status_feed.h"
 #include "agent/startup_error.h"
-#include "agent/stdin_watch.h"
+#include "agent/stdin_reader.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/path_lookup.h"
@@ -38,7 +38,7 @@
 #include "hang/file_timer_pipe.h"
 #include "hang/hang_evidence.h"
 #include "hang/oom.h"
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 #include "hang/python_stack_hook.h"
 #include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
@@ -191,12 +191,13 @@ NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
   return self;
 }
 
-// What watches the workers beyond their exit statuses (docs/architecture.md, WorkerWatch): the
-// heartbeat files, the evidence collector and the OOM witness, with the event log's callback.
-class Watchers {
+// What tells the machine about the workers beyond their exit statuses (docs/architecture.md,
+// WorkerDiagnostics): the heartbeat files, the evidence collector, the OOM witness and the
+// activity sampler, with the event log's callback.
+class AgentDiagnostics {
  public:
-  Watchers(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
-           const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
+  AgentDiagnostics(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
+                   const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
       : heartbeats_(privateDir.string()),
         evidence_(makeThreadedEvidenceCollector(
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
@@ -204,7 +205,7 @@ class Watchers {
 
   // The first attempt's heartbeat files, made on a thread of their own meanwhile (each is an
   // inode: the costly part of preparing a worker). A directory that is not the agent's own
-  // shows when a worker is prepared, as before.
+  // shows when a worker is prepared.
   void prepareAhead(int nproc) {
     try {
       heartbeats_.prepareAhead(nproc);
@@ -212,16 +213,17 @@ class Watchers {
     }
   }
 
-  WorkerWatch seams(const LaunchConfig& config, const std::shared_ptr<ConsoleWriter>& errWriter) {
-    WorkerWatch watch;
-    watch.heartbeats = &heartbeats_;
-    watch.evidence = evidence_.get();
-    watch.oom = &oom_;
-    watch.activity = &activity_;
+  WorkerDiagnostics seams(const LaunchConfig& config,
+                          const std::shared_ptr<ConsoleWriter>& errWriter) {
+    WorkerDiagnostics diagnostics;
+    diagnostics.heartbeats = &heartbeats_;
+    diagnostics.evidence = evidence_.get();
+    diagnostics.oom = &oom_;
+    diagnostics.activity = &activity_;
     if (config.eventLogHandler == "console") {
-      watch.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
+      diagnostics.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
     }
-    return watch;
+    return diagnostics;
   }
 
  private:
@@ -276,7 +278,7 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
-  // Before anything else reads stdin (watchStdin below takes what follows the line).
+  // Before anything else reads stdin (readStdinSignals below takes what follows the line).
   std::optional<rendezvous::JobSecret> stdinToken;
   if (config.tokenFromStdin) stdinToken = readTokenLine(STDIN_FILENO, kTokenLineWait);
   const std::optional<HealthEndpoint> healthEndpoint = healthEndpointOf(environment);  // bad: exit 2 now
@@ -326,13 +328,13 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   // Who forms the rounds. A --standalone job is one node on the store this agent hosts on
   // 127.0.0.1 at a free port under a random run id: no other agent can join its rounds, so they
-  // form at once without the store (SoloRendezvous: ~50 loopback round trips and the
-  // membership's three threads fewer at each launch and restart). Safe because nothing else can reach them: the
-  // store goes with this process (nothing to fence against, no node to count lost), nobody else
+  // form at once without the store (SoloRendezvous: no store round trips and none of the
+  // membership's threads at each launch and restart). Safe because nothing else can reach them:
+  // the store goes with this process (nothing to fence against, no node to count lost), nobody else
   // knows the run id, and --nnodes is 1 (the CLI refuses more with --standalone). The store-wide
   // active-run claim is dropped with it: it keeps an agent of another run id out of a shared
   // endpoint, and this private port and random id have none. The hosted store and the status
-  // publisher stay, so `ddprun status` reads status/<id> as before.
+  // publisher stay, so `ddprun status` reads status/<id> as for any other job.
   const bool formsAlone = config.rdzv.standalone && identity.hostsStore && config.rdzv.maxNodes == 1;
   std::unique_ptr<SoloRendezvous> solo;
   std::unique_ptr<MembershipDriver> driver;
@@ -342,12 +344,13 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     driver = std::make_unique<MembershipDriver>(config.rdzv, *backend, selfNode(config, identity), loop);
   }
   RendezvousClient& rendezvous = solo ? static_cast<RendezvousClient&>(*solo) : *driver;
-  Watchers watchers(privateDir, identity, loop, launcher.cgroupPath(), config.hang.nativeStackBudget);
-  watchers.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
+  AgentDiagnostics diagnostics(privateDir, identity, loop, launcher.cgroupPath(),
+                               config.hang.nativeStackBudget);
+  diagnostics.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,
-                       watchers.seams(config, errWriter),
+                       diagnostics.seams(config, errWriter),
                        [&](int exitCode) {
                          code = exitCode;
                          io.stop();
@@ -371,9 +374,10 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   }
   forwardSignals(signals, machine, timerPipe.get());
   // --stop-on-stdin-eof: the ssh driver's signals come on stdin, and its end is stdin's end.
-  const auto stdinWatch = !config.stopOnStdinEof ? nullptr : watchStdin(io, [&machine](int signal) {
-    if (machine.state() != AgentMachine::State::kFinished) machine.onSignal(signal);
-  });
+  const auto stdinReader =
+      !config.stopOnStdinEof ? nullptr : readStdinSignals(io, [&machine](int signal) {
+        if (machine.state() != AgentMachine::State::kFinished) machine.onSignal(signal);
+      });
   machine.start();
   statusFeed.start();
   io.run();
@@ -386,7 +390,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // its keys end with this process in a moment, and no other agent can be waiting in it. Writing
   // the final snapshot and giving up the holds there would be read by nobody, and cost a
   // connection of the status publisher's own, five round trips and a dozen thread hand-offs at
-  // the end of every such job (docs/benchmarks.md, "Launch at the floor").
+  // the end of every such job.
   const bool storeEndsAlone = identity.hostsStore && config.rdzv.maxNodes == 1;
   // The final snapshot (finished, with the exit code) while this agent is still a member; not
   // when the store is gone, and briefly when a signal asks the agent to be quick.

@@ -179,13 +179,13 @@ RunDirectories::~RunDirectories() {
   // The two trees side by side: most of a removal is the file system's (on ext4 the last close
   // of each removed directory frees its inode and block, and may wait on the journal), so the
   // two overlap on a second core where the agent's exit would otherwise wait for one after the
-  // other (docs/benchmarks.md, "Launch at the floor", eighth pass).
+  // other.
   std::thread scratch;
   if (!keepScratch_ && !scratchDir_.empty()) {
     try {
       scratch = std::thread([this] { removeQuietly(scratchDir_); });
     } catch (const std::system_error&) {
-      removeQuietly(scratchDir_);  // no thread to be had: one after the other, as before
+      removeQuietly(scratchDir_);  // no thread to be had: one after the other
     }
   }
   removeQuietly(privateDir_);

@@ -9,7 +9,8 @@
 //   private dir   "$TMPDIR/ddprun-agent-XXXXXX": the heartbeat files, the Python stack hook's
 //                 python/ and its dumps, the FileTimer pipe; always removed. Two directories in
 //                 all (this one and python/): every directory costs a launch a mkdir and a
-//                 removal that can wait on the file system's journal (docs/benchmarks.md).
+//                 removal that can wait on the file system's journal (docs/benchmarks.md,
+//                 "Launch at the floor").
 //
 // Every one is a fresh mkdtemp (mode 0700, common::makePrivateDirectory), and each is registered
 // with the guardian as soon as it exists. Before anything is made, TMPDIR and --log-dir are

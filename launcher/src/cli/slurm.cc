@@ -6,7 +6,7 @@
 #include <limits>
 #include <arpa/inet.h>
 
-#include "cli/hostlist.h"
+#include "cli/slurm_hostlist.h"
 #include "cli/options.h"
 #include "ddprun/common/text.h"
 
@@ -192,8 +192,8 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
   if (nodelist == nullptr) badVariable("SLURM_STEP_NODELIST", nodelist, "a Slurm host list");
   result.nodelist = *nodelist;
   try {
-    result.hosts = expandHostlist(*nodelist);
-  } catch (const HostlistError& error) {
+    result.hosts = expandSlurmHostlist(*nodelist);
+  } catch (const SlurmHostlistError& error) {
     throw UsageError(fmt::format("SLURM_STEP_NODELIST: {}; it is not a Slurm host list ddprun "
                                  "can read (docs/slurm.md): give the rendezvous options yourself",
                                  error.what()));

@@ -34,7 +34,7 @@ struct Round {
   int number = 0;
   // How many nodes are in the round. Not their list: each member reads its own seat in the
   // round (O(1) bytes), never the whole world (O(N) bytes for each of N members: O(N^2) for the
-  // store; docs/benchmarks.md, "Scale").
+  // store).
   int nodes = 0;
   std::string address;            // this node's, as its record in the round has it
   int groupRank = 0;              // this node's

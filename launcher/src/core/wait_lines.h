@@ -14,7 +14,7 @@
 
 namespace ddprun::launcher {
 
-// Often enough that someone watching a stuck job sees it waiting and on what within seconds,
+// Often enough that someone looking at a stuck job sees it waiting and on what within seconds,
 // rarely enough that a 600 s join timeout prints at most 60 lines.
 inline constexpr std::chrono::seconds kWaitLineInterval{10};
 // How long a wait goes unmentioned: longer than a normal rendezvous takes.

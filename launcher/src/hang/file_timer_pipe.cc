@@ -132,7 +132,7 @@ FileTimerPipe::FileTimerPipe(boost::asio::io_context& io, std::string path, OnLi
     ::close(fd);
     ::unlink(fifo.c_str());
     throw std::system_error(error.value(), std::generic_category(),
-                            "cannot watch the FileTimer pipe " + fifo);
+                            "cannot read the FileTimer pipe " + fifo);
   }
   State::readMore(state_);
 }

@@ -179,8 +179,8 @@ PythonStackHook installPythonStackHook(const std::string& directory) {
   PythonStackHook hook;
   // Two directories, not three: the dumps ("<pid>.txt") go into `directory` itself, and only
   // the module directory, which must hold nothing but the hook (it is on every worker's
-  // PYTHONPATH), is one of its own. Each directory costs a launch a mkdir and a removal, and a
-  // removal on ext4 can wait milliseconds for the journal (docs/benchmarks.md, eighth pass).
+  // PYTHONPATH), is one of its own: each directory costs a launch a mkdir and a removal
+  // (run_directories.h).
   hook.pythonPath = (root / "python").string();
   hook.stackDir = root.string();
   // A real-time signal: SIGUSR1/2 are taken by Slurm, Lightning and others. Its default action

@@ -1,5 +1,5 @@
 // WorkerActivity: how much work each worker's process tree has done so far, so that the exit
-// timeout's straggler rule (ProgressWatch, docs/errors.md "Hangs") can tell a rank that is still
+// timeout's straggler rule (ProgressMonitor, docs/errors.md "Hangs") can tell a rank that is still
 // working (a final evaluation, an export, a checkpoint upload) from one that is stuck for good
 // (torch 1.13's gloo teardown deadlock: blocked, using no CPU). ProcActivity reads /proc; the
 // unit tests fake it.

@@ -1,7 +1,8 @@
 // The hosts of a launch over ssh (docs/ssh.md): read from --hosts h1,h2 or from a hostfile in
 // DeepSpeed's format, then narrowed by --include / --exclude in DeepSpeed's NAME[:SLOT,...]@NAME
 // syntax. Pure: text in, hosts out; every bad input is a HostListError whose what() is one line
-// naming where it is (the file and line, or the option) and the fix.
+// naming where it is (the file and line, or the option) and the fix. Slurm's bracket syntax
+// (node[01-04]) is not read here: cli/slurm_hostlist.h expands Slurm's node lists.
 #pragma once
 
 #include <optional>

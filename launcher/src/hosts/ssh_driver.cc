@@ -157,8 +157,8 @@ void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sig
   host.out = {out[0], STDOUT_FILENO, {}};
   host.err = {err[0], STDERR_FILENO, {}};
   // The job's token first, before any signal byte: the agent reads this one line
-  // (--token-from-stdin), then watches the rest. The pipe is new and empty, so the line fits
-  // whole; should ssh be gone already, its agent never ran, and the host fails as such.
+  // (--token-from-stdin), then reads the rest as signals. The pipe is new and empty, so the line
+  // fits whole; should ssh be gone already, its agent never ran, and the host fails as such.
   if (launch.token) writeAll(host.stdinFd, *launch.token + "\n");
 }
 
@@ -193,7 +193,7 @@ int runSshDriver(const SshLaunch& launch) {
   ::signal(SIGPIPE, SIG_IGN);
   const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signals < 0) {
-    std::fprintf(stderr, "ddprun: error: cannot watch signals: %s\n", std::strerror(errno));
+    std::fprintf(stderr, "ddprun: error: cannot receive signals: %s\n", std::strerror(errno));
     return 1;
   }
 

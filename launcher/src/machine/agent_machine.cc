@@ -39,7 +39,7 @@ double epochSeconds(EventLoop::WallTime time) {
 AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
                            ProcessLauncher& launcher, WorkerOutput& output,
                            RendezvousClient& rendezvous, WorkerStoreHost& workerStores,
-                           WorkerWatch watch, Finished finished)
+                           WorkerDiagnostics diagnostics, Finished finished)
     : config_(config),
       identity_(std::move(identity)),
       loop_(loop),
@@ -47,9 +47,9 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       output_(output),
       rendezvous_(rendezvous),
       workerStores_(workerStores),
-      watch_(std::move(watch)),
+      diagnostics_(std::move(diagnostics)),
       finished_(std::move(finished)),
-      progress_(loop, config.hang, watch_.heartbeats, watch_.activity,
+      progress_(loop, config.hang, diagnostics_.heartbeats, diagnostics_.activity,
                 [this](const HungWorker& hung) {
                   // Evidence first, then SIGKILL: a hung worker may ignore SIGTERM, or hang in
                   // its handler.
@@ -216,7 +216,7 @@ void AgentMachine::startWorkers() {
   const auto spawnStart = loop_.now();
   local_.clear();
   state_ = State::kRunning;
-  if (watch_.oom) watch_.oom->attemptStarted();
+  if (diagnostics_.oom) diagnostics_.oom->attemptStarted();
   // Everything a worker needs is made before the first spawn, so the spawns run back to back:
   // done between spawns, it ran while the workers already started competed for the CPUs. The
   // guarantees are each spawn's own and unchanged: PosixLauncher::spawn tells the guardian of
@@ -276,7 +276,8 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker, const
   const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
                                                /*logFiles=*/!config_.logs.dir.empty());
   try {
-    const std::string heartbeatFile = watch_.heartbeats ? watch_.heartbeats->prepare(localRank) : std::string();
+    const std::string heartbeatFile =
+        diagnostics_.heartbeats ? diagnostics_.heartbeats->prepare(localRank) : std::string();
     const std::vector<std::string> environment = workerEnvironment(
         identity_.environment, config_, placement, roundEnvironment, worker.errorFile, heartbeatFile);
     return std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out, streams.err);
@@ -413,8 +414,8 @@ void AgentMachine::judgeWorkers() {
     WorkerFailure failure = failureOf(worker);
     // A SIGKILL the agent did not send (it sends none while the round runs, except to hung
     // workers): the kernel's OOM killer, or somebody's kill -9.
-    if (watch_.oom && failure.signal == SIGKILL && worker.hang == HangKind::kNone) {
-      failure.oom = watch_.oom->explain(worker.pid);
+    if (diagnostics_.oom && failure.signal == SIGKILL && worker.hang == HangKind::kNone) {
+      failure.oom = diagnostics_.oom->explain(worker.pid);
     }
     emitWorkerEvent(worker, "FAILED", toJson(failure));
     spdlog::warn("worker {} (rank {}, pid {}) failed: {}", worker.localRank, worker.rank,
@@ -519,11 +520,11 @@ void AgentMachine::nextStep() {
     }
     spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
                  config_.restart.maxRestarts, cause.rank, shown(cause.host), statusText(cause));
-    if (watch_.event) {
+    if (diagnostics_.event) {
       WorkerEvent event = agentEvent("ddprun.worker_group.restart", "RESTARTING");
       event.restarts = restarts;
       event.rawError = toJson(cause);
-      watch_.event(eventLine(event));
+      diagnostics_.event(eventLine(event));
     }
   }
   rendezvous_.join(round_.number + 1);
@@ -709,7 +710,7 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
                common::signalName(signal));
   emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
   const pid_t pid = worker.pid;
-  if (watch_.evidence == nullptr) {
+  if (diagnostics_.evidence == nullptr) {
     launcher_.signalProcess(pid, signal);
     return;
   }
@@ -720,7 +721,7 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
   worker.evidencePending = true;
   worker.hangSignal = signal;
   const std::string saveTo = fmt::format("{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
-  watch_.evidence->collect(pid, saveTo, [this, pid](HangEvidence evidence) {
+  diagnostics_.evidence->collect(pid, saveTo, [this, pid](HangEvidence evidence) {
     LocalWorker* hung = workerByPid(pid);
     if (hung == nullptr) return;  // a later round's workers are running now
     hung->evidencePending = false;
@@ -772,7 +773,7 @@ WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const 
 
 void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
                                    nlohmann::json extra) const {
-  if (!watch_.event) return;
+  if (!diagnostics_.event) return;
   WorkerEvent event = agentEvent(fmt::format("torchelastic.worker.status.{}", state), state);
   event.source = "WORKER";
   event.rank = worker.rank;
@@ -780,7 +781,7 @@ void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state,
   event.localRank = worker.localRank;
   event.rawError = std::move(rawError);
   event.extra = std::move(extra);
-  watch_.event(eventLine(event));
+  diagnostics_.event(eventLine(event));
 }
 
 void AgentMachine::printError(std::string text) const {
@@ -837,8 +838,8 @@ AgentSnapshot AgentMachine::snapshot() const {
       shown.exitCode = WIFSIGNALED(worker.waitStatus) ? 128 + WTERMSIG(worker.waitStatus)
                                                       : WEXITSTATUS(worker.waitStatus);
     }
-    if (watch_.heartbeats && worker.running) {
-      if (const auto report = watch_.heartbeats->lastReport(worker.localRank)) {
+    if (diagnostics_.heartbeats && worker.running) {
+      if (const auto report = diagnostics_.heartbeats->lastReport(worker.localRank)) {
         shown.lastHeartbeat = epochSeconds(*report);
       }
     }

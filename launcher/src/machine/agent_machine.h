@@ -44,7 +44,7 @@
 #include "hang/oom.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "machine/pausable_timer.h"
 #include "core/stop_reason.h"
@@ -65,8 +65,9 @@ struct AgentIdentity {
   std::function<void(std::string)> printError;
 };
 
-// How the machine sees workers that hang or die unexplained. Each may be missing (not watched).
-struct WorkerWatch {
+// How the machine sees workers that hang or die unexplained. Each may be missing (that part is not
+// looked at).
+struct WorkerDiagnostics {
   Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
   EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
   OomWitness* oom = nullptr;              // OOM kills
@@ -84,7 +85,7 @@ class AgentMachine final : public RendezvousEvents {
   // agent is done (every worker gone, their output drained).
   AgentMachine(const LaunchConfig& config, AgentIdentity identity, EventLoop& loop,
                ProcessLauncher& launcher, WorkerOutput& output, RendezvousClient& rendezvous,
-               WorkerStoreHost& workerStores, WorkerWatch watch, Finished finished);
+               WorkerStoreHost& workerStores, WorkerDiagnostics diagnostics, Finished finished);
 
   // Joins the job.
   void start();
@@ -204,9 +205,9 @@ class AgentMachine final : public RendezvousEvents {
   WorkerOutput& output_;
   RendezvousClient& rendezvous_;
   WorkerStoreHost& workerStores_;
-  WorkerWatch watch_;
+  WorkerDiagnostics diagnostics_;
   Finished finished_;
-  ProgressWatch progress_;
+  ProgressMonitor progress_;
   FileTimers fileTimers_;
   FileTimerRefusals fileTimerRefusals_;  // FileTimer signals to processes not the job's
   const double startedAt_;  // epoch seconds, for the events' total_run_time

@@ -5,8 +5,6 @@
 
 #include <spdlog/sinks/base_sink.h>
 
-#include "ddprun/launcher/agent.h"
-
 namespace ddprun::launcher {
 namespace {
 

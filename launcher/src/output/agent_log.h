@@ -13,6 +13,9 @@
 
 namespace ddprun::launcher {
 
+// How the agent's log lines look (spdlog's pattern).
+inline constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v";
+
 // For its lifetime, the default logger's lines go to `writer` (in the agent's log pattern); the
 // sinks it had come back afterwards.
 class LogThroughConsole {

@@ -7,7 +7,7 @@
 //   - A piece from any other source first ends the open line with '\n', so no two sources ever
 //     share a console line; the open source's next piece then starts on a line of its own, with
 //     its prefix again (its line continues, split in two).
-//   - A source's line starts with its prefix (an empty line too: "[default0]:\n", as before).
+//   - A source's line starts with its prefix (an empty line too: "[default0]:\n").
 //   - A '\r' inside a source's line is followed by the prefix again, so a bar redrawn over its
 //     own line keeps the prefix in front ("\r 40%|####" -> "\r[default0]: 40%|####"). A '\r' at the
 //     very start of a line (the cursor is already in column 0) is written alone, and "\r\n" ends

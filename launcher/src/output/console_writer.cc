@@ -98,7 +98,7 @@ struct ConsoleWriter::Shared : std::enable_shared_from_this<ConsoleWriter::Share
 
   // The writing thread, started by the first bytes queued: a job whose workers and agent print
   // nothing (a quiet launch) never starts it, nor has it to be woken and ended when the agent
-  // leaves (docs/benchmarks.md, "Launch at the floor", eighth pass). Detached: a thread blocked
+  // leaves. Detached: a thread blocked
   // on a stalled console must not keep the agent from exiting. Under the lock; it waits for the
   // lock before its first look at the queue. A thread that cannot be started now (no resources)
   // is tried again by the next bytes; what is queued meanwhile waits for it.

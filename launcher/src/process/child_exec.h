@@ -2,7 +2,7 @@
 //
 // Workers are started like posix_spawn does: clone(CLONE_VM | CLONE_VFORK) on a stack of their
 // own, with every signal blocked around it. The child shares the agent's memory until it execs
-// (no page tables copied, no copy-on-write faults: a fork cost ~5 ms per worker on the bench VM)
+// (no page tables copied, no copy-on-write faults, which a fork pays per worker)
 // while the agent's thread waits. So the child must not write anything the agent owns, and since
 // the agent is multi-threaded (store clients, the embedded store server), only async-signal-safe
 // calls are allowed: everything the child needs is prepared by the parent into plain arrays

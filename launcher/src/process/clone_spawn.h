@@ -1,14 +1,13 @@
 // Starting one worker like posix_spawn does: clone(CLONE_VM | CLONE_VFORK) on a stack of its own,
 // every signal blocked around it, the agent's thread waiting until the child has exec'd.
-// Nothing of the agent is copied (a fork of the multi-threaded agent cost ~5 ms per worker in
-// page tables and copy-on-write faults). child_exec.h is the child's side.
+// Nothing of the agent is copied (a fork of the multi-threaded agent would copy its page tables
+// and take copy-on-write faults, per worker). child_exec.h is the child's side.
 //
 // Where the agent has a worker cgroup, the child is created in it (clone3's CLONE_INTO_CGROUP,
 // Linux 5.7+) instead of moving itself there by writing cgroup.procs. A move takes the kernel's
 // cgroup_threadgroup_rwsem for writing, and the first move after a quiet while waits for an RCU
-// grace period: 10-23 ms on the bench VM (docs/benchmarks.md, "Launch at the floor", ninth
-// pass), paid by the first worker of every launch and restart while the agent waits on its
-// vfork. Created in place, no process moves at all. Kernels or hierarchies without it fall back
+// grace period (milliseconds: docs/benchmarks.md, "Launch at the floor"), paid by the first
+// worker of every launch and restart while the agent waits on its vfork. Created in place, no process moves at all. Kernels or hierarchies without it fall back
 // to the write, once and for the rest of the run; so does a cgroup that has been killed
 // (WorkerCgroup::cloneIntoFd says why).
 //

@@ -36,7 +36,8 @@ struct RoundEnvironment {
 
 // The complete environment ("NAME=value" entries, each name once) of one worker: `inherited` (the
 // agent's environment) with the contract's variables added or replaced, and the worker's own
-// files: its error file, and its progress heartbeat file when the agent watches one ("" = none).
+// files: its error file, and its progress heartbeat file when the agent monitors progress
+// ("" = none).
 std::vector<std::string> workerEnvironment(const std::map<std::string, std::string>& inherited,
                                            const LaunchConfig& config,
                                            const WorkerPlacement& placement,

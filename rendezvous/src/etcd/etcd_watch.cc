@@ -129,10 +129,10 @@ class Watch final : public EtcdWatch {
   std::string endpoint() const override { return client_->options.endpoints[endpoint_].text(); }
   // The client's other answers count: an agent's keep-alives go to the member its watches
   // stream from (the one that answered last), every second or so, and each asks for a leader
-  // as the status check does. Without them every silent stream cost a status request per
-  // interval; a caller that keeps a watch across short waits replaced it instead, a read and a
-  // new watch each time (etcd_store.cc's WatchKeeper): a third of etcd's requests while 2,048
-  // agents re-formed (docs/benchmarks.md, "Scale").
+  // as the status check does. So a silent stream costs no status request of its own, and a
+  // caller that keeps a watch across short waits (etcd_store.cc's WatchKeeper) keeps it rather
+  // than replacing it with a read and a new watch (at scale, a large share of etcd's requests:
+  // docs/benchmarks.md, "Scale").
   Clock::time_point lastHeard() const override {
     return std::max(lastHeard_, client_->lastAnswer(endpoint_));
   }

@@ -3,7 +3,7 @@
  *
  * Why: through the relay every request and reply crosses two more sockets and wakes the relay's
  * thread (docs/benchmarks.md, "The relay across a network"). Here the relay only connects to the
- * store and proves the token, as before, and then gives the proven connection to the worker, whose
+ * store and proves the token, and then gives the proven connection to the worker, whose
  * requests go straight to the store. The relay's checks stay where they were: the handoff socket
  * lies in the agent's private directory (mode 0700) and the relay serves only its own user
  * (SO_PEERCRED), so a stranger gets no more than through the relay's port.

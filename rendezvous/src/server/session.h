@@ -144,8 +144,35 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   // or a slice has been produced this turn; then reads, waits or posts its continuation.
   void serve();
   Stop serveBuffered(int& slicesThisTurn);
-  // Applies one request; false when the connection must close (reason already given).
+  // Applies one request; false when the connection must close (reason already given). It picks
+  // the handler of the request's kind (session_requests.cc), each of which returns the same.
   bool handle(protocol::Request& request);
+  // With a torch 1.13 client, drops the WAIT still parked when its next request arrives.
+  void cancelTimedOutWaits();
+  bool handleValidate(const protocol::Request& request);
+  bool handlePing(const protocol::Request& request);
+  bool handleNumKeys();
+  bool handleSet(protocol::Request& request);
+  bool handleCompareSet(const protocol::Request& request);
+  bool handleAdd(const protocol::Request& request);
+  bool handleAppend(const protocol::Request& request);
+  bool handleMultiSet(protocol::Request& request);
+  bool handleDeleteKey(const protocol::Request& request);
+  bool handleDeletePrefix(const protocol::Request& request);
+  bool handleGet(const protocol::Request& request);
+  bool handleCheck(const protocol::Request& request);
+  bool handleMultiGet(protocol::Request& request);
+  bool handleListKeys();
+  bool handleListPrefix(const protocol::Request& request);
+  bool handleQueuePush(protocol::Request& request);
+  bool handleQueuePop(const protocol::Request& request);
+  bool handleQueueLen(const protocol::Request& request);
+  bool handleWait(const protocol::Request& request);
+  bool handleCancelWait();
+  bool handleWatchKey(const protocol::Request& request);
+  bool handleBarrier(const protocol::Request& request);
+  bool handleHold(const protocol::Request& request);
+  bool handleRelease(const protocol::Request& request);
   // An upper bound of the bytes the reply `request` makes now would own (a large stored value
   // it references costs it nothing; not counting a sliced reply's slices).
   std::size_t replyBytesOf(const protocol::Request& request) const;

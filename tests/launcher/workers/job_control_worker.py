@@ -1,6 +1,6 @@
 """A worker for tests/launcher/job_control_test.py (Ctrl-Z stops the whole job).
 
-Rank 2 exits 0 at once, so the exit timeout's watch begins. Ranks 0 and 1 report progress once
+Rank 2 exits 0 at once, so the exit timeout's clock starts. Ranks 0 and 1 report progress once
 ($DDPRUN_HEARTBEAT_FILE), then wait quietly (no CPU, no output) for STEPS steps of 0.1 s, counted
 in running time (a stopped process does not step), and exit 0: within --hang-timeout and
 --exit-timeout of running time, but not of wall time if the job stays stopped longer than those.

@@ -45,7 +45,7 @@ inline constexpr const char* kEnvDdprunAgent = "DDPRUN_AGENT";
 // job on purpose, which that agent spares (launcher/src/core/kept_process.h).
 inline constexpr const char* kEnvDdprunDetached = "DDPRUN_DETACHED";
 // The worker's progress heartbeat: a file whose modification time the worker sets to report
-// progress (os.utime(path)); --hang-timeout watches it.
+// progress (os.utime(path)); --hang-timeout monitors it.
 inline constexpr const char* kEnvDdprunHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
 
 // torch's FileTimer watchdog: "1" makes the agent serve the named pipe at kEnvTorchelasticTimerFile

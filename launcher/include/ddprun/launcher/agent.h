@@ -1,5 +1,5 @@
 // The ddprun agent: one per node. It joins the job's rendezvous, starts the node's workers with
-// torchrun's environment, watches them, restarts the whole job when one fails, re-forms it when
+// torchrun's environment, monitors them, restarts the whole job when one fails, re-forms it when
 // nodes join or leave, and ends with the job's exit code. docs/architecture.md walks through it.
 #pragma once
 
@@ -11,9 +11,6 @@
 namespace ddprun::launcher {
 
 class Guardian;
-
-// How the agent's log lines look (spdlog's pattern).
-inline constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v";
 
 // Runs the agent to the end of the job and returns its exit code (docs/errors.md, "Exit codes of
 // ddprun"; launcher/src/core/exit_codes.cc is the one place that decides them, start-up

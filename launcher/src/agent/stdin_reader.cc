@@ -1,4 +1,4 @@
-#include "agent/stdin_watch.h"
+#include "agent/stdin_reader.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -37,9 +37,9 @@ int signalOfByte(unsigned char byte) {
   }
 }
 
-class AsioStdinWatch final : public StdinWatch {
+class AsioStdinReader final : public StdinReader {
  public:
-  AsioStdinWatch(boost::asio::io_context& io, int fd, std::function<void(int)> onSignal)
+  AsioStdinReader(boost::asio::io_context& io, int fd, std::function<void(int)> onSignal)
       : stream_(io, fd), onSignal_(std::move(onSignal)) {}
 
   void read() {
@@ -112,8 +112,8 @@ rendezvous::JobSecret readTokenLine(int fd, std::chrono::milliseconds limit) {
   return rendezvous::JobSecret::fromBytes(std::move(line), "the token line on stdin");
 }
 
-std::unique_ptr<StdinWatch> watchStdin(boost::asio::io_context& io,
-                                       std::function<void(int signal)> onSignal) {
+std::unique_ptr<StdinReader> readStdinSignals(boost::asio::io_context& io,
+                                              std::function<void(int signal)> onSignal) {
   // The driver's pipe moves to a descriptor of the agent's own (close-on-exec), and fd 0, which
   // the workers inherit, becomes /dev/null: a worker reading stdin would otherwise eat the
   // driver's signal bytes, and find it non-blocking (Asio sets O_NONBLOCK on the shared pipe).
@@ -127,12 +127,12 @@ std::unique_ptr<StdinWatch> watchStdin(boost::asio::io_context& io,
     ::close(null);
   }
   try {
-    auto watch = std::make_unique<AsioStdinWatch>(io, fd, std::move(onSignal));
-    watch->read();
-    return watch;
+    auto reader = std::make_unique<AsioStdinReader>(io, fd, std::move(onSignal));
+    reader->read();
+    return reader;
   } catch (const std::exception& error) {
     ::close(fd);  // not adopted: the stream descriptor threw before holding it
-    spdlog::warn("--stop-on-stdin-eof: cannot watch stdin ({}); the agent will not notice its "
+    spdlog::warn("--stop-on-stdin-eof: cannot read stdin ({}); the agent will not notice its "
                  "driver go",
                  error.what());
     return nullptr;

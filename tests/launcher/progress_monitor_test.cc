@@ -1,5 +1,5 @@
-// The progress watch: heartbeat files as the workers use them (one os.utime per report), and the
-// watch's verdicts and wake-ups on a manual clock.
+// The progress monitor: heartbeat files as the workers use them (one os.utime per report), and the
+// monitor's verdicts and wake-ups on a manual clock.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -21,7 +21,7 @@
 
 #include "agent_fakes.h"
 #include "core/proc_stat.h"
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "temp_dir.h"
 
@@ -31,7 +31,7 @@ using namespace ddprun::launcher;
 using namespace ddprun::test;
 using namespace std::chrono_literals;
 
-// Counts the timers armed, to see how often the watch wakes.
+// Counts the timers armed, to see how often the monitor wakes.
 struct CountingLoop final : EventLoop {
   ManualEventLoop inner;
   int armed = 0;
@@ -167,7 +167,7 @@ TEST_CASE("heartbeat files made ahead: prepare() finds them reset, and what was 
   CHECK_THROWS_AS(throughLink.prepareAhead(2), std::system_error);
 }
 
-TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes about once per hang "
+TEST_CASE("a worker that keeps reporting is never hung, and the monitor wakes about once per hang "
           "timeout whatever the rate of reports",
           "[progress][unit]") {
   CountingLoop loop;
@@ -175,8 +175,8 @@ TEST_CASE("a worker that keeps reporting is never hung, and the watch wakes abou
   HangPolicy policy;
   policy.hangTimeout = 10s;
   std::vector<HungWorker> hung;
-  ProgressWatch watch(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
-  watch.start({100, 101});
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  monitor.start({100, 101});
   // 1000 reports a second for ten minutes, as the clock moves in 1 ms steps... in 100 ms steps
   // here (the fake's reports are free either way).
   for (int step = 0; step < 6000; ++step) {
@@ -205,8 +205,8 @@ TEST_CASE("after a first report a worker is on the hang timeout's clock, not the
   policy.hangTimeout = 10s;
   policy.startupTimeout = 3600s;
   std::vector<HungWorker> hung;
-  ProgressWatch watch(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
-  watch.start({100});
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  monitor.start({100});
   loop.inner.advance(25s);
   heartbeats.reports[0] = loop.wallNow();  // its first report, then silence
   loop.inner.advance(9s);
@@ -222,10 +222,10 @@ TEST_CASE("stop() ends the verdicts: a stopping attempt's workers are not judged
   HangPolicy policy;
   policy.exitTimeout = 5s;
   std::vector<HungWorker> hung;
-  ProgressWatch watch(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
-  watch.start({100, 101});
-  watch.exited(0, /*succeeded=*/true);
-  watch.stop();
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  monitor.start({100, 101});
+  monitor.exited(0, /*succeeded=*/true);
+  monitor.stop();
   loop.inner.advance(60s);
   CHECK(hung.empty());
 }
@@ -240,11 +240,11 @@ struct ExitRule {
   FakeActivity activity;
   HangPolicy policy;
   std::vector<HungWorker> hung;
-  ProgressWatch watch;
+  ProgressMonitor monitor;
 
   explicit ExitRule(std::chrono::milliseconds exitTimeout)
       : policy(withExitTimeout(exitTimeout)),
-        watch(loop, policy, &heartbeats, &activity, [this](const HungWorker& worker) { hung.push_back(worker); }) {}
+        monitor(loop, policy, &heartbeats, &activity, [this](const HungWorker& worker) { hung.push_back(worker); }) {}
 
   static HangPolicy withExitTimeout(std::chrono::milliseconds exitTimeout) {
     HangPolicy policy;
@@ -268,8 +268,8 @@ TEST_CASE("the exit rule: an idle straggler is hung at first success + E, exactl
           "busy one is looked at again one window later, and hung once a window finds it idle",
           "[progress][unit]") {
   ExitRule rule(10s);
-  rule.watch.start({100, 101, 102});
-  rule.watch.exited(0, /*succeeded=*/true);
+  rule.monitor.start({100, 101, 102});
+  rule.monitor.exited(0, /*succeeded=*/true);
   // Rank 1 is blocked for good (no CPU, no I/O); rank 2 evaluates at a quarter of a core.
   rule.work(102, 0.25, 0, 9900ms);
   CHECK(rule.hung.empty());
@@ -301,8 +301,8 @@ TEST_CASE("the exit rule's thresholds: under 1% of a core (a watchdog thread's w
           "1% of a core, a page of I/O or a progress report is work",
           "[progress][unit]") {
   ExitRule rule(100s);
-  rule.watch.start({100, 101, 102, 103, 104, 105});
-  rule.watch.exited(0, /*succeeded=*/true);
+  rule.monitor.start({100, 101, 102, 103, 104, 105});
+  rule.monitor.exited(0, /*succeeded=*/true);
   // 101: torch 2.x's NCCL watchdog in a process stuck for good, generously (0.5% of a core).
   // 102: 1% of a core. 103: 5 KiB of I/O in all, no CPU. 104: one progress report. 105: 4000
   // bytes of output, no CPU.
@@ -328,9 +328,9 @@ TEST_CASE("the exit rule without a way to see work (no WorkerActivity) kills wha
   HangPolicy policy;
   policy.exitTimeout = 5s;
   std::vector<HungWorker> hung;
-  ProgressWatch watch(loop, policy, nullptr, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
-  watch.start({100, 101});
-  watch.exited(0, /*succeeded=*/true);
+  ProgressMonitor monitor(loop, policy, nullptr, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  monitor.start({100, 101});
+  monitor.exited(0, /*succeeded=*/true);
   loop.inner.advance(4999ms);
   CHECK(hung.empty());
   loop.inner.advance(1ms);
@@ -338,7 +338,7 @@ TEST_CASE("the exit rule without a way to see work (no WorkerActivity) kills wha
   CHECK(hung[0].detail == "still running 5.0 s after a worker of this node exited 0 (--exit-timeout 5)");
 }
 
-TEST_CASE("a paused watch (the job is stopped) judges nothing and wakes never, and resumed every rule "
+TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never, and resumed every rule "
           "starts afresh",
           "[progress][unit]") {
   CountingLoop loop;
@@ -348,18 +348,18 @@ TEST_CASE("a paused watch (the job is stopped) judges nothing and wakes never, a
   policy.hangTimeout = 10s;
   policy.exitTimeout = 20s;
   std::vector<HungWorker> hung;
-  ProgressWatch watch(loop, policy, &heartbeats, &activity, [&](const HungWorker& worker) { hung.push_back(worker); });
-  watch.start({100, 101, 102});
+  ProgressMonitor monitor(loop, policy, &heartbeats, &activity, [&](const HungWorker& worker) { hung.push_back(worker); });
+  monitor.start({100, 101, 102});
   heartbeats.reports[0] = heartbeats.reports[1] = loop.wallNow();  // then nothing
-  watch.exited(2, /*succeeded=*/true);  // the exit rule watches ranks 0 and 1
+  monitor.exited(2, /*succeeded=*/true);  // the exit rule judges ranks 0 and 1
   loop.inner.advance(9s);
-  watch.pause();
+  monitor.pause();
   const int armed = loop.armed;
   loop.inner.advance(std::chrono::hours(1));
   CHECK(hung.empty());
   CHECK(loop.armed == armed);
   activity.cpu[101] += 1s;  // rank 1 works a little after the resume (its tree is sampled anew)
-  watch.resume();
+  monitor.resume();
   loop.inner.advance(9999ms);
   CHECK(hung.empty());
   loop.inner.advance(1ms);  // a full hang timeout since the resume
@@ -378,14 +378,14 @@ TEST_CASE("a paused watch (the job is stopped) judges nothing and wakes never, a
   startup.exitTimeout = 20s;
   FakeHeartbeats none;
   std::vector<HungWorker> hung2;
-  ProgressWatch watch2(loop2, startup, &none, &activity, [&](const HungWorker& worker) { hung2.push_back(worker); });
-  watch2.start({200, 201, 202});
-  watch2.exited(0, /*succeeded=*/true);
+  ProgressMonitor monitor2(loop2, startup, &none, &activity, [&](const HungWorker& worker) { hung2.push_back(worker); });
+  monitor2.start({200, 201, 202});
+  monitor2.exited(0, /*succeeded=*/true);
   activity.cpu[202] = 5s;  // rank 2 works all along, so only the startup rule is left for it
   loop2.inner.advance(15s);
-  watch2.pause();
+  monitor2.pause();
   loop2.inner.advance(std::chrono::hours(1));
-  watch2.resume();
+  monitor2.resume();
   // Rank 2 keeps working: the exit rule never takes it.
   auto run = [&](int seconds) {
     for (int step = 0; step < seconds; ++step) {

@@ -1,4 +1,4 @@
-#include "hang/progress_watch.h"
+#include "hang/progress_monitor.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -20,7 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The exit rule's idea of a worker that works (see progress_watch.h): over one window, at least
+// The exit rule's idea of a worker that works (see progress_monitor.h): over one window, at least
 // a hundredth of one core, or a page read or written.
 constexpr double kBusyCpuShare = 0.01;
 constexpr std::uint64_t kBusyIoBytes = 4096;
@@ -69,7 +69,7 @@ void HeartbeatFiles::prepareAhead(int count) {
       }
     });
   } catch (const std::system_error&) {
-    // No thread to be had: prepare() makes each file when its worker is prepared, as before.
+    // No thread to be had: prepare() makes each file when its worker is prepared.
   }
 }
 
@@ -81,7 +81,7 @@ std::string HeartbeatFiles::prepare(int localRank) {
   // its place, so it is kept only as what this agent made: opened without following a link and
   // without blocking on a FIFO, a regular file of this user's, with no other name and no access
   // for others. Then it is only reset to time 0 below: no inode freed and made again per worker
-  // and restart (on ext4 each costs 0.05-0.3 ms: docs/benchmarks.md, eighth pass). Opening it
+  // and restart (the costly part: prepareAhead). Opening it
   // writes nothing, and nothing is ever written into it. A file made ahead (prepareAhead) is
   // found and kept the same way.
   common::FileDescriptor kept(::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
@@ -117,7 +117,7 @@ std::optional<EventLoop::WallTime> HeartbeatFiles::lastReport(int localRank) con
       std::chrono::seconds(status.st_mtim.tv_sec) + std::chrono::nanoseconds(status.st_mtim.tv_nsec)));
 }
 
-ProgressWatch::ProgressWatch(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
+ProgressMonitor::ProgressMonitor(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
                              WorkerActivity* activity, OnHung onHung)
     : loop_(loop),
       policy_(policy),
@@ -125,8 +125,8 @@ ProgressWatch::ProgressWatch(EventLoop& loop, const HangPolicy& policy, Heartbea
       activity_(activity),
       onHung_(std::move(onHung)) {}
 
-void ProgressWatch::start(std::vector<pid_t> pids) {
-  workers_.assign(pids.size(), Watched{});
+void ProgressMonitor::start(std::vector<pid_t> pids) {
+  workers_.assign(pids.size(), Monitored{});
   for (std::size_t i = 0; i < pids.size(); ++i) {
     workers_[i].pid = pids[i];
     workers_[i].running = pids[i] > 0;
@@ -136,7 +136,7 @@ void ProgressWatch::start(std::vector<pid_t> pids) {
   check();
 }
 
-void ProgressWatch::exited(int localRank, bool succeeded) {
+void ProgressMonitor::exited(int localRank, bool succeeded) {
   if (localRank < 0 || static_cast<std::size_t>(localRank) >= workers_.size()) return;
   workers_[localRank].running = false;
   if (succeeded && !firstSuccessAt_) {
@@ -146,17 +146,17 @@ void ProgressWatch::exited(int localRank, bool succeeded) {
   }
 }
 
-void ProgressWatch::stop() {
+void ProgressMonitor::stop() {
   workers_.clear();
   timer_.reset();
 }
 
-void ProgressWatch::pause() {
+void ProgressMonitor::pause() {
   paused_ = true;
   timer_.reset();
 }
 
-void ProgressWatch::resume() {
+void ProgressMonitor::resume() {
   if (!paused_) return;
   paused_ = false;
   const auto now = loop_.wallNow();
@@ -167,7 +167,7 @@ void ProgressWatch::resume() {
   check();
 }
 
-std::vector<TreeSample> ProgressWatch::sample(const std::vector<std::size_t>& which) {
+std::vector<TreeSample> ProgressMonitor::sample(const std::vector<std::size_t>& which) {
   std::vector<pid_t> pids;
   for (std::size_t i : which) pids.push_back(workers_[i].pid);
   std::vector<TreeSample> samples = activity_ ? activity_->sample(pids) : std::vector<TreeSample>{};
@@ -175,7 +175,7 @@ std::vector<TreeSample> ProgressWatch::sample(const std::vector<std::size_t>& wh
   return samples;
 }
 
-void ProgressWatch::openWindows(EventLoop::WallTime now) {
+void ProgressMonitor::openWindows(EventLoop::WallTime now) {
   std::vector<std::size_t> which;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
     if (workers_[i].running && !workers_[i].hung) which.push_back(i);
@@ -188,19 +188,19 @@ void ProgressWatch::openWindows(EventLoop::WallTime now) {
   }
 }
 
-void ProgressWatch::judgeWindows(EventLoop::WallTime now, std::vector<HungWorker>& found) {
+void ProgressMonitor::judgeWindows(EventLoop::WallTime now, std::vector<HungWorker>& found) {
   if (!firstSuccessAt_ || !policy_.exitTimeout) return;
   const auto timeout = *policy_.exitTimeout;
   std::vector<std::size_t> due;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
-    const Watched& worker = workers_[i];
+    const Monitored& worker = workers_[i];
     if (worker.running && !worker.hung && worker.windowStart + timeout <= now) due.push_back(i);
   }
   if (due.empty()) return;
   std::vector<TreeSample> samples = sample(due);
   for (std::size_t k = 0; k < due.size(); ++k) {
     const int localRank = static_cast<int>(due[k]);
-    Watched& worker = workers_[due[k]];
+    Monitored& worker = workers_[due[k]];
     const WorkDone done = workBetween(worker.atWindowStart, samples[k]);
     const auto window = since(worker.windowStart, now);
     std::optional<EventLoop::WallTime> report;
@@ -243,7 +243,7 @@ void ProgressWatch::judgeWindows(EventLoop::WallTime now, std::vector<HungWorker
   }
 }
 
-std::optional<HungWorker> ProgressWatch::progressVerdict(
+std::optional<HungWorker> ProgressMonitor::progressVerdict(
     int localRank, EventLoop::WallTime now, std::optional<EventLoop::WallTime>& deadline) const {
   // Each rule gives a deadline; the worker is hung by the first one that passed.
   std::optional<HungWorker> hung;
@@ -285,14 +285,14 @@ std::optional<HungWorker> ProgressWatch::progressVerdict(
   return hung;
 }
 
-void ProgressWatch::check() {
+void ProgressMonitor::check() {
   if (paused_) return;
   timer_.reset();
   const auto now = loop_.wallNow();
   std::optional<EventLoop::WallTime> deadline;
   std::vector<HungWorker> found;
   for (std::size_t i = 0; i < workers_.size(); ++i) {
-    Watched& worker = workers_[i];
+    Monitored& worker = workers_[i];
     if (!worker.running || worker.hung) continue;
     if (auto hung = progressVerdict(static_cast<int>(i), now, deadline)) {
       worker.hung = true;
@@ -301,18 +301,18 @@ void ProgressWatch::check() {
   }
   judgeWindows(now, found);
   if (firstSuccessAt_ && policy_.exitTimeout) {
-    for (const Watched& worker : workers_) {
+    for (const Monitored& worker : workers_) {
       if (!worker.running || worker.hung) continue;
       const auto due = worker.windowStart + *policy_.exitTimeout;
       if (!deadline || due < *deadline) deadline = due;
     }
   }
   rearm(deadline);
-  // Last: a verdict may stop the watch (re-entrantly).
+  // Last: a verdict may stop the monitor (re-entrantly).
   for (const HungWorker& hung : found) onHung_(hung);
 }
 
-void ProgressWatch::rearm(std::optional<EventLoop::WallTime> deadline) {
+void ProgressMonitor::rearm(std::optional<EventLoop::WallTime> deadline) {
   if (!deadline) return;
   // Rounded up: waking a little late costs nothing, waking early means a second wake-up.
   const auto delay = std::chrono::ceil<std::chrono::milliseconds>(*deadline - loop_.wallNow());

@@ -11,8 +11,11 @@
 //     a[0-1].b[0-1] -> a0.b0, a0.b1, a1.b0, a1.b1.
 // Anything else (LO > HI, a bracket not closed or not opened, nested brackets, an empty host or
 // range, a sign or another non-digit in a range, more than kMaxHosts hosts, a name longer than
-// kMaxHostName) is a HostlistError:
+// kMaxHostName) is a SlurmHostlistError:
 // a list ddprun cannot read is never guessed at.
+//
+// Not the hosts of a launch over ssh (hosts/host_list.h: --hosts, hostfiles, --include/--exclude):
+// this is Slurm's bracket syntax, read from Slurm's environment only.
 #pragma once
 
 #include <cstddef>
@@ -31,12 +34,12 @@ inline constexpr std::size_t kMaxHosts = 65536;
 inline constexpr std::size_t kMaxHostName = 255;
 
 // what(): what is wrong with the list, without naming where it came from (the caller does).
-class HostlistError : public std::runtime_error {
+class SlurmHostlistError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// The host names, in Slurm's order. Throws HostlistError.
-std::vector<std::string> expandHostlist(std::string_view text);
+// The host names, in Slurm's order. Throws SlurmHostlistError.
+std::vector<std::string> expandSlurmHostlist(std::string_view text);
 
 }  // namespace ddprun::launcher::cli_detail

@@ -4,7 +4,7 @@
 // ssh without a terminal passes no signal); EOF or an error means the driver or its ssh
 // connection is gone, and the agent stops as on SIGTERM, so nothing is left running on this host.
 //
-// --token-from-stdin: before the watch, the driver's first line on that stdin is the job's token.
+// --token-from-stdin: before the signals, the driver's first line on that stdin is the job's token.
 #pragma once
 
 #include <chrono>
@@ -22,20 +22,20 @@ inline constexpr std::size_t kLongestTokenLine = 1024;
 
 // Reads the job's token from `fd`: one line of at most kLongestTokenLine bytes, ended by a
 // newline (trailing blanks and '\r' dropped), within `limit`. Reads byte by byte, so that what
-// follows the line (the driver's signal bytes) stays for watchStdin. Throws StartupError, one
+// follows the line (the driver's signal bytes) stays for readStdinSignals. Throws StartupError, one
 // line naming what is wrong: stdin ended or failed first, the line is too long, late or too
 // short for a token (rendezvous::JobSecret::kMinBytes).
 rendezvous::JobSecret readTokenLine(int fd, std::chrono::milliseconds limit);
 
-class StdinWatch {
+class StdinReader {
  public:
-  virtual ~StdinWatch() = default;
+  virtual ~StdinReader() = default;
 };
 
-// Watches fd 0 on `io` and calls `onSignal` with each signal; the watch ends at EOF (after
+// Reads fd 0 on `io` and calls `onSignal` with each signal; the reading ends at EOF (after
 // calling onSignal(SIGTERM)) or when the returned object is destroyed. Nothing when stdin cannot
-// be watched (a regular file, say): the reason is logged.
-std::unique_ptr<StdinWatch> watchStdin(boost::asio::io_context& io,
-                                       std::function<void(int signal)> onSignal);
+// be read this way (a regular file, say): the reason is logged.
+std::unique_ptr<StdinReader> readStdinSignals(boost::asio::io_context& io,
+                                              std::function<void(int signal)> onSignal);
 
 }  // namespace ddprun::launcher

@@ -1,14 +1,14 @@
-// Slurm's hostlist syntax as ddprun expands it (cli/hostlist.h), case by case from Slurm's rules
-// (src/common/hostlist.c): what a list means, and every list it refuses with what it says.
-#include "cli/hostlist.h"
+// Slurm's hostlist syntax as ddprun expands it (cli/slurm_hostlist.h), case by case from Slurm's
+// rules (src/common/hostlist.c): what a list means, and every list it refuses with what it says.
+#include "cli/slurm_hostlist.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <vector>
 
-using ddprun::launcher::cli_detail::expandHostlist;
-using ddprun::launcher::cli_detail::HostlistError;
+using ddprun::launcher::cli_detail::expandSlurmHostlist;
+using ddprun::launcher::cli_detail::SlurmHostlistError;
 using ddprun::launcher::cli_detail::kMaxHosts;
 using Hosts = std::vector<std::string>;
 
@@ -41,7 +41,7 @@ TEST_CASE("a Slurm hostlist expands as Slurm expands it") {
   };
   for (const auto& c : cases) {
     INFO(c.list);
-    CHECK(expandHostlist(c.list) == c.hosts);
+    CHECK(expandSlurmHostlist(c.list) == c.hosts);
   }
 }
 
@@ -76,19 +76,19 @@ TEST_CASE("a hostlist ddprun cannot read is an error that says what is wrong, ne
   for (const auto& c : cases) {
     INFO(c.list);
     try {
-      const auto hosts = expandHostlist(c.list);
+      const auto hosts = expandSlurmHostlist(c.list);
       FAIL_CHECK("expanded to " << hosts.size() << " hosts");
-    } catch (const HostlistError& error) {
+    } catch (const SlurmHostlistError& error) {
       CHECK_THAT(error.what(), Catch::Contains(c.says));
     }
   }
 }
 
 TEST_CASE("a hostlist of exactly the cap expands, one more host is refused") {
-  CHECK(expandHostlist(std::string(253, 'n') + "[1-99]").size() == 99);  // 255 characters
-  CHECK(expandHostlist("n[0-65535]").size() == kMaxHosts);
-  CHECK(expandHostlist("a[0-255]b[0-255]").size() == kMaxHosts);
-  CHECK_THROWS_AS(expandHostlist("n[0-65535],extra"), HostlistError);
+  CHECK(expandSlurmHostlist(std::string(253, 'n') + "[1-99]").size() == 99);  // 255 characters
+  CHECK(expandSlurmHostlist("n[0-65535]").size() == kMaxHosts);
+  CHECK(expandSlurmHostlist("a[0-255]b[0-255]").size() == kMaxHosts);
+  CHECK_THROWS_AS(expandSlurmHostlist("n[0-65535],extra"), SlurmHostlistError);
 }
 
 TEST_CASE("a hostlist bomb is refused from its length alone: counted before anything is expanded") {
@@ -110,9 +110,9 @@ TEST_CASE("a hostlist bomb is refused from its length alone: counted before anyt
     CHECK(bomb->size() >= 125'000);
     const auto started = std::chrono::steady_clock::now();
     try {
-      const auto hosts = expandHostlist(*bomb);
+      const auto hosts = expandSlurmHostlist(*bomb);
       FAIL_CHECK("expanded to " << hosts.size() << " hosts");
-    } catch (const HostlistError& error) {
+    } catch (const SlurmHostlistError& error) {
       const std::string message = error.what();
       CHECK_THAT(message,
                  Catch::Contains("more than 65536 hosts") || Catch::Contains("longer than 255"));

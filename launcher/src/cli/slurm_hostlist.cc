@@ -1,4 +1,4 @@
-#include "cli/hostlist.h"
+#include "cli/slurm_hostlist.h"
 
 #include <fmt/format.h>
 
@@ -51,19 +51,21 @@ using Part = std::variant<std::string, Group>;
 
 Bound parseBound(std::string_view digits, std::string_view item) {
   if (digits.empty()) {
-    throw HostlistError(fmt::format("'{}': a range has an empty bound", printablePrefix(item)));
+    throw SlurmHostlistError(
+        fmt::format("'{}': a range has an empty bound", printablePrefix(item)));
   }
   for (const char c : digits) {
     if (!isDigit(c)) {
-      throw HostlistError(fmt::format("'{}': '{}' in a range is not a number (ranges are N or "
-                                      "LO-HI, decimal digits only)",
-                                      printablePrefix(item), printablePrefix(digits)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': '{}' in a range is not a number (ranges are N or "
+                      "LO-HI, decimal digits only)",
+                      printablePrefix(item), printablePrefix(digits)));
     }
   }
   // 18 digits fit in 64 bits; longer is no host number anyone means.
   if (digits.size() > 18) {
-    throw HostlistError(fmt::format("'{}': the number {} is too long", printablePrefix(item),
-                                    printablePrefix(digits)));
+    throw SlurmHostlistError(fmt::format("'{}': the number {} is too long", printablePrefix(item),
+                                         printablePrefix(digits)));
   }
   Bound bound{0, digits.size()};
   for (const char c : digits) bound.value = bound.value * 10 + static_cast<std::uint64_t>(c - '0');
@@ -79,18 +81,21 @@ Group parseGroup(std::string_view ranges, std::string_view item) {
     const std::string_view range =
         ranges.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (range.empty()) {
-      throw HostlistError(fmt::format("'{}': an empty range in brackets", printablePrefix(item)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': an empty range in brackets", printablePrefix(item)));
     }
     const std::size_t dash = range.find('-');
     const Bound lo = parseBound(range.substr(0, dash), item);
     const Bound hi = dash == std::string_view::npos ? lo : parseBound(range.substr(dash + 1), item);
     if (lo.value > hi.value) {
-      throw HostlistError(fmt::format("'{}': the range {} runs backwards (its low bound is above "
-                                      "its high bound)",
-                                      printablePrefix(item), printablePrefix(range)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': the range {} runs backwards (its low bound is above "
+                      "its high bound)",
+                      printablePrefix(item), printablePrefix(range)));
     }
     if (hi.value - lo.value >= kMaxHosts || group.count + (hi.value - lo.value) >= kMaxHosts) {
-      throw HostlistError(fmt::format("'{}': more than {} hosts", printablePrefix(item), kMaxHosts));
+      throw SlurmHostlistError(
+          fmt::format("'{}': more than {} hosts", printablePrefix(item), kMaxHosts));
     }
     group.ranges.push_back({lo.value, hi.value, lo.width});
     group.count += static_cast<std::size_t>(hi.value - lo.value) + 1;
@@ -111,15 +116,18 @@ std::vector<Part> parseItem(std::string_view item) {
       break;
     }
     if (item[open] == ']') {
-      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printablePrefix(item)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': a ']' that no '[' opened", printablePrefix(item)));
     }
     if (open > i) parts.emplace_back(std::string(item.substr(i, open - i)));
     const std::size_t close = item.find_first_of("[]", open + 1);
     if (close == std::string_view::npos) {
-      throw HostlistError(fmt::format("'{}': a '[' that is never closed", printablePrefix(item)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': a '[' that is never closed", printablePrefix(item)));
     }
     if (item[close] == '[') {
-      throw HostlistError(fmt::format("'{}': brackets inside brackets", printablePrefix(item)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': brackets inside brackets", printablePrefix(item)));
     }
     parts.emplace_back(parseGroup(item.substr(open + 1, close - open - 1), item));
     i = close + 1;
@@ -139,8 +147,8 @@ std::vector<Part> parseItem(std::string_view item) {
     longest += widest;
   }
   if (longest > kMaxHostName) {
-    throw HostlistError(fmt::format("'{}': a host name longer than {} characters",
-                                    printablePrefix(item), kMaxHostName));
+    throw SlurmHostlistError(fmt::format("'{}': a host name longer than {} characters",
+                                         printablePrefix(item), kMaxHostName));
   }
   return parts;
 }
@@ -183,7 +191,7 @@ void expand(const std::vector<Part>& parts, std::size_t index, std::string& pref
 
 }  // namespace
 
-std::vector<std::string> expandHostlist(std::string_view text) {
+std::vector<std::string> expandSlurmHostlist(std::string_view text) {
   // Every item is read and counted before any is expanded: a list over the cap costs no more
   // than its own length to refuse.
   std::vector<std::vector<Part>> items;
@@ -192,12 +200,12 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     items.push_back(parseItem(item));
     count += countHosts(items.back());
     if (count > kMaxHosts) {
-      throw HostlistError(fmt::format("'{}': more than {} hosts (ddprun's cap, as Slurm's)",
-                                      printablePrefix(text), kMaxHosts));
+      throw SlurmHostlistError(fmt::format("'{}': more than {} hosts (ddprun's cap, as Slurm's)",
+                                           printablePrefix(text), kMaxHosts));
     }
   };
   const auto emptyHost = [&] {
-    return HostlistError(fmt::format(
+    return SlurmHostlistError(fmt::format(
         "'{}': an empty host name (two commas in a row, or one at an end)", printablePrefix(text)));
   };
   // Items end at a ',' or a blank outside brackets. Runs of blanks, and blanks beside a comma,
@@ -210,7 +218,8 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     const char c = text[i];
     if (c == '[') ++depth;
     if (c == ']' && --depth < 0) {
-      throw HostlistError(fmt::format("'{}': a ']' that no '[' opened", printablePrefix(text)));
+      throw SlurmHostlistError(
+          fmt::format("'{}': a ']' that no '[' opened", printablePrefix(text)));
     }
     if (depth != 0 || (c != ',' && !isBlank(c))) continue;
     if (i > start) {
@@ -225,14 +234,15 @@ std::vector<std::string> expandHostlist(std::string_view text) {
     start = i + 1;
   }
   if (depth > 0) {
-    throw HostlistError(fmt::format("'{}': a '[' that is never closed", printablePrefix(text)));
+    throw SlurmHostlistError(
+        fmt::format("'{}': a '[' that is never closed", printablePrefix(text)));
   }
   if (start < text.size()) {
     add(text.substr(start));
     itemSinceComma = true;
   }
   if (anyComma && !itemSinceComma) throw emptyHost();
-  if (count == 0) throw HostlistError("the host list is empty");
+  if (count == 0) throw SlurmHostlistError("the host list is empty");
   std::vector<std::string> hosts;
   hosts.reserve(count);
   for (const auto& parts : items) {

@@ -1,4 +1,4 @@
-// ProgressWatch: which of the running workers are hung, by two rules (docs/errors.md, "Hangs").
+// ProgressMonitor: which of the running workers are hung, by two rules (docs/errors.md, "Hangs").
 //   - No progress (--hang-timeout T): each worker has a heartbeat channel; one that reported
 //     progress and then reports none for T is hung; one that never reports is hung after the
 //     startup allowance (--hang-startup-timeout).
@@ -64,11 +64,11 @@ class HeartbeatFiles final : public Heartbeats {
   HeartbeatFiles& operator=(const HeartbeatFiles&) = delete;
 
   // Makes the files of local ranks 0..count-1 now, on a thread of their own, while the agent
-  // sets up and forms its round: making a file (an inode) is the costly part of prepare(), 0.25
-  // to 0.5 ms each on this VM's ext4 against microseconds for the rest, and prepare() only
-  // resets a file made ahead, as it does a restart's (docs/benchmarks.md, eighth pass). The
-  // first prepare() waits for that thread. What could not be made ahead is made by prepare();
-  // throws std::system_error when the directory is not the agent's own.
+  // sets up and forms its round: making a file (an inode) is the costly part of prepare(), a
+  // fraction of a millisecond each against microseconds for the rest (docs/benchmarks.md,
+  // "Launch at the floor"), and prepare() only resets a file made ahead, as it does a restart's.
+  // The first prepare() waits for that thread. What could not be made ahead is made by
+  // prepare(); throws std::system_error when the directory is not the agent's own.
   void prepareAhead(int count);
   std::string prepare(int localRank) override;
   std::optional<EventLoop::WallTime> lastReport(int localRank) const override;
@@ -90,14 +90,14 @@ struct HungWorker {
   std::string detail;  // "no progress reported for 30.0 s (--hang-timeout 30)"
 };
 
-class ProgressWatch {
+class ProgressMonitor {
  public:
   using OnHung = std::function<void(const HungWorker&)>;
   // `onHung` is called once per hung worker, on the loop. No `heartbeats`: no progress rule, and
   // no report counts against the exit rule. No `activity`: the exit rule cannot tell busy from
   // idle and kills whatever still runs E after the first success.
-  ProgressWatch(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
-                WorkerActivity* activity, OnHung onHung);
+  ProgressMonitor(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
+                  WorkerActivity* activity, OnHung onHung);
 
   // The attempt's workers started: local rank i is `pids[i]` (<= 0: it could not be started);
   // forgets the previous attempt.
@@ -112,11 +112,11 @@ class ProgressWatch {
   void resume();
 
  private:
-  struct Watched {
+  struct Monitored {
     pid_t pid = -1;
     bool running = true;
     bool hung = false;
-    // The exit rule's current window: since when the worker is watched for idleness, and what
+    // The exit rule's current window: since when the worker is judged for idleness, and what
     // its tree had done by then.
     EventLoop::WallTime windowStart{};
     TreeSample atWindowStart;
@@ -136,7 +136,7 @@ class ProgressWatch {
   Heartbeats* heartbeats_;
   WorkerActivity* activity_;
   OnHung onHung_;
-  std::vector<Watched> workers_;
+  std::vector<Monitored> workers_;
   EventLoop::WallTime startedAt_{};
   // The latest resume of a stopped job: no silence before it counts.
   std::optional<EventLoop::WallTime> resumedAt_;
