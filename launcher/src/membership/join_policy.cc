@@ -91,7 +91,7 @@ JoinerPolicy::Shortage JoinerPolicy::shortage(JoinClock::time_point now) {
     shortSince_ = now;
     return Shortage::kBegins;
   }
-  return now - *shortSince_ >= rules_.lastCallTimeout ? Shortage::kOver : Shortage::kNone;
+  return now - *shortSince_ >= rules_.lastCallTimeout ? Shortage::kOver : Shortage::kWaits;
 }
 
 milliseconds JoinerPolicy::lineLeft(int joined, const JoinBudget& budget,

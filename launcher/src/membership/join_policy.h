@@ -90,6 +90,7 @@ class JoinerPolicy {
   enum class Shortage {
     kNone,    // enough nodes can still come
     kBegins,  // fewer than MIN remain after losses: last_call_timeout starts for new nodes
+    kWaits,   // still too few, and last_call_timeout runs
     kOver,    // and it passed: give up
   };
 

@@ -282,6 +282,7 @@ bool Membership::closePass(int round, JoinerPolicy& policy, const JoinBudget& bu
 void Membership::checkShortage(JoinerPolicy& policy, std::optional<int> remaining) {
   switch (policy.shortage(now_())) {
     case JoinerPolicy::Shortage::kNone:
+    case JoinerPolicy::Shortage::kWaits:
       return;
     case JoinerPolicy::Shortage::kBegins:
       spdlog::warn(
