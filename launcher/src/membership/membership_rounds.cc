@@ -67,8 +67,8 @@ bool Membership::alive(std::int64_t node) { return control().check({keys_.alive(
 
 std::vector<std::int64_t> Membership::stillAlive(const std::vector<std::int64_t>& nodes) {
   // One request names every alive key (the usual answer: all there); only when one is missing
-  // is each asked on its own. One check per node on every poll of every joiner made forming a
-  // round O(N^2) requests (docs/benchmarks.md, "Scale").
+  // is each asked on its own (a check per node on every poll of every joiner is O(N^2) requests
+  // for the job).
   std::vector<std::string> aliveKeys;
   aliveKeys.reserve(nodes.size());
   for (std::int64_t node : nodes) aliveKeys.push_back(keys_.alive(node));
