@@ -33,7 +33,7 @@ TEST_CASE("the join budget: what is left of join_timeout from its start, never b
   CHECK(budget.spent(at(10s) + 1ms));
 }
 
-TEST_CASE("a closed round is joined next time below MAX, waited for at MAX; an open one is joined",
+TEST_CASE("an open round is joined, a closed one next time below MAX and waited for at MAX",
           "[join_policy]") {
   CHECK(joinEntry(std::nullopt, 4) == JoinEntry::kJoin);
   CloseRecord running;

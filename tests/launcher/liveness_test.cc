@@ -81,7 +81,7 @@ TEST_CASE("a member watches every other member in a small job, its ring neighbou
 }
 
 TEST_CASE(
-    "a renewal that failed before its timeout was answered; one that waited it out met silence",
+    "a renewal that failed before its timeout was answered, and one that waited it out met silence",
     "[liveness]") {
   CHECK(answeredBeforeTimeout(10ms, 5000ms));
   CHECK_FALSE(answeredBeforeTimeout(4900ms, 5000ms));
