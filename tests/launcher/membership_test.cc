@@ -3,13 +3,19 @@
 // (roundMembersProblem, masterProblem, node records). Agents of the same version read each
 // other's keys and records, and anyone who reaches a store without a token can write them, so
 // both the exact strings and the refusals are what the agents rely on.
+#include "membership/membership.h"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <set>
@@ -18,15 +24,12 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "agent_fakes.h"
 #include "core/stop_reason.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "stores/etcd_store_backend.h"
 #include "membership/membership.h"
+#include "membership/membership_driver.h"
 #include "membership/membership_keys.h"
 #include "stores/store_backend.h"
 #include "stores/store_backends.h"
@@ -1280,4 +1283,72 @@ TEST_CASE("a fenced node that leaves releases nothing quietly: the store reports
   CHECK(stop->kind == StopKind::kNodeLost);
   CHECK(stop->node == b);
   nodes.a->close(/*hostsStore=*/false);
+}
+
+namespace {
+
+// The in-process store behind a network that refuses every connection while `refusing` holds.
+class RefusingBackend final : public StoreBackend {
+ public:
+  explicit RefusingBackend(HashStore& store) : inner_(store) {}
+  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds attempt) override {
+    if (refusing.load()) {
+      std::this_thread::sleep_for(2ms);
+      throw ddprun::rendezvous::StoreConnectionError("in-process store: connection refused");
+    }
+    return inner_.connect(callTimeout, attempt);
+  }
+  std::string address() const override { return "in-process:0"; }
+  StoreTenancy tenancy() const override { return StoreTenancy::kOneJob; }
+  std::atomic<bool> refusing{true};
+
+ private:
+  SeverableStoreBackend inner_;
+};
+
+}  // namespace
+
+TEST_CASE("a rejoin gives up at join_timeout from its start, the reconnect included, not twice it",
+          "[membership][rejoin]") {
+  HashStore store;
+  RefusingBackend backend(store);
+  RendezvousConfig config = c10dJob(2, 2, "rejoin");
+  config.settings.joinTimeout = 10s;
+  ddprun::test::ManualEventLoop loop;
+  struct Events final : RendezvousEvents {
+    void onRoundFormed(Round) override { formed = true; }
+    void onRendezvousFailed(const RendezvousFailure& failed) override { failure = failed; }
+    void onStop(int, StopReason) override {}
+    void onStoreLost(const StoreLoss&) override {}
+    bool formed = false;
+    std::optional<RendezvousFailure> failure;
+  } events;
+  MembershipDriver driver(config, backend, nodeInfo(-1, "10.0.0.1"), loop);
+  driver.attach(events);
+  const auto start = loop.now();
+  driver.rejoin();
+  // The store is out of reach for 8 s of the 10: reconnecting spends them.
+  for (int i = 0; i < 16; ++i) {
+    loop.advance(500ms);
+    std::this_thread::sleep_for(5ms);
+  }
+  backend.refusing = false;
+  // Reached now, but the second node never comes: the join waits out what is left, 2 s, and no
+  // more. Each step lets a joiner's pass (at most 200 ms of real time) see the clock move.
+  for (int i = 0; i < 200 && !events.failure; ++i) {
+    loop.advance(100ms);
+    loop.runUntil([&] { return events.failure.has_value(); }, 300ms);
+  }
+  INFO("gave up "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(loop.now() - start).count()
+       << " ms after the rejoin started");
+  REQUIRE(events.failure);
+  CHECK_FALSE(events.formed);
+  CHECK(events.failure->message.find("join_timeout (10 s)") != std::string::npos);
+  // Not 8 s of reconnect and a fresh 10 s of joining (18 s): the budget of 10 s, give or take a
+  // pass under load.
+  CHECK(loop.now() - start >= 10s);
+  CHECK(loop.now() - start <= 12s);
+  driver.leave(/*hostsStore=*/false, /*storeEndsAlone=*/false, 0ms);
 }

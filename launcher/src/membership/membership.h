@@ -31,6 +31,12 @@
 // is this job's alone (StoreTenancy: the store-wide active-run claim), and the static backend's
 // extras (StaticStoreFacet). Every key it lists or deletes is under its run's prefix.
 //
+// Its parts, each tested on its own: round_records.h (the records of a round, encoded and checked),
+// join_policy.h (when a round closes, what a joiner reads while it waits, the join budget) and
+// liveness.h (the heartbeat, the fencing clock, the lapse reports). This class runs the protocol:
+// membership.cc opens and joins, membership_rounds.cc reads and writes a round's records through
+// the store, membership_stop.cc stops a round and leaves.
+//
 // Thread safety: join/announce/markDone run on one thread (the agent's control thread),
 // waitForStop on another (its watch thread), the heartbeat on its own; each has its own store
 // connection. cancel() and storeLost() from any thread.
@@ -38,94 +44,26 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <utility>
 #include <vector>
 
-#include "ddprun/launcher/launch_config.h"
-#include "membership/lapse_reporter.h"
-#include "membership/membership_keys.h"
-#include "stores/store_backend.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
 #include "core/wait_lines.h"
+#include "ddprun/launcher/launch_config.h"
+#include "membership/join_policy.h"
+#include "membership/liveness.h"
+#include "membership/membership_errors.h"
+#include "membership/membership_keys.h"
+#include "membership/round_records.h"
+#include "stores/store_backend.h"
 
 namespace ddprun::launcher {
-
-// Joining failed for good: the message says why (timeout, too few nodes, closed job).
-class MembershipError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The job cannot start because of what the user gave (exit 2): the message names the fix.
-class BadInputError : public MembershipError {
- public:
-  using MembershipError::MembershipError;
-};
-
-// The rendezvous endpoint never answered within read_timeout, its host name never resolved within
-// the join timeout, or something that is not a ddprun store answers there: the endpoint given is
-// wrong or its host is not up.
-class EndpointError : public BadInputError {
- public:
-  using BadInputError::BadInputError;
-};
-
-// The store stopped answering this agent: its host closed the connection (the agent hosting it
-// exited, the daemon stopped) or it went silent (the network to it is cut, its host is down).
-class StoreLostError : public MembershipError {
- public:
-  explicit StoreLostError(const std::string& message, bool closedByHost = false)
-      : MembershipError(message), closedByHost_(closedByHost) {}
-  // The store's side ended the connection (or refused a new one): an answer, not silence.
-  bool closedByHost() const { return closedByHost_; }
-
- private:
-  bool closedByHost_;
-};
-
-// The job this agent waited to take part in finished without it (it was full): nothing to do.
-class JobOverError : public MembershipError {
- public:
-  using MembershipError::MembershipError;
-};
-
-// A blocking call gave up because cancel() was called (the agent is shutting down).
-class MembershipCancelled : public std::runtime_error {
- public:
-  MembershipCancelled() : std::runtime_error("cancelled") {}
-};
-
-// A member's seat in a closed round (round/<r>/seat/<closer>/<id>): what it needs to take its
-// place, written by the closer for each member so that a member reads O(1) bytes, not the world.
-struct Seat {
-  std::int64_t closer = -1;  // the node that closed the round (the close record names it too)
-  int nodes = 0;             // members in the round
-  int groupRank = 0;
-  int baseRank = 0;          // the global rank of this member's local rank 0
-  int worldSize = 0;
-  NodeInfo self;             // this member's record as the closer read it
-  std::string rank0Address;  // group rank 0's (where the round's workers' store is, on c10d/etcd)
-  // The next group ranks after this member's, in ring order (at most kSeatNeighbours, fewer in
-  // a round of fewer nodes): whose liveness this member watches in a big job.
-  struct Neighbour {
-    int groupRank = 0;
-    std::int64_t id = -1;
-    std::string hostname;
-  };
-  std::vector<Neighbour> next;
-};
-inline constexpr int kSeatNeighbours = 2;
 
 class Membership {
  public:
@@ -136,22 +74,31 @@ class Membership {
   Membership(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self, Now now);
   ~Membership();
 
+  // A join budget of join_timeout from now, on this membership's clock.
+  JoinBudget freshBudget() const { return JoinBudget(settings_.joinTimeout, now_()); }
+
   // Connects (waiting up to `patience`, read_timeout when not given, for the store to come up;
-  // for a host name that does not resolve yet, up to the join timeout, then `patience` again from
-  // when it resolved; saying what it waits for, core/wait_lines.h), fills in this node's address
-  // toward the store if it was unknown (empty),
+  // for a host name that does not resolve yet, up to what is left of `budget`, then `patience`
+  // again from when it resolved; never past `budget`; saying what it waits for,
+  // core/wait_lines.h), fills in this node's address toward the store if it was unknown (empty),
   // checks, on a store that is this job's alone, that the store's active run is ours (a different
   // run id is refused, never merged), gets a node id, publishes this node and starts holding its
-  // alive key. Throws EndpointError, MembershipError, MembershipCancelled or rendezvous::StoreError.
-  void open(std::optional<std::chrono::milliseconds> patience = std::nullopt);
+  // alive key. Throws EndpointError, MembershipError, MembershipCancelled or
+  // rendezvous::StoreError.
+  void open(const JoinBudget& budget,
+            std::optional<std::chrono::milliseconds> patience = std::nullopt);
+  void open(std::optional<std::chrono::milliseconds> patience = std::nullopt) {
+    open(freshBudget(), patience);
+  }
   const NodeInfo& self() const { return self_; }
 
   // Joins the first round this node can take part in, from `round` on (-1: whatever round the
   // job is in now), and blocks until it closes and its master is known, saying while it waits
-  // who joined and the time left (joinWaitLine). Throws MembershipError:
-  // join_timeout passed, or fewer than MIN nodes are left after losses and none came within
+  // who joined and the time left (joinWaitLine). Throws MembershipError: `budget` (join_timeout)
+  // was spent, or fewer than MIN nodes are left after losses and none came within
   // last_call_timeout; StoreLostError when the store stops answering.
-  Round join(int round);
+  Round join(int round, const JoinBudget& budget);
+  Round join(int round) { return join(round, freshBudget()); }
 
   // Round `round`'s workers' store listens on host:port: written where the other members wait for
   // it. REQUIRES: this node hosts it (the round it joined said so).
@@ -172,19 +119,20 @@ class Membership {
   // Makes every blocking call give up soon with MembershipCancelled. Any thread.
   void cancel() { cancelled_.store(true); }
   // Set by the heartbeat thread when the store stops answering it.
-  bool storeLost() const { return storeLost_.load(); }
+  bool storeLost() const { return liveness_.lost(); }
 
   // Liveness and fencing (docs/architecture.md): when the last liveness renewal the store
-  // acknowledged was sent, on this membership's clock (a renewal counts from its send, since the
-  // store's time to live starts when it receives it); nothing before open(). Any thread.
-  std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const;
+  // acknowledged was sent, on this membership's clock; nothing before open(). Any thread.
+  std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const {
+    return liveness_.acknowledgedAt();
+  }
   // This node stopped (is stopping) its workers of `round` because its liveness went
   // unacknowledged for the fencing interval: no more renewals (the store then lets the hold lapse
   // and reports the node lost, if it has not already) and no more writes to `round` or an earlier
   // round, even if a renewal sent before is acknowledged late. Any thread.
-  void fence(int round);
+  void fence(int round) { liveness_.fence(round); }
   // Whether writes to `round` are fenced off (fence() was called for it or a later round).
-  bool fenced(int round) const { return round <= fencedRound_.load(); }
+  bool fenced(int round) const { return liveness_.fenced(round); }
 
   // Leaves the rendezvous as a killed agent would, for this node to come back as a new member:
   // cancels the blocking calls, stops the heartbeat and drops the connections this thread may
@@ -199,54 +147,62 @@ class Membership {
   void close(bool hostsStore, std::optional<std::chrono::milliseconds> patience = std::nullopt);
 
   // Stops the heartbeat and the lapse reports, and gives nothing up: what close() does first, and
-  // all there is to do when the store ends with this process (MembershipDriver::closeWithStore).
+  // all there is to do when the store ends with this process (MembershipDriver::leave).
   // Returns false when the heartbeat had already been stopped and joined.
-  bool stopHeartbeat();
+  bool stopHeartbeat() { return liveness_.stop(); }
 
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
+  using Closed = CloseRecord;
   rendezvous::HoldingStore& control() { return *control_; }
   void throwIfStopped() const;
+
+  // open()'s steps (membership.cc).
+  void connectControl(const JoinBudget& budget, std::chrono::milliseconds patience);
+  std::unique_ptr<rendezvous::HoldingStore> connectMore(std::chrono::milliseconds callTimeout,
+                                                        std::chrono::milliseconds attempt,
+                                                        std::chrono::milliseconds patience);
+  void claimStore();
+
+  // join()'s steps (membership.cc).
   int currentRound();
   // Counts this node into `round` and returns its slot (1-based, in join order); nothing, and
   // nothing written, when the job has moved past `round` (mayWriteRound).
   std::optional<int> takeSlot(int round);
   // Blocks until `round`, where this node took slot `slot`, closes: the round if this node is in
   // it, else nothing.
-  std::optional<Round> waitForClose(int round, int slot, TimePoint deadline);
-  void waitForRoundToStop(int round, TimePoint deadline);
-  // The close record of `round`: how many members, the node that closed it (whose seats and
-  // world they read), and its restart count. Nothing while it is open. A closer that could not
-  // read every member's record names the members' ids instead (`members`, closer -1): each member
-  // then reads the records itself and names the bad one.
-  struct Closed {
-    int nodes = 0;
-    std::int64_t closer = -1;
-    std::vector<std::int64_t> members;  // only in a record without seats
-    int restarts = 0;
-  };
+  std::optional<Round> waitForClose(int round, int slot, const JoinBudget& budget);
+  // One pass of waitForClose's: true once the round closed (by anyone).
+  bool closePass(int round, JoinerPolicy& policy, const JoinBudget& budget, WaitLines& lines,
+                 int& reportedJoined);
+  // The round closed: this node's place in it, if it has one.
+  std::optional<Round> takePlace(int round, const Closed& record);
+  // After losses fewer than MIN may remain: says so once, and gives up after last_call_timeout.
+  void checkShortage(JoinerPolicy& policy, std::optional<int> remaining);
+  // The lines while a round forms: the log's at each change, the user's when due.
+  void sayJoinProgress(int round, const JoinerPolicy& policy,
+                       const std::optional<std::vector<std::int64_t>>& live, int joined,
+                       const JoinBudget& budget, WaitLines& lines, int& reportedJoined);
+  void waitForRoundToStop(int round, const JoinBudget& budget);
+
+  // A round's records through the store (membership_rounds.cc).
   std::optional<Closed> closed(int round);
   // The nodes that joined `round` and are still alive, in join order; with the static backend
   // one per node rank (a restarted agent replaces its dead predecessor). Nothing while a joiner
   // has counted itself but not written its id yet.
   std::optional<std::vector<std::int64_t>> liveJoiners(int round);
+  std::vector<std::int64_t> onePerNodeRank(const std::vector<std::int64_t>& live);
   // The host names in the node records of `ids` (shown: escaped), for the waiting lines.
   std::vector<std::string> hostnames(const std::vector<std::int64_t>& ids);
-  // The exit barrier's waiting line (watch thread): which members of `round` have not counted
-  // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
-  void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
   // Tries to close `round`, whose live joiners are `live` (liveJoiners); true once it is closed
   // (by anyone).
-  bool maybeClose(int round, const std::vector<std::int64_t>& live, TimePoint& lastCallStart);
+  bool maybeClose(int round, const std::vector<std::int64_t>& live, LastCall& lastCall);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
   // not known (round 0).
   std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
   bool alive(std::int64_t node);
   // Those of `nodes` that are alive, in order: one store request when all are.
   std::vector<std::int64_t> stillAlive(const std::vector<std::int64_t>& nodes);
-  // Members of round `round` that died before they could arm their hold for it (they would go
-  // unreported): announce them lost. Once per round, from the watch.
-  void reportMembersLostEarly(int round);
   std::optional<StopReason> stopOf(int round);
   // The members of a closed round whose closer wrote no seats (record.members), from their node
   // records, checked (nothing read from the store is trusted) and in group-rank order.
@@ -260,6 +216,8 @@ class Membership {
   // The same through `store` (the calling thread's connection).
   std::optional<std::vector<NodeInfo>> readWorldThrough(rendezvous::HoldingStore& store, int round,
                                                         std::int64_t closer);
+  // A small job's members, read from the world and checked against this node's seat.
+  std::vector<NodeInfo> readCheckedWorld(int round, const Closed& record, const Seat& seat);
   // The node ids of a closed round (a world read where the record has no list); nothing when
   // they cannot be read.
   std::optional<std::vector<std::int64_t>> memberIds(int round, const Closed& record);
@@ -269,9 +227,6 @@ class Membership {
     std::vector<std::int64_t> ids;
   };
   std::optional<MemberIds> memberIdsCache_;  // memberIds' last world read (control thread)
-  // `members` (node ids) in group-rank order: sorts them in place, or throws MembershipError
-  // when the static backend's node ranks are not 0..N-1.
-  void toGroupRankOrder(std::vector<NodeInfo>& members) const;
   // The closer writes the round's world and every member's seat before its close record, under
   // its own node id: each member then reads its seat (O(1)) instead of the N node records.
   // False, and nothing written, when a record is unreadable or the node ranks are not a
@@ -282,18 +237,28 @@ class Membership {
   // `rank0Address`: group rank 0's advertised address (where its worker store must be).
   void settleWorkerStore(Round& round, const std::string& rank0Address);
   Round readRound(int round, const Closed& record, std::optional<Seat> seat);
-  void heartbeat();
-  // Holds this node's alive key again, reporting a lapse to `round`'s stop key (-1: none).
-  void renewHold(int round, int groupRank);
+  // The job's current round as the store holds it (current_round); anything but a round number
+  // is refused (MembershipError), never taken for round 0.
+  static int roundFrom(const std::string& text);
   // The store's current round, read through `store` (nothing before the first agent made it).
   std::optional<int> storeRound(rendezvous::HoldingStore& store);
   // The fencing token: a write to `round` is made only while it is not fenced off and the store
   // has not moved past it (read through `store`, the calling thread's connection). `what` names
   // the write for the log line when it is refused.
   bool mayWriteRound(rendezvous::HoldingStore& store, int round, std::string_view what);
+
+  // Stopping a round (membership_stop.cc).
   // Writes `stop` into `round`'s stop key unless a record is there (create-if-absent); returns
   // the record that holds.
   StopReason writeStop(int round, const StopReason& stop);
+  // The exit barrier's waiting line (watch thread): which members of `round` have not counted
+  // themselves done, when `lines` says a line is due (`lastCount`: the done count last read).
+  void sayWhoIsAtWork(int round, WaitLines& lines, int& lastCount);
+  // Members of round `round` that died before they could arm their hold for it (they would go
+  // unreported): announce them lost. Once per round, from the watch.
+  void reportMembersLostEarly(int round);
+  // Waits for the other agents' alive keys to go, up to `patience` (this agent hosts the store).
+  void waitForOthersToLeave(std::chrono::milliseconds patience);
 
   RendezvousConfig config_;
   const RendezvousSettings& settings_ = config_.settings;
@@ -303,86 +268,12 @@ class Membership {
   MembershipKeys keys_;  // under "ddprun/<run id>/"
   std::unique_ptr<rendezvous::HoldingStore> control_;
   std::unique_ptr<rendezvous::HoldingStore> watch_;
-  std::unique_ptr<rendezvous::HoldingStore> heartbeatStore_;
-  // Where the store does not report lapsed holds itself (HoldLapse::kKeyDeletedOnly).
-  std::unique_ptr<LapseReporter> lapseReporter_;
+  Liveness liveness_;
   bool claimsStore_ = false;  // holds kActiveRunKey (a store that is this job's alone)
-
-  std::thread heartbeatThread_;
-  std::mutex heartbeatMutex_;
-  std::condition_variable heartbeatWake_;
-  bool heartbeatStop_ = false;
-  int heartbeatRound_ = -1;      // whose stop key a lapse of our hold reports to
-  int heartbeatGroupRank_ = -1;  // our group rank in that round (for the notice)
-  // Of heartbeatRound_: who closed it, how many members, the members in group-rank order (in a
-  // job of up to kNamedJoinersMax nodes, or once the exit barrier's line read them; else empty)
-  // and this node's ring neighbours (the next group ranks, from its seat).
-  std::int64_t roundCloser_ = -1;
-  int roundNodes_ = 0;
-  std::vector<NodeInfo> roundMembers_;
-  std::vector<Seat::Neighbour> roundNext_;
-  std::atomic<bool> storeLost_{false};
-  std::atomic<bool> storeClosed_{false};  // the failing renewal was answered (closed, refused)
   std::atomic<bool> cancelled_{false};
-  std::chrono::milliseconds heartbeatCallTimeout_{0};
-  // Send time (now_'s, in its ticks) of the last renewal the store acknowledged; 0: none yet.
-  std::atomic<TimePoint::rep> lastAckedSend_{0};
-  std::atomic<int> fencedRound_{-1};
   // The round this node counted itself done in (the exit barrier), and when (now_'s ticks).
   std::atomic<int> doneRound_{-1};
   std::atomic<TimePoint::rep> doneAt_{0};
-  mutable std::mutex lostMutex_;
-  std::string storeLostReason_;
 };
-
-std::string toJsonText(const NodeInfo& node);
-std::optional<NodeInfo> nodeFromJsonText(std::string_view text);
-// A round's world (round/<r>/world): its members' records, in group-rank order, as one compact
-// JSON array of [id, nproc, address, hostname, pid, static_rank]. Nothing back when the text is
-// not such an array or any entry fails nodeFromJsonText's checks.
-std::string worldToText(const std::vector<NodeInfo>& members);
-std::optional<std::vector<NodeInfo>> worldFromText(std::string_view text);
-// Every member's seat of a round whose members are `members` (group-rank order), closed by node
-// `closer`; in the same order.
-std::vector<Seat> seatsOf(const std::vector<NodeInfo>& members, std::int64_t closer);
-// A seat as one compact JSON object; nothing back when the text is not one seatToText wrote
-// (fields missing or of the wrong type, a record that fails nodeFromJsonText's checks).
-std::string seatToText(const Seat& seat);
-std::optional<Seat> seatFromText(std::string_view text);
-
-// Nothing read from the store is trusted blindly (anyone who reaches it can write it): what
-// makes a round's world is checked before any worker is started. Each returns the problem in one
-// line, or nothing when the value holds.
-//
-// The members of a closed round (`ids`, from its close record) and their node records
-// (`members`, in the same order): each record is the one stored under its id, no id twice, a
-// sane nproc, this node's own record exactly as it wrote it (`self`), and `ids.size()` within
-// [1, maxNodes].
-std::optional<std::string> roundMembersProblem(const std::vector<std::int64_t>& ids,
-                                               const std::vector<NodeInfo>& members,
-                                               const NodeInfo& self, int maxNodes);
-// This node's seat (`seat`, read from round/<r>/seat/<closer>/<self id>) against the close record
-// (`nodes` members, closed by `closer`): the same closer and count, within [1, maxNodes], this
-// node's own record exactly as it wrote it, ranks that fit (group rank in the round, base rank
-// plus its workers within the world, group rank 0's address its own where it is rank 0), with
-// static node ranks (`staticRanks`) the group rank its node rank, and neighbours in the round.
-std::optional<std::string> seatProblem(const Seat& seat, int nodes, std::int64_t closer, const NodeInfo& self,
-                                       int maxNodes, bool staticRanks);
-// "host:port" of the round's worker store: a port in 1..65535, and (c10d) the host is the
-// address group rank 0 advertised (`expectedHost`; "" = any).
-std::optional<std::string> masterProblem(const std::string& master, const std::string& expectedHost);
-
-// The waiting lines (core/wait_lines.h says when they are printed). While round `round` forms:
-// "waiting for 1 more node (1 of 2 joined: host-a), 590 s left of the join timeout", or once MIN
-// nodes are in (`lastCall`), how long the round waits for more; `left` is the time to the join
-// timeout or to the end of last_call_timeout. In the exit barrier, the members still at work
-// (group rank, host name): "waiting for node host-b (group rank 1) to finish, 280 s left".
-// `joinedHosts` names the `joined` nodes; a job too big to name them (more than 64 nodes) gives
-// none, and the line counts them only.
-std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
-                         const std::vector<std::string>& joinedHosts,
-                         std::chrono::milliseconds left, bool lastCall);
-std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
-                            std::chrono::milliseconds left);
 
 }  // namespace ddprun::launcher

@@ -94,12 +94,17 @@ void MembershipDriver::join(int round) {
   runOnControl(
       [this, round] {
         const auto membership = current();
+        Round formed;
         if (!opened_) {
-          membership->open();
+          // Opening and the first join share one budget: join_timeout in all.
+          const JoinBudget budget = membership->freshBudget();
+          membership->open(budget);
           opened_ = true;
           nodeId_.store(membership->self().id);
+          formed = membership->join(round, budget);
+        } else {
+          formed = membership->join(round);
         }
-        Round formed = membership->join(round);
         loop_.post([this, formed = std::move(formed)]() mutable { events_->onRoundFormed(std::move(formed)); });
       },
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
@@ -108,49 +113,21 @@ void MembershipDriver::join(int round) {
 void MembershipDriver::rejoin() {
   runOnControl(
       [this] {
-        const auto started = loop_.now();
-        const auto deadline = started + config_.settings.joinTimeout;
+        // One budget for every attempt: reconnecting and joining together take at most
+        // join_timeout.
+        const JoinBudget budget(config_.settings.joinTimeout, loop_.now());
         std::string lastProblem;
         for (;;) {
-          // The old member leaves as a killed agent would, and a new one (a new node id, no
-          // holds, no round) takes its place: nothing of the old one can write to a round again.
-          std::shared_ptr<Membership> next = fresh();
-          std::shared_ptr<Membership> old;
-          {
-            // Under the queue's lock: stopThreads() sets stopping_ before it cancels the
-            // membership in use, so a new one is either never made or cancelled with it.
-            std::lock_guard lock(mutex_);
-            if (stopping_) return;
-            std::lock_guard swap(membershipMutex_);
-            old = std::exchange(membership_, next);
-          }
-          old->abandon();
-          opened_ = false;
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - loop_.now());
-          try {
-            if (left.count() <= 0) throw StoreLostError(lastProblem);
-            next->open(left);
-            opened_ = true;
-            nodeId_.store(next->self().id);
-            Round formed = next->join(-1);
-            loop_.post([this, formed = std::move(formed)]() mutable { events_->onRoundFormed(std::move(formed)); });
-            return;
-          } catch (const MembershipCancelled&) {
-            throw;
-          } catch (const BadInputError& error) {
-            // Nothing answered within the time left (EndpointError), or something else did.
-            lastProblem = error.what();
-          } catch (const StoreLostError& error) {
-            lastProblem = error.what();
-          } catch (const rendezvous::StoreError& error) {
-            lastProblem = error.what();
-          }
-          if (loop_.now() >= deadline) {
-            const double waited = std::chrono::duration<double>(loop_.now() - started).count();
+          const auto outcome = rejoinOnce(budget, lastProblem);
+          if (outcome != Attempt::kFailed) return;
+          if (budget.left(loop_.now()).count() == 0) {
+            const double waited =
+                std::chrono::duration<double>(loop_.now() - budget.start()).count();
             throw MembershipError(fmt::format(
-                "could not rejoin the job within join_timeout ({:.0f} s): the rendezvous store at {} "
+                "could not rejoin the job within join_timeout ({:.0f} s): the rendezvous store at "
+                "{} "
                 "stayed out of reach ({}); this node's workers were stopped {:.1f} s ago",
-                config_.settings.joinTimeout.count() / 1000.0, backend_.address(), lastProblem, waited));
+                budget.limit().count() / 1000.0, backend_.address(), lastProblem, waited));
           }
           spdlog::debug("rejoining: {}; trying again", lastProblem);
           std::unique_lock lock(mutex_);
@@ -158,6 +135,44 @@ void MembershipDriver::rejoin() {
         }
       },
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
+}
+
+MembershipDriver::Attempt MembershipDriver::rejoinOnce(const JoinBudget& budget,
+                                                       std::string& lastProblem) {
+  // The old member leaves as a killed agent would, and a new one (a new node id, no holds, no
+  // round) takes its place: nothing of the old one can write to a round again.
+  std::shared_ptr<Membership> next = fresh();
+  std::shared_ptr<Membership> old;
+  {
+    // Under the queue's lock: stopThreads() sets stopping_ before it cancels the membership in
+    // use, so a new one is either never made or cancelled with it.
+    std::lock_guard lock(mutex_);
+    if (stopping_) return Attempt::kStopping;
+    std::lock_guard swap(membershipMutex_);
+    old = std::exchange(membership_, next);
+  }
+  old->abandon();
+  opened_ = false;
+  const auto left = budget.left(loop_.now());
+  try {
+    if (left.count() <= 0) throw StoreLostError(lastProblem);
+    next->open(budget, left);
+    opened_ = true;
+    nodeId_.store(next->self().id);
+    Round formed = next->join(-1, budget);
+    loop_.post([this, formed = std::move(formed)]() mutable {
+      events_->onRoundFormed(std::move(formed));
+    });
+    return Attempt::kJoined;
+  } catch (const BadInputError& error) {
+    // Nothing answered within the time left (EndpointError), or something else did.
+    lastProblem = error.what();
+  } catch (const StoreLostError& error) {
+    lastProblem = error.what();
+  } catch (const rendezvous::StoreError& error) {
+    lastProblem = error.what();
+  }
+  return Attempt::kFailed;
 }
 
 void MembershipDriver::publishWorkerStore(int round, std::string host, std::uint16_t port) {

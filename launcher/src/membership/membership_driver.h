@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "core/event_loop.h"
@@ -55,6 +56,10 @@ class MembershipDriver final : public RendezvousClient {
   // Runs `call` on the control thread; what it throws is reported by `onError` on the loop.
   void runOnControl(Call call, std::function<void(std::exception_ptr)> onError);
   void controlLoop();
+  enum class Attempt { kJoined, kFailed, kStopping };
+  // One attempt of rejoin(): a new member opens and joins within `budget`; on a failure worth
+  // another attempt, `lastProblem` says what it was.
+  Attempt rejoinOnce(const JoinBudget& budget, std::string& lastProblem);
   void stopThreads();
   // The membership in use: a rejoin replaces it (a new member), the old one living on until the
   // last thread using it lets go. Any thread.

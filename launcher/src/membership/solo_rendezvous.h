@@ -3,11 +3,11 @@
 //
 // Why it exists: a --standalone job is one node on a store it hosts itself, on 127.0.0.1 at a
 // free port, under a random run id: no other agent can ever be in its rounds, so its rendezvous
-// decides nothing. Run through Membership, every round still cost ~50 loopback round trips over
-// three connections and ~100 thread hand-offs with the hosted store's thread (the node id, the
-// node and alive records, the round counter, the member slot, the close, world and master
-// records, and at the end the exit barrier's count and the "done" stop), a third of a launch's
-// set-up (docs/benchmarks.md, "Launch at the floor", seventh pass) and again at every restart.
+// decides nothing. Run through Membership, every round would still make dozens of loopback round
+// trips over three connections and as many thread hand-offs with the hosted store's thread (the
+// node id, the node and alive records, the round counter, the member slot, the close, world and
+// master records, and at the end the exit barrier's count and the "done" stop), at the start of
+// the launch and again at every restart.
 //
 // When it is used: agent.cc picks it only for --standalone, where this agent hosts the
 // rendezvous store and --nnodes is 1 (its comment says why that is safe). Every other job keeps
