@@ -15,6 +15,7 @@
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
+#include "ddprun/common/port.h"
 #include "ddprun/common/run_id.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/template.h"
@@ -212,4 +213,15 @@ TEST_CASE("withoutUserinfo: what precedes an address's last '@' is never shown",
   CHECK(withoutUserinfo("a,http://u:pw@h") == "***@h");  // a list: all of it up to the '@'
   CHECK(withoutUserinfo("h:2379") == "h:2379");
   CHECK(withoutUserinfo("") == "");
+}
+
+TEST_CASE("parsePort: 0..65535 as 1 to 5 digits, nothing else", "[common]") {
+  CHECK(parsePort("0") == 0);
+  CHECK(parsePort("29500") == 29500);
+  CHECK(parsePort("65535") == 65535);
+  CHECK(parsePort("00080") == 80);
+  for (const char* bad : {"", "65536", "99999", "123456", "-1", "+1", " 80", "80 ", "8o", "0x50"}) {
+    INFO(bad);
+    CHECK_FALSE(parsePort(bad));
+  }
 }
