@@ -1,4 +1,6 @@
 // ddprun::common: the helpers the launcher and the runtime share.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -224,4 +226,26 @@ TEST_CASE("parsePort: 0..65535 as 1 to 5 digits, nothing else", "[common]") {
     INFO(bad);
     CHECK_FALSE(parsePort(bad));
   }
+}
+
+TEST_CASE("isLoopbackAddress: names, literals and resolved addresses agree", "[common]") {
+  for (const char* yes : {"localhost", "127.0.0.1", "127.1.2.3", "::1"})
+    CHECK(isLoopbackAddress(std::string(yes)));
+  for (const char* no :
+       {"0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "example.com", "127.foo"}) {
+    INFO(no);
+    CHECK_FALSE(isLoopbackAddress(std::string(no)));
+  }
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.1.1", &v4.sin_addr);
+  CHECK(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v4)));
+  ::inet_pton(AF_INET, "192.168.1.1", &v4.sin_addr);
+  CHECK_FALSE(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v4)));
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_addr = in6addr_loopback;
+  CHECK(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v6)));
+  v6.sin6_addr = in6addr_any;
+  CHECK_FALSE(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v6)));
 }
