@@ -6,19 +6,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdint>
 #include <fstream>
 #include <map>
 #include <string>
 
-#include <catch2/catch.hpp>
-
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/port.h"
 #include "ddprun/common/run_id.h"
+#include "ddprun/common/shown_key.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/template.h"
 #include "ddprun/common/text.h"
@@ -215,6 +215,20 @@ TEST_CASE("withoutUserinfo: what precedes an address's last '@' is never shown",
   CHECK(withoutUserinfo("a,http://u:pw@h") == "***@h");  // a list: all of it up to the '@'
   CHECK(withoutUserinfo("h:2379") == "h:2379");
   CHECK(withoutUserinfo("") == "");
+}
+
+TEST_CASE("a key in a message is quoted, escaped and cut", "[common]") {
+  // Whoever reaches a store without a token names its keys: a name must not end a log line and
+  // start a forged one, nor reach a terminal as an escape sequence.
+  const std::string line =
+      "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  CHECK(shownKey("/x\n" + line + "\x1b]0;owned\x07\x1b[2J") ==
+        "'/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J'");
+  CHECK(shownKey("/ddprun/run/node/1") == "'/ddprun/run/node/1'");
+  const std::string shown = shownKey(std::string(8192, '\x1b'));
+  CHECK(shown.starts_with("'\\x1b\\x1b"));
+  CHECK(shown.ends_with("'... (8192 bytes)"));
+  CHECK(shown.size() == 2 + 4 * kShownBytes + std::string("... (8192 bytes)").size());
 }
 
 TEST_CASE("parsePort: 0..65535 as 1 to 5 digits, nothing else", "[common]") {

@@ -1,12 +1,13 @@
 #include "server/session.h"
 
-#include <algorithm>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
+#include "ddprun/common/shown_key.h"
 #include "ddprun/rendezvous/store.h"
 
 namespace ddprun::rendezvous {
@@ -239,7 +240,7 @@ bool Session::fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::
   if (stored <= budget && growth <= budget - stored) return true;
   close(fmt::format("{} of key {} would take the stored data to {} bytes, over the {}-byte "
                     "budget (ddprun-rendezvous --max-stored-bytes sets it)",
-                    op, protocol::shownKey(key), stored + growth, budget),
+                    op, common::shownKey(key), stored + growth, budget),
         /*isError=*/true);
   return false;
 }
@@ -292,7 +293,8 @@ bool Session::handle(Request& request) {
       ValueRef value = kv.share(request.keys[0]);
       if (value == nullptr && dialect == WireDialect::kTorch113) {
         // torch 1.13's server drops the connection here; its clients always WAIT first.
-        close(fmt::format("GET of missing key {}", protocol::shownKey(request.keys[0])), /*isError=*/false);
+        close(fmt::format("GET of missing key {}", common::shownKey(request.keys[0])),
+              /*isError=*/false);
         return false;
       }
       pending_.appendBlob(value);  // a large value by reference: a later write cannot change it
@@ -306,7 +308,8 @@ bool Session::handle(Request& request) {
       }
       const auto value = kv.add(key, request.integer);
       if (!value) {
-        close(fmt::format("ADD on key {} whose value is not an integer", protocol::shownKey(request.keys[0])),
+        close(fmt::format("ADD on key {} whose value is not an integer",
+                          common::shownKey(request.keys[0])),
               /*isError=*/true);
         return false;
       }
@@ -356,7 +359,7 @@ bool Session::handle(Request& request) {
       const std::size_t total = (existing ? existing->size() : 0) + request.values[0].size();
       if (total > context_.options.limits.maxValueBytes) {
         close(fmt::format("APPEND to key {} would make a {}-byte value, over the {}-byte limit",
-                          protocol::shownKey(key), total, context_.options.limits.maxValueBytes),
+                          common::shownKey(key), total, context_.options.limits.maxValueBytes),
               /*isError=*/true);
         return false;
       }
@@ -491,7 +494,8 @@ bool Session::handle(Request& request) {
       }
       const auto released = kv.barrier(this, ++nextWaitId_, key, request.integer);
       if (!released) {
-        close(fmt::format("BARRIER on key {} whose value is not an integer", protocol::shownKey(request.keys[0])),
+        close(fmt::format("BARRIER on key {} whose value is not an integer",
+                          common::shownKey(request.keys[0])),
               /*isError=*/true);
         return false;
       }
