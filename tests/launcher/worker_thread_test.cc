@@ -54,10 +54,8 @@ TEST_CASE("stop() wakes a thread in a long sleep at once", "[worker_thread][unit
   CHECK_FALSE(sleptFully);
 }
 
-TEST_CASE(
-    "requestStop() ends a wait whose condition never holds, then the owner joins; waitFor "
-    "times out without it",
-    "[worker_thread][unit]") {
+TEST_CASE("requestStop() ends a wait that never becomes ready, and waitFor times out without it",
+          "[worker_thread][unit]") {
   WorkerThread thread;
   bool ready = true;
   thread.start([&] {
