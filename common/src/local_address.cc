@@ -56,10 +56,27 @@ std::optional<std::string> localAddressToward(const std::string& host, std::uint
 
 bool isLoopbackAddress(const std::string& host) {
   if (host == "localhost") return true;
-  in_addr v4{};
-  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &v4.sin_addr) == 1) {
+    return isLoopbackAddress(reinterpret_cast<const sockaddr&>(v4));
+  }
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  if (::inet_pton(AF_INET6, host.c_str(), &v6.sin6_addr) == 1) {
+    return isLoopbackAddress(reinterpret_cast<const sockaddr&>(v6));
+  }
+  return false;
+}
+
+bool isLoopbackAddress(const sockaddr& address) {
+  if (address.sa_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    return (ntohl(v4.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (address.sa_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6&>(address).sin6_addr);
+  }
   return false;
 }
 

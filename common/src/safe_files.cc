@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -260,14 +261,31 @@ FileOutcome<FileDescriptor> openForAppend(const std::string& path, mode_t mode) 
   return systemError(ENOENT);
 }
 
-std::optional<FileError> writeAll(int fd, std::string_view bytes) {
+std::optional<FileError> writeAll(int fd, std::string_view bytes,
+                                  std::optional<std::chrono::milliseconds> stallLimit) {
+  using Clock = std::chrono::steady_clock;
+  auto lastProgress = Clock::now();
   while (!bytes.empty()) {
     const ssize_t written = ::write(fd, bytes.data(), bytes.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return systemError(errno);
+    if (written > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(written));
+      if (stallLimit) lastProgress = Clock::now();
+      continue;
     }
-    bytes.remove_prefix(static_cast<std::size_t>(written));
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int timeout = -1;
+      if (stallLimit) {
+        const auto left = *stallLimit - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            Clock::now() - lastProgress);
+        if (left.count() <= 0) return systemError(EAGAIN);
+        timeout = static_cast<int>(left.count());
+      }
+      pollfd wait{fd, POLLOUT, 0};
+      ::poll(&wait, 1, timeout);
+      continue;
+    }
+    return systemError(written < 0 ? errno : EIO);
   }
   return std::nullopt;
 }

@@ -1,12 +1,13 @@
 #include "ddprun/rendezvous/hash_store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
 
-#include <fmt/format.h>
-
+#include "ddprun/common/shown_key.h"
 #include "kv_state.h"
 #include "protocol/wire.h"
 
@@ -97,7 +98,8 @@ std::int64_t HashStore::add(std::string_view key, std::int64_t delta) {
   shared_->expire();
   std::optional<std::int64_t> value = shared_->state.add(key, delta);
   if (!value) {
-    throw StoreError(fmt::format("add {}: the stored value is not an integer", protocol::shownKey(key)));
+    throw StoreError(
+        fmt::format("add {}: the stored value is not an integer", common::shownKey(key)));
   }
   shared_->changed.notify_all();
   return *value;
@@ -140,7 +142,8 @@ void HashStore::waitLocked(std::unique_lock<std::mutex>& lock, const std::vector
   shared.state.forget(&call);
   if (!done) {
     std::string shown;
-    for (const std::string& key : keys) shown += (shown.empty() ? "" : ", ") + protocol::shownKey(key);
+    for (const std::string& key : keys)
+      shown += (shown.empty() ? "" : ", ") + common::shownKey(key);
     throw StoreTimeoutError(fmt::format("in-process store: {} timed out after {} ms, keys: {}",
                                         what, timeout.count(), shown));
   }

@@ -12,6 +12,7 @@
 #include "auth/handshake.h"
 #include "client/client_socket.h"
 #include "client/store_handshake.h"
+#include "ddprun/common/shown_key.h"
 #include "protocol/wire.h"
 
 namespace ddprun::rendezvous {
@@ -85,7 +86,7 @@ class Backoff {
 
 // " 'k'", the key as error messages show it (escaped: a key may be a name listKeys() returned,
 // which whoever can write the store chose).
-std::string quoted(std::string_view key) { return " " + protocol::shownKey(key); }
+std::string quoted(std::string_view key) { return " " + common::shownKey(key); }
 
 // A call about no key in particular (numKeys, listKeys).
 struct NoKey {};
@@ -96,7 +97,7 @@ std::string quoted(const std::vector<std::string>& keys) {
   constexpr std::size_t kShown = 8;
   std::string out;
   for (std::size_t i = 0; i < keys.size() && i < kShown; ++i) {
-    out += fmt::format("{} {}", i == 0 ? "" : ",", protocol::shownKey(keys[i]));
+    out += fmt::format("{} {}", i == 0 ? "" : ",", common::shownKey(keys[i]));
   }
   if (keys.size() > kShown) out += fmt::format(", ... ({} keys)", keys.size());
   return out;

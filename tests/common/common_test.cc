@@ -1,20 +1,23 @@
 // ddprun::common: the helpers the launcher and the runtime share.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdint>
 #include <map>
 #include <string>
 
-#include <catch2/catch.hpp>
-
 #include "ddprun/common/descriptor_limit.h"
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/path_lookup.h"
+#include "ddprun/common/port.h"
 #include "ddprun/common/run_id.h"
+#include "ddprun/common/shown_key.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/template.h"
 #include "ddprun/common/text.h"
@@ -203,4 +206,51 @@ TEST_CASE("withoutUserinfo: what precedes an address's last '@' is never shown",
   CHECK(withoutUserinfo("a,http://u:pw@h") == "***@h");  // a list: all of it up to the '@'
   CHECK(withoutUserinfo("h:2379") == "h:2379");
   CHECK(withoutUserinfo("") == "");
+}
+
+TEST_CASE("a key in a message is quoted, escaped and cut", "[common]") {
+  // Whoever reaches a store without a token names its keys: a name must not end a log line and
+  // start a forged one, nor reach a terminal as an escape sequence.
+  const std::string line =
+      "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  CHECK(shownKey("/x\n" + line + "\x1b]0;owned\x07\x1b[2J") ==
+        "'/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J'");
+  CHECK(shownKey("/ddprun/run/node/1") == "'/ddprun/run/node/1'");
+  const std::string shown = shownKey(std::string(8192, '\x1b'));
+  CHECK(shown.starts_with("'\\x1b\\x1b"));
+  CHECK(shown.ends_with("'... (8192 bytes)"));
+  CHECK(shown.size() == 2 + 4 * kShownBytes + std::string("... (8192 bytes)").size());
+}
+
+TEST_CASE("parsePort: 0..65535 as 1 to 5 digits, nothing else", "[common]") {
+  CHECK(parsePort("0") == 0);
+  CHECK(parsePort("29500") == 29500);
+  CHECK(parsePort("65535") == 65535);
+  CHECK(parsePort("00080") == 80);
+  for (const char* bad : {"", "65536", "99999", "123456", "-1", "+1", " 80", "80 ", "8o", "0x50"}) {
+    INFO(bad);
+    CHECK_FALSE(parsePort(bad));
+  }
+}
+
+TEST_CASE("isLoopbackAddress: names, literals and resolved addresses agree", "[common]") {
+  for (const char* yes : {"localhost", "127.0.0.1", "127.1.2.3", "::1"})
+    CHECK(isLoopbackAddress(std::string(yes)));
+  for (const char* no :
+       {"0.0.0.0", "10.0.0.1", "::", "::ffff:127.0.0.1", "example.com", "127.foo"}) {
+    INFO(no);
+    CHECK_FALSE(isLoopbackAddress(std::string(no)));
+  }
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.1.1", &v4.sin_addr);
+  CHECK(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v4)));
+  ::inet_pton(AF_INET, "192.168.1.1", &v4.sin_addr);
+  CHECK_FALSE(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v4)));
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  v6.sin6_addr = in6addr_loopback;
+  CHECK(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v6)));
+  v6.sin6_addr = in6addr_any;
+  CHECK_FALSE(isLoopbackAddress(reinterpret_cast<const sockaddr&>(v6)));
 }

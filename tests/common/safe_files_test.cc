@@ -1,19 +1,20 @@
 // ddprun::common's safe file primitives (ddprun/common/safe_files.h): what each does when someone
 // else was there first: a link, a FIFO, a huge file, a directory of another user.
+#include "ddprun/common/safe_files.h"
+
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
-
-#include <catch2/catch.hpp>
+#include <thread>
 
 #include "fifo_watchdog.h"
-
-#include "ddprun/common/safe_files.h"
 #include "temp_dir.h"
 
 using namespace ddprun::common;
@@ -379,4 +380,36 @@ TEST_CASE("FileError: a code for std::system_error, a line for people", "[safe_f
         std::string("cannot open x: is not a regular file"));
   CHECK(userText(0) == "uid 0 (root)");
   CHECK(userName(kOtherUid) == "54321");
+}
+
+TEST_CASE("writeAll: a non-blocking descriptor is waited for, up to a stall limit",
+          "[safe_files]") {
+  int ends[2];
+  REQUIRE(::pipe2(ends, O_CLOEXEC | O_NONBLOCK) == 0);
+  const std::string bytes(256 * 1024, 'x');  // more than a pipe holds
+  // A reader that drains the pipe: everything arrives although the pipe fills many times.
+  std::thread reader([&] {
+    std::size_t total = 0;
+    char buffer[65536];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (total < bytes.size() && std::chrono::steady_clock::now() < deadline) {
+      pollfd readable{ends[0], POLLIN, 0};
+      ::poll(&readable, 1, 100);
+      const ssize_t n = ::read(ends[0], buffer, sizeof buffer);
+      if (n > 0) total += static_cast<std::size_t>(n);
+    }
+  });
+  CHECK_FALSE(writeAll(ends[1], bytes).has_value());
+  reader.join();
+
+  // Nobody reads: the writer gives up after the stall limit with EAGAIN, not at once, not never.
+  const auto started = std::chrono::steady_clock::now();
+  const auto stalled = writeAll(ends[1], bytes, std::chrono::milliseconds(50));
+  const auto waited = std::chrono::steady_clock::now() - started;
+  REQUIRE(stalled.has_value());
+  CHECK(stalled->error == EAGAIN);
+  CHECK(waited >= std::chrono::milliseconds(50));
+  CHECK(waited < std::chrono::seconds(10));
+  ::close(ends[0]);
+  ::close(ends[1]);
 }

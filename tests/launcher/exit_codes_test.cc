@@ -1,16 +1,16 @@
 // Every exit code of the agent is decided by exitCode() (launcher/src/core/exit_codes.cc), and
 // docs/errors.md's table, which users read, names exactly the codes it can return: the table is
 // checked against the code here instead of being trusted to stay in step.
-#include <signal.h>
+#include "core/exit_codes.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
-
-#include <catch2/catch.hpp>
-
-#include "core/exit_codes.h"
 
 using namespace ddprun::launcher;
 
@@ -72,4 +72,16 @@ TEST_CASE("exit codes: each ending's code, and docs/errors.md names exactly thos
   }
   // No row of the docs describes a code the agent never returns.
   CHECK(used == documented);
+}
+
+TEST_CASE("a reaped child's wait status as a shell's exit code", "[exit_codes]") {
+  CHECK(shellExitCode(W_EXITCODE(0, 0)) == 0);
+  CHECK(shellExitCode(W_EXITCODE(3, 0)) == 3);
+  CHECK(shellExitCode(W_EXITCODE(255, 0)) == 255);
+  CHECK(shellExitCode(W_EXITCODE(0, SIGKILL)) == 128 + SIGKILL);
+  CHECK(shellExitCode(W_EXITCODE(0, SIGTERM) | WCOREFLAG) == 128 + SIGTERM);
+  CHECK(shellExitCode(W_STOPCODE(SIGSTOP)) == 1);
+  CHECK(exitedZero(W_EXITCODE(0, 0)));
+  CHECK_FALSE(exitedZero(W_EXITCODE(1, 0)));
+  CHECK_FALSE(exitedZero(W_EXITCODE(0, SIGINT)));
 }

@@ -549,7 +549,7 @@ TEST_CASE("a program that cannot start is a SpawnError naming it", "[posix_launc
 
 TEST_CASE("a child whose exec fails reports the errno and exits 127 or 126", "[posix_launcher]") {
   // child_exec.h's side alone, in a forked child of this (single-threaded) test: the status a
-  // shell would give, and the errno through the pipe.
+  // shell would give, and the failed step and errno through the pipe.
   TempDir dir;
   const std::string notExecutable = dir.path + "/data.txt";
   std::ofstream(notExecutable) << "not a program\n";
@@ -569,10 +569,10 @@ TEST_CASE("a child whose exec fails reports the errno and exits 127 or 126", "[p
     REQUIRE(child >= 0);
     if (child == 0) execChild(plan, errorPipe[1], ::getppid(), -1, nullptr);
     ::close(errorPipe[1]);
-    int reported = 0;
-    CHECK(::read(errorPipe[0], &reported, sizeof reported) == static_cast<ssize_t>(sizeof reported));
-    ::close(errorPipe[0]);
-    CHECK(reported == row.error);
+    const auto reported = readChildReport(errorPipe[0]);
+    REQUIRE(reported);
+    CHECK(reported->step == ChildStep::kExec);
+    CHECK(reported->error == row.error);
     int status = 0;
     REQUIRE(eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 5s,
                        [&] { return processTree({child}); }));

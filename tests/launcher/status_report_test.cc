@@ -280,12 +280,12 @@ TEST_CASE(
   const std::string text = renderText(status, kNow);
   CHECK_THAT(text, Catch::StartsWith("job 'job-7': round 1, restarts 1 of 3, 1 node\n"));
   CHECK_THAT(text, Catch::Contains(fmt::format(
-                       "(not shown: ddprun/job-7/status/1 holds {} bytes, too large for a "
+                       "(not shown: 'ddprun/job-7/status/1' holds {} bytes, too large for a "
                        "snapshot (at most {}))\n",
                        kMaxSnapshotBytes + 1, kMaxSnapshotBytes)));
   CHECK_THAT(text,
              Catch::Contains(
-                 "(not shown: ddprun/job-7/status/2 holds no snapshot this ddprun can read)\n"));
+                 "(not shown: 'ddprun/job-7/status/2' holds no snapshot this ddprun can read)\n"));
 }
 
 TEST_CASE(

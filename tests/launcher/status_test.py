@@ -358,7 +358,7 @@ def hostile_values(args, work):
         check(text.output.startswith("job '%s': round 0, restarts 0 of 1, 3 nodes\n" % run_id)
               and "\nnode 0 on " in text.output and "\nnode 1 on " in text.output,
               "both nodes shown (and the forged one)", shown(text))
-        check("(not shown: %s999 holds %d bytes, too large for a snapshot (at most 65536))\n"
+        check("(not shown: '%s999' holds %d bytes, too large for a snapshot (at most 65536))\n"
               % (prefix, 2 << 20) in text.output, "the large key named as too large", shown(text))
         check(unsafe_in(text.output) == [], "no control or bidi character in the text: %s"
               % unsafe_in(text.output), shown(text))

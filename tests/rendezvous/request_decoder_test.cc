@@ -273,19 +273,6 @@ TEST_CASE("the decoder reports when it is in the middle of a request", "[decoder
   CHECK_FALSE(decoder.midRequest());
 }
 
-TEST_CASE("a key in a message is quoted, escaped and cut", "[protocol]") {
-  // Whoever reaches a store without a token names its keys: a name must not end a log line and
-  // start a forged one, nor reach a terminal as an escape sequence.
-  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
-  CHECK(protocol::shownKey("/x\n" + line + "\x1b]0;owned\x07\x1b[2J") ==
-        "'/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J'");
-  CHECK(protocol::shownKey("/ddprun/run/node/1") == "'/ddprun/run/node/1'");
-  const std::string shown = protocol::shownKey(std::string(8192, '\x1b'));
-  CHECK(shown.starts_with("'\\x1b\\x1b"));
-  CHECK(shown.ends_with("'... (8192 bytes)"));
-  CHECK(shown.size() == 2 + 4 * protocol::kShownKeyBytes + std::string("... (8192 bytes)").size());
-}
-
 TEST_CASE("strings keep their storage across requests with and without values", "[decoder]") {
   // The server's steady loop (SET, WAIT, COMPARE_SET, ADD): a request without values in between
   // must not cost the next one its strings' allocations.

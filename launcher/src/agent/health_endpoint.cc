@@ -1,13 +1,13 @@
 #include "agent/health_endpoint.h"
 
-#include <charconv>
-
-#include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/ip/address.hpp>
+
 #include "agent/startup_error.h"
 #include "core/agent_snapshot.h"
+#include "ddprun/common/port.h"
 #include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
 #include "machine/agent_machine.h"
@@ -21,14 +21,13 @@ std::optional<HealthEndpoint> healthEndpointOf(
   if (port == environment.end() || port->second.empty()) return std::nullopt;
   HealthEndpoint endpoint;
   const std::string& text = port->second;
-  unsigned value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value > 65535) {
+  const auto value = common::parsePort(text);
+  if (!value) {
     throw StartupError(
         fmt::format("{}='{}' is not a port number; give 1..65535 (0: a free port), or unset it",
                     common::kEnvTorchelasticHealthCheckPort, common::printable(text)));
   }
-  endpoint.port = static_cast<std::uint16_t>(value);
+  endpoint.port = *value;
   if (const auto host = environment.find(common::kEnvDdprunHealthCheckAddr);
       host != environment.end() && !host->second.empty()) {
     boost::system::error_code notAnAddress;

@@ -1,7 +1,7 @@
 #include "cli/detach.h"
 
 #include <fcntl.h>
-#include <sys/wait.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +12,9 @@
 #include <optional>
 #include <string_view>
 
-#include <fmt/format.h>
-
 #include "cli/cli.h"
 #include "cli/helpers.h"
-#include "core/close_on_exec.h"
+#include "core/child_start.h"
 #include "core/kept_process.h"
 #include "core/own_cgroup.h"
 #include "ddprun/common/path_lookup.h"
@@ -29,12 +27,6 @@ using cli_detail::Environment;
 using cli_detail::quote;
 
 constexpr std::string_view kUsage = "ddprun detach [--] CMD [ARGS...]";
-
-// What the child reports through the pipe when it cannot become CMD; nothing (EOF) means exec.
-struct ChildFailure {
-  enum Step : int { kLeaveCgroup = 1, kExec = 2 } step;
-  int error;
-};
 
 // The agent's own cgroup.procs, when this process is in that agent's worker cgroup (cgroup v2):
 // DDPRUN_AGENT is "<agent pid>-<random>" (docs/env_contract.md) and the worker cgroup is
@@ -83,41 +75,18 @@ Program resolve(const std::string& name, const Environment& environment) {
   return {{}, kCommandNotExecutable, fmt::format("detach: {}: not an executable file", quote(name))};
 }
 
-// The exit code of a failed step: the shell's for an exec that failed.
+// The exit code of a failed start: the shell's for an exec that failed.
 int exitCodeOf(const ChildFailure& failure) {
-  if (failure.step == ChildFailure::kLeaveCgroup) return kDetachFailed;
+  if (failure.step != ChildStep::kExec) return kDetachFailed;
   return failure.error == ENOENT ? kCommandNotFound : kCommandNotExecutable;
 }
 
-[[noreturn]] void childFails(int reportFd, ChildFailure::Step step, int error) {
-  const ChildFailure failure{step, error};
-  (void)!::write(reportFd, &failure, sizeof failure);
-  ::_exit(exitCodeOf(failure));
-}
-
-// The child: out of the job, then CMD. It is a fork of a single-threaded process, so ordinary
-// calls are safe; what goes wrong is reported through `reportFd` (close-on-exec: EOF = exec'd).
-[[noreturn]] void becomeCommand(int reportFd, const Program& program, char* const* argv,
-                                char* const* envp, const std::optional<std::string>& cgroupProcs,
-                                const bool (&replaced)[3]) {
-  // A fork's child leads no group, so this cannot fail: it leaves the worker's session and
-  // process group, which the agent signals and SIGKILLs at the end. (The parent-death signal is
-  // not inherited across fork: nothing to clear.)
-  ::setsid();
-  if (cgroupProcs) {
-    const int procs = ::open(cgroupProcs->c_str(), O_WRONLY | O_CLOEXEC);
-    if (procs < 0 || ::write(procs, "0", 1) != 1) childFails(reportFd, ChildFailure::kLeaveCgroup, errno);
-    ::close(procs);
-  }
-  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  for (int fd = 0; fd < 3; ++fd) {
-    if (replaced[fd] && devNull >= 0) ::dup2(devNull, fd);
-  }
-  // Nothing else of the worker's goes along (as the agent starts workers, and as Python's
-  // subprocess does by default): a pipe of the job held open would keep its reader waiting.
-  closeOnExecFrom3();
-  ::execve(program.path.c_str(), argv, envp);
-  childFails(reportFd, ChildFailure::kExec, errno);
+int cannotLeaveCgroup(const std::string& procs, int error, const std::string& command) {
+  std::fprintf(stderr,
+               "ddprun: error: detach: cannot leave the job's cgroup (writing %s: %s); %s was not "
+               "started\n",
+               procs.c_str(), std::strerror(error), quote(command).c_str());
+  return kDetachFailed;
 }
 
 int runDetach(const std::vector<std::string>& args, const Environment& environment) {
@@ -154,41 +123,42 @@ int runDetach(const std::vector<std::string>& args, const Environment& environme
   for (auto& word : words) argv.push_back(word.data());
   argv.push_back(nullptr);
 
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) {
-    std::fprintf(stderr, "ddprun: error: detach: cannot make a pipe: %s\n", std::strerror(errno));
-    return kDetachFailed;
+  // The child: out of the job, then CMD. It leads a session of its own, out of the worker's
+  // session and process group, which the agent signals and SIGKILLs at the end; out of the
+  // worker cgroup; without the job's pipes and terminal; and, as the agent starts workers and as
+  // Python's subprocess does by default, without any other descriptor of the worker's (a pipe of
+  // the job held open would keep its reader waiting).
+  ChildSteps steps;
+  steps.group = ChildSteps::Group::kNewSession;
+  steps.signals = ChildSteps::Signals::kInherit;
+  int procs = -1;
+  if (cgroupProcs) {
+    procs = ::open(cgroupProcs->c_str(), O_WRONLY | O_CLOEXEC);
+    if (procs < 0) return cannotLeaveCgroup(*cgroupProcs, errno, request.command.front());
+    steps.cgroupProcs = procs;
+  }
+  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devNull >= 0) {
+    steps.stdinFd = replaced[0] ? devNull : -1;
+    steps.stdoutFd = replaced[1] ? devNull : -1;
+    steps.stderrFd = replaced[2] ? devNull : -1;
   }
   std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child < 0) {
-    std::fprintf(stderr, "ddprun: error: detach: cannot fork: %s\n", std::strerror(errno));
-    return kDetachFailed;
+  const SpawnedChild child = spawnChild(steps, program.path.c_str(), argv.data(), envp.data());
+  if (procs >= 0) ::close(procs);
+  if (devNull >= 0) ::close(devNull);
+  if (!child.failure) return 0;  // CMD runs, out of the job
+  if (child.failure->step == ChildStep::kCgroup) {
+    return cannotLeaveCgroup(*cgroupProcs, child.failure->error, request.command.front());
   }
-  if (child == 0) {
-    ::close(report[0]);
-    becomeCommand(report[1], program, argv.data(), envp.data(), cgroupProcs, replaced);
+  if (child.failure->step == ChildStep::kExec) {
+    std::fprintf(stderr, "ddprun: error: detach: cannot run %s: %s\n", quote(program.path).c_str(),
+                 std::strerror(child.failure->error));
+  } else {
+    std::fprintf(stderr, "ddprun: error: detach: %s\n",
+                 startFailureText(quote(request.command.front()), *child.failure).c_str());
   }
-  ::close(report[1]);
-  ChildFailure failure{};
-  ssize_t got;
-  do {
-    got = ::read(report[0], &failure, sizeof failure);
-  } while (got < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (got != static_cast<ssize_t>(sizeof failure)) return 0;  // EOF: CMD runs, out of the job
-  ::waitpid(child, nullptr, 0);  // it exits at once: no zombie left to the agent
-  if (failure.step == ChildFailure::kLeaveCgroup) {
-    std::fprintf(stderr,
-                 "ddprun: error: detach: cannot leave the job's cgroup (writing %s: %s); %s was not "
-                 "started\n",
-                 cgroupProcs->c_str(), std::strerror(failure.error),
-                 quote(request.command.front()).c_str());
-    return kDetachFailed;
-  }
-  std::fprintf(stderr, "ddprun: error: detach: cannot run %s: %s\n", quote(program.path).c_str(),
-               std::strerror(failure.error));
-  return exitCodeOf(failure);
+  return exitCodeOf(*child.failure);
 }
 
 }  // namespace

@@ -71,14 +71,4 @@ std::optional<double> parseFiniteNumber(std::string_view text) {
   return value;
 }
 
-std::optional<std::uint16_t> parsePort(std::string_view text) {
-  if (text.empty() || text.size() > 5 ||
-      !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    return std::nullopt;
-  }
-  const auto value = parseWholeNumber(text);
-  if (!value || *value > 65535) return std::nullopt;
-  return static_cast<std::uint16_t>(*value);
-}
-
 }  // namespace ddprun::launcher::cli_detail

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ddprun/common/port.h"
+
 namespace ddprun::launcher::cli_detail {
 
 // The environment as NAME -> value (main passes the real one; tests pass their own).
@@ -34,7 +36,7 @@ std::optional<double> parseFiniteNumber(std::string_view text);
 // The most seconds any duration option or --rdzv-conf key takes, ~31 years: anything larger is a
 // typo, and would overflow later arithmetic (a deadline in a clock's nanoseconds).
 inline constexpr double kMaxSeconds = 1e9;
-// 0..65535 written as 1 to 5 digits, nothing else.
-std::optional<std::uint16_t> parsePort(std::string_view text);
+// 0..65535 written as 1 to 5 digits, nothing else (one rule for every reader: common/port.h).
+using common::parsePort;
 
 }  // namespace ddprun::launcher::cli_detail

@@ -8,6 +8,7 @@
 #include "cli/host_probes.h"
 #include "cli/rdzv_conf.h"
 #include "cli/value_parsers.h"
+#include "ddprun/common/local_address.h"
 #include "ddprun/common/random_id.h"
 #include "ddprun/common/text.h"
 #include "ddprun/rendezvous/etcd_client.h"
@@ -107,9 +108,9 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
   // Each round's group rank 0 hosts its workers' store on its address toward etcd: toward a
   // member on this host (a per-node etcd gateway) that is a loopback address, which the other
   // hosts cannot reach.
-  const bool allLoopback = std::all_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
-    return e.host == "localhost" || e.host.starts_with("127.") || e.host == "::1";
-  });
+  const bool allLoopback =
+      std::all_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(),
+                  [](const auto& e) { return common::isLoopbackAddress(e.host); });
   if (allLoopback && rdzv.maxNodes > 1 && rdzv.localAddr.empty()) {
     result.warnings.push_back(fmt::format(
         "{}: every etcd member is on this host, so this node's address toward etcd is a loopback "

@@ -1,5 +1,7 @@
 #include "core/exit_codes.h"
 
+#include <sys/wait.h>
+
 #include <csignal>
 
 namespace ddprun::launcher {
@@ -27,5 +29,13 @@ int exitCode(const Ending& ending) {
   }
   return 1;
 }
+
+int shellExitCode(int waitStatus) {
+  if (WIFEXITED(waitStatus)) return WEXITSTATUS(waitStatus);
+  if (WIFSIGNALED(waitStatus)) return 128 + WTERMSIG(waitStatus);
+  return 1;
+}
+
+bool exitedZero(int waitStatus) { return WIFEXITED(waitStatus) && WEXITSTATUS(waitStatus) == 0; }
 
 }  // namespace ddprun::launcher

@@ -47,4 +47,10 @@ struct Ending {
 
 int exitCode(const Ending& ending);
 
+// A reaped child's wait status as a shell reports it: its exit code, or 128 + the signal that
+// killed it; 1 for a status that is neither.
+int shellExitCode(int waitStatus);
+// Whether a wait status is an exit with code 0.
+bool exitedZero(int waitStatus);
+
 }  // namespace ddprun::launcher

@@ -1,14 +1,12 @@
 #include "hosts/ssh_driver.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <chrono>
@@ -17,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "core/child_start.h"
+#include "core/exit_codes.h"
+#include "ddprun/common/safe_files.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
 #include "hosts/ssh_command.h"
@@ -38,15 +39,6 @@ constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 // 2) would otherwise leave the others waiting for it until their join timeout.
 constexpr auto kFailureGrace = std::chrono::seconds(5);
 
-void writeAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the console is gone: nothing better to do with the bytes
-    text.remove_prefix(static_cast<std::size_t>(n));
-  }
-}
-
 // One of a host's output streams: whole lines go to `console` with "HOST: " in front.
 struct Stream {
   int fd = -1;
@@ -66,7 +58,7 @@ struct Host {
 };
 
 void emitLine(const Host& host, Stream& stream, std::string_view line) {
-  writeAll(stream.console, host.name + ": " + std::string(line) + "\n");
+  (void)common::writeAll(stream.console, host.name + ": " + std::string(line) + "\n");
 }
 
 // ssh's own messages end in "\r\n", some in ".": the reason quoted in the driver's line (where a
@@ -115,8 +107,7 @@ void closeFd(int& fd) {
   fd = -1;
 }
 
-// Starts host `index`'s ssh. Everything the child needs is built before the fork: the driver is
-// single-threaded, so the child may run ordinary code, but it only sets up and execs.
+// Starts host `index`'s ssh; everything the child needs is built before the fork.
 void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sigset_t& original) {
   const std::vector<std::string> words = sshArgv(launch, index);
   std::vector<char*> argv;
@@ -127,27 +118,22 @@ void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sig
     throw std::runtime_error(fmt::format("cannot make pipes for host {}: {}", host.name,
                                          std::strerror(errno)));
   }
-  const pid_t driver = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    throw std::runtime_error(fmt::format("cannot start ssh for host {}: {}", host.name,
-                                         std::strerror(errno)));
+  ChildSteps steps;
+  // Its own process group: a terminal's Ctrl-C is the driver's to pass on, once per host.
+  steps.group = ChildSteps::Group::kNewGroup;
+  steps.dieWithParent = ::getpid();
+  steps.signals = ChildSteps::Signals::kDefault;
+  steps.signalMask = &original;
+  steps.stdinFd = in[0];
+  steps.stdoutFd = out[1];
+  steps.stderrFd = err[1];
+  const SpawnedChild child = spawnChild(steps, argv[0], argv.data(), environ);
+  if (child.failure) {
+    for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) ::close(fd);
+    throw std::runtime_error(
+        startFailureText(fmt::format("ssh for host {}", host.name), *child.failure));
   }
-  if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C is the driver's to pass on, once per host.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != driver) _exit(1);  // the driver died before the death signal was armed
-    ::signal(SIGPIPE, SIG_DFL);
-    ::sigprocmask(SIG_SETMASK, &original, nullptr);
-    ::dup2(in[0], STDIN_FILENO);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    const std::string why = fmt::format("cannot run {}: {}\n", argv[0], std::strerror(errno));
-    writeAll(STDERR_FILENO, why);
-    _exit(127);
-  }
+  const pid_t pid = child.pid;
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
@@ -159,7 +145,7 @@ void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sig
   // The job's token first, before any signal byte: the agent reads this one line
   // (--token-from-stdin), then reads the rest as signals. The pipe is new and empty, so the line
   // fits whole; should ssh be gone already, its agent never ran, and the host fails as such.
-  if (launch.token) writeAll(host.stdinFd, *launch.token + "\n");
+  if (launch.token) (void)common::writeAll(host.stdinFd, *launch.token + "\n");
 }
 
 // Passes signal `sig` to a host's agent: one byte on its stdin (--stop-on-stdin-eof).
@@ -171,12 +157,6 @@ void tellHost(Host& host, int sig) {
 
 bool done(const Host& host) {
   return host.exitCode && host.out.fd < 0 && host.err.fd < 0;
-}
-
-int exitCodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
 }
 
 }  // namespace
@@ -203,10 +183,11 @@ int runSshDriver(const SshLaunch& launch) {
     hosts[i].name = common::printable(launch.agents[i].host);
     names += (i == 0 ? "" : ", ") + hosts[i].name;
   }
-  writeAll(STDERR_FILENO,
-           fmt::format("ddprun: starting {} agent(s) over ssh on {} (store {}, run id {}, {})\n",
-                       hosts.size(), names, common::printable(launch.rdzvEndpoint), launch.runId,
-                       launch.token ? "a job token made for this launch" : "the job's token file"));
+  (void)common::writeAll(
+      STDERR_FILENO,
+      fmt::format("ddprun: starting {} agent(s) over ssh on {} (store {}, run id {}, {})\n",
+                  hosts.size(), names, common::printable(launch.rdzvEndpoint), launch.runId,
+                  launch.token ? "a job token made for this launch" : "the job's token file"));
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     try {
       startHost(launch, i, hosts[i], original);
@@ -276,8 +257,9 @@ int runSshDriver(const SshLaunch& launch) {
         const int sig = static_cast<int>(info.ssi_signo);
         if (sig == SIGCHLD) continue;  // reaped below
         if (!signalled) signalled = sig;
-        writeAll(STDERR_FILENO, fmt::format("ddprun: got {}, passing it on to every host\n",
-                                            common::signalName(sig)));
+        (void)common::writeAll(
+            STDERR_FILENO,
+            fmt::format("ddprun: got {}, passing it on to every host\n", common::signalName(sig)));
         stopAll(sig);
       }
     }
@@ -287,17 +269,18 @@ int runSshDriver(const SshLaunch& launch) {
       int status = 0;
       const pid_t reaped = ::waitpid(host.pid, &status, WNOHANG);
       if (reaped != host.pid) continue;
-      host.exitCode = exitCodeOf(status);
+      host.exitCode = shellExitCode(status);
       host.exitedAt = Clock::now();
       closeFd(host.stdinFd);
       if (*host.exitCode == 0) continue;
       if (*host.exitCode == kSshFailed && !killed) {
-        writeAll(STDERR_FILENO,
-                 fmt::format("ddprun: error: host {}: ssh failed (exit 255){}{}; check that "
-                             "'ssh -o BatchMode=yes {} true' works from here; stopping the other "
-                             "hosts\n",
-                             host.name, host.lastErrLine.empty() ? "" : ": ",
-                             common::printable(host.lastErrLine), host.name));
+        (void)common::writeAll(
+            STDERR_FILENO,
+            fmt::format("ddprun: error: host {}: ssh failed (exit 255){}{}; check that "
+                        "'ssh -o BatchMode=yes {} true' works from here; stopping the other "
+                        "hosts\n",
+                        host.name, host.lastErrLine.empty() ? "" : ": ",
+                        common::printable(host.lastErrLine), host.name));
         if (!firstFailure) firstFailure = kSshFailed;
         stopAll(SIGTERM);
         continue;
@@ -309,8 +292,9 @@ int runSshDriver(const SshLaunch& launch) {
       bool others = false;
       for (const auto& host : hosts) others = others || !host.exitCode;
       if (others) {
-        writeAll(STDERR_FILENO, "ddprun: a host's agent failed and the others are still running "
-                                "5 s later; stopping them\n");
+        (void)common::writeAll(STDERR_FILENO,
+                               "ddprun: a host's agent failed and the others are still running "
+                               "5 s later; stopping them\n");
         stopAll(SIGTERM);
       }
     }

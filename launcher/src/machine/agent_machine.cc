@@ -384,7 +384,7 @@ void AgentMachine::onChildExited() {
     worker->exitedAt = epochSeconds(loop_.wallNow());
     anyExited = true;
     fileTimers_.forget(exited.pid);
-    progress_.exited(worker->localRank, WIFEXITED(exited.waitStatus) && WEXITSTATUS(exited.waitStatus) == 0);
+    progress_.exited(worker->localRank, exitedZero(exited.waitStatus));
   }
   if (anyExited && state_ == State::kRunning) judgeWorkers();
   maybeRoundOver();
@@ -407,7 +407,7 @@ void AgentMachine::judgeWorkers() {
   for (LocalWorker& worker : local_) {
     if (worker.running || worker.judged) continue;
     worker.judged = true;
-    if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) {
+    if (exitedZero(worker.waitStatus)) {
       emitWorkerEvent(worker, "SUCCEEDED");
       continue;
     }
@@ -829,14 +829,13 @@ AgentSnapshot AgentMachine::snapshot() const {
       shown.state = worker.hang != HangKind::kNone ? WorkerState::kHung : WorkerState::kRunning;
     } else if (worker.pid < 0 || worker.failed || worker.hang != HangKind::kNone) {
       shown.state = WorkerState::kFailed;
-    } else if (WIFEXITED(worker.waitStatus) && WEXITSTATUS(worker.waitStatus) == 0) {
+    } else if (exitedZero(worker.waitStatus)) {
       shown.state = WorkerState::kSucceeded;
     } else {
       shown.state = WorkerState::kStopped;  // ended by the agent's stop, not judged a failure
     }
     if (!worker.running && worker.pid >= 0) {
-      shown.exitCode = WIFSIGNALED(worker.waitStatus) ? 128 + WTERMSIG(worker.waitStatus)
-                                                      : WEXITSTATUS(worker.waitStatus);
+      shown.exitCode = shellExitCode(worker.waitStatus);
     }
     if (diagnostics_.heartbeats && worker.running) {
       if (const auto report = diagnostics_.heartbeats->lastReport(worker.localRank)) {

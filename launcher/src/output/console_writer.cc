@@ -1,11 +1,11 @@
 #include "output/console_writer.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -15,9 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-
+#include "ddprun/common/safe_files.h"
 #include "output/console_lines.h"
 
 namespace ddprun::launcher {
@@ -73,7 +71,9 @@ struct ConsoleWriter::Shared : std::enable_shared_from_this<ConsoleWriter::Share
       std::string next = std::move(queue.front());
       queue.pop_front();
       lock.unlock();
-      const bool written = !broken && writeAll(next);
+      // Blocking, as long as it takes: this thread is the one allowed to wait on the console (a
+      // descriptor somebody else made non-blocking is waited for with poll()).
+      const bool written = !broken && !common::writeAll(fd, next);
       lock.lock();
       if (!written) {
         if (!broken && onClosed) boost::asio::post(io, std::exchange(onClosed, nullptr));
@@ -109,29 +109,6 @@ struct ConsoleWriter::Shared : std::enable_shared_from_this<ConsoleWriter::Share
       started = true;
     } catch (const std::system_error&) {
     }
-  }
-
-  // Blocking, as long as it takes: this thread is the one allowed to wait on the console. A
-  // descriptor somebody else made non-blocking (it is shared with the agent's parent) is waited
-  // for with poll().
-  bool writeAll(const std::string& bytes) const {
-    const char* data = bytes.data();
-    std::size_t size = bytes.size();
-    while (size > 0) {
-      const ssize_t n = ::write(fd, data, size);
-      if (n > 0) {
-        data += n;
-        size -= static_cast<std::size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollfd wait{fd, POLLOUT, 0};
-        ::poll(&wait, 1, -1);
-      } else {
-        return false;  // EPIPE, EIO, ENOSPC: the console is gone
-      }
-    }
-    return true;
   }
 };
 

@@ -92,34 +92,6 @@ void makeOwnDirectory(const std::string& path) {
   }
 }
 
-// Writes everything to a log file, looping over partial writes and EINTR. A descriptor that is
-// non-blocking is waited for with poll(), up to LogRouter::kStallLimit without progress. Returns
-// false when the data could not all be written.
-bool writeAll(int fd, const char* data, std::size_t size) {
-  auto lastProgress = Clock::now();
-  while (size > 0) {
-    const ssize_t written = ::write(fd, data, size);
-    if (written > 0) {
-      data += written;
-      size -= static_cast<std::size_t>(written);
-      lastProgress = Clock::now();
-      continue;
-    }
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const auto waited = Clock::now() - lastProgress;
-      if (waited >= LogRouter::kStallLimit) return false;
-      pollfd wait{fd, POLLOUT, 0};
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(LogRouter::kStallLimit - waited);
-      ::poll(&wait, 1, static_cast<int>(std::max<std::int64_t>(1, left.count())));
-      continue;
-    }
-    return false;  // EPIPE, EIO, ENOSPC...: this batch is lost
-  }
-  return true;
-}
-
 // A pseudo-terminal in raw mode (no "\r\n" for "\n", no echo): ends[0] the agent's side,
 // ends[1] the worker's. Its size is the console's (`console`, when that is a terminal) less
 // `prefixWidth` columns: tqdm and the like size their bar to the terminal, and a bar as wide as
@@ -262,7 +234,9 @@ class Reader : public std::enable_shared_from_this<Reader> {
   }
 
   void consume(const char* data, std::size_t size) {
-    if (file_.get() >= 0 && !writeAll(file_.get(), data, size)) warnOnce("its log file");
+    if (file_.get() >= 0 &&
+        common::writeAll(file_.get(), std::string_view(data, size), LogRouter::kStallLimit))
+      warnOnce("its log file");
     // What was pending holds no newline: search only the new bytes (a long line arriving a few
     // bytes at a time must not be rescanned from its start on every read).
     std::size_t searchFrom = pending_.size();
@@ -344,7 +318,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
   // One piece per destination: the console never sees half of a batch of lines.
   void writeOut(std::string& console, const std::string& filtered) {
     if (!console.empty()) console_->write(source_, prefix_, console);
-    if (!filtered.empty() && !writeAll(filtered_.get(), filtered.data(), filtered.size())) {
+    if (!filtered.empty() && common::writeAll(filtered_.get(), filtered, LogRouter::kStallLimit)) {
       warnOnce("its filtered log file");
     }
   }

@@ -22,27 +22,24 @@
 //      descriptor closed on exec;
 //   5. the descriptor limit the agent started with (the agent raised its own for the stores it
 //      hosts; a worker gets what it would get under torchrun);
-//   6. execve() of an absolute path. On failure the errno goes to the parent through a
+//   6. execve() of an absolute path. On failure the step and errno go to the parent through a
 //      close-on-exec pipe and the child exits 127 (not found) or 126 (not executable).
+// The steps themselves are core/child_start.h's runChild(), which every child of ddprun runs.
 #pragma once
 
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include "core/child_start.h"
 #include "core/exec_plan.h"
-
-
-// The child runs on a stack AddressSanitizer does not know, sharing the agent's memory: no
-// instrumentation there (glibc's own posix_spawn child is not instrumented either).
-#define DDPRUN_CHILD_CODE __attribute__((no_sanitize("address")))
 
 namespace ddprun::launcher {
 
 // Runs in the child after clone(); never returns. `errorPipe` is the write end of the pipe the
-// parent reads to learn whether exec succeeded (EOF) or failed (an errno). `parent` is the
+// parent reads to learn whether exec succeeded (EOF) or failed (readChildReport()). `parent` is the
 // agent's pid, to detect that it died before the death signal was armed. `cgroupProcs` is an
-// open cgroup.procs file to join, or -1 (no worker cgroup, or the child was created in it). `descriptorLimit`, when not null, becomes the child's
-// RLIMIT_NOFILE.
+// open cgroup.procs file to join, or -1 (no worker cgroup, or the child was created in it).
+// `descriptorLimit`, when not null, becomes the child's RLIMIT_NOFILE.
 [[noreturn]] void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs,
                             const rlimit* descriptorLimit);
 

@@ -134,16 +134,10 @@ pid_t CloneSpawner::spawn(const ExecPlan& plan, CgroupTarget cgroup) {
     ::close(errorPipe[0]);
     throw SpawnError(fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)));
   }
-  // EOF: exec succeeded (the pipe closed on exec). An int: the errno of the failed step.
-  int childError = 0;
-  ssize_t n;
-  do {
-    n = ::read(errorPipe[0], &childError, sizeof childError);
-  } while (n < 0 && errno == EINTR);
-  ::close(errorPipe[0]);
-  if (n == static_cast<ssize_t>(sizeof childError)) {
+  // EOF: exec succeeded (the pipe closed on exec); otherwise the step that failed.
+  if (const auto failure = readChildReport(errorPipe[0])) {
     ::waitpid(pid, nullptr, 0);
-    throw SpawnError(fmt::format("cannot start {}: {}", plan.path(), std::strerror(childError)));
+    throw SpawnError(startFailureText(plan.path(), *failure));
   }
   return pid;
 }

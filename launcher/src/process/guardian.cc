@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -15,16 +17,14 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <string_view>
-#include <sstream>
 #include <set>
+#include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "core/kept_process.h"
+#include "ddprun/common/safe_files.h"
 #include "process/worker_cgroup.h"
 
 namespace ddprun::launcher {
@@ -146,13 +146,7 @@ Guardian::~Guardian() {
   ::waitpid(pid_, nullptr, 0);
 }
 
-void Guardian::send(const std::string& line) {
-  const std::string record = line + "\n";
-  ssize_t n;
-  do {
-    n = ::write(commandFd_, record.data(), record.size());
-  } while (n < 0 && errno == EINTR);
-}
+void Guardian::send(const std::string& line) { (void)common::writeAll(commandFd_, line + "\n"); }
 
 void Guardian::track(pid_t processGroup) { send(fmt::format("+{}", processGroup)); }
 void Guardian::untrack(pid_t processGroup) { send(fmt::format("-{}", processGroup)); }

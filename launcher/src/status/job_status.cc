@@ -1,11 +1,12 @@
 #include "status/job_status.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include <fmt/format.h>
-
+#include "ddprun/common/shown_key.h"
 #include "ddprun/common/text.h"
 #include "membership/status_publisher.h"
 #include "report/failure_report.h"
@@ -92,14 +93,14 @@ std::string recordsLine(const std::string& run, const RoundRecords& records) {
       nodeCount(records.joined, records.atLeast));
 }
 
-// The key is anyone's who reaches the store: quoted up to common::kShownBytes.
+// The key is anyone's who reaches the store: shown as common::shownKey shows keys.
 std::string unreadableLine(const UnreadableKey& key) {
   if (key.why == UnreadableKey::Why::kTooLarge) {
     return fmt::format("(not shown: {} holds {} bytes, too large for a snapshot (at most {}))",
-                       common::printablePrefix(key.key), key.bytes, kMaxSnapshotBytes);
+                       common::shownKey(key.key), key.bytes, kMaxSnapshotBytes);
   }
   return fmt::format("(not shown: {} holds no snapshot this ddprun can read)",
-                     common::printablePrefix(key.key));
+                     common::shownKey(key.key));
 }
 
 }  // namespace

@@ -35,12 +35,8 @@ bool namesThisHostThroughLoopback(const std::string& host) {
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
   bool loopbackOnly = true;
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    if (a->ai_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
-      loopbackOnly = loopbackOnly && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    } else if (a->ai_family == AF_INET6) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
-      loopbackOnly = loopbackOnly && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    if (a->ai_family == AF_INET || a->ai_family == AF_INET6) {
+      loopbackOnly = loopbackOnly && common::isLoopbackAddress(*a->ai_addr);
     }
   }
   ::freeaddrinfo(found);

@@ -2,8 +2,8 @@
 // backends take it (their `protocol` conf key aside: the scheme is written on each entry here).
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 
+#include "ddprun/common/port.h"
 #include "ddprun/common/text.h"
 #include "ddprun/rendezvous/etcd_client.h"
 
@@ -97,12 +97,9 @@ EtcdEndpoint parseOne(std::string_view entry) {
   }
   endpoint.host = std::string(host);
   if (!port.empty()) {
-    unsigned value = 0;
-    const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (error != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
-      bad(entry, "the port must be a number from 1 to 65535");
-    }
-    endpoint.port = static_cast<std::uint16_t>(value);
+    const auto value = common::parsePort(port);
+    if (!value || *value == 0) bad(entry, "the port must be a number from 1 to 65535");
+    endpoint.port = *value;
   }
   return endpoint;
 }

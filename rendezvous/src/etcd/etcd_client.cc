@@ -20,13 +20,13 @@
 // guarded by revisions, which cannot apply twice), but a txn's failed guard may then be this
 // call's own earlier success: TxnResult::afterUncertainAttempt says so, and a failed write
 // carries EtcdError::outcomeUnknown().
-#include "etcd/client_impl.h"
-
 #include <algorithm>
 #include <charconv>
 #include <thread>
 
+#include "ddprun/common/shown_key.h"
 #include "ddprun/common/text.h"
+#include "etcd/client_impl.h"
 
 namespace ddprun::rendezvous::etcd {
 namespace {
@@ -36,8 +36,6 @@ using wire::json;
 // Connections kept open between calls, all members together: the calls a rendezvous makes at
 // once (keep-alive, a round's txn, a watch's check) are few.
 constexpr std::size_t kMaxIdleConnections = 8;
-
-std::string shown(std::string_view key) { return "'" + common::printablePrefix(key, 100) + "'"; }
 
 const char* grpcName(int code) {
   static constexpr const char* kNames[] = {
@@ -77,9 +75,9 @@ std::optional<std::pair<int, int>> majorMinor(const std::string& version) {
 }  // namespace
 
 std::string rangeText(const KeyRange& range) {
-  if (range.rangeEnd.empty()) return shown(range.key);
-  if (range.rangeEnd == prefixRangeEnd(range.key)) return "prefix " + shown(range.key);
-  return shown(range.key) + " to " + shown(range.rangeEnd);
+  if (range.rangeEnd.empty()) return common::shownKey(range.key);
+  if (range.rangeEnd == prefixRangeEnd(range.key)) return "prefix " + common::shownKey(range.key);
+  return common::shownKey(range.key) + " to " + common::shownKey(range.rangeEnd);
 }
 
 std::string jsonText(const json& body) {
@@ -292,7 +290,8 @@ std::string EtcdClient::Impl::authenticate(std::size_t endpoint, HttpConnection&
     // FailedPrecondition, "authentication is not enabled").
     if (failsOver(error->code())) throw *error;
     throw EtcdError(EtcdError::Code::kAuth,
-                    "authenticating as " + shown(options.credentials->user) + ": " + error->what(),
+                    "authenticating as '" + common::printablePrefix(options.credentials->user) +
+                        "': " + error->what(),
                     error->grpcCode());
   }
   std::string token = wire::stringField(parsed, "token");
@@ -478,7 +477,7 @@ std::optional<KeyValue> EtcdClient::get(const std::string& key, std::optional<De
 }
 
 PutResult EtcdClient::put(const PutRequest& request, std::optional<Deadline> deadline) {
-  const std::string what = "put " + shown(request.key);
+  const std::string what = "put " + common::shownKey(request.key);
   auto answer = impl_->call(what, "/kv/put", wire::putBody(request),
                             deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
   PutResult result = parsed(what, [&] { return wire::parsePut(answer.body); });
@@ -497,7 +496,7 @@ DeleteResult EtcdClient::deleteRange(const DeleteRequest& request, std::optional
 
 TxnResult EtcdClient::txn(const Txn& txn, std::optional<Deadline> deadline) {
   std::string what = "txn";
-  if (!txn.compares.empty()) what += " on " + shown(txn.compares.front().key);
+  if (!txn.compares.empty()) what += " on " + common::shownKey(txn.compares.front().key);
   if (txn.compares.size() > 1) what += " and " + std::to_string(txn.compares.size() - 1) + " more";
   auto answer = impl_->call(what, "/kv/txn", wire::txnBody(txn), deadlineOf(impl_->options, deadline),
                             Impl::Effect::kWrite);

@@ -3,6 +3,8 @@
 // of applying twice; blocking calls read at a revision and watch from the next one.
 #include "ddprun/rendezvous/etcd_store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -13,9 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include <fmt/format.h>
-
 #include "ddprun/common/random_id.h"
+#include "ddprun/common/shown_key.h"
 #include "ddprun/common/text.h"
 #include "kv_state.h"  // parseCounter: the one reading of a stored counter
 
@@ -57,8 +58,6 @@ constexpr int kMaxRaceRetries = 1000;
 // The destructor's revoke and deletions: a short bound, since a lease that is not revoked ends
 // with its TTL anyway.
 constexpr auto kCloseDeadline = std::chrono::milliseconds(1000);
-
-std::string shown(std::string_view key) { return common::printablePrefix(key); }
 
 // The store error an etcd failure is: the contract's kinds are decided on the code only.
 [[noreturn]] void rethrow(const EtcdError& error, const std::string& what) {
@@ -144,9 +143,9 @@ EtcdStore::EtcdStore(std::shared_ptr<etcd::EtcdClient> client, std::string keyPr
   if (!client_) throw std::invalid_argument("EtcdStore: no etcd client");
   if (keyPrefix_.empty() || keyPrefix_.back() != '/') {
     throw std::invalid_argument(fmt::format(
-        "EtcdStore: the key prefix '{}' must be non-empty and end with '/' (an etcd is shared: a "
+        "EtcdStore: the key prefix {} must be non-empty and end with '/' (an etcd is shared: a "
         "store never spans the whole keyspace or another prefix's keys)",
-        shown(keyPrefix_)));
+        common::shownKey(keyPrefix_)));
   }
 }
 
@@ -192,8 +191,9 @@ etcd::Deadline EtcdStore::requestDeadline() const {
 }
 
 void EtcdStore::set(std::string_view key, std::string_view value) {
-  guarded(fmt::format("set '{}'", shown(key)),
-          [&] { client_->put(PutRequest{full(key), std::string(value)}); });
+  guarded(fmt::format("set {}", common::shownKey(key)), [&] {
+    client_->put(PutRequest{full(key), std::string(value)});
+  });
 }
 
 namespace {
@@ -511,22 +511,24 @@ std::map<std::string, std::string> EtcdStore::waitFor(const std::vector<std::str
   if (!done) {
     std::string names;
     for (const std::string& key : missing) {
-      names += (names.empty() ? "'" : ", '") + shown(std::string_view(key).substr(keyPrefix_.size())) + "'";
+      names += (names.empty() ? "" : ", ") +
+               common::shownKey(std::string_view(key).substr(keyPrefix_.size()));
     }
-    throw StoreTimeoutError(fmt::format("etcd store: {}: {} not set within {} ms (keys under '{}')",
-                                        what, names, timeout.count(), shown(keyPrefix_)));
+    throw StoreTimeoutError(fmt::format("etcd store: {}: {} not set within {} ms (keys under {})",
+                                        what, names, timeout.count(),
+                                        common::shownKey(keyPrefix_)));
   }
   return values;
 }
 
 std::string EtcdStore::get(std::string_view key) {
   const std::string fullKey = full(key);
-  return waitFor({fullKey}, timeout(), fmt::format("get '{}'", shown(key))).at(fullKey);
+  return waitFor({fullKey}, timeout(), fmt::format("get {}", common::shownKey(key))).at(fullKey);
 }
 
 std::optional<std::string> EtcdStore::tryGet(std::string_view key) {
-  std::optional<KeyValue> current =
-      guarded(fmt::format("tryGet '{}'", shown(key)), [&] { return client_->get(full(key)); });
+  std::optional<KeyValue> current = guarded(fmt::format("tryGet {}", common::shownKey(key)),
+                                            [&] { return client_->get(full(key)); });
   if (!current) return std::nullopt;
   return std::move(current->value);
 }
@@ -534,8 +536,9 @@ std::optional<std::string> EtcdStore::tryGet(std::string_view key) {
 std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& keys) {
   const std::vector<std::string> fullKeys = full(keys);
   const std::map<std::string, std::string> found =
-      waitFor(fullKeys, timeout(), keys.size() == 1 ? fmt::format("multiGet '{}'", shown(keys.front()))
-                                                    : fmt::format("multiGet of {} keys", keys.size()));
+      waitFor(fullKeys, timeout(),
+              keys.size() == 1 ? fmt::format("multiGet {}", common::shownKey(keys.front()))
+                               : fmt::format("multiGet of {} keys", keys.size()));
   std::vector<std::string> values;
   values.reserve(keys.size());
   for (const std::string& key : fullKeys) values.push_back(found.at(key));
@@ -544,8 +547,9 @@ std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& key
 
 void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   const std::vector<std::string> fullKeys = full(keys);
-  waitFor(fullKeys, timeout, keys.size() == 1 ? fmt::format("wait '{}'", shown(keys.front()))
-                                              : fmt::format("wait for {} keys", keys.size()));
+  waitFor(fullKeys, timeout,
+          keys.size() == 1 ? fmt::format("wait {}", common::shownKey(keys.front()))
+                           : fmt::format("wait for {} keys", keys.size()));
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {
@@ -562,7 +566,7 @@ bool EtcdStore::deleteKey(std::string_view key) {
   // After an uncertain attempt `deleted` is what the retry found: 0 when that attempt already
   // deleted the key. The key is gone either way; whether it existed is then unknown, and the
   // answer is false.
-  return guarded(fmt::format("deleteKey '{}'", shown(key)), [&] {
+  return guarded(fmt::format("deleteKey {}", common::shownKey(key)), [&] {
     return client_->deleteRange(DeleteRequest{KeyRange::single(full(key))}).deleted > 0;
   });
 }
@@ -627,7 +631,7 @@ std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, co
 
 std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
   std::int64_t sum = 0;
-  const std::string what = fmt::format("add '{}'", shown(key));
+  const std::string what = fmt::format("add {}", common::shownKey(key));
   if (delta == 0) {
     // Adding 0 is how a c10d client reads a counter. Where the counter exists that is a read
     // alone: writing the same value back would be a raft commit that moves the key's revision
@@ -639,7 +643,7 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
       const std::optional<std::int64_t> parsed = parseCounter(current->value);
       if (!parsed) {
         throw StoreError(fmt::format("etcd store: {}: the key holds '{}', not a number", what,
-                                     shown(current->value)));
+                                     common::printablePrefix(current->value)));
       }
       return *parsed;
     }
@@ -650,7 +654,7 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
       const std::optional<std::int64_t> parsed = parseCounter(current->value);
       if (!parsed) {
         throw StoreError(fmt::format("etcd store: {}: the key holds '{}', not a number", what,
-                                     shown(current->value)));
+                                     common::printablePrefix(current->value)));
       }
       value = *parsed;
     }
@@ -683,7 +687,7 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
 // round's keys are deleted with the round, the run's with the run.
 std::int64_t EtcdStore::takeTicket(std::string_view key) {
   const std::string fullKey = full(key);
-  const std::string what = fmt::format("takeTicket '{}'", shown(key));
+  const std::string what = fmt::format("takeTicket {}", common::shownKey(key));
   const std::string marker = fullKey + "/ticket/" + common::randomHexId();
   Txn txn;
   txn.when(Compare::absent(marker))
@@ -736,12 +740,13 @@ std::int64_t EtcdStore::ticketCount(std::string_view key) {
   // One read, no write (add(key, 0) creates a missing counter, as c10d does; a ticket key needs
   // no creating: missing is 0).
   const std::optional<KeyValue> current =
-      guarded(fmt::format("ticketCount '{}'", shown(key)), [&] { return client_->get(full(key)); });
+      guarded(fmt::format("ticketCount {}", common::shownKey(key)),
+              [&] { return client_->get(full(key)); });
   return current ? current->version : 0;
 }
 
 void EtcdStore::append(std::string_view key, std::string_view value) {
-  readModifyWrite(*client_, full(key), fmt::format("append '{}'", shown(key)),
+  readModifyWrite(*client_, full(key), fmt::format("append {}", common::shownKey(key)),
                   [&](const std::optional<KeyValue>& current) {
                     return (current ? current->value : std::string()) + std::string(value);
                   });
@@ -750,7 +755,7 @@ void EtcdStore::append(std::string_view key, std::string_view value) {
 std::string EtcdStore::compareSet(std::string_view key, std::string_view expected,
                                   std::string_view desired) {
   const std::string fullKey = full(key);
-  return guarded(fmt::format("compareSet '{}'", shown(key)), [&]() -> std::string {
+  return guarded(fmt::format("compareSet {}", common::shownKey(key)), [&]() -> std::string {
     // c10d: a missing key is created only when `expected` is empty; an existing key is swapped
     // when it holds `expected` (an empty value matches an empty `expected`). etcd compares no
     // value of a missing key, so "missing or empty" is two guards, tried in turn: absent first
@@ -780,9 +785,10 @@ std::string EtcdStore::compareSet(std::string_view key, std::string_view expecte
       if (!expected.empty()) return std::string(expected);  // missing: not created
       // Empty expected, and the key went between the two guards: create it.
     }
-    throw StoreError(fmt::format("etcd store: compareSet '{}': the key changed {} times in a row "
-                                 "between its guards; nothing was written",
-                                 shown(key), kMaxRaceRetries));
+    throw StoreError(
+        fmt::format("etcd store: compareSet {}: the key changed {} times in a row "
+                    "between its guards; nothing was written",
+                    common::shownKey(key), kMaxRaceRetries));
   });
 }
 
@@ -823,7 +829,7 @@ void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector
 }
 
 ListedKeys EtcdStore::listPrefix(std::string_view prefix, std::size_t maxKeys) {
-  const std::string what = fmt::format("listPrefix '{}'", shown(prefix));
+  const std::string what = fmt::format("listPrefix {}", common::shownKey(prefix));
   return guarded(what, [&] {
     ListedKeys listed;
     RangeRequest request{KeyRange::prefix(full(prefix))};
@@ -873,7 +879,7 @@ std::vector<std::string> EtcdStore::listKeys() {
 }
 
 std::int64_t EtcdStore::deletePrefix(std::string_view prefix) {
-  return guarded(fmt::format("deletePrefix '{}'", shown(prefix)), [&] {
+  return guarded(fmt::format("deletePrefix {}", common::shownKey(prefix)), [&] {
     return client_->deleteRange(DeleteRequest{KeyRange::prefix(full(prefix))}).deleted;
   });
 }
@@ -893,7 +899,8 @@ std::string EtcdStore::hold(std::string_view key, std::string_view value,
   // The notify pair is ignored: etcd only deletes a lapsed hold's key (kKeyDeletedOnly).
   std::lock_guard lock(holdMutex_);
   const std::string fullKey = full(key);
-  return guarded(fmt::format("hold '{}'", shown(key)), [&] { return holdLocked(fullKey, value, ttl); });
+  return guarded(fmt::format("hold {}", common::shownKey(key)),
+                 [&] { return holdLocked(fullKey, value, ttl); });
 }
 
 std::string EtcdStore::holdLocked(const std::string& key, std::string_view value,
@@ -930,10 +937,10 @@ std::string EtcdStore::holdLocked(const std::string& key, std::string_view value
       lease_ = 0;
       std::erase_if(held_, [](const auto& entry) { return entry.second.leased; });
       throw StoreConnectionError(fmt::format(
-          "etcd store: hold '{}': the lease {} expired before this renewal reached etcd (no "
+          "etcd store: hold {}: the lease {} expired before this renewal reached etcd (no "
           "renewal acknowledged within its {} s TTL): etcd has deleted this node's held keys, "
           "and the others count it as lost",
-          shown(std::string_view(key).substr(keyPrefix_.size())), expired,
+          common::shownKey(std::string_view(key).substr(keyPrefix_.size())), expired,
           leaseTtl_ ? leaseTtl_->count() : 0));
     }
     lastAcknowledgedRenewalSent_ = sent;
@@ -989,15 +996,17 @@ std::string EtcdStore::holdLocked(const std::string& key, std::string_view value
       std::erase_if(held_, [](const auto& entry) { return entry.second.leased; });
       if (heldKeys) {
         throw StoreConnectionError(fmt::format(
-            "etcd store: hold '{}': this store's lease expired (no renewal within its {} s TTL): "
+            "etcd store: hold {}: this store's lease expired (no renewal within its {} s TTL): "
             "etcd has deleted this node's held keys, and the others count it as lost",
-            shown(std::string_view(key).substr(keyPrefix_.size())), leaseTtl_ ? leaseTtl_->count() : 0));
+            common::shownKey(std::string_view(key).substr(keyPrefix_.size())),
+            leaseTtl_ ? leaseTtl_->count() : 0));
       }
       if (attempt > 0) throw;
     }
   }
-  throw StoreError(fmt::format("etcd store: hold '{}': the key kept changing between the hold's guards",
-                               shown(std::string_view(key).substr(keyPrefix_.size()))));
+  throw StoreError(
+      fmt::format("etcd store: hold {}: the key kept changing between the hold's guards",
+                  common::shownKey(std::string_view(key).substr(keyPrefix_.size()))));
 }
 
 bool EtcdStore::release(std::string_view key) {
@@ -1006,7 +1015,7 @@ bool EtcdStore::release(std::string_view key) {
   auto mine = held_.find(fullKey);
   const bool plain = mine != held_.end() && !mine->second.leased;
   if (!plain && lease_ == 0) return false;
-  return guarded(fmt::format("release '{}'", shown(key)), [&] {
+  return guarded(fmt::format("release {}", common::shownKey(key)), [&] {
     Txn txn;
     if (plain) {
       txn.when(Compare::value(fullKey, Compare::Result::kEqual, mine->second.value))
@@ -1039,7 +1048,7 @@ std::vector<std::string> EtcdStore::waitForAnyMissing(const std::vector<std::str
   };
   const bool found = follow(
       *client_, *keeper_, fullKeys, Clock::now() + timeout,
-      keys.size() == 1 ? fmt::format("waitForAnyMissing '{}'", shown(keys.front()))
+      keys.size() == 1 ? fmt::format("waitForAnyMissing {}", common::shownKey(keys.front()))
                        : fmt::format("waitForAnyMissing of {} keys", keys.size()),
       [&](const ReadKeys& read) {
         missing.clear();

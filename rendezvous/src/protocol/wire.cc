@@ -4,8 +4,6 @@
 #include <bit>
 #include <cstring>
 
-#include "ddprun/common/text.h"
-
 namespace ddprun::rendezvous {
 
 std::string_view dialectName(WireDialect dialect) {
@@ -131,15 +129,6 @@ std::uint64_t getU64(const unsigned char* p) {
   std::uint64_t v;
   std::memcpy(&v, p, sizeof v);
   return toLittleEndian(v);
-}
-
-std::string shownKey(std::string_view key) {
-  // Cut before escaping: the cut bounds the raw bytes a peer makes the log hold, and an escape is
-  // never split.
-  const bool cut = key.size() > kShownKeyBytes;
-  std::string shown = "'" + common::printablePrefix(key, kShownKeyBytes) + "'";
-  if (cut) shown += "... (" + std::to_string(key.size()) + " bytes)";
-  return shown;
 }
 
 }  // namespace protocol

@@ -102,11 +102,4 @@ void putBlob(std::string& out, std::string_view bytes);
 std::uint32_t getU32(const unsigned char* p);
 std::uint64_t getU64(const unsigned char* p);
 
-// A key as a message (a log line, an exception's what()) shows it: 'in quotes', its first
-// kShownKeyBytes bytes, control characters escaped (common::printable). Whoever reaches a store
-// without a token chooses the key names it holds, so a name must never end a log line and start
-// a forged one, nor reach a terminal as an escape sequence.
-inline constexpr std::size_t kShownKeyBytes = common::kShownBytes;
-std::string shownKey(std::string_view key);
-
 }  // namespace ddprun::rendezvous::protocol

@@ -1,12 +1,13 @@
 #include "server/session.h"
 
-#include <algorithm>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
+#include "ddprun/common/shown_key.h"
 #include "ddprun/rendezvous/store.h"
 
 namespace ddprun::rendezvous {

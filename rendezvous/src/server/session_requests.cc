@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ddprun/common/shown_key.h"
 #include "ddprun/rendezvous/store.h"
 #include "server/session.h"
 
@@ -22,7 +23,7 @@ bool Session::fitsStore(std::size_t upperBound, const Growth& exactGrowth, std::
   if (stored <= budget && growth <= budget - stored) return true;
   close(fmt::format("{} of key {} would take the stored data to {} bytes, over the {}-byte "
                     "budget (ddprun-rendezvous --max-stored-bytes sets it)",
-                    op, protocol::shownKey(key), stored + growth, budget),
+                    op, common::shownKey(key), stored + growth, budget),
         /*isError=*/true);
   return false;
 }
@@ -155,7 +156,7 @@ bool Session::handleAdd(const Request& request) {
   const auto value = kv.add(key, request.integer);
   if (!value) {
     close(fmt::format("ADD on key {} whose value is not an integer",
-                      protocol::shownKey(request.keys[0])),
+                      common::shownKey(request.keys[0])),
           /*isError=*/true);
     return false;
   }
@@ -172,7 +173,7 @@ bool Session::handleAppend(const Request& request) {
   const std::size_t total = (existing ? existing->size() : 0) + request.values[0].size();
   if (total > context_.options.limits.maxValueBytes) {
     close(fmt::format("APPEND to key {} would make a {}-byte value, over the {}-byte limit",
-                      protocol::shownKey(key), total, context_.options.limits.maxValueBytes),
+                      common::shownKey(key), total, context_.options.limits.maxValueBytes),
           /*isError=*/true);
     return false;
   }
@@ -230,7 +231,7 @@ bool Session::handleGet(const Request& request) {
   ValueRef value = context_.kv.share(request.keys[0]);
   if (value == nullptr && *decoder_.dialect() == WireDialect::kTorch113) {
     // torch 1.13's server drops the connection here; its clients always WAIT first.
-    close(fmt::format("GET of missing key {}", protocol::shownKey(request.keys[0])),
+    close(fmt::format("GET of missing key {}", common::shownKey(request.keys[0])),
           /*isError=*/false);
     return false;
   }
@@ -371,7 +372,7 @@ bool Session::handleBarrier(const Request& request) {
   const auto released = kv.barrier(this, ++nextWaitId_, key, request.integer);
   if (!released) {
     close(fmt::format("BARRIER on key {} whose value is not an integer",
-                      protocol::shownKey(request.keys[0])),
+                      common::shownKey(request.keys[0])),
           /*isError=*/true);
     return false;
   }

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+struct sockaddr;
+
 namespace ddprun::common {
 
 // The local address the kernel would use as the source of packets to host:port ("10.0.0.5", or an
@@ -17,5 +19,8 @@ std::optional<std::string> localAddressToward(const std::string& host, std::uint
 // Whether a server bound to `host` can be reached from this host alone: "localhost" or a loopback
 // literal (127.0.0.0/8, ::1). A name or a wildcard (0.0.0.0) counts as reachable from elsewhere.
 bool isLoopbackAddress(const std::string& host);
+
+// Whether a resolved address (AF_INET or AF_INET6) is a loopback address (127.0.0.0/8, ::1).
+bool isLoopbackAddress(const sockaddr& address);
 
 }  // namespace ddprun::common

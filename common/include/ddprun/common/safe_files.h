@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -136,8 +137,12 @@ FileOutcome<FileDescriptor> createNewFile(const std::string& path, mode_t mode =
 // (a FIFO is kNotRegular, not a wait for a reader).
 FileOutcome<FileDescriptor> openForAppend(const std::string& path, mode_t mode = 0600);
 
-// Writes all of `bytes` to `fd` (partial writes and EINTR retried). Nothing, or errno's FileError.
-std::optional<FileError> writeAll(int fd, std::string_view bytes);
+// Writes all of `bytes` to `fd` (partial writes and EINTR retried). A descriptor that is
+// non-blocking (one shared with a parent that made it so) is waited for with poll(), for at most
+// `stallLimit` without progress when one is given. Nothing, or errno's FileError (EAGAIN when the
+// stall limit passed).
+std::optional<FileError> writeAll(int fd, std::string_view bytes,
+                                  std::optional<std::chrono::milliseconds> stallLimit = {});
 
 // Replaces `path` with a file holding `content` (mode `mode`): written to a new file under an
 // unguessable name in the same directory (mkostemp: never one planted there), then renamed onto
