@@ -1,7 +1,7 @@
 // The stoppable thread every background loop of the launcher is written with
-// (core/worker_thread.h): stop() must wake a thread wherever it waits and join it, so that an
+// (core/stoppable_thread.h): stop() must wake a thread wherever it waits and join it, so that an
 // agent leaving never hangs on its own heartbeat or reporter.
-#include "core/worker_thread.h"
+#include "core/stoppable_thread.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -11,12 +11,12 @@
 namespace {
 
 using namespace std::chrono_literals;
-using ddprun::launcher::WorkerThread;
+using ddprun::launcher::StoppableThread;
 using Clock = std::chrono::steady_clock;
 
 TEST_CASE("a worker thread consumes what its owner queues and stops when asked",
-          "[worker_thread][unit]") {
-  WorkerThread thread;
+          "[stoppable_thread][unit]") {
+  StoppableThread thread;
   std::deque<int> queue;
   std::vector<int> seen;
   thread.start([&] {
@@ -41,8 +41,8 @@ TEST_CASE("a worker thread consumes what its owner queues and stops when asked",
   CHECK(seen == std::vector<int>{1, 2, 3});
 }
 
-TEST_CASE("stop() wakes a thread in a long sleep at once", "[worker_thread][unit]") {
-  WorkerThread thread;
+TEST_CASE("stop() wakes a thread in a long sleep at once", "[stoppable_thread][unit]") {
+  StoppableThread thread;
   bool sleptFully = true;
   thread.start([&] {
     auto lock = thread.lock();
@@ -55,8 +55,8 @@ TEST_CASE("stop() wakes a thread in a long sleep at once", "[worker_thread][unit
 }
 
 TEST_CASE("requestStop() ends a wait that never becomes ready, and waitFor times out without it",
-          "[worker_thread][unit]") {
-  WorkerThread thread;
+          "[stoppable_thread][unit]") {
+  StoppableThread thread;
   bool ready = true;
   thread.start([&] {
     auto lock = thread.lock();
@@ -70,14 +70,14 @@ TEST_CASE("requestStop() ends a wait that never becomes ready, and waitFor times
   CHECK_FALSE(ready);
   CHECK(thread.stopping());
 
-  WorkerThread idle;
+  StoppableThread idle;
   auto lock = idle.lock();
   CHECK_FALSE(idle.waitFor(lock, 1ms, [] { return false; }));
   CHECK(idle.sleepFor(lock, 1ms));
 }
 
-TEST_CASE("a worker thread never started stops, twice, without waiting", "[worker_thread][unit]") {
-  WorkerThread thread;
+TEST_CASE("a worker thread never started stops, twice, without waiting", "[stoppable_thread][unit]") {
+  StoppableThread thread;
   thread.stop();
   thread.stop();
   auto lock = thread.lock();

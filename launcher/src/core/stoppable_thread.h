@@ -18,13 +18,13 @@
 
 namespace ddprun::launcher {
 
-class WorkerThread {
+class StoppableThread {
  public:
-  WorkerThread() = default;
+  StoppableThread() = default;
   // Stops the thread (stop()).
-  ~WorkerThread();
-  WorkerThread(const WorkerThread&) = delete;
-  WorkerThread& operator=(const WorkerThread&) = delete;
+  ~StoppableThread();
+  StoppableThread(const StoppableThread&) = delete;
+  StoppableThread& operator=(const StoppableThread&) = delete;
 
   // Runs `body` on a new thread. Throws std::system_error when no thread can be made.
   void start(std::function<void()> body);
@@ -32,7 +32,7 @@ class WorkerThread {
   // then cancel a blocking call the thread is in (a store call) before it joins. Any thread.
   void requestStop();
   // requestStop(), then joins the thread. Idempotent; nothing to wait for when it was never
-  // started. A stopped WorkerThread is not started again.
+  // started. A stopped StoppableThread is not started again.
   void stop();
   // Whether a thread was started and not yet joined.
   bool running() const { return thread_.joinable(); }
