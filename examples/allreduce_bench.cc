@@ -25,11 +25,15 @@ std::size_t parseBytes(const std::string& text) {
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
   const std::string unit = end;
-  if (unit == "K" || unit == "k") value *= 1024;
-  else if (unit == "M" || unit == "m") value *= 1024 * 1024;
-  else if (unit == "G" || unit == "g") value *= 1024.0 * 1024 * 1024;
+  if (unit == "K" || unit == "k")
+    value *= 1024;
+  else if (unit == "M" || unit == "m")
+    value *= 1024 * 1024;
+  else if (unit == "G" || unit == "g")
+    value *= 1024.0 * 1024 * 1024;
   else if (!unit.empty()) {
-    std::fprintf(stderr, "allreduce_bench: '%s' is not a size (e.g. 1024, 64K, 256M)\n", text.c_str());
+    std::fprintf(stderr, "allreduce_bench: '%s' is not a size (e.g. 1024, 64K, 256M)\n",
+                 text.c_str());
     std::exit(2);
   }
   return static_cast<std::size_t>(value);
@@ -50,12 +54,17 @@ int main(int argc, char** argv) {
   bool onDevice = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--min-bytes" && i + 1 < argc) minBytes = parseBytes(argv[++i]);
-    else if (arg == "--max-bytes" && i + 1 < argc) maxBytes = parseBytes(argv[++i]);
-    else if (arg == "--csv") csv = true;
-    else if (arg == "--device") onDevice = true;
+    if (arg == "--min-bytes" && i + 1 < argc)
+      minBytes = parseBytes(argv[++i]);
+    else if (arg == "--max-bytes" && i + 1 < argc)
+      maxBytes = parseBytes(argv[++i]);
+    else if (arg == "--csv")
+      csv = true;
+    else if (arg == "--device")
+      onDevice = true;
     else {
-      std::fprintf(stderr, "usage: allreduce_bench [--min-bytes N] [--max-bytes N] [--csv] [--device]\n");
+      std::fprintf(stderr,
+                   "usage: allreduce_bench [--min-bytes N] [--max-bytes N] [--csv] [--device]\n");
       return 2;
     }
   }
@@ -103,7 +112,8 @@ int main(int argc, char** argv) {
       group->barrier();
       const auto start = std::chrono::steady_clock::now();
       for (int it = 0; it < iterations; ++it) group->allReduce(data, count, ReduceOp::kSum);
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       group->allReduce(&seconds, 1, ReduceOp::kMax);  // the slowest rank sets the pace
       const double perOp = seconds / iterations;
       const double algbw = static_cast<double>(bytes) / perOp / 1e9;
@@ -119,7 +129,8 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
       // Keep the values bounded (sums of ones grow by `world` each iteration).
-      if (!onDevice) std::fill(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count), 1.0f);
+      if (!onDevice)
+        std::fill(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(count), 1.0f);
     }
     group->shutdown();
   } catch (const ddprun::runtime::RuntimeError& error) {

@@ -48,7 +48,8 @@ struct Model {
   int features, hidden;
   std::vector<double> parameters;  // W1 (hidden x features), b1 (hidden), w2 (hidden), b2 (1)
 
-  Model(int f, int h) : features(f), hidden(h), parameters(static_cast<std::size_t>(h * f + 2 * h + 1)) {
+  Model(int f, int h)
+      : features(f), hidden(h), parameters(static_cast<std::size_t>(h * f + 2 * h + 1)) {
     for (std::size_t i = 0; i < parameters.size(); ++i) {
       parameters[i] = 0.3 * uniform(7, i);  // the same initial weights on every rank
     }
@@ -110,14 +111,22 @@ Config parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + arg).c_str());
       return argv[++i];
     };
-    if (arg == "--samples") config.samples = std::atoi(value().c_str());
-    else if (arg == "--features") config.features = std::atoi(value().c_str());
-    else if (arg == "--hidden") config.hidden = std::atoi(value().c_str());
-    else if (arg == "--steps") config.steps = std::atoi(value().c_str());
-    else if (arg == "--lr") config.learningRate = std::atof(value().c_str());
-    else if (arg == "--reference") config.reference = true;
-    else if (arg == "--out") config.out = value();
-    else usage(("unknown option " + arg).c_str());
+    if (arg == "--samples")
+      config.samples = std::atoi(value().c_str());
+    else if (arg == "--features")
+      config.features = std::atoi(value().c_str());
+    else if (arg == "--hidden")
+      config.hidden = std::atoi(value().c_str());
+    else if (arg == "--steps")
+      config.steps = std::atoi(value().c_str());
+    else if (arg == "--lr")
+      config.learningRate = std::atof(value().c_str());
+    else if (arg == "--reference")
+      config.reference = true;
+    else if (arg == "--out")
+      config.out = value();
+    else
+      usage(("unknown option " + arg).c_str());
   }
   if (config.samples < 1 || config.features < 1 || config.hidden < 1 || config.steps < 0) {
     usage("sizes must be positive");

@@ -1,13 +1,13 @@
 // ddprun: the per-node launcher. Runs a subcommand when the first argument names one; else parses
 // the command line (torchrun's), starts the guardian while the process is still single-threaded,
 // and runs the agent to the end of the job.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "cli/cli.h"
 #include "core/exit_codes.h"
@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     logger->set_level(spdlog::level::info);
   }
   spdlog::set_default_logger(logger);
-  for (const std::string& note : commandLine.notes) std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
+  for (const std::string& note : commandLine.notes)
+    std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
   for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
   // --hosts / --hostfile: this ddprun drives one agent per host over ssh (docs/ssh.md).
   if (commandLine.sshLaunch) return hosts::runSshDriver(*commandLine.sshLaunch);
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
   // Before any thread exists: the guardian is a fork of this process and runs ordinary code.
   // (spdlog's logger above starts no thread.)
   auto guardian = Guardian::start();
-  if (!guardian) spdlog::warn("could not start the guardian process; workers still die with the agent");
+  if (!guardian)
+    spdlog::warn("could not start the guardian process; workers still die with the agent");
   const int code = runAgent(commandLine.config, environment, guardian.get());
   guardian.reset();
   return code;

@@ -22,8 +22,8 @@ std::optional<std::string> findExecutable(std::string_view name, std::string_vie
   std::size_t start = 0;
   while (start <= searchPath.size()) {
     const std::size_t end = searchPath.find(':', start);
-    const std::string_view directory =
-        searchPath.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    const std::string_view directory = searchPath.substr(
+        start, end == std::string_view::npos ? std::string_view::npos : end - start);
     // An empty entry means the working directory, as for execvp (and the shell).
     std::string candidate = directory.empty() ? std::string(".") : std::string(directory);
     candidate += '/';

@@ -21,13 +21,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-FileError systemError(int error) { return FileError{FileProblem::kSystem, error, FileKind::kOther, 0}; }
+FileError systemError(int error) {
+  return FileError{FileProblem::kSystem, error, FileKind::kOther, 0};
+}
 
 FileError notRegular(mode_t mode) {
   return FileError{FileProblem::kNotRegular, 0, fileKind(mode), 0};
 }
 
-FileError otherOwner(uid_t owner) { return FileError{FileProblem::kOtherOwner, 0, FileKind::kOther, owner}; }
+FileError otherOwner(uid_t owner) {
+  return FileError{FileProblem::kOtherOwner, 0, FileKind::kOther, owner};
+}
 
 FileError symlinkError() { return FileError{FileProblem::kSymlink, ELOOP, FileKind::kSymlink, 0}; }
 
@@ -53,7 +57,8 @@ std::string groupName(gid_t gid) {
 
 std::string groupText(gid_t gid) {
   const std::string name = groupName(gid);
-  return name.empty() ? "group " + std::to_string(gid) : "group " + std::to_string(gid) + " (" + name + ")";
+  return name.empty() ? "group " + std::to_string(gid)
+                      : "group " + std::to_string(gid) + " (" + name + ")";
 }
 
 // Whether group `gid` is this user's own group and nobody else is listed in it (a user private
@@ -77,9 +82,11 @@ bool ownedByUsOrRoot(uid_t owner) { return owner == ::geteuid() || owner == 0; }
 
 // The exposures of one name, as lstat sees it (a link: its owner only; its target is looked at
 // on its own, through the resolved path).
-void exposuresOf(const std::string& path, const struct stat& info, std::vector<DirectoryExposure>& out) {
+void exposuresOf(const std::string& path, const struct stat& info,
+                 std::vector<DirectoryExposure>& out) {
   const auto add = [&](Exposure exposure) {
-    out.push_back(DirectoryExposure{path, exposure, info.st_uid, info.st_gid, info.st_mode & 07777});
+    out.push_back(
+        DirectoryExposure{path, exposure, info.st_uid, info.st_gid, info.st_mode & 07777});
   };
   if (!ownedByUsOrRoot(info.st_uid)) add(Exposure::kOwnedByOther);
   if (!S_ISDIR(info.st_mode) || (info.st_mode & S_ISVTX) != 0) return;
@@ -115,7 +122,8 @@ std::string userName(uid_t uid) {
 
 std::string userText(uid_t uid) {
   const std::string name = userName(uid);
-  return name == std::to_string(uid) ? "uid " + name : "uid " + std::to_string(uid) + " (" + name + ")";
+  return name == std::to_string(uid) ? "uid " + name
+                                     : "uid " + std::to_string(uid) + " (" + name + ")";
 }
 
 FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
@@ -144,25 +152,38 @@ FileKind fileKind(mode_t mode) {
 
 const char* fileKindName(FileKind kind) {
   switch (kind) {
-    case FileKind::kRegular: return "a regular file";
-    case FileKind::kDirectory: return "a directory";
-    case FileKind::kSymlink: return "a symbolic link";
-    case FileKind::kFifo: return "a FIFO";
-    case FileKind::kSocket: return "a socket";
-    case FileKind::kCharDevice: return "a character device";
-    case FileKind::kBlockDevice: return "a block device";
-    case FileKind::kOther: break;
+    case FileKind::kRegular:
+      return "a regular file";
+    case FileKind::kDirectory:
+      return "a directory";
+    case FileKind::kSymlink:
+      return "a symbolic link";
+    case FileKind::kFifo:
+      return "a FIFO";
+    case FileKind::kSocket:
+      return "a socket";
+    case FileKind::kCharDevice:
+      return "a character device";
+    case FileKind::kBlockDevice:
+      return "a block device";
+    case FileKind::kOther:
+      break;
   }
   return "not a regular file";
 }
 
 std::string FileError::describe() const {
   switch (problem) {
-    case FileProblem::kSystem: return std::strerror(error);
-    case FileProblem::kSymlink: return "is a symbolic link (not followed)";
-    case FileProblem::kNotRegular: return std::string("is ") + fileKindName(kind) + ", not a regular file";
-    case FileProblem::kOtherOwner: return "belongs to " + userText(owner);
-    case FileProblem::kHardLinked: return "has more than one hard link";
+    case FileProblem::kSystem:
+      return std::strerror(error);
+    case FileProblem::kSymlink:
+      return "is a symbolic link (not followed)";
+    case FileProblem::kNotRegular:
+      return std::string("is ") + fileKindName(kind) + ", not a regular file";
+    case FileProblem::kOtherOwner:
+      return "belongs to " + userText(owner);
+    case FileProblem::kHardLinked:
+      return "has more than one hard link";
   }
   return "cannot be used";
 }
@@ -234,10 +255,12 @@ FileOutcome<FileDescriptor> createNewFile(const std::string& path, mode_t mode) 
 FileOutcome<FileDescriptor> openForAppend(const std::string& path, mode_t mode) {
   // Twice at most: a file removed between the two opens is made anew.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const int made = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    const int made =
+        ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (made >= 0) return FileDescriptor(made);
     if (errno != EEXIST) return systemError(errno);
-    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    FileDescriptor fd(
+        ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     if (!fd) {
       if (errno == ENOENT) continue;
       // A FIFO without a reader is ENXIO under O_NONBLOCK (not a wait), a directory EISDIR.
@@ -327,7 +350,8 @@ FileOutcome<FileBytes> readOpened(OpenedFile file, std::size_t limit, std::size_
   FileBytes result;
   result.info = file.info;
   const int fd = file.fd.get();
-  if (offset > 0 && ::lseek(fd, static_cast<off_t>(std::min<std::size_t>(offset, LLONG_MAX)), SEEK_SET) < 0) {
+  if (offset > 0 &&
+      ::lseek(fd, static_cast<off_t>(std::min<std::size_t>(offset, LLONG_MAX)), SEEK_SET) < 0) {
     return systemError(errno);
   }
   // What the size promises (none for /proc and /sys files), never more than the limit: a huge
@@ -376,8 +400,8 @@ std::string DirectoryExposure::describe() const {
     case Exposure::kWorldWritable:
       return path + " is writable by every user (mode " + mode_text + ", no sticky bit)";
     case Exposure::kGroupWritable:
-      return path + " is writable by " + groupText(group) + " (mode " +
-             mode_text + ", no sticky bit)";
+      return path + " is writable by " + groupText(group) + " (mode " + mode_text +
+             ", no sticky bit)";
   }
   return path;
 }

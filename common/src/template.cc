@@ -8,7 +8,9 @@ namespace {
 
 // Python's default idpattern with re.ASCII | re.IGNORECASE; isalpha/isalnum in the "C" locale,
 // so a non-ASCII byte never starts or continues a name.
-bool identifierStart(char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0; }
+bool identifierStart(char c) {
+  return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0;
+}
 bool identifierChar(char c) { return c == '_' || std::isalnum(static_cast<unsigned char>(c)) != 0; }
 
 bool isIdentifier(std::string_view name) {
@@ -18,7 +20,8 @@ bool isIdentifier(std::string_view name) {
 
 }  // namespace
 
-std::string safeSubstitute(std::string_view text, const std::map<std::string, std::string>& values) {
+std::string safeSubstitute(std::string_view text,
+                           const std::map<std::string, std::string>& values) {
   std::string out;
   out.reserve(text.size());
   std::size_t i = 0;

@@ -11,17 +11,22 @@ namespace {
 std::size_t sequenceLength(std::string_view text, std::size_t i) {
   const auto lead = static_cast<unsigned char>(text[i]);
   std::size_t length = 0;
-  if (lead < 0x80) length = 1;
-  else if (lead >= 0xC2 && lead <= 0xDF) length = 2;
-  else if (lead >= 0xE0 && lead <= 0xEF) length = 3;
-  else if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+  if (lead < 0x80)
+    length = 1;
+  else if (lead >= 0xC2 && lead <= 0xDF)
+    length = 2;
+  else if (lead >= 0xE0 && lead <= 0xEF)
+    length = 3;
+  else if (lead >= 0xF0 && lead <= 0xF4)
+    length = 4;
   bool ok = length != 0 && i + length <= text.size();
   for (std::size_t k = 1; ok && k < length; ++k) {
     ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
   }
   if (ok && length == 3) {
     const auto second = static_cast<unsigned char>(text[i + 1]);
-    ok = !(lead == 0xE0 && second < 0xA0) && !(lead == 0xED && second >= 0xA0);  // overlong, surrogates
+    ok = !(lead == 0xE0 && second < 0xA0) &&
+         !(lead == 0xED && second >= 0xA0);  // overlong, surrogates
   } else if (ok && length == 4) {
     const auto second = static_cast<unsigned char>(text[i + 1]);
     ok = !(lead == 0xF0 && second < 0x90) && !(lead == 0xF4 && second >= 0x90);

@@ -209,9 +209,9 @@ std::string HashStore::hold(std::string_view key, std::string_view value,
   shared_->expire();
   // A store that only deletes a lapsed hold's key is one whose holds carry no notice.
   const bool notifies = shared_->lapse == HoldLapse::kStoreNotifies;
-  std::string held = shared_->state.hold(holder_.get(), key, value, ttl,
-                                         notifies ? notifyKey : std::string_view(),
-                                         notifies ? notifyValue : std::string_view(), shared_->now());
+  std::string held =
+      shared_->state.hold(holder_.get(), key, value, ttl, notifies ? notifyKey : std::string_view(),
+                          notifies ? notifyValue : std::string_view(), shared_->now());
   shared_->changed.notify_all();
   return held;
 }

@@ -61,7 +61,8 @@ KvState::PrefixListing KvState::listPrefix(std::string_view prefix, std::size_t 
   PrefixListing listing;
   std::size_t bytes = 0;
   for (auto it = index_.lower_bound(prefix); it != index_.end() && it->starts_with(prefix); ++it) {
-    if (listing.keys.size() >= maxKeys || (!listing.keys.empty() && bytes + it->size() > maxBytes)) {
+    if (listing.keys.size() >= maxKeys ||
+        (!listing.keys.empty() && bytes + it->size() > maxBytes)) {
       listing.more = true;
       break;
     }
@@ -139,9 +140,8 @@ void KvState::store(std::string_view key, std::string value) {
   if (it == map_.end()) {
     grow(key.size() + value.size() + kEntryOverhead);
     keyBytes_ += key.size();
-    it = map_.emplace(std::string(key),
-                      Entry{std::make_shared<ValueBuffer>(std::move(value)), nextOrder_++, nullptr,
-                            newest_})
+    it = map_.emplace(std::string(key), Entry{std::make_shared<ValueBuffer>(std::move(value)),
+                                              nextOrder_++, nullptr, newest_})
              .first;
     keyCount_.fetch_add(1, std::memory_order_relaxed);
     Slot* slot = &*it;
@@ -286,7 +286,8 @@ const std::string* KvState::heldValue(std::string_view key) const {
   return it == holds_.end() ? nullptr : &it->second.value;
 }
 
-bool KvState::wait(KvObserver* observer, std::uint64_t waitId, const std::vector<std::string>& keys) {
+bool KvState::wait(KvObserver* observer, std::uint64_t waitId,
+                   const std::vector<std::string>& keys) {
   PendingWait pending{0, {}};
   for (const std::string& key : keys) {
     if (!present(key)) {
@@ -342,7 +343,8 @@ std::optional<bool> KvState::barrier(KvObserver* observer, std::uint64_t waitId,
     return true;
   }
   auto it = barriers_.find(key);
-  if (it == barriers_.end()) it = barriers_.emplace(std::string(key), std::vector<BarrierRef>()).first;
+  if (it == barriers_.end())
+    it = barriers_.emplace(std::string(key), std::vector<BarrierRef>()).first;
   it->second.push_back({observer, waitId, worldSize});
   observers_[observer].barrierKeys.emplace_back(key);
   grow(registrationBytes(key));
@@ -392,9 +394,9 @@ std::size_t KvState::cancelWaits(KvObserver* observer) {
   for (const std::string& key : state->second.barrierKeys) {
     auto it = barriers_.find(key);
     if (it != barriers_.end()) {
-      cancelled += static_cast<std::size_t>(std::count_if(
-          it->second.begin(), it->second.end(),
-          [observer](const BarrierRef& ref) { return ref.observer == observer; }));
+      cancelled += static_cast<std::size_t>(
+          std::count_if(it->second.begin(), it->second.end(),
+                        [observer](const BarrierRef& ref) { return ref.observer == observer; }));
     }
     dropRefs(barriers_, key);
     shrink(registrationBytes(key));
@@ -419,7 +421,8 @@ void KvState::dropIfIdle(std::unordered_map<const KvObserver*, ObserverState>::i
 
 void KvState::watch(KvObserver* observer, std::string_view key) {
   auto it = watchers_.find(key);
-  if (it == watchers_.end()) it = watchers_.emplace(std::string(key), std::vector<KvObserver*>()).first;
+  if (it == watchers_.end())
+    it = watchers_.emplace(std::string(key), std::vector<KvObserver*>()).first;
   it->second.push_back(observer);
   observers_[observer].watchedKeys.emplace_back(key);
   grow(registrationBytes(key));

@@ -89,7 +89,9 @@ class KvState {
   // the key twice (the waiters' map and the observer's list) and the bookkeeping. Counted in
   // storedBytes() while registered, so a client that parks waits on huge key lists cannot grow
   // the server past its budget either.
-  static std::size_t registrationBytes(std::string_view key) { return 2 * key.size() + kEntryOverhead; }
+  static std::size_t registrationBytes(std::string_view key) {
+    return 2 * key.size() + kEntryOverhead;
+  }
 
   KvState();
   ~KvState();
@@ -117,7 +119,8 @@ class KvState {
     std::vector<std::string> keys;
     bool more = false;
   };
-  PrefixListing listPrefix(std::string_view prefix, std::size_t maxKeys, std::size_t maxBytes) const;
+  PrefixListing listPrefix(std::string_view prefix, std::size_t maxKeys,
+                           std::size_t maxBytes) const;
 
   // --- what the data costs ---
   // Bytes held for the data: every key and value, every queue's name and items, every hold and
@@ -281,11 +284,12 @@ class KvState {
   Slot* oldest_ = nullptr;
   Slot* newest_ = nullptr;
   std::uint64_t nextOrder_ = 0;
-  std::size_t keyBytes_ = 0;              // the names of map_'s keys, for KeyListing
-  std::vector<KeyListing*> listings_;     // in progress
+  std::size_t keyBytes_ = 0;           // the names of map_'s keys, for KeyListing
+  std::vector<KeyListing*> listings_;  // in progress
   std::atomic<std::size_t> storedBytes_{0};
   // Shared with the detached buffers, which may outlive the state (a reply's last reference).
-  std::shared_ptr<std::atomic<std::size_t>> detached_ = std::make_shared<std::atomic<std::size_t>>(0);
+  std::shared_ptr<std::atomic<std::size_t>> detached_ =
+      std::make_shared<std::atomic<std::size_t>>(0);
   std::atomic<std::size_t> keyCount_{0};  // map_.size(), for keyCount()
   Map<std::deque<std::string>> queues_;
   Map<std::vector<WaitRef>> waiters_;
@@ -330,10 +334,10 @@ class KeyListing {
   std::size_t size_;
   std::size_t remainingCount_;
   std::size_t remainingKeyBytes_;
-  std::uint64_t lastOrder_ = 0;             // the newest entry of the snapshot's moment
-  const KvState::Slot* cursor_ = nullptr;   // the next entry to yield; nullptr when walked
-  std::vector<std::string> erasedNames_;    // snapshot keys erased before their turn
-  std::string current_;                     // the erased name last yielded
+  std::uint64_t lastOrder_ = 0;            // the newest entry of the snapshot's moment
+  const KvState::Slot* cursor_ = nullptr;  // the next entry to yield; nullptr when walked
+  std::vector<std::string> erasedNames_;   // snapshot keys erased before their turn
+  std::string current_;                    // the erased name last yielded
 };
 
 // Parses a stored counter the way torch's std::stoll does: leading whitespace and a sign allowed,

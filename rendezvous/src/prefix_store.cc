@@ -25,14 +25,20 @@ std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys)
   return out;
 }
 
-void PrefixStore::set(std::string_view key, std::string_view value) { base_->set(full(key), value); }
+void PrefixStore::set(std::string_view key, std::string_view value) {
+  base_->set(full(key), value);
+}
 std::string PrefixStore::get(std::string_view key) { return base_->get(full(key)); }
-std::optional<std::string> PrefixStore::tryGet(std::string_view key) { return base_->tryGet(full(key)); }
+std::optional<std::string> PrefixStore::tryGet(std::string_view key) {
+  return base_->tryGet(full(key));
+}
 std::int64_t PrefixStore::add(std::string_view key, std::int64_t delta) {
   return base_->add(full(key), delta);
 }
 std::int64_t PrefixStore::takeTicket(std::string_view key) { return base_->takeTicket(full(key)); }
-std::int64_t PrefixStore::ticketCount(std::string_view key) { return base_->ticketCount(full(key)); }
+std::int64_t PrefixStore::ticketCount(std::string_view key) {
+  return base_->ticketCount(full(key));
+}
 std::string PrefixStore::compareSet(std::string_view key, std::string_view expected,
                                     std::string_view desired) {
   return base_->compareSet(full(key), expected, desired);

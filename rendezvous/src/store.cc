@@ -2,10 +2,10 @@
 // (and wire dialects) that have no native form of them.
 #include "ddprun/rendezvous/store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/holding_store.h"
 
@@ -64,7 +64,8 @@ ListedKeys Store::listPrefix(std::string_view prefix, std::size_t maxKeys) {
   const std::size_t limit = std::min(maxKeys, kMaxListedKeys);
   std::size_t bytes = 0;
   for (std::string& key : all) {
-    if (listed.keys.size() == limit || (!listed.keys.empty() && bytes + key.size() > kMaxListedBytes)) {
+    if (listed.keys.size() == limit ||
+        (!listed.keys.empty() && bytes + key.size() > kMaxListedBytes)) {
       listed.more = true;
       break;
     }
@@ -105,7 +106,8 @@ std::vector<std::string> HoldingStore::waitForAnyMissing(const std::vector<std::
     // Every key there (or the missing one came back between the two checks): look again later.
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return {};
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kPoll, deadline - now));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(kPoll, deadline - now));
   }
 }
 

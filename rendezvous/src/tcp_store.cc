@@ -295,7 +295,7 @@ void TcpStore::connect(std::string_view context) {
   std::string lastError;
   int lastSystemError = 0;
   bool lastUnresolved = false;  // the last attempt failed to resolve the host name
-  int closedAtOnce = 0;  // handshakes the peer closed without a byte
+  int closedAtOnce = 0;         // handshakes the peer closed without a byte
   int attempts = 0;
   const Opening opening = options_.tls      ? Opening::kTls
                           : options_.secret ? Opening::kTokenHello
@@ -374,9 +374,9 @@ void TcpStore::connect(std::string_view context) {
       lastSystemError == ECONNREFUSED
           ? "; is ddprun-rendezvous (or the job's rank-0 ddprun agent) running there?"
           : "";
-  const std::string message = fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}",
-                                          where(), context, waited.count(), attempts, lastError,
-                                          hint);
+  const std::string message =
+      fmt::format("{}: {}cannot connect after {} ms and {} attempts: {}{}", where(), context,
+                  waited.count(), attempts, lastError, hint);
   if (lastUnresolved) throw StoreUnresolvedError(message);
   throw StoreConnectionError(message);
 }
@@ -445,9 +445,7 @@ void TcpStore::finishWait(const std::vector<std::string>& keys, Clock::time_poin
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  call("wait", keys, [&](ClientSocket&) {
-    finishWait(keys, Clock::now() + timeout, timeout);
-  });
+  call("wait", keys, [&](ClientSocket&) { finishWait(keys, Clock::now() + timeout, timeout); });
 }
 
 std::string TcpStore::get(std::string_view key) {
@@ -580,7 +578,8 @@ std::vector<std::string> TcpStore::multiGet(const std::vector<std::string>& keys
   });
 }
 
-void TcpStore::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+void TcpStore::multiSet(const std::vector<std::string>& keys,
+                        const std::vector<std::string>& values) {
   if (options_.dialect == WireDialect::kTorch113 || keys.size() != values.size()) {
     Store::multiSet(keys, values);  // also reports the size mismatch
     return;
@@ -620,7 +619,8 @@ std::vector<std::string> TcpStore::listKeys() {
     for (std::int64_t i = 0; i < count; ++i) {
       std::string key = socket.readBlob(options_.maxReplyValueBytes, deadline);
       // Like torch's client: keys of other namespaces (e.g. "init/") are not shown.
-      if (key.starts_with(options_.keyPrefix)) keys.push_back(key.substr(options_.keyPrefix.size()));
+      if (key.starts_with(options_.keyPrefix))
+        keys.push_back(key.substr(options_.keyPrefix.size()));
     }
     return keys;
   });

@@ -12,11 +12,10 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <string>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
 
 #include "ddprun/rendezvous/health_server.h"
 #include "ddprun/rendezvous/server.h"

@@ -5,15 +5,15 @@
 // closing every connection. Bad arguments and addresses it cannot listen on exit 2 with one line.
 // With --health-port it also serves GET /healthz (daemon_health.h) and prints a second line
 // "health on HOST:PORT".
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/program_options.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
-
-#include <boost/program_options.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "daemon_health.h"
 #include "ddprun/common/descriptor_limit.h"
@@ -24,10 +24,10 @@
 namespace po = boost::program_options;
 using ddprun::rendezvous::DaemonHealth;
 using ddprun::rendezvous::HealthServerError;
-using ddprun::rendezvous::RendezvousServer;
-using ddprun::rendezvous::ServerError;
 using ddprun::rendezvous::kDaemonSecurityOptions;
 using ddprun::rendezvous::openStoreWarning;
+using ddprun::rendezvous::RendezvousServer;
+using ddprun::rendezvous::ServerError;
 using ddprun::rendezvous::ServerLimits;
 using ddprun::rendezvous::serverLimitsProblem;
 using ddprun::rendezvous::ServerOptions;
@@ -145,10 +145,13 @@ Parsed parse(int argc, char** argv) {
     const po::parsed_options given = po::command_line_parser(argc, argv).options(options).run();
     // Positional words are no option of ours; Program_options would drop them silently (a
     // `ddprun-rendezvous 29401` would listen on the default port instead).
-    for (const std::string& word : po::collect_unrecognized(given.options, po::include_positional)) {
-      const bool number = !word.empty() && word.find_first_not_of("0123456789") == std::string::npos;
-      throw UsageError(number ? fmt::format("unexpected argument '{}'; give the port as --port {}", word, word)
-                              : fmt::format("unexpected argument '{}'", word));
+    for (const std::string& word :
+         po::collect_unrecognized(given.options, po::include_positional)) {
+      const bool number =
+          !word.empty() && word.find_first_not_of("0123456789") == std::string::npos;
+      throw UsageError(
+          number ? fmt::format("unexpected argument '{}'; give the port as --port {}", word, word)
+                 : fmt::format("unexpected argument '{}'", word));
     }
     po::store(given, values);
     po::notify(values);
@@ -202,8 +205,8 @@ Parsed parse(int argc, char** argv) {
   o.tls = parsed.security.tls;
   parsed.logLevel = spdlog::level::from_str(logLevel);
   if (parsed.logLevel == spdlog::level::off && logLevel != "off") {
-    throw UsageError(fmt::format("--log-level '{}' is not one of trace, debug, info, warn, error, off",
-                                 logLevel));
+    throw UsageError(fmt::format(
+        "--log-level '{}' is not one of trace, debug, info, warn, error, off", logLevel));
   }
   return parsed;
 }
@@ -245,8 +248,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     spdlog::info("listening on {} (max {} connections{})", server.address(),
                  parsed.server.maxConnections, storeSecurityNote(parsed.security));
-    if (auto warning = openStoreWarning("the rendezvous store", parsed.server.host, server.address(),
-                                        parsed.security, kDaemonSecurityOptions)) {
+    if (auto warning =
+            openStoreWarning("the rendezvous store", parsed.server.host, server.address(),
+                             parsed.security, kDaemonSecurityOptions)) {
       spdlog::warn("{}", *warning);
     }
     // After the store's line, which callers read the port from.

@@ -1,9 +1,9 @@
 // ddprun-delay-forwarder: a network link with a one-way delay, in user space, for this kernel has
-// no netem (no tc qdisc can add one). It joins two network namespaces ("hosts") with a point-to-point
-// IP link made of two TUN devices, one in each, and moves every IP packet from one to the other
-// DELAY_US microseconds after the kernel handed it over: a timestamp per packet, a FIFO per
-// direction (nothing is reordered, every packet waits the same delay), one thread, epoll, and a
-// timerfd armed for the next packet due (timer slack 1 ns, so that the delay is the delay).
+// no netem (no tc qdisc can add one). It joins two network namespaces ("hosts") with a
+// point-to-point IP link made of two TUN devices, one in each, and moves every IP packet from one
+// to the other DELAY_US microseconds after the kernel handed it over: a timestamp per packet, a
+// FIFO per direction (nothing is reordered, every packet waits the same delay), one thread, epoll,
+// and a timerfd armed for the next packet due (timer slack 1 ns, so that the delay is the delay).
 //
 // It is a packet-level link, not a TCP-level proxy: every packet waits, the TCP handshake's SYN and
 // SYN-ACK, data and ACKs alike, so connect() takes a round trip, a delayed ACK or Nagle's algorithm
@@ -75,8 +75,10 @@ int openTun(const char* name) {
   if (!isName) errno = EINVAL;
   const int ns = isName ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC) : -1;
   if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-    std::fprintf(stderr, "ddprun-delay-forwarder: cannot enter network namespace %s: %s (name one "
-                 "that `ip netns list` shows, as root)\n", name, std::strerror(errno));
+    std::fprintf(stderr,
+                 "ddprun-delay-forwarder: cannot enter network namespace %s: %s (name one "
+                 "that `ip netns list` shows, as root)\n",
+                 name, std::strerror(errno));
     if (ns >= 0) ::close(ns);
     return -1;
   }
@@ -108,7 +110,8 @@ void readPackets(Direction& direction, Nanos delay) {
     const ssize_t bytes = ::read(direction.from, buffer, sizeof buffer);
     if (bytes <= 0) return;  // EAGAIN: all read
     if (direction.queued + static_cast<std::size_t>(bytes) > kMaxQueued) continue;  // dropped
-    direction.queue.push_back(Packet{now() + delay, std::string(buffer, static_cast<std::size_t>(bytes))});
+    direction.queue.push_back(
+        Packet{now() + delay, std::string(buffer, static_cast<std::size_t>(bytes))});
     direction.queued += static_cast<std::size_t>(bytes);
   }
 }

@@ -67,7 +67,8 @@ void FloorProxy::run() {
       const ssize_t got = ::read(fd, buffer, sizeof buffer);
       if (got < 0 && errno == EAGAIN) continue;
       // Blocking writes: store messages are small, the peer's buffer takes them whole.
-      if (got <= 0 || ::send(found->second, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) {
+      if (got <= 0 ||
+          ::send(found->second, buffer, static_cast<std::size_t>(got), MSG_NOSIGNAL) != got) {
         close(fd);
       }
     }

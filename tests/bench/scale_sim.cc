@@ -19,6 +19,13 @@
 // processes' own CPU seconds in each phase. Output: one JSON line on stdout.
 //
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -30,19 +37,11 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <pthread.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "core/file_text.h"
 #include "core/proc_stat.h"
@@ -196,7 +195,8 @@ double cpuSeconds(pid_t pid) {
   if (pid <= 0) return 0;
   const auto stat = readProcStat(pid);
   if (!stat) return 0;
-  return static_cast<double>(stat->userTicks + stat->systemTicks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(stat->userTicks + stat->systemTicks) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // The store process's peak resident set in MiB (VmHWM; 0 without a pid).
@@ -372,7 +372,8 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
   // core, and a heartbeat thread that was not scheduled is the simulator's delay, not the store's
   // (4,096 agents lost their own holds that way).
   config.settings.keepAliveMaxAttempts = 30;
-  if (options.keepAliveMs > 0) config.settings.keepAliveInterval = std::chrono::milliseconds(options.keepAliveMs);
+  if (options.keepAliveMs > 0)
+    config.settings.keepAliveInterval = std::chrono::milliseconds(options.keepAliveMs);
   if (config.backend == RdzvBackend::kEtcd) {
     ddprun::rendezvous::etcd::EtcdEndpoint member;
     member.host = config.host;
@@ -405,7 +406,8 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
       if (ok && !shared.failed) {
         try {
           round = membership.join(-1);
-          if (round->hostsWorkerStore) membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
+          if (round->hostsWorkerStore)
+            membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
         } catch (const std::exception& error) {
           fail(shared, fmt::format("agent {} join: {}", i, error.what()));
           membership.cancel();
@@ -420,12 +422,14 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
             startPhase(shared);
             unlockShared(shared);
             membership.announce(round->number,
-                                StopReason::nodeLeft(membership.self().id, round->groupRank, self.hostname, SIGTERM));
+                                StopReason::nodeLeft(membership.self().id, round->groupRank,
+                                                     self.hostname, SIGTERM));
             membership.close(false);
           } else {
             membership.waitForStop(round->number);
             const Round next = membership.join(round->number + 1);
-            if (next.hostsWorkerStore) membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
+            if (next.hostsWorkerStore)
+              membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
           }
         } catch (const std::exception& error) {
           fail(shared, fmt::format("agent {} re-form: {}", i, error.what()));
@@ -459,7 +463,8 @@ nlohmann::json gaveUp(Shared& shared, const SimOptions& options, const std::stri
   // What had failed by then is often why the rest waited.
   if (shared.failures > 0) {
     line["failed_agents"] = shared.failures;
-    first += fmt::format("; {} agent(s) had failed first: {}", shared.failures, shared.firstFailure);
+    first +=
+        fmt::format("; {} agent(s) had failed first: {}", shared.failures, shared.firstFailure);
   }
   line["first_failure"] = first;
   unlockShared(shared);
@@ -475,28 +480,40 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) return usage(fmt::format("{} needs a value", flag));
     const std::string value = argv[++i];
-    if (flag == "--backend") options.backendName = value;
-    else if (flag == "--endpoint") options.endpoint = value;
-    else if (flag == "--nodes") options.nodes = std::atoi(value.c_str());
-    else if (flag == "--procs") options.procs = std::atoi(value.c_str());
-    else if (flag == "--run-id") options.runId = value;
-    else if (flag == "--store-pid") storePid = static_cast<pid_t>(std::atoi(value.c_str()));
-    else if (flag == "--timeout-s") options.timeoutSeconds = std::atoi(value.c_str());
-    else if (flag == "--keep-alive-ms") options.keepAliveMs = std::atoi(value.c_str());
-    else return usage(fmt::format("unknown option {}", flag));
+    if (flag == "--backend")
+      options.backendName = value;
+    else if (flag == "--endpoint")
+      options.endpoint = value;
+    else if (flag == "--nodes")
+      options.nodes = std::atoi(value.c_str());
+    else if (flag == "--procs")
+      options.procs = std::atoi(value.c_str());
+    else if (flag == "--run-id")
+      options.runId = value;
+    else if (flag == "--store-pid")
+      storePid = static_cast<pid_t>(std::atoi(value.c_str()));
+    else if (flag == "--timeout-s")
+      options.timeoutSeconds = std::atoi(value.c_str());
+    else if (flag == "--keep-alive-ms")
+      options.keepAliveMs = std::atoi(value.c_str());
+    else
+      return usage(fmt::format("unknown option {}", flag));
   }
   if (options.nodes < 2 || options.endpoint.rfind(':') == std::string::npos) {
     return usage("give --endpoint HOST:PORT and --nodes 2 or more");
   }
-  if (options.backendName != "c10d" && options.backendName != "etcd") return usage("--backend is c10d or etcd");
+  if (options.backendName != "c10d" && options.backendName != "etcd")
+    return usage("--backend is c10d or etcd");
   if (options.keepAliveMs < 0) return usage("--keep-alive-ms is 0 (the default interval) or more");
   if (options.procs < 1 || options.procs > kMaxProcs || options.procs > options.nodes) {
     return usage(fmt::format("--procs is 1 to {} and at most --nodes", kMaxProcs));
   }
-  spdlog::set_level(spdlog::level::err);  // the waiting lines of thousands of agents are not the point
+  spdlog::set_level(
+      spdlog::level::err);  // the waiting lines of thousands of agents are not the point
 
   // Before any thread: the processes are forked from here.
-  void* memory = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* memory =
+      ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) return usage("cannot map shared memory for the simulator's processes");
   Shared& shared = *new (memory) Shared();
   shared.procs = options.procs;
@@ -546,9 +563,11 @@ int main(int argc, char** argv) {
     if (ended > 0) {
       --running;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        gaveUpWhy = WIFSIGNALED(status)
-                        ? fmt::format("a simulator process (pid {}) died of signal {}", ended, WTERMSIG(status))
-                        : fmt::format("a simulator process (pid {}) exited {}", ended, WEXITSTATUS(status));
+        gaveUpWhy =
+            WIFSIGNALED(status)
+                ? fmt::format("a simulator process (pid {}) died of signal {}", ended,
+                              WTERMSIG(status))
+                : fmt::format("a simulator process (pid {}) exited {}", ended, WEXITSTATUS(status));
       }
       continue;
     }

@@ -89,7 +89,8 @@ int main(int argc, char** argv) {
   int failed = 0;
   for (const pid_t pid : children) {
     int status = 0;
-    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++failed;
   }
   return failed == 0 ? 0 : 1;
 }

@@ -14,37 +14,36 @@
 // (with --relay-token-file, and this program run with LD_PRELOAD=libddprun-relay-handoff.so): the
 // relay hands each client a proven connection to the store, as the agent does for Python workers.
 //
-// Prints one JSON object per run on stdout. scripts/bench.sh drives it (tests/bench/bench_store.py).
-#include <pthread.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
+// Prints one JSON object per run on stdout. scripts/bench.sh drives it
+// (tests/bench/bench_store.py).
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
+#include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <thread>
 #include <vector>
 
-#include <fcntl.h>
-#include <netinet/tcp.h>
-#include <sys/epoll.h>
-
-#include <boost/program_options.hpp>
-#include <fmt/format.h>
-
+#include "auth/handshake.h"
 #include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
-#include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/tcp_store.h"
-#include "auth/handshake.h"
+#include "ddprun/rendezvous/tls.h"
 #include "floor_proxy.h"
 #include "floor_store.h"
 #include "protocol/wire.h"
@@ -64,7 +63,7 @@ struct Config {
   int clients = 16;
   int rounds = 1000;
   int idle = 2000;
-  std::optional<JobSecret> secret;  // --token-file
+  std::optional<JobSecret> secret;       // --token-file
   std::shared_ptr<const TlsConfig> tls;  // --tls-cert
 };
 
@@ -93,13 +92,14 @@ void runThreads(int count, const std::function<void(int)>& body) {
   pthread_attr_setstacksize(&attributes, 256 * 1024);
   for (int i = 0; i < count; ++i) {
     starts[i] = {&body, i};
-    if (pthread_create(&threads[i], &attributes,
-                       [](void* arg) -> void* {
-                         auto* start = static_cast<Start*>(arg);
-                         (*start->body)(start->index);
-                         return nullptr;
-                       },
-                       &starts[i]) != 0) {
+    if (pthread_create(
+            &threads[i], &attributes,
+            [](void* arg) -> void* {
+              auto* start = static_cast<Start*>(arg);
+              (*start->body)(start->index);
+              return nullptr;
+            },
+            &starts[i]) != 0) {
       throw std::runtime_error("pthread_create failed");
     }
   }
@@ -110,7 +110,8 @@ void runThreads(int count, const std::function<void(int)>& body) {
 double percentile(std::vector<double>& values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<std::size_t>(p * static_cast<double>(values.size())))];
+  return values[std::min(values.size() - 1,
+                         static_cast<std::size_t>(p * static_cast<double>(values.size())))];
 }
 
 void benchOps(const Config& config) {
@@ -120,7 +121,8 @@ void benchOps(const Config& config) {
   Clock::time_point started;
   runThreads(config.clients + 1, [&](int index) {
     if (index == config.clients) {  // the starter: everyone connected, then go
-      while (ready.load() < config.clients) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      while (ready.load() < config.clients)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       started = Clock::now();
       go.store(true);
       return;
@@ -148,10 +150,10 @@ void benchOps(const Config& config) {
   std::vector<double> all;
   for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   const double ops = static_cast<double>(all.size());
-  std::printf("{\"mode\":\"ops\",\"clients\":%d,\"ops\":%.0f,\"seconds\":%.4f,\"ops_per_s\":%.0f,"
-              "\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-              config.clients, ops, seconds, ops / seconds, percentile(all, 0.5),
-              percentile(all, 0.99));
+  std::printf(
+      "{\"mode\":\"ops\",\"clients\":%d,\"ops\":%.0f,\"seconds\":%.4f,\"ops_per_s\":%.0f,"
+      "\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+      config.clients, ops, seconds, ops / seconds, percentile(all, 0.5), percentile(all, 0.99));
 }
 
 // The event-driven engine: one thread drives every connection with non-blocking sockets, the
@@ -248,7 +250,8 @@ void benchOpsEvented(const Config& config) {
       if (got <= 0) throw std::runtime_error("connection lost");
       c.have += static_cast<std::size_t>(got);
       if (c.have < c.expect) continue;
-      latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - c.sentAt).count());
+      latencies.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - c.sentAt).count());
       c.step = (c.step + 1) % 3;
       if (c.step == 0 && ++c.round == config.rounds) {
         ++finished;
@@ -261,10 +264,11 @@ void benchOpsEvented(const Config& config) {
   const double ops = 3.0 * config.clients * config.rounds;
   for (auto& c : connections) ::close(c.fd);
   ::close(epoll);
-  std::printf("{\"mode\":\"ops\",\"engine\":\"evented\",\"clients\":%d,\"ops\":%.0f,\"seconds\":%.4f,"
-              "\"ops_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-              config.clients, ops, seconds, ops / seconds, percentile(latencies, 0.5),
-              percentile(latencies, 0.99));
+  std::printf(
+      "{\"mode\":\"ops\",\"engine\":\"evented\",\"clients\":%d,\"ops\":%.0f,\"seconds\":%.4f,"
+      "\"ops_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+      config.clients, ops, seconds, ops / seconds, percentile(latencies, 0.5),
+      percentile(latencies, 0.99));
 }
 
 void benchBarrier(const Config& config) {
@@ -283,9 +287,10 @@ void benchBarrier(const Config& config) {
   });
   const double seconds = since();
   auto last = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
-  std::printf("{\"mode\":\"barrier\",\"clients\":%d,\"seconds\":%.4f,\"all_connected_s\":%.4f,"
-              "\"all_added_s\":%.4f,\"all_released_s\":%.4f}\n",
-              config.clients, seconds, last(connected), last(added), last(released));
+  std::printf(
+      "{\"mode\":\"barrier\",\"clients\":%d,\"seconds\":%.4f,\"all_connected_s\":%.4f,"
+      "\"all_added_s\":%.4f,\"all_released_s\":%.4f}\n",
+      config.clients, seconds, last(connected), last(added), last(released));
 }
 
 // The barrier with the event-driven engine: one thread opens every connection (non-blocking
@@ -380,9 +385,10 @@ void benchBarrierEvented(const Config& config) {
   const double seconds = since();
   for (auto& c : clients) ::close(c.fd);
   ::close(epoll);
-  std::printf("{\"mode\":\"barrier\",\"engine\":\"evented\",\"clients\":%d,\"seconds\":%.4f,"
-              "\"all_connected_s\":%.4f,\"all_added_s\":%.4f,\"all_released_s\":%.4f}\n",
-              config.clients, seconds, allConnected, allAdded, seconds);
+  std::printf(
+      "{\"mode\":\"barrier\",\"engine\":\"evented\",\"clients\":%d,\"seconds\":%.4f,"
+      "\"all_connected_s\":%.4f,\"all_added_s\":%.4f,\"all_released_s\":%.4f}\n",
+      config.clients, seconds, allConnected, allAdded, seconds);
 }
 
 int rawConnect(const Config& config) {
@@ -417,10 +423,11 @@ void benchIdle(const Config& config) {
   for (int fd : idle) ::close(fd);
   const double p50Before = percentile(before, 0.5);
   const double p50With = percentile(with, 0.5);
-  std::printf("{\"mode\":\"idle\",\"idle\":%d,\"p50_us_before\":%.1f,\"p50_us_with\":%.1f,"
-              "\"p99_us_before\":%.1f,\"p99_us_with\":%.1f,\"slowdown\":%.2f}\n",
-              config.idle, p50Before, p50With, percentile(before, 0.99), percentile(with, 0.99),
-              p50With / p50Before);
+  std::printf(
+      "{\"mode\":\"idle\",\"idle\":%d,\"p50_us_before\":%.1f,\"p50_us_with\":%.1f,"
+      "\"p99_us_before\":%.1f,\"p99_us_with\":%.1f,\"slowdown\":%.2f}\n",
+      config.idle, p50Before, p50With, percentile(before, 0.99), percentile(with, 0.99),
+      p50With / p50Before);
 }
 
 // A private directory for the relay's handoff socket (the agent's is its private directory),
@@ -485,7 +492,8 @@ int main(int argc, char** argv) {
       config.tls = TlsConfig::load({values["tls-cert"].as<std::string>(), "", ""});
     }
     if (values.count("token-file")) {
-      if (config.engine == "evented") throw std::runtime_error("--token-file needs --engine threads");
+      if (config.engine == "evented")
+        throw std::runtime_error("--token-file needs --engine threads");
       config.secret = readTokenFile(values["token-file"].as<std::string>());
     }
     std::unique_ptr<FloorProxy> floor;
@@ -514,9 +522,9 @@ int main(int argc, char** argv) {
     if (values.count("token-file") || values.count("relay-token-file")) {
       // OpenSSL's first random bytes and HMAC load its configuration and seed it (~2 ms): a
       // long-running agent pays that once, at its own first handshake, not per measurement.
-      const JobSecret warm = readTokenFile(values.count("token-file")
-                                               ? values["token-file"].as<std::string>()
-                                               : values["relay-token-file"].as<std::string>());
+      const JobSecret warm =
+          readTokenFile(values.count("token-file") ? values["token-file"].as<std::string>()
+                                                   : values["relay-token-file"].as<std::string>());
       auth::ClientHandshake client(warm);
       auth::ServerHandshake server(warm);
       std::string proof;
@@ -536,8 +544,9 @@ int main(int argc, char** argv) {
       throw std::runtime_error("unknown --mode " + config.mode);
     }
     if (handoff && relay->stats().handedOff == 0) {
-      throw std::runtime_error("--relay-handoff: no connection was handed off; run with "
-                               "LD_PRELOAD=<build>/launcher/libddprun-relay-handoff.so");
+      throw std::runtime_error(
+          "--relay-handoff: no connection was handed off; run with "
+          "LD_PRELOAD=<build>/launcher/libddprun-relay-handoff.so");
     }
   } catch (const std::exception& error) {
     std::cerr << "ddprun-store-bench: error: " << error.what() << "\n";

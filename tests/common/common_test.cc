@@ -110,9 +110,10 @@ TEST_CASE("worker environment names are torchrun's", "[common]") {
   CHECK(std::string(kEnvDdprunAgent) == "DDPRUN_AGENT");
 }
 
-TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one and keeps the one it "
-          "started with",
-          "[common]") {
+TEST_CASE(
+    "raiseDescriptorLimit lifts the soft descriptor limit to the hard one and keeps the one it "
+    "started with",
+    "[common]") {
   rlimit saved{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   rlimit lowered = saved;
@@ -123,9 +124,8 @@ TEST_CASE("raiseDescriptorLimit lifts the soft descriptor limit to the hard one 
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
   ::setrlimit(RLIMIT_NOFILE, &saved);
   CHECK(now.rlim_cur == saved.rlim_max);
-  CHECK(limit.inForce == (saved.rlim_max == RLIM_INFINITY
-                              ? SIZE_MAX
-                              : static_cast<std::size_t>(saved.rlim_max)));
+  CHECK(limit.inForce ==
+        (saved.rlim_max == RLIM_INFINITY ? SIZE_MAX : static_cast<std::size_t>(saved.rlim_max)));
   REQUIRE(limit.started);
   CHECK(limit.started->rlim_cur == lowered.rlim_cur);
   CHECK(limit.started->rlim_max == saved.rlim_max);
@@ -136,11 +136,14 @@ TEST_CASE("printable: one line, no control sequence a terminal acts on, UTF-8 ke
   CHECK(printable("plain text, ünïcode, 漢字") == "plain text, ünïcode, 漢字");
   CHECK(printable("a\nb\tc\r\x1b[2J\x07\x7f") == "a\\nb\\tc\\x0d\\x1b[2J\\x07\\x7f");
   // C1 controls: U+009B (CSI) as UTF-8, and a lone 0x9b an 8-bit terminal reads as CSI.
-  CHECK(printable("x\xc2\x9b" "2J") == "x\\xc2\\x9b2J");
-  CHECK(printable("x\x9b" "2J") == "x\\x9b2J");
+  CHECK(printable("x\xc2\x9b"
+                  "2J") == "x\\xc2\\x9b2J");
+  CHECK(printable("x\x9b"
+                  "2J") == "x\\x9b2J");
   CHECK(printable("\xc2\xa0 nbsp, \xc4\x80 A-macron") == "\xc2\xa0 nbsp, \xc4\x80 A-macron");
   CHECK(printable("cut \xe2\x82") == "cut \\xe2\\x82");  // a sequence cut short is no UTF-8
-  CHECK(ddprun::common::printablePrefix(std::string(300, 'k')).size() == ddprun::common::kShownBytes);
+  CHECK(ddprun::common::printablePrefix(std::string(300, 'k')).size() ==
+        ddprun::common::kShownBytes);
 }
 
 TEST_CASE("printable: no bidi control reorders the line as shown", "[common]") {
@@ -175,7 +178,10 @@ TEST_CASE("printableJson: the same JSON value, with no control or bidi character
 TEST_CASE("validUtf8: each byte that is no UTF-8 becomes U+FFFD", "[common]") {
   using ddprun::common::validUtf8;
   CHECK(validUtf8("ok ü") == "ok ü");
-  CHECK(validUtf8("a\xff" "b") == "a\xEF\xBF\xBD" "b");
+  CHECK(validUtf8("a\xff"
+                  "b") ==
+        "a\xEF\xBF\xBD"
+        "b");
   CHECK(validUtf8("\xed\xa0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
 }
 

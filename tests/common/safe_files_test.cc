@@ -37,10 +37,10 @@ mode_t modeOf(const std::string& path) {
   return info.st_mode & 07777;
 }
 
-
 }  // namespace
 
-TEST_CASE("makePrivateDirectory: a fresh mode-0700 directory, whatever was planted", "[safe_files]") {
+TEST_CASE("makePrivateDirectory: a fresh mode-0700 directory, whatever was planted",
+          "[safe_files]") {
   TempDir dir;
   auto made = makePrivateDirectory(dir.path + "/run-XXXXXX");
   REQUIRE(made);
@@ -203,7 +203,8 @@ TEST_CASE("writeFileAtomically: replaces the name, never writes through a link t
 
   // Nothing else is left in the directory (the temporary files were renamed).
   int entries = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path)) ++entries;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path))
+    ++entries;
   CHECK(entries == 3);
 
   auto noDirectory = writeFileAtomically(dir.path + "/none/x.json", "x");
@@ -260,7 +261,8 @@ TEST_CASE("readFile: a link is refused unless followed on purpose", "[safe_files
   CHECK(through->bytes == "secret");
 }
 
-TEST_CASE("readFile: a FIFO, a directory or a device is refused, without blocking", "[safe_files]") {
+TEST_CASE("readFile: a FIFO, a directory or a device is refused, without blocking",
+          "[safe_files]") {
   TempDir dir;
   const std::string fifo = dir.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -330,7 +332,8 @@ TEST_CASE("directoryExposures: who else can write a directory or one above it", 
     REQUIRE(found.size() == 1);
     CHECK(found[0].path == dir.path);
     CHECK(found[0].exposure == Exposure::kWorldWritable);
-    CHECK_THAT(found[0].describe(), Catch::Contains("writable by every user") && Catch::Contains("777"));
+    CHECK_THAT(found[0].describe(),
+               Catch::Contains("writable by every user") && Catch::Contains("777"));
     REQUIRE(::chmod(dir.path.c_str(), 01777) == 0);  // sticky, as /tmp: fine
     CHECK(directoryExposures(inner).empty());
     REQUIRE(::chmod(dir.path.c_str(), 0700) == 0);

@@ -6,13 +6,13 @@
 
 #include <signal.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -24,18 +24,18 @@
 #include <vector>
 
 #include "core/event_loop.h"
-#include "forwarding_store.h"
-#include "hang/hang_evidence.h"
-#include "membership/membership.h"
-#include "hang/oom.h"
-#include "hang/progress_monitor.h"
-#include "hang/worker_activity.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
-#include "stores/store_backend.h"
 #include "core/worker_output.h"
+#include "forwarding_store.h"
+#include "hang/hang_evidence.h"
+#include "hang/oom.h"
+#include "hang/progress_monitor.h"
+#include "hang/worker_activity.h"
 #include "machine/agent_machine.h"
+#include "membership/membership.h"
+#include "stores/store_backend.h"
 
 namespace ddprun::test {
 
@@ -212,7 +212,8 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 
   // The workers of the latest round (the last `count` spawned).
   std::vector<Worker> latest(int count) const {
-    return std::vector<Worker>(spawned.end() - std::min<std::size_t>(count, spawned.size()), spawned.end());
+    return std::vector<Worker>(spawned.end() - std::min<std::size_t>(count, spawned.size()),
+                               spawned.end());
   }
   // Every worker of the latest round (the last `count` spawned) exits with `code`.
   void latestExitWith(int count, int code) {
@@ -248,7 +249,9 @@ class NullOutput final : public launcher::WorkerOutput {
   launcher::ChildStreams prepare(int, int, int, const std::string&, bool) override { return {}; }
   void started(int) override {}
   void abandon(int) override {}
-  void drain(std::chrono::milliseconds, std::function<void()> done) override { loop_.post(std::move(done)); }
+  void drain(std::chrono::milliseconds, std::function<void()> done) override {
+    loop_.post(std::move(done));
+  }
   std::vector<std::string> stderrTail(int localRank) const override {
     auto it = stderrLines.find(localRank);
     return it == stderrLines.end() ? std::vector<std::string>{} : it->second;
@@ -265,7 +268,8 @@ class NullOutput final : public launcher::WorkerOutput {
 class FakeWorkerStores final : public launcher::WorkerStoreHost {
  public:
   std::uint16_t host(const std::string&) override { return ++hosted; }
-  std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host, std::uint16_t port) override {
+  std::pair<std::string, std::uint16_t> reachFromWorkers(const std::string& host,
+                                                         std::uint16_t port) override {
     return {host, port};
   }
   std::atomic<std::uint16_t> hosted{40000};
@@ -444,13 +448,15 @@ class FakeActivity final : public launcher::WorkerActivity {
 class FakeEvidence final : public launcher::EvidenceCollector {
  public:
   explicit FakeEvidence(EventLoop& loop) : loop_(loop) {}
-  void collect(pid_t pid, std::string saveTo, std::function<void(launcher::HangEvidence)> done) override {
+  void collect(pid_t pid, std::string saveTo,
+               std::function<void(launcher::HangEvidence)> done) override {
     requests.push_back(pid);
     launcher::HangEvidence evidence;
     evidence.pid = pid;
     evidence.savedTo = std::move(saveTo);  // as if written: the machine only names the file
-    evidence.pythonStack = "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
-                           std::to_string(pid) + "\n";
+    evidence.pythonStack =
+        "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
+        std::to_string(pid) + "\n";
     if (hold) {
       held.push_back([done = std::move(done), evidence] { done(evidence); });
     } else {
@@ -479,7 +485,8 @@ class FakeOom final : public launcher::OomWitness {
 
 // One agent as the machine's tests make it: its record in the rendezvous and its identity, under
 // one host name, so that a failure report's host says which agent it was.
-inline launcher::NodeInfo fakeNodeInfo(const std::string& hostname, const std::string& address, int nproc) {
+inline launcher::NodeInfo fakeNodeInfo(const std::string& hostname, const std::string& address,
+                                       int nproc) {
   launcher::NodeInfo node;
   node.address = address;
   node.hostname = hostname;
@@ -499,7 +506,8 @@ inline launcher::AgentIdentity fakeIdentity(const std::string& hostname, const s
 
 // The machine runs round `round`'s workers.
 inline bool runsRound(const launcher::AgentMachine& machine, int round) {
-  return machine.state() == launcher::AgentMachine::State::kRunning && machine.round().number == round;
+  return machine.state() == launcher::AgentMachine::State::kRunning &&
+         machine.round().number == round;
 }
 
 // Records every outcome a rendezvous client gives, in order, before handing it to the machine.

@@ -2,29 +2,29 @@
 // exit barrier, with a fake process launcher, the in-process store and a manual clock. Several
 // agents form one job in this process; nothing is spawned, no socket is opened, and time moves
 // only when a test moves it. The real-binary tests (agent_test, multinode_test) stay.
+#include "machine/agent_machine.h"
+
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "agent_fakes.h"
-#include "log_capture.h"
-#include "machine/agent_machine.h"
-#include "ddprun/rendezvous/hash_store.h"
 #include "core/exit_codes.h"
-#include "stores/store_backend.h"
-#include "membership/membership_driver.h"
 #include "core/stop_reason.h"
+#include "ddprun/rendezvous/hash_store.h"
+#include "log_capture.h"
+#include "membership/membership_driver.h"
 #include "solo_node.h"
+#include "stores/store_backend.h"
 
 namespace {
 
@@ -91,7 +91,9 @@ struct Node {
 
   bool runningRound(int round) const { return runsRound(machine, round); }
   // The workers of the current round, as spawned.
-  std::vector<FakeLauncher::Worker> workers() const { return launcher.latest(config_.nprocPerNode); }
+  std::vector<FakeLauncher::Worker> workers() const {
+    return launcher.latest(config_.nprocPerNode);
+  }
   void allExit(int code) { launcher.latestExitWith(config_.nprocPerNode, code); }
 
   LaunchConfig config_;
@@ -125,7 +127,8 @@ struct Job {
   bool startTogether() {
     for (auto& node : nodes) node->machine.start();
     return until([&] {
-      return std::all_of(nodes.begin(), nodes.end(), [](const auto& node) { return node->runningRound(0); });
+      return std::all_of(nodes.begin(), nodes.end(),
+                         [](const auto& node) { return node->runningRound(0); });
     });
   }
   bool until(const std::function<bool()>& done,
@@ -346,7 +349,8 @@ TEST_CASE("two nodes form one job: group ranks by address, global ranks follow",
   CHECK(b.workers()[1].environment.at("GROUP_RANK") == "1");
   // Both meet at the store node 0 hosts for the round.
   CHECK(b.workers()[0].environment.at("MASTER_ADDR") == "10.0.0.1");
-  CHECK(b.workers()[0].environment.at("MASTER_PORT") == a.workers()[0].environment.at("MASTER_PORT"));
+  CHECK(b.workers()[0].environment.at("MASTER_PORT") ==
+        a.workers()[0].environment.at("MASTER_PORT"));
 }
 
 TEST_CASE("a failure on one node restarts every node's workers, counted once", "[agent][unit]") {
@@ -381,7 +385,8 @@ TEST_CASE("a lost node re-forms the job without it and spends no restart", "[age
   CHECK(stop->groupRank == 1);  // messages name the group rank, not an internal id
 }
 
-TEST_CASE("a node that joins a running elastic job re-forms it with the newcomer", "[agent][unit]") {
+TEST_CASE("a node that joins a running elastic job re-forms it with the newcomer",
+          "[agent][unit]") {
   Job job;
   Node& a = job.add(jobConfig(1, 2, 1), "10.0.0.1");
   a.machine.start();
@@ -432,8 +437,10 @@ TEST_CASE("a spare agent of a full job is told the job finished without it, and 
   CHECK_THAT(log.text(), !Catch::Contains("were lost"));
 }
 
-TEST_CASE("a rerun with the same run id on the same store starts afresh, with no talk of lost "
-          "nodes", "[agent][unit]") {
+TEST_CASE(
+    "a rerun with the same run id on the same store starts afresh, with no talk of lost "
+    "nodes",
+    "[agent][unit]") {
   Job job;
   for (int run = 0; run < 2; ++run) {
     LogCapture log;
@@ -442,7 +449,9 @@ TEST_CASE("a rerun with the same run id on the same store starts afresh, with no
     REQUIRE(job.until([&] { return log.text().find("1 node(s) joined") != std::string::npos; }));
     Node& b = job.add(jobConfig(2, 2, 1), fmt::format("10.0.{}.2", run));
     b.machine.start();
-    REQUIRE(job.until([&] { return a.machine.state() == State::kRunning && b.machine.state() == State::kRunning; }));
+    REQUIRE(job.until([&] {
+      return a.machine.state() == State::kRunning && b.machine.state() == State::kRunning;
+    }));
     CHECK(a.machine.round().restartCount == 0);
     a.allExit(0);
     b.allExit(0);
@@ -486,7 +495,8 @@ TEST_CASE("a round that cannot form within join_timeout fails the agent with 1",
   CHECK(a.launcher.spawned.empty());
 }
 
-TEST_CASE("the stop record: one serialisation, parsed back to the same typed value", "[agent][unit]") {
+TEST_CASE("the stop record: one serialisation, parsed back to the same typed value",
+          "[agent][unit]") {
   WorkerFailure failure;
   failure.rank = 3;
   failure.localRank = 1;
@@ -502,7 +512,7 @@ TEST_CASE("the stop record: one serialisation, parsed back to the same typed val
   CHECK(parsed->failure->message == "ValueError: boom");
   CHECK(parsed->costsRestart());
   CHECK(StopReason::parse(StopReason::nodeLost(2, 1, "b").serialize())->nodeText() == "node 1 (b)");
-  CHECK_FALSE(StopReason::parse("{\"kind\":\"done\"")); // not JSON
+  CHECK_FALSE(StopReason::parse("{\"kind\":\"done\""));  // not JSON
   CHECK_FALSE(StopReason::parse("{\"kind\":\"exploded\"}"));
   CHECK_FALSE(StopReason::parse("{\"kind\":\"failure\"}"));  // a failure without its worker
   CHECK_THROWS_AS(StopReason::storeLost("x").serialize(), std::logic_error);
@@ -531,18 +541,19 @@ TEST_CASE("every worker missing the same module: the summary names the interpret
   config.entry.python = "/usr/local/bin/python3";
   config.entry.script = "/bin/true";
   Node& node = job.add(config, "10.0.0.1");
-  const std::vector<std::string> traceback{"Traceback (most recent call last):",
-                                           "  File \"train.py\", line 1, in <module>",
-                                           "ModuleNotFoundError: No module named 'torch'"};
+  const std::vector<std::string> traceback{
+      "Traceback (most recent call last):", "  File \"train.py\", line 1, in <module>",
+      "ModuleNotFoundError: No module named 'torch'"};
   node.output.stderrLines = {{0, traceback}, {1, traceback}};
   node.machine.start();
   REQUIRE(job.until([&] { return node.runningRound(0); }));
   node.allExit(1);
   ddprun::test::CaptureStderr captured;
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
-  CHECK_THAT(captured.text(), Catch::Contains("ddprun: hint: every worker failed with \"ModuleNotFoundError: "
-                                              "No module named 'torch'\" under /usr/local/bin/python3 "
-                                              "(the first python3 on PATH)"));
+  CHECK_THAT(captured.text(),
+             Catch::Contains("ddprun: hint: every worker failed with \"ModuleNotFoundError: "
+                             "No module named 'torch'\" under /usr/local/bin/python3 "
+                             "(the first python3 on PATH)"));
   CHECK_THAT(captured.text(), Catch::Contains("PYTHON_EXEC=/path/to/python"));
 }
 
@@ -550,8 +561,9 @@ TEST_CASE("missingModuleHint: only when every worker ends with the same missing 
           "[agent][unit]") {
   const std::vector<std::string> torch{"x", "ModuleNotFoundError: No module named 'torch'"};
   const std::vector<std::string> numpy{"ModuleNotFoundError: No module named 'numpy'"};
-  CHECK(missingModuleHint({torch, torch}, "/usr/bin/python3", true).value_or("").find("set by PYTHON_EXEC") !=
-        std::string::npos);
+  CHECK(missingModuleHint({torch, torch}, "/usr/bin/python3", true)
+            .value_or("")
+            .find("set by PYTHON_EXEC") != std::string::npos);
   CHECK_FALSE(missingModuleHint({torch, numpy}, "p", false));
   CHECK_FALSE(missingModuleHint({torch, {"ValueError: boom"}}, "p", false));
   CHECK_FALSE(missingModuleHint({}, "p", false));
@@ -568,9 +580,10 @@ LaunchConfig hangConfig(int nproc, int maxRestarts) {
 }
 }  // namespace
 
-TEST_CASE("a worker silent for --hang-timeout after reporting progress: stacks first, then "
-          "SIGKILL, and the group restarts",
-          "[agent][unit][hang]") {
+TEST_CASE(
+    "a worker silent for --hang-timeout after reporting progress: stacks first, then "
+    "SIGKILL, and the group restarts",
+    "[agent][unit][hang]") {
   Job job;
   Node& node = job.add(hangConfig(2, /*maxRestarts=*/1), "10.0.0.1");
   node.machine.start();
@@ -599,7 +612,8 @@ TEST_CASE("a worker silent for --hang-timeout after reporting progress: stacks f
   CHECK(*node.exitCode == 0);
 }
 
-TEST_CASE("a hung worker's failure says why it was stopped and where it was", "[agent][unit][hang]") {
+TEST_CASE("a hung worker's failure says why it was stopped and where it was",
+          "[agent][unit][hang]") {
   Job job;
   Node& node = job.add(hangConfig(2, /*maxRestarts=*/0), "10.0.0.1");
   node.machine.start();
@@ -613,14 +627,17 @@ TEST_CASE("a hung worker's failure says why it was stopped and where it was", "[
   const WorkerFailure& cause = *node.machine.ending()->rootCause;
   CHECK(cause.hang == HangKind::kNoProgress);
   const std::string text = captured.text();
-  CHECK_THAT(text, Catch::Contains("hung      : no progress reported for 31.0 s (--hang-timeout 30); "
-                                   "killed with SIGKILL"));
+  CHECK_THAT(text,
+             Catch::Contains("hung      : no progress reported for 31.0 s (--hang-timeout 30); "
+                             "killed with SIGKILL"));
   CHECK_THAT(text, Catch::Contains(fmt::format("in stuck_in_pid_{}", cause.pid)));
   CHECK_THAT(text, Catch::Contains(fmt::format("stacks_{}.txt", cause.pid)));
 }
 
-TEST_CASE("ranks hung together are all recorded before any is killed: the first death would "
-          "restart the group and stop the others unrecorded", "[agent][unit][hang]") {
+TEST_CASE(
+    "ranks hung together are all recorded before any is killed: the first death would "
+    "restart the group and stop the others unrecorded",
+    "[agent][unit][hang]") {
   Job job;
   Node& node = job.add(hangConfig(2, /*maxRestarts=*/1), "10.0.0.1");
   node.evidence.hold = true;
@@ -638,7 +655,9 @@ TEST_CASE("ranks hung together are all recorded before any is killed: the first 
   REQUIRE(node.launcher.processSignals.size() == 2);
   CHECK(node.launcher.processSignals[0] == std::make_pair(workers[0].pid, SIGKILL));
   CHECK(node.launcher.processSignals[1] == std::make_pair(workers[1].pid, SIGKILL));
-  REQUIRE(job.until([&] { return node.machine.state() == State::kRunning && node.machine.round().restartCount == 1; }));
+  REQUIRE(job.until([&] {
+    return node.machine.state() == State::kRunning && node.machine.round().restartCount == 1;
+  }));
 }
 
 TEST_CASE("a worker that never reports is hung after --hang-startup-timeout, not before",
@@ -671,9 +690,10 @@ TEST_CASE("without --hang-timeout a silent worker is never hung", "[agent][unit]
   CHECK(node.machine.state() == State::kRunning);
 }
 
-TEST_CASE("a straggler still running --exit-timeout after a peer exited 0 is hung at exit: no "
-          "restart, whatever the budget",
-          "[agent][unit][hang]") {
+TEST_CASE(
+    "a straggler still running --exit-timeout after a peer exited 0 is hung at exit: no "
+    "restart, whatever the budget",
+    "[agent][unit][hang]") {
   Job job;
   LaunchConfig config = jobConfig(1, 1, 3, /*maxRestarts=*/3);
   config.hang.exitTimeout = 60s;
@@ -696,9 +716,10 @@ TEST_CASE("a straggler still running --exit-timeout after a peer exited 0 is hun
   CHECK(node.launcher.spawned.size() == 3);  // no restart
 }
 
-TEST_CASE("a straggler that works (rank 0's evaluation after its peers exited 0) outlives "
-          "--exit-timeout, and the job exits 0",
-          "[agent][unit][hang]") {
+TEST_CASE(
+    "a straggler that works (rank 0's evaluation after its peers exited 0) outlives "
+    "--exit-timeout, and the job exits 0",
+    "[agent][unit][hang]") {
   Job job;
   LaunchConfig config = jobConfig(1, 1, 3, /*maxRestarts=*/3);
   config.hang.exitTimeout = 60s;
@@ -720,9 +741,10 @@ TEST_CASE("a straggler that works (rank 0's evaluation after its peers exited 0)
   CHECK(*node.exitCode == 0);
 }
 
-TEST_CASE("Ctrl-Z stops every worker and every timeout of the agent, fg continues the workers, and "
-          "the stopped time counts for no timeout",
-          "[agent][unit][hang][job_control]") {
+TEST_CASE(
+    "Ctrl-Z stops every worker and every timeout of the agent, fg continues the workers, and "
+    "the stopped time counts for no timeout",
+    "[agent][unit][hang][job_control]") {
   Job job;
   LaunchConfig config = jobConfig(1, 1, 3);
   config.hang.exitTimeout = 60s;
@@ -767,8 +789,10 @@ TEST_CASE("Ctrl-Z stops every worker and every timeout of the agent, fg continue
   CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
 }
 
-TEST_CASE("Ctrl-Z while the workers are being stopped: the shutdown grace waits for the job to "
-          "continue", "[agent][unit][job_control]") {
+TEST_CASE(
+    "Ctrl-Z while the workers are being stopped: the shutdown grace waits for the job to "
+    "continue",
+    "[agent][unit][job_control]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
   node.machine.start();
@@ -828,17 +852,19 @@ TEST_CASE("a SIGKILL the agent did not send, with the OOM killer's trace, is nam
   node.launcher.dieOf(workers[1].pid, SIGKILL);
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(node.machine.ending()->rootCause->oom == "killed by the kernel's OOM killer (test)");
-  CHECK_THAT(captured.text(), Catch::Contains("oom       : killed by the kernel's OOM killer (test)"));
+  CHECK_THAT(captured.text(),
+             Catch::Contains("oom       : killed by the kernel's OOM killer (test)"));
   CHECK(node.oom.attempts == 1);
 }
 
-TEST_CASE("the summary quotes a failed rank's stderr, and identical tracebacks once with their ranks",
-          "[agent][unit]") {
+TEST_CASE(
+    "the summary quotes a failed rank's stderr, and identical tracebacks once with their ranks",
+    "[agent][unit]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 3), "10.0.0.1");
-  const std::vector<std::string> boom{"Traceback (most recent call last):",
-                                      "  File \"train.py\", line 3, in <module>",
-                                      "RuntimeError: boom"};
+  const std::vector<std::string> boom{
+      "Traceback (most recent call last):", "  File \"train.py\", line 3, in <module>",
+      "RuntimeError: boom"};
   node.output.stderrLines = {{0, boom}, {1, boom}, {2, boom}};
   node.machine.start();
   REQUIRE(job.until([&] { return node.runningRound(0); }));
@@ -853,9 +879,10 @@ TEST_CASE("the summary quotes a failed rank's stderr, and identical tracebacks o
   CHECK(text.find("RuntimeError: boom") == text.rfind("RuntimeError: boom"));
 }
 
-TEST_CASE("event log on the console: a JSON line per worker start, exit and restart, with "
-          "torchrun's names",
-          "[agent][unit]") {
+TEST_CASE(
+    "event log on the console: a JSON line per worker start, exit and restart, with "
+    "torchrun's names",
+    "[agent][unit]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
   node.machine.start();
@@ -875,23 +902,28 @@ TEST_CASE("event log on the console: a JSON line per worker start, exit and rest
                      "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
                      "torchelastic.worker.status.FAILED:1", "ddprun.worker_group.restart:null",
                      "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
-                     "torchelastic.worker.status.SUCCEEDED:0", "torchelastic.worker.status.SUCCEEDED:1"});
+                     "torchelastic.worker.status.SUCCEEDED:0",
+                     "torchelastic.worker.status.SUCCEEDED:1"});
 }
 
 // --- what is read from the store is checked (anyone who reaches the store can write it) ---
 
-TEST_CASE("a round's members are checked before any worker starts: forged, duplicated or "
-          "rewritten node records are refused",
-          "[agent][unit][store-records]") {
-  NodeInfo self{.id = 2, .address = "10.0.0.2", .hostname = "b", .nproc = 2, .pid = 42, .staticRank = -1};
-  NodeInfo other{.id = 1, .address = "10.0.0.1", .hostname = "a", .nproc = 2, .pid = 41, .staticRank = -1};
+TEST_CASE(
+    "a round's members are checked before any worker starts: forged, duplicated or "
+    "rewritten node records are refused",
+    "[agent][unit][store-records]") {
+  NodeInfo self{
+      .id = 2, .address = "10.0.0.2", .hostname = "b", .nproc = 2, .pid = 42, .staticRank = -1};
+  NodeInfo other{
+      .id = 1, .address = "10.0.0.1", .hostname = "a", .nproc = 2, .pid = 41, .staticRank = -1};
   CHECK_FALSE(roundMembersProblem({1, 2}, {other, self}, self, 2).has_value());
   // A record stored under one id that names another (a fake node taking a real one's place).
   NodeInfo impostor = other;
   impostor.id = 7;
   CHECK_THAT(*roundMembersProblem({1, 2}, {impostor, self}, self, 2),
              Catch::Contains("the record of node 1 says it is node 7"));
-  CHECK_THAT(*roundMembersProblem({2, 2}, {self, self}, self, 2), Catch::Contains("a member twice"));
+  CHECK_THAT(*roundMembersProblem({2, 2}, {self, self}, self, 2),
+             Catch::Contains("a member twice"));
   // This node's own record rewritten (nproc 2 -> 1: a silently wrong world).
   NodeInfo rewritten = self;
   rewritten.nproc = 1;
@@ -899,21 +931,26 @@ TEST_CASE("a round's members are checked before any worker starts: forged, dupli
              Catch::Contains("own record (node 2) is not what it wrote"));
   NodeInfo greedy = other;
   greedy.nproc = kMaxNprocPerNode + 1;
-  CHECK_THAT(*roundMembersProblem({1, 2}, {greedy, self}, self, 2), Catch::Contains("claims 65537 workers"));
+  CHECK_THAT(*roundMembersProblem({1, 2}, {greedy, self}, self, 2),
+             Catch::Contains("claims 65537 workers"));
   CHECK_THAT(*roundMembersProblem({1}, {other}, self, 2), Catch::Contains("not among the members"));
-  CHECK_THAT(*roundMembersProblem({1, 2}, {other, self}, self, 1), Catch::Contains("allows 1 to 1"));
+  CHECK_THAT(*roundMembersProblem({1, 2}, {other, self}, self, 1),
+             Catch::Contains("allows 1 to 1"));
 }
 
-TEST_CASE("the round's worker store must be host:port on group rank 0's address", "[agent][unit][store-records]") {
+TEST_CASE("the round's worker store must be host:port on group rank 0's address",
+          "[agent][unit][store-records]") {
   CHECK_FALSE(masterProblem("10.0.0.1:29500", "10.0.0.1").has_value());
   CHECK_FALSE(masterProblem("node0:29500", "").has_value());  // static: the --master-addr given
-  CHECK_THAT(*masterProblem("6.6.6.6:29500", "10.0.0.1"), Catch::Contains("not on group rank 0's address"));
+  CHECK_THAT(*masterProblem("6.6.6.6:29500", "10.0.0.1"),
+             Catch::Contains("not on group rank 0's address"));
   CHECK_THAT(*masterProblem("10.0.0.1:0", "10.0.0.1"), Catch::Contains("no port in 1..65535"));
   CHECK_THAT(*masterProblem("10.0.0.1:http", "10.0.0.1"), Catch::Contains("no port"));
   CHECK_THAT(*masterProblem("10.0.0.1", "10.0.0.1"), Catch::Contains("is not host:port"));
 }
 
-TEST_CASE("a forged member slot ends the join with a clear error, not a crash", "[agent][unit][store-records]") {
+TEST_CASE("a forged member slot ends the join with a clear error, not a crash",
+          "[agent][unit][store-records]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 1), "10.0.0.1");
   // Before the agent joins, an outsider writes round 0's first member slot.
@@ -933,7 +970,8 @@ namespace {
 
 // A whole line in the agent's log format, then what would retitle and clear the terminal: what
 // whoever writes the store (anyone, without a token) puts in a host name or a text.
-const std::string kForgedLine = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+const std::string kForgedLine =
+    "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
 const std::string kForged = "node-z\n" + kForgedLine + "\x1b]0;owned\x07\x1b[2J";
 // kForged as the log shows it.
 const std::string kForgedEscaped = "node-z\\n" + kForgedLine + "\\x1b]0;owned\\x07\\x1b[2J";
@@ -987,15 +1025,18 @@ TEST_CASE("forged stop records reach the log and the last error line escaped, on
   forged.hang = HangKind::kFileTimer;
   forged.hangDetail = kForged;
   forged.oom = kForged;
-  outsider->compareSet("ddprun/unit/round/1/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  outsider->compareSet("ddprun/unit/round/1/stop", "",
+                       StopReason::workerFailed(forged, 99).serialize());
   REQUIRE(job.until([&] { return node.runningRound(2); }));
-  outsider->compareSet("ddprun/unit/round/2/stop", "", StopReason::workerFailed(forged, 99).serialize());
+  outsider->compareSet("ddprun/unit/round/2/stop", "",
+                       StopReason::workerFailed(forged, 99).serialize());
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 42);  // what the attack makes of a job without a token
 
   const std::string logged = log.text();
   INFO(logged);
-  CHECK_THAT(lineWith(logged, "left the job"), Catch::Contains("node 0 (" + kForgedEscaped + ") left the job"));
+  CHECK_THAT(lineWith(logged, "left the job"),
+             Catch::Contains("node 0 (" + kForgedEscaped + ") left the job"));
   CHECK_THAT(lineWith(logged, "restarting the job"),
              Catch::Contains("after rank 0 on " + kForgedEscaped + " failed: exitcode 42"));
   checkNotForged(logged);
@@ -1003,10 +1044,12 @@ TEST_CASE("forged stop records reach the log and the last error line escaped, on
   const std::string printed = captured.text();
   INFO(printed);
   CHECK_THAT(lineWith(printed, "ddprun: error: the job failed"),
-             Catch::Contains("rank 0 on " + kForgedEscaped + ": hung: " + kForgedEscaped + "; " + kForgedEscaped));
+             Catch::Contains("rank 0 on " + kForgedEscaped + ": hung: " + kForgedEscaped + "; " +
+                             kForgedEscaped));
   CHECK_THAT(printed, Catch::Contains("  host      : " + kForgedEscaped + "\n"));
   // The summary keeps the message's lines (torchrun's layout), indented under its entry.
-  CHECK_THAT(printed, Catch::Contains("  traceback : boom\n  node-z\n  " + kForgedLine + "\\x1b]0;owned"));
+  CHECK_THAT(printed,
+             Catch::Contains("  traceback : boom\n  node-z\n  " + kForgedLine + "\\x1b]0;owned"));
   checkNotForged(printed);
 }
 
@@ -1032,9 +1075,10 @@ TEST_CASE("a forged round record's value is quoted escaped in the one-line error
   checkNotForged(captured.text());
 }
 
-TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no signal, and "
-          "one line for many refusals",
-          "[agent][unit][hang]") {
+TEST_CASE(
+    "a FileTimer naming a process outside the job's workers is refused: no signal, and "
+    "one line for many refusals",
+    "[agent][unit][hang]") {
   Job job;
   Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
   node.machine.start();
@@ -1045,8 +1089,8 @@ TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no
   auto request = [&](pid_t pid, const std::string& scope, double in, int signal) {
     const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
     node.machine.onFileTimerLine(fmt::format(
-        R"({{"version": 1, "pid": {}, "scope_id": "{}", "expiration_time": {}, "signal": {}}})", pid,
-        scope, now + in, signal));
+        R"({{"version": 1, "pid": {}, "scope_id": "{}", "expiration_time": {}, "signal": {}}})",
+        pid, scope, now + in, signal));
   };
   LogCapture log;
   // Another user's process, the agent's own pid (any pid the worker likes), and the worker's child.
@@ -1062,8 +1106,9 @@ TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no
   INFO(logged);
   // The first refusal in full, its scope id escaped; the second only counted.
   CHECK_THAT(lineWith(logged, "not sending"),
-             Catch::Contains("not sending SIGKILL to pid 4242: FileTimer \"s\\x1b]0;owned\\x07\\n[x\" names a "
-                             "process that is neither a worker of this agent nor a descendant of one"));
+             Catch::Contains(
+                 "not sending SIGKILL to pid 4242: FileTimer \"s\\x1b]0;owned\\x07\\n[x\" names a "
+                 "process that is neither a worker of this agent nor a descendant of one"));
   CHECK(logged.find("4343") == std::string::npos);
   CHECK_THAT(lineWith(logged, "process 5000"), Catch::Contains("sending it SIGTERM"));
   checkNotForged(logged);
@@ -1077,8 +1122,10 @@ TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no
   job.until([] { return true; });
   const std::string counted = log.text().substr(logged.size());
   CHECK(std::count(counted.begin(), counted.end(), '\n') == 1);
-  CHECK_THAT(counted, Catch::Contains("refused 51 more FileTimer signal(s) to processes outside this "
-                                      "agent's workers (pids 4343, 6000, 6001, 6002, 6003, 6004, 6005, 6006, ...)"));
+  CHECK_THAT(counted,
+             Catch::Contains(
+                 "refused 51 more FileTimer signal(s) to processes outside this "
+                 "agent's workers (pids 4343, 6000, 6001, 6002, 6003, 6004, 6005, 6006, ...)"));
   CHECK(node.launcher.processSignals.size() == 1);
 
   // The worker's own timer still works: the stacks, then the signal.
@@ -1089,9 +1136,10 @@ TEST_CASE("a FileTimer naming a process outside the job's workers is refused: no
   CHECK(node.machine.ending()->rootCause->hang == HangKind::kFileTimer);
 }
 
-TEST_CASE("a node cut off from the store fences its workers at the fencing interval after its "
-          "last acknowledged renewal, then rejoins as a new member, spending no restart",
-          "[agent][unit][fencing]") {
+TEST_CASE(
+    "a node cut off from the store fences its workers at the fencing interval after its "
+    "last acknowledged renewal, then rejoins as a new member, spending no restart",
+    "[agent][unit][fencing]") {
   Job job;
   const LaunchConfig config = jobConfig(1, 2, 1);  // elastic
   const auto fence = config.rdzv.settings.fencingInterval();
@@ -1111,7 +1159,9 @@ TEST_CASE("a node cut off from the store fences its workers at the fencing inter
   const auto acknowledged = node.driver.livenessAcknowledgedAt();
   REQUIRE(acknowledged);
   // One moment before the fencing interval has passed since that send: the workers run.
-  job.loop.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*acknowledged + fence - job.loop.now()) - 1ms);
+  job.loop.advance(std::chrono::duration_cast<std::chrono::milliseconds>(*acknowledged + fence -
+                                                                         job.loop.now()) -
+                   1ms);
   CHECK(node.launcher.running(worker));
   CHECK(node.machine.state() == State::kRunning);
   // At it: killed at once (no grace), and the round is fenced off.
@@ -1123,7 +1173,8 @@ TEST_CASE("a node cut off from the store fences its workers at the fencing inter
   // The network heals: the renewal that waited is acknowledged, late, and changes nothing; the
   // node comes back as a new member in a new round, with no restart spent.
   node.backend.heal();
-  REQUIRE(job.until([&] { return node.machine.state() == State::kRunning && node.machine.round().number >= 1; }));
+  REQUIRE(job.until(
+      [&] { return node.machine.state() == State::kRunning && node.machine.round().number >= 1; }));
   CHECK(node.driver.nodeId() != firstId);
   CHECK(node.machine.round().restartCount == 0);
   CHECK(node.workers()[0].environment.at("WORLD_SIZE") == "1");
@@ -1136,8 +1187,10 @@ TEST_CASE("a node cut off from the store fences its workers at the fencing inter
   CHECK(*node.exitCode == 0);
 }
 
-TEST_CASE("a non-elastic job's node cut off from the store fences its workers and ends with 1, "
-          "saying the network was cut", "[agent][unit][fencing]") {
+TEST_CASE(
+    "a non-elastic job's node cut off from the store fences its workers and ends with 1, "
+    "saying the network was cut",
+    "[agent][unit][fencing]") {
   Job job;
   const LaunchConfig config = jobConfig(1, 1, 1);  // MIN == MAX: it cannot take a node back
   Node& node = job.add(config, "10.0.0.1");
@@ -1149,8 +1202,10 @@ TEST_CASE("a non-elastic job's node cut off from the store fences its workers an
   job.loop.advance(config.rdzv.settings.fencingInterval());
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 1);
-  CHECK_THAT(stderrText.text(), Catch::Contains("the network to the rendezvous store at in-process:0 was cut: no answer for") &&
-                                    Catch::Contains("non-elastic") && !Catch::Contains("exited"));
+  CHECK_THAT(stderrText.text(),
+             Catch::Contains(
+                 "the network to the rendezvous store at in-process:0 was cut: no answer for") &&
+                 Catch::Contains("non-elastic") && !Catch::Contains("exited"));
   node.backend.heal();
 }
 
@@ -1158,7 +1213,7 @@ TEST_CASE("a renewal acknowledged in time keeps the workers running past the fen
           "[agent][unit][fencing]") {
   Job job;
   LaunchConfig config = jobConfig(1, 2, 1);
-  config.rdzv.settings.keepAliveInterval = 20ms;  // renewals every 20 ms of real time
+  config.rdzv.settings.keepAliveInterval = 20ms;    // renewals every 20 ms of real time
   config.rdzv.settings.keepAliveMaxAttempts = 250;  // T = 5 s of the manual clock, F = 4.5 s
   Node& node = job.add(config, "10.0.0.1");
   node.machine.start();

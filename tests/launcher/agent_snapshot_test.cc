@@ -1,9 +1,9 @@
 // The snapshot's one JSON form: what an agent publishes is what `ddprun status` reads back, and
 // what is not a snapshot is refused whole, naming the field.
+#include "core/agent_snapshot.h"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-
-#include "core/agent_snapshot.h"
 
 using namespace ddprun::launcher;
 using nlohmann::json;
@@ -51,7 +51,8 @@ AgentSnapshot sample() {
 
 }  // namespace
 
-TEST_CASE("a snapshot survives its JSON form, without the failure's bulky parts", "[snapshot][unit]") {
+TEST_CASE("a snapshot survives its JSON form, without the failure's bulky parts",
+          "[snapshot][unit]") {
   const json value = toJson(sample());
   CHECK(value.at("run_id") == "job-7");
   CHECK(value.at("state") == "running");

@@ -2,21 +2,20 @@
 // Every wait is bounded well below the test's CTest TIMEOUT (180 s) and says what it saw when it
 // gives up (waits.h).
 #include <fcntl.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun_command.h"
 #include "fake_peer.h"
@@ -81,7 +80,8 @@ void writeRecordingScript(const std::string& path, const std::string& message,
   std::ofstream(path) << "#!/bin/sh\n"
                       << (onlyWithArgument.empty()
                               ? record
-                              : fmt::format("if [ \"$1\" = {} ]; then\n  {}fi\n", onlyWithArgument, record))
+                              : fmt::format("if [ \"$1\" = {} ]; then\n  {}fi\n", onlyWithArgument,
+                                            record))
                       << "exit " << code << "\n";
   fs::permissions(path, fs::perms::owner_all);
 }
@@ -126,7 +126,8 @@ TEST_CASE("the agent exits with the root cause's exit code and prints torchrun's
 }
 
 TEST_CASE("a worker killed by a signal makes the agent exit 128+signal", "[agent]") {
-  Subprocess job(ddprunCommand(2, {"--no-python", kReport, "--fail-rank", "0", "--exit", "SIGKILL"}));
+  Subprocess job(
+      ddprunCommand(2, {"--no-python", kReport, "--fail-rank", "0", "--exit", "SIGKILL"}));
   REQUIRE(exitsWith(job, 128 + SIGKILL, 30s));
   CHECK_THAT(job.errors(), Catch::Contains("Signal 9 (SIGKILL)"));
 }
@@ -138,9 +139,9 @@ TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts
   const std::string go = flags.path + "/go";
   // Every worker reports, then waits for `go`, which the test gives once all four of the first
   // round have reported: rank 2 dies only after everyone has run (however slow the machine).
-  Subprocess job(ddprunCommand(4, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank", "2",
-                                   "--fail-restart", "0", "--exit", "SIGKILL", "--touch",
-                                   dir.path, "--until", go}));
+  Subprocess job(ddprunCommand(
+      4, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank", "2", "--fail-restart", "0",
+          "--exit", "SIGKILL", "--touch", dir.path, "--until", go}));
   REQUIRE(eventually([&] { return countLines(job.output(), "restart=0 generation=0") == 4; }, 30s,
                      {&job}));
   std::ofstream(go).put('\n');
@@ -159,8 +160,8 @@ TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts
 
 TEST_CASE("restarts stop at --max-restarts and the job fails with the cause's code", "[agent]") {
   TempDir dir;
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank", "0", "--exit",
-                                   "3", "--touch", dir.path}));
+  Subprocess job(ddprunCommand(2, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank",
+                                   "0", "--exit", "3", "--touch", dir.path}));
   REQUIRE(exitsWith(job, 3, 60s));
   for (int generation = 0; generation < 3; ++generation) {
     CHECK(fs::exists(fmt::format("{}/ran.{}.0", dir.path, generation)));
@@ -173,8 +174,8 @@ TEST_CASE("kill -9 of the agent leaves nothing behind, grandchildren that ignore
           "[agent]") {
   TempDir dir;
   Subprocess job(ddprunCommand(3, {"--no-python", kStubborn, dir.path}));
-  REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s,
-                     {&job}));
+  REQUIRE(
+      eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s, {&job}));
   const auto pids = readPids(dir.path);
   KillLeftovers leftovers{pids};
   {
@@ -186,16 +187,21 @@ TEST_CASE("kill -9 of the agent leaves nothing behind, grandchildren that ignore
   REQUIRE(exitsWith(job, 128 + SIGKILL, 10s));
   const auto killedAt = Clock::now();
   // They go at once (well under a second when the machine is idle); the bound is for a loaded one.
-  CHECK(eventually([&] {
-    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
-  }, 10s, [&] { return describePids(pids); }));
-  INFO("gone after " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killedAt).count() << " ms");
+  CHECK(eventually(
+      [&] {
+        return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+      },
+      10s, [&] { return describePids(pids); }));
+  INFO("gone after "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killedAt).count()
+       << " ms");
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
 }
 
-TEST_CASE("kill -9 of the agent where no cgroup can hold the workers: descendants of an exited "
-          "worker and ones in their own session die too",
-          "[agent]") {
+TEST_CASE(
+    "kill -9 of the agent where no cgroup can hold the workers: descendants of an exited "
+    "worker and ones in their own session die too",
+    "[agent]") {
   // The same agent in a mount namespace without cgroup2 (what an unprivileged user gets on most
   // hosts): only process groups, the death signal and the DDPRUN_AGENT token are left.
   if (::geteuid() != 0) {
@@ -206,26 +212,32 @@ TEST_CASE("kill -9 of the agent where no cgroup can hold the workers: descendant
   const std::string withoutCgroup =
       "for m in $(awk '$9 == \"cgroup2\" { print $5 }' /proc/self/mountinfo); do "
       "umount -l \"$m\" || exit 1; done; exec \"$@\"";
-  std::vector<std::string> argv = {"unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                   withoutCgroup, "sh"};
+  std::vector<std::string> argv = {"unshare", "--mount", "--propagation", "private",
+                                   "sh",      "-c",      withoutCgroup,   "sh"};
   const auto agent = ddprunCommand(3, {"--no-python", kStubborn, dir.path, "--exit-rank", "0"});
   argv.insert(argv.end(), agent.begin(), agent.end());
   Subprocess job(argv, {"LOGLEVEL=DEBUG"});
-  REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s,
-                     {&job}));
+  REQUIRE(
+      eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 3; }, 30s, {&job}));
   // Rank 0 has exited, its two grandchildren (one in its own session) live on.
-  REQUIRE(eventually([&] { return countLines(job.errors(), "every local worker|failed") == 0 &&
-                                  readPids(dir.path).size() == 8; }, 15s, {&job}));
+  REQUIRE(eventually(
+      [&] {
+        return countLines(job.errors(), "every local worker|failed") == 0 &&
+               readPids(dir.path).size() == 8;
+      },
+      15s, {&job}));
   const auto pids = readPids(dir.path);
   KillLeftovers leftovers{pids};
-  REQUIRE(eventually([&] {
-    return std::all_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
-  }, 10s, [&] { return describePids(pids); }));
+  REQUIRE(eventually(
+      [&] { return std::all_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); }); },
+      10s, [&] { return describePids(pids); }));
   job.signal(SIGKILL);
   REQUIRE(exitsWith(job, 128 + SIGKILL, 10s));
-  CHECK(eventually([&] {
-    return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
-  }, 10s, [&] { return describePids(pids); }));
+  CHECK(eventually(
+      [&] {
+        return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+      },
+      10s, [&] { return describePids(pids); }));
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
 }
 
@@ -233,8 +245,8 @@ TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-t
           "[agent]") {
   TempDir dir;
   Subprocess job(ddprunCommand(2, {"--shutdown-timeout", "1", "--no-python", kStubborn, dir.path}));
-  REQUIRE(eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 2; }, 30s,
-                     {&job}));
+  REQUIRE(
+      eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 2; }, 30s, {&job}));
   const auto pids = readPids(dir.path);
   KillLeftovers leftovers{pids};
   const auto sent = Clock::now();
@@ -244,7 +256,8 @@ TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-t
   INFO("exited " << took << " s after SIGTERM");
   CHECK(status == 128 + SIGTERM);
   // Not before the timeout, and not much after it: without the SIGKILL these workers, which
-  // ignore SIGTERM, would keep the agent forever (the upper bound leaves room for a loaded machine).
+  // ignore SIGTERM, would keep the agent forever (the upper bound leaves room for a loaded
+  // machine).
   CHECK(took >= 0.9);
   CHECK(took < 10.0);
   for (int rank = 0; rank < 2; ++rank) CHECK(fs::exists(fmt::format("{}/term.{}", dir.path, rank)));
@@ -257,9 +270,9 @@ TEST_CASE("the log directory keeps every attempt", "[agent]") {
   TempDir flags;
   const std::string go = flags.path + "/go";
   // Rank 0 fails in attempt 0 only once both ranks have reported (the test gives `go` then).
-  Subprocess job(ddprunCommand(2, {"--max-restarts", "1", "--log-dir", dir.path, "--rdzv-id",
-                                   "logjob", "--tee", "3", "--no-python", kReport, "--fail-rank", "0",
-                                   "--fail-restart", "0", "--until", go}));
+  Subprocess job(ddprunCommand(
+      2, {"--max-restarts", "1", "--log-dir", dir.path, "--rdzv-id", "logjob", "--tee", "3",
+          "--no-python", kReport, "--fail-rank", "0", "--fail-restart", "0", "--until", go}));
   REQUIRE(eventually([&] { return countLines(job.output(), "restart=0 ") == 2; }, 30s, {&job}));
   std::ofstream(go).put('\n');
   REQUIRE(exitsWith(job, 0, 30s));
@@ -280,13 +293,15 @@ TEST_CASE("the log directory keeps every attempt", "[agent]") {
   CHECK(fs::exists(runs[0] / "attempt_0/0/stderr.log"));
 }
 
-TEST_CASE("an error file left by an earlier job with the same --log-dir and run id is not "
-          "taken for a new failure",
-          "[agent]") {
+TEST_CASE(
+    "an error file left by an earlier job with the same --log-dir and run id is not "
+    "taken for a new failure",
+    "[agent]") {
   TempDir dir;
   const std::string script = dir.path + "/fail.sh";
   // The first job's worker writes an error file as @record would, then fails.
-  writeRecordingScript(script, "ValueError: stale", "old traceback", 5, /*onlyWithArgument=*/"record");
+  writeRecordingScript(script, "ValueError: stale", "old traceback", 5,
+                       /*onlyWithArgument=*/"record");
   for (const std::string mode : {"record", "plain"}) {
     Subprocess job(ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir",
                                   dir.path, "--rdzv-id", "samejob", "--no-python", script, mode}));
@@ -351,23 +366,27 @@ TEST_CASE("bad input is one line naming the fix, exit code 2, and nothing starte
     CHECK(job->output().empty());
   }
   std::vector<fs::path> marks(fs::directory_iterator(dir.path), fs::directory_iterator());
-  CHECK(std::none_of(marks.begin(), marks.end(), [](const fs::path& p) {
-    return p.filename().string().starts_with("ran.");
-  }));
+  CHECK(std::none_of(marks.begin(), marks.end(),
+                     [](const fs::path& p) { return p.filename().string().starts_with("ran."); }));
 }
 
-TEST_CASE("a store host name that never resolves is waited for up to the join timeout, then one "
-          "error line, exit code 2", "[agent]") {
+TEST_CASE(
+    "a store host name that never resolves is waited for up to the join timeout, then one "
+    "error line, exit code 2",
+    "[agent]") {
   // Not refused up front: a Kubernetes service name appears seconds after its pod (#21).
   TempDir dir;
-  Subprocess job(ddprunCommand({"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400",
-                                "--rdzv-conf", "join_timeout=3,read_timeout=1", "--no-python", kReport,
-                                "--touch", dir.path}));
+  Subprocess job(ddprunCommand(
+      {"--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", "--rdzv-conf",
+       "join_timeout=3,read_timeout=1", "--no-python", kReport, "--touch", dir.path}));
   REQUIRE(exitsWith(job, 2, 30s));
   INFO(job.errors());
-  CHECK_THAT(job.errors(), Catch::Contains("host 'no-such-host.invalid' in --rdzv-endpoint does not resolve yet"));
-  CHECK_THAT(job.errors(), Catch::Contains("waiting for the rendezvous store at no-such-host.invalid:29400: "
-                                           "name not resolved yet"));
+  CHECK_THAT(
+      job.errors(),
+      Catch::Contains("host 'no-such-host.invalid' in --rdzv-endpoint does not resolve yet"));
+  CHECK_THAT(job.errors(),
+             Catch::Contains("waiting for the rendezvous store at no-such-host.invalid:29400: "
+                             "name not resolved yet"));
   CHECK(countLines(job.errors(), "^ddprun: error: ") == 1);
   CHECK_THAT(job.errors(), Catch::Contains("did not resolve within the join timeout (3 s)"));
   CHECK(job.output().empty());
@@ -381,10 +400,11 @@ TEST_CASE("a static rank 0 whose port is taken says so and exits 2", "[agent]") 
   Subprocess first(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", port,
                                   "--rdzv-conf", "join_timeout=60", "--no-python", kReport}),
                    {"LOGLEVEL=INFO"});
-  REQUIRE(eventually([&] { return countLines(first.errors(), "hosting the rendezvous store") == 1; },
-                     20s, {&first}));
-  Subprocess second(ddprunCommand({"--nnodes", "2", "--node-rank", "0", "--master-port", port,
-                                   "--no-python", kReport}));
+  REQUIRE(
+      eventually([&] { return countLines(first.errors(), "hosting the rendezvous store") == 1; },
+                 20s, {&first}));
+  Subprocess second(ddprunCommand(
+      {"--nnodes", "2", "--node-rank", "0", "--master-port", port, "--no-python", kReport}));
   REQUIRE(exitsWith(second, 2, 20s, {&first}));
   CHECK_THAT(second.errors(), Catch::Contains(port));
   CHECK_THAT(second.errors(), Catch::Contains("already in use"));
@@ -413,8 +433,9 @@ TEST_CASE("with a log dir, every run writes into a directory of its own, never i
           "[agent]") {
   TempDir dir;
   for (int run = 0; run < 2; ++run) {
-    Subprocess job(ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir", dir.path,
-                                  "--tee", "3", "--no-python", "/bin/sh", "-c", "echo run output"}));
+    Subprocess job(
+        ddprunCommand({"--nproc-per-node", "1", "--master-port", "0", "--log-dir", dir.path,
+                       "--tee", "3", "--no-python", "/bin/sh", "-c", "echo run output"}));
     REQUIRE(exitsWith(job, 0, 30s));
   }
   // torchrun's layout: <log-dir>/<run id>_<random>/attempt_<n>/<local rank>/.
@@ -443,9 +464,10 @@ TEST_CASE("the error file the failure summary names still exists after ddprun ex
   fs::remove_all(fs::path(path).parent_path().parent_path().parent_path());  // the kept directory
 }
 
-TEST_CASE("the run's temporary directories are gone when ddprun exits 0, and after a failure only "
-          "the scratch directory with the workers' error-file directories is left",
-          "[agent]") {
+TEST_CASE(
+    "the run's temporary directories are gone when ddprun exits 0, and after a failure only "
+    "the scratch directory with the workers' error-file directories is left",
+    "[agent]") {
   // The private directory holds the heartbeat files, the stack hook's python/ and its dumps
   // itself (no directory of their own: docs/benchmarks.md, eighth pass); the two trees are
   // removed side by side at the end.
@@ -455,17 +477,20 @@ TEST_CASE("the run's temporary directories are gone when ddprun exits 0, and aft
       "test \"$(dirname \"$DDPRUN_HEARTBEAT_FILE\")\" = \"$DDPRUN_STACK_DIR\" && "
       "test -d \"$(dirname \"$TORCHELASTIC_ERROR_FILE\")\" && exit \"$1\"";
   {
-    Subprocess job(ddprunCommand(4, {"--no-python", "/bin/sh", "-c", check, "sh", "0"}), {"TMPDIR=" + tmp.path});
+    Subprocess job(ddprunCommand(4, {"--no-python", "/bin/sh", "-c", check, "sh", "0"}),
+                   {"TMPDIR=" + tmp.path});
     REQUIRE(exitsWith(job, 0, 30s));
     INFO(job.errors());
     CHECK(fs::is_empty(tmp.path));
   }
   {
-    Subprocess job(ddprunCommand(2, {"--no-python", "/bin/sh", "-c", check, "sh", "3"}), {"TMPDIR=" + tmp.path});
+    Subprocess job(ddprunCommand(2, {"--no-python", "/bin/sh", "-c", check, "sh", "3"}),
+                   {"TMPDIR=" + tmp.path});
     REQUIRE(exitsWith(job, 3, 30s));
     INFO(job.errors());
     std::vector<std::string> left;
-    for (const auto& entry : fs::directory_iterator(tmp.path)) left.push_back(entry.path().filename().string());
+    for (const auto& entry : fs::directory_iterator(tmp.path))
+      left.push_back(entry.path().filename().string());
     REQUIRE(left.size() == 1);
     CHECK(left[0].rfind(fmt::format("ddprun-{}-", job.pid()), 0) == 0);  // the scratch directory
     CHECK(fs::is_directory(tmp.path + "/" + left[0] + "/attempt_0/0"));
@@ -473,8 +498,9 @@ TEST_CASE("the run's temporary directories are gone when ddprun exits 0, and aft
   }
 }
 
-TEST_CASE("a run-path script: an uncaught exception's traceback is in the summary, as under torchrun",
-          "[agent]") {
+TEST_CASE(
+    "a run-path script: an uncaught exception's traceback is in the summary, as under torchrun",
+    "[agent]") {
   TempDir dir;
   const std::string script = dir.path + "/boom.py";
   std::ofstream(script) << "def fail():\n    raise RuntimeError('runpath-boom')\nfail()\n";
@@ -495,8 +521,9 @@ TEST_CASE("a console nobody reads does not stop the agent: SIGTERM still ends ev
   REQUIRE(::pipe2(console, O_CLOEXEC) == 0);
   const std::string marker = fmt::format("stalled-console-{}", ::getpid());
   const std::vector<std::string> argv = ddprunCommand(
-      2, {"--shutdown-timeout", "2", "--no-python", "/bin/sh", "-c",
-          "trap '' TERM; while :; do echo " + marker + " 0123456789abcdefghijklmnopqrstuvwxyz; done"});
+      2,
+      {"--shutdown-timeout", "2", "--no-python", "/bin/sh", "-c",
+       "trap '' TERM; while :; do echo " + marker + " 0123456789abcdefghijklmnopqrstuvwxyz; done"});
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
@@ -510,7 +537,8 @@ TEST_CASE("a console nobody reads does not stop the agent: SIGTERM still ends ev
   ::close(console[1]);
   const auto workersRunning = [&] {
     // "[s]talled": the pattern does not match pgrep's own shell.
-    return ::system(fmt::format("pgrep -f '[s]{} 0123' > /dev/null", marker.substr(1)).c_str()) == 0;
+    return ::system(fmt::format("pgrep -f '[s]{} 0123' > /dev/null", marker.substr(1)).c_str()) ==
+           0;
   };
   // The pipe fills up: the workers are running and the console has stalled.
   REQUIRE(eventually(workersRunning, 20s, [] { return std::string("no worker started"); }));
@@ -533,12 +561,16 @@ TEST_CASE("a console nobody reads does not stop the agent: SIGTERM still ends ev
   CHECK(exited);
   CHECK(took < 10.0);
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM));
-  CHECK(eventually([&] { return !workersRunning(); }, 5s, [] { return std::string("workers still run"); }));
-  if (workersRunning()) CHECK(::system(fmt::format("pkill -9 -f '[s]{} 0123'", marker.substr(1)).c_str()) >= 0);
+  CHECK(eventually([&] { return !workersRunning(); }, 5s,
+                   [] { return std::string("workers still run"); }));
+  if (workersRunning())
+    CHECK(::system(fmt::format("pkill -9 -f '[s]{} 0123'", marker.substr(1)).c_str()) >= 0);
 }
 
-TEST_CASE("ddprun ... | head: when the reader of its output goes away, the workers are stopped "
-          "and the agent exits 128+SIGPIPE", "[agent]") {
+TEST_CASE(
+    "ddprun ... | head: when the reader of its output goes away, the workers are stopped "
+    "and the agent exits 128+SIGPIPE",
+    "[agent]") {
   // `head -n 2` exits after two lines; the workers would write forever.
   Subprocess job({"/bin/bash", "-c",
                   fmt::format("{} --standalone --nproc-per-node 2 --no-python /bin/sh -c "
@@ -552,9 +584,11 @@ TEST_CASE("ddprun ... | head: when the reader of its output goes away, the worke
   CHECK_THAT(job.errors(), Catch::Contains("ddprun exited 141"));
 }
 
-TEST_CASE("redirects or tee without a log dir write into a temporary log directory, as torchrun does",
-          "[agent]") {
-  Subprocess job(ddprunCommand(2, {"-r", "3", "--no-python", "/bin/sh", "-c", "echo hidden $RANK"}));
+TEST_CASE(
+    "redirects or tee without a log dir write into a temporary log directory, as torchrun does",
+    "[agent]") {
+  Subprocess job(
+      ddprunCommand(2, {"-r", "3", "--no-python", "/bin/sh", "-c", "echo hidden $RANK"}));
   REQUIRE(exitsWith(job, 0, 30s));
   INFO(job.errors());
   CHECK(countLines(job.output(), "hidden") == 0);  // redirected: not on the console
@@ -571,8 +605,10 @@ TEST_CASE("redirects or tee without a log dir write into a temporary log directo
   fs::remove_all(dir);
 }
 
-TEST_CASE("on a terminal, a native worker's line shows when it is printed, not when its buffer "
-          "fills", "[agent]") {
+TEST_CASE(
+    "on a terminal, a native worker's line shows when it is printed, not when its buffer "
+    "fills",
+    "[agent]") {
   // ddprun's stdout is a terminal (a pseudo-terminal this test reads). The worker is perl, whose
   // stdout is block-buffered on a pipe and line-buffered on a terminal, like C stdio.
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
@@ -581,7 +617,8 @@ TEST_CASE("on a terminal, a native worker's line shows when it is printed, not w
   REQUIRE(::unlockpt(master) == 0);
   const std::string slave = ::ptsname(master);
   const std::vector<std::string> argv = ddprunCommand(
-      2, {"--no-python", "/usr/bin/perl", "-e", "print \"step 1\\n\"; sleep 3; print \"step 2\\n\""});
+      2,
+      {"--no-python", "/usr/bin/perl", "-e", "print \"step 1\\n\"; sleep 3; print \"step 2\\n\""});
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
@@ -619,9 +656,10 @@ TEST_CASE("on a terminal, a native worker's line shows when it is printed, not w
   CHECK(bothShown());
 }
 
-TEST_CASE("workers get the descriptor limit ddprun was started with, not the one the agent raised "
-          "for its stores",
-          "[agent][descriptors]") {
+TEST_CASE(
+    "workers get the descriptor limit ddprun was started with, not the one the agent raised "
+    "for its stores",
+    "[agent][descriptors]") {
   rlimit own{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
   if (own.rlim_max != RLIM_INFINITY && own.rlim_max <= 512) {
@@ -641,9 +679,10 @@ TEST_CASE("workers get the descriptor limit ddprun was started with, not the one
   CHECK(countLines(job.output(), fmt::format("soft=512 hard={}$", hard)) == 2);
 }
 
-TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store still restarts "
-          "a failed worker",
-          "[agent][descriptors]") {
+TEST_CASE(
+    "an agent at 1024 descriptors with 1100 idle connections to its store still restarts "
+    "a failed worker",
+    "[agent][descriptors]") {
   // This process holds the 1100 connections itself.
   rlimit own{};
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
@@ -662,8 +701,8 @@ TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store 
                                    "ulimit -Sn 1024 && ulimit -Hn 1024 && exec \"$@\"", "sh"};
   for (std::string& word :
        c10dCommand("1", 1, fmt::format("127.0.0.1:{}", port), "descriptors",
-                   {"--max-restarts", "1", "--no-python", kReport, "--fail-rank", "0", "--fail-restart", "0",
-                    "--exit", "3", "--until", go})) {
+                   {"--max-restarts", "1", "--no-python", kReport, "--fail-rank", "0",
+                    "--fail-restart", "0", "--exit", "3", "--until", go})) {
     command.push_back(std::move(word));
   }
   Subprocess job(command);
@@ -684,12 +723,14 @@ TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store 
   };
   std::size_t last = 0;
   int steady = 0;
-  REQUIRE(eventually([&] {
-    const std::size_t now = descriptors();
-    steady = now == last ? steady + 1 : 0;
-    last = now;
-    return steady >= 30;  // 300 ms without a change
-  }, 20s, [&] { return fmt::format("{} descriptors open\n{}", last, job.describe()); }));
+  REQUIRE(eventually(
+      [&] {
+        const std::size_t now = descriptors();
+        steady = now == last ? steady + 1 : 0;
+        last = now;
+        return steady >= 30;  // 300 ms without a change
+      },
+      20s, [&] { return fmt::format("{} descriptors open\n{}", last, job.describe()); }));
   INFO(fmt::format("the agent holds {} descriptors with the 1100 connections", last));
   CHECK(last < 1024 - 64);
   std::ofstream(go).put('\n');  // rank 0 fails (restart 0), then runs again and exits 0
@@ -698,9 +739,10 @@ TEST_CASE("an agent at 1024 descriptors with 1100 idle connections to its store 
   CHECK_THAT(job.errors(), Catch::Contains("refusing connection from 127.0.0.1"));
 }
 
-TEST_CASE("an --rdzv-endpoint where something that is no store answers (HTTP, SSH, silence, a "
-          "hang-up) is named as such in one line, exit 2, with and without a token",
-          "[agent]") {
+TEST_CASE(
+    "an --rdzv-endpoint where something that is no store answers (HTTP, SSH, silence, a "
+    "hang-up) is named as such in one line, exit 2, with and without a token",
+    "[agent]") {
   struct Case {
     FakePeer::Kind kind;
     std::string says;
@@ -725,7 +767,8 @@ TEST_CASE("an --rdzv-endpoint where something that is no store answers (HTTP, SS
   const auto said = lines(job.errors());
   REQUIRE(said.size() == 1);
   CHECK_THAT(said[0], Catch::StartsWith("ddprun: error: store 127.0.0.1:"));
-  CHECK_THAT(said[0], Catch::Contains("something answers there but is not a ddprun/TCPStore store"));
+  CHECK_THAT(said[0],
+             Catch::Contains("something answers there but is not a ddprun/TCPStore store"));
   CHECK_THAT(said[0], Catch::Contains(which.says));
   CHECK_THAT(said[0], Catch::EndsWith("; check --rdzv-endpoint"));
   CHECK_THAT(said[0], !Catch::Contains("token_file"));  // not guessed to be a store wanting one

@@ -1,12 +1,6 @@
 // The ddprun command line: torchrun 2.x options and defaults, PET_ fallbacks, pass-through of
 // script arguments, entry-point detection, and one-line UsageErrors for every bad input.
 #include "cli/cli.h"
-#include "cli/host_probes.h"
-#include "cli/options.h"
-#include "cli/rendezvous_options.h"
-#include "subprocess.h"
-#include "temp_dir.h"
-#include "waits.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +12,13 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "cli/host_probes.h"
+#include "cli/options.h"
+#include "cli/rendezvous_options.h"
+#include "subprocess.h"
+#include "temp_dir.h"
+#include "waits.h"
 
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::EntryKind;
@@ -58,7 +59,11 @@ struct Sandbox {
     writeFile(bin / "mytool", shell, 0755);
     writeFile(bin / "pytool", "#!/usr/bin/env python3\nprint('hi')\n", 0755);
     writeFile(root / "finetune", "#!/usr/bin/env python3\nprint('hi')\n", 0755);
-    writeFile(root / "program", std::string("\x7f" "ELF\x02\x01\x01", 7), 0755);
+    writeFile(root / "program",
+              std::string("\x7f"
+                          "ELF\x02\x01\x01",
+                          7),
+              0755);
     writeFile(root / "numabin" / "numactl", shell, 0755);
     writeFile(root / "train.py", "print('hi')\n", 0644);
     writeFile(root / "exec.py", "#!/usr/bin/env python3\n", 0755);
@@ -194,7 +199,8 @@ std::vector<std::string> argsFor(const ValueCase& option, std::vector<std::strin
 
 std::vector<ValueCase> valueCases() {
   return {
-      {"nnodes", "2:3", [](const LaunchConfig& c) { return c.rdzv.minNodes == 2 && c.rdzv.maxNodes == 3; }},
+      {"nnodes", "2:3",
+       [](const LaunchConfig& c) { return c.rdzv.minNodes == 2 && c.rdzv.maxNodes == 3; }},
       {"nproc-per-node", "3", [](const LaunchConfig& c) { return c.nprocPerNode == 3; }},
       {"rdzv-backend", "c10d",
        [](const LaunchConfig& c) { return c.rdzv.backend == RdzvBackend::kC10d; }},
@@ -202,9 +208,12 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) { return c.rdzv.host == "127.0.0.1" && c.rdzv.port == 1234; }},
       {"rdzv-id", "job7", [](const LaunchConfig& c) { return c.rdzv.runId == "job7"; }},
       {"rdzv-conf", "join_timeout=5",
-       [](const LaunchConfig& c) { return c.rdzv.settings.joinTimeout == std::chrono::seconds(5); }},
+       [](const LaunchConfig& c) {
+         return c.rdzv.settings.joinTimeout == std::chrono::seconds(5);
+       }},
       {"max-restarts", "4", [](const LaunchConfig& c) { return c.restart.maxRestarts == 4; }},
-      {"monitor-interval", "0.5", [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
+      {"monitor-interval", "0.5",
+       [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
       {"start-method", "fork", [](const LaunchConfig& c) { return c.entry.startMethod == "fork"; }},
       {"event-log-handler", "console",
        [](const LaunchConfig& c) { return c.eventLogHandler == "console"; }},
@@ -229,24 +238,37 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) {
          return c.logs.duplicateStderrFilters == std::vector<std::string>{"NCCL"};
        }},
-      {"node-rank", "1", [](const LaunchConfig& c) { return c.rdzv.nodeRank == 1; }, {"--nnodes", "2"}},
+      {"node-rank",
+       "1",
+       [](const LaunchConfig& c) { return c.rdzv.nodeRank == 1; },
+       {"--nnodes", "2"}},
       {"master-addr", "localhost",
        [](const LaunchConfig& c) { return c.rdzv.masterAddr == "localhost"; }},
       {"master-port", "1234",
        [](const LaunchConfig& c) { return c.rdzv.masterPort == 1234 && c.rdzv.port == 1234; }},
       {"local-addr", "node7", [](const LaunchConfig& c) { return c.rdzv.localAddr == "node7"; }},
       {"signals-to-handle", "SIGUSR1",
-       [](const LaunchConfig& c) { return c.restart.signalsToHandle == std::vector<int>{SIGUSR1}; }},
+       [](const LaunchConfig& c) {
+         return c.restart.signalsToHandle == std::vector<int>{SIGUSR1};
+       }},
       {"shutdown-timeout", "2.5",
-       [](const LaunchConfig& c) { return c.restart.shutdownTimeout == std::chrono::milliseconds(2500); }},
+       [](const LaunchConfig& c) {
+         return c.restart.shutdownTimeout == std::chrono::milliseconds(2500);
+       }},
       {"hang-timeout", "30",
-       [](const LaunchConfig& c) { return c.hang.hangTimeout == std::chrono::milliseconds(30000); }},
+       [](const LaunchConfig& c) {
+         return c.hang.hangTimeout == std::chrono::milliseconds(30000);
+       }},
       {"hang-startup-timeout", "120",
-       [](const LaunchConfig& c) { return c.hang.startupTimeout == std::chrono::milliseconds(120000); }},
+       [](const LaunchConfig& c) {
+         return c.hang.startupTimeout == std::chrono::milliseconds(120000);
+       }},
       {"exit-timeout", "0.5",
        [](const LaunchConfig& c) { return c.hang.exitTimeout == std::chrono::milliseconds(500); }},
       {"hang-native-stack-budget", "1.5",
-       [](const LaunchConfig& c) { return c.hang.nativeStackBudget == std::chrono::milliseconds(1500); }},
+       [](const LaunchConfig& c) {
+         return c.hang.nativeStackBudget == std::chrono::milliseconds(1500);
+       }},
   };
 }
 
@@ -318,7 +340,8 @@ TEST_CASE("flags in both spellings and short forms", "[cli]") {
 TEST_CASE("boolean PET_ variables accept 1/0/true/false/yes/no and empty (true)", "[cli]") {
   for (const std::string value : {"", "1", "true", "TRUE", "Yes", " 1 "}) {
     INFO("PET_STANDALONE='" << value << "'");
-    CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).rdzv.standalone);
+    CHECK(
+        config({script()}, with(sandbox().environment(), "PET_STANDALONE", value)).rdzv.standalone);
     CHECK(config({script()}, with(sandbox().environment(), "PET_VIRTUAL_LOCAL_RANK", value))
               .virtualLocalRank);
   }
@@ -366,7 +389,8 @@ TEST_CASE("the start method is accepted, and fork or forkserver say they change 
 
 TEST_CASE("a -- right after the script is dropped, as torchrun's argparse does", "[cli]") {
   // torchrun 1.13 and 2.6: `train.py -- --lr 0.1` gives the script ['--lr', '0.1'].
-  CHECK(config({script(), "--", "--lr", "0.1"}).entry.args == std::vector<std::string>{"--lr", "0.1"});
+  CHECK(config({script(), "--", "--lr", "0.1"}).entry.args ==
+        std::vector<std::string>{"--lr", "0.1"});
   // A later -- is the script's own.
   CHECK(config({script(), "a", "--", "b"}).entry.args == std::vector<std::string>{"a", "--", "b"});
   CHECK(config({script(), "--", "--"}).entry.args == std::vector<std::string>{"--"});
@@ -513,8 +537,8 @@ TEST_CASE("an exact spelling wins over prefixes, and PET_ variables are exact na
 }
 
 TEST_CASE("prefixes are read only before the training script", "[cli][prefix]") {
-  const std::vector<std::string> scriptArgs = {"--n", "2", "--redirect=3", "--nproc_per", "4",
-                                               "--no_py", "--rdzv"};
+  const std::vector<std::string> scriptArgs = {"--n", "2",       "--redirect=3", "--nproc_per",
+                                               "4",   "--no_py", "--rdzv"};
   std::vector<std::string> args = {"--nproc_per", "2", script()};
   args.insert(args.end(), scriptArgs.begin(), scriptArgs.end());
   const LaunchConfig c = config(args);
@@ -686,12 +710,13 @@ TEST_CASE("option --rdzv-backend etcd: etcd, etcd-v2 and etcd-v3 are one backend
                                     Catch::Contains("etcd 3.4 turns off"));
     }
   }
-  CHECK(config({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd-v2")).rdzv.backend ==
-        RdzvBackend::kEtcd);
+  CHECK(config({script()}, with(sandbox().environment(), "PET_RDZV_BACKEND", "etcd-v2"))
+            .rdzv.backend == RdzvBackend::kEtcd);
 }
 
-TEST_CASE("option --rdzv-endpoint with etcd: members host:port[,...], port 2379, http:// or https://",
-          "[cli][etcd]") {
+TEST_CASE(
+    "option --rdzv-endpoint with etcd: members host:port[,...], port 2379, http:// or https://",
+    "[cli][etcd]") {
   using Scheme = ddprun::rendezvous::etcd::EtcdEndpoint::Scheme;
   const auto etcd = [](const std::string& endpoint, const std::string& conf = "") {
     std::vector<std::string> args = {"--rdzv-backend", "etcd", "--rdzv-endpoint", endpoint};
@@ -713,7 +738,8 @@ TEST_CASE("option --rdzv-endpoint with etcd: members host:port[,...], port 2379,
   REQUIRE(local.rdzv.etcdEndpoints.size() == 1);
   CHECK(local.rdzv.etcdEndpoints[0].text() == "http://localhost:2379");
   // protocol=https (torch's key) for the entries that name no scheme.
-  const auto https = etcd("127.0.0.1:1,http://127.0.0.1:2", "protocol=HTTPS").config.rdzv.etcdEndpoints;
+  const auto https =
+      etcd("127.0.0.1:1,http://127.0.0.1:2", "protocol=HTTPS").config.rdzv.etcdEndpoints;
   CHECK(https.at(0).scheme == Scheme::kHttps);
   CHECK(https.at(1).scheme == Scheme::kHttp);
   CHECK(etcd("127.0.0.1", "protocol=http").config.rdzv.etcdEndpoints.at(0).scheme == Scheme::kHttp);
@@ -733,7 +759,8 @@ TEST_CASE("option --rdzv-endpoint with etcd: members host:port[,...], port 2379,
   CHECK_THAT(loopback.warnings[0], Catch::Contains("every etcd member is on this host") &&
                                        Catch::Contains("give --local-addr"));
   CHECK(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
-               "--local-addr", "10.0.0.1", script()}).warnings.empty());
+               "--local-addr", "10.0.0.1", script()})
+            .warnings.empty());
   // The static backend's options mean nothing here.
   const CommandLine master = parse({"--rdzv-backend", "etcd", "--master-port", "1234", script()});
   REQUIRE(master.warnings.size() == 1);
@@ -748,8 +775,9 @@ TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spell
     return parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://127.0.0.1", "--rdzv-conf",
                   conf, script()});
   };
-  const CommandLine legacy = etcd("cacert=/ca.pem,cert=/c.pem,key=/k.pem,etcd_prefix=/torchelastic/p2p,"
-                                  "timeout=70,last_call_timeout=3");
+  const CommandLine legacy = etcd(
+      "cacert=/ca.pem,cert=/c.pem,key=/k.pem,etcd_prefix=/torchelastic/p2p,"
+      "timeout=70,last_call_timeout=3");
   CHECK(legacy.warnings.empty());
   const auto& l = legacy.config.rdzv.settings;
   CHECK(l.etcdCaCert == "/ca.pem");
@@ -758,8 +786,9 @@ TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spell
   CHECK(l.etcdPrefix == "/torchelastic/p2p");
   CHECK(l.joinTimeout == milliseconds(70000));  // the legacy backend's `timeout`
   CHECK(l.lastCallTimeout == milliseconds(3000));
-  const auto& v2 = etcd("ca_cert=/ca.pem,ssl_cert=/c.pem,ssl_cert_key=/k.pem,read_timeout=7,protocol=https")
-                       .config.rdzv.settings;
+  const auto& v2 =
+      etcd("ca_cert=/ca.pem,ssl_cert=/c.pem,ssl_cert_key=/k.pem,read_timeout=7,protocol=https")
+          .config.rdzv.settings;
   CHECK(v2.etcdCaCert == "/ca.pem");
   CHECK(v2.etcdCert == "/c.pem");
   CHECK(v2.etcdKey == "/k.pem");
@@ -776,9 +805,11 @@ TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spell
     return usageError({"--rdzv-backend", "etcd", "--rdzv-conf", conf, script()});
   };
   CHECK_THAT(error("protocol=ftp"), Catch::Contains("protocol=ftp is not http or https"));
-  CHECK_THAT(error("cacert=/a,ca_cert=/b"),
-             Catch::Contains("cacert and ca_cert name the same file, given as '/a' and '/b'; give one"));
-  CHECK_THAT(error("cert=/c.pem"), Catch::Contains("needs its key: give both cert=PATH and key=PATH"));
+  CHECK_THAT(
+      error("cacert=/a,ca_cert=/b"),
+      Catch::Contains("cacert and ca_cert name the same file, given as '/a' and '/b'; give one"));
+  CHECK_THAT(error("cert=/c.pem"),
+             Catch::Contains("needs its key: give both cert=PATH and key=PATH"));
   CHECK_THAT(error("etcd_prefix=/a b"), Catch::Contains("etcd_prefix '/a b' has a space"));
   CHECK_THAT(error("timeout=x"), Catch::Contains("'timeout=x' is not a positive number"));
   // The same file under both spellings is fine.
@@ -790,9 +821,10 @@ TEST_CASE("option --rdzv-conf with etcd: torch's etcd keys (both backends' spell
   CHECK_THAT(plain.warnings[0], Catch::Contains("etcd's certificate files are not used"));
 }
 
-TEST_CASE("option --rdzv-conf with etcd: username and password_file (ddprun's own): a password on "
-          "the command line, or one of the pair alone, refused",
-          "[cli][etcd][rdzv-conf]") {
+TEST_CASE(
+    "option --rdzv-conf with etcd: username and password_file (ddprun's own): a password on "
+    "the command line, or one of the pair alone, refused",
+    "[cli][etcd][rdzv-conf]") {
   const std::vector<std::string> base = {"--rdzv-backend", "etcd", "--rdzv-endpoint", "127.0.0.1",
                                          "--rdzv-conf"};
   const auto with = [&](const std::string& conf) {
@@ -808,8 +840,9 @@ TEST_CASE("option --rdzv-conf with etcd: username and password_file (ddprun's ow
 
   // password=: refused, its value not repeated, password_file named as the fix.
   const std::string onCommandLine = usageError(with("username=alice,password=hunter2"));
-  CHECK_THAT(onCommandLine, Catch::Contains("password= would show the etcd password to every user") &&
-                                Catch::Contains("give password_file=PATH"));
+  CHECK_THAT(onCommandLine,
+             Catch::Contains("password= would show the etcd password to every user") &&
+                 Catch::Contains("give password_file=PATH"));
   CHECK_THAT(onCommandLine, !Catch::Contains("hunter2"));
   CHECK_THAT(usageError(with("username=alice")),
              Catch::Contains("username is given without password_file") &&
@@ -818,15 +851,14 @@ TEST_CASE("option --rdzv-conf with etcd: username and password_file (ddprun's ow
              Catch::Contains("password_file is given without username"));
 
   // Other backends read none of them: warned about (a password's value not repeated either).
-  const CommandLine c10d = parse({"--rdzv-backend", "c10d", "--rdzv-conf",
-                                  "username=alice,password=hunter2", script()});
+  const CommandLine c10d =
+      parse({"--rdzv-backend", "c10d", "--rdzv-conf", "username=alice,password=hunter2", script()});
   REQUIRE(c10d.warnings.size() == 2);
   CHECK_THAT(c10d.warnings[0], Catch::Contains("username is not read by the c10d backend"));
   CHECK_THAT(c10d.warnings[1], Catch::Contains("password is not read by the c10d backend") &&
                                    Catch::Contains("password_file=PATH"));
   CHECK_THAT(c10d.warnings[0] + c10d.warnings[1], !Catch::Contains("hunter2"));
 }
-
 
 TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "[cli]") {
   const auto endpoint = [](const std::string& value) {
@@ -864,8 +896,9 @@ TEST_CASE("option --rdzv-endpoint parsing: host, host:port, IPv6 in brackets", "
   REQUIRE(late.warnings.size() == 1);
   CHECK(late.warnings[0].starts_with(
       "host 'no-such-host.invalid' in --rdzv-endpoint does not resolve yet; the agent waits"));
-  const CommandLine fromPet = parse({"--rdzv-backend", "c10d", script()},
-                                    with(sandbox().environment(), "PET_RDZV_ENDPOINT", "no-such-host.invalid"));
+  const CommandLine fromPet =
+      parse({"--rdzv-backend", "c10d", script()},
+            with(sandbox().environment(), "PET_RDZV_ENDPOINT", "no-such-host.invalid"));
   REQUIRE(fromPet.warnings.size() == 1);
   CHECK_THAT(fromPet.warnings[0], Catch::Contains("'no-such-host.invalid' in PET_RDZV_ENDPOINT"));
 }
@@ -905,7 +938,8 @@ TEST_CASE("static rendezvous: the endpoint is --master-addr:--master-port unless
   const CommandLine late = parse({"--master-addr", "no-such-host.invalid", script()});
   CHECK(late.config.rdzv.host == "no-such-host.invalid");
   REQUIRE(late.warnings.size() == 1);
-  CHECK_THAT(late.warnings[0], Catch::Contains("'no-such-host.invalid' in --master-addr does not resolve yet"));
+  CHECK_THAT(late.warnings[0],
+             Catch::Contains("'no-such-host.invalid' in --master-addr does not resolve yet"));
   CHECK_THAT(usageError({"--master_addr=", script()}),
              Catch::Contains("--master_addr '' is empty"));
 }
@@ -972,7 +1006,8 @@ TEST_CASE("option --rdzv-conf: k=v pairs, stripped, checked, unknown keys warn",
   // 1 s x 1 makes a 0.5 s fencing interval, shorter than one keep-alive interval.
   CHECK_THAT(error("keep_alive_max_attempt=1"),
              Catch::Contains("keep_alive_interval=1 s x keep_alive_max_attempt=1") &&
-                 Catch::Contains("after 0.5 s without an acknowledged renewal") && Catch::Contains("raise keep_alive_max_attempt (e.g. to 2)"));
+                 Catch::Contains("after 0.5 s without an acknowledged renewal") &&
+                 Catch::Contains("raise keep_alive_max_attempt (e.g. to 2)"));
   CHECK_THAT(error("keep_alive_interval=0.2,keep_alive_max_attempt=3"),
              Catch::Contains("raise keep_alive_max_attempt (e.g. to 4)"));
   CHECK_THAT(error("is_host=maybe"), Catch::Contains("not a boolean"));
@@ -1015,9 +1050,9 @@ TEST_CASE("option --rdzv-conf: PyTorch's launcher test with the quotes inside th
   CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "\"last_call_timeout=1\"", script()})
                  .warnings.front(),
              Catch::Contains("wrapped in quotes"));
-  CHECK_THAT(parse({"--rdzv-backend", "c10d", "--rdzv-conf", "x='1',y=\"2\"", script()})
-                 .warnings.front(),
-             Catch::Contains("unknown key 'x'"));
+  CHECK_THAT(
+      parse({"--rdzv-backend", "c10d", "--rdzv-conf", "x='1',y=\"2\"", script()}).warnings.front(),
+      Catch::Contains("unknown key 'x'"));
 
   // The static backend reads `timeout`: 5' is refused, as torchrun fails on int("5'"), and the
   // message names the quotes.
@@ -1101,9 +1136,10 @@ TEST_CASE("option --rdzv-conf: keys the backend reads are strict, others warn on
   CHECK(repeated.config.rdzv.settings.joinTimeout == milliseconds(3000));
 }
 
-TEST_CASE("option --rdzv-conf: token_file and the TLS files are paths, TLS only with the token and "
-          "both of its files",
-          "[cli]") {
+TEST_CASE(
+    "option --rdzv-conf: token_file and the TLS files are paths, TLS only with the token and "
+    "both of its files",
+    "[cli]") {
   const auto conf = [](const std::string& value) {
     return parse({"--rdzv-backend", "c10d", "--rdzv-conf", value, script()}).config.rdzv.settings;
   };
@@ -1120,7 +1156,8 @@ TEST_CASE("option --rdzv-conf: token_file and the TLS files are paths, TLS only 
              Catch::Contains("TLS needs the job's token too; add token_file=PATH"));
   CHECK_THAT(error("token_file=/t,tls_cert=/c.pem"),
              Catch::Contains("give every agent both tls_cert=PATH and tls_key=PATH"));
-  CHECK_THAT(error("token_file=/t,tls_ca=/ca.pem"), Catch::Contains("both tls_cert=PATH and tls_key"));
+  CHECK_THAT(error("token_file=/t,tls_ca=/ca.pem"),
+             Catch::Contains("both tls_cert=PATH and tls_key"));
 }
 
 TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single node only",
@@ -1159,7 +1196,8 @@ TEST_CASE("option --standalone: c10d on 127.0.0.1:0 with a random run id, single
   CHECK(fromEnvironment.rdzv.standalone);
   // torchrun reads PET_ flags with int(): any integer, 0 off and others on.
   CHECK(config({script()}, with(sandbox().environment(), "PET_STANDALONE", "2")).rdzv.standalone);
-  CHECK_FALSE(config({script()}, with(sandbox().environment(), "PET_STANDALONE", "0")).rdzv.standalone);
+  CHECK_FALSE(
+      config({script()}, with(sandbox().environment(), "PET_STANDALONE", "0")).rdzv.standalone);
   CHECK(fromEnvironment.rdzv.port == 0);
   CHECK(fromEnvironment.nprocPerNode == 2);
 }
@@ -1199,8 +1237,8 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     const LaunchConfig c = config({"pytool"});
     CHECK(c.entry.kind == EntryKind::kPythonScript);
     CHECK(c.entry.script == (box.bin / "pytool").string());
-    CHECK_THAT(usageError({"mytool"}), Catch::Contains("found on PATH as") &&
-                                           Catch::Contains("run it with --no-python"));
+    CHECK_THAT(usageError({"mytool"}),
+               Catch::Contains("found on PATH as") && Catch::Contains("run it with --no-python"));
     CHECK(config({"--no-python", "mytool"}).entry.executable == (box.bin / "mytool").string());
   }
   SECTION("bare names in the working directory are files there, kept as given") {
@@ -1262,8 +1300,9 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     CHECK_THAT(usageError({"no-such-command"}), Catch::Contains("is not a command on PATH"));
   }
   SECTION("the Python interpreter: PYTHON_EXEC, else python3 on PATH") {
-    CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool"))).entry.python ==
-          box.path("tool"));
+    CHECK(
+        config({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool"))).entry.python ==
+        box.path("tool"));
     CHECK(config({script()}, with(box.environment(), "PYTHON_EXEC", "mytool")).entry.python ==
           (box.bin / "mytool").string());
     CHECK_THAT(usageError({script()}, with(box.environment(), "PYTHON_EXEC", box.path("data.txt"))),
@@ -1314,10 +1353,12 @@ TEST_CASE("hang options: off, 10 min and 5 min by default, 0 is no limit, bad va
   CHECK_FALSE(unlimited.hang.hangTimeout.has_value());
   CHECK_FALSE(unlimited.hang.startupTimeout.has_value());
   CHECK_FALSE(unlimited.hang.exitTimeout.has_value());
-  CHECK(config({script()}, with(sandbox().environment(), "PET_HANG_TIMEOUT", "7")).hang.hangTimeout ==
-        milliseconds(7000));
-  CHECK_THAT(usageError({"--hang-timeout", "-1", script()}),
-             Catch::Contains("--hang-timeout '-1'") && Catch::Contains("seconds >= 0 (0: no limit)"));
+  CHECK(
+      config({script()}, with(sandbox().environment(), "PET_HANG_TIMEOUT", "7")).hang.hangTimeout ==
+      milliseconds(7000));
+  CHECK_THAT(
+      usageError({"--hang-timeout", "-1", script()}),
+      Catch::Contains("--hang-timeout '-1'") && Catch::Contains("seconds >= 0 (0: no limit)"));
   CHECK_THAT(usageError({"--exit-timeout", "later", script()}), Catch::Contains("not a number"));
   CHECK_THAT(usageError({"--hang-startup-timeout", "nan", script()}), Catch::Contains(">= 0"));
 }
@@ -1326,8 +1367,10 @@ TEST_CASE("option --hang-native-stack-budget: 0.4 s by default, 0 is none, bad v
           "[cli]") {
   using std::chrono::milliseconds;
   CHECK(config({script()}).hang.nativeStackBudget == milliseconds(400));
-  CHECK(config({"--hang-native-stack-budget", "0", script()}).hang.nativeStackBudget == milliseconds(0));
-  CHECK(config({"--hang-native-stack-budget=2", script()}).hang.nativeStackBudget == milliseconds(2000));
+  CHECK(config({"--hang-native-stack-budget", "0", script()}).hang.nativeStackBudget ==
+        milliseconds(0));
+  CHECK(config({"--hang-native-stack-budget=2", script()}).hang.nativeStackBudget ==
+        milliseconds(2000));
   // Below a millisecond is still a budget, not "none".
   CHECK(config({"--hang-native-stack-budget", "0.0001", script()}).hang.nativeStackBudget ==
         milliseconds(1));
@@ -1341,8 +1384,9 @@ TEST_CASE("option --hang-native-stack-budget: 0.4 s by default, 0 is none, bad v
   }
   CHECK_THAT(usageError({"--hang-native-stack-budget", "soon", script()}),
              Catch::Contains("not a number"));
-  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_HANG_NATIVE_STACK_BUDGET", "-2")),
-             Catch::Contains("PET_HANG_NATIVE_STACK_BUDGET"));
+  CHECK_THAT(
+      usageError({script()}, with(sandbox().environment(), "PET_HANG_NATIVE_STACK_BUDGET", "-2")),
+      Catch::Contains("PET_HANG_NATIVE_STACK_BUDGET"));
 }
 
 TEST_CASE("option --signals-to-handle: names with or without SIG, stored as numbers", "[cli]") {
@@ -1386,9 +1430,8 @@ TEST_CASE("option -r/--redirects and -t/--tee: 0-3 or per-rank maps", "[cli]") {
 }
 
 TEST_CASE("option --local-ranks-filter: comma list of local ranks", "[cli]") {
-  CHECK(
-      config({"--nproc-per-node", "3", "--local-ranks-filter", "0,2", script()}).logs.localRanksFilter ==
-      std::set<int>{0, 2});
+  CHECK(config({"--nproc-per-node", "3", "--local-ranks-filter", "0,2", script()})
+            .logs.localRanksFilter == std::set<int>{0, 2});
   CHECK_FALSE(config({"--local-ranks-filter", "", script()}).logs.localRanksFilter.has_value());
   for (const std::string bad : {"a", "-1", "0,,1", "1.5", "0,"}) {
     CHECK_THAT(usageError({"--local-ranks-filter", bad, script()}),
@@ -1547,8 +1590,8 @@ struct TestSubcommands {
 
   explicit TestSubcommands(const std::vector<std::string>& names) {
     for (const auto& name : names) {
-      table.add({name, "a test subcommand", [this](const std::vector<std::string>& args,
-                                                   const Environment&) {
+      table.add({name, "a test subcommand",
+                 [this](const std::vector<std::string>& args, const Environment&) {
                    ranWith = args;
                    return 7;
                  }});
@@ -1638,9 +1681,9 @@ TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of th
   CHECK((help.find("subcommands") != std::string::npos) == !own.empty());
 
   const TestSubcommands commands({"tool", "status"});
-  CHECK_THAT(commands.table.helpSection(),
-             Catch::Contains("  tool ") && Catch::Contains("a test subcommand") &&
-                 Catch::Contains("./NAME or after --"));
+  CHECK_THAT(commands.table.helpSection(), Catch::Contains("  tool ") &&
+                                               Catch::Contains("a test subcommand") &&
+                                               Catch::Contains("./NAME or after --"));
   CHECK(Subcommands().helpSection().empty());
 
   // The sandbox has an executable `tool`: `ddprun tool` is the subcommand, with a note; the file
@@ -1659,15 +1702,18 @@ TEST_CASE("subcommands: ddprun's own table, its --help section, and a file of th
   CHECK_THAT(usageError({"--", "tool"}), Catch::Contains("'tool' is a script for /bin/sh"));
 }
 
-TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about", "[cli][etcd][rdzv-conf]") {
+TEST_CASE("option --rdzv-conf: each backend's own keys, the others' warned about",
+          "[cli][etcd][rdzv-conf]") {
   const std::vector<BackendKeyCase> cases = {
-      {"etcd", "is_host=1", "warn: is_host is not read by the etcd backend; ignored (only c10d's "
-                            "agents choose whether to host the rendezvous store"},
+      {"etcd", "is_host=1",
+       "warn: is_host is not read by the etcd backend; ignored (only c10d's "
+       "agents choose whether to host the rendezvous store"},
       {"etcd", "join_timeout=x", "error: 'join_timeout=x' is not a positive number"},
       {"etcd", "keep_alive_interval=2", "ok"},
       {"etcd", "close_timeout=2", "ok"},
-      {"c10d", "cacert=/ca.pem", "warn: cacert is not read by the c10d backend; ignored (it is for "
-                                 "--rdzv-backend etcd)"},
+      {"c10d", "cacert=/ca.pem",
+       "warn: cacert is not read by the c10d backend; ignored (it is for "
+       "--rdzv-backend etcd)"},
       {"static", "etcd_prefix=/x", "warn: etcd_prefix is not read by the static backend"},
       {"c10d", "protocol=ftp", "warn: protocol is not read by the c10d backend"},
   };

@@ -132,7 +132,8 @@ namespace {
 // The threads of this process now (/proc/self/task).
 std::size_t threadCount() {
   std::size_t count = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++count;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++count;
   return count;
 }
 
@@ -148,8 +149,9 @@ std::size_t settlesAt(std::size_t count) {
 
 }  // namespace
 
-TEST_CASE("ConsoleWriter: no thread until there is something to write, then one, gone with the writer",
-          "[console_writer]") {
+TEST_CASE(
+    "ConsoleWriter: no thread until there is something to write, then one, gone with the writer",
+    "[console_writer]") {
   // A quiet job (nothing printed) starts no writing thread and has none to end when it leaves.
   REQUIRE(settlesAt(1) == 1);  // the earlier tests' writers have ended theirs
   int ends[2];

@@ -1,10 +1,9 @@
 // `ddprun detach`'s command line (cli/detach.h): what it accepts, what it refuses in one line,
 // and how the dispatcher finds it without taking a training script named `detach` away. Pure
 // logic; tests/launcher/detach_test.py runs the subcommand with real processes.
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "cli/cli.h"
 #include "cli/detach.h"
@@ -62,8 +61,9 @@ TEST_CASE("detach: bad usage is one line naming the fix", "[detach]") {
       {{"--nproc-per-node", "2", "train.py"},
        "detach: unknown option '--nproc-per-node'; usage: ddprun detach [--] CMD [ARGS...] (a "
        "command whose name starts with '-' goes after --)"},
-      {{"-x"}, "detach: unknown option '-x'; usage: ddprun detach [--] CMD [ARGS...] (a command "
-               "whose name starts with '-' goes after --)"},
+      {{"-x"},
+       "detach: unknown option '-x'; usage: ddprun detach [--] CMD [ARGS...] (a command "
+       "whose name starts with '-' goes after --)"},
   };
   for (const Case& c : cases) {
     INFO(Catch::Detail::stringify(c.args));
@@ -71,7 +71,8 @@ TEST_CASE("detach: bad usage is one line naming the fix", "[detach]") {
   }
 }
 
-TEST_CASE("detach: ddprun's subcommand, and a script named detach still runs as a job", "[detach]") {
+TEST_CASE("detach: ddprun's subcommand, and a script named detach still runs as a job",
+          "[detach]") {
   const Subcommands& own = ddprunSubcommands();
   auto selected = [&](std::vector<const char*> argv) {
     const Subcommand* subcommand = own.select(static_cast<int>(argv.size()), argv.data());
@@ -84,5 +85,6 @@ TEST_CASE("detach: ddprun's subcommand, and a script named detach still runs as 
   CHECK(selected({"ddprun", "--", "detach"}).empty());
   CHECK(selected({"ddprun", "--no-python", "detach"}).empty());
   CHECK(selected({"ddprun", "train.py", "detach"}).empty());
-  CHECK_THAT(own.helpSection(), Catch::Contains("  detach ") && Catch::Contains("outlives the job"));
+  CHECK_THAT(own.helpSection(),
+             Catch::Contains("  detach ") && Catch::Contains("outlives the job"));
 }

@@ -6,15 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <catch2/catch.hpp>
-
 #include "fifo_watchdog.h"
-#include <nlohmann/json.hpp>
-
 #include "report/failure_report.h"
 #include "temp_dir.h"
 
@@ -42,7 +40,6 @@ WorkerFailure failureWith(const std::string& errorFile) {
   failure.errorFile = errorFile;
   return failure;
 }
-
 
 }  // namespace
 
@@ -97,7 +94,8 @@ TEST_CASE("an error file over the limit is not read, and says so", "[error_file]
   CHECK(read.message == "ValueError: boom");
 }
 
-TEST_CASE("a directory or no file at the error file's name is torchrun's 'no file'", "[error_file]") {
+TEST_CASE("a directory or no file at the error file's name is torchrun's 'no file'",
+          "[error_file]") {
   TempDir dir;
   WorkerFailure directory = failureWith(dir.path);
   CHECK_FALSE(loadErrorFile(directory));
@@ -127,6 +125,7 @@ TEST_CASE("the parent's error file replaces a link at its name instead of writin
   CHECK(json::parse(readFile(parent))["message"]["errorCode"] == 1);
   // No temporary file is left beside it.
   int entries = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path)) ++entries;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path))
+    ++entries;
   CHECK(entries == 3);
 }

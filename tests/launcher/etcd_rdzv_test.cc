@@ -9,14 +9,13 @@
 // runs them in one process); [torch113] and [torch2] each start their own.
 //
 // Skips (77) without /usr/bin/etcd; [torch2] skips (77) without the torch 2.6 chroot.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <memory>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun_command.h"
 #include "etcd_cluster.h"
@@ -51,17 +50,22 @@ EtcdCluster& sharedCluster() {
 // `options` go before the worker (--max-restarts N), `reportArgs` replace "--until until".
 std::unique_ptr<Subprocess> agent(const std::string& nnodes, const std::string& endpoints,
                                   const std::string& id, const std::string& until,
-                                  const std::string& conf = "", std::vector<std::string> options = {},
+                                  const std::string& conf = "",
+                                  std::vector<std::string> options = {},
                                   std::vector<std::string> reportArgs = {}) {
-  std::vector<std::string> args = {"--nnodes", nnodes, "--nproc-per-node", "1",
-                                   "--rdzv-backend", "etcd", "--rdzv-endpoint", endpoints,
-                                   "--rdzv-id", id, "--rdzv-conf",
-                                   "join_timeout=20,last_call_timeout=1" + (conf.empty() ? "" : "," + conf)};
+  std::vector<std::string> args = {
+      "--nnodes",         nnodes,
+      "--nproc-per-node", "1",
+      "--rdzv-backend",   "etcd",
+      "--rdzv-endpoint",  endpoints,
+      "--rdzv-id",        id,
+      "--rdzv-conf",      "join_timeout=20,last_call_timeout=1" + (conf.empty() ? "" : "," + conf)};
   args.insert(args.end(), options.begin(), options.end());
   args.insert(args.end(), {"--no-python", kReport});
   if (reportArgs.empty()) reportArgs = {"--until", until};
   args.insert(args.end(), reportArgs.begin(), reportArgs.end());
-  return std::make_unique<Subprocess>(ddprunCommand(args), std::vector<std::string>{"LOGLEVEL=INFO"});
+  return std::make_unique<Subprocess>(ddprunCommand(args),
+                                      std::vector<std::string>{"LOGLEVEL=INFO"});
 }
 
 // The job's keys left in etcd (the default prefix: /ddprun/<run id>/), one per line.
@@ -75,9 +79,10 @@ double secondsSince(Clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the workers' store, then "
-          "a late joiner scales it up; the job's keys are gone after it",
-          "[elastic]") {
+TEST_CASE(
+    "etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the workers' store, then "
+    "a late joiner scales it up; the job's keys are gone after it",
+    "[elastic]") {
   EtcdCluster& cluster = sharedCluster();
   TempDir dir;
   const std::string until = dir.path + "/stop";
@@ -97,8 +102,9 @@ TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the wo
   // Its lease (5 s: keep_alive_interval 1 s x keep_alive_max_attempt 5) expires, etcd deletes its
   // alive key, the survivor's watch reports it lost, and the survivor re-forms alone, hosting
   // the new workers' store itself.
-  REQUIRE(eventually([&] { return countLines(survivor.output(), "world=1 group_rank=0 ") > aloneBefore; },
-                     kForms, {&survivor}));
+  REQUIRE(eventually(
+      [&] { return countLines(survivor.output(), "world=1 group_rank=0 ") > aloneBefore; }, kForms,
+      {&survivor}));
   const double reformed = secondsSince(killed);
   WARN("etcd: the survivor's new group ran " << reformed << " s after SIGKILL of the store's host");
   CHECK(reformed < 10.0);  // TTL 5 s + one keep-alive 1 s + re-forming, with room on a busy machine
@@ -107,9 +113,12 @@ TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the wo
   // A late joiner: the job runs 1 of at most 3 nodes, so it re-forms with 2.
   const std::string beforeJoin = survivor.output();
   auto c = agent("1:3", endpoints, "elastic", until);
-  REQUIRE(eventually([&] {
-    return countLines(survivor.output().substr(beforeJoin.size()) + c->output(), "world=2 ") == 2;
-  }, kForms, {&survivor, c.get()}));
+  REQUIRE(eventually(
+      [&] {
+        return countLines(survivor.output().substr(beforeJoin.size()) + c->output(), "world=2 ") ==
+               2;
+      },
+      kForms, {&survivor, c.get()}));
   CHECK_THAT(survivor.errors(), Catch::Contains("joins the job"));
   // Membership changes spend no restart.
   CHECK(countLines(survivor.output() + c->output(), "restart=[1-9]") == 0);
@@ -119,15 +128,16 @@ TEST_CASE("etcd: an elastic 1:3 job survives SIGKILL of the agent hosting the wo
   CHECK(keysOf(cluster, "elastic").empty());
 }
 
-TEST_CASE("etcd: a failed worker restarts the whole job within the job-global --max-restarts, "
-          "then the exit barrier ends it",
-          "[elastic]") {
+TEST_CASE(
+    "etcd: a failed worker restarts the whole job within the job-global --max-restarts, "
+    "then the exit barrier ends it",
+    "[elastic]") {
   EtcdCluster& cluster = sharedCluster();
   // Rank 1 fails in the first run only: one restart of both nodes, then both succeed. Every rank
   // lingers 1 s after its line, so that rank 0 on the other node has printed its line of the
   // first run before the failure stops it (a rank stopped before its first line prints none).
-  const std::vector<std::string> failOnce = {"--fail-rank", "1", "--fail-restart", "0", "--exit", "3",
-                                             "--sleep", "1"};
+  const std::vector<std::string> failOnce = {"--fail-rank", "1", "--fail-restart", "0",
+                                             "--exit",      "3", "--sleep",        "1"};
   auto a = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
   auto b = agent("2", cluster.endpoints(), "restarts", "", "", {"--max-restarts", "1"}, failOnce);
   const Deadline deadline(40s);
@@ -159,8 +169,9 @@ TEST_CASE("etcd: SIGKILL of the etcd leader mid-job disturbs nothing: no re-form
   auto a = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
   auto b = agent("2", endpoints, "leaderloss", until, "etcd_prefix=/torchelastic/p2p");
   REQUIRE(reported({a.get(), b.get()}, "world=2 .*generation=0", 2, kForms));
-  CHECK_THAT(cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/ddprun/leaderloss/"}),
-             Catch::Contains("/torchelastic/p2p/ddprun/leaderloss/alive/"));
+  CHECK_THAT(
+      cluster.etcdctl({"get", "--prefix", "--keys-only", "/torchelastic/p2p/ddprun/leaderloss/"}),
+      Catch::Contains("/torchelastic/p2p/ddprun/leaderloss/alive/"));
   CHECK(keysOf(cluster, "leaderloss").empty());
   const int leader = cluster.leader(10s);
   REQUIRE(leader >= 0);
@@ -251,9 +262,10 @@ TEST_CASE(
   CHECK(keysOf(cluster, "P.x").empty());
 }
 
-TEST_CASE("etcd unreachable at start: one line naming the members and the fix, exit 2, within "
-          "read_timeout",
-          "[elastic]") {
+TEST_CASE(
+    "etcd unreachable at start: one line naming the members and the fix, exit 2, within "
+    "read_timeout",
+    "[elastic]") {
   EtcdCluster::skipUnlessInstalled();
   TempDir dir;
   const std::uint16_t first = freePort();
@@ -269,7 +281,8 @@ TEST_CASE("etcd unreachable at start: one line naming the members and the fix, e
   CHECK(countLines(errors, "^ddprun: error: ") == 1);
   const auto line = findLine(errors, "^ddprun: error: ");
   REQUIRE(line);
-  CHECK_THAT(*line, Catch::Contains(fmt::format("http://127.0.0.1:{},http://127.0.0.1:{}", first, second)) &&
+  CHECK_THAT(*line, Catch::Contains(
+                        fmt::format("http://127.0.0.1:{},http://127.0.0.1:{}", first, second)) &&
                         Catch::Contains("within read_timeout (2 s)") &&
                         Catch::Contains("check that etcd runs there"));
   CHECK(countLines(nobody->output(), "rank=") == 0);
@@ -287,9 +300,10 @@ std::string badInputLine(Subprocess& agent) {
 
 }  // namespace
 
-TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a 2-node job, and a "
-          "wrong password, a password file others can read, no user: exit 2 at once, one line",
-          "[auth]") {
+TEST_CASE(
+    "etcd with auth: a user whose role covers only the job's prefix runs a 2-node job, and a "
+    "wrong password, a password file others can read, no user: exit 2 at once, one line",
+    "[auth]") {
   EtcdCluster::skipUnlessInstalled();
   TempDir dir;  // outlives the cluster
   EtcdCluster::Options clusterOptions;
@@ -304,7 +318,8 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   auto b = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
   finishJob(until, {a.get(), b.get()}, kFinishes);
-  CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"}).empty());
+  CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"})
+            .empty());
 
   // Each refusal comes at once: well within read_timeout (60 s), which retries only an etcd that
   // does not answer.
@@ -328,7 +343,8 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   // recipe (docs/errors.md, a prefix ending in '/') covers job authjob alone, not one whose id
   // starts with it.
   CHECK_THAT(refused("username=alice,password_file=" + password, "otherjob"),
-             Catch::Contains("etcd refused user 'alice': ") && Catch::Contains("permission denied") &&
+             Catch::Contains("etcd refused user 'alice': ") &&
+                 Catch::Contains("permission denied") &&
                  Catch::Contains("that the user's role may read and write /ddprun/otherjob/"));
   for (const std::string sibling : {"authjob-x", "authjob.x", "authjobx"}) {
     CHECK_THAT(
@@ -338,12 +354,14 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   }
 
   const std::string openFile = writeFile(dir.path + "/open.pw", "alicepw\n", 0644);
-  CHECK_THAT(refused("username=alice,password_file=" + openFile),
-             Catch::Contains("the etcd password file " + openFile + " can be read by other users") &&
-                 Catch::Contains("run `chmod 600 " + openFile + "`"));
+  CHECK_THAT(
+      refused("username=alice,password_file=" + openFile),
+      Catch::Contains("the etcd password file " + openFile + " can be read by other users") &&
+          Catch::Contains("run `chmod 600 " + openFile + "`"));
 
-  CHECK_THAT(refused(""), Catch::Contains("etcd refuses to read /ddprun/authjob/") &&
-                              Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
+  CHECK_THAT(refused(""),
+             Catch::Contains("etcd refuses to read /ddprun/authjob/") &&
+                 Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
 }
 
 TEST_CASE(
@@ -424,8 +442,9 @@ namespace {
 void ddpTraining(const std::string& python) {
   EtcdCluster::skipUnlessInstalled();
   EtcdCluster cluster;
-  Subprocess driver({DDPRUN_TORCH113_PYTHON, std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/ddp_training.py",
-                     "--ddprun", DDPRUN_BIN, "--python", python, "--scenario", "2nodes", "--etcd",
+  Subprocess driver({DDPRUN_TORCH113_PYTHON,
+                     std::string(DDPRUN_SOURCE_DIR) + "/tests/launcher/ddp_training.py", "--ddprun",
+                     DDPRUN_BIN, "--python", python, "--scenario", "2nodes", "--etcd",
                      cluster.endpoints(), "--epochs", "2", "--timeout", "150"});
   const auto status = exitStatus(driver, 170s);
   REQUIRE(status.has_value());

@@ -45,7 +45,8 @@ WorkerFailure killedBy(int signal) {
 
 }  // namespace
 
-TEST_CASE("exit codes: each ending's code, and docs/errors.md names exactly those", "[exit_codes]") {
+TEST_CASE("exit codes: each ending's code, and docs/errors.md names exactly those",
+          "[exit_codes]") {
   // Each ending, its code, and the row of the docs' table that describes it.
   struct Row {
     Ending ending;

@@ -116,7 +116,10 @@ TEST_CASE("a real child's fatal signal is decoded, with 128+signal as the exit c
   CHECK(exitCodeOf(crashed) == 128 + SIGSEGV);
   CHECK(statusText(crashed) == "Signal 11 (SIGSEGV)");
 
-  const int killed = waitStatusOf([] { ::kill(::getpid(), SIGKILL); ::pause(); });
+  const int killed = waitStatusOf([] {
+    ::kill(::getpid(), SIGKILL);
+    ::pause();
+  });
   const WorkerFailure gone = fromWaitStatus(killed, WorkerIdentity{}, 0);
   CHECK(gone.signal == SIGKILL);
   CHECK(exitCodeOf(gone) == 137);
@@ -228,9 +231,7 @@ TEST_CASE("the summary has torchrun's layout", "[failure_report]") {
   const std::string summary = formatSummary("train.py", {raisedRank1(), segfaultedRank0()});
   const std::string border(54, '=');
   const std::string section(54, '-');
-  const std::string expected = border + "\n" +
-                               "train.py FAILED\n" +
-                               section + "\n" +
+  const std::string expected = border + "\n" + "train.py FAILED\n" + section + "\n" +
                                "Failures:\n"
                                "[0]:\n"
                                "  time      : 2025-11-22_01:58:40\n"
@@ -270,18 +271,18 @@ TEST_CASE("a lone failure without a traceback: capped border and the hint", "[fa
   failure.observedAt = 0;
   const std::string border(60, '=');
   const std::string section(60, '-');
-  const std::string expected =
-      border + "\n/usr/bin/worker FAILED\n" + section + "\nFailures:\n  <NO_OTHER_FAILURES>\n" +
-      section +
-      "\nRoot Cause (first observed failure):\n"
-      "[0]:\n"
-      "  time      : 1970-01-01_00:00:00\n"
-      "  host      : node-b\n"
-      "  rank      : 3 (local_rank: 1)\n"
-      "  exitcode  : 7 (pid: 77)\n"
-      "  error_file: <N/A>\n"
-      "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" +
-      border;
+  const std::string expected = border + "\n/usr/bin/worker FAILED\n" + section +
+                               "\nFailures:\n  <NO_OTHER_FAILURES>\n" + section +
+                               "\nRoot Cause (first observed failure):\n"
+                               "[0]:\n"
+                               "  time      : 1970-01-01_00:00:00\n"
+                               "  host      : node-b\n"
+                               "  rank      : 3 (local_rank: 1)\n"
+                               "  exitcode  : 7 (pid: 77)\n"
+                               "  error_file: <N/A>\n"
+                               "  traceback : To enable traceback see: "
+                               "https://pytorch.org/docs/stable/elastic/errors.html\n" +
+                               border;
   CHECK(formatSummary("/usr/bin/worker", {failure}) == expected);
 }
 
@@ -291,10 +292,11 @@ TEST_CASE("the summary keeps a traceback's lines and escapes every other control
   // What a worker (or, through a forged stop record, whoever writes the store) may put in its
   // message: a whole line in the agent's log format, a carriage return that would overwrite the
   // line it is on, and escape sequences that retitle and clear the terminal.
-  const std::string forgedLine = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  const std::string forgedLine =
+      "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
   WorkerFailure failure = raisedRank1();
-  failure.traceback = "Traceback (most recent call last):\n  File \"train.py\", line 3\n" + forgedLine +
-                      "\x1b]0;owned\x07\x1b[2J\rValueError: boom\tat\n";
+  failure.traceback = "Traceback (most recent call last):\n  File \"train.py\", line 3\n" +
+                      forgedLine + "\x1b]0;owned\x07\x1b[2J\rValueError: boom\tat\n";
   failure.host = "node-z\n" + forgedLine + "\x1b[2J";
   failure.errorFile = "/logs/\x1b[2J/error.json";
   failure.hang = HangKind::kFileTimer;
@@ -310,7 +312,9 @@ TEST_CASE("the summary keeps a traceback's lines and escapes every other control
   // breaks a line.
   CHECK_THAT(summary, Catch::Contains("  traceback : Traceback (most recent call last):\n"
                                       "    File \"train.py\", line 3\n"
-                                      "  " + forgedLine + "\\x1b]0;owned\\x07\\x1b[2J\\x0dValueError: boom\\tat\n"
+                                      "  " +
+                                      forgedLine +
+                                      "\\x1b]0;owned\\x07\\x1b[2J\\x0dValueError: boom\\tat\n"
                                       "  \n"));
   CHECK_THAT(summary, Catch::Contains("  host      : node-z\\n" + forgedLine + "\\x1b[2J\n"));
   CHECK_THAT(summary, Catch::Contains("  error_file: /logs/\\x1b[2J/error.json\n"));
@@ -416,18 +420,21 @@ TEST_CASE("a failure without an error file gets a synthesized one", "[failure_re
         "worker rank 2 (local_rank 0, pid 9) on h failed with exitcode 7");
 }
 
-TEST_CASE("propagation: legacy files are copied as they are, nothing without a parent file, errors throw",
-          "[failure_report]") {
+TEST_CASE(
+    "propagation: legacy files are copied as they are, nothing without a parent file, errors throw",
+    "[failure_report]") {
   TempDir dir;
   WorkerFailure cause = raisedRank1();
   cause.errorFile = dir.file("legacy.json");
   writeFile(cause.errorFile, R"({"message": "RuntimeError: old", "timestamp": 5})");
   const std::string parent = dir.file("parent.json");
   propagateErrorFile(cause, parent);
-  CHECK(json::parse(readFile(parent)) == json::parse(R"({"message": "RuntimeError: old", "timestamp": 5})"));
+  CHECK(json::parse(readFile(parent)) ==
+        json::parse(R"({"message": "RuntimeError: old", "timestamp": 5})"));
 
   CHECK_NOTHROW(propagateErrorFile(cause, ""));
-  CHECK_THROWS_AS(propagateErrorFile(cause, dir.file("no/such/dir/parent.json")), std::system_error);
+  CHECK_THROWS_AS(propagateErrorFile(cause, dir.file("no/such/dir/parent.json")),
+                  std::system_error);
 }
 
 // torch 1.13's own @record writes the error file, its ChildFailedError formats the summary and its

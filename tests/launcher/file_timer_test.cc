@@ -23,8 +23,8 @@
 #include <system_error>
 #include <vector>
 
-#include "agent_fakes.h"
 #include "agent/asio_event_loop.h"
+#include "agent_fakes.h"
 #include "hang/file_timer_pipe.h"
 #include "log_capture.h"
 #include "subprocess.h"
@@ -113,23 +113,26 @@ std::string describe(const std::vector<FileTimerExpiry>& expired) {
 
 // --- refusals (AgentMachine refuses to signal a pid that is not the job's) ---
 
-TEST_CASE("refusals: the first logged in full, the rest counted per window, a quiet window "
-          "starts over",
-          "[file_timer]") {
+TEST_CASE(
+    "refusals: the first logged in full, the rest counted per window, a quiet window "
+    "starts over",
+    "[file_timer]") {
   CountingLoop loop;
   FileTimerRefusals refusals(loop, 10s);
   LogCapture log;
   refusals.refused({4242, "s\x1b[2J\n[x", SIGKILL, 0});
   std::string logged = log.text();
   CHECK(std::count(logged.begin(), logged.end(), '\n') == 1);
-  CHECK_THAT(logged, Catch::Contains("not sending SIGKILL to pid 4242: FileTimer \"s\\x1b[2J\\n[x\""));
+  CHECK_THAT(logged,
+             Catch::Contains("not sending SIGKILL to pid 4242: FileTimer \"s\\x1b[2J\\n[x\""));
   for (pid_t pid = 1; pid <= 20; ++pid) refusals.refused({pid % 10 + 100, "x", SIGKILL, 0});
   CHECK(log.text() == logged);
   loop.advance(10s);
   logged = log.text();
   CHECK(std::count(logged.begin(), logged.end(), '\n') == 2);
-  CHECK_THAT(logged, Catch::Contains("refused 20 more FileTimer signal(s) to processes outside this "
-                                     "agent's workers (pids 101, 102, 103, 104, 105, 106, 107, 108, ...)"));
+  CHECK_THAT(logged,
+             Catch::Contains("refused 20 more FileTimer signal(s) to processes outside this "
+                             "agent's workers (pids 101, 102, 103, 104, 105, 106, 107, 108, ...)"));
   // The next window: quiet, so the one after it starts with a line in full again.
   loop.advance(10s);
   CHECK(log.text() == logged);
@@ -139,8 +142,9 @@ TEST_CASE("refusals: the first logged in full, the rest counted per window, a qu
   // Counted and not logged yet: flush() logs it (the agent is finishing).
   refusals.refused({4444, "z", SIGTERM, 0});
   refusals.flush();
-  CHECK_THAT(log.text(), Catch::Contains("refused 1 more FileTimer signal(s) to processes outside this "
-                                         "agent's workers (pids 4444)"));
+  CHECK_THAT(log.text(),
+             Catch::Contains("refused 1 more FileTimer signal(s) to processes outside this "
+                             "agent's workers (pids 4444)"));
   CHECK(refusals.total() == 23);
 }
 

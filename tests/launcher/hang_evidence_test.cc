@@ -3,11 +3,15 @@
 // native one under gdb, a forked Python child, and the chain to the sitecustomize the hook
 // shadows. Every wait is bounded well below the test's CTest TIMEOUT (120 s) and says what it
 // saw when it gives up (waits.h).
+#include "hang/hang_evidence.h"
+
+#include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -17,11 +21,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-
 #include "agent_fakes.h"
-#include "hang/hang_evidence.h"
 #include "hang/python_stack_hook.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -206,7 +206,8 @@ TEST_CASE("hang evidence: a hung Python process dumps every thread's stack on re
   const auto start = Clock::now();
   const HangEvidence evidence = collectHangEvidence(worker.pid(), pythonOptions(hook));
   const long long took = msSince(start);
-  std::printf("hang_evidence_test: Python stack of a hung Python process collected in %lld ms\n", took);
+  std::printf("hang_evidence_test: Python stack of a hung Python process collected in %lld ms\n",
+              took);
   INFO(evidence.text());
   CHECK(evidence.pid == worker.pid());
   CHECK(evidence.pythonStack.find("stuck_in_the_middle") != std::string::npos);
@@ -250,8 +251,10 @@ TEST_CASE("hang evidence: a Python process deadlocked in C while holding the GIL
   const auto start = Clock::now();
   const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
   const long long took = msSince(start);
-  std::printf("hang_evidence_test: Python + native (%s) stacks of a GIL-deadlocked Python process "
-              "collected in %lld ms\n", options.debugger.c_str(), took);
+  std::printf(
+      "hang_evidence_test: Python + native (%s) stacks of a GIL-deadlocked Python process "
+      "collected in %lld ms\n",
+      options.debugger.c_str(), took);
   INFO(evidence.text());
   CHECK(evidence.pythonStack.find("stuck_holding_the_gil") != std::string::npos);
   CHECK(evidence.pythonStack.find("other_thread_wants_the_gil") != std::string::npos);
@@ -318,7 +321,8 @@ TEST_CASE("hang evidence: a debugger over its budget is killed and the process i
     CHECK(took < budget + 5000);
     if (evidence.nativeStack.empty()) {
       bool said = false;
-      for (const auto& note : evidence.notes) said = said || note.find("native stack") != std::string::npos;
+      for (const auto& note : evidence.notes)
+        said = said || note.find("native stack") != std::string::npos;
       CHECK(said);
     }
     CHECK(eventually([&] { return runsOn(sleeper.pid()); }, 2s, {&sleeper}));
@@ -412,7 +416,8 @@ TEST_CASE("hang evidence: the native stack budget is honoured and what it cut sh
   CHECK(runsOn(sleeper.pid()));
 }
 
-TEST_CASE("hang evidence: with no debugger and no hook, the kernel's view alone", "[hang_evidence]") {
+TEST_CASE("hang evidence: with no debugger and no hook, the kernel's view alone",
+          "[hang_evidence]") {
   Subprocess sleeper({"/bin/sleep", "3600"});
   REQUIRE(eventually([&] { return asleep(sleeper.pid()); }, 10s, {&sleeper}));
   const HangEvidence evidence = collectHangEvidence(sleeper.pid(), EvidenceOptions{});
@@ -450,7 +455,8 @@ TEST_CASE("hang evidence: a stale stack file of a process without the hook: no s
   INFO(stale.text());
   CHECK(stale.pythonStack.empty());
   bool said = false;
-  for (const auto& note : stale.notes) said = said || note.find("does not catch signal") != std::string::npos;
+  for (const auto& note : stale.notes)
+    said = said || note.find("does not catch signal") != std::string::npos;
   CHECK(said);
   std::this_thread::sleep_for(100ms);
   CHECK(runsOn(sleeper.pid()));
@@ -487,8 +493,9 @@ TEST_CASE("hang evidence: a process that does not exist gives notes, not an exce
   }
 }
 
-TEST_CASE("python stack hook: the sitecustomize it shadows still runs, once, and the hook is active",
-          "[python_stack_hook]") {
+TEST_CASE(
+    "python stack hook: the sitecustomize it shadows still runs, once, and the hook is active",
+    "[python_stack_hook]") {
   TempDir dir;
   const PythonStackHook hook = installPythonStackHook(dir.path + "/hook");
   const std::string probe = dir.path + "/probe.py";
@@ -530,10 +537,12 @@ TEST_CASE("python stack hook: the sitecustomize it shadows still runs, once, and
     CHECK(output.find("hook-active True\n") != std::string::npos);
     CHECK(output.find("hook-dir-on-sys-path False\n") != std::string::npos);
   }
-  SECTION("a shadowed sitecustomize that raises is reported as site.py would, and the worker runs") {
+  SECTION(
+      "a shadowed sitecustomize that raises is reported as site.py would, and the worker runs") {
     writeFile(other + "/sitecustomize.py", "raise RuntimeError('broken site hook')\n");
     std::string errors;
-    const std::string output = runProbe(probe, hook.pythonPath, hookEnvironment(hook, other), &errors);
+    const std::string output =
+        runProbe(probe, hook.pythonPath, hookEnvironment(hook, other), &errors);
     INFO(output << errors);
     CHECK(errors.find("Error in sitecustomize") != std::string::npos);
     CHECK(errors.find("RuntimeError: broken site hook") != std::string::npos);
@@ -640,7 +649,8 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   const std::string saveTo = dir.path + "/attempt_0/0/stacks.txt";
   SECTION("the result arrives through post(), its text written to the file asked for") {
     auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-    collector->collect(worker.pid(), saveTo, [&](HangEvidence evidence) { got = std::move(evidence); });
+    collector->collect(worker.pid(), saveTo,
+                       [&](HangEvidence evidence) { got = std::move(evidence); });
     CHECK_FALSE(got.has_value());  // not before the loop runs it
     REQUIRE(loop.runUntil([&] { return got.has_value(); }, 20s));
     INFO(got->text());
@@ -652,7 +662,8 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   SECTION("destroying the collector waits for the collection in flight") {
     {
       auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-      collector->collect(worker.pid(), saveTo, [&](HangEvidence evidence) { got = std::move(evidence); });
+      collector->collect(worker.pid(), saveTo,
+                         [&](HangEvidence evidence) { got = std::move(evidence); });
     }
     CHECK_FALSE(got.has_value());
     loop.runPosted();
@@ -666,15 +677,17 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
 // Ranks found hung at once are recorded at once: each collection runs on its own thread, so two
 // unwinders that use their whole budget (2 s each) take about one budget, not two. The bound
 // (3.5 s, where one after the other would take 4 s) leaves 1.5 s for a loaded machine.
-TEST_CASE("hang evidence: two hung workers' evidence is collected in parallel, each within the budget",
-          "[hang_evidence]") {
+TEST_CASE(
+    "hang evidence: two hung workers' evidence is collected in parallel, each within the budget",
+    "[hang_evidence]") {
   TempDir dir;
   const std::string slow = dir.path + "/slow-unwinder";
   writeFile(slow, "#!/bin/sh\nexec sleep 60\n");
   REQUIRE(::chmod(slow.c_str(), 0755) == 0);
   Subprocess first({"/bin/sleep", "3600"});
   Subprocess second({"/bin/sleep", "3600"});
-  REQUIRE(eventually([&] { return asleep(first.pid()) && asleep(second.pid()); }, 10s, {&first, &second}));
+  REQUIRE(eventually([&] { return asleep(first.pid()) && asleep(second.pid()); }, 10s,
+                     {&first, &second}));
 
   ManualEventLoop loop;
   EvidenceOptions options;
@@ -744,8 +757,10 @@ TEST_CASE("hang evidence: gdb on a Python process that imported torch (timing)",
   options.debuggerBudget = 60000ms;
   const auto start = Clock::now();
   const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
-  std::printf("hang_evidence_test: gdb backtrace of a torch-importing Python process (%zu threads) "
-              "collected in %lld ms\n", evidence.threads.size(), msSince(start));
+  std::printf(
+      "hang_evidence_test: gdb backtrace of a torch-importing Python process (%zu threads) "
+      "collected in %lld ms\n",
+      evidence.threads.size(), msSince(start));
   INFO(evidence.text());
   CHECK(evidence.nativeStack.find("nanosleep") != std::string::npos);
   CHECK(eventually([&] { return runsOn(worker.pid()); }, 2s, {&worker}));
@@ -763,8 +778,10 @@ TEST_CASE("hang evidence: eu-stack on a Python process that imported torch (timi
   options.debuggerBudget = 60000ms;
   const auto start = Clock::now();
   const HangEvidence evidence = collectHangEvidence(worker.pid(), options);
-  std::printf("hang_evidence_test: eu-stack backtrace of a torch-importing Python process (%zu "
-              "threads) collected in %lld ms\n", evidence.threads.size(), msSince(start));
+  std::printf(
+      "hang_evidence_test: eu-stack backtrace of a torch-importing Python process (%zu "
+      "threads) collected in %lld ms\n",
+      evidence.threads.size(), msSince(start));
   INFO(evidence.text());
   CHECK(evidence.nativeStack.find("nanosleep") != std::string::npos);
   CHECK(eventually([&] { return runsOn(worker.pid()); }, 2s, {&worker}));

@@ -1,13 +1,13 @@
 // The agent's reading of TORCHELASTIC_HEALTH_CHECK_PORT, DDPRUN_HEALTH_CHECK_ADDR and
 // DDPRUN_HEALTH_CHECK_HOSTS (agent/health_endpoint.h): what is served where, and the one line for
 // a bad value.
+#include "agent/health_endpoint.h"
+
+#include <catch2/catch.hpp>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
-#include "agent/health_endpoint.h"
 #include "agent/startup_error.h"
 
 using ddprun::launcher::healthEndpointOf;

@@ -3,17 +3,17 @@
 // command's quoting (what a POSIX shell reads back must be the argument list, byte for byte), the
 // forwarded variables and the ssh client's argv. The command line's side (cli/ssh_launch_options)
 // is in cli_test.cc.
+#include "hosts/host_list.h"
+
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
-#include "hosts/host_list.h"
 #include "hosts/ssh_command.h"
 #include "temp_dir.h"
 
@@ -54,7 +54,8 @@ std::vector<std::string> shellWords(const std::string& text) {
   const std::string out = shellOutput("/bin/sh", "printf '%s\\n' " + text);
   std::vector<std::string> words;
   std::size_t start = 0;
-  for (std::size_t newline; (newline = out.find('\n', start)) != std::string::npos; start = newline + 1) {
+  for (std::size_t newline; (newline = out.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
     words.push_back(out.substr(start, newline - start));
   }
   return words;
@@ -162,9 +163,9 @@ TEST_CASE("include and exclude: unknown hosts, bad slots and empty results are e
 }
 
 TEST_CASE("shellQuote: the shell reads back every argument byte for byte") {
-  const std::vector<std::string> words = {"plain", "two words", "it's", "'", "''", "$HOME",
-                                          "`id`", "$(id)", "a\\b", "*", "--lr=0.1", "\"q\"",
-                                          "semi;colon", "new\tline", ""};
+  const std::vector<std::string> words = {"plain",    "two words", "it's",       "'",         "''",
+                                          "$HOME",    "`id`",      "$(id)",      "a\\b",      "*",
+                                          "--lr=0.1", "\"q\"",     "semi;colon", "new\tline", ""};
   std::string text;
   for (const auto& word : words) text += shellQuote(word) + " ";
   CHECK(shellWords(text) == words);
@@ -173,12 +174,12 @@ TEST_CASE("shellQuote: the shell reads back every argument byte for byte") {
 TEST_CASE("forwarded variables: NCCL_*, PYTHON*, CUDA_VISIBLE_DEVICES and the names listed") {
   const std::map<std::string, std::string> environment = {
       {"NCCL_DEBUG", "INFO"}, {"PYTHONPATH", "/src"}, {"CUDA_VISIBLE_DEVICES", "0,1"},
-      {"HOME", "/root"},      {"WANDB_KEY", "k"},      {"PATH", "/bin"}};
+      {"HOME", "/root"},      {"WANDB_KEY", "k"},     {"PATH", "/bin"}};
   const auto forwarded = forwardedEnvironment(environment, {"WANDB_KEY", "NOT_SET"});
   CHECK(forwarded == std::map<std::string, std::string>{{"CUDA_VISIBLE_DEVICES", "0,1"},
-                                                         {"NCCL_DEBUG", "INFO"},
-                                                         {"PYTHONPATH", "/src"},
-                                                         {"WANDB_KEY", "k"}});
+                                                        {"NCCL_DEBUG", "INFO"},
+                                                        {"PYTHONPATH", "/src"},
+                                                        {"WANDB_KEY", "k"}});
   CHECK(isVariableName("A_1"));
   CHECK_FALSE(isVariableName("1A"));
   CHECK_FALSE(isVariableName("A-B"));

@@ -58,7 +58,8 @@ TEST_CASE("must host: static node rank 0, --standalone, is_host=true", "[stores]
   CHECK(must.mayHost());
 }
 
-TEST_CASE("may host: a c10d agent with no is_host, and the others are clients", "[stores][hosting]") {
+TEST_CASE("may host: a c10d agent with no is_host, and the others are clients",
+          "[stores][hosting]") {
   LoopbackFact fact;
   const HostingDecision c10d = decideHosting(job(RdzvBackend::kC10d, "10.0.0.1", 5), fact.fn());
   CHECK(c10d.role == HostingRole::kMayHost);

@@ -2,24 +2,25 @@
 // entry keeps it, what `ddprun detach` hands its command, and the exact match on an environ
 // blob that the agent's stray sweep and the guardian make. Pure logic, plus one read of this
 // process's own /proc/<pid>/environ.
+#include "core/kept_process.h"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <string>
-
-#include <catch2/catch.hpp>
-
-#include "core/kept_process.h"
 
 using namespace ddprun::launcher;
 using namespace std::string_literals;
 
-TEST_CASE("kept process: the entry names this agent's marker, never a bare flag", "[kept_process]") {
+TEST_CASE("kept process: the entry names this agent's marker, never a bare flag",
+          "[kept_process]") {
   CHECK(keptEntry("41823-9f3c0d2a6b11e4f0") == "DDPRUN_DETACHED=41823-9f3c0d2a6b11e4f0");
   CHECK(keptEntry("").empty());  // no marker: nothing is ever kept
 }
 
-TEST_CASE("kept process: detach swaps DDPRUN_AGENT for DDPRUN_DETACHED and keeps the rest", "[kept_process]") {
+TEST_CASE("kept process: detach swaps DDPRUN_AGENT for DDPRUN_DETACHED and keeps the rest",
+          "[kept_process]") {
   const std::map<std::string, std::string> worker = {
       {"DDPRUN_AGENT", "7-abc"}, {"RANK", "3"}, {"PATH", "/usr/bin"}};
   const auto detached = detachedEnvironment(worker);
@@ -37,7 +38,8 @@ TEST_CASE("kept process: detach swaps DDPRUN_AGENT for DDPRUN_DETACHED and keeps
   CHECK(detachedEnvironment({{"DDPRUN_AGENT", ""}}).empty());
 }
 
-TEST_CASE("kept process: an environ blob holds an entry only as one whole entry", "[kept_process]") {
+TEST_CASE("kept process: an environ blob holds an entry only as one whole entry",
+          "[kept_process]") {
   const std::string entry = "DDPRUN_DETACHED=7-abc";
   struct Case {
     std::string environ;
@@ -59,7 +61,8 @@ TEST_CASE("kept process: an environ blob holds an entry only as one whole entry"
   };
   for (const Case& c : cases) {
     std::string shown = c.environ;
-    for (char& ch : shown) if (ch == '\0') ch = '|';
+    for (char& ch : shown)
+      if (ch == '\0') ch = '|';
     INFO("environ: " << shown);
     CHECK(environHolds(c.environ, entry) == c.holds);
   }

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -124,14 +123,11 @@ Environment pytorchJobPod(int rank) {
 // PyTorchJob "elastic" with an elasticPolicy (min 1, max 3 replicas, maxRestarts 3, rdzvId,
 // rdzvConf) on worker port 23456: every worker pod gets the same.
 Environment elasticPod() {
-  return {{"PYTHONUNBUFFERED", "0"},
-          {"PET_RDZV_ENDPOINT", "elastic-worker-0:23456"},
-          {"PET_RDZV_BACKEND", "c10d"},
-          {"PET_NNODES", "1:3"},
-          {"PET_MAX_RESTARTS", "3"},
-          {"PET_NPROC_PER_NODE", "4"},
-          {"PET_RDZV_ID", "elastic-run"},
-          {"PET_RDZV_CONF", "join_timeout=900,last_call_timeout=5"}};
+  return {
+      {"PYTHONUNBUFFERED", "0"},      {"PET_RDZV_ENDPOINT", "elastic-worker-0:23456"},
+      {"PET_RDZV_BACKEND", "c10d"},   {"PET_NNODES", "1:3"},
+      {"PET_MAX_RESTARTS", "3"},      {"PET_NPROC_PER_NODE", "4"},
+      {"PET_RDZV_ID", "elastic-run"}, {"PET_RDZV_CONF", "join_timeout=900,last_call_timeout=5"}};
 }
 
 // TrainJob "tj" with numNodes 2: node index `rank`.
@@ -155,27 +151,46 @@ TEST_CASE("the environments Kubeflow's operators give a pod -> the launch config
                             {"PET_NPROC_PER_NODE", "2"},
                             {"PET_STANDALONE", ""}};
   const std::vector<Case> cases = {
-      {"PyTorchJob master pod", pytorchJobPod(0),
-       {RdzvBackend::kStatic, 2, 2, 0, "job-master-0", 23456, "none", 2}, 1},
+      {"PyTorchJob master pod",
+       pytorchJobPod(0),
+       {RdzvBackend::kStatic, 2, 2, 0, "job-master-0", 23456, "none", 2},
+       1},
       {"PyTorchJob master pod, given localhost for itself (some training-operator versions)",
        with(with(pytorchJobPod(0), "MASTER_ADDR", "localhost"), "PET_MASTER_ADDR", "localhost"),
-       {RdzvBackend::kStatic, 2, 2, 0, "localhost", 23456, "none", 2}, 0},
-      {"PyTorchJob worker pod", pytorchJobPod(1),
-       {RdzvBackend::kStatic, 2, 2, 1, "job-master-0", 23456, "none", 2}, 1},
-      {"PyTorchJob elastic worker pod", elasticPod(),
-       {RdzvBackend::kC10d, 1, 3, 0, "elastic-worker-0", 23456, "elastic-run", 4, 3}, 1},
-      {"PyTorchJob elastic pod of training-operator <= v1.5 (PET_N_PROC_PER_NODE)", oldOperator,
-       {RdzvBackend::kC10d, 1, 3, 0, "elastic-worker-0", 23456, "elastic-run", 4, 3}, 1},
-      {"PyTorchJob elastic standalone pod (PET_STANDALONE=\"\")", standalone,
-       {RdzvBackend::kC10d, 1, 1, 0, "127.0.0.1", 0, "", 2, 0, true}, 0},
-      {"TrainJob node 0, numProcPerNode 8", trainJobPod(0, "8"),
-       {RdzvBackend::kStatic, 2, 2, 0, "tj-node-0-0.tj", 29400, "none", 8}, 1},
-      {"TrainJob node 1, numProcPerNode 8", trainJobPod(1, "8"),
-       {RdzvBackend::kStatic, 2, 2, 1, "tj-node-0-0.tj", 29400, "none", 8}, 1},
-      {"TrainJob node 1, numProcPerNode auto", trainJobPod(1, "auto"),
-       {RdzvBackend::kStatic, 2, 2, 1, "tj-node-0-0.tj", 29400, "none", 0}, 1},
-      {"TrainJob node 0, numProcPerNode cpu", trainJobPod(0, "cpu"),
-       {RdzvBackend::kStatic, 2, 2, 0, "tj-node-0-0.tj", 29400, "none", 0}, 1},
+       {RdzvBackend::kStatic, 2, 2, 0, "localhost", 23456, "none", 2},
+       0},
+      {"PyTorchJob worker pod",
+       pytorchJobPod(1),
+       {RdzvBackend::kStatic, 2, 2, 1, "job-master-0", 23456, "none", 2},
+       1},
+      {"PyTorchJob elastic worker pod",
+       elasticPod(),
+       {RdzvBackend::kC10d, 1, 3, 0, "elastic-worker-0", 23456, "elastic-run", 4, 3},
+       1},
+      {"PyTorchJob elastic pod of training-operator <= v1.5 (PET_N_PROC_PER_NODE)",
+       oldOperator,
+       {RdzvBackend::kC10d, 1, 3, 0, "elastic-worker-0", 23456, "elastic-run", 4, 3},
+       1},
+      {"PyTorchJob elastic standalone pod (PET_STANDALONE=\"\")",
+       standalone,
+       {RdzvBackend::kC10d, 1, 1, 0, "127.0.0.1", 0, "", 2, 0, true},
+       0},
+      {"TrainJob node 0, numProcPerNode 8",
+       trainJobPod(0, "8"),
+       {RdzvBackend::kStatic, 2, 2, 0, "tj-node-0-0.tj", 29400, "none", 8},
+       1},
+      {"TrainJob node 1, numProcPerNode 8",
+       trainJobPod(1, "8"),
+       {RdzvBackend::kStatic, 2, 2, 1, "tj-node-0-0.tj", 29400, "none", 8},
+       1},
+      {"TrainJob node 1, numProcPerNode auto",
+       trainJobPod(1, "auto"),
+       {RdzvBackend::kStatic, 2, 2, 1, "tj-node-0-0.tj", 29400, "none", 0},
+       1},
+      {"TrainJob node 0, numProcPerNode cpu",
+       trainJobPod(0, "cpu"),
+       {RdzvBackend::kStatic, 2, 2, 0, "tj-node-0-0.tj", 29400, "none", 0},
+       1},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -214,7 +229,8 @@ TEST_CASE("Kubeflow: PET_RDZV_CONF's keys reach the settings, and the command li
   CHECK(parsePod(with(elasticPod(), "PET_N_PROC_PER_NODE", "7")).config.nprocPerNode == 4);
   const std::string script = image().script();
   const char* argv[] = {"ddprun", "--nnodes", "2", "--node-rank", "1", script.c_str()};
-  const LaunchConfig given = parseCommandLine(6, argv, image().environment(trainJobPod(0, "8"))).config;
+  const LaunchConfig given =
+      parseCommandLine(6, argv, image().environment(trainJobPod(0, "8"))).config;
   CHECK(given.rdzv.nodeRank == 1);
   CHECK(given.rdzv.maxNodes == 2);
 }
@@ -235,7 +251,8 @@ TEST_CASE("Kubeflow: a bad PET_ value is one line naming the variable and the fi
       {with(trainJobPod(0, "8"), "PET_MASTER_PORT", "http"), "PET_MASTER_PORT 'http'"},
       {with(trainJobPod(0, "8"), "PET_MASTER_PORT", "70000"), "PET_MASTER_PORT '70000'"},
       {with(trainJobPod(0, "8"), "PET_MASTER_ADDR", ""), "PET_MASTER_ADDR ''"},
-      {with(elasticPod(), "PET_RDZV_CONF", "join_timeout"), "PET_RDZV_CONF: key 'join_timeout' has no value"},
+      {with(elasticPod(), "PET_RDZV_CONF", "join_timeout"),
+       "PET_RDZV_CONF: key 'join_timeout' has no value"},
       {with(elasticPod(), "PET_RDZV_CONF", "join_timeout=soon"), "PET_RDZV_CONF"},
       {with(elasticPod(), "PET_RDZV_BACKEND", "etcd-v4"), "PET_RDZV_BACKEND 'etcd-v4'"},
       {with(elasticPod(), "PET_RDZV_ENDPOINT", "elastic-worker-0:99999"), "PET_RDZV_ENDPOINT"},
@@ -243,7 +260,8 @@ TEST_CASE("Kubeflow: a bad PET_ value is one line naming the variable and the fi
       {with(elasticPod(), "PET_N_PROC_PER_NODE", "x"), ""},  // PET_NPROC_PER_NODE wins: fine
       {with(with(elasticPod(), "PET_NPROC_PER_NODE", ""), "PET_N_PROC_PER_NODE", "x"),
        "PET_NPROC_PER_NODE ''"},
-      {with(with(elasticPod(), "PET_STANDALONE", "maybe"), "PET_NNODES", "1"), "PET_STANDALONE 'maybe'"},
+      {with(with(elasticPod(), "PET_STANDALONE", "maybe"), "PET_NNODES", "1"),
+       "PET_STANDALONE 'maybe'"},
       {with(elasticPod(), "PET_STANDALONE", ""), "single-node"},
   };
   for (const Bad& b : bad) {

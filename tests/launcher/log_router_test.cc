@@ -18,9 +18,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "temp_dir.h"
@@ -126,8 +126,8 @@ class Harness {
   // Starts `/bin/sh -c script` as worker `localRank`, as the agent would.
   pid_t spawn(int localRank, const std::string& script, const std::string& attemptDir = "",
               int rank = -1, int groupRank = 0) {
-    const ChildStreams streams =
-        router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank, attemptDir, !attemptDir.empty());
+    const ChildStreams streams = router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank,
+                                                  attemptDir, !attemptDir.empty());
     REQUIRE(streams.out >= 0);
     REQUIRE(streams.err >= 0);
     const pid_t pid = ::fork();
@@ -212,8 +212,8 @@ bool fdIsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
 std::optional<std::tuple<int, int, std::string>> parseLine(const std::string& line,
                                                            const std::string& kind) {
   for (int worker : {0, 1}) {
-    const std::string head = "[default" + std::to_string(worker) + "]:w" +
-                             std::to_string(worker) + " " + kind + " ";
+    const std::string head =
+        "[default" + std::to_string(worker) + "]:w" + std::to_string(worker) + " " + kind + " ";
     if (line.compare(0, head.size(), head) != 0) continue;
     std::size_t end = head.size();
     while (end < line.size() && std::isdigit(static_cast<unsigned char>(line[end])) != 0) ++end;
@@ -422,8 +422,9 @@ TEST_CASE("duplicate filters copy matching lines to filtered_*.log", "[log_route
                   dir.file("a"));
     harness.drain(10s);
     const auto [out, err] = harness.finish();
-    CHECK(out == "[default0]:step 1 loss 0.5\n[default0]:hello\n[default0]:WARN x\n"
-                 "[default0]:last loss\n");
+    CHECK(out ==
+          "[default0]:step 1 loss 0.5\n[default0]:hello\n[default0]:WARN x\n"
+          "[default0]:last loss\n");
     CHECK(err == "[default0]:ERR y\n[default0]:other\n");
     CHECK(readFile(dir.file("a/0/filtered_stdout.log")) == "step 1 loss 0.5\nWARN x\nlast loss\n");
     CHECK(readFile(dir.file("a/0/filtered_stderr.log")) == "ERR y\n");
@@ -562,8 +563,7 @@ TEST_CASE("within the hold, a line written in pieces stays whole", "[log_router]
   CHECK(harness.finish().first == "[default1]:x\n[default0]:ab\n");
 }
 
-TEST_CASE("two workers never share a console line: an open line is ended first",
-          "[log_router]") {
+TEST_CASE("two workers never share a console line: an open line is ended first", "[log_router]") {
   TempDir dir;
   LogRouterOptions options;
   options.partialLineDelay = 1ms;

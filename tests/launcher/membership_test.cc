@@ -27,10 +27,10 @@
 #include "agent_fakes.h"
 #include "core/stop_reason.h"
 #include "ddprun/rendezvous/hash_store.h"
-#include "stores/etcd_store_backend.h"
 #include "membership/membership.h"
 #include "membership/membership_driver.h"
 #include "membership/membership_keys.h"
+#include "stores/etcd_store_backend.h"
 #include "stores/store_backend.h"
 #include "stores/store_backends.h"
 
@@ -88,7 +88,9 @@ RendezvousConfig c10dJob(int minNodes, int maxNodes, const std::string& runId) {
 }
 
 // For messages: the problem found, or "<none>".
-std::string problemText(const std::optional<std::string>& problem) { return problem.value_or("<none>"); }
+std::string problemText(const std::optional<std::string>& problem) {
+  return problem.value_or("<none>");
+}
 
 TEST_CASE("every membership key has its exact wire string", "[membership_keys]") {
   // Agents of one version must agree on these byte for byte: a changed string splits a job.
@@ -193,20 +195,23 @@ std::set<std::string> documentedKeys() {
   for (std::string line; std::getline(file, line);) {
     if (line.starts_with("### ")) inSection = line.find("Rendezvous rounds") != std::string::npos;
     if (!inSection) continue;
-    if (line.starts_with("Keys live under")) CHECK_THAT(line, Catch::Contains("`ddprun/<run id>/`"));
+    if (line.starts_with("Keys live under"))
+      CHECK_THAT(line, Catch::Contains("`ddprun/<run id>/`"));
     if (line.starts_with("| key |")) inTable = true;
     if (!inTable) continue;
     if (!line.starts_with("|")) break;
     const std::string firstColumn = line.substr(1, line.find('|', 1) - 1);
     static const std::regex name("`([^`]+)`");
-    for (auto it = std::sregex_iterator(firstColumn.begin(), firstColumn.end(), name); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(firstColumn.begin(), firstColumn.end(), name);
+         it != std::sregex_iterator(); ++it) {
       keys.insert((*it)[1]);
     }
   }
   return keys;
 }
 
-TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses", "[membership_keys]") {
+TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses",
+          "[membership_keys]") {
   // The code's keys as the table writes them: relative to the run's prefix, with placeholders.
   const MembershipKeys keys("RUN");
   const auto relative = [&](std::string key) {
@@ -217,25 +222,20 @@ TEST_CASE("docs/architecture.md's key table lists exactly the keys the code uses
     key = std::regex_replace(key, std::regex("9004"), "<c>");
     return std::regex_replace(key, std::regex("9003"), "<k>");
   };
-  const std::set<std::string> code = {std::string(kActiveRunKey),
-                                      relative(keys.nextNodeId()),
-                                      relative(keys.node(9001)),
-                                      relative(keys.alive(9001)),
-                                      relative(keys.currentRound()),
-                                      relative(keys.joined(9002)),
-                                      relative(keys.member(9002, 9003)),
-                                      relative(keys.closed(9002)),
-                                      relative(keys.world(9002, 9004)),
-                                      relative(keys.seat(9002, 9004, 9001)),
-                                      relative(keys.master(9002)),
-                                      relative(keys.stop(9002)),
-                                      relative(keys.done(9002)),
-                                      relative(keys.status(9001)),
-                                      relative(keys.finished(9002, 9001))};
+  const std::set<std::string> code = {
+      std::string(kActiveRunKey),         relative(keys.nextNodeId()),
+      relative(keys.node(9001)),          relative(keys.alive(9001)),
+      relative(keys.currentRound()),      relative(keys.joined(9002)),
+      relative(keys.member(9002, 9003)),  relative(keys.closed(9002)),
+      relative(keys.world(9002, 9004)),   relative(keys.seat(9002, 9004, 9001)),
+      relative(keys.master(9002)),        relative(keys.stop(9002)),
+      relative(keys.done(9002)),          relative(keys.status(9001)),
+      relative(keys.finished(9002, 9001))};
   CHECK(documentedKeys() == code);
 }
 
-NodeInfo nodeInfo(std::int64_t id, const std::string& address, int nproc = 2, long pid = 1000, int staticRank = -1) {
+NodeInfo nodeInfo(std::int64_t id, const std::string& address, int nproc = 2, long pid = 1000,
+                  int staticRank = -1) {
   NodeInfo node;
   node.id = id;
   node.address = address;
@@ -246,7 +246,8 @@ NodeInfo nodeInfo(std::int64_t id, const std::string& address, int nproc = 2, lo
   return node;
 }
 
-TEST_CASE("a job's membership writes only keys of the layout, under its run's prefix", "[membership_keys]") {
+TEST_CASE("a job's membership writes only keys of the layout, under its run's prefix",
+          "[membership_keys]") {
   // The real Membership on the in-process store: one node forms a round, publishes its workers'
   // store, passes the exit barrier. Every key it leaves is one MembershipKeys names.
   HashStore store;
@@ -254,7 +255,8 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   RendezvousConfig config;
   config.backend = RdzvBackend::kC10d;
   config.runId = "job.with-dots_and-dashes";
-  Membership membership(config, backend, nodeInfo(-1, "10.0.0.1"), [] { return std::chrono::steady_clock::now(); });
+  Membership membership(config, backend, nodeInfo(-1, "10.0.0.1"),
+                        [] { return std::chrono::steady_clock::now(); });
   membership.open();
   const Round round = membership.join(-1);
   REQUIRE(round.hostsWorkerStore);
@@ -265,15 +267,16 @@ TEST_CASE("a job's membership writes only keys of the layout, under its run's pr
   const MembershipKeys keys(config.runId);
   const std::vector<std::string> listed = store.listKeys();
   const std::set<std::string> written(listed.begin(), listed.end());
-  CHECK(written == std::set<std::string>{std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
-                                         keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
-                                         keys.closed(0), keys.world(0, self), keys.seat(0, self, self),
-                                         keys.master(0), keys.stop(0),
-                                         keys.done(0), keys.finished(0, self)});
+  CHECK(written == std::set<std::string>{
+                       std::string(kActiveRunKey), keys.nextNodeId(), keys.node(self),
+                       keys.alive(self), keys.currentRound(), keys.joined(0), keys.member(0, 1),
+                       keys.closed(0), keys.world(0, self), keys.seat(0, self, self),
+                       keys.master(0), keys.stop(0), keys.done(0), keys.finished(0, self)});
   CHECK(store.get(kActiveRunKey) == config.runId);
   CHECK(store.get(keys.member(0, 1)) == std::to_string(self));
   CHECK(store.get(keys.master(0)) == "10.0.0.1:29512");
-  CHECK(json::parse(store.get(keys.closed(0))) == json{{"nodes", 1}, {"closer", self}, {"restarts", 0}});
+  CHECK(json::parse(store.get(keys.closed(0))) ==
+        json{{"nodes", 1}, {"closer", self}, {"restarts", 0}});
   // Its seat: what it needs of the round, one small value.
   const auto seat = seatFromText(store.get(keys.seat(0, self, self)));
   REQUIRE(seat);
@@ -307,7 +310,8 @@ TEST_CASE("a node record survives the store as written", "[membership_records]")
   const json record = json::parse(text);
   std::set<std::string> fields;
   for (const auto& [name, value] : record.items()) fields.insert(name);
-  CHECK(fields == std::set<std::string>{"id", "address", "hostname", "nproc", "pid", "static_rank"});
+  CHECK(fields ==
+        std::set<std::string>{"id", "address", "hostname", "nproc", "pid", "static_rank"});
   const auto back = nodeFromJsonText(text);
   REQUIRE(back);
   CHECK(back->id == node.id);
@@ -320,14 +324,15 @@ TEST_CASE("a node record survives the store as written", "[membership_records]")
 
 TEST_CASE("a host name that is not UTF-8 still makes a node record", "[membership_records]") {
   NodeInfo node = nodeInfo(3, "10.0.0.3", 2, 99, -1);
-  node.hostname = "host\xff\xfe";  // gethostname() returns bytes
+  node.hostname = "host\xff\xfe";                        // gethostname() returns bytes
   const auto back = nodeFromJsonText(toJsonText(node));  // did not throw json's type_error 316
   REQUIRE(back);
   CHECK(back->hostname == "host\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_records]") {
-  const std::string text = GENERATE(as<std::string>{},
+  const std::string text = GENERATE(
+      as<std::string>{},
       // not JSON, or not an object
       "", "{", "garbage", "null", "42", "\"node\"", "[]", R"([{"id": 1, "nproc": 1}])",
       R"({"id": 1, "nproc": 1} trailing)",
@@ -337,11 +342,14 @@ TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_
       R"({"id": 1, "address": "a", "nproc": -4})",
       // a field of the wrong type
       R"({"id": "1", "address": "a", "nproc": 1})", R"({"id": 1, "address": 5, "nproc": 1})",
-      R"({"id": 1, "address": "a", "nproc": "2"})", R"({"id": 1, "address": "a", "nproc": 1, "hostname": []})",
+      R"({"id": 1, "address": "a", "nproc": "2"})",
+      R"({"id": 1, "address": "a", "nproc": 1, "hostname": []})",
       R"({"id": 1, "address": "a", "nproc": 1, "pid": "7"})",
-      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": {}})", R"({"id": null, "address": "a", "nproc": 1})",
+      R"({"id": 1, "address": "a", "nproc": 1, "static_rank": {}})",
+      R"({"id": null, "address": "a", "nproc": 1})",
       // numbers that narrowing would have turned into sane ones (4294967297 -> nproc 1)
-      R"({"id": 1, "address": "a", "nproc": 4294967297})", R"({"id": 1, "address": "a", "nproc": 65537})",
+      R"({"id": 1, "address": "a", "nproc": 4294967297})",
+      R"({"id": 1, "address": "a", "nproc": 65537})",
       R"({"id": 1, "address": "a", "nproc": 1, "static_rank": 4294967296})",
       R"({"id": 1, "address": "a", "nproc": 1, "static_rank": -2})");
   INFO("record: " << text);
@@ -350,24 +358,29 @@ TEST_CASE("a node record that is not one ddprun wrote is refused", "[membership_
 
 TEST_CASE("a round's world survives the store as written, and one ddprun did not write is refused",
           "[membership_records]") {
-  const std::vector<NodeInfo> members = {nodeInfo(4, "10.0.0.1", 8, 77, 0), nodeInfo(9, "10.0.0.2", 1, 78, 1)};
+  const std::vector<NodeInfo> members = {nodeInfo(4, "10.0.0.1", 8, 77, 0),
+                                         nodeInfo(9, "10.0.0.2", 1, 78, 1)};
   const auto back = worldFromText(worldToText(members));
   REQUIRE(back);
   REQUIRE(back->size() == 2);
-  for (std::size_t i = 0; i < members.size(); ++i) CHECK(toJsonText((*back)[i]) == toJsonText(members[i]));
+  for (std::size_t i = 0; i < members.size(); ++i)
+    CHECK(toJsonText((*back)[i]) == toJsonText(members[i]));
   const auto none = worldFromText("[]");
   CHECK((none && none->empty()));
-  const std::string text = GENERATE(as<std::string>{},
-      "", "[", "{}", "null", "[1]", R"([[1, 1, "a", "h", 7]])", R"([[1, 1, "a", "h", 7, -1, 0]])",
+  const std::string text = GENERATE(
+      as<std::string>{}, "", "[", "{}", "null", "[1]", R"([[1, 1, "a", "h", 7]])",
+      R"([[1, 1, "a", "h", 7, -1, 0]])",
       // the same checks as a node record's: id, nproc (read wide), static rank, field types
-      R"([[-1, 1, "a", "h", 7, -1]])", R"([[1, 0, "a", "h", 7, -1]])", R"([[1, 4294967297, "a", "h", 7, -1]])",
-      R"([[1, 1, "a", "h", 7, -2]])", R"([[1, 1, 5, "h", 7, -1]])", R"([["1", 1, "a", "h", 7, -1]])",
+      R"([[-1, 1, "a", "h", 7, -1]])", R"([[1, 0, "a", "h", 7, -1]])",
+      R"([[1, 4294967297, "a", "h", 7, -1]])", R"([[1, 1, "a", "h", 7, -2]])",
+      R"([[1, 1, 5, "h", 7, -1]])", R"([["1", 1, "a", "h", 7, -1]])",
       R"([[1, 1, "a", "h", 7, -1], [2, 1, "b", "h", "7", -1]])");
   INFO("world: " << text);
   CHECK_FALSE(worldFromText(text));
 }
 
-TEST_CASE("what a round's world is made of is checked before any worker starts", "[membership_records]") {
+TEST_CASE("what a round's world is made of is checked before any worker starts",
+          "[membership_records]") {
   const NodeInfo self = nodeInfo(2, "10.0.0.2", 4, 2222, -1);
   const std::vector<std::int64_t> ids = {1, 2, 3};
   const std::vector<NodeInfo> members = {nodeInfo(1, "10.0.0.1"), self, nodeInfo(3, "10.0.0.3")};
@@ -392,16 +405,24 @@ TEST_CASE("what a round's world is made of is checked before any worker starts",
   const std::vector<Row> rows = {
       {"no members", {}, {}, 3, "0 members where the job allows 1 to 3"},
       {"more members than --nnodes MAX", ids, members, 2, "3 members where the job allows 1 to 2"},
-      {"far more members than MAX", many, std::vector<NodeInfo>(65, self), 64, "65 members where the job allows 1 to 64"},
+      {"far more members than MAX", many, std::vector<NodeInfo>(65, self), 64,
+       "65 members where the job allows 1 to 64"},
       {"a record missing", ids, {members[0], members[1]}, 3, "2 node records for 3 members"},
-      {"the same node twice", {1, 2, 1}, {members[0], self, members[0]}, 3, "node 1 is a member twice"},
+      {"the same node twice",
+       {1, 2, 1},
+       {members[0], self, members[0]},
+       3,
+       "node 1 is a member twice"},
       {"a record stored under another node's id", ids, with(2, [](NodeInfo& n) { n.id = 7; }), 3,
        "the record of node 3 says it is node 7"},
       {"no workers", ids, with(0, [](NodeInfo& n) { n.nproc = 0; }), 3, "node 1 claims 0 workers"},
-      {"negative workers", ids, with(0, [](NodeInfo& n) { n.nproc = -1; }), 3, "node 1 claims -1 workers"},
-      {"more workers than any node has", ids, with(2, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode + 1; }), 3,
+      {"negative workers", ids, with(0, [](NodeInfo& n) { n.nproc = -1; }), 3,
+       "node 1 claims -1 workers"},
+      {"more workers than any node has", ids,
+       with(2, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode + 1; }), 3,
        "node 3 claims 65537 workers"},
-      {"no address", ids, with(0, [](NodeInfo& n) { n.address.clear(); }), 3, "node 1 has no address"},
+      {"no address", ids, with(0, [](NodeInfo& n) { n.address.clear(); }), 3,
+       "node 1 has no address"},
       {"this node's address forged", ids, with(1, [](NodeInfo& n) { n.address = "6.6.6.6"; }), 3,
        "this node's own record (node 2) is not what it wrote"},
       {"this node's nproc forged", ids, with(1, [](NodeInfo& n) { n.nproc = 64; }), 3,
@@ -410,7 +431,11 @@ TEST_CASE("what a round's world is made of is checked before any worker starts",
        "this node's own record (node 2) is not what it wrote"},
       {"this node's node rank forged", ids, with(1, [](NodeInfo& n) { n.staticRank = 0; }), 3,
        "this node's own record (node 2) is not what it wrote"},
-      {"this node left out", {1, 3}, {members[0], members[2]}, 3, "this node (node 2) is not among the members"},
+      {"this node left out",
+       {1, 3},
+       {members[0], members[2]},
+       3,
+       "this node (node 2) is not among the members"},
   };
   for (const Row& row : rows) {
     INFO(row.what);
@@ -418,7 +443,8 @@ TEST_CASE("what a round's world is made of is checked before any worker starts",
     CHECK(problemText(problem) == row.problem);
   }
   // The largest nproc a record may claim is allowed.
-  CHECK_FALSE(roundMembersProblem(ids, with(0, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode; }), self, 3));
+  CHECK_FALSE(
+      roundMembersProblem(ids, with(0, [](NodeInfo& n) { n.nproc = kMaxNprocPerNode; }), self, 3));
 }
 
 TEST_CASE("every member's seat: its ranks, group rank 0's address and its two ring neighbours",
@@ -447,16 +473,19 @@ TEST_CASE("every member's seat: its ranks, group rank 0's address and its two ri
     const auto back = seatFromText(seatToText(seat));
     REQUIRE(back);
     CHECK(seatToText(*back) == seatToText(seat));
-    CHECK(problemText(seatProblem(*back, 4, 9, members[static_cast<std::size_t>(rank)], 4, false)) == "<none>");
+    CHECK(problemText(seatProblem(*back, 4, 9, members[static_cast<std::size_t>(rank)], 4,
+                                  false)) == "<none>");
   }
   // Fewer nodes, fewer neighbours: none alone, one of two.
   CHECK(seatsOf({members[0]}, 4).front().next.empty());
   CHECK(seatsOf({members[0], members[1]}, 4).front().next.size() == 1);
 }
 
-TEST_CASE("a seat that is not one ddprun wrote for this node is refused", "[membership_records][seat]") {
+TEST_CASE("a seat that is not one ddprun wrote for this node is refused",
+          "[membership_records][seat]") {
   const NodeInfo self = nodeInfo(2, "10.0.0.2", 2, 1000, 1);
-  const std::vector<NodeInfo> members = {nodeInfo(1, "10.0.0.1", 2, 999, 0), self, nodeInfo(3, "10.0.0.3", 2, 998, 2)};
+  const std::vector<NodeInfo> members = {nodeInfo(1, "10.0.0.1", 2, 999, 0), self,
+                                         nodeInfo(3, "10.0.0.3", 2, 998, 2)};
   const Seat good = seatsOf(members, 1)[1];
   REQUIRE(problemText(seatProblem(good, 3, 1, self, 3, true)) == "<none>");
   struct Row {
@@ -468,31 +497,47 @@ TEST_CASE("a seat that is not one ddprun wrote for this node is refused", "[memb
     const char* problem;
   };
   const std::vector<Row> rows = {
-      {"another closer's seat", [](Seat&) {}, 3, 5, 3, "written by node 1, the close record by node 5"},
-      {"more members than the job allows", [](Seat& s) { s.nodes = 4; }, 4, 1, 3, "4 members where the job allows 1 to 3"},
-      {"a count that is not the record's", [](Seat& s) { s.nodes = 2; }, 3, 1, 3, "counts 2 members, the close record 3"},
-      {"this node's record changed", [](Seat& s) { s.self.nproc = 64; }, 3, 1, 3, "own record (node 2) is not what it wrote"},
-      {"someone else's seat", [](Seat& s) { s.self.id = 3; }, 3, 1, 3, "own record (node 2) is not what it wrote"},
-      {"a group rank outside the round", [](Seat& s) { s.groupRank = 3; }, 3, 1, 3, "group rank 3 in a round of 3 nodes"},
-      {"a group rank that is not the node rank", [](Seat& s) { s.groupRank = 0; s.rank0Address = "10.0.0.2"; }, 3, 1, 3,
-       "group rank 0 for node rank 1"},
-      {"ranks past the world", [](Seat& s) { s.baseRank = 5; }, 3, 1, 3, "ranks 5..6 of a world of 6"},
-      {"a world larger than the nodes can hold", [](Seat& s) { s.worldSize = 3 * kMaxNprocPerNode + 1; }, 3, 1, 3,
-       "of a world of"},
-      {"no address for group rank 0", [](Seat& s) { s.rank0Address.clear(); }, 3, 1, 3, "group rank 0 has no address"},
-      {"a neighbour that is this node", [](Seat& s) { s.next[0].id = 2; }, 3, 1, 3, "a neighbour at group rank 2 (node 2)"},
-      {"a neighbour outside the round", [](Seat& s) { s.next[1].groupRank = 7; }, 3, 1, 3, "a neighbour at group rank 7"},
+      {"another closer's seat", [](Seat&) {}, 3, 5, 3,
+       "written by node 1, the close record by node 5"},
+      {"more members than the job allows", [](Seat& s) { s.nodes = 4; }, 4, 1, 3,
+       "4 members where the job allows 1 to 3"},
+      {"a count that is not the record's", [](Seat& s) { s.nodes = 2; }, 3, 1, 3,
+       "counts 2 members, the close record 3"},
+      {"this node's record changed", [](Seat& s) { s.self.nproc = 64; }, 3, 1, 3,
+       "own record (node 2) is not what it wrote"},
+      {"someone else's seat", [](Seat& s) { s.self.id = 3; }, 3, 1, 3,
+       "own record (node 2) is not what it wrote"},
+      {"a group rank outside the round", [](Seat& s) { s.groupRank = 3; }, 3, 1, 3,
+       "group rank 3 in a round of 3 nodes"},
+      {"a group rank that is not the node rank",
+       [](Seat& s) {
+         s.groupRank = 0;
+         s.rank0Address = "10.0.0.2";
+       },
+       3, 1, 3, "group rank 0 for node rank 1"},
+      {"ranks past the world", [](Seat& s) { s.baseRank = 5; }, 3, 1, 3,
+       "ranks 5..6 of a world of 6"},
+      {"a world larger than the nodes can hold",
+       [](Seat& s) { s.worldSize = 3 * kMaxNprocPerNode + 1; }, 3, 1, 3, "of a world of"},
+      {"no address for group rank 0", [](Seat& s) { s.rank0Address.clear(); }, 3, 1, 3,
+       "group rank 0 has no address"},
+      {"a neighbour that is this node", [](Seat& s) { s.next[0].id = 2; }, 3, 1, 3,
+       "a neighbour at group rank 2 (node 2)"},
+      {"a neighbour outside the round", [](Seat& s) { s.next[1].groupRank = 7; }, 3, 1, 3,
+       "a neighbour at group rank 7"},
   };
   for (const Row& row : rows) {
     INFO(row.what);
     Seat seat = good;
     row.change(seat);
-    CHECK_THAT(problemText(seatProblem(seat, row.nodes, row.closer, self, row.maxNodes, true)), Catch::Contains(row.problem));
+    CHECK_THAT(problemText(seatProblem(seat, row.nodes, row.closer, self, row.maxNodes, true)),
+               Catch::Contains(row.problem));
   }
   // Group rank 0 must be where its own address says.
   Seat first = seatsOf(members, 1)[0];
   first.rank0Address = "0.0.0.0";
-  CHECK_THAT(problemText(seatProblem(first, 3, 1, members[0], 3, false)), Catch::Contains("is not this node's"));
+  CHECK_THAT(problemText(seatProblem(first, 3, 1, members[0], 3, false)),
+             Catch::Contains("is not this node's"));
   // Text that is not a seat.
   for (const char* text : {"", "[]", "{}", R"({"closer":1})", "not json"}) {
     INFO(text);
@@ -518,18 +563,22 @@ TEST_CASE("a round's worker store is host:port on group rank 0's address", "[mem
       Row{"10.0.0.1:00080", "10.0.0.1", std::nullopt},
       // IPv6 as the agents publish it: the address, ':' and the port (the last ':' splits).
       Row{"fe80::1:29512", "fe80::1", std::nullopt},
-      Row{"10.0.0.1", "", "\"10.0.0.1\" is not host:port"}, Row{":29512", "", "\":29512\" is not host:port"},
-      Row{"", "", "\"\" is not host:port"}, Row{"10.0.0.1:", "", "\"10.0.0.1:\" has no port in 1..65535"},
+      Row{"10.0.0.1", "", "\"10.0.0.1\" is not host:port"},
+      Row{":29512", "", "\":29512\" is not host:port"}, Row{"", "", "\"\" is not host:port"},
+      Row{"10.0.0.1:", "", "\"10.0.0.1:\" has no port in 1..65535"},
       Row{"10.0.0.1:0", "", "\"10.0.0.1:0\" has no port in 1..65535"},
       Row{"10.0.0.1:65536", "", "\"10.0.0.1:65536\" has no port in 1..65535"},
       Row{"10.0.0.1:-1", "", "\"10.0.0.1:-1\" has no port in 1..65535"},
       Row{"10.0.0.1:+80", "", "\"10.0.0.1:+80\" has no port in 1..65535"},
       Row{"10.0.0.1: 80", "", "\"10.0.0.1: 80\" has no port in 1..65535"},
       Row{"10.0.0.1:80x", "", "\"10.0.0.1:80x\" has no port in 1..65535"},
-      Row{"10.0.0.1:99999999999999999999", "", "\"10.0.0.1:99999999999999999999\" has no port in 1..65535"},
+      Row{"10.0.0.1:99999999999999999999", "",
+          "\"10.0.0.1:99999999999999999999\" has no port in 1..65535"},
       // Somebody else's machine: the workers would connect there.
-      Row{"6.6.6.6:29512", "10.0.0.1", "\"6.6.6.6:29512\" is not on group rank 0's address 10.0.0.1"},
-      Row{"10.0.0.10:29512", "10.0.0.1", "\"10.0.0.10:29512\" is not on group rank 0's address 10.0.0.1"});
+      Row{"6.6.6.6:29512", "10.0.0.1",
+          "\"6.6.6.6:29512\" is not on group rank 0's address 10.0.0.1"},
+      Row{"10.0.0.10:29512", "10.0.0.1",
+          "\"10.0.0.10:29512\" is not on group rank 0's address 10.0.0.1"});
   INFO("master \"" << row.master << "\", expected host \"" << row.expectedHost << "\"");
   CHECK(problemText(masterProblem(row.master, row.expectedHost)) == problemText(row.problem));
 }
@@ -542,7 +591,6 @@ TEST_CASE("a problem quotes at most 200 bytes of what the store held", "[members
   CHECK(problem->size() < 250);
   CHECK(masterProblem(huge + ":0", "")->size() < 250);
 }
-
 
 // --- The store seam: what differs between stores is asked of the backend (store_backend.h).
 
@@ -575,7 +623,8 @@ TEST_CASE("on a shared store two runs side by side each keep to their prefix and
   CHECK_FALSE(store.check({std::string(kActiveRunKey)}));
   for (const std::string& key : store.listKeys()) {
     INFO(key);
-    CHECK((key.starts_with(MembershipKeys("job-a").prefix()) || key.starts_with(MembershipKeys("job-b").prefix())));
+    CHECK((key.starts_with(MembershipKeys("job-a").prefix()) ||
+           key.starts_with(MembershipKeys("job-b").prefix())));
   }
   // Each formed its own round 0 with itself alone.
   const auto closedA = json::parse(store.get(MembershipKeys("job-a").closed(0)));
@@ -586,7 +635,8 @@ TEST_CASE("on a shared store two runs side by side each keep to their prefix and
   b.close(/*hostsStore=*/false);
 }
 
-TEST_CASE("on a store that is one job's, an agent of another run is refused", "[membership][tenancy]") {
+TEST_CASE("on a store that is one job's, an agent of another run is refused",
+          "[membership][tenancy]") {
   HashStore store;
   InProcessStoreBackend backend(store);  // kOneJob: ddprun's own store
   RendezvousConfig config;
@@ -597,7 +647,8 @@ TEST_CASE("on a store that is one job's, an agent of another run is refused", "[
   CHECK(store.get(kActiveRunKey) == "job-a");
   config.runId = "job-b";
   Membership b(config, backend, nodeInfo(-1, "10.0.0.2"), steadyNow());
-  CHECK_THROWS_WITH(b.open(), Catch::Contains("belongs to run 'job-a'") && Catch::Contains("job-b"));
+  CHECK_THROWS_WITH(b.open(),
+                    Catch::Contains("belongs to run 'job-a'") && Catch::Contains("job-b"));
   a.close(/*hostsStore=*/false);
   CHECK_FALSE(store.check({std::string(kActiveRunKey)}));  // the next run may take the store
 }
@@ -618,7 +669,8 @@ struct TwoNodes {
     const auto join = [](Membership& node, Round& round, std::string& error) {
       try {
         round = node.join(-1);
-        if (round.hostsWorkerStore) node.publishWorkerStore(round.number, node.self().address, 29512);
+        if (round.hostsWorkerStore)
+          node.publishWorkerStore(round.number, node.self().address, 29512);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -662,7 +714,8 @@ TEST_CASE("a lost node stops the round whether the store reports it or only dele
   CHECK(seen->groupRank == nodes.roundB.groupRank);
   CHECK(seen->host == "host-10.0.0.2");
   // The record is exactly the one the store would have written for B.
-  const StopReason expected = StopReason::nodeLost(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2");
+  const StopReason expected =
+      StopReason::nodeLost(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2");
   CHECK(store.get(MembershipKeys("pair").stop(0)) == expected.serialize());
 }
 
@@ -670,17 +723,19 @@ TEST_CASE("where the peers report lost nodes, one that leaves after the round st
           "[membership][hold_lapse]") {
   HashStore store({}, HoldLapse::kKeyDeletedOnly);
   TwoNodes nodes(store);
-  const StopReason left = StopReason::nodeLeft(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2", 15);
+  const StopReason left =
+      StopReason::nodeLeft(nodes.b->self().id, nodes.roundB.groupRank, "host-10.0.0.2", 15);
   nodes.b->announce(0, left);
-  nodes.b->close(/*hostsStore=*/false);  // its alive key goes quietly
+  nodes.b->close(/*hostsStore=*/false);                         // its alive key goes quietly
   std::this_thread::sleep_for(LapseReporter::kWatchSlice * 2);  // A's reporter has seen it go
   CHECK(store.get(MembershipKeys("pair").stop(0)) == left.serialize());  // create-if-absent kept it
   CHECK(nodes.a->waitForStop(0).kind == StopKind::kNodeLeft);
 }
 
-TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every member agreeing on "
-          "the world",
-          "[membership][scale]") {
+TEST_CASE(
+    "a job of more than 64 nodes forms, loses a node and re-forms, every member agreeing on "
+    "the world",
+    "[membership][scale]") {
   // Above kNamedJoinersMax (64) only the deciding joiners read the whole list, each member asks
   // and (where the peers report lapses) watches only its ring neighbours, and every member reads
   // the round's world instead of the node records: the same rounds must come out.
@@ -695,9 +750,9 @@ TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every m
   std::vector<std::unique_ptr<Membership>> nodes;
   for (int i = 0; i < kNodes; ++i) {
     backends.push_back(std::make_unique<SeverableStoreBackend>(store));
-    nodes.push_back(std::make_unique<Membership>(config, *backends.back(),
-                                                 nodeInfo(-1, fmt::format("10.0.{}.{}", i % 3, i), 1 + i % 4),
-                                                 steadyNow()));
+    nodes.push_back(std::make_unique<Membership>(
+        config, *backends.back(), nodeInfo(-1, fmt::format("10.0.{}.{}", i % 3, i), 1 + i % 4),
+        steadyNow()));
     nodes.back()->open();
   }
   // All join round `number` at once (those in `who`); each gets its round or an error.
@@ -709,7 +764,8 @@ TEST_CASE("a job of more than 64 nodes forms, loses a node and re-forms, every m
       threads.emplace_back([&, i] {
         try {
           rounds[i] = nodes[i]->join(number);
-          if (rounds[i].hostsWorkerStore) nodes[i]->publishWorkerStore(rounds[i].number, nodes[i]->self().address, 29512);
+          if (rounds[i].hostsWorkerStore)
+            nodes[i]->publishWorkerStore(rounds[i].number, nodes[i]->self().address, 29512);
         } catch (const std::exception& e) {
           errors[i] = e.what();
         }
@@ -784,8 +840,8 @@ namespace {
 class ReadCountingBackend final : public StoreBackend {
  public:
   explicit ReadCountingBackend(HashStore& store) : inner_(store) {}
-  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                            std::chrono::milliseconds connectTimeout) override {
+  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override {
     return std::make_unique<Connection>(inner_.connect(callTimeout, connectTimeout), *this);
   }
   std::string address() const override { return inner_.address(); }
@@ -906,20 +962,22 @@ std::size_t medianBytesToForm(int count) {
   std::vector<std::unique_ptr<Membership>> nodes;
   for (int i = 0; i < count; ++i) {
     backends.push_back(std::make_unique<ReadCountingBackend>(store));
-    nodes.push_back(std::make_unique<Membership>(config, *backends.back(),
-                                                 nodeInfo(-1, fmt::format("10.1.{}.{}", i / 200, i % 200), 2),
-                                                 steadyNow()));
+    nodes.push_back(std::make_unique<Membership>(
+        config, *backends.back(), nodeInfo(-1, fmt::format("10.1.{}.{}", i / 200, i % 200), 2),
+        steadyNow()));
     nodes.back()->open();
   }
   std::vector<std::size_t> before(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) before[static_cast<std::size_t>(i)] = backends[static_cast<std::size_t>(i)]->bytes.load();
+  for (int i = 0; i < count; ++i)
+    before[static_cast<std::size_t>(i)] = backends[static_cast<std::size_t>(i)]->bytes.load();
   std::vector<std::string> errors(static_cast<std::size_t>(count));
   std::vector<std::thread> threads;
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       try {
         const Round round = nodes[static_cast<std::size_t>(i)]->join(0);
-        if (round.hostsWorkerStore) nodes[static_cast<std::size_t>(i)]->publishWorkerStore(0, "10.1.0.0", 29512);
+        if (round.hostsWorkerStore)
+          nodes[static_cast<std::size_t>(i)]->publishWorkerStore(0, "10.1.0.0", 29512);
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(i)] = e.what();
       }
@@ -929,7 +987,8 @@ std::size_t medianBytesToForm(int count) {
   for (const std::string& error : errors) REQUIRE(error.empty());
   std::vector<std::size_t> read;
   for (int i = 0; i < count; ++i) {
-    read.push_back(backends[static_cast<std::size_t>(i)]->bytes.load() - before[static_cast<std::size_t>(i)]);
+    read.push_back(backends[static_cast<std::size_t>(i)]->bytes.load() -
+                   before[static_cast<std::size_t>(i)]);
   }
   std::sort(read.begin(), read.end());
   std::vector<std::thread> closing;
@@ -940,9 +999,10 @@ std::size_t medianBytesToForm(int count) {
 
 }  // namespace
 
-TEST_CASE("a member reads its seat, not the world: the bytes it reads to form a round do not grow "
-          "with the job",
-          "[membership][scale][seat]") {
+TEST_CASE(
+    "a member reads its seat, not the world: the bytes it reads to form a round do not grow "
+    "with the job",
+    "[membership][scale][seat]") {
   // Above kNamedJoinersMax a member reads its own seat (O(1) bytes) and the close record (a
   // count), never the N records of the world: twice the nodes, the same bytes per member (the
   // world alone is ~45 bytes a node: 3 KB at 65 nodes, 6 KB at 130).
@@ -953,9 +1013,10 @@ TEST_CASE("a member reads its seat, not the world: the bytes it reads to form a 
   CHECK(big < 1500);
 }
 
-TEST_CASE("a big job's joiner that can no longer decide only waits for the close between its slow "
-          "reads",
-          "[membership][scale]") {
+TEST_CASE(
+    "a big job's joiner that can no longer decide only waits for the close between its slow "
+    "reads",
+    "[membership][scale]") {
   // Thousands of joiners wait while a big round forms; each one's polls are the store's load for
   // that whole time. Above kNamedJoinersMax a joiner whose slot is neither the latest nor MIN's
   // cannot close the round, so between its line's passes (every 10 s) it neither reads the
@@ -970,8 +1031,8 @@ TEST_CASE("a big job's joiner that can no longer decide only waits for the close
   std::vector<std::string> errors(3);
   for (int i = 0; i < 3; ++i) {
     backends.push_back(std::make_unique<ReadCountingBackend>(store));
-    nodes.push_back(std::make_unique<Membership>(config, *backends.back(), nodeInfo(-1, fmt::format("10.2.0.{}", i)),
-                                                 steadyNow()));
+    nodes.push_back(std::make_unique<Membership>(
+        config, *backends.back(), nodeInfo(-1, fmt::format("10.2.0.{}", i)), steadyNow()));
     nodes.back()->open();
   }
   // One after the other, so that node 0 holds slot 1 and node 2 the latest slot.
@@ -1002,8 +1063,8 @@ TEST_CASE("a big job's joiner that can no longer decide only waits for the close
   for (auto& node : nodes) node->cancel();
   for (auto& joiner : joiners) joiner.join();
   for (const std::string& error : errors) CHECK(error.empty());
-  INFO("in 2.5 s the bystander made " << reads << " reads and " << waits << " waits; the latest joiner "
-                                     << latestReads << " reads");
+  INFO("in 2.5 s the bystander made " << reads << " reads and " << waits
+                                      << " waits; the latest joiner " << latestReads << " reads");
   CHECK(reads == 0);
   CHECK(waits >= 2);
   CHECK(waits <= 3);
@@ -1012,9 +1073,10 @@ TEST_CASE("a big job's joiner that can no longer decide only waits for the close
   for (auto& node : nodes) node->close(/*hostsStore=*/false);
 }
 
-TEST_CASE("a closer that cannot read a member's record writes no seats, and every member names "
-          "the bad record",
-          "[membership][seat]") {
+TEST_CASE(
+    "a closer that cannot read a member's record writes no seats, and every member names "
+    "the bad record",
+    "[membership][seat]") {
   // A forged node record (nproc 0): the closer falls back to naming the members' ids, and each
   // member reads the records and refuses the round, as before seats (security: nproc-zero).
   HashStore store;
@@ -1082,7 +1144,8 @@ TEST_CASE("the backend factory: one entry per --rdzv-backend", "[membership][fac
   inputs.ddprunStore.port = 29400;
   for (const RdzvBackend kind : {RdzvBackend::kStatic, RdzvBackend::kC10d}) {
     config.backend = kind;
-    const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config, inputs);  // connects nothing
+    const std::unique_ptr<StoreBackend> backend =
+        makeStoreBackend(config, inputs);  // connects nothing
     REQUIRE(backend);
     CHECK(backend->address() == "10.1.2.3:29400");
     CHECK(backend->tenancy() == StoreTenancy::kOneJob);
@@ -1096,7 +1159,8 @@ TEST_CASE("the backend factory: etcd is a shared store on its members, with no s
           "[membership][factory][etcd]") {
   RendezvousConfig config;
   config.backend = RdzvBackend::kEtcd;
-  config.etcdEndpoints = ddprun::rendezvous::etcd::parseEtcdEndpoints("10.1.2.3,https://10.1.2.4:2380");
+  config.etcdEndpoints =
+      ddprun::rendezvous::etcd::parseEtcdEndpoints("10.1.2.3,https://10.1.2.4:2380");
   const std::unique_ptr<StoreBackend> backend = makeStoreBackend(config, {});  // connects nothing
   REQUIRE(backend);
   CHECK(backend->address() == "http://10.1.2.3:2379,https://10.1.2.4:2380");
@@ -1149,7 +1213,8 @@ TEST_CASE("a static job needs a backend with the static facet", "[membership][fa
   SeverableStoreBackend noFacet(store);  // a backend with no StaticStoreFacet, as an etcd's
   RendezvousConfig config;
   config.backend = RdzvBackend::kStatic;
-  CHECK_THROWS_AS(Membership(config, noFacet, nodeInfo(-1, "10.0.0.1"), steadyNow()), std::invalid_argument);
+  CHECK_THROWS_AS(Membership(config, noFacet, nodeInfo(-1, "10.0.0.1"), steadyNow()),
+                  std::invalid_argument);
   config.backend = RdzvBackend::kC10d;
   CHECK_NOTHROW(Membership(config, noFacet, nodeInfo(-1, "10.0.0.1"), steadyNow()));
 }
@@ -1164,7 +1229,9 @@ TEST_CASE("a static job needs a backend with the static facet", "[membership][fa
 struct ManualClock {
   std::atomic<std::int64_t> ms{1'000'000};
   Membership::Now now() {
-    return [this] { return std::chrono::steady_clock::time_point(std::chrono::milliseconds(ms.load())); };
+    return [this] {
+      return std::chrono::steady_clock::time_point(std::chrono::milliseconds(ms.load()));
+    };
   }
   std::chrono::steady_clock::time_point at(std::int64_t t) const {
     return std::chrono::steady_clock::time_point(std::chrono::milliseconds(t));
@@ -1177,8 +1244,10 @@ bool renewalsBlocked(const SeverableStoreBackend& backend, int count) {
   return backend.blockedHolds() >= count;
 }
 
-TEST_CASE("the fence counts from the send of the last acknowledged renewal, not from the last "
-          "attempt, and a late acknowledgement does not un-fence", "[membership][fencing]") {
+TEST_CASE(
+    "the fence counts from the send of the last acknowledged renewal, not from the last "
+    "attempt, and a late acknowledgement does not un-fence",
+    "[membership][fencing]") {
   ManualClock clock;
   HashStore store(clock.now());
   SeverableStoreBackend backend(store);
@@ -1209,7 +1278,8 @@ TEST_CASE("the fence counts from the send of the last acknowledged renewal, not 
   clock.ms += 2000;
   backend.heal();
   for (int i = 0; i < 20 && backend.blockedHolds() > 0; ++i) std::this_thread::sleep_for(5ms);
-  std::this_thread::sleep_for(20ms);  // the acknowledged renewal is recorded (the next is 200 ms off)
+  std::this_thread::sleep_for(
+      20ms);  // the acknowledged renewal is recorded (the next is 200 ms off)
   CHECK(node.livenessAcknowledgedAt() <= clock.at(sent));  // its send, not the reply's 2 s later
   CHECK(node.livenessAcknowledgedAt() >= acknowledged);
 
@@ -1217,7 +1287,8 @@ TEST_CASE("the fence counts from the send of the last acknowledged renewal, not 
   // A renewal at the present time is acknowledged (one every 200 ms of real time); right after it,
   // the network goes again and the clock moves on, so the next renewal is sent later than it.
   const std::int64_t healedAt = clock.ms.load();
-  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() != clock.at(healedAt); ++i) std::this_thread::sleep_for(2ms);
+  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() != clock.at(healedAt); ++i)
+    std::this_thread::sleep_for(2ms);
   REQUIRE(node.livenessAcknowledgedAt() == clock.at(healedAt));
   backend.silence();
   clock.ms += 1000;
@@ -1228,9 +1299,10 @@ TEST_CASE("the fence counts from the send of the last acknowledged renewal, not 
   node.fence(round.number);
   const auto atFence = node.livenessAcknowledgedAt();
   backend.heal();
-  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() == atFence; ++i) std::this_thread::sleep_for(5ms);
+  for (int i = 0; i < 400 && node.livenessAcknowledgedAt() == atFence; ++i)
+    std::this_thread::sleep_for(5ms);
   CHECK(node.livenessAcknowledgedAt() == clock.at(late));  // acknowledged, late, from its send
-  CHECK(node.fenced(round.number));                // and still fenced
+  CHECK(node.fenced(round.number));                        // and still fenced
   // No renewal after the fence: the acknowledged time stays where the late one put it.
   const auto last = node.livenessAcknowledgedAt();
   clock.ms += 1000;
@@ -1244,8 +1316,10 @@ TEST_CASE("the fence counts from the send of the last acknowledged renewal, not 
   node.close(/*hostsStore=*/false);
 }
 
-TEST_CASE("the fencing token: a stop record or a done count for a round the job has left is "
-          "refused, the current round's is written", "[membership][fencing]") {
+TEST_CASE(
+    "the fencing token: a stop record or a done count for a round the job has left is "
+    "refused, the current round's is written",
+    "[membership][fencing]") {
   HashStore store;
   TwoNodes nodes(store);
   const MembershipKeys keys("pair");
@@ -1269,8 +1343,10 @@ TEST_CASE("the fencing token: a stop record or a done count for a round the job 
   CHECK(nodes.b->announce(0, stale).serialize() == first.serialize());
 }
 
-TEST_CASE("a fenced node that leaves releases nothing quietly: the store reports it lost to its "
-          "round", "[membership][fencing]") {
+TEST_CASE(
+    "a fenced node that leaves releases nothing quietly: the store reports it lost to its "
+    "round",
+    "[membership][fencing]") {
   // Its workers are gone: a quiet release would leave the others waiting on them.
   HashStore store;
   TwoNodes nodes(store);

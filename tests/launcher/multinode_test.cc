@@ -2,16 +2,15 @@
 // node joining late, the store's host lost, a foreign run refused. (The same across network
 // namespaces, with real separate addresses: tests/netns/multinode_test.sh.)
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <thread>
-
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
+#include <thread>
 
 #include "ddprun_command.h"
 #include "lines.h"
@@ -41,8 +40,9 @@ const std::vector<std::string> kSlowLapse = {
 
 // A c10d agent of job `id` on `port`, running report.sh until `until` exists (or with
 // `reportArgs` instead). A later --rdzv-conf in `extra` replaces the default one.
-std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port, const std::string& id,
-                                  const std::string& until, std::vector<std::string> extra = {},
+std::unique_ptr<Subprocess> agent(const std::string& nnodes, std::uint16_t port,
+                                  const std::string& id, const std::string& until,
+                                  std::vector<std::string> extra = {},
                                   std::vector<std::string> reportArgs = {},
                                   const std::string& logLevel = "INFO") {
   std::vector<std::string> rest = {"--rdzv-conf", "last_call_timeout=1,join_timeout=20"};
@@ -65,7 +65,8 @@ bool hosting(Subprocess& node) {
 // A static agent of `nnodes` (one worker each) at node rank `rank`, logging at INFO.
 std::unique_ptr<Subprocess> staticNode(int nnodes, int rank, int port, const std::string& until) {
   return std::make_unique<Subprocess>(
-      ddprun::test::staticCommand(nnodes, 1, rank, port, {"--no-python", kReport, "--until", until}),
+      ddprun::test::staticCommand(nnodes, 1, rank, port,
+                                  {"--no-python", kReport, "--until", until}),
       std::vector<std::string>{"LOGLEVEL=INFO"});
 }
 
@@ -76,10 +77,10 @@ bool firstTwoJoined(Subprocess& zero, Subprocess& one) {
                     {&zero, &one});
 }
 
-
 }  // namespace
 
-TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the store", "[multinode]") {
+TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the store",
+          "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const int port = freePort();
@@ -93,13 +94,16 @@ TEST_CASE("static rendezvous: node ranks become group ranks and rank 0 hosts the
   const std::string rank1 = nodes[0]->output();
   CHECK(countLines(rank1, fmt::format("^\\[default0\\]:rank=2 local_rank=0 world=4 group_rank=1 "
                                       "group_world=2 restart=0 generation=0 "
-                                      "master=127\\.0\\.0\\.1:{}$", port)) == 1);
+                                      "master=127\\.0\\.0\\.1:{}$",
+                                      port)) == 1);
   CHECK(countLines(rank1, "^\\[default1\\]:rank=3 local_rank=1 world=4 group_rank=1") == 1);
   CHECK(countLines(nodes[1]->output(), "rank=0 local_rank=0 world=4 group_rank=0") == 1);
 }
 
-TEST_CASE("three agents: one killed mid-run is noticed at once and the others re-form, then a late "
-          "one joins and everyone re-forms again", "[multinode]") {
+TEST_CASE(
+    "three agents: one killed mid-run is noticed at once and the others re-form, then a late "
+    "one joins and everyone re-forms again",
+    "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::uint16_t port = freePort();
@@ -173,13 +177,14 @@ TEST_CASE("a node whose workers finished exits non-zero soon when its only peer 
   CHECK(took < 12.0);
 }
 
-TEST_CASE("the agent hosting the store stays until every node finished, past the exit barrier's "
-          "timeout",
-          "[multinode]") {
+TEST_CASE(
+    "the agent hosting the store stays until every node finished, past the exit barrier's "
+    "timeout",
+    "[multinode]") {
   TempDir dir;
   const std::uint16_t port = freePort();
-  const std::vector<std::string> conf = {"--rdzv-conf",
-                                         "last_call_timeout=1,join_timeout=20,exit_barrier_timeout=1"};
+  const std::vector<std::string> conf = {
+      "--rdzv-conf", "last_call_timeout=1,join_timeout=20,exit_barrier_timeout=1"};
   auto host = agent("2", port, "uneven", "", conf, {"--sleep", "0"});
   REQUIRE(hosting(*host));
   auto slow = agent("2", port, "uneven", "", conf, {"--sleep", "3"});
@@ -212,11 +217,12 @@ TEST_CASE("an endpoint that never answers, or where something else answers, is e
       ::close(peer);
     }
   });
-  auto foreign = agent("2", foreignPort, "foreign", "",
-                       {"--rdzv-conf", "is_host=false,read_timeout=5"});
+  auto foreign =
+      agent("2", foreignPort, "foreign", "", {"--rdzv-conf", "is_host=false,read_timeout=5"});
   CHECK(exitsWith(*foreign, 2, 20s));
-  CHECK_THAT(foreign->errors(), Catch::Contains("is not a ddprun/TCPStore store: it looks like an "
-                                                "HTTP server (it answered 'HTTP/1.1 400 Bad Request')"));
+  CHECK_THAT(foreign->errors(),
+             Catch::Contains("is not a ddprun/TCPStore store: it looks like an "
+                             "HTTP server (it answered 'HTTP/1.1 400 Bad Request')"));
   stop = true;
   ::shutdown(listener, SHUT_RDWR);
   ::close(listener);
@@ -257,8 +263,8 @@ TEST_CASE("losing the agent that hosts the store ends every other agent quickly"
   REQUIRE(status.has_value());
   CHECK(*status != 0);
   CHECK(took < 8.0);
-  CHECK_THAT(other->errors(), Catch::Contains("lost the rendezvous store") ||
-                                   Catch::Contains("rendezvous failed"));
+  CHECK_THAT(other->errors(),
+             Catch::Contains("lost the rendezvous store") || Catch::Contains("rendezvous failed"));
 }
 
 TEST_CASE("an agent of another run is refused by the store, never merged", "[multinode]") {
@@ -275,14 +281,17 @@ TEST_CASE("an agent of another run is refused by the store, never merged", "[mul
   CHECK(exitsWith(*mine, 128 + SIGTERM, 10s));
 }
 
-TEST_CASE("static: a non-zero node that starts before the master waits for its store, past "
-          "read_timeout", "[multinode]") {
+TEST_CASE(
+    "static: a non-zero node that starts before the master waits for its store, past "
+    "read_timeout",
+    "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const int port = freePort();
   // read_timeout=1: before, node 1 gave up on the master's store after it; torchrun's static
   // rendezvous waits its `timeout` (900 s) for the master, and so does ddprun now.
-  const std::vector<std::string> rest = {"--rdzv-conf", "read_timeout=1", "--no-python", kReport, "--until", until};
+  const std::vector<std::string> rest = {"--rdzv-conf", "read_timeout=1", "--no-python",
+                                         kReport,       "--until",        until};
   Subprocess early(ddprun::test::staticCommand(2, 1, 1, port, rest));
   std::this_thread::sleep_for(3s);  // the master comes late, on purpose
   REQUIRE(exitStatus(early, 0ms) == std::nullopt);
@@ -329,8 +338,10 @@ TEST_CASE("elastic: an agent killed after joining but before the round closes is
   finishJob(until, {a.get(), c.get()}, kFinishes);
 }
 
-TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of restarting into a "
-          "round without a store, and the host is gone within its shutdown timeout", "[multinode]") {
+TEST_CASE(
+    "SIGTERM to the agent hosting the store: the others stop instead of restarting into a "
+    "round without a store, and the host is gone within its shutdown timeout",
+    "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const std::uint16_t port = freePort();
@@ -355,8 +366,10 @@ TEST_CASE("SIGTERM to the agent hosting the store: the others stop instead of re
   CHECK_THAT(b->errors(), Catch::Contains("hosting the rendezvous store"));
 }
 
-TEST_CASE("static: a second agent claiming a node rank that a running agent holds is told so, "
-          "exit 2", "[multinode]") {
+TEST_CASE(
+    "static: a second agent claiming a node rank that a running agent holds is told so, "
+    "exit 2",
+    "[multinode]") {
   TempDir dir;
   const std::string until = dir.path + "/stop";
   const int port = freePort();

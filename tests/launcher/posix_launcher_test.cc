@@ -4,6 +4,8 @@
 // session, nothing else of the agent's), how its end is reaped, that signals reach its whole
 // process group, that strays which left its session are found, and how a program that cannot
 // start is reported. Every wait is bounded and says what it saw; nothing outlives a test.
+#include "process/posix_launcher.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -24,14 +27,11 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "core/exec_plan.h"
 #include "core/process_launcher.h"
 #include "process/child_exec.h"
 #include "process/clone_spawn.h"
 #include "process/guardian.h"
-#include "process/posix_launcher.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -75,7 +75,9 @@ class Pipe {
     for (;;) {
       pollfd ready{fds_[0], POLLIN, 0};
       const int n = ::poll(&ready, 1, static_cast<int>(deadline.left().count()));
-      if (n == 0) return text + "<no " + (toEnd ? "end of output" : "line") + " within " + std::to_string(timeout.count()) + " ms>";
+      if (n == 0)
+        return text + "<no " + (toEnd ? "end of output" : "line") + " within " +
+               std::to_string(timeout.count()) + " ms>";
       if (n < 0 && errno == EINTR) continue;
       char c;  // one byte at a time: nothing after the line is taken
       const ssize_t got = ::read(fds_[0], &c, 1);
@@ -103,24 +105,34 @@ struct Workers {
   }
   // The wait status of worker `pid` once reap() reports it, polling within `timeout`.
   std::optional<int> waitStatus(pid_t pid, std::chrono::milliseconds timeout = 5s) {
-    const bool done = eventually([&] { collect(); return exits.count(pid) > 0; }, timeout,
-                                 [&] { return "worker " + std::to_string(pid) + " has not exited:\n" + processTree({pid}); });
+    const bool done = eventually(
+        [&] {
+          collect();
+          return exits.count(pid) > 0;
+        },
+        timeout,
+        [&] {
+          return "worker " + std::to_string(pid) + " has not exited:\n" + processTree({pid});
+        });
     if (!done) return std::nullopt;
     return exits.at(pid);
   }
-  // True once process `pid` no longer exists; what comes back to this subreaper is reaped meanwhile.
+  // True once process `pid` no longer exists; what comes back to this subreaper is reaped
+  // meanwhile.
   bool gone(pid_t pid, std::chrono::milliseconds timeout = 5s) {
     return eventually(
         [&] {
           collect();
           return ::kill(pid, 0) != 0 && errno == ESRCH;
         },
-        timeout, [&] { return "process " + std::to_string(pid) + " still exists:\n" + processTree({pid}); });
+        timeout,
+        [&] { return "process " + std::to_string(pid) + " still exists:\n" + processTree({pid}); });
   }
 };
 
 ExecPlan shell(const std::string& script, int out = -1, int err = -1, std::string directory = {}) {
-  return ExecPlan("/bin/sh", {"sh", "-c", script}, kShellEnvironment, out, err, std::move(directory));
+  return ExecPlan("/bin/sh", {"sh", "-c", script}, kShellEnvironment, out, err,
+                  std::move(directory));
 }
 
 // The decimal pid a worker printed (its first line).
@@ -143,22 +155,26 @@ TEST_CASE("a worker gets exactly the argv and environment of its plan", "[posix_
   SECTION("the environment, and nothing else of the agent's") {
     // env prints its environment: the plan's entries, in order, byte for byte.
     Pipe out;
-    const std::vector<std::string> environment = {"ONLY=1", "SPACES=a b  c", "EMPTY=", "LINES=x\ny", "EQUALS=a=b"};
-    const pid_t pid = workers.launcher.spawn(ExecPlan("/usr/bin/env", {"env"}, environment, out.writeEnd(), -1));
+    const std::vector<std::string> environment = {"ONLY=1", "SPACES=a b  c", "EMPTY=", "LINES=x\ny",
+                                                  "EQUALS=a=b"};
+    const pid_t pid =
+        workers.launcher.spawn(ExecPlan("/usr/bin/env", {"env"}, environment, out.writeEnd(), -1));
     CHECK(out.readAll(5s) == "ONLY=1\nSPACES=a b  c\nEMPTY=\nLINES=x\ny\nEQUALS=a=b\n");
     CHECK(exitedWith(workers.waitStatus(pid), 0));
   }
   SECTION("argv as given, argv[0] included") {
     Pipe out;
     const pid_t pid = workers.launcher.spawn(ExecPlan(
-        "/bin/sh", {"worker-name", "-c", "printf '[%s]\\n' \"$0\" \"$@\"", "zero", "one", "two words", ""},
+        "/bin/sh",
+        {"worker-name", "-c", "printf '[%s]\\n' \"$0\" \"$@\"", "zero", "one", "two words", ""},
         kShellEnvironment, out.writeEnd(), -1));
     CHECK(out.readAll(5s) == "[zero]\n[one]\n[two words]\n[]\n");
     CHECK(exitedWith(workers.waitStatus(pid), 0));
     // What ps shows (the process's own argv[0]) is the plan's, not the path. Read until the
     // exec is complete: spawn() returns as the new program's memory is made, before its
     // arguments are in it.
-    const pid_t named = workers.launcher.spawn(ExecPlan("/bin/sleep", {"worker-name", "5"}, {}, -1, -1));
+    const pid_t named =
+        workers.launcher.spawn(ExecPlan("/bin/sleep", {"worker-name", "5"}, {}, -1, -1));
     std::string cmdline;
     CHECK(eventually(
         [&] {
@@ -172,7 +188,8 @@ TEST_CASE("a worker gets exactly the argv and environment of its plan", "[posix_
   }
 }
 
-TEST_CASE("a worker writes to the descriptors and runs in the directory of its plan", "[posix_launcher]") {
+TEST_CASE("a worker writes to the descriptors and runs in the directory of its plan",
+          "[posix_launcher]") {
   Workers workers;
   TempDir dir;
   Pipe out;
@@ -204,12 +221,14 @@ TEST_CASE("a worker leads its own session and starts clean", "[posix_launcher]")
     CHECK(eventually(
         [&] {
           open.clear();
-          for (const auto& entry : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+          for (const auto& entry :
+               std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
             open.insert(entry.path().filename().string());
           }
           return open == std::set<std::string>{"0", "1", "2"};
         },
-        2s, [&] {
+        2s,
+        [&] {
           std::string seen;
           for (const std::string& fd : open) seen += fd + " ";
           return "open descriptors: " + seen;
@@ -227,8 +246,8 @@ TEST_CASE("a worker leads its own session and starts clean", "[posix_launcher]")
     sigaddset(&block, SIGUSR1);
     ::sigprocmask(SIG_BLOCK, &block, &previousMask);
     Pipe out;
-    const pid_t pid = workers.launcher.spawn(
-        ExecPlan("/bin/grep", {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"}, {}, out.writeEnd(), -1));
+    const pid_t pid = workers.launcher.spawn(ExecPlan(
+        "/bin/grep", {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"}, {}, out.writeEnd(), -1));
     ::sigprocmask(SIG_SETMASK, &previousMask, nullptr);
     ::sigaction(SIGPIPE, &previousPipe, nullptr);
     CHECK(out.readAll(5s) == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
@@ -260,12 +279,14 @@ TEST_CASE("reap() reports how each worker ended, without blocking", "[posix_laun
   CHECK(workers.launcher.reap().empty());
 }
 
-TEST_CASE("signalAll reaches what the workers started in their process groups", "[posix_launcher]") {
+TEST_CASE("signalAll reaches what the workers started in their process groups",
+          "[posix_launcher]") {
   Workers workers;
   SECTION("a grandchild of a running worker") {
     Pipe out;
     // The worker starts a child in its group, says its pid, and waits for it.
-    const pid_t worker = workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
+    const pid_t worker =
+        workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
     const pid_t grandchild = pidFrom(out.readLine(5s));
     CHECK(::getpgid(grandchild) == worker);
     workers.launcher.signalAll(SIGTERM);
@@ -274,7 +295,8 @@ TEST_CASE("signalAll reaches what the workers started in their process groups", 
   }
   SECTION("what an exited worker left behind in its group") {
     Pipe out;
-    const pid_t worker = workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!", out.writeEnd()));
+    const pid_t worker =
+        workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!", out.writeEnd()));
     const pid_t orphan = pidFrom(out.readAll(5s));
     CHECK(exitedWith(workers.waitStatus(worker), 0));
     CHECK_FALSE(workers.launcher.anyRunning());
@@ -289,7 +311,8 @@ TEST_CASE("signalAll reaches what the workers started in their process groups", 
 // wait for the kernel's grace period: clone_spawn.h), and moving itself through cgroup.procs where
 // clone3 cannot place it (here a directory descriptor that is no cgroup, as an older kernel or a
 // cgroup v1 answers: the spawner falls back).
-TEST_CASE("a worker is in the worker cgroup from its start, created there or moved there", "[posix_launcher]") {
+TEST_CASE("a worker is in the worker cgroup from its start, created there or moved there",
+          "[posix_launcher]") {
   Workers workers;
   const std::string cgroup = workers.launcher.cgroupPath();
   if (cgroup.empty()) {
@@ -307,7 +330,8 @@ TEST_CASE("a worker is in the worker cgroup from its start, created there or mov
   SECTION("moving itself, where clone3 cannot place it") { target = {notACgroup, procs}; }
   CloneSpawner spawner;
   Pipe out;
-  const pid_t pid = spawner.spawn(shell("sed -n 's/^0:://p' /proc/self/cgroup", out.writeEnd()), target);
+  const pid_t pid =
+      spawner.spawn(shell("sed -n 's/^0:://p' /proc/self/cgroup", out.writeEnd()), target);
   std::string membership = out.readAll(5s);
   int status = 0;
   CHECK(::waitpid(pid, &status, 0) == pid);
@@ -329,7 +353,8 @@ TEST_CASE("a worker started after the worker cgroup was killed runs", "[posix_la
     return;
   }
   Pipe strayOut;
-  const pid_t worker = workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", strayOut.writeEnd()));
+  const pid_t worker =
+      workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", strayOut.writeEnd()));
   const pid_t stray = pidFrom(strayOut.readAll(5s));
   CHECK(exitedWith(workers.waitStatus(worker), 0));
   workers.launcher.killStrays();  // the stray is in the cgroup: this writes cgroup.kill
@@ -344,10 +369,12 @@ TEST_CASE("killStrays finds a descendant that left the worker's session", "[posi
   Workers workers;
   Pipe out;
   // setsid leaves the worker's session and process group: no signal to the group reaches it.
-  const pid_t worker = workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", out.writeEnd()));
+  const pid_t worker =
+      workers.launcher.spawn(shell("setsid sleep 30 >/dev/null & echo $!", out.writeEnd()));
   const pid_t stray = pidFrom(out.readAll(5s));
   CHECK(exitedWith(workers.waitStatus(worker), 0));
-  REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s, [&] { return processTree({stray}); }));
+  REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s,
+                     [&] { return processTree({stray}); }));
   workers.launcher.signalAll(SIGKILL);
   std::this_thread::sleep_for(50ms);
   CHECK(::kill(stray, 0) == 0);  // out of reach of the group's signal
@@ -366,7 +393,8 @@ TEST_CASE("killStrays finds a descendant that left the worker's session", "[posi
     for (std::string line; std::getline(cgroups, line);) {
       if (line.starts_with("0::")) membership = line.substr(3);
     }
-    INFO("the stray's cgroup: " << membership << "; the worker cgroup: " << workers.launcher.cgroupPath());
+    INFO("the stray's cgroup: " << membership
+                                << "; the worker cgroup: " << workers.launcher.cgroupPath());
     CHECK(!membership.empty());
     CHECK(workers.launcher.cgroupPath().ends_with(membership));
     workers.launcher.killStrays();
@@ -384,10 +412,12 @@ TEST_CASE("killStrays spares a process kept on purpose by this agent's workers, 
   std::vector<std::string> environment = kShellEnvironment;
   environment.push_back("DDPRUN_AGENT=" + marker);
   // Three strays in sessions of their own: kept, kept by another agent, a bare flag.
-  const std::string script =
-      "DDPRUN_DETACHED=" + marker + " setsid sleep 30 >/dev/null & echo $!; "
-      "DDPRUN_DETACHED=" + marker + "0 setsid sleep 30 >/dev/null & echo $!; "
-      "DDPRUN_DETACHED=1 setsid sleep 30 >/dev/null & echo $!";
+  const std::string script = "DDPRUN_DETACHED=" + marker +
+                             " setsid sleep 30 >/dev/null & echo $!; "
+                             "DDPRUN_DETACHED=" +
+                             marker +
+                             "0 setsid sleep 30 >/dev/null & echo $!; "
+                             "DDPRUN_DETACHED=1 setsid sleep 30 >/dev/null & echo $!";
   const pid_t worker = workers.launcher.spawn(
       ExecPlan("/bin/sh", {"sh", "-c", script}, environment, out.writeEnd(), -1));
   const pid_t kept = pidFrom(out.readLine(5s));
@@ -396,7 +426,8 @@ TEST_CASE("killStrays spares a process kept on purpose by this agent's workers, 
   CHECK(exitedWith(workers.waitStatus(worker), 0));
   // Out of the worker's process group (which killStrays kills too), back to this subreaper.
   for (pid_t stray : {kept, otherAgents, flagged}) {
-    REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s, [&] { return processTree({stray}); }));
+    REQUIRE(eventually([&] { return ::getsid(stray) == stray; }, 5s,
+                       [&] { return processTree({stray}); }));
   }
   // Where there is a worker cgroup, `ddprun detach` also leaves it for the agent's own.
   if (const std::string cgroup = workers.launcher.cgroupPath(); !cgroup.empty()) {
@@ -413,7 +444,8 @@ TEST_CASE("killStrays spares a process kept on purpose by this agent's workers, 
   CHECK(workers.gone(kept));
 }
 
-TEST_CASE("the guardian spares a process kept on purpose when the agent dies", "[posix_launcher][detach][guardian]") {
+TEST_CASE("the guardian spares a process kept on purpose when the agent dies",
+          "[posix_launcher][detach][guardian]") {
   const std::string marker = "4343-" + std::to_string(::getpid()) + "0ddba11";
   // Started by the test itself: the guardian finds them by their environment alone.
   auto start = [](std::vector<std::string> environment) {
@@ -460,8 +492,10 @@ TEST_CASE("the guardian spares a process kept on purpose when the agent dies", "
     int how = 0;
     return ::waitpid(pid, &how, WNOHANG) == pid && WIFSIGNALED(how) && WTERMSIG(how) == SIGKILL;
   };
-  CHECK(eventually([&] { return killedBySignal(holder); }, 10s, [&] { return processTree({holder}); }));
-  CHECK(eventually([&] { return killedBySignal(otherKept); }, 10s, [&] { return processTree({otherKept}); }));
+  CHECK(eventually([&] { return killedBySignal(holder); }, 10s,
+                   [&] { return processTree({holder}); }));
+  CHECK(eventually([&] { return killedBySignal(otherKept); }, 10s,
+                   [&] { return processTree({otherKept}); }));
   for (pid_t pid : {keptHolder, detached}) {
     INFO("kept process " << pid << ":\n" << processTree({pid}));
     CHECK(::waitpid(pid, &status, WNOHANG) == 0);
@@ -470,12 +504,13 @@ TEST_CASE("the guardian spares a process kept on purpose when the agent dies", "
   }
 }
 
-TEST_CASE("belongsToWorkers: a running worker and what it started, nothing else", "[posix_launcher]") {
+TEST_CASE("belongsToWorkers: a running worker and what it started, nothing else",
+          "[posix_launcher]") {
   Workers workers;
   Pipe out;
   // A grandchild in a session of its own still descends from the worker (its parent is the shell).
-  const pid_t worker = workers.launcher.spawn(
-      shell("sleep 30 >/dev/null & echo $!; setsid sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
+  const pid_t worker = workers.launcher.spawn(shell(
+      "sleep 30 >/dev/null & echo $!; setsid sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
   const pid_t child = pidFrom(out.readLine(5s));
   const pid_t sessionLeader = pidFrom(out.readLine(5s));
   CHECK(workers.launcher.belongsToWorkers(worker));
@@ -484,7 +519,7 @@ TEST_CASE("belongsToWorkers: a running worker and what it started, nothing else"
   CHECK_FALSE(workers.launcher.belongsToWorkers(::getpid()));   // the agent itself
   CHECK_FALSE(workers.launcher.belongsToWorkers(::getppid()));  // a process of nobody's job
   CHECK_FALSE(workers.launcher.belongsToWorkers(1));
-  CHECK_FALSE(workers.launcher.belongsToWorkers(0x3fffffff));   // no such process
+  CHECK_FALSE(workers.launcher.belongsToWorkers(0x3fffffff));  // no such process
   // Once the worker is gone its orphans came back to this subreaper: no worker's any more.
   ::kill(worker, SIGKILL);
   REQUIRE(workers.waitStatus(worker));
@@ -558,8 +593,8 @@ TEST_CASE("a child whose exec fails reports the errno and exits 127 or 126", "[p
     int error;
     int status;
   };
-  const std::vector<Row> rows = {{dir.path + "/missing", ENOENT, 127}, {notExecutable, EACCES, 126},
-                                 {dir.path, EACCES, 126}};
+  const std::vector<Row> rows = {
+      {dir.path + "/missing", ENOENT, 127}, {notExecutable, EACCES, 126}, {dir.path, EACCES, 126}};
   for (const Row& row : rows) {
     INFO("path " << row.path);
     const ExecPlan plan(row.path, {"worker"}, {}, -1, -1);

@@ -1,6 +1,9 @@
 // The progress monitor: heartbeat files as the workers use them (one os.utime per report), and the
 // monitor's verdicts and wake-ups on a manual clock.
+#include "hang/progress_monitor.h"
+
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,19 +12,16 @@
 #include <utime.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <system_error>
 #include <string>
+#include <system_error>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "agent_fakes.h"
 #include "core/proc_stat.h"
-#include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "temp_dir.h"
 
@@ -87,9 +87,10 @@ TEST_CASE("heartbeat files: in the agent's directory itself, no directory of the
   CHECK_THROWS_AS(throughLink.prepare(0), std::system_error);
 }
 
-TEST_CASE("heartbeat files: a restart resets the last attempt's file in place, and replaces "
-          "anything else found there",
-          "[progress][unit]") {
+TEST_CASE(
+    "heartbeat files: a restart resets the last attempt's file in place, and replaces "
+    "anything else found there",
+    "[progress][unit]") {
   TempDir dir;
   HeartbeatFiles files(dir.path);
   auto inode = [](const std::string& path) {
@@ -131,9 +132,10 @@ TEST_CASE("heartbeat files: a restart resets the last attempt's file in place, a
   CHECK((info.st_mode & 0777) == 0600);
 }
 
-TEST_CASE("heartbeat files made ahead: prepare() finds them reset, and what was planted there "
-          "is replaced, never written through",
-          "[progress][unit]") {
+TEST_CASE(
+    "heartbeat files made ahead: prepare() finds them reset, and what was planted there "
+    "is replaced, never written through",
+    "[progress][unit]") {
   TempDir dir;
   const std::string target = dir.path + "/target";
   { std::ofstream(target) << "x"; }
@@ -167,15 +169,17 @@ TEST_CASE("heartbeat files made ahead: prepare() finds them reset, and what was 
   CHECK_THROWS_AS(throughLink.prepareAhead(2), std::system_error);
 }
 
-TEST_CASE("a worker that keeps reporting is never hung, and the monitor wakes about once per hang "
-          "timeout whatever the rate of reports",
-          "[progress][unit]") {
+TEST_CASE(
+    "a worker that keeps reporting is never hung, and the monitor wakes about once per hang "
+    "timeout whatever the rate of reports",
+    "[progress][unit]") {
   CountingLoop loop;
   FakeHeartbeats heartbeats;
   HangPolicy policy;
   policy.hangTimeout = 10s;
   std::vector<HungWorker> hung;
-  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
   monitor.start({100, 101});
   // 1000 reports a second for ten minutes, as the clock moves in 1 ms steps... in 100 ms steps
   // here (the fake's reports are free either way).
@@ -205,7 +209,8 @@ TEST_CASE("after a first report a worker is on the hang timeout's clock, not the
   policy.hangTimeout = 10s;
   policy.startupTimeout = 3600s;
   std::vector<HungWorker> hung;
-  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
   monitor.start({100});
   loop.inner.advance(25s);
   heartbeats.reports[0] = loop.wallNow();  // its first report, then silence
@@ -216,13 +221,15 @@ TEST_CASE("after a first report a worker is on the hang timeout's clock, not the
   CHECK(hung[0].kind == HangKind::kNoProgress);
 }
 
-TEST_CASE("stop() ends the verdicts: a stopping attempt's workers are not judged", "[progress][unit]") {
+TEST_CASE("stop() ends the verdicts: a stopping attempt's workers are not judged",
+          "[progress][unit]") {
   CountingLoop loop;
   FakeHeartbeats heartbeats;
   HangPolicy policy;
   policy.exitTimeout = 5s;
   std::vector<HungWorker> hung;
-  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  ProgressMonitor monitor(loop, policy, &heartbeats, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
   monitor.start({100, 101});
   monitor.exited(0, /*succeeded=*/true);
   monitor.stop();
@@ -244,7 +251,8 @@ struct ExitRule {
 
   explicit ExitRule(std::chrono::milliseconds exitTimeout)
       : policy(withExitTimeout(exitTimeout)),
-        monitor(loop, policy, &heartbeats, &activity, [this](const HungWorker& worker) { hung.push_back(worker); }) {}
+        monitor(loop, policy, &heartbeats, &activity,
+                [this](const HungWorker& worker) { hung.push_back(worker); }) {}
 
   static HangPolicy withExitTimeout(std::chrono::milliseconds exitTimeout) {
     HangPolicy policy;
@@ -253,7 +261,8 @@ struct ExitRule {
   }
   // `pid`'s tree works at `share` of one core (and does `ioPerSecond`) for `duration`, in 100 ms
   // steps of the clock.
-  void work(pid_t pid, double share, std::uint64_t ioPerSecond, std::chrono::milliseconds duration) {
+  void work(pid_t pid, double share, std::uint64_t ioPerSecond,
+            std::chrono::milliseconds duration) {
     for (auto done = 0ms; done < duration; done += 100ms) {
       activity.cpu[pid] += std::chrono::milliseconds(static_cast<int>(100 * share));
       activity.io[pid] += ioPerSecond / 10;
@@ -264,9 +273,10 @@ struct ExitRule {
 
 }  // namespace
 
-TEST_CASE("the exit rule: an idle straggler is hung at first success + E, exactly as before, and a "
-          "busy one is looked at again one window later, and hung once a window finds it idle",
-          "[progress][unit]") {
+TEST_CASE(
+    "the exit rule: an idle straggler is hung at first success + E, exactly as before, and a "
+    "busy one is looked at again one window later, and hung once a window finds it idle",
+    "[progress][unit]") {
   ExitRule rule(10s);
   rule.monitor.start({100, 101, 102});
   rule.monitor.exited(0, /*succeeded=*/true);
@@ -278,9 +288,10 @@ TEST_CASE("the exit rule: an idle straggler is hung at first success + E, exactl
   CHECK(rule.hung[0].localRank == 1);
   CHECK(rule.hung[0].kind == HangKind::kAtExit);
   CHECK(rule.hung[0].silentFor == 10s);
-  CHECK(rule.hung[0].detail ==
-        "still running 10.0 s after a worker of this node exited 0 and idle all that time: 0.00 s of "
-        "CPU time, 0 bytes of I/O, no progress report (--exit-timeout 10)");
+  CHECK(
+      rule.hung[0].detail ==
+      "still running 10.0 s after a worker of this node exited 0 and idle all that time: 0.00 s of "
+      "CPU time, 0 bytes of I/O, no progress report (--exit-timeout 10)");
   // Rank 2 works on for five more seconds, then blocks: the window that saw it work spares it,
   // the next one, idle from start to end, does not.
   rule.work(102, 0.25, 0, 5s);
@@ -297,9 +308,10 @@ TEST_CASE("the exit rule: an idle straggler is hung at first success + E, exactl
   CHECK(rule.activity.samples == 4);
 }
 
-TEST_CASE("the exit rule's thresholds: under 1% of a core (a watchdog thread's wake-ups) is idle, and "
-          "1% of a core, a page of I/O or a progress report is work",
-          "[progress][unit]") {
+TEST_CASE(
+    "the exit rule's thresholds: under 1% of a core (a watchdog thread's wake-ups) is idle, and "
+    "1% of a core, a page of I/O or a progress report is work",
+    "[progress][unit]") {
   ExitRule rule(100s);
   rule.monitor.start({100, 101, 102, 103, 104, 105});
   rule.monitor.exited(0, /*succeeded=*/true);
@@ -321,26 +333,30 @@ TEST_CASE("the exit rule's thresholds: under 1% of a core (a watchdog thread's w
   CHECK(ranks == std::vector<int>{1, 5});
 }
 
-TEST_CASE("the exit rule without a way to see work (no WorkerActivity) kills what still runs at "
-          "first success + E",
-          "[progress][unit]") {
+TEST_CASE(
+    "the exit rule without a way to see work (no WorkerActivity) kills what still runs at "
+    "first success + E",
+    "[progress][unit]") {
   CountingLoop loop;
   HangPolicy policy;
   policy.exitTimeout = 5s;
   std::vector<HungWorker> hung;
-  ProgressMonitor monitor(loop, policy, nullptr, nullptr, [&](const HungWorker& worker) { hung.push_back(worker); });
+  ProgressMonitor monitor(loop, policy, nullptr, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
   monitor.start({100, 101});
   monitor.exited(0, /*succeeded=*/true);
   loop.inner.advance(4999ms);
   CHECK(hung.empty());
   loop.inner.advance(1ms);
   REQUIRE(hung.size() == 1);
-  CHECK(hung[0].detail == "still running 5.0 s after a worker of this node exited 0 (--exit-timeout 5)");
+  CHECK(hung[0].detail ==
+        "still running 5.0 s after a worker of this node exited 0 (--exit-timeout 5)");
 }
 
-TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never, and resumed every rule "
-          "starts afresh",
-          "[progress][unit]") {
+TEST_CASE(
+    "a paused monitor (the job is stopped) judges nothing and wakes never, and resumed every rule "
+    "starts afresh",
+    "[progress][unit]") {
   CountingLoop loop;
   FakeHeartbeats heartbeats;
   FakeActivity activity;
@@ -348,7 +364,8 @@ TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never,
   policy.hangTimeout = 10s;
   policy.exitTimeout = 20s;
   std::vector<HungWorker> hung;
-  ProgressMonitor monitor(loop, policy, &heartbeats, &activity, [&](const HungWorker& worker) { hung.push_back(worker); });
+  ProgressMonitor monitor(loop, policy, &heartbeats, &activity,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
   monitor.start({100, 101, 102});
   heartbeats.reports[0] = heartbeats.reports[1] = loop.wallNow();  // then nothing
   monitor.exited(2, /*succeeded=*/true);  // the exit rule judges ranks 0 and 1
@@ -366,7 +383,8 @@ TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never,
   REQUIRE(hung.size() == 2);
   CHECK(hung[0].localRank == 0);
   CHECK(hung[0].kind == HangKind::kNoProgress);
-  CHECK(hung[0].detail == "no progress reported for 10.0 s since the job was resumed (--hang-timeout 10)");
+  CHECK(hung[0].detail ==
+        "no progress reported for 10.0 s since the job was resumed (--hang-timeout 10)");
   CHECK(hung[1].localRank == 1);
   CHECK(hung[1].kind == HangKind::kNoProgress);
 
@@ -378,7 +396,8 @@ TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never,
   startup.exitTimeout = 20s;
   FakeHeartbeats none;
   std::vector<HungWorker> hung2;
-  ProgressMonitor monitor2(loop2, startup, &none, &activity, [&](const HungWorker& worker) { hung2.push_back(worker); });
+  ProgressMonitor monitor2(loop2, startup, &none, &activity,
+                           [&](const HungWorker& worker) { hung2.push_back(worker); });
   monitor2.start({200, 201, 202});
   monitor2.exited(0, /*succeeded=*/true);
   activity.cpu[202] = 5s;  // rank 2 works all along, so only the startup rule is left for it
@@ -405,19 +424,21 @@ TEST_CASE("a paused monitor (the job is stopped) judges nothing and wakes never,
   run(1);
   REQUIRE(hung2.size() == 2);
   CHECK(hung2[1].localRank == 2);
-  CHECK(hung2[1].detail == "no progress reported in the 60.0 s since the job was resumed "
-                           "(--hang-startup-timeout 60)");
+  CHECK(hung2[1].detail ==
+        "no progress reported in the 60.0 s since the job was resumed "
+        "(--hang-startup-timeout 60)");
 }
 
 // --- what a worker's tree has done: the samples and /proc ---
 
-TEST_CASE("work between two samples: growth of the same processes, all of a new one, nothing of "
-          "one gone, and a reused pid is a new process",
-          "[progress][unit]") {
+TEST_CASE(
+    "work between two samples: growth of the same processes, all of a new one, nothing of "
+    "one gone, and a reused pid is a new process",
+    "[progress][unit]") {
   const TreeSample before{{10, {1, 500ms, 1000}}, {11, {2, 100ms, 0}}, {12, {3, 7s, 9}}};
-  const TreeSample after{{10, {1, 700ms, 1500}},   // grew by 200 ms and 500 bytes
-                         {11, {5, 30ms, 10}},      // pid 11 is another process now: all of it
-                         {13, {6, 40ms, 20}}};     // new; 12 is gone
+  const TreeSample after{{10, {1, 700ms, 1500}},  // grew by 200 ms and 500 bytes
+                         {11, {5, 30ms, 10}},     // pid 11 is another process now: all of it
+                         {13, {6, 40ms, 20}}};    // new; 12 is gone
   const WorkDone done = workBetween(before, after);
   CHECK(done.cpu == 270ms);
   CHECK(done.ioBytes == 530);
@@ -441,8 +462,9 @@ TEST_CASE("/proc/<pid>/stat and /proc/<pid>/io parsed: session, CPU ticks, start
   CHECK(stat->childSystemTicks == 7);
   CHECK(stat->startTicks == 98765);
   CHECK_FALSE(parseProcStat("4242 no parentheses").has_value());
-  const auto io = parseProcIo("rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\n"
-                              "write_bytes: 8192\ncancelled_write_bytes: 0\n");
+  const auto io = parseProcIo(
+      "rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\n"
+      "write_bytes: 8192\ncancelled_write_bytes: 0\n");
   REQUIRE(io.has_value());
   CHECK(io->readChars == 100);
   CHECK(io->writtenChars == 200);
@@ -475,7 +497,8 @@ class SessionWithBusyChild {
         ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
         do {
           ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
-        } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < 200);
+        } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 <
+                 200);
         static char zeros[64 << 10];
         const int null = ::open("/dev/null", O_WRONLY);
         ::write(null, zeros, sizeof zeros);
@@ -525,9 +548,10 @@ TEST_CASE("ProcActivity: a worker's tree is its session, and the work of a child
   CHECK(done.ioBytes >= (64u << 10));
 }
 
-TEST_CASE("descendantsOf: children and grandchildren through the kernel's children lists, the "
-          "job's size and not the machine's",
-          "[progress][unit]") {
+TEST_CASE(
+    "descendantsOf: children and grandchildren through the kernel's children lists, the "
+    "job's size and not the machine's",
+    "[progress][unit]") {
   int hold[2];
   REQUIRE(::pipe(hold) == 0);
   int told[2];
@@ -552,7 +576,8 @@ TEST_CASE("descendantsOf: children and grandchildren through the kernel's childr
   ::close(hold[0]);
   ::close(told[1]);
   pid_t grandchild = -1;
-  REQUIRE(::read(told[0], &grandchild, sizeof grandchild) == static_cast<ssize_t>(sizeof grandchild));
+  REQUIRE(::read(told[0], &grandchild, sizeof grandchild) ==
+          static_cast<ssize_t>(sizeof grandchild));
   const auto found = descendantsOf(::getpid());
   ::close(hold[1]);  // both end
   ::close(told[0]);

@@ -2,11 +2,14 @@
 // --log-dir someone else can change is refused (one line, StartupError: exit 2) or, for a
 // group-writable --log-dir, warned about; and the guardian removes every directory it was given
 // when the agent dies without a word (kill -9), not only the last.
+#include "agent/run_directories.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -14,9 +17,6 @@
 #include <string>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
-#include "agent/run_directories.h"
 #include "agent/startup_error.h"
 #include "ddprun/common/process_environment.h"
 #include "process/guardian.h"
@@ -94,7 +94,8 @@ TEST_CASE("run directories: fresh mode-0700 directories in a TMPDIR only we can 
   SECTION("a TMPDIR of another user is refused") {
     if (::geteuid() != 0) return;
     REQUIRE(::chown(dir.path.c_str(), kOtherUid, kOtherUid) == 0);
-    CHECK_THAT(startupError(config), Catch::Contains("owned by uid 54321") && Catch::Contains("set TMPDIR"));
+    CHECK_THAT(startupError(config),
+               Catch::Contains("owned by uid 54321") && Catch::Contains("set TMPDIR"));
   }
   SECTION("a TMPDIR that does not exist is skipped, as Python's tempfile skips it (#19)") {
     TmpdirFor missing(dir.path + "/none");
@@ -131,8 +132,8 @@ TEST_CASE("run directories: a --log-dir others can change is refused, a group's 
   SECTION("world-writable without the sticky bit: refused") {
     REQUIRE(::mkdir(logs.c_str(), 0777) == 0);
     REQUIRE(::chmod(logs.c_str(), 0777) == 0);
-    CHECK_THAT(startupError(config), Catch::Contains("--log-dir " + logs) &&
-                                         Catch::Contains("writable by every user"));
+    CHECK_THAT(startupError(config),
+               Catch::Contains("--log-dir " + logs) && Catch::Contains("writable by every user"));
     CHECK(fs::is_empty(logs));
   }
   SECTION("under a world-writable directory without the sticky bit: refused") {

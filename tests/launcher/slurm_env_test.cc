@@ -1,9 +1,6 @@
 // Inside a Slurm step with no rendezvous options, the step's environment becomes the rendezvous
 // (cli/slurm.h): which values are read, which options turn it off, and the errors for a step with
 // several tasks on a node, a job without a step, and variables that are not Slurm's.
-#include "cli/cli.h"
-#include "cli/slurm.h"
-
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli.h"
+#include "cli/slurm.h"
 #include "ports.h"
 #include "subprocess.h"
 #include "temp_dir.h"
@@ -127,9 +126,8 @@ TEST_CASE("slurm: a host name in the node list is left to route detection, not a
 }
 
 TEST_CASE("slurm: --rdzv-conf and --local-addr combine with the step's values and win") {
-  const CommandLine result =
-      parse({"--rdzv-conf", "is_host=0,join_timeout=30", "--local-addr", "10.0.0.7"},
-            srunEnvironment(0));
+  const CommandLine result = parse(
+      {"--rdzv-conf", "is_host=0,join_timeout=30", "--local-addr", "10.0.0.7"}, srunEnvironment(0));
   CHECK(result.config.rdzv.settings.isHost == false);
   CHECK(result.config.rdzv.settings.joinTimeout == std::chrono::seconds(30));
   CHECK(result.config.rdzv.localAddr == "10.0.0.7");

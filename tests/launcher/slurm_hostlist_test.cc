@@ -8,8 +8,8 @@
 #include <vector>
 
 using ddprun::launcher::cli_detail::expandSlurmHostlist;
-using ddprun::launcher::cli_detail::SlurmHostlistError;
 using ddprun::launcher::cli_detail::kMaxHosts;
+using ddprun::launcher::cli_detail::SlurmHostlistError;
 using Hosts = std::vector<std::string>;
 
 TEST_CASE("a Slurm hostlist expands as Slurm expands it") {
@@ -21,20 +21,20 @@ TEST_CASE("a Slurm hostlist expands as Slurm expands it") {
       {"node1", {"node1"}},
       {"127.0.0.1", {"127.0.0.1"}},
       {"a,b,c", {"a", "b", "c"}},
-      {"a b\tc", {"a", "b", "c"}},                        // blanks separate too
-      {"a, b", {"a", "b"}},                               // a blank beside a comma: one separator
+      {"a b\tc", {"a", "b", "c"}},  // blanks separate too
+      {"a, b", {"a", "b"}},         // a blank beside a comma: one separator
       {"tux[0-2,5]", {"tux0", "tux1", "tux2", "tux5"}},
       {"tux[0-1,12,20-21]", {"tux0", "tux1", "tux12", "tux20", "tux21"}},
-      {"node[08-10]", {"node08", "node09", "node10"}},     // width from the low bound
+      {"node[08-10]", {"node08", "node09", "node10"}},  // width from the low bound
       {"node[8-10]", {"node8", "node9", "node10"}},
       {"linux[0000-0002]", {"linux0000", "linux0001", "linux0002"}},
       {"n[098-101]", {"n098", "n099", "n100", "n101"}},  // wider numbers keep their digits
       {"n[7]", {"n7"}},
       {"a[0-1].b[0-1]", {"a0.b0", "a0.b1", "a1.b0", "a1.b1"}},  // leftmost slowest
       {"rack[1-2]-n[01-02]", {"rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"}},
-      {"gpu[1-2]-ib", {"gpu1-ib", "gpu2-ib"}},            // text after the brackets
+      {"gpu[1-2]-ib", {"gpu1-ib", "gpu2-ib"}},  // text after the brackets
       {"127.0.0.[1-2]", {"127.0.0.1", "127.0.0.2"}},
-      {"x[1,3],y[2-3]", {"x1", "x3", "y2", "y3"}},        // commas in brackets split ranges only
+      {"x[1,3],y[2-3]", {"x1", "x3", "y2", "y3"}},  // commas in brackets split ranges only
       {"[1-2]", {"1", "2"}},
       {"node-[1-2],login", {"node-1", "node-2", "login"}},
       {"n[5-5]", {"n5"}},
@@ -61,11 +61,11 @@ TEST_CASE("a hostlist ddprun cannot read is an error that says what is wrong, ne
       {"node[]", "empty range"},
       {"node[1,,2]", "empty range"},
       {"node[1-]", "empty bound"},
-      {"node[-1]", "empty bound"},                  // a negative number
+      {"node[-1]", "empty bound"},  // a negative number
       {"node[a-c]", "is not a number"},
-      {"node[1-2x3]", "is not a number"},          // 3-D box notation
+      {"node[1-2x3]", "is not a number"},  // 3-D box notation
       {"node[+1]", "is not a number"},
-      {"node[0-65536]", "more than 65536 hosts"},  // one range over the cap
+      {"node[0-65536]", "more than 65536 hosts"},     // one range over the cap
       {"a[0-999]b[0-999]", "more than 65536 hosts"},  // a product over the cap
       {"node[1234567890123456789]", "too long"},
       {std::string(254, 'n') + "[1-10]", "a host name longer than 255 characters"},

@@ -2,19 +2,19 @@
 // (tests/launcher/agent_fakes.h) and no store at all, so every round here is formed without a
 // word to one. What only the solo client does is here; the machine's scenarios that every
 // rendezvous client must pass run against it in agent_machine_test.cc.
+#include "membership/solo_rendezvous.h"
+
 #include <signal.h>
 
-#include <chrono>
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "agent_fakes.h"
 #include "core/exit_codes.h"
 #include "core/stop_reason.h"
 #include "machine/agent_machine.h"
-#include "membership/solo_rendezvous.h"
 #include "solo_node.h"
 
 namespace {
@@ -57,8 +57,10 @@ TEST_CASE("standalone: a round forms on the loop, alone, without a store", "[age
   }
 }
 
-TEST_CASE("standalone: no liveness to renew, so a job longer than any fencing interval is never "
-          "fenced", "[agent][unit][solo]") {
+TEST_CASE(
+    "standalone: no liveness to renew, so a job longer than any fencing interval is never "
+    "fenced",
+    "[agent][unit][solo]") {
   SoloNode node(standaloneConfig(1));
   node.machine.start();
   REQUIRE(node.until([&] { return node.runningRound(0); }));
@@ -87,7 +89,7 @@ TEST_CASE("standalone: the first stop of a round holds, and a past round takes n
   solo.join(-1);
   loop.runPosted();
   solo.announce(0, StopReason::nodeLeft(1, 0, "h", SIGTERM, true));
-  solo.markDone(0, 1);  // too late: the round stopped already
+  solo.markDone(0, 1);          // too late: the round stopped already
   CHECK(events.stops.empty());  // nobody watches yet
   solo.watch(0);
   CHECK(events.stops.empty());  // posted, not delivered inside the call

@@ -3,12 +3,11 @@
 // job's own options as each agent gets them) and the inputs it refuses, each one line.
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "cli/cli.h"
 #include "temp_dir.h"
@@ -66,7 +65,9 @@ std::string train() { return (scratch().dir / "train.py").string(); }
 
 }  // namespace
 
-TEST_CASE("a --hosts launch: c10d on the first host, a generated run id, the job's words for every host") {
+TEST_CASE(
+    "a --hosts launch: c10d on the first host, a generated run id, the job's words for every "
+    "host") {
   const CommandLine line =
       parse({"--hosts", "n1,n2", "--nproc-per-node", "2", "--max-restarts=3", "--forward-env",
              "WANDB_KEY", train(), "--lr", "0.1", "--hosts", "x"},
@@ -110,17 +111,16 @@ TEST_CASE("a --hostfile launch: slots are the workers per host unless --nproc-pe
   CHECK(included.sshLaunch->agents[0].host == "a");
   CHECK(included.sshLaunch->agents[1].nprocPerNode == "2");
   CHECK(included.sshLaunch->agents[1].cudaVisibleDevices == "1,5");
-  const auto endpoint = parse({"--hostfile", hostfile, "--master-addr", "10.0.0.9",
-                               "--master-port", "1234", "--rdzv-id", "job7", train()});
+  const auto endpoint = parse({"--hostfile", hostfile, "--master-addr", "10.0.0.9", "--master-port",
+                               "1234", "--rdzv-id", "job7", train()});
   CHECK(endpoint.sshLaunch->rdzvEndpoint == "10.0.0.9:1234");
   CHECK(endpoint.sshLaunch->runId == "job7");
-  const auto options = parse({"--hosts", "a", "--ssh-options=-p 2222  -i key", train()},
-                             [] {
-                               auto env = environment();
-                               env["DDPRUN_SSH_OPTIONS"] = "-p 1";
-                               env["DDPRUN_REMOTE_BIN"] = "/opt/ddprun";
-                               return env;
-                             }());
+  const auto options = parse({"--hosts", "a", "--ssh-options=-p 2222  -i key", train()}, [] {
+    auto env = environment();
+    env["DDPRUN_SSH_OPTIONS"] = "-p 1";
+    env["DDPRUN_REMOTE_BIN"] = "/opt/ddprun";
+    return env;
+  }());
   CHECK(options.sshLaunch->sshOptions == std::vector<std::string>{"-p", "2222", "-i", "key"});
   CHECK(options.sshLaunch->remoteProgram == "/opt/ddprun");
 }
@@ -147,7 +147,8 @@ TEST_CASE("a launch over ssh refuses what it cannot honour, in one line") {
       {{"--hosts", "a", "--rdzv-id", "P/x", train()}, "--rdzv-id 'P/x': a run id is 1..128 of"},
       {{"--hosts", "a"}, "missing the training script"},
   };
-  CHECK_THAT(usageError({"--hosts", "a", train()}, {{"PATH", "/nonexistent"}, {"PYTHON_EXEC", "/usr/bin/python3"}}),
+  CHECK_THAT(usageError({"--hosts", "a", train()},
+                        {{"PATH", "/nonexistent"}, {"PYTHON_EXEC", "/usr/bin/python3"}}),
              Contains("ssh is not on PATH"));
   for (const auto& [args, expected] : cases) {
     INFO(Catch::Detail::stringify(args));

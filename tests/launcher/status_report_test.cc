@@ -2,14 +2,14 @@
 // the last failure, escaping), the bound on a published snapshot, the publisher over the
 // in-process store (newest only, a rejoin moving the key, the final write), and the rendezvous
 // options read by the agent's rules. Milliseconds, no process.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
 #include "cli/rendezvous_options.h"
@@ -18,9 +18,9 @@
 #include "ddprun/rendezvous/hash_store.h"
 #include "membership/membership_keys.h"
 #include "membership/status_publisher.h"
-#include "stores/store_backend.h"
 #include "status/job_status.h"
 #include "status/status_command.h"
+#include "stores/store_backend.h"
 
 using namespace ddprun::launcher;
 using namespace std::chrono_literals;
@@ -70,7 +70,8 @@ const std::string kHostile =
     "31m\xe2\x80\xae"
     "gnp.exe\xe2\x81\xa6\xe2\x80\x8f\xd8\x9c\xff \xe6\xbc\xa2";
 
-AgentSnapshot node(int groupRank, const std::string& host, AgentPhase phase = AgentPhase::kRunning) {
+AgentSnapshot node(int groupRank, const std::string& host,
+                   AgentPhase phase = AgentPhase::kRunning) {
   AgentSnapshot snapshot;
   snapshot.runId = "job-7";
   snapshot.round = 1;
@@ -144,8 +145,11 @@ TEST_CASE("status JSON: the fields programs read, per node the snapshot's one fo
   CHECK(value["nodes"][1]["addr"] == "10.0.0.2");
   CHECK(value["nodes"][1]["group_rank"] == 1);
   CHECK(value["nodes"][1]["stale"] == false);
-  CHECK(value["nodes"][1]["workers"][1] ==
-        json{{"rank", 3}, {"local_rank", 1}, {"pid", 5003}, {"state", "running"}, {"started_at", kNow - 75}});
+  CHECK(value["nodes"][1]["workers"][1] == json{{"rank", 3},
+                                                {"local_rank", 1},
+                                                {"pid", 5003},
+                                                {"state", "running"},
+                                                {"started_at", kNow - 75}});
   CHECK(value["last_failure"]["rank"] == 3);
   CHECK(value["last_failure"]["reason"] == "exitcode 3: ValueError: boom");
   // The nodes read back as snapshots: one form, published and shown.
@@ -159,8 +163,9 @@ TEST_CASE("status: a job whose every node finished has ended, with its outcome",
   second.exitCode = 0;
   CHECK(ended(jobStatusOf("j", {first, second})));
   CHECK(outcomeCode(jobStatusOf("j", {first, second})) == 0);
-  CHECK_THAT(renderText(jobStatusOf("j", {first, second}), kNow),
-             Catch::StartsWith("job 'j' has ended: succeeded (exit code 0), round 1, restarts 1 of 3\n"));
+  CHECK_THAT(
+      renderText(jobStatusOf("j", {first, second}), kNow),
+      Catch::StartsWith("job 'j' has ended: succeeded (exit code 0), round 1, restarts 1 of 3\n"));
   second.exitCode = 143;  // stopped by SIGTERM, no worker failed
   CHECK_THAT(renderText(jobStatusOf("j", {first, second}), kNow),
              Catch::StartsWith("job 'j' has ended: stopped (exit code 143)"));
@@ -172,13 +177,15 @@ TEST_CASE("status: a job whose every node finished has ended, with its outcome",
   CHECK(outcomeCode(failed) == 3);
   CHECK(renderJson(failed, kNow)["exit_code"] == 3);
   CHECK(renderJson(failed, kNow)["state"] == "ended");
-  CHECK_THAT(renderText(failed, kNow), Catch::Contains("node 1 on host-b (10.0.0.2), agent pid 101: finished, exit code 3"));
+  CHECK_THAT(renderText(failed, kNow),
+             Catch::Contains("node 1 on host-b (10.0.0.2), agent pid 101: finished, exit code 3"));
   // One node still running: not ended.
   CHECK_FALSE(ended(jobStatusOf("j", {first, node(1, "host-b")})));
   CHECK_FALSE(ended(jobStatusOf("j", {})));
 }
 
-TEST_CASE("status: a node silent for long is shown as possibly gone, a finished one never", "[status]") {
+TEST_CASE("status: a node silent for long is shown as possibly gone, a finished one never",
+          "[status]") {
   AgentSnapshot silent = node(0, "host-a");
   silent.updatedAt = kNow - 40;
   CHECK_THAT(renderText(jobStatusOf("j", {silent}), kNow),
@@ -188,7 +195,8 @@ TEST_CASE("status: a node silent for long is shown as possibly gone, a finished 
   CHECK(renderJson(jobStatusOf("j", {silent}), kNow)["nodes"][0]["stale"] == false);
 }
 
-TEST_CASE("status: an earlier run of the same run id on a store that outlived it is left out", "[status]") {
+TEST_CASE("status: an earlier run of the same run id on a store that outlived it is left out",
+          "[status]") {
   AgentSnapshot earlier = node(0, "host-old", AgentPhase::kFinished);
   earlier.updatedAt = 900;  // ended before the running agents started (1000)
   AgentSnapshot leftLater = node(1, "host-left", AgentPhase::kFinished);
@@ -333,7 +341,8 @@ TEST_CASE(
   CHECK(store.listKeys().size() == 10);
 }
 
-TEST_CASE("status: the published snapshot stays within its bound, the failure shortened first", "[status]") {
+TEST_CASE("status: the published snapshot stays within its bound, the failure shortened first",
+          "[status]") {
   AgentSnapshot big = node(0, "host-a");
   big.lastFailure = failure(0, 1, std::string(200000, 'x'));
   std::string text = boundedSnapshotText(big);
@@ -352,7 +361,8 @@ TEST_CASE("status: the published snapshot stays within its bound, the failure sh
   CHECK(agentSnapshotFromJson(json::parse(boundedSnapshotText(big))).exitCode == 7);
 }
 
-TEST_CASE("status publisher: the newest snapshot under the node's key, a rejoin moves it", "[status]") {
+TEST_CASE("status publisher: the newest snapshot under the node's key, a rejoin moves it",
+          "[status]") {
   ddprun::rendezvous::HashStore store;
   InProcessStoreBackend backend(store);
   const MembershipKeys keys("job-7");
@@ -379,7 +389,8 @@ TEST_CASE("status publisher: the newest snapshot under the node's key, a rejoin 
   CHECK(agentSnapshotFromJson(json::parse(store.get(keys.status(5)))).round == 77);
 }
 
-TEST_CASE("status options: the agent's rendezvous rules, c10d unless given, nothing else taken", "[status]") {
+TEST_CASE("status options: the agent's rendezvous rules, c10d unless given, nothing else taken",
+          "[status]") {
   const std::map<std::string, std::string> none;
   CommandLine parsed = parseRendezvousOptions(
       "ddprun status", {"--rdzv-endpoint", "127.0.0.1:29555", "--rdzv_id=job-7"}, none);
@@ -389,8 +400,10 @@ TEST_CASE("status options: the agent's rendezvous rules, c10d unless given, noth
   CHECK(parsed.config.rdzv.runId == "job-7");
   // PET_RDZV_* as for the agent; a job's other PET_ variables say nothing here.
   parsed = parseRendezvousOptions("ddprun status", {},
-                                  {{"PET_RDZV_ENDPOINT", "127.0.0.1:29556"}, {"PET_RDZV_ID", "env-job"},
-                                   {"PET_STANDALONE", "1"}, {"PET_NNODES", "banana"}});
+                                  {{"PET_RDZV_ENDPOINT", "127.0.0.1:29556"},
+                                   {"PET_RDZV_ID", "env-job"},
+                                   {"PET_STANDALONE", "1"},
+                                   {"PET_NNODES", "banana"}});
   CHECK(parsed.config.rdzv.port == 29556);
   CHECK(parsed.config.rdzv.runId == "env-job");
   CHECK_FALSE(parsed.config.rdzv.standalone);

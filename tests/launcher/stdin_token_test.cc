@@ -5,10 +5,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "agent/startup_error.h"
 #include "agent/stdin_reader.h"

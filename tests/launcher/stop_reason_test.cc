@@ -2,15 +2,15 @@
 // store, and how a run's ending becomes ddprun's exit status (core/exit_codes.h). The stop
 // record is read by agents of other versions and can be written by anyone who reaches a store
 // without a token: what is not one of ours must read as nothing, never as a guess.
+#include "core/stop_reason.h"
+
+#include <catch2/catch.hpp>
 #include <csignal>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include "core/exit_codes.h"
-#include "core/stop_reason.h"
 #include "core/worker_failure.h"
 
 namespace {
@@ -30,7 +30,8 @@ WorkerFailure sampleFailure() {
   failure.errorFile = "/tmp/ddprun-job-1/attempt_0/1/error.json";
   failure.errorFileFound = true;
   failure.message = "ValueError: boom";
-  failure.traceback = "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: boom\n";
+  failure.traceback =
+      "Traceback (most recent call last):\n  File \"train.py\", line 3\nValueError: boom\n";
   failure.errorTimestamp = 1767225599.0;
   failure.hang = HangKind::kNoProgress;
   failure.hangDetail = "no progress reported for 30.0 s (--hang-timeout 30)";
@@ -74,7 +75,8 @@ TEST_CASE("every kind an agent writes reads back the same", "[stop_reason]") {
       {"a node was lost", StopReason::nodeLost(7, 1, "host-b"), "node_lost"},
       {"a node joined", StopReason::nodeJoined(9, "host-new"), "node_joined"},
       {"a node left", StopReason::nodeLeft(3, 0, "host-a", SIGTERM), "node_left"},
-      {"the store's host left", StopReason::nodeLeft(1, 0, "host-store", SIGINT, /*storeHost=*/true), "node_left"},
+      {"the store's host left",
+       StopReason::nodeLeft(1, 0, "host-store", SIGINT, /*storeHost=*/true), "node_left"},
       {"every node is done", StopReason::done(), "done"},
   };
   for (const Row& row : rows) {
@@ -121,9 +123,11 @@ TEST_CASE("the local-only kinds are never written to the store", "[stop_reason]"
 }
 
 TEST_CASE("a stop record that is not one of ours reads as nothing", "[stop_reason]") {
-  const std::string text = GENERATE(as<std::string>{},
+  const std::string text = GENERATE(
+      as<std::string>{},
       // not JSON, or not an object
-      "", "garbage", "{", "null", "[]", "\"done\"", "7", R"([{"kind": "done"}])", R"({"kind": "done"} trailing)",
+      "", "garbage", "{", "null", "[]", "\"done\"", "7", R"([{"kind": "done"}])",
+      R"({"kind": "done"} trailing)",
       // no kind, or not one we know
       "{}", R"({"node": 1})", R"({"kind": 5})", R"({"kind": null})", R"({"kind": "exploded"})",
       R"({"kind": "DONE"})", R"({"kind": "unknown"})",
@@ -135,8 +139,10 @@ TEST_CASE("a stop record that is not one of ours reads as nothing", "[stop_reaso
       // fields of the wrong type
       R"({"kind": "node_lost", "node": "3"})", R"({"kind": "node_lost", "group_rank": []})",
       R"({"kind": "node_lost", "host": 7})", R"({"kind": "node_left", "signal": "SIGTERM"})",
-      R"({"kind": "node_left", "store_host": "yes"})", R"({"kind": "failure", "failure": {"rank": "0"}})",
-      R"({"kind": "failure", "failure": {"message": 1}})", R"({"kind": "failure", "failure": {"stack": "x"}})");
+      R"({"kind": "node_left", "store_host": "yes"})",
+      R"({"kind": "failure", "failure": {"rank": "0"}})",
+      R"({"kind": "failure", "failure": {"message": 1}})",
+      R"({"kind": "failure", "failure": {"stack": "x"}})");
   INFO("record: " << text);
   CHECK_FALSE(StopReason::parse(text));
 }
@@ -144,7 +150,8 @@ TEST_CASE("a stop record that is not one of ours reads as nothing", "[stop_reaso
 TEST_CASE("a stop record from a newer agent keeps what this one understands", "[stop_reason]") {
   // Agents of one job may be upgraded one at a time: fields this version does not know are
   // ignored, not a reason to call the record corrupt.
-  const auto stop = StopReason::parse(R"({"kind": "node_lost", "node": 4, "group_rank": 1, "host": "b", "why": "x"})");
+  const auto stop = StopReason::parse(
+      R"({"kind": "node_lost", "node": 4, "group_rank": 1, "host": "b", "why": "x"})");
   REQUIRE(stop);
   CHECK(stop->kind == StopKind::kNodeLost);
   CHECK(stop->node == 4);
@@ -164,15 +171,19 @@ TEST_CASE("only a worker failure costs a restart", "[stop_reason]") {
     bool costs;
   };
   const std::vector<Row> rows = {
-      {StopReason::workerFailed(sampleFailure(), 1), true},  {StopReason::nodeLost(1, 0, "a"), false},
-      {StopReason::nodeJoined(2, "b"), false},               {StopReason::nodeLeft(1, 0, "a", SIGTERM), false},
-      {StopReason::done(), false},                           {StopReason::storeLost("gone"), false},
+      {StopReason::workerFailed(sampleFailure(), 1), true},
+      {StopReason::nodeLost(1, 0, "a"), false},
+      {StopReason::nodeJoined(2, "b"), false},
+      {StopReason::nodeLeft(1, 0, "a", SIGTERM), false},
+      {StopReason::done(), false},
+      {StopReason::storeLost("gone"), false},
       {StopReason::signalled(SIGINT), false},
   };
   for (const Row& row : rows) {
     INFO(stopKindName(row.stop.kind));
     CHECK(row.stop.costsRestart() == row.costs);
-    for (int restarts : {0, 1, 5}) CHECK(restartsAfter(restarts, row.stop) == restarts + (row.costs ? 1 : 0));
+    for (int restarts : {0, 1, 5})
+      CHECK(restartsAfter(restarts, row.stop) == restarts + (row.costs ? 1 : 0));
   }
 }
 
@@ -184,10 +195,12 @@ TEST_CASE("messages name the node a stop concerns", "[stop_reason]") {
   CHECK(StopReason::nodeJoined(9, "").nodeText() == "a node");
 }
 
-TEST_CASE("a forged host name is one line, escaped, when a message names its node", "[stop_reason]") {
+TEST_CASE("a forged host name is one line, escaped, when a message names its node",
+          "[stop_reason]") {
   // A stop record read from the store: whoever can write it (anyone, without a token) chooses the
   // host name, and the record must still read back, its host raw, and show escaped.
-  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  const std::string line =
+      "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
   const std::string host = "node-z\n" + line + "\x1b]0;owned\x07\x1b[2J\r";
   const auto read = StopReason::parse(StopReason::nodeLost(7, 1, host).serialize());
   REQUIRE(read);
@@ -199,12 +212,14 @@ TEST_CASE("a forged host name is one line, escaped, when a message names its nod
   CHECK(text.ends_with("...)"));
 }
 
-TEST_CASE("a failure's payload crosses the store capped, keeping what tells the story", "[stop_reason]") {
+TEST_CASE("a failure's payload crosses the store capped, keeping what tells the story",
+          "[stop_reason]") {
   WorkerFailure failure = sampleFailure();
   // A megabyte of message: the exception is at its end, where a traceback names it.
   failure.message = "head-that-goes " + std::string(1 << 20, 'm') + " ValueError: the real cause";
   failure.traceback = std::string(1 << 20, 't') + "\nRuntimeError: last line";
-  for (int i = 0; i < 100; ++i) failure.stack.push_back("frame " + std::to_string(i) + " " + std::string(1000, 's'));
+  for (int i = 0; i < 100; ++i)
+    failure.stack.push_back("frame " + std::to_string(i) + " " + std::string(1000, 's'));
   for (int i = 0; i < 100; ++i) failure.stderrTail.push_back("line " + std::to_string(i));
   const std::string text = StopReason::workerFailed(failure, 1).serialize();
   // One stop record stays small enough for every agent to read it at once.
@@ -215,7 +230,8 @@ TEST_CASE("a failure's payload crosses the store capped, keeping what tells the 
   REQUIRE(back->failure);
   const WorkerFailure& got = *back->failure;
   CHECK(got.message.size() <= kMaxJsonText);
-  CHECK(got.message.starts_with("[ddprun: " + std::to_string(failure.message.size()) + " bytes, only the last ones kept]\n"));
+  CHECK(got.message.starts_with("[ddprun: " + std::to_string(failure.message.size()) +
+                                " bytes, only the last ones kept]\n"));
   CHECK(got.message.ends_with("m ValueError: the real cause"));
   CHECK(got.traceback.size() <= kMaxJsonText);
   CHECK(got.traceback.ends_with("t\nRuntimeError: last line"));
@@ -233,7 +249,8 @@ TEST_CASE("a failure's payload crosses the store capped, keeping what tells the 
   CHECK(got.errorTimestamp == failure.errorTimestamp);
 }
 
-TEST_CASE("a failure's text that is not UTF-8 crosses the store without breaking the record", "[stop_reason]") {
+TEST_CASE("a failure's text that is not UTF-8 crosses the store without breaking the record",
+          "[stop_reason]") {
   // Worker output is bytes; the record is JSON, which must be valid UTF-8 to be written at all.
   WorkerFailure failure = sampleFailure();
   failure.message = "bad \xff\xfe bytes";
@@ -261,8 +278,8 @@ TEST_CASE("a failure's text that is not UTF-8 crosses the store without breaking
 }
 
 TEST_CASE("every hang kind crosses the store by name", "[stop_reason]") {
-  for (HangKind kind : {HangKind::kNone, HangKind::kNoProgress, HangKind::kNoFirstProgress, HangKind::kAtExit,
-                        HangKind::kFileTimer}) {
+  for (HangKind kind : {HangKind::kNone, HangKind::kNoProgress, HangKind::kNoFirstProgress,
+                        HangKind::kAtExit, HangKind::kFileTimer}) {
     WorkerFailure failure;
     failure.hang = kind;
     INFO(hangKindName(kind));
@@ -304,10 +321,12 @@ TEST_CASE("ddprun's exit status says how the job ended", "[exit_codes]") {
       {"the root cause exited 3", Ending::jobFailed(exited, "failed"), 3},
       {"the root cause died of SIGSEGV", Ending::jobFailed(killed, "failed"), 128 + SIGSEGV},
       {"the root cause could not start", Ending::jobFailed(cannotStart, "failed"), 127},
-      {"a failed job without a known root cause", Ending{EndKind::kJobFailed, std::nullopt, 0, "failed"}, 1},
+      {"a failed job without a known root cause",
+       Ending{EndKind::kJobFailed, std::nullopt, 0, "failed"}, 1},
       // A stop record {"kind":"failure","failure":{}} parses with exit code 0: still a failure.
       {"a root cause that claims exit 0", Ending::jobFailed(WorkerFailure{}, "failed"), 1},
-      {"a root cause that claims exit 256 (0 to a shell)", Ending::jobFailed(exitedWith256(), "failed"), 1},
+      {"a root cause that claims exit 256 (0 to a shell)",
+       Ending::jobFailed(exitedWith256(), "failed"), 1},
       {"the agent got SIGINT", Ending::signalled(SIGINT), 130},
       {"the agent got SIGTERM", Ending::signalled(SIGTERM), 143},
       {"the agent got SIGHUP", Ending::signalled(SIGHUP), 129},

@@ -76,7 +76,8 @@ TEST_CASE("requestStop() ends a wait that never becomes ready, and waitFor times
   CHECK(idle.sleepFor(lock, 1ms));
 }
 
-TEST_CASE("a worker thread never started stops, twice, without waiting", "[stoppable_thread][unit]") {
+TEST_CASE("a worker thread never started stops, twice, without waiting",
+          "[stoppable_thread][unit]") {
   StoppableThread thread;
   thread.stop();
   thread.stop();

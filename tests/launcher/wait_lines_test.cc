@@ -3,7 +3,12 @@
 // from the store's records (the joined nodes' host names, the members without a finished mark),
 // and when they come is core/wait_lines.h's rule: nothing in the first second, then one line at
 // once on a change and otherwise one per kWaitLineInterval.
+#include "core/wait_lines.h"
+
+#include <fmt/format.h>
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <regex>
@@ -11,10 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-
-#include "core/wait_lines.h"
 #include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/hash_store.h"
 #include "log_capture.h"
@@ -40,8 +41,8 @@ struct ManualClock {
 
 int count(const std::string& text, const std::string& pattern) {
   const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                                        std::sregex_iterator()));
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
 // Waits (real time, bounded) until the log holds `n` matches of `pattern`.
@@ -86,12 +87,13 @@ class LateBackend final : public StoreBackend {
  public:
   LateBackend(HashStore& store, ManualClock& clock, std::int64_t resolvesAt, std::int64_t answersAt)
       : inner_(store), clock_(clock), resolvesAt_(resolvesAt), answersAt_(answersAt) {}
-  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                            std::chrono::milliseconds connectTimeout) override {
+  std::unique_ptr<ddprun::rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override {
     if (clock_.ms < resolvesAt_) {
       clock_.advance(1s);
       throw ddprun::rendezvous::StoreUnresolvedError(
-          "late-master.svc:29400: cannot resolve host 'late-master.svc': Name or service not known");
+          "late-master.svc:29400: cannot resolve host 'late-master.svc': Name or service not "
+          "known");
     }
     if (clock_.ms < answersAt_) {
       clock_.advance(1s);
@@ -120,7 +122,7 @@ TEST_CASE("wait lines: quiet for the first second, at once on a change, else one
   CHECK_FALSE(lines.due(start + 999ms, "2 joined"));  // a wait this short says nothing
   CHECK(lines.due(start + 1s, "2 joined"));
   CHECK_FALSE(lines.due(start + 2s, "2 joined"));
-  CHECK(lines.due(start + 3s, "3 joined"));  // a node joined: at once
+  CHECK(lines.due(start + 3s, "3 joined"));      // a node joined: at once
   CHECK(lines.due(start + 3500ms, "2 joined"));  // and one left: at once
   CHECK_FALSE(lines.due(start + 13s, "2 joined"));
   CHECK(lines.due(start + 13500ms, "2 joined"));  // kWaitLineInterval after the last line
@@ -138,8 +140,9 @@ TEST_CASE("wait lines: what they say", "[wait_lines]") {
         "rendezvous round 1: 2 of at most 4 nodes joined (a, b); waiting 25 s more "
         "(last_call_timeout) for others before it closes");
   // A job of thousands counts its joiners and names none.
-  CHECK(joinWaitLine(0, 4000, 4096, 3512, {}, 590s, false) ==
-        "waiting for 488 more nodes (3512 of at least 4000 joined), 590 s left of the join timeout");
+  CHECK(
+      joinWaitLine(0, 4000, 4096, 3512, {}, 590s, false) ==
+      "waiting for 488 more nodes (3512 of at least 4000 joined), 590 s left of the join timeout");
   CHECK(joinWaitLine(2, 4000, 4096, 4001, {}, 25s, true) ==
         "rendezvous round 2: 4001 of at most 4096 nodes joined; waiting 25 s more "
         "(last_call_timeout) for others before it closes");
@@ -150,8 +153,10 @@ TEST_CASE("wait lines: what they say", "[wait_lines]") {
         "timeout has passed");
 }
 
-TEST_CASE("while a round forms: a line when a node joins, one per 10 s otherwise, names from "
-          "the store's records", "[wait_lines][membership]") {
+TEST_CASE(
+    "while a round forms: a line when a node joins, one per 10 s otherwise, names from "
+    "the store's records",
+    "[wait_lines][membership]") {
   LogCapture log;
   ManualClock clock;
   HashStore store(clock.now());
@@ -179,7 +184,9 @@ TEST_CASE("while a round forms: a line when a node joins, one per 10 s otherwise
   std::this_thread::sleep_for(200ms);
   CHECK(count(log.text(), "more node") == 0);  // the first second says nothing
   clock.advance(1500ms);
-  REQUIRE(logged(log, R"(waiting for 2 more nodes \(1 of 3 joined: host-a\), 598 s left of the join timeout)"));
+  REQUIRE(logged(
+      log,
+      R"(waiting for 2 more nodes \(1 of 3 joined: host-a\), 598 s left of the join timeout)"));
   clock.advance(3s);
   std::this_thread::sleep_for(200ms);
   CHECK(count(log.text(), "more node") == 1);  // no news, within 10 s: nothing
@@ -236,9 +243,10 @@ TEST_CASE("the exit barrier names the members still at work and the time left",
   b.close(false);
 }
 
-TEST_CASE("in a job of more than 64 nodes the exit barrier's line reads the member list when it is "
-          "due, and names those at work",
-          "[wait_lines][membership][seat]") {
+TEST_CASE(
+    "in a job of more than 64 nodes the exit barrier's line reads the member list when it is "
+    "due, and names those at work",
+    "[wait_lines][membership][seat]") {
   // A big job's member knows its seat, not the list: the first line due (every 10 s there) reads
   // the round's world once and names the members still at work.
   LogCapture log;
@@ -252,13 +260,14 @@ TEST_CASE("in a job of more than 64 nodes the exit barrier's line reads the memb
   for (int i = 0; i < kNodes; ++i) {
     backends.push_back(std::make_unique<InProcessStoreBackend>(store));
     members.push_back(std::make_unique<Membership>(
-        config, *backends.back(), node(fmt::format("10.0.0.{}", 100 + i), fmt::format("big-{}", 100 + i)),
-        clock.now()));
+        config, *backends.back(),
+        node(fmt::format("10.0.0.{}", 100 + i), fmt::format("big-{}", 100 + i)), clock.now()));
     members.back()->open();
   }
   std::vector<Round> rounds(kNodes);
   std::vector<std::thread> joining;
-  for (int i = 0; i < kNodes; ++i) joining.emplace_back([&, i] { rounds[i] = joinAndPublish(*members[i]); });
+  for (int i = 0; i < kNodes; ++i)
+    joining.emplace_back([&, i] { rounds[i] = joinAndPublish(*members[i]); });
   for (auto& thread : joining) thread.join();
   // Everyone but the last two finishes (by address, they are group ranks 63 and 64).
   for (int i = 0; i < kNodes - 2; ++i) members[i]->markDone(rounds[i].number, kNodes);
@@ -266,7 +275,9 @@ TEST_CASE("in a job of more than 64 nodes the exit barrier's line reads the memb
   std::optional<StopReason> stop;
   std::thread watch([&] { stop = members[0]->waitForStop(rounds[0].number); });
   clock.advance(11s);
-  CHECK(logged(log, R"(waiting for nodes big-163 \(group rank 63\), big-164 \(group rank 64\) to finish, 289 s left)"));
+  CHECK(logged(
+      log,
+      R"(waiting for nodes big-163 \(group rank 63\), big-164 \(group rank 64\) to finish, 289 s left)"));
   for (int i = kNodes - 2; i < kNodes; ++i) members[i]->markDone(rounds[i].number, kNodes);
   watch.join();
   REQUIRE(stop);
@@ -290,8 +301,14 @@ TEST_CASE("a store host name that resolves late is waited for up to the join tim
   const std::string text = log.text();
   INFO(text);
   // One line per 10 s while the name does not resolve, then why it still waits.
-  CHECK(count(text, R"(waiting for the rendezvous store at late-master\.svc:29400: name not resolved yet \(\d+ s of 600 s\))") == 4);
-  CHECK(count(text, "waiting for the rendezvous store at late-master.svc:29400: no answer yet \\(0 s of 5 s\\)") == 1);
+  CHECK(
+      count(
+          text,
+          R"(waiting for the rendezvous store at late-master\.svc:29400: name not resolved yet \(\d+ s of 600 s\))") ==
+      4);
+  CHECK(count(text,
+              "waiting for the rendezvous store at late-master.svc:29400: no answer yet \\(0 s of "
+              "5 s\\)") == 1);
   // Its address toward the store, which could not be worked out before the name resolved.
   CHECK(member.self().address == "10.9.9.9");
   member.close(false);

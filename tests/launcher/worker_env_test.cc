@@ -4,8 +4,11 @@
 // entry kinds, and what is inherited. The names are written out as torch spells them (not
 // through worker_env_names.h) so that a renamed constant shows up here as a broken contract.
 // env_compare.py still compares real workers with torchrun 1.13's side by side.
+#include "process/worker_env.h"
+
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <map>
 #include <optional>
@@ -13,10 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "ddprun/launcher/launch_config.h"
-#include "process/worker_env.h"
 #include "temp_dir.h"
 
 namespace {
@@ -70,12 +70,26 @@ const char* const kErrorFile = "/tmp/ddprun-job-42-4242/attempt_0/0/error.json";
 
 // Every variable the contract has the launcher set on every worker (OMP_NUM_THREADS,
 // CUDA_VISIBLE_DEVICES and DDPRUN_AGENT depend on the configuration and are tested apart).
-const std::set<std::string> kAlwaysSet = {
-    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
-    "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-    "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "NCCL_ASYNC_ERROR_HANDLING",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_GENERATION"};
+const std::set<std::string> kAlwaysSet = {"RANK",
+                                          "LOCAL_RANK",
+                                          "GROUP_RANK",
+                                          "ROLE_RANK",
+                                          "ROLE_NAME",
+                                          "LOCAL_WORLD_SIZE",
+                                          "WORLD_SIZE",
+                                          "GROUP_WORLD_SIZE",
+                                          "ROLE_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "TORCHELASTIC_MAX_RESTARTS",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "TORCHELASTIC_USE_AGENT_STORE",
+                                          "TORCHELASTIC_ERROR_FILE",
+                                          "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                          "NCCL_ASYNC_ERROR_HANDLING",
+                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                          "DDPRUN_GENERATION"};
 
 // One worker's place, from the job's shape: the rank arithmetic torchrun does (base rank =
 // cumulative nproc in group-rank order, every node the same nproc).
@@ -97,12 +111,14 @@ WorkerPlacement placementOf(const Shape& shape) {
 void makeExecutable(const std::string& path) { ddprun::test::writeFile(path, "#!/bin/sh\n", 0755); }
 
 TEST_CASE("every worker gets torchrun's rank variables for its place in the job", "[worker_env]") {
-  const Shape shape = GENERATE(Shape{1, 1, 0, 0}, Shape{1, 2, 0, 1}, Shape{2, 2, 1, 0}, Shape{2, 2, 1, 1},
-                               Shape{3, 1, 2, 0}, Shape{4, 8, 3, 7}, Shape{16, 8, 9, 5});
+  const Shape shape =
+      GENERATE(Shape{1, 1, 0, 0}, Shape{1, 2, 0, 1}, Shape{2, 2, 1, 0}, Shape{2, 2, 1, 1},
+               Shape{3, 1, 2, 0}, Shape{4, 8, 3, 7}, Shape{16, 8, 9, 5});
   INFO(shape.nodes << " nodes x " << shape.nproc << " workers, group rank " << shape.groupRank
                    << ", local rank " << shape.localRank);
   const LaunchConfig config = configFor(shape.nproc);
-  const Environment env = asMap(workerEnvironment(callerEnvironment(), config, placementOf(shape), roundFor(), kErrorFile));
+  const Environment env = asMap(
+      workerEnvironment(callerEnvironment(), config, placementOf(shape), roundFor(), kErrorFile));
 
   const int rank = shape.groupRank * shape.nproc + shape.localRank;
   const int world = shape.nodes * shape.nproc;
@@ -138,18 +154,21 @@ TEST_CASE("restart counts and rounds reach the workers as the round says", "[wor
   INFO("restart " << row.restartCount << " of " << row.maxRestarts << ", round " << row.generation);
   LaunchConfig config = configFor(2);
   config.restart.maxRestarts = row.maxRestarts;
-  const Environment env = asMap(workerEnvironment(callerEnvironment(), config, placementOf({2, 2, 1, 1}),
-                                                  roundFor(row.restartCount, row.generation), kErrorFile));
+  const Environment env =
+      asMap(workerEnvironment(callerEnvironment(), config, placementOf({2, 2, 1, 1}),
+                              roundFor(row.restartCount, row.generation), kErrorFile));
   CHECK(env.at("TORCHELASTIC_RESTART_COUNT") == std::to_string(row.restartCount));
   CHECK(env.at("TORCHELASTIC_MAX_RESTARTS") == std::to_string(row.maxRestarts));
   CHECK(env.at("DDPRUN_GENERATION") == std::to_string(row.generation));
 }
 
-TEST_CASE("the caller's environment is inherited whole, and only the contract's variables are added",
-          "[worker_env]") {
+TEST_CASE(
+    "the caller's environment is inherited whole, and only the contract's variables are added",
+    "[worker_env]") {
   const Environment caller = callerEnvironment();
   SECTION("one worker per node: no OMP_NUM_THREADS") {
-    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    const Environment env = asMap(
+        workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
     std::set<std::string> expected = kAlwaysSet;
     expected.insert("DDPRUN_AGENT");
     for (const auto& [name, value] : caller) {
@@ -164,20 +183,24 @@ TEST_CASE("the caller's environment is inherited whole, and only the contract's 
   SECTION("an agent without a marker adds no DDPRUN_AGENT") {
     RoundEnvironment round = roundFor();
     round.agentMarker.clear();
-    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), round, kErrorFile));
+    const Environment env = asMap(
+        workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), round, kErrorFile));
     CHECK(env.count("DDPRUN_AGENT") == 0);
   }
 }
 
-TEST_CASE("the launcher's variables replace what the caller had under the same names", "[worker_env]") {
+TEST_CASE("the launcher's variables replace what the caller had under the same names",
+          "[worker_env]") {
   // A job started from inside another job's worker (or a shell that exported them): the outer
   // job's values must not reach the inner workers.
   Environment caller = callerEnvironment();
   for (const std::string& name : kAlwaysSet) caller[name] = "outer-" + name;
-  caller.erase("NCCL_ASYNC_ERROR_HANDLING");  // a user's own settings of these are kept: tested apart
+  caller.erase(
+      "NCCL_ASYNC_ERROR_HANDLING");  // a user's own settings of these are kept: tested apart
   caller.erase("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   caller["DDPRUN_AGENT"] = "1-outer";
-  const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({2, 1, 1, 0}), roundFor(2, 3), kErrorFile));
+  const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({2, 1, 1, 0}),
+                                                  roundFor(2, 3), kErrorFile));
   CHECK(env.at("RANK") == "1");
   CHECK(env.at("LOCAL_RANK") == "0");
   CHECK(env.at("WORLD_SIZE") == "2");
@@ -204,13 +227,16 @@ TEST_CASE("NCCL async error handling: both names, 1 unless the caller set them",
     std::string expectOld;
     std::string expectNew;
   };
-  const Row row = GENERATE(Row{std::nullopt, std::nullopt, "1", "1"}, Row{"0", std::nullopt, "0", "1"},
-                           Row{std::nullopt, "3", "1", "3"}, Row{"2", "0", "2", "0"}, Row{"", "", "", ""});
+  const Row row =
+      GENERATE(Row{std::nullopt, std::nullopt, "1", "1"}, Row{"0", std::nullopt, "0", "1"},
+               Row{std::nullopt, "3", "1", "3"}, Row{"2", "0", "2", "0"}, Row{"", "", "", ""});
   Environment caller = callerEnvironment();
   if (row.oldName) caller["NCCL_ASYNC_ERROR_HANDLING"] = *row.oldName;
   if (row.newName) caller["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = *row.newName;
-  INFO("caller: old " << row.oldName.value_or("<unset>") << ", new " << row.newName.value_or("<unset>"));
-  const Environment env = asMap(workerEnvironment(caller, configFor(2), placementOf({1, 2, 0, 0}), roundFor(), kErrorFile));
+  INFO("caller: old " << row.oldName.value_or("<unset>") << ", new "
+                      << row.newName.value_or("<unset>"));
+  const Environment env = asMap(
+      workerEnvironment(caller, configFor(2), placementOf({1, 2, 0, 0}), roundFor(), kErrorFile));
   CHECK(env.at("NCCL_ASYNC_ERROR_HANDLING") == row.expectOld);
   CHECK(env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == row.expectNew);
 }
@@ -223,15 +249,17 @@ TEST_CASE("OMP_NUM_THREADS is 1 only with several workers per node and none set 
     std::optional<std::string> expected;  // nothing: absent
     bool warns;
   };
-  const Row row = GENERATE(Row{1, std::nullopt, std::nullopt, false}, Row{2, std::nullopt, "1", true},
-                           Row{8, std::nullopt, "1", true}, Row{2, "4", "4", false}, Row{1, "4", "4", false},
-                           // torchrun tests `"OMP_NUM_THREADS" not in os.environ`: an empty value is set.
-                           Row{2, "", "", false});
+  const Row row =
+      GENERATE(Row{1, std::nullopt, std::nullopt, false}, Row{2, std::nullopt, "1", true},
+               Row{8, std::nullopt, "1", true}, Row{2, "4", "4", false}, Row{1, "4", "4", false},
+               // torchrun tests `"OMP_NUM_THREADS" not in os.environ`: an empty value is set.
+               Row{2, "", "", false});
   INFO(row.nproc << " per node, caller's OMP_NUM_THREADS " << row.inherited.value_or("<unset>"));
   Environment caller = callerEnvironment();
   if (row.inherited) caller["OMP_NUM_THREADS"] = *row.inherited;
   const LaunchConfig config = configFor(row.nproc);
-  const Environment env = asMap(workerEnvironment(caller, config, placementOf({1, row.nproc, 0, 0}), roundFor(), kErrorFile));
+  const Environment env = asMap(
+      workerEnvironment(caller, config, placementOf({1, row.nproc, 0, 0}), roundFor(), kErrorFile));
   if (row.expected) {
     CHECK(env.at("OMP_NUM_THREADS") == *row.expected);
   } else {
@@ -243,23 +271,26 @@ TEST_CASE("OMP_NUM_THREADS is 1 only with several workers per node and none set 
 
 TEST_CASE("the OMP_NUM_THREADS notice is torchrun's text", "[worker_env]") {
   // Scripts and log scrapers match on it; torch/distributed/run.py prints it with %s = 1.
-  CHECK(ompNumThreadsWarning() ==
-        "\n*****************************************\n"
-        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
-        "your system being overloaded, please further tune the variable for optimal performance in "
-        "your application as needed. \n"
-        "*****************************************");
+  CHECK(
+      ompNumThreadsWarning() ==
+      "\n*****************************************\n"
+      "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
+      "your system being overloaded, please further tune the variable for optimal performance in "
+      "your application as needed. \n"
+      "*****************************************");
 }
 
 TEST_CASE("TORCHELASTIC_SIGNALS_TO_HANDLE names the signals the agent forwards", "[worker_env]") {
   LaunchConfig config = configFor(1);
   SECTION("the default, as torchrun >= 2.9") {
-    const Environment env = asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    const Environment env =
+        asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
     CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
   }
   SECTION("--signals-to-handle SIGUSR1,SIGTERM") {
     config.restart.signalsToHandle = {SIGUSR1, SIGTERM};
-    const Environment env = asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    const Environment env =
+        asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
     CHECK(env.at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGUSR1,SIGTERM");
   }
 }
@@ -268,8 +299,10 @@ TEST_CASE("the error file and role are passed as given", "[worker_env]") {
   LaunchConfig config = configFor(1);
   config.role = "trainer";
   // torchrun sets an empty TORCHELASTIC_ERROR_FILE when its log dir is /dev/null.
-  const std::string errorFile = GENERATE(as<std::string>{}, "", "/logs/run_abc123/attempt_3/7/error.json");
-  const Environment env = asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), errorFile));
+  const std::string errorFile =
+      GENERATE(as<std::string>{}, "", "/logs/run_abc123/attempt_3/7/error.json");
+  const Environment env =
+      asMap(workerEnvironment({}, config, placementOf({1, 1, 0, 0}), roundFor(), errorFile));
   CHECK(env.at("TORCHELASTIC_ERROR_FILE") == errorFile);
   CHECK(env.at("ROLE_NAME") == "trainer");
 }
@@ -279,11 +312,13 @@ TEST_CASE("CUDA_VISIBLE_DEVICES is inherited unchanged, or one device with --vir
   LaunchConfig config = configFor(4);
   Environment caller = callerEnvironment();
   SECTION("without --virtual-local-rank torchrun never assigns GPUs") {
-    const Environment unset = asMap(workerEnvironment(caller, config, placementOf({1, 4, 0, 2}), roundFor(), kErrorFile));
+    const Environment unset =
+        asMap(workerEnvironment(caller, config, placementOf({1, 4, 0, 2}), roundFor(), kErrorFile));
     CHECK(unset.count("CUDA_VISIBLE_DEVICES") == 0);
     CHECK(unset.at("LOCAL_RANK") == "2");
     caller["CUDA_VISIBLE_DEVICES"] = "3,5,6,7";
-    const Environment set = asMap(workerEnvironment(caller, config, placementOf({1, 4, 0, 2}), roundFor(), kErrorFile));
+    const Environment set =
+        asMap(workerEnvironment(caller, config, placementOf({1, 4, 0, 2}), roundFor(), kErrorFile));
     CHECK(set.at("CUDA_VISIBLE_DEVICES") == "3,5,6,7");
   }
   SECTION("--virtual-local-rank: LOCAL_RANK 0 and the worker's own device") {
@@ -293,13 +328,17 @@ TEST_CASE("CUDA_VISIBLE_DEVICES is inherited unchanged, or one device with --vir
       int localRank;
       std::string expected;
     };
-    // The local rank picks a device from the caller's list (indices or UUIDs), else it is the index.
-    const Row row = GENERATE(Row{std::nullopt, 0, "0"}, Row{std::nullopt, 3, "3"}, Row{"3,5,6,7", 0, "3"},
-                             Row{"3,5,6,7", 1, "5"}, Row{"3,5,6,7", 3, "7"},
-                             Row{"GPU-aaaa,GPU-bbbb", 1, "GPU-bbbb"}, Row{"MIG-1,MIG-2", 0, "MIG-1"});
-    INFO("caller's CUDA_VISIBLE_DEVICES " << row.callerDevices.value_or("<unset>") << ", local rank " << row.localRank);
+    // The local rank picks a device from the caller's list (indices or UUIDs), else it is the
+    // index.
+    const Row row =
+        GENERATE(Row{std::nullopt, 0, "0"}, Row{std::nullopt, 3, "3"}, Row{"3,5,6,7", 0, "3"},
+                 Row{"3,5,6,7", 1, "5"}, Row{"3,5,6,7", 3, "7"},
+                 Row{"GPU-aaaa,GPU-bbbb", 1, "GPU-bbbb"}, Row{"MIG-1,MIG-2", 0, "MIG-1"});
+    INFO("caller's CUDA_VISIBLE_DEVICES " << row.callerDevices.value_or("<unset>")
+                                          << ", local rank " << row.localRank);
     if (row.callerDevices) caller["CUDA_VISIBLE_DEVICES"] = *row.callerDevices;
-    const Environment env = asMap(workerEnvironment(caller, config, placementOf({2, 4, 1, row.localRank}), roundFor(), kErrorFile));
+    const Environment env = asMap(workerEnvironment(
+        caller, config, placementOf({2, 4, 1, row.localRank}), roundFor(), kErrorFile));
     CHECK(env.at("LOCAL_RANK") == "0");
     CHECK(env.at("CUDA_VISIBLE_DEVICES") == row.expected);
     // The global rank is still the worker's own.
@@ -318,18 +357,21 @@ TEST_CASE("the command line of each entry kind is torchrun's", "[worker_env]") {
     config.entry.script = "train.py";
     const WorkerCommand command = workerCommand(config, placement, callerEnvironment());
     CHECK(command.path == "/opt/venv/bin/python");
-    CHECK(command.argv == std::vector<std::string>{"/opt/venv/bin/python", "-u", "train.py", "--lr", "0.1",
-                                                   "two words", "", "--nproc-per-node", "9"});
+    CHECK(command.argv == std::vector<std::string>{"/opt/venv/bin/python", "-u", "train.py", "--lr",
+                                                   "0.1", "two words", "", "--nproc-per-node",
+                                                   "9"});
   }
   SECTION("-m: $PYTHON_EXEC -u -m module args") {
     config.entry.kind = EntryKind::kPythonModule;
     config.entry.script = "pkg.train";
     const WorkerCommand command = workerCommand(config, placement, callerEnvironment());
     CHECK(command.path == "/opt/venv/bin/python");
-    CHECK(command.argv == std::vector<std::string>{"/opt/venv/bin/python", "-u", "-m", "pkg.train", "--lr", "0.1",
-                                                   "two words", "", "--nproc-per-node", "9"});
+    CHECK(command.argv == std::vector<std::string>{"/opt/venv/bin/python", "-u", "-m", "pkg.train",
+                                                   "--lr", "0.1", "two words", "",
+                                                   "--nproc-per-node", "9"});
   }
-  SECTION("--run-path: the interpreter runs the script through runpy, which sees itself as argv[0]") {
+  SECTION(
+      "--run-path: the interpreter runs the script through runpy, which sees itself as argv[0]") {
     config.entry.kind = EntryKind::kRunPath;
     config.entry.script = "/abs/train.py";
     const WorkerCommand command = workerCommand(config, placement, callerEnvironment());
@@ -338,10 +380,12 @@ TEST_CASE("the command line of each entry kind is torchrun's", "[worker_env]") {
     CHECK(command.argv[0] == "/opt/venv/bin/python");
     CHECK(command.argv[1] == "-u");
     CHECK(command.argv[2] == "-c");
-    CHECK_THAT(command.argv[3], Catch::Contains("runpy.run_path(sys.argv[0], run_name='__main__')") &&
-                                    Catch::Contains("TORCHELASTIC_ERROR_FILE"));
+    CHECK_THAT(command.argv[3],
+               Catch::Contains("runpy.run_path(sys.argv[0], run_name='__main__')") &&
+                   Catch::Contains("TORCHELASTIC_ERROR_FILE"));
     CHECK(command.argv[4] == "/abs/train.py");
-    CHECK(std::vector<std::string>(command.argv.begin() + 5, command.argv.end()) == config.entry.args);
+    CHECK(std::vector<std::string>(command.argv.begin() + 5, command.argv.end()) ==
+          config.entry.args);
   }
   SECTION("--no-python: the resolved file is exec'd, argv[0] is the script as given") {
     config.entry.kind = EntryKind::kExecutable;
@@ -349,7 +393,8 @@ TEST_CASE("the command line of each entry kind is torchrun's", "[worker_env]") {
     config.entry.executable = "/usr/local/bin/trainer";
     const WorkerCommand command = workerCommand(config, placement, callerEnvironment());
     CHECK(command.path == "/usr/local/bin/trainer");
-    CHECK(command.argv == std::vector<std::string>{"trainer", "--lr", "0.1", "two words", "", "--nproc-per-node", "9"});
+    CHECK(command.argv == std::vector<std::string>{"trainer", "--lr", "0.1", "two words", "",
+                                                   "--nproc-per-node", "9"});
   }
   SECTION("--no-python with nothing resolved yet: a bare name is looked up on the caller's PATH") {
     TempDir dir;
@@ -371,10 +416,11 @@ TEST_CASE("${local_rank} in the arguments becomes the worker's local rank, as st
     std::string argument;
     std::string expected;  // for local rank 3
   };
-  const Row row = GENERATE(Row{"--ckpt=/ckpt/${local_rank}", "--ckpt=/ckpt/3"}, Row{"$local_rank", "3"},
-                           Row{"a${local_rank}b$local_rank", "a3b3"}, Row{"$$local_rank", "$local_rank"},
-                           Row{"$$", "$"}, Row{"$local_rankX", "$local_rankX"}, Row{"${rank}", "${rank}"},
-                           Row{"$HOME", "$HOME"}, Row{"cost$", "cost$"}, Row{"${local_rank", "${local_rank"});
+  const Row row =
+      GENERATE(Row{"--ckpt=/ckpt/${local_rank}", "--ckpt=/ckpt/3"}, Row{"$local_rank", "3"},
+               Row{"a${local_rank}b$local_rank", "a3b3"}, Row{"$$local_rank", "$local_rank"},
+               Row{"$$", "$"}, Row{"$local_rankX", "$local_rankX"}, Row{"${rank}", "${rank}"},
+               Row{"$HOME", "$HOME"}, Row{"cost$", "cost$"}, Row{"${local_rank", "${local_rank"});
   INFO("argument " << row.argument);
   LaunchConfig config = configFor(4);
   config.entry.args = {row.argument};
@@ -396,7 +442,8 @@ TEST_CASE("${local_rank} in the arguments becomes the worker's local rank, as st
   }
 }
 
-TEST_CASE("the script itself goes through the substitution too, as torchrun's cmd_args do", "[worker_env]") {
+TEST_CASE("the script itself goes through the substitution too, as torchrun's cmd_args do",
+          "[worker_env]") {
   LaunchConfig config = configFor(2);
   config.entry.script = "train_${local_rank}.py";
   CHECK(workerCommand(config, placementOf({1, 2, 0, 1}), {}).argv[2] == "train_1.py");
@@ -427,24 +474,28 @@ TEST_CASE("NUMA binding wraps the worker in numactl found on the caller's PATH",
     // Local rank 0 is on NUMA node 0 whatever this machine has.
     const WorkerCommand command = workerCommand(config, placementOf({1, 2, 0, 0}), caller);
     CHECK(command.path == dir.path + "/numactl");
-    CHECK(command.argv == std::vector<std::string>{dir.path + "/numactl", "--cpunodebind=0", row.memoryOption,
-                                                   "/usr/bin/python3", "-u", "train.py", "--x"});
+    CHECK(command.argv == std::vector<std::string>{dir.path + "/numactl", "--cpunodebind=0",
+                                                   row.memoryOption, "/usr/bin/python3", "-u",
+                                                   "train.py", "--x"});
   }
 }
 
 }  // namespace
 
-TEST_CASE("the heartbeat file replaces an inherited one (ddprun inside a ddprun worker)", "[worker_env]") {
+TEST_CASE("the heartbeat file replaces an inherited one (ddprun inside a ddprun worker)",
+          "[worker_env]") {
   // asMap fails on a second entry of one name: the worker would read the outer agent's file and
   // be found hung by this one.
   const Environment caller{{"DDPRUN_HEARTBEAT_FILE", "/tmp/outer-agent/heartbeats/0"}};
   SECTION("this agent monitors progress: its file, once") {
-    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(),
-                                                    kErrorFile, "/tmp/inner-agent/heartbeats/0"));
+    const Environment env =
+        asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(),
+                                kErrorFile, "/tmp/inner-agent/heartbeats/0"));
     CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/inner-agent/heartbeats/0");
   }
   SECTION("no file of its own: the inherited entry is left as it was") {
-    const Environment env = asMap(workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    const Environment env = asMap(
+        workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
     CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/outer-agent/heartbeats/0");
   }
 }

@@ -1,17 +1,15 @@
 // ddprun-rendezvous as users run it: the real binary, its output, its signals and its errors.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <sys/stat.h>
-
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/tcp_store.h"
@@ -60,7 +58,8 @@ std::pair<int, std::string> refusedStart(std::vector<std::string> args) {
 
 }  // namespace
 
-TEST_CASE("with port 0 it prints the port it got, serves it, and SIGTERM stops it cleanly", "[daemon]") {
+TEST_CASE("with port 0 it prints the port it got, serves it, and SIGTERM stops it cleanly",
+          "[daemon]") {
   int port = 0;
   auto daemon = startDaemon({"--port", "0"}, port);
   TcpStoreOptions options;
@@ -114,7 +113,8 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
     std::string says;
   };
   const Case which = GENERATE(
-      Case{{"--host", "192.0.2.55", "--port", "0"}, "no network interface of this host has that address"},
+      Case{{"--host", "192.0.2.55", "--port", "0"},
+           "no network interface of this host has that address"},
       Case{{"--host", "no-such-host.invalid"}, "cannot resolve host 'no-such-host.invalid'"},
       Case{{"--port", "70000"}, "--port 70000 is not in 0..65535"},
       Case{{"--port", "http"}, "the argument ('http') for option '--port' is invalid"},
@@ -129,7 +129,8 @@ TEST_CASE("bad addresses and arguments are one clear line and exit code 2", "[da
       Case{{"--token-file", "/nonexistent.token", "--tls-cert", "/nonexistent.crt"},
            "give both --tls-cert FILE and --tls-key FILE"},
       Case{{"--token-file", ""}, "--token-file '' names no file"},
-      Case{{"--handshake-timeout", "0.0001"}, "--handshake-timeout must be a positive number of seconds"},
+      Case{{"--handshake-timeout", "0.0001"},
+           "--handshake-timeout must be a positive number of seconds"},
       Case{{"--bogus"}, "unrecognised option '--bogus'"},
       Case{{"29401"}, "unexpected argument '29401'; give the port as --port 29401"},
       Case{{"--port", "0", "extra"}, "unexpected argument 'extra'"},
@@ -160,9 +161,8 @@ TEST_CASE("help and version exit 0", "[daemon]") {
 
 TEST_CASE("the budgets given on the command line hold", "[daemon]") {
   int port = 0;
-  auto daemon = startDaemon({"--port", "0", "--max-stored-bytes", "10000000", "--max-value-bytes",
-                             "4000000"},
-                            port);
+  auto daemon = startDaemon(
+      {"--port", "0", "--max-stored-bytes", "10000000", "--max-value-bytes", "4000000"}, port);
   TcpStoreOptions options;
   options.port = static_cast<std::uint16_t>(port);
   TcpStore store(options);
@@ -171,20 +171,23 @@ TEST_CASE("the budgets given on the command line hold", "[daemon]") {
   CHECK(store.check({"a", "b"}));
   {
     TcpStore writer(options);
-    writer.set("c", std::string(4000000, 'c'));  // no reply: the refusal shows as a closed connection
+    writer.set("c",
+               std::string(4000000, 'c'));  // no reply: the refusal shows as a closed connection
     CHECK_THROWS(writer.get("c"));
   }
-  CHECK(daemon->waitForError("over the 10000000-byte budget (ddprun-rendezvous --max-stored-bytes "
-                             "sets it)",
-                             10s));
+  CHECK(
+      daemon->waitForError("over the 10000000-byte budget (ddprun-rendezvous --max-stored-bytes "
+                           "sets it)",
+                           10s));
   CHECK(store.numKeys() == 2);
   daemon->signal(SIGTERM);
   CHECK(exitsWith(*daemon, 0, 10s));
 }
 
-TEST_CASE("with a token and TLS files it serves TLS clients only, and a key others can read is "
-          "one line and exit 2",
-          "[daemon][tls]") {
+TEST_CASE(
+    "with a token and TLS files it serves TLS clients only, and a key others can read is "
+    "one line and exit 2",
+    "[daemon][tls]") {
   ddprun::test::TempDir dir;
   const auto files = ddprun::test::writeSelfSignedCertificate(dir.path, "store");
   const std::string token = dir.path + "/token";

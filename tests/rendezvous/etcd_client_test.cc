@@ -2,6 +2,8 @@
 // loopback, started once for the whole file (tests/support/etcd_cluster.h); the cases that kill,
 // stop or cut off members heal it before and after. Labels integration;etcd; skipped (77)
 // without /usr/bin/etcd. Every wait is bounded and says what it saw.
+#include "ddprun/rendezvous/etcd_client.h"
+
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -11,8 +13,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <iostream>
@@ -21,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/rendezvous/etcd_client.h"
 #include "etcd/http_connection.h"
 #include "etcd_cluster.h"
 #include "ports.h"
@@ -126,8 +127,8 @@ PemFiles writeLoopbackCertificate(const std::string& dir, const std::string& nam
   X509_gmtime_adj(X509_getm_notAfter(certificate), 24 * 3600);
   X509_set_pubkey(certificate, key);
   X509_NAME* subject = X509_get_subject_name(certificate);
-  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(name.c_str()),
-                             -1, -1, 0);
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
   X509_set_issuer_name(certificate, subject);
   X509V3_CTX context;
   X509V3_set_ctx_nodb(&context);
@@ -205,7 +206,9 @@ TEST_CASE("kv: put, get, prefix range, count, limit, an old revision, delete a p
   client.deleteRange({KeyRange::single("kv0")});
 }
 
-TEST_CASE("txn: create-if-absent from two racing clients (two threads each), exactly one wins each key; revision guards") {
+TEST_CASE(
+    "txn: create-if-absent from two racing clients (two threads each), exactly one wins each key; "
+    "revision guards") {
   // Two clients, each starting at another member: the race is decided by etcd, not by a member.
   // Two threads share each client: one client serves calls from several threads at once.
   EtcdClient one(optionsFor(cluster().endpoints({0, 1, 2})));
@@ -224,14 +227,16 @@ TEST_CASE("txn: create-if-absent from two racing clients (two threads each), exa
                                                 .then(PutRequest{key, "racer" + std::to_string(me)})
                                                 .otherwise(RangeRequest{KeyRange::single(key)}));
         won[me][k] = result.succeeded;
-        if (!result.succeeded) ownerSeen[me][k] = std::get<RangeResult>(result.responses.at(0)).kvs.at(0).value;
+        if (!result.succeeded)
+          ownerSeen[me][k] = std::get<RangeResult>(result.responses.at(0)).kvs.at(0).value;
       }
     } catch (const std::exception& error) {
       errors[me] = error.what();
     }
   };
   std::vector<std::thread> racers;
-  for (int me = 0; me < kRacers; ++me) racers.emplace_back(race, std::ref(me % 2 == 0 ? one : two), me);
+  for (int me = 0; me < kRacers; ++me)
+    racers.emplace_back(race, std::ref(me % 2 == 0 ? one : two), me);
   for (std::thread& racer : racers) racer.join();
   for (const std::string& error : errors) REQUIRE(error.empty());
   std::array<int, kRacers> wins{};
@@ -261,25 +266,32 @@ TEST_CASE("txn: create-if-absent from two racing clients (two threads each), exa
   // A guard on the key's mod revision: a stale one fails (and runs nothing), the current one
   // applies; a value guard.
   const auto kv = one.get("txn/0");
-  const TxnResult stale = one.txn(
-      Txn().when(Compare::modRevision("txn/0", Compare::Result::kEqual, kv->modRevision - 1)).then(PutRequest{"txn/0", "x"}));
+  const TxnResult stale =
+      one.txn(Txn()
+                  .when(Compare::modRevision("txn/0", Compare::Result::kEqual, kv->modRevision - 1))
+                  .then(PutRequest{"txn/0", "x"}));
   CHECK_FALSE(stale.succeeded);
   CHECK(stale.responses.empty());
   CHECK_FALSE(stale.afterUncertainAttempt);
-  const TxnResult fresh = one.txn(
-      Txn().when(Compare::modRevision("txn/0", Compare::Result::kEqual, kv->modRevision)).then(PutRequest{"txn/0", "x"}));
+  const TxnResult fresh =
+      one.txn(Txn()
+                  .when(Compare::modRevision("txn/0", Compare::Result::kEqual, kv->modRevision))
+                  .then(PutRequest{"txn/0", "x"}));
   CHECK(fresh.succeeded);
   REQUIRE(fresh.responses.size() == 1);
   CHECK(std::get<PutResult>(fresh.responses[0]).header.revision == fresh.header.revision);
-  const TxnResult byValue = one.txn(Txn()
-                                        .when(Compare::value("txn/0", Compare::Result::kEqual, "x"))
-                                        .when(Compare::version("txn/0", Compare::Result::kGreater, 1))
-                                        .then(DeleteRequest{KeyRange::prefix("txn/")}));
+  const TxnResult byValue =
+      one.txn(Txn()
+                  .when(Compare::value("txn/0", Compare::Result::kEqual, "x"))
+                  .when(Compare::version("txn/0", Compare::Result::kGreater, 1))
+                  .then(DeleteRequest{KeyRange::prefix("txn/")}));
   CHECK(byValue.succeeded);
   CHECK(std::get<DeleteResult>(byValue.responses.at(0)).deleted == kKeys);
 }
 
-TEST_CASE("lease: keep-alive keeps a leased key; unrenewed, the key goes within its TTL and a watch sees the DELETE") {
+TEST_CASE(
+    "lease: keep-alive keeps a leased key; unrenewed, the key goes within its TTL and a watch sees "
+    "the DELETE") {
   EtcdClient client(optionsFor(cluster().endpoints()));
   // etcd raises a TTL below its minimum (1.5 election timeouts: 2 s with the defaults).
   CHECK(client.grantLease(1).ttlSeconds == 2);
@@ -313,8 +325,8 @@ TEST_CASE("lease: keep-alive keeps a leased key; unrenewed, the key goes within 
   const auto gone = millisecondsSince(lastRenewal);
   INFO("after " << renewals << " renewals, the watch saw " << describe(events) << " " << gone
                 << " ms after the last renewal (TTL 2 s)");
-  std::cout << "lease: the leased key's DELETE came " << gone << " ms after the last renewal (TTL 2 s)"
-            << std::endl;
+  std::cout << "lease: the leased key's DELETE came " << gone
+            << " ms after the last renewal (TTL 2 s)" << std::endl;
   REQUIRE(events.size() == 1);
   CHECK(events[0].type == WatchEvent::Type::kDelete);
   CHECK(events[0].kv.key == "lease/held");
@@ -359,7 +371,8 @@ TEST_CASE("watch: from a revision, every event since in order with prev_kv, then
   CHECK(events[3].kv.value == "3");
   REQUIRE(events[3].prevKv);
   CHECK(events[3].prevKv->value == "2");
-  for (std::size_t i = 1; i < events.size(); ++i) CHECK(events[i].kv.modRevision > events[i - 1].kv.modRevision);
+  for (std::size_t i = 1; i < events.size(); ++i)
+    CHECK(events[i].kv.modRevision > events[i - 1].kv.modRevision);
   CHECK(watch->nextRevision() == events.back().kv.modRevision + 1);
 
   const Revision live = client.put({"watch/c", "4"}).header.revision;
@@ -372,8 +385,10 @@ TEST_CASE("watch: from a revision, every event since in order with prev_kv, then
   client.deleteRange({KeyRange::prefix("watch")});
 }
 
-TEST_CASE("watch: a stream with no message of its own for remakeAfterSilence is made again from where it was, "
-          "on the member that answers, losing nothing") {
+TEST_CASE(
+    "watch: a stream with no message of its own for remakeAfterSilence is made again from where it "
+    "was, "
+    "on the member that answers, losing nothing") {
   EtcdCluster& c = cluster();
   EtcdClient client(optionsFor(c.endpoints()));
   const Revision before = client.put({"quiet/a", "1"}).header.revision;
@@ -441,7 +456,9 @@ TEST_CASE("watch: from a compacted revision is reported as compacted at R; re-ra
   client.deleteRange({KeyRange::prefix("compact/")});
 }
 
-TEST_CASE("endpoints that are no etcd: a peer port is a bad response, a silent listener costs its share") {
+TEST_CASE(
+    "endpoints that are no etcd: a peer port is a bad response, a silent listener costs its "
+    "share") {
   EtcdCluster& c = cluster();
   const std::string member = c.endpoints({1});
   std::uint16_t silentPort = 0;
@@ -473,7 +490,9 @@ TEST_CASE("endpoints that are no etcd: a peer port is a bad response, a silent l
   ::close(silent);
 }
 
-TEST_CASE("fail-over: with the first listed member killed, calls succeed via another; the error names every member") {
+TEST_CASE(
+    "fail-over: with the first listed member killed, calls succeed via another; the error names "
+    "every member") {
   EtcdCluster& c = cluster();
   c.heal();
   c.kill(0);
@@ -484,7 +503,8 @@ TEST_CASE("fail-over: with the first listed member killed, calls succeed via ano
   std::cout << "fail-over: the put with the first member killed took " << millisecondsSince(started)
             << " ms" << std::endl;
   CHECK(client.get("failover/k")->value == "v");
-  const TxnResult txn = client.txn(Txn().when(Compare::absent("failover/new")).then(PutRequest{"failover/new", "n"}));
+  const TxnResult txn =
+      client.txn(Txn().when(Compare::absent("failover/new")).then(PutRequest{"failover/new", "n"}));
   CHECK(txn.succeeded);
   CHECK_FALSE(txn.afterUncertainAttempt);  // refused connections sent nothing
   const LeaseGrant lease = client.grantLease(10);
@@ -507,14 +527,17 @@ TEST_CASE("fail-over: with the first listed member killed, calls succeed via ano
   INFO(both.what());
   CHECK(both.code() == EtcdError::Code::kUnreachable);
   CHECK(std::string(both.what()).find(c.clientUrl(0) + ": cannot connect") != std::string::npos);
-  CHECK(std::string(both.what()).find("http://" + nobody + ": cannot connect") != std::string::npos);
+  CHECK(std::string(both.what()).find("http://" + nobody + ": cannot connect") !=
+        std::string::npos);
   CHECK(std::string(both.what()).find('\n') == std::string::npos);
 
   client.deleteRange({KeyRange::prefix("failover/")});
   c.heal();
 }
 
-TEST_CASE("watch: SIGKILL of the leader mid-watch; the watch resumes on another member, every event once") {
+TEST_CASE(
+    "watch: SIGKILL of the leader mid-watch; the watch resumes on another member, every event "
+    "once") {
   EtcdCluster& c = cluster();
   c.heal();
   const int leader = c.leader(10s);
@@ -530,18 +553,22 @@ TEST_CASE("watch: SIGKILL of the leader mid-watch; the watch resumes on another 
 
   c.kill(leader);
   const auto killed = Clock::now();
-  writer.put({"leader/2", "b"});  // after the new leader is elected (the writer fails over until then)
+  writer.put(
+      {"leader/2", "b"});  // after the new leader is elected (the writer fails over until then)
   const auto written = millisecondsSince(killed);
   writer.put({"leader/3", "c"});
   std::string error;
   events = collect(
-      *watch, [](const std::vector<WatchEvent>& seen) { return !seen.empty() && seen.back().kv.key == "leader/3"; },
+      *watch,
+      [](const std::vector<WatchEvent>& seen) {
+        return !seen.empty() && seen.back().kv.key == "leader/3";
+      },
       20s, &error);
   INFO("seen: " << describe(events) << "; error: " << error << "; resumes " << watch->resumes()
                 << ", now on " << watch->endpoint());
   std::cout << "leader killed: a write succeeded " << written << " ms later; the watch resumed on "
-            << watch->endpoint() << " and had both events " << millisecondsSince(killed) << " ms after the kill"
-            << std::endl;
+            << watch->endpoint() << " and had both events " << millisecondsSince(killed)
+            << " ms after the kill" << std::endl;
   REQUIRE(error.empty());
   REQUIRE(events.size() == 2);
   CHECK(events[0].kv.key == "leader/2");
@@ -552,7 +579,9 @@ TEST_CASE("watch: SIGKILL of the leader mid-watch; the watch resumes on another 
   c.heal();
 }
 
-TEST_CASE("hasleader: a member cut off from the others answers unavailable, not stale data; its watch resumes after healing") {
+TEST_CASE(
+    "hasleader: a member cut off from the others answers unavailable, not stale data; its watch "
+    "resumes after healing") {
   EtcdCluster& c = cluster();
   c.heal();
   EtcdClient client(optionsFor(c.endpoints(), 10s));
@@ -618,7 +647,8 @@ TEST_CASE("hasleader: a member cut off from the others answers unavailable, not 
     CHECK(without.startStream("/v3/watch", create, {}, in(2s), body) == 200);
     CHECK(without.readStream(in(2s)).find("\"created\":true") != std::string::npos);
     HttpConnection with(zero, nullptr, in(2s));
-    CHECK(with.startStream("/v3/watch", create, {{"Grpc-Metadata-hasleader", "true"}}, in(2s), body) == 503);
+    CHECK(with.startStream("/v3/watch", create, {{"Grpc-Metadata-hasleader", "true"}}, in(2s),
+                           body) == 503);
     CHECK(body.find("\"grpc_code\":14") != std::string::npos);
   }
 
@@ -631,9 +661,11 @@ TEST_CASE("hasleader: a member cut off from the others answers unavailable, not 
     throw EtcdError(EtcdError::Code::kTimeout, "the watch stayed quiet for 8 s");
   });
   INFO(lost.what());
-  std::cout << "cut off: the watch said " << codeName(lost.code()) << ": " << lost.what() << std::endl;
+  std::cout << "cut off: the watch said " << codeName(lost.code()) << ": " << lost.what()
+            << std::endl;
   CHECK(lost.code() == EtcdError::Code::kUnavailable);  // member 0 said "no leader"
-  for (int i = 0; i < c.size(); ++i) CHECK(std::string(lost.what()).find(c.clientUrl(i)) != std::string::npos);
+  for (int i = 0; i < c.size(); ++i)
+    CHECK(std::string(lost.what()).find(c.clientUrl(i)) != std::string::npos);
 
   // Healed: the write made now reaches the same watch object, resumed from where it was. The
   // put runs while the members elect a leader: an attempt cut at attemptTimeout may still be
@@ -657,14 +689,17 @@ TEST_CASE("hasleader: a member cut off from the others answers unavailable, not 
     CHECK(event.kv.value == "after");
   }
   CHECK((events.size() == 1 || after.afterUncertainAttempt));
-  CHECK(std::any_of(events.begin(), events.end(),
-                    [&](const WatchEvent& event) { return event.kv.modRevision == after.header.revision; }));
+  CHECK(std::any_of(events.begin(), events.end(), [&](const WatchEvent& event) {
+    return event.kv.modRevision == after.header.revision;
+  }));
   CHECK(watch->resumes() >= 1);
   client.deleteRange({KeyRange::prefix("cut/")});
   c.heal();
 }
 
-TEST_CASE("auth: a token from user and password, renewed once etcd forgets it, taken once by calls that need it together; denied and wrong credentials") {
+TEST_CASE(
+    "auth: a token from user and password, renewed once etcd forgets it, taken once by calls that "
+    "need it together; denied and wrong credentials") {
   EtcdCluster::skipUnlessInstalled();
   // One member of its own, with simple tokens forgotten after 1 s of disuse (300 s by default).
   EtcdCluster::Options clusterOptions;
@@ -686,9 +721,10 @@ TEST_CASE("auth: a token from user and password, renewed once etcd forgets it, t
   // (Unauthenticated, 16).
   const EtcdEndpoint member{EtcdEndpoint::Scheme::kHttp, "127.0.0.1", secured.clientPort(0)};
   HttpConnection raw(member, nullptr, in(2s));
-  const HttpResponse authenticated = raw.exchange(true, "/v3/auth/authenticate",
-                                                  R"({"name":"alice","password":"alicepw"})", {}, in(2s));
-  const std::string token = nlohmann::json::parse(authenticated.body).at("token").get<std::string>();
+  const HttpResponse authenticated = raw.exchange(
+      true, "/v3/auth/authenticate", R"({"name":"alice","password":"alicepw"})", {}, in(2s));
+  const std::string token =
+      nlohmann::json::parse(authenticated.body).at("token").get<std::string>();
   std::this_thread::sleep_for(3s);
   const HttpResponse forgotten = raw.exchange(true, "/v3/kv/range", R"({"key":"am9iL2s="})",
                                               {{"Authorization", token}}, in(2s));
@@ -748,7 +784,9 @@ TEST_CASE("auth: a token from user and password, renewed once etcd forgets it, t
   CHECK(anonymousError.grpcCode() == 3);
 }
 
-TEST_CASE("tls: https with the member's CA and a client certificate; a wrong CA, no certificate, plain http fail") {
+TEST_CASE(
+    "tls: https with the member's CA and a client certificate; a wrong CA, no certificate, plain "
+    "http fail") {
   EtcdCluster::skipUnlessInstalled();
   ddprun::test::TempDir dir;  // outlives the cluster
   const PemFiles good = writeLoopbackCertificate(dir.path, "etcd");

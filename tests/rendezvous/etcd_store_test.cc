@@ -5,6 +5,9 @@
 // front of a member), and listing and deleting that never leave the store's prefix. One
 // 3-member cluster for the whole file; the case that kills the leader heals it. Labels
 // integration;etcd; skipped (77) without /usr/bin/etcd. Every wait is bounded.
+#include "ddprun/rendezvous/etcd_store.h"
+
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -22,7 +24,6 @@
 #include <thread>
 #include <vector>
 
-#include "ddprun/rendezvous/etcd_store.h"
 #include "etcd_cluster.h"
 #include "ports.h"
 
@@ -40,7 +41,8 @@ EtcdCluster& cluster() {
   return shared;
 }
 
-std::shared_ptr<etcd::EtcdClient> clientFor(const std::string& endpoints, milliseconds timeout = 5s) {
+std::shared_ptr<etcd::EtcdClient> clientFor(const std::string& endpoints,
+                                            milliseconds timeout = 5s) {
   etcd::EtcdClientOptions options;
   options.endpoints = etcd::parseEtcdEndpoints(endpoints);
   options.timeout = timeout;
@@ -107,7 +109,7 @@ class CountingProxy {
   struct Pair {
     int client;
     int server;
-    std::string pending;  // client bytes not yet scanned for request lines
+    std::string pending;     // client bytes not yet scanned for request lines
     bool cutAnswer = false;  // close instead of forwarding the server's next bytes
   };
 
@@ -126,7 +128,8 @@ class CountingProxy {
     Fault met = Fault::kNone;
     for (;;) {
       std::size_t start = std::string::npos;
-      for (const char* method : {"POST /", "GET /"}) start = std::min(start, pair.pending.find(method));
+      for (const char* method : {"POST /", "GET /"})
+        start = std::min(start, pair.pending.find(method));
       if (start == std::string::npos) {
         if (pair.pending.size() > 16) pair.pending.erase(0, pair.pending.size() - 16);
         return met;
@@ -163,7 +166,8 @@ class CountingProxy {
         address.sin_family = AF_INET;
         address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         address.sin_port = htons(target_);
-        if (client >= 0 && ::connect(server, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+        if (client >= 0 &&
+            ::connect(server, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
           pairs_.push_back({client, server, {}});
         } else {
           if (client >= 0) ::close(client);
@@ -191,7 +195,8 @@ class CountingProxy {
         }
         if (open && (fds[3 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR))) {
           const ssize_t got = ::recv(pair.server, buffer, sizeof buffer, 0);
-          if (got <= 0 || pair.cutAnswer || !sendAll(pair.client, buffer, static_cast<std::size_t>(got))) {
+          if (got <= 0 || pair.cutAnswer ||
+              !sendAll(pair.client, buffer, static_cast<std::size_t>(got))) {
             open = false;
           }
         }
@@ -212,7 +217,7 @@ class CountingProxy {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::vector<Pair> pairs_;  // the forwarding thread's alone
-  std::mutex mutex_;  // guards what follows
+  std::mutex mutex_;         // guards what follows
   std::vector<std::string> requests_;
   Fault fault_ = Fault::kNone;
   std::string faultLine_;
@@ -221,9 +226,10 @@ class CountingProxy {
 
 }  // namespace
 
-TEST_CASE("a hold lapses when its lease expires: the key goes within the TTL plus 1 s, a watcher "
-          "is woken, and the holder's next renewal says it is lost",
-          "[etcd_store][hold]") {
+TEST_CASE(
+    "a hold lapses when its lease expires: the key goes within the TTL plus 1 s, a watcher "
+    "is woken, and the holder's next renewal says it is lost",
+    "[etcd_store][hold]") {
   auto client = clientFor(cluster().endpoints());
   const std::string prefix = freshPrefix("lapse");
   EtcdStore holder(client, prefix);
@@ -253,8 +259,8 @@ TEST_CASE("a hold lapses when its lease expires: the key goes within the TTL plu
   INFO("woken " << afterRenewal.count() << " ms after the last acknowledged renewal was sent, TTL "
                 << ttl.count() << " s");
   std::cout << "figure: the held key's deletion reached a watcher " << afterRenewal.count()
-            << " ms after the last acknowledged renewal was sent (lease TTL " << ttl.count() << " s)"
-            << std::endl;
+            << " ms after the last acknowledged renewal was sent (lease TTL " << ttl.count()
+            << " s)" << std::endl;
   CHECK(afterRenewal >= ttl - 100ms);  // not before the lease could have run out
   CHECK(afterRenewal <= ttl + 1s);
   CHECK_FALSE(watcher.check({"alive/1"}));
@@ -301,9 +307,10 @@ TEST_CASE("two stores race for a hold: one holds it, the other is told the holde
   }
 }
 
-TEST_CASE("a hold's value can change, a plain key is no one's hold, and closing the store revokes "
-          "its lease at once",
-          "[etcd_store][hold]") {
+TEST_CASE(
+    "a hold's value can change, a plain key is no one's hold, and closing the store revokes "
+    "its lease at once",
+    "[etcd_store][hold]") {
   auto client = clientFor(cluster().endpoints());
   const std::string prefix = freshPrefix("close");
   EtcdStore other(client, prefix);
@@ -333,11 +340,13 @@ TEST_CASE("a renewal is one HTTP request", "[etcd_store][hold]") {
   REQUIRE(store.hold("alive", "n", 5s, "", "") == "n");
   REQUIRE(store.hold("alive", "n", 5s, "", "") == "n");
   const std::vector<std::string> all = proxy.requests();
-  const std::vector<std::string> renewals(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
+  const std::vector<std::string> renewals(all.begin() + static_cast<std::ptrdiff_t>(before),
+                                          all.end());
   std::string seen;
   for (const std::string& line : all) seen += line + "; ";
   INFO("requests through the forwarder: " << seen);
-  CHECK(renewals == std::vector<std::string>{"POST /v3/lease/keepalive", "POST /v3/lease/keepalive"});
+  CHECK(renewals ==
+        std::vector<std::string>{"POST /v3/lease/keepalive", "POST /v3/lease/keepalive"});
 }
 
 // The store of the slicing waits, its requests to etcd counted through a forwarder, and a writer
@@ -371,7 +380,8 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   // Each slice after the first goes on from what the one before saw (the stream has no gap
   // since), so only the first reads: on one etcd shared by a thousand agents, four reads a
   // second each were its load.
-  for (int slice = 0; slice < 8; ++slice) CHECK_THROWS_AS(store.wait({"stop"}, 100ms), StoreTimeoutError);
+  for (int slice = 0; slice < 8; ++slice)
+    CHECK_THROWS_AS(store.wait({"stop"}, 100ms), StoreTimeoutError);
   CHECK(stores.watches() == 1);
   CHECK(stores.reads() == 1);
   writer.set("stop", "done");
@@ -384,11 +394,13 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   writer.set("alive/2", "b");
   const auto before = stores.watches();
   const auto readsBefore = stores.reads();
-  for (int slice = 0; slice < 5; ++slice) CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms).empty());
+  for (int slice = 0; slice < 5; ++slice)
+    CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms).empty());
   CHECK(stores.watches() == before + 1);
   CHECK(stores.reads() == readsBefore + 1);
   writer.deleteKey("alive/2");
-  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms) == std::vector<std::string>{"alive/2"});
+  CHECK(store.waitForAnyMissing({"alive/1", "alive/2"}, 100ms) ==
+        std::vector<std::string>{"alive/2"});
   writer.set("alive/2", "b");
   std::thread deleting([&] {
     std::this_thread::sleep_for(300ms);
@@ -400,9 +412,10 @@ TEST_CASE("waits in short slices keep one watch and one read, and still see ever
   CHECK(stores.watches() - before <= 2);  // the second range (two keys) and nothing more
 }
 
-TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its watch from there, "
-          "no slice after reads again, and a change after the read is still seen",
-          "[etcd_store][watch]") {
+TEST_CASE(
+    "a slice whose read outlasts it leaves its view: the next makes its watch from there, "
+    "no slice after reads again, and a change after the read is still seen",
+    "[etcd_store][watch]") {
   SliceStores stores("slow-slices");
   EtcdStore& store = stores.store;
   EtcdStore& writer = stores.writer;
@@ -417,7 +430,8 @@ TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its wa
   writer.deleteKey("alive/2");  // after that read: only a stream from its revision has it
   // The next makes its watch from the view's revision (past its deadline); none after reads.
   for (int slice = 0; slice < 5; ++slice) store.waitForAnyMissing({"alive/1", "alive/2"}, 0ms);
-  INFO("reads: " << stores.reads() - readsBefore << ", watches: " << stores.watches() - watchesBefore);
+  INFO("reads: " << stores.reads() - readsBefore
+                 << ", watches: " << stores.watches() - watchesBefore);
   CHECK(stores.reads() == readsBefore + 1);
   CHECK(stores.watches() == watchesBefore + 1);
   // A slice with time reads the stream: the delete is there.
@@ -429,16 +443,18 @@ TEST_CASE("a slice whose read outlasts it leaves its view: the next makes its wa
   writer.deleteKey("alive/1");
   writer.set("later", "x");  // the compaction below takes the delete's revision too
   auto client = clientFor(cluster().endpoints());
-  client->compact(client->range(etcd::RangeRequest{etcd::KeyRange::single(prefix + "alive/1")}).header.revision);
+  client->compact(client->range(etcd::RangeRequest{etcd::KeyRange::single(prefix + "alive/1")})
+                      .header.revision);
   std::vector<std::string> missing;
   CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 0ms));
   if (missing.empty()) CHECK_NOTHROW(missing = store.waitForAnyMissing({"alive/1"}, 5s));
   CHECK(missing == std::vector<std::string>{"alive/1"});
 }
 
-TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; once the member is "
-          "silent past the check interval (5 s), the next slice reads again",
-          "[etcd_store][watch]") {
+TEST_CASE(
+    "a kept watch lasts while its member answers the agent's keep-alives; once the member is "
+    "silent past the check interval (5 s), the next slice reads again",
+    "[etcd_store][watch]") {
   // An agent's waiter and its holder share one client (Membership's watch and heartbeat
   // connections): the holder's renewals are answers from the member the watch streams from.
   SliceStores stores("heard");
@@ -448,9 +464,11 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
   REQUIRE(holder.hold("alive/me", "n", 5s, "", "") == "n");
   std::atomic<bool> renewing{true};
   std::mutex failedMutex;
-  std::string failed;  // a renewal that threw, said after the join (an exception must not escape the thread)
+  std::string failed;  // a renewal that threw, said after the join (an exception must not escape
+                       // the thread)
   std::thread renewals([&] {
-    for (int i = 0; i < 30 && renewing; ++i) {  // bounded: 30 s at most; the case stops it after 12.5 s
+    for (int i = 0; i < 30 && renewing;
+         ++i) {  // bounded: 30 s at most; the case stops it after 12.5 s
       try {
         holder.hold("alive/me", "n", 5s, "", "");
       } catch (const std::exception& error) {
@@ -478,8 +496,9 @@ TEST_CASE("a kept watch lasts while its member answers the agent's keep-alives; 
   slicesFor(6500ms);
   // A wait long enough for the watch to check its member itself does not ask either.
   CHECK_THROWS_AS(waiter.wait({"stop"}, 6s), StoreTimeoutError);
-  INFO("requests: watches " << count("POST /v3/watch") << ", reads " << count("POST /v3/kv/txn") - reads
-                            << ", status checks " << count("POST /v3/maintenance/status"));
+  INFO("requests: watches " << count("POST /v3/watch") << ", reads "
+                            << count("POST /v3/kv/txn") - reads << ", status checks "
+                            << count("POST /v3/maintenance/status"));
   CHECK(count("POST /v3/watch") == 1);
   CHECK(count("POST /v3/kv/txn") - reads == 1);
   CHECK(count("POST /v3/maintenance/status") == 0);
@@ -520,7 +539,8 @@ TEST_CASE("multiGet reads many keys in a few transactions and waits for the miss
   CHECK(stores.reads() - readsBefore == 3);
   CHECK(stores.watches() == 0);
   // Asked in another order, with a key twice: each answer in its place.
-  CHECK(store.multiGet({"slot/7", "slot/3", "slot/7"}) == std::vector<std::string>{"1007", "1003", "1007"});
+  CHECK(store.multiGet({"slot/7", "slot/3", "slot/7"}) ==
+        std::vector<std::string>{"1007", "1003", "1007"});
   // A key that is missing is waited for (one watch), and its value is the one put.
   std::thread late([&] {
     std::this_thread::sleep_for(300ms);
@@ -570,7 +590,8 @@ TEST_CASE("a blocking get rides out the loss of etcd's leader and returns the va
   const auto written = msSince(killed);
   waiting.join();
   std::cout << "figure: leader killed; the set went through " << written
-            << " ms after, the blocked get returned " << msSince(killed) << " ms after" << std::endl;
+            << " ms after, the blocked get returned " << msSince(killed) << " ms after"
+            << std::endl;
   INFO("set " << written << " ms after the kill; the get returned " << msSince(killed)
               << " ms after it");
   CHECK(error.empty());
@@ -683,7 +704,8 @@ TEST_CASE("a ticket whose answer was lost after it applied is kept, not taken tw
   // connection before its answer: the client repeats the call on the second member, whose guard
   // finds this call's marker, and the call reads its number instead of taking another.
   CountingProxy proxy(cluster().clientPort(0));
-  auto client = clientFor(proxy.endpoint() + ",127.0.0.1:" + std::to_string(cluster().clientPort(1)));
+  auto client =
+      clientFor(proxy.endpoint() + ",127.0.0.1:" + std::to_string(cluster().clientPort(1)));
   EtcdStore store(client, freshPrefix("ticket-lost-answer"));
   CHECK(store.takeTicket("t") == 1);
   CHECK(store.takeTicket("t") == 2);

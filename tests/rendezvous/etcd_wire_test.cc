@@ -4,7 +4,6 @@
 // facts against a real etcd). And the password file's reader (a file in a temporary directory).
 #include <sys/stat.h>
 
-
 #include <catch2/catch.hpp>
 
 #include "ddprun/rendezvous/etcd_client.h"
@@ -46,7 +45,8 @@ TEST_CASE("endpoints: host:port lists with default port, schemes and IPv6") {
   CHECK(endpoints[0].host == "127.0.0.1");
   CHECK(endpoints[0].port == 2379);
 
-  endpoints = parseEtcdEndpoints("etcd-0.etcd:12379, http://etcd_1:2, HTTPS://node3/,[::1]:2380,[fe80::1]");
+  endpoints =
+      parseEtcdEndpoints("etcd-0.etcd:12379, http://etcd_1:2, HTTPS://node3/,[::1]:2380,[fe80::1]");
   REQUIRE(endpoints.size() == 5);
   CHECK(endpoints[0] == EtcdEndpoint{EtcdEndpoint::Scheme::kHttp, "etcd-0.etcd", 12379});
   CHECK(endpoints[1] == EtcdEndpoint{EtcdEndpoint::Scheme::kHttp, "etcd_1", 2});
@@ -118,9 +118,13 @@ TEST_CASE(
 }
 
 TEST_CASE("base64: RFC 4648's vectors, every byte, and text that is not base64") {
-  const std::vector<std::pair<std::string, std::string>> vectors = {
-      {"", ""},         {"f", "Zg=="},         {"fo", "Zm8="},        {"foo", "Zm9v"},
-      {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  const std::vector<std::pair<std::string, std::string>> vectors = {{"", ""},
+                                                                    {"f", "Zg=="},
+                                                                    {"fo", "Zm8="},
+                                                                    {"foo", "Zm9v"},
+                                                                    {"foob", "Zm9vYg=="},
+                                                                    {"fooba", "Zm9vYmE="},
+                                                                    {"foobar", "Zm9vYmFy"}};
   for (const auto& [plain, encoded] : vectors) {
     CHECK(base64Encode(plain) == encoded);
     CHECK(base64Decode(encoded) == plain);
@@ -159,11 +163,13 @@ TEST_CASE("prefix range end: the last byte below 0xff plus one, 0xff bytes dropp
 TEST_CASE("request bodies: base64 keys, int64 as strings, fields only when set") {
   RangeRequest range{KeyRange::prefix("foo"), 42, 10, true, false};
   CHECK(wire::rangeBody(range) ==
-        json::parse(R"({"key":"Zm9v","range_end":"Zm9w","revision":"42","limit":"10","count_only":true})"));
+        json::parse(
+            R"({"key":"Zm9v","range_end":"Zm9w","revision":"42","limit":"10","count_only":true})"));
   CHECK(wire::rangeBody(RangeRequest{KeyRange::single("foo")}) == json::parse(R"({"key":"Zm9v"})"));
 
-  CHECK(wire::putBody(PutRequest{"foo", "bar", 7587823380406781187, true}) ==
-        json::parse(R"({"key":"Zm9v","value":"YmFy","lease":"7587823380406781187","prev_kv":true})"));
+  CHECK(
+      wire::putBody(PutRequest{"foo", "bar", 7587823380406781187, true}) ==
+      json::parse(R"({"key":"Zm9v","value":"YmFy","lease":"7587823380406781187","prev_kv":true})"));
   CHECK(wire::putBody(PutRequest{"foo", ""}) == json::parse(R"({"key":"Zm9v","value":""})"));
   CHECK(wire::deleteBody(DeleteRequest{KeyRange::prefix("foo"), true}) ==
         json::parse(R"({"key":"Zm9v","range_end":"Zm9w","prev_kv":true})"));
@@ -228,14 +234,16 @@ TEST_CASE("answers: int64 and uint64 as strings, and zero values left out") {
   CHECK(empty.count == 0);
   CHECK(empty.header.revision == 9);
   // Numbers as JSON numbers are read too (requests accept both; a proxy may rewrite).
-  CHECK(wire::parseRange(json::parse(R"({"header": {"revision": 9}, "count": 1, "more": true})")).more);
+  CHECK(wire::parseRange(json::parse(R"({"header": {"revision": 9}, "count": 1, "more": true})"))
+            .more);
 
   for (const char* bad : {R"({"header": {"revision": "x"}})", R"({"header": {"revision": "1.5"}})",
                           R"({"header": {"member_id": "-1"}})", R"({"header": {"revision": true}})",
                           R"({"kvs": "none"})", R"({"kvs": [{"key": "***"}]})", R"({"kvs": [7]})",
                           R"({"header": []})", R"({"count": "99999999999999999999"})"}) {
     INFO(bad);
-    CHECK(codeOfThrow([&] { wire::parseRange(json::parse(bad)); }) == EtcdError::Code::kBadResponse);
+    CHECK(codeOfThrow([&] { wire::parseRange(json::parse(bad)); }) ==
+          EtcdError::Code::kBadResponse);
   }
 }
 
@@ -245,7 +253,8 @@ TEST_CASE("answers: txn, put, delete, leases, status") {
   CHECK_FALSE(failed.succeeded);
   CHECK(failed.responses.empty());
 
-  const TxnResult done = wire::parseTxn(json::parse(R"({"header": {"revision": "8"}, "succeeded": true,
+  const TxnResult done =
+      wire::parseTxn(json::parse(R"({"header": {"revision": "8"}, "succeeded": true,
     "responses": [{"response_put": {"header": {"revision": "8"}}},
                   {"response_range": {"header": {}, "kvs": [{"key": "aw==", "version": "1"}], "count": "1"}},
                   {"response_delete_range": {"header": {}, "deleted": "2"}}]})"));
@@ -254,8 +263,9 @@ TEST_CASE("answers: txn, put, delete, leases, status") {
   CHECK(std::get<PutResult>(done.responses[0]).header.revision == 8);
   CHECK(std::get<RangeResult>(done.responses[1]).kvs.at(0).key == "k");
   CHECK(std::get<DeleteResult>(done.responses[2]).deleted == 2);
-  CHECK(codeOfThrow([] { wire::parseTxn(json::parse(R"({"responses": [{"response_other": {}}]})")); }) ==
-        EtcdError::Code::kBadResponse);
+  CHECK(codeOfThrow([] {
+          wire::parseTxn(json::parse(R"({"responses": [{"response_other": {}}]})"));
+        }) == EtcdError::Code::kBadResponse);
 
   const PutResult put = wire::parsePut(json::parse(
       R"({"header": {}, "prev_kv": {"key": "aw==", "value": "dg==", "version": "3", "mod_revision": "6"}})"));
@@ -264,24 +274,28 @@ TEST_CASE("answers: txn, put, delete, leases, status") {
   CHECK_FALSE(wire::parsePut(json::parse(R"({"header": {}})")).prevKv);
   CHECK(wire::parseDelete(json::parse(R"({"header": {}})")).deleted == 0);
 
-  const LeaseGrant grant = wire::parseLeaseGrant(json::parse(R"({"header": {}, "ID": "7587823380406781187", "TTL": "10"})"));
+  const LeaseGrant grant = wire::parseLeaseGrant(
+      json::parse(R"({"header": {}, "ID": "7587823380406781187", "TTL": "10"})"));
   CHECK(grant.id == 7587823380406781187);
   CHECK(grant.ttlSeconds == 10);
   CHECK(codeOfThrow([] { wire::parseLeaseGrant(json::parse(R"({"header": {}})")); }) ==
         EtcdError::Code::kBadResponse);
 
   // The keep-alive is a stream message; an expired lease answers with no TTL.
-  const LeaseKeepAlive alive = wire::parseKeepAlive(json::parse(R"({"result": {"header": {}, "ID": "12", "TTL": "5"}})"));
+  const LeaseKeepAlive alive =
+      wire::parseKeepAlive(json::parse(R"({"result": {"header": {}, "ID": "12", "TTL": "5"}})"));
   CHECK(alive.id == 12);
   CHECK(alive.ttlSeconds == 5);
-  CHECK(codeOfThrow([] { wire::parseKeepAlive(json::parse(R"({"result": {"header": {}, "ID": "12"}})")); }) ==
-        EtcdError::Code::kNotFound);
+  CHECK(codeOfThrow([] {
+          wire::parseKeepAlive(json::parse(R"({"result": {"header": {}, "ID": "12"}})"));
+        }) == EtcdError::Code::kNotFound);
 
-  const LeaseTimeToLive expired = wire::parseTimeToLive(json::parse(R"({"header": {}, "ID": "12", "TTL": "-1"})"));
+  const LeaseTimeToLive expired =
+      wire::parseTimeToLive(json::parse(R"({"header": {}, "ID": "12", "TTL": "-1"})"));
   CHECK(expired.ttlSeconds == -1);
   CHECK(expired.grantedTtlSeconds == 0);
-  const LeaseTimeToLive live = wire::parseTimeToLive(
-      json::parse(R"({"header": {}, "ID": "12", "TTL": "4", "grantedTTL": "5", "keys": ["Zm9v", "YmFy"]})"));
+  const LeaseTimeToLive live = wire::parseTimeToLive(json::parse(
+      R"({"header": {}, "ID": "12", "TTL": "4", "grantedTTL": "5", "keys": ["Zm9v", "YmFy"]})"));
   CHECK(live.keys == std::vector<std::string>{"foo", "bar"});
 
   const MemberStatus status = wire::parseStatus(json::parse(
@@ -293,8 +307,8 @@ TEST_CASE("answers: txn, put, delete, leases, status") {
 }
 
 TEST_CASE("errors: the gateway's two forms, and what each gRPC code means") {
-  auto unary = wire::gatewayError(
-      json::parse(R"({"error": "etcdserver: no leader", "code": 14, "message": "etcdserver: no leader"})"));
+  auto unary = wire::gatewayError(json::parse(
+      R"({"error": "etcdserver: no leader", "code": 14, "message": "etcdserver: no leader"})"));
   REQUIRE(unary);
   CHECK(unary->grpcCode == 14);
   CHECK(unary->message == "etcdserver: no leader");
@@ -348,7 +362,8 @@ TEST_CASE("watch lines: created, events, progress, compaction, error") {
   CHECK(error.kind == wire::WatchMessage::Kind::kError);
   CHECK(error.error.grpcCode == 14);
 
-  for (const char* bad : {"not json", "[1]", R"({"other":{}})", R"({"result":{"events":[{"type":"ELSE","kv":{}}]}})"}) {
+  for (const char* bad : {"not json", "[1]", R"({"other":{}})",
+                          R"({"result":{"events":[{"type":"ELSE","kv":{}}]}})"}) {
     INFO(bad);
     CHECK(codeOfThrow([&] { wire::parseWatchLine(bad); }) == EtcdError::Code::kBadResponse);
   }
@@ -376,8 +391,9 @@ TEST_CASE("fail-over timing: each member's share of the time left, at most attem
         Code::kUnavailable);
 }
 
-TEST_CASE("credentials: the password from a mode-600 file, its line end dropped, and a file others "
-          "can read, an empty one, a missing one refused naming it") {
+TEST_CASE(
+    "credentials: the password from a mode-600 file, its line end dropped, and a file others "
+    "can read, an empty one, a missing one refused naming it") {
   ddprun::test::TempDir dir;
   const auto write = [&](const std::string& name, const std::string& bytes, mode_t mode) {
     return ddprun::test::writeFile(dir.file(name), bytes, mode);

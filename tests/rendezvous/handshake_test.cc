@@ -1,11 +1,12 @@
 // The token handshake as pure logic (auth/handshake.h) and the token file's checks: both sides
 // agree only on the same secret, a recorded exchange proves nothing later, and a secret that
 // others can read never gets used.
+#include "auth/handshake.h"
+
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 
-#include "auth/handshake.h"
 #include "temp_dir.h"
 
 using namespace ddprun::rendezvous;

@@ -4,7 +4,13 @@
 // connection closed to make room, of its own address first, never one being answered, everything
 // closed with the server). Other client addresses are other loopback addresses (127.0.0.2...).
 // Every wait is bounded by the client's receive timeout or a loop's count.
+#include "ddprun/rendezvous/health_server.h"
+
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -13,12 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/post.hpp>
-#include <catch2/catch.hpp>
-
-#include "ddprun/rendezvous/health_server.h"
 #include "ports.h"
 #include "raw_client.h"
 

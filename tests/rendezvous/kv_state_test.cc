@@ -1,10 +1,9 @@
 // KvState: the store's semantics without any I/O.
-#include <algorithm>
-#include <memory>
-
-#include <catch2/catch.hpp>
-
 #include "kv_state.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <memory>
 
 using ddprun::rendezvous::KvObserver;
 using ddprun::rendezvous::KvState;
@@ -55,7 +54,7 @@ TEST_CASE("a wait counts the keys missing when it starts", "[kv]") {
   CHECK_FALSE(kv.wait(&r, 2, {"have", "a", "b"}));
   kv.set("a", "1");
   CHECK(r.done.empty());
-  kv.erase("a");   // appeared once: still counts
+  kv.erase("a");  // appeared once: still counts
   kv.append("b", "x");
   CHECK(r.done == std::vector<std::uint64_t>{2});
   CHECK_FALSE(kv.hasWaits(&r));
@@ -131,8 +130,8 @@ TEST_CASE("watchers see created, updated and deleted with old and new values", "
   CHECK(kv.compareSet("k", "5", "6") == "6");
   CHECK(kv.compareSet("k", "nope", "7") == "6");
   kv.set("other", "x");
-  CHECK(w.events == std::vector<std::string>{"1:k:>v1", "0:k:v1>v2", "2:k:v2>", "1:k:>5",
-                                             "0:k:5>6"});
+  CHECK(w.events ==
+        std::vector<std::string>{"1:k:>v1", "0:k:v1>v2", "2:k:v2>", "1:k:>5", "0:k:5>6"});
 }
 
 TEST_CASE("a watcher that goes away while being notified does not disturb the others", "[kv]") {
@@ -167,7 +166,8 @@ TEST_CASE("a watcher that goes away while being notified does not disturb the ot
   CHECK(alone.events == 1);
 }
 
-TEST_CASE("a held key lives while someone holds it and a holder lost for cause reports it", "[kv][hold]") {
+TEST_CASE("a held key lives while someone holds it and a holder lost for cause reports it",
+          "[kv][hold]") {
   using namespace std::chrono_literals;
   KvState kv;
   Recorder a;
@@ -197,7 +197,7 @@ TEST_CASE("time the server could not run is added to every hold's time-to-live",
   const auto t0 = KvState::TimePoint{} + 1h;
   kv.hold(&a, "alive/1", "n1", 1000ms, "stop", "lost n1", t0);
   kv.hold(&b, "alive/2", "n2", 0ms, "stop", "lost n2", t0);  // no time-to-live: stays so
-  kv.postponeHolds(60s);  // the server was stopped for a minute
+  kv.postponeHolds(60s);                                     // the server was stopped for a minute
   kv.expireHolds(t0 + 60s);
   CHECK(kv.find("alive/1") != nullptr);
   CHECK(kv.find("stop") == nullptr);
@@ -238,7 +238,8 @@ TEST_CASE("the first report wins the notify key", "[kv][hold]") {
   CHECK(*kv.find("stop") == "lost b");
 }
 
-TEST_CASE("parked waits, barriers and watches count in storedBytes until they end", "[kv][budget]") {
+TEST_CASE("parked waits, barriers and watches count in storedBytes until they end",
+          "[kv][budget]") {
   KvState kv;
   Recorder a;
   Recorder b;
@@ -299,7 +300,7 @@ TEST_CASE("storedBytes counts every entry with its overhead and returns to zero"
   CHECK(kv.growthOfPush("q", 2) == 2 + kItem);
   expectGrowth(kv.growthOfHold(&holder, "held", "h", "dead", "yes"),
                [&] { kv.hold(&holder, "held", "h", {}, "dead", "yes", {}); });
-  CHECK(kv.growthOfHold(&holder, "held", "h", "dead", "yes") == 0);  // a renewal adds nothing
+  CHECK(kv.growthOfHold(&holder, "held", "h", "dead", "yes") == 0);      // a renewal adds nothing
   CHECK(kv.growthOfHold(&holder, "held", "other", "dead", "yes") == 0);  // refused: nothing
   // Gone again: erased, popped, and the holder lost for cause, whose report is data (then erased).
   CHECK(kv.erase("key"));
@@ -390,7 +391,8 @@ TEST_CASE("prefix listings and deletions follow the keys as they come and go", "
   CHECK(kv.queueLength("r/1/queue") == 1);
   // The index follows a key erased and set again, and an erasure in batches.
   kv.set("r/1/a", "again");
-  CHECK(kv.listPrefix("r/", 100, 1 << 20).keys == std::vector<std::string>{"r/1/a", "r/10/a", "r/2/b"});
+  CHECK(kv.listPrefix("r/", 100, 1 << 20).keys ==
+        std::vector<std::string>{"r/1/a", "r/10/a", "r/2/b"});
   const auto first = kv.erasePrefix("r/", 2);
   CHECK(first.erased == 2);
   CHECK(first.more);

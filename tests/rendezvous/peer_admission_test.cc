@@ -27,10 +27,10 @@ PeerLookup outcome(PeerLookup::Outcome kind, int error) {
   return lookup;
 }
 
-const TcpState kAllStates[] = {
-    TcpState::kEstablished, TcpState::kSynSent,  TcpState::kSynRecv,   TcpState::kFinWait1,
-    TcpState::kFinWait2,    TcpState::kTimeWait, TcpState::kClose,     TcpState::kCloseWait,
-    TcpState::kLastAck,     TcpState::kListen,   TcpState::kClosing,   TcpState::kNewSynRecv};
+const TcpState kAllStates[] = {TcpState::kEstablished, TcpState::kSynSent,   TcpState::kSynRecv,
+                               TcpState::kFinWait1,    TcpState::kFinWait2,  TcpState::kTimeWait,
+                               TcpState::kClose,       TcpState::kCloseWait, TcpState::kLastAck,
+                               TcpState::kListen,      TcpState::kClosing,   TcpState::kNewSynRecv};
 
 bool live(TcpState state) {
   return state == TcpState::kEstablished || state == TcpState::kFinWait1 ||
@@ -103,7 +103,8 @@ TEST_CASE("answers that are no socket: gone, cannot tell, failed", "[relay][admi
     // Any other failure (out of descriptors, memory): refused, fail closed.
     for (const int error : {EMFILE, ENFILE, ENOBUFS, ENOMEM, EAGAIN, EPERM}) {
       CAPTURE(error);
-      const PeerAdmission admission = admitPeer(outcome(PeerLookup::Outcome::kFailed, error), agent);
+      const PeerAdmission admission =
+          admitPeer(outcome(PeerLookup::Outcome::kFailed, error), agent);
       CHECK(admission.verdict == PeerVerdict::kLookupFailed);
       CHECK(!admission.owner);
     }

@@ -6,12 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
 
 #include "relay/peer_user.h"
 

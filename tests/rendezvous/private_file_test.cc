@@ -1,17 +1,17 @@
 // The reader of the job's secrets (auth/private_file.h), behind readTokenFile and the TLS key, for
 // the agent and ddprun-rendezvous alike: a FIFO at the path is refused at once (not waited on),
 // a file another user owns is refused whatever its mode, a link to a good file is followed.
+#include "auth/private_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
-#include "auth/private_file.h"
 #include "ddprun/rendezvous/job_secret.h"
 #include "temp_dir.h"
 
@@ -45,7 +45,8 @@ TEST_CASE("a FIFO at the token path is refused at once, naming the file and the 
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
     const auto until = Clock::now() + std::chrono::seconds(2);
-    while (!done && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!done && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (done) return;
     const int fd = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -2,10 +2,11 @@
 // workers' relay, driven by a manual clock: the first refusal of each (source, reason) at once,
 // then one count per window; a flood never hides another source's or reason's first line.
 // Also the server's RefusalLog lines built on it (server/refusal_log.h).
+#include "refusal_tally.h"
+
 #include <catch2/catch.hpp>
 
 #include "log_capture.h"
-#include "refusal_tally.h"
 #include "server/refusal_log.h"
 
 using namespace ddprun::rendezvous;

@@ -6,18 +6,17 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/loopback_relay.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
@@ -62,7 +61,8 @@ std::uint16_t peerPort(int fd) {
 // A torch 1.13 ADD of 1 to "k" and its reply, the new value (-1: no reply within 5 s).
 long long addOne(int fd) {
   const std::string request = hex("03") + blob("k") + u64(1);
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
     return -1;
   }
   std::string reply;
@@ -81,13 +81,17 @@ long long addOne(int fd) {
 
 // The variable the agent gives its workers, for the length of a test.
 struct HandoffVariable {
-  explicit HandoffVariable(const std::string& value) { ::setenv(DDPRUN_RELAY_HANDOFF_ENV, value.c_str(), 1); }
+  explicit HandoffVariable(const std::string& value) {
+    ::setenv(DDPRUN_RELAY_HANDOFF_ENV, value.c_str(), 1);
+  }
   ~HandoffVariable() { ::unsetenv(DDPRUN_RELAY_HANDOFF_ENV); }
 };
 
 struct HandoffRelay {
   explicit HandoffRelay(const JobSecret& storeSecret)
-      : server(withToken(storeSecret)), relay(options(directory.path)), variable(relay.handoffVariable()) {}
+      : server(withToken(storeSecret)),
+        relay(options(directory.path)),
+        variable(relay.handoffVariable()) {}
   static RelayOptions options(const std::string& directory) {
     RelayOptions options{kSecret};
     options.handoffPath = directory + "/relay.sock";
@@ -101,7 +105,8 @@ struct HandoffRelay {
 
 }  // namespace
 
-TEST_CASE("the shim gets the store connection itself, proven, with the socket's flags", "[relay][handoff]") {
+TEST_CASE("the shim gets the store connection itself, proven, with the socket's flags",
+          "[relay][handoff]") {
   HandoffRelay setup(kSecret);
   REQUIRE(setup.relay.handoffVariable() ==
           fmt::format("{}:{}/relay.sock", setup.relay.port(), setup.directory.path));
@@ -156,8 +161,9 @@ TEST_CASE("what cannot be handed off connects to the relay as before", "[relay][
     ::close(fd);
     CHECK(setup.relay.stats().handedOff == 0);
     // The handoff's try, then the relay's (counted once the worker's connection is closed).
-    CHECK(eventually([&] { return setup.relay.stats().upstreamFailures == 2; }, 3s,
-                     [&] { return fmt::format("{} failures", setup.relay.stats().upstreamFailures); }));
+    CHECK(eventually(
+        [&] { return setup.relay.stats().upstreamFailures == 2; }, 3s,
+        [&] { return fmt::format("{} failures", setup.relay.stats().upstreamFailures); }));
   }
   SECTION("the handoff socket is gone (the agent ended): the worker gets the port's answer") {
     std::uint16_t port = 0;

@@ -2,14 +2,14 @@
 // copying it, so N readers cost one copy, and a value replaced while a reply sends it still
 // arrives whole and as it was read. No sockets: the "kernel" here is a loop that takes a few
 // bytes of the gathered buffers at a time.
+#include "server/reply_queue.h"
+
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "kv_state.h"
 #include "protocol/wire.h"
-#include "server/reply_queue.h"
 
 using ddprun::rendezvous::KvState;
 using ddprun::rendezvous::ReplyQueue;
@@ -55,12 +55,12 @@ TEST_CASE("a reply sends small values as copies and large ones by reference, in 
   queue.appendBlob(kv.share("missing"));  // an empty blob
   queue.appendBlob(kv.share("large"));
   queue.bytes() += "Z";
-  const std::string expected =
-      "A" + blobOf(large) + blobOf("s") + blobOf("") + blobOf(large) + "Z";
+  const std::string expected = "A" + blobOf(large) + blobOf("s") + blobOf("") + blobOf(large) + "Z";
   CHECK(queue.wireBytes() == expected.size());
   // It owns everything but the two large values' bytes.
   CHECK(queue.ownedBytes() == expected.size() - 2 * large.size());
-  for (const std::size_t step : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, expected.size()}) {
+  for (const std::size_t step :
+       {std::size_t{1}, std::size_t{5}, std::size_t{1000}, expected.size()}) {
     ReplyQueue copy;
     copy.bytes() += "A";
     copy.appendBlob(kv.share("large"));
@@ -121,9 +121,10 @@ TEST_CASE("N readers of one value add nothing to the data's count, and overwriti
   CHECK(kv.detachedBytes() == 0);
 }
 
-TEST_CASE("a counter changes in place while no reply holds it, and gets a new buffer when one "
-          "does",
-          "[reply_queue]") {
+TEST_CASE(
+    "a counter changes in place while no reply holds it, and gets a new buffer when one "
+    "does",
+    "[reply_queue]") {
   KvState kv;
   kv.add("counter", 1);
   const ValueRef first = kv.share("counter");

@@ -1,12 +1,12 @@
 // The incremental request decoder: same requests whatever the segmentation, dialect chosen from
 // the first bytes, limits enforced before allocation, garbage rejected.
+#include "protocol/request_decoder.h"
+
+#include <catch2/catch.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
-#include "protocol/request_decoder.h"
 #include "raw_client.h"
 
 using ddprun::rendezvous::ProtocolLimits;
@@ -74,40 +74,40 @@ bool sameRequests(const std::vector<Request>& a, const std::vector<Request>& b) 
 // A 2.x session exercising every op's layout, as real clients send it.
 std::string torch2Session() {
   return hex(
-      "00 cef7853c"                                                    // VALIDATE
-      "0d c6070000"                                                    // PING
-      "01 0300000000000000 2f6b31 0200000000000000 7631"               // SET /k1 v1
-      "02 0300000000000000 2f6373 0000000000000000 0300000000000000 6e6577"  // COMPARE_SET
-      "03 0300000000000000 2f6b31"                                     // GET
-      "04 0400000000000000 2f636e74 fdffffffffffffff"                  // ADD -3
+      "00 cef7853c"                                                              // VALIDATE
+      "0d c6070000"                                                              // PING
+      "01 0300000000000000 2f6b31 0200000000000000 7631"                         // SET /k1 v1
+      "02 0300000000000000 2f6373 0000000000000000 0300000000000000 6e6577"      // COMPARE_SET
+      "03 0300000000000000 2f6b31"                                               // GET
+      "04 0400000000000000 2f636e74 fdffffffffffffff"                            // ADD -3
       "05 0200000000000000 0300000000000000 2f6b31 0500000000000000 2f6e6f7065"  // CHECK
-      "06 0100000000000000 0300000000000000 2f6b31"                    // WAIT
-      "07"                                                             // GETNUMKEYS
-      "08 0300000000000000 2f6b31"                                     // DELETE_KEY
-      "09 0300000000000000 2f6170 0200000000000000 6162"               // APPEND
-      "0a 0200000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32"  // MULTI_GET
+      "06 0100000000000000 0300000000000000 2f6b31"                              // WAIT
+      "07"                                                                       // GETNUMKEYS
+      "08 0300000000000000 2f6b31"                                               // DELETE_KEY
+      "09 0300000000000000 2f6170 0200000000000000 6162"                         // APPEND
+      "0a 0200000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32"      // MULTI_GET
       "0b 0200000000000000 0300000000000000 2f6d31 0100000000000000 31"
-      "   0300000000000000 2f6d32 0200000000000000 3232"               // MULTI_SET
-      "0c"                                                             // CANCEL_WAIT
-      "0e 0100000000000000 71 0100000000000000 78"                     // QUEUE_PUSH
-      "0f 0100000000000000 71"                                         // QUEUE_POP
-      "10 0100000000000000 71"                                         // QUEUE_LEN
-      "11"                                                             // LIST_KEYS
-      "12 0100000000000000 62 0400000000000000");                      // BARRIER b 4
+      "   0300000000000000 2f6d32 0200000000000000 3232"  // MULTI_SET
+      "0c"                                                // CANCEL_WAIT
+      "0e 0100000000000000 71 0100000000000000 78"        // QUEUE_PUSH
+      "0f 0100000000000000 71"                            // QUEUE_POP
+      "10 0100000000000000 71"                            // QUEUE_LEN
+      "11"                                                // LIST_KEYS
+      "12 0100000000000000 62 0400000000000000");         // BARRIER b 4
 }
 
 // A 1.13 session: no handshake, the 1.13 op table.
 std::string torch113Session() {
   return hex(
-      "03 0500000000000000 696e69742f 0100000000000000"                // ADD init/ 1
-      "00 0300000000000000 2f6b31 0200000000000000 7631"               // SET /k1 v1
-      "05 0100000000000000 0300000000000000 2f6b31"                    // WAIT
-      "02 0300000000000000 2f6b31"                                     // GET
+      "03 0500000000000000 696e69742f 0100000000000000"                       // ADD init/ 1
+      "00 0300000000000000 2f6b31 0200000000000000 7631"                      // SET /k1 v1
+      "05 0100000000000000 0300000000000000 2f6b31"                           // WAIT
+      "02 0300000000000000 2f6b31"                                            // GET
       "01 0400000000000000 2f637332 0100000000000000 78 0100000000000000 79"  // COMPARE_SET
-      "04 0000000000000000"                                            // CHECK []
-      "06"                                                             // GETNUMKEYS
-      "07 0200000000000000 2f77"                                       // WATCH_KEY
-      "08 0500000000000000 2f6e6f7065");                               // DELETE_KEY
+      "04 0000000000000000"                                                   // CHECK []
+      "06"                                                                    // GETNUMKEYS
+      "07 0200000000000000 2f77"                                              // WATCH_KEY
+      "08 0500000000000000 2f6e6f7065");                                      // DELETE_KEY
 }
 
 }  // namespace
@@ -116,11 +116,11 @@ TEST_CASE("a torch 2.x session decodes into every op with its fields", "[decoder
   const Decoded d = decodeWhole(torch2Session());
   REQUIRE_FALSE(d.error);
   REQUIRE(d.dialect == WireDialect::kTorch2);
-  const std::vector<Op> ops = {Op::kValidate, Op::kPing,      Op::kSet,        Op::kCompareSet,
-                               Op::kGet,      Op::kAdd,       Op::kCheck,      Op::kWait,
-                               Op::kNumKeys,  Op::kDeleteKey, Op::kAppend,     Op::kMultiGet,
+  const std::vector<Op> ops = {Op::kValidate, Op::kPing,       Op::kSet,       Op::kCompareSet,
+                               Op::kGet,      Op::kAdd,        Op::kCheck,     Op::kWait,
+                               Op::kNumKeys,  Op::kDeleteKey,  Op::kAppend,    Op::kMultiGet,
                                Op::kMultiSet, Op::kCancelWait, Op::kQueuePush, Op::kQueuePop,
-                               Op::kQueueLen, Op::kListKeys,  Op::kBarrier};
+                               Op::kQueueLen, Op::kListKeys,   Op::kBarrier};
   REQUIRE(d.requests.size() == ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) CHECK(d.requests[i].op == ops[i]);
   CHECK(d.requests[0].word == 0x3C85F7CE);
@@ -140,8 +140,9 @@ TEST_CASE("a torch 1.13 session is recognised without a handshake", "[decoder]")
   const Decoded d = decodeWhole(torch113Session());
   REQUIRE_FALSE(d.error);
   REQUIRE(d.dialect == WireDialect::kTorch113);
-  const std::vector<Op> ops = {Op::kAdd,   Op::kSet,     Op::kWait,     Op::kGet,      Op::kCompareSet,
-                               Op::kCheck, Op::kNumKeys, Op::kWatchKey, Op::kDeleteKey};
+  const std::vector<Op> ops = {Op::kAdd,     Op::kSet,        Op::kWait,
+                               Op::kGet,     Op::kCompareSet, Op::kCheck,
+                               Op::kNumKeys, Op::kWatchKey,   Op::kDeleteKey};
   REQUIRE(d.requests.size() == ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) CHECK(d.requests[i].op == ops[i]);
   CHECK(d.requests[0].keys == std::vector<std::string>{"init/"});
@@ -201,8 +202,8 @@ TEST_CASE("lengths and counts over the limits are rejected before their bytes ar
     CHECK_THAT(d.errorText, Catch::Contains("value length 33"));
   }
   SECTION("a value length of 2^64-1") {
-    const Decoded d = decodeInPieces(
-        hex("00cef7853c 09 0100000000000000 6b ffffffffffffffff"), {}, limits);
+    const Decoded d =
+        decodeInPieces(hex("00cef7853c 09 0100000000000000 6b ffffffffffffffff"), {}, limits);
     CHECK(d.error);
   }
   SECTION("too many keys in one WAIT") {

@@ -1,23 +1,22 @@
 // Nobody hurts anybody: half-sent, oversized, malformed and unread traffic costs only the
 // connection that sends it, while other clients keep being served promptly.
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <thread>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-
 #include "kv_state.h"
-#include "server/reply_queue.h"
 #include "log_capture.h"
 #include "raw_client.h"
+#include "server/reply_queue.h"
 #include "test_server.h"
 #include "waits.h"
 
@@ -109,10 +108,11 @@ void checkBystanders(Latencies& latencies, std::size_t samples) {
 // What the server counts, for a wait that gives up.
 std::string describeStats(TestServer& server) {
   const auto stats = server.server().stats();
-  return fmt::format("server stats: {} connections, {} refused, {} protocol errors, {} bytes "
-                     "stored, {} reply bytes pending",
-                     stats.connections, stats.refused, stats.protocolErrors, stats.storedBytes,
-                     stats.pendingReplyBytes);
+  return fmt::format(
+      "server stats: {} connections, {} refused, {} protocol errors, {} bytes "
+      "stored, {} reply bytes pending",
+      stats.connections, stats.refused, stats.protocolErrors, stats.storedBytes,
+      stats.pendingReplyBytes);
 }
 
 // `count` GETs of `key` (2.x, with the '/' TcpStore puts before keys) in one string.
@@ -127,7 +127,8 @@ std::string gets(std::string_view key, int count) {
 // the stored buffer (ReplyQueue) and so costs the total reply budget nothing.
 std::string mismatchedCompareSets(std::string_view key, int count) {
   std::string requests;
-  for (int i = 0; i < count; ++i) requests += hex("02") + blob(key) + blob("no such value") + blob("x");
+  for (int i = 0; i < count; ++i)
+    requests += hex("02") + blob(key) + blob("no such value") + blob("x");
   return requests;
 }
 
@@ -166,10 +167,11 @@ TEST_CASE("clients that send half a request and stall do not delay anyone else",
     stalled.back()->sendHex(i % 2 == 0 ? "01 03000000" : "00cef7853c 01 0300000000000000 2f");
   }
   Latencies loaded = runWorkload(server, 4, 200);
-  INFO(fmt::format("per-call latency p50/p99/max: baseline {:.3f}/{:.3f}/{:.3f} ms, with 100 "
-                   "stalled half-requests {:.3f}/{:.3f}/{:.3f} ms",
-                   baseline.percentile(0.5), baseline.percentile(0.99), baseline.percentile(1.0),
-                   loaded.percentile(0.5), loaded.percentile(0.99), loaded.percentile(1.0)));
+  INFO(
+      fmt::format("per-call latency p50/p99/max: baseline {:.3f}/{:.3f}/{:.3f} ms, with 100 "
+                  "stalled half-requests {:.3f}/{:.3f}/{:.3f} ms",
+                  baseline.percentile(0.5), baseline.percentile(0.99), baseline.percentile(1.0),
+                  loaded.percentile(0.5), loaded.percentile(0.99), loaded.percentile(1.0)));
   // Every call finished, none anywhere near the stall (which lasts until the end of the test).
   checkBystanders(loaded, 800);
   // And the tail is the same as without them (2x, plus slack for a busy 2-core machine, where
@@ -185,7 +187,7 @@ TEST_CASE("oversized lengths close the connection before anything is allocated",
   bystander.set("k", "v");
   const std::size_t rssBefore = residentBytes();
   const std::vector<std::string> frames = {
-      hex("00cef7853c 01") + u64(8 * 1024 + 1),                    // key: limit + 1
+      hex("00cef7853c 01") + u64(8 * 1024 + 1),                     // key: limit + 1
       hex("00cef7853c 01") + blob("k") + u64(8 * 1024 * 1024 + 1),  // value: limit + 1
       hex("00cef7853c 09") + blob("k") + u64(1ull << 40),           // 1 TiB append
       hex("00cef7853c 01") + u64(~0ull),                            // 2^64 - 1
@@ -249,8 +251,7 @@ TEST_CASE("a small MULTI_GET that would need a huge reply is refused before it i
   CHECK(values[1].size() == 8 * kMiB);
 }
 
-TEST_CASE("an APPEND past the value limit closes its connection and changes nothing",
-          "[abuse]") {
+TEST_CASE("an APPEND past the value limit closes its connection and changes nothing", "[abuse]") {
   LogCapture log;
   ServerOptions options;
   options.limits.maxValueBytes = 1024;
@@ -267,22 +268,25 @@ TEST_CASE("an APPEND past the value limit closes its connection and changes noth
   CHECK(store.get("log") == std::string(1000, 'a'));
 }
 
-TEST_CASE("a key name in the server's log is one line, escaped: no forged line, no terminal "
-          "escape",
-          "[abuse]") {
+TEST_CASE(
+    "a key name in the server's log is one line, escaped: no forged line, no terminal "
+    "escape",
+    "[abuse]") {
   LogCapture log;
   TestServer server;
   // Anyone who reaches a store without a token names its keys. An ADD on a value that is no
   // integer closes the connection with a warning that names the key.
-  const std::string line = "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
+  const std::string line =
+      "[2026-01-01 00:00:00.000] [ddprun] [info] every worker of every node exited 0";
   const std::string key = "/x\n" + line + "\x1b]0;owned\x07\x1b[2J";
   RawClient c("127.0.0.1", server.port());
   c.handshake2x();
-  c.send(hex("01") + blob(key) + blob("not a number"));            // SET
-  c.send(hex("04") + blob(key) + u64(1));                           // ADD
+  c.send(hex("01") + blob(key) + blob("not a number"));  // SET
+  c.send(hex("04") + blob(key) + u64(1));                // ADD
   CHECK(c.closedWithin(2s));
   const std::string text = log.text();
-  CHECK_THAT(text, Catch::Contains("ADD on key '/x\\n" + line + "\\x1b]0;owned\\x07\\x1b[2J' whose value "
+  CHECK_THAT(text, Catch::Contains("ADD on key '/x\\n" + line +
+                                   "\\x1b]0;owned\\x07\\x1b[2J' whose value "
                                    "is not an integer"));
   CHECK(std::count(text.begin(), text.end(), '\n') == 1);
   CHECK(text.find('\x1b') == std::string::npos);
@@ -507,8 +511,9 @@ TEST_CASE("a WATCH_KEY watcher that does not read its events is closed at the pe
   CHECK(writer.add("still-served", 1) == 1);
 }
 
-TEST_CASE("clients that pipeline requests and never read keep all unsent replies within the total budget",
-          "[abuse][budget]") {
+TEST_CASE(
+    "clients that pipeline requests and never read keep all unsent replies within the total budget",
+    "[abuse][budget]") {
   ServerOptions options;
   options.maxTotalPendingReplyBytes = 16 * kMiB;  // the per-connection limit stays at 64 MiB
   TestServer server(options);
@@ -581,9 +586,7 @@ TEST_CASE("a connection held back by the total budget resumes when the others dr
   SECTION("the other drains") {
     for (int i = 0; i < 100; ++i) REQUIRE(hog->receive(8 + value.size(), 10s).has_value());
   }
-  SECTION("the other closes") {
-    hog.reset();
-  }
+  SECTION("the other closes") { hog.reset(); }
   const auto reply = patient.receive(8 + large.size(), 5s);
   INFO(describeStats(server));
   REQUIRE(reply.has_value());
@@ -592,17 +595,18 @@ TEST_CASE("a connection held back by the total budget resumes when the others dr
                    [&] { return describeStats(server); }));
 }
 
-TEST_CASE("writes and parked waits that would take the stored data over its budget close the "
-          "connection and change nothing",
-          "[abuse][budget]") {
+TEST_CASE(
+    "writes and parked waits that would take the stored data over its budget close the "
+    "connection and change nothing",
+    "[abuse][budget]") {
   LogCapture log;
   ServerOptions options;
   options.maxStoredBytes = 1 * kMiB;
   TestServer server(options);
   // Filled to 100 bytes short of the budget: a SET costs its key, its value and
   // KvState::kEntryOverhead bytes.
-  const std::size_t fill = options.maxStoredBytes - 100 - std::string("/fill").size() -
-                           KvState::kEntryOverhead;
+  const std::size_t fill =
+      options.maxStoredBytes - 100 - std::string("/fill").size() - KvState::kEntryOverhead;
   {
     RawClient filler("127.0.0.1", server.port());
     filler.handshake2x();
@@ -629,9 +633,9 @@ TEST_CASE("writes and parked waits that would take the stored data over its budg
   writer.handshake2x();
   writer.send(write.frame);
   CHECK(writer.closedWithin(2s));
-  CHECK_THAT(log.text(), Catch::Contains(fmt::format(
-                             "closing connection from 127.0.0.1:{}: {} of key '/", writer.localPort(),
-                             write.name)));
+  CHECK_THAT(log.text(),
+             Catch::Contains(fmt::format("closing connection from 127.0.0.1:{}: {} of key '/",
+                                         writer.localPort(), write.name)));
   CHECK_THAT(log.text(), Catch::Contains("over the 1048576-byte budget (ddprun-rendezvous "
                                          "--max-stored-bytes sets it)"));
   CHECK(server.server().stats().storedBytes == options.maxStoredBytes - 100);
@@ -696,10 +700,11 @@ TEST_CASE("a LIST_KEYS over a million keys does not hold up another client's PIN
     std::this_thread::sleep_for(2ms);
   }
   lister.join();
-  INFO(fmt::format("{} listings of {} keys, {:.0f} ms each; {} PINGs meanwhile, p50/p99/max "
-                   "{:.3f}/{:.3f}/{:.3f} ms",
-                   listings.load(), kKeys, listingMs, pings.ms.size(), pings.percentile(0.5),
-                   pings.percentile(0.99), pings.percentile(1.0)));
+  INFO(
+      fmt::format("{} listings of {} keys, {:.0f} ms each; {} PINGs meanwhile, p50/p99/max "
+                  "{:.3f}/{:.3f}/{:.3f} ms",
+                  listings.load(), kKeys, listingMs, pings.ms.size(), pings.percentile(0.5),
+                  pings.percentile(0.99), pings.percentile(1.0)));
   CHECK(problem.empty());
   CHECK(listings == 3);
   CHECK(std::none_of(pings.ms.begin(), pings.ms.end(), [](double ms) { return ms < 0; }));
@@ -759,7 +764,9 @@ TEST_CASE("a large MULTI_GET is produced in slices in order with a STOP_WAITING 
   constexpr int kValues = 32 * 1024;
   constexpr std::size_t kValueBytes = 1000;
   static_assert(kValueBytes < ReplyQueue::kShareMinBytes);
-  const auto valueOf = [](int i) { return std::string(kValueBytes, static_cast<char>('a' + i % 26)); };
+  const auto valueOf = [](int i) {
+    return std::string(kValueBytes, static_cast<char>('a' + i % 26));
+  };
   RawClient writer("127.0.0.1", server.port());
   writer.handshake2x();
   std::string request = hex("0a") + u64(kValues);
@@ -784,7 +791,8 @@ TEST_CASE("a large MULTI_GET is produced in slices in order with a STOP_WAITING 
   const auto reply = client.receive(kValues * (8 + kValueBytes), 20s);
   REQUIRE(reply.has_value());
   for (int i = 0; i < kValues; ++i) {
-    const std::string_view value = std::string_view(*reply).substr(i * (8 + kValueBytes), 8 + kValueBytes);
+    const std::string_view value =
+        std::string_view(*reply).substr(i * (8 + kValueBytes), 8 + kValueBytes);
     INFO("value " << i);
     REQUIRE(value.substr(0, 8) == u64(kValueBytes));
     REQUIRE(value.substr(8) == valueOf(i));
@@ -793,9 +801,10 @@ TEST_CASE("a large MULTI_GET is produced in slices in order with a STOP_WAITING 
   CHECK(client.receive(4, 5s) == hex("05060708"));
 }
 
-TEST_CASE("clients reading one large value at once share it: unread replies hold one copy, and "
-          "an overwrite reaches only the replies made after it",
-          "[abuse][budget][shared]") {
+TEST_CASE(
+    "clients reading one large value at once share it: unread replies hold one copy, and "
+    "an overwrite reaches only the replies made after it",
+    "[abuse][budget][shared]") {
   ServerOptions options;
   options.maxPendingReplyBytes = 8 * kMiB;  // each greedy client is held at 8 MiB of replies
   TestServer server(options);

@@ -6,15 +6,15 @@
 // 3-member etcd (Debian's etcd-server) for the binary's life, each fixture under a prefix of its
 // own (skipped, 77, without /usr/bin/etcd). What differs between backends is asked of the
 // fixture (canListKeys, connectBase, holdTtl), never of the backend's name.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <limits>
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/hash_store.h"
 #include "ddprun/rendezvous/prefix_store.h"
@@ -61,12 +61,18 @@ EtcdPlace freshEtcdPlace() {
 
 std::string backendName(Backend b) {
   switch (b) {
-    case Backend::kHash: return "HashStore";
-    case Backend::kPrefixHash: return "PrefixStore(HashStore)";
-    case Backend::kTcp2: return "TcpStore(torch-2.x) -> RendezvousServer";
-    case Backend::kTcp113: return "TcpStore(torch-1.13) -> RendezvousServer";
-    case Backend::kPrefixTcp2: return "PrefixStore(TcpStore(torch-2.x))";
-    case Backend::kEtcd: return "EtcdStore -> etcd (3 members)";
+    case Backend::kHash:
+      return "HashStore";
+    case Backend::kPrefixHash:
+      return "PrefixStore(HashStore)";
+    case Backend::kTcp2:
+      return "TcpStore(torch-2.x) -> RendezvousServer";
+    case Backend::kTcp113:
+      return "TcpStore(torch-1.13) -> RendezvousServer";
+    case Backend::kPrefixTcp2:
+      return "PrefixStore(TcpStore(torch-2.x))";
+    case Backend::kEtcd:
+      return "EtcdStore -> etcd (3 members)";
   }
   return "?";
 }
@@ -89,9 +95,12 @@ class Fixture {
 
   std::shared_ptr<Store> connect() {
     switch (backend_) {
-      case Backend::kHash: return hash_;
-      case Backend::kPrefixHash: return std::make_shared<PrefixStore>(hash_, "job/3");
-      case Backend::kTcp2: return std::make_shared<TcpStore>(server_->clientOptions());
+      case Backend::kHash:
+        return hash_;
+      case Backend::kPrefixHash:
+        return std::make_shared<PrefixStore>(hash_, "job/3");
+      case Backend::kTcp2:
+        return std::make_shared<TcpStore>(server_->clientOptions());
       case Backend::kTcp113:
         return std::make_shared<TcpStore>(server_->clientOptions(WireDialect::kTorch113));
       case Backend::kPrefixTcp2:
@@ -112,9 +121,12 @@ class Fixture {
   // view), otherwise the same as connect().
   std::shared_ptr<Store> connectBase() {
     switch (backend_) {
-      case Backend::kPrefixHash: return hash_;
-      case Backend::kPrefixTcp2: return std::make_shared<TcpStore>(server_->clientOptions());
-      default: return connect();
+      case Backend::kPrefixHash:
+        return hash_;
+      case Backend::kPrefixTcp2:
+        return std::make_shared<TcpStore>(server_->clientOptions());
+      default:
+        return connect();
     }
   }
 
@@ -438,9 +450,9 @@ TEST_CASE("listPrefix lists the keys under a prefix in byte order, or says it ca
   Fixture fixture(backend);
   auto store = fixture.connect();
   const std::string binary("p/\0z", 4);
-  for (const std::string& key : {std::string("p/b"), std::string("p/a"), std::string("p/c/1"),
-                                 std::string("p/\xff"), binary, std::string("p"),
-                                 std::string("pa"), std::string("q/a")}) {
+  for (const std::string& key :
+       {std::string("p/b"), std::string("p/a"), std::string("p/c/1"), std::string("p/\xff"), binary,
+        std::string("p"), std::string("pa"), std::string("q/a")}) {
     store->set(key, "v");
   }
   if (!fixture.canListKeys()) {
@@ -519,7 +531,8 @@ TEST_CASE("deletePrefix deletes exactly the keys under a prefix", "[store][confo
   CHECK(store->deletePrefix("r/1/") == 0);
   // More than one server batch.
   std::vector<std::string> keys;
-  for (std::size_t i = 0; i < 2 * Store::kMaxListedKeys + 5; ++i) keys.push_back(fmt::format("bulk/{}", i));
+  for (std::size_t i = 0; i < 2 * Store::kMaxListedKeys + 5; ++i)
+    keys.push_back(fmt::format("bulk/{}", i));
   store->multiSet(keys, std::vector<std::string>(keys.size(), "x"));
   CHECK(store->deletePrefix("bulk/") == static_cast<std::int64_t>(keys.size()));
   CHECK_FALSE(store->listPrefix("bulk/", 0).more);
@@ -555,8 +568,8 @@ class HoldingFixture {
 #endif
     } else {
       hash_ = std::make_unique<HashStore>(HashStore::Now{}, kind == Holding::kHashNotifies
-                                                                 ? HoldLapse::kStoreNotifies
-                                                                 : HoldLapse::kKeyDeletedOnly);
+                                                                ? HoldLapse::kStoreNotifies
+                                                                : HoldLapse::kKeyDeletedOnly);
     }
   }
   std::unique_ptr<HoldingStore> connect() {
@@ -567,8 +580,9 @@ class HoldingFixture {
     return hash_->connect();
   }
   HoldLapse expected() const {
-    return kind_ == Holding::kHashDeletesOnly || kind_ == Holding::kEtcd ? HoldLapse::kKeyDeletedOnly
-                                                                          : HoldLapse::kStoreNotifies;
+    return kind_ == Holding::kHashDeletesOnly || kind_ == Holding::kEtcd
+               ? HoldLapse::kKeyDeletedOnly
+               : HoldLapse::kStoreNotifies;
   }
   // The time-to-live of a hold that lasts as long as its connection. ddprun's store and
   // HashStore tie a ttl-0 hold to the connection; on etcd only a leased hold (ttl > 0) goes with
@@ -587,8 +601,9 @@ class HoldingFixture {
 
 }  // namespace
 
-TEST_CASE("a lapsed hold: the key goes, and the notice is written where the store says it writes it",
-          "[store][conformance][hold]") {
+TEST_CASE(
+    "a lapsed hold: the key goes, and the notice is written where the store says it writes it",
+    "[store][conformance][hold]") {
   const Holding kind = anyHolding();
   HoldingFixture fixture(kind);
   auto watcher = fixture.connect();
@@ -626,7 +641,9 @@ TEST_CASE("a quietly released hold is missing to a watcher too", "[store][confor
   auto holder = fixture.connect();
   REQUIRE(holder->hold("alive/1", "n1", fixture.holdTtl(), "stop", "lost n1") == "n1");
   std::vector<std::string> missing;
-  std::thread watching([&] { missing = watcher->waitForAnyMissing({"absent-never", "alive/1"}, 10s); });
+  std::thread watching([&] {
+    missing = watcher->waitForAnyMissing({"absent-never", "alive/1"}, 10s);
+  });
   watching.join();  // one of them is missing from the start
   CHECK(missing == std::vector<std::string>{"absent-never"});
   CHECK(holder->release("alive/1"));

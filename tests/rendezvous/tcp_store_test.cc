@@ -1,17 +1,17 @@
 // TcpStore, the client: connecting with retries, errors that say where and what, surviving
 // timeouts and server restarts, and many threads on one counter.
+#include "ddprun/rendezvous/tcp_store.h"
+
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <thread>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-
 #include "ddprun/rendezvous/server.h"
-#include "ddprun/rendezvous/tcp_store.h"
 #include "ports.h"
 #include "test_server.h"
 
@@ -75,7 +75,8 @@ TEST_CASE("an unresolvable host is reported by name", "[tcp_store]") {
   TcpStoreOptions options;
   options.host = "no-such-host.invalid";
   options.connectTimeout = 200ms;
-  CHECK_THROWS_WITH(TcpStore(options), Catch::Contains("cannot resolve host 'no-such-host.invalid'"));
+  CHECK_THROWS_WITH(TcpStore(options),
+                    Catch::Contains("cannot resolve host 'no-such-host.invalid'"));
 }
 
 TEST_CASE("a timed-out wait names the store, the keys and the time, and the client stays usable",
@@ -89,7 +90,8 @@ TEST_CASE("a timed-out wait names the store, the keys and the time, and the clie
     } catch (const StoreTimeoutError& error) {
       CHECK_THAT(error.what(), Catch::Contains(fmt::format("store 127.0.0.1:{}", server.port())));
       CHECK_THAT(error.what(), Catch::Contains("after 150 ms"));
-      CHECK_THAT(error.what(), Catch::Contains("'never', 'nor-this'"));  // quoted, escaped (shownKey)
+      CHECK_THAT(error.what(),
+                 Catch::Contains("'never', 'nor-this'"));  // quoted, escaped (shownKey)
     }
     // The keys appearing now, which completes the wait on the server unless it was cancelled,
     // must not confuse the next replies: a stale STOP_WAITING in front of them would shift every
@@ -158,8 +160,8 @@ TEST_CASE("a server that does not answer is reported with the key and the time w
   } catch (const StoreConnectionError& error) {
     const std::string text = error.what();
     CHECK(Clock::now() - started >= 190ms);
-    CHECK_THAT(text, Catch::StartsWith(
-                         fmt::format("store 127.0.0.1:{}: add 'counter' failed after ", options.port)));
+    CHECK_THAT(text, Catch::StartsWith(fmt::format(
+                         "store 127.0.0.1:{}: add 'counter' failed after ", options.port)));
     CHECK_THAT(text, Catch::Matches(".* failed after [0-9]{3,} ms: timed out waiting for a reply"));
   }
   ::close(fd);

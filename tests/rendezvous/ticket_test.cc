@@ -35,7 +35,9 @@ class OwnTickets final : public Store {
     calls.push_back("ticketCount " + std::string(key));
     return 77;
   }
-  std::string compareSet(std::string_view, std::string_view, std::string_view) override { return {}; }
+  std::string compareSet(std::string_view, std::string_view, std::string_view) override {
+    return {};
+  }
   void wait(const std::vector<std::string>&, Duration) override {}
   using Store::wait;
   bool check(const std::vector<std::string>&) override { return true; }

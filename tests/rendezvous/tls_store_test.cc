@@ -2,18 +2,17 @@
 // without TLS (torch's, a token client without it) get no reply byte, a store certificate the job
 // does not trust or a store without TLS is told apart at once, the workers' relay carries its
 // connections over TLS, and the TLS files are checked with one clear line each.
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/loopback_relay.h"
@@ -38,7 +37,8 @@ namespace {
 struct JobTls {
   TempDir dir;
   TestCertificate files = writeSelfSignedCertificate(dir.path, "store");
-  std::shared_ptr<const TlsConfig> config = TlsConfig::load({files.certificate, files.privateKey, ""});
+  std::shared_ptr<const TlsConfig> config =
+      TlsConfig::load({files.certificate, files.privateKey, ""});
 };
 
 ServerOptions withTls(const std::shared_ptr<const TlsConfig>& tls,
@@ -164,9 +164,10 @@ TEST_CASE("with TLS every operation works and no key or value can be read on the
   CHECK(tap.seen().find("tls-secret-key-name") != std::string::npos);
 }
 
-TEST_CASE("a server given TLS without the token, or a TLS config without its key, is refused at "
-          "construction",
-          "[tls]") {
+TEST_CASE(
+    "a server given TLS without the token, or a TLS config without its key, is refused at "
+    "construction",
+    "[tls]") {
   JobTls tls;
   ServerOptions noToken = withTls(tls.config);
   noToken.secret.reset();
@@ -216,8 +217,9 @@ TEST_CASE("a client without TLS gets no reply byte, and the refusal is logged on
     ++lines;
   }
   CHECK(lines == 1);
-  CHECK(eventually([&] { return server.server().stats().connections == 0; }, 2s,
-                   [&] { return fmt::format("{} connections", server.server().stats().connections); }));
+  CHECK(eventually(
+      [&] { return server.server().stats().connections == 0; }, 2s,
+      [&] { return fmt::format("{} connections", server.server().stats().connections); }));
 }
 
 TEST_CASE("a TLS client tells a store without TLS and a certificate it does not trust at once",
@@ -247,7 +249,8 @@ TEST_CASE("a TLS client tells a store without TLS and a certificate it does not 
   }
   CHECK(std::chrono::steady_clock::now() - started < 3s);
   // A CA file given apart from the certificate is what a client checks by.
-  const auto byAuthority = TlsConfig::load({other.certificate, other.privateKey, tls.files.certificate});
+  const auto byAuthority =
+      TlsConfig::load({other.certificate, other.privateKey, tls.files.certificate});
   TestServer job(withTls(tls.config));
   TcpStore store(client(job.port(), byAuthority));
   store.set("k", "v");
@@ -260,8 +263,9 @@ TEST_CASE("a connection that stays silent in the TLS handshake is closed at the 
   TestServer server(withTls(tls.config, 300ms));
   RawClient idle("127.0.0.1", server.port());
   CHECK(idle.closedWithin(3s));
-  CHECK(eventually([&] { return server.server().stats().connections == 0; }, 2s,
-                   [&] { return fmt::format("{} connections", server.server().stats().connections); }));
+  CHECK(eventually(
+      [&] { return server.server().stats().connections == 0; }, 2s,
+      [&] { return fmt::format("{} connections", server.server().stats().connections); }));
   // The job's clients still get through.
   TcpStore store(client(server.port(), tls.config));
   store.set("k", "v");
@@ -327,9 +331,8 @@ TEST_CASE("the workers' relay carries their connections to a TLS store", "[tls][
   RawClient raw("127.0.0.1", untrusting.port());
   raw.sendHex("00cef7853c 0d 01020304");
   CHECK(raw.closedWithin(3s));
-  CHECK(eventually(
-      [&] { return log.text().find("not one the job trusts") != std::string::npos; }, 3s,
-      [&] { return log.text(); }));
+  CHECK(eventually([&] { return log.text().find("not one the job trusts") != std::string::npos; },
+                   3s, [&] { return log.text(); }));
 }
 
 TEST_CASE("TLS files that cannot be used are one line naming the file and the fix", "[tls]") {
@@ -353,7 +356,8 @@ TEST_CASE("TLS files that cannot be used are one line naming the file and the fi
              Catch::Contains(fmt::format("run `chmod 600 {}`", mine.privateKey)));
   ::chmod(mine.privateKey.c_str(), 0600);
   std::ofstream(dir.path + "/text.crt") << "not a certificate\n";
-  CHECK_THAT(refused({dir.path + "/text.crt", "", ""}), Catch::Contains("holds no PEM certificate"));
+  CHECK_THAT(refused({dir.path + "/text.crt", "", ""}),
+             Catch::Contains("holds no PEM certificate"));
   CHECK_THAT(refused({"", mine.privateKey, ""}), Catch::Contains("without its certificate"));
   CHECK(refused({mine.certificate, mine.privateKey, ""}) == "loaded");
   CHECK(refused({mine.certificate, "", ""}) == "loaded");  // a client only

@@ -2,18 +2,17 @@
 // else is closed without a reply byte, a wrong token is told apart at once, and unmodified
 // (token-less) clients reach it through a LoopbackRelay with the store's semantics intact.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <csignal>
 #include <random>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "auth/handshake.h"
 #include "ddprun/rendezvous/loopback_relay.h"
@@ -112,11 +111,13 @@ TEST_CASE("a client without the token gets no reply byte and a clear error", "[t
     raw.send(hex("13"));
     CHECK(closedWithoutReply(raw));
   }
-  CHECK(eventually([&] { return server.server().stats().refusedHandshakes >= 1; }, 5s,
-                   [&] { return fmt::format("{} refused", server.server().stats().refusedHandshakes); }));
+  CHECK(eventually(
+      [&] { return server.server().stats().refusedHandshakes >= 1; }, 5s,
+      [&] { return fmt::format("{} refused", server.server().stats().refusedHandshakes); }));
 }
 
-TEST_CASE("a wrong token: the client says so at once and the server closes without reply", "[token]") {
+TEST_CASE("a wrong token: the client says so at once and the server closes without reply",
+          "[token]") {
   TestServer server(withToken());
   const auto started = std::chrono::steady_clock::now();
   try {
@@ -170,7 +171,8 @@ TEST_CASE("a flood of idle connections cannot keep the job's clients out", "[tok
   options.maxPendingHandshakes = 64;
   TestServer server(options);
   std::vector<std::unique_ptr<RawClient>> idle;
-  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<RawClient>("127.0.0.1", server.port()));
+  for (int i = 0; i < 200; ++i)
+    idle.push_back(std::make_unique<RawClient>("127.0.0.1", server.port()));
   TcpStore store(clientWith(server, kSecret));
   store.set("k", "v");
   CHECK(store.get("k") == "v");
@@ -245,9 +247,8 @@ TEST_CASE("the relay to a store with another token closes the worker's connectio
   RawClient worker("127.0.0.1", relay.port());
   worker.sendHex("0d 2a000000");
   CHECK(worker.closedWithin(3s));
-  CHECK(eventually(
-      [&] { return log.text().find("holds a different one") != std::string::npos; }, 3s,
-      [&] { return log.text(); }));
+  CHECK(eventually([&] { return log.text().find("holds a different one") != std::string::npos; },
+                   3s, [&] { return log.text(); }));
   CHECK(relay.stats().upstreamFailures == 1);
 }
 
@@ -299,8 +300,9 @@ TEST_CASE("the relay serves only its own user's processes", "[relay]") {
   if (served == '?') ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
-  INFO("the child reported '" << served << "' (n: closed by the relay, y: served, c: no connection, "
-                                          "x: could not become nobody, ?: no report in 10 s)");
+  INFO("the child reported '" << served
+                              << "' (n: closed by the relay, y: served, c: no connection, "
+                                 "x: could not become nobody, ?: no report in 10 s)");
   CHECK(served == 'n');
   CHECK(relay.stats().refusedUsers >= 1);
   // The relay's own user is served.

@@ -1,11 +1,11 @@
 // ddprun's C++ client against torch's own TCPStore servers (1.13, and 2.6 from the trixie chroot),
 // as far as each protocol allows.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "ddprun/rendezvous/tcp_store.h"
 #include "subprocess.h"
@@ -22,13 +22,14 @@ constexpr int kSkip = 77;
 // torch's TCPStore server in a child python; skips the test (exit 77) when that torch is absent.
 std::unique_ptr<Subprocess> startTorchServer(const char* python, std::uint16_t& port) {
   // stdin stays open (a pipe nobody writes) so the server lives until the test ends.
-  auto server = std::make_unique<Subprocess>(std::vector<std::string>{
-      "/bin/sh", "-c",
-      fmt::format("sleep 3600 | {} {}/tests/interop/torch_store_server.py", python,
-                  DDPRUN_SOURCE_DIR)});
+  auto server = std::make_unique<Subprocess>(
+      std::vector<std::string>{"/bin/sh", "-c",
+                               fmt::format("sleep 3600 | {} {}/tests/interop/torch_store_server.py",
+                                           python, DDPRUN_SOURCE_DIR)});
   const auto line = server->readLine(120s);
   if (!line) {
-    if (server->wait(5s) == kSkip || server->errors().find("chroot not found") != std::string::npos) {
+    if (server->wait(5s) == kSkip ||
+        server->errors().find("chroot not found") != std::string::npos) {
       std::cout << "skipped: " << server->errors() << std::endl;
       std::exit(kSkip);
     }

@@ -21,13 +21,17 @@ namespace {
 // A store with no tryGet of its own: the default form. It records every call.
 class Recording final : public Store {
  public:
-  void set(std::string_view key, std::string_view value) override { values[std::string(key)] = value; }
+  void set(std::string_view key, std::string_view value) override {
+    values[std::string(key)] = value;
+  }
   std::string get(std::string_view key) override {
     calls.push_back("get " + std::string(key));
     return values.at(std::string(key));
   }
   std::int64_t add(std::string_view, std::int64_t) override { return 0; }
-  std::string compareSet(std::string_view, std::string_view, std::string_view) override { return {}; }
+  std::string compareSet(std::string_view, std::string_view, std::string_view) override {
+    return {};
+  }
   void wait(const std::vector<std::string>&, Duration) override {}
   using Store::wait;
   bool check(const std::vector<std::string>& keys) override {
@@ -54,7 +58,9 @@ class OwnTryGet final : public Store {
     return std::string("own");
   }
   std::int64_t add(std::string_view, std::int64_t) override { return 0; }
-  std::string compareSet(std::string_view, std::string_view, std::string_view) override { return {}; }
+  std::string compareSet(std::string_view, std::string_view, std::string_view) override {
+    return {};
+  }
   void wait(const std::vector<std::string>&, Duration) override {}
   using Store::wait;
   bool check(const std::vector<std::string>& keys) override {
@@ -78,7 +84,8 @@ TEST_CASE("the default tryGet is check() then get(): nothing for a missing key, 
   store.set("empty", "");
   CHECK(store.tryGet("k") == std::optional<std::string>("v"));
   CHECK(store.tryGet("empty") == std::optional<std::string>(""));
-  CHECK(store.calls == std::vector<std::string>{"check k", "check k", "get k", "check empty", "get empty"});
+  CHECK(store.calls ==
+        std::vector<std::string>{"check k", "check k", "get k", "check empty", "get empty"});
 }
 
 TEST_CASE("a PrefixStore forwards tryGet to the wrapped store's own form, under its prefix",

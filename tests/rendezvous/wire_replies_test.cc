@@ -1,11 +1,10 @@
 // The exact bytes the server answers, op by op, in both dialects: the observed bytes of torch's
 // servers (../shared/reference/tcpstore-protocol.md) are the expectation.
+#include <catch2/catch.hpp>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "raw_client.h"
 #include "test_server.h"
@@ -15,7 +14,6 @@ using namespace ddprun::test;  // the shared test support (tests/support)
 using namespace std::chrono_literals;
 
 namespace {
-
 
 // Receives exactly `expected.size()` bytes and compares them in hex (readable failures).
 void expectReply(RawClient& client, const std::string& expected) {
@@ -77,10 +75,12 @@ TEST_CASE("torch 2.x dialect: every op answers torch's bytes", "[wire][torch2]")
   expectReply(c, hex("0300000000000000 616263"));
 
   // MULTI_SET then MULTI_GET; a missing key reads as an empty blob (libuv's behaviour).
-  c.sendHex("0b 0200000000000000 0300000000000000 2f6d31 0100000000000000 31"
-            "   0300000000000000 2f6d32 0200000000000000 3232");
-  c.sendHex("0a 0300000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32"
-            "   0300000000000000 2f6d33");
+  c.sendHex(
+      "0b 0200000000000000 0300000000000000 2f6d31 0100000000000000 31"
+      "   0300000000000000 2f6d32 0200000000000000 3232");
+  c.sendHex(
+      "0a 0300000000000000 0300000000000000 2f6d31 0300000000000000 2f6d32"
+      "   0300000000000000 2f6d33");
   expectReply(c, hex("0100000000000000 31 0200000000000000 3232 0000000000000000"));
 
   // GETNUMKEYS counts the whole map: /k1 /cnt /cs /ap /m1 /m2.
@@ -253,7 +253,8 @@ TEST_CASE("ddprun extension ops HOLD and RELEASE on a 2.x connection", "[wire][t
   TestServer server;
   RawClient c("127.0.0.1", server.port());
   c.handshake2x();
-  c.send(hex("d0") + blob("/alive/1") + blob("n1") + hex("00000000") + blob("/stop") + blob("lost"));
+  c.send(hex("d0") + blob("/alive/1") + blob("n1") + hex("00000000") + blob("/stop") +
+         blob("lost"));
   expectReply(c, blob("n1"));
   c.send(hex("d1") + blob("/alive/1"));
   expectReply(c, u64(1));
@@ -366,9 +367,10 @@ TEST_CASE("torch 1.13 dialect: WATCH_KEY pushes torch's event bytes", "[wire][to
   CHECK(watcher.silentFor(100ms));
 }
 
-TEST_CASE("torch 1.13 dialect: WATCH_KEY events and GETs of large values carry the value as it "
-          "was, whole, to every watcher",
-          "[wire][torch113][shared]") {
+TEST_CASE(
+    "torch 1.13 dialect: WATCH_KEY events and GETs of large values carry the value as it "
+    "was, whole, to every watcher",
+    "[wire][torch113][shared]") {
   // Values this large are sent by reference to the stored buffer (ReplyQueue), not copied.
   TestServer server;
   std::vector<std::unique_ptr<RawClient>> watchers;
@@ -392,7 +394,9 @@ TEST_CASE("torch 1.13 dialect: WATCH_KEY events and GETs of large values carry t
   }
   CHECK(ddprun::test::eventually(
       [&] { return server.server().stats().pendingReplyBytes == 0; }, 5s,
-      [&] { return std::to_string(server.server().stats().pendingReplyBytes) + " reply bytes held"; }));
+      [&] {
+        return std::to_string(server.server().stats().pendingReplyBytes) + " reply bytes held";
+      }));
 }
 
 TEST_CASE("torch 1.13 dialect: a request after a timed-out WAIT does not get a stale reply",

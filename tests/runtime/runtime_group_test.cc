@@ -1,10 +1,9 @@
 // Process groups formed in one test process (one thread per rank, rank 0 hosting the store, as
 // torch's env:// does without an agent): bootstrap, collectives, and what a caller sees when a
 // peer closes, hangs, or the store is not there.
+#include <catch2/catch.hpp>
 #include <future>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "ddprun/rendezvous/prefix_store.h"
 #include "ddprun/rendezvous/tcp_store.h"
@@ -19,8 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-RuntimeOptions optionsFor(int rank, int world, int port,
-                          std::chrono::milliseconds timeout = 10s) {
+RuntimeOptions optionsFor(int rank, int world, int port, std::chrono::milliseconds timeout = 10s) {
   RuntimeOptions options;
   options.rank = rank;
   options.worldSize = world;

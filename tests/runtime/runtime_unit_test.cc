@@ -1,13 +1,12 @@
 // The worker runtime's pure logic: 16-bit float conversions, the host reductions Gloo runs, and
 // RuntimeOptions read from the environment ddprun sets.
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "ddprun/runtime/process_group.h"
 #include "host_reduce.h"
@@ -17,8 +16,8 @@ using namespace ddprun::runtime;
 TEST_CASE("float16 conversion rounds to nearest even and keeps inf, NaN and subnormals") {
   CHECK(toHalf(1.0f).bits == 0x3C00);
   CHECK(toHalf(-2.0f).bits == 0xC000);
-  CHECK(toHalf(65504.0f).bits == 0x7BFF);           // the largest half
-  CHECK(toHalf(65520.0f).bits == 0x7C00);           // rounds up to inf
+  CHECK(toHalf(65504.0f).bits == 0x7BFF);               // the largest half
+  CHECK(toHalf(65520.0f).bits == 0x7C00);               // rounds up to inf
   CHECK(toHalf(std::ldexp(1.0f, -24)).bits == 0x0001);  // the smallest subnormal
   CHECK(toHalf(std::ldexp(1.0f, -26)).bits == 0x0000);  // below half of it: zero
   CHECK(toHalf(2049.0f).bits == toHalf(2048.0f).bits);  // tie -> even
@@ -104,10 +103,20 @@ class ScopedEnvironment {
   }
 
  private:
-  static constexpr const char* kNames[] = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-      "DDPRUN_GENERATION", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE",
-      "DDPRUN_BACKEND", "DDPRUN_TIMEOUT", "DDPRUN_GLOO_ADDR", "GLOO_SOCKET_IFNAME", "DDPRUN_DEVICE"};
+  static constexpr const char* kNames[] = {"RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "TORCHELASTIC_RUN_ID",
+                                           "DDPRUN_GENERATION",
+                                           "TORCHELASTIC_RESTART_COUNT",
+                                           "TORCHELASTIC_USE_AGENT_STORE",
+                                           "DDPRUN_BACKEND",
+                                           "DDPRUN_TIMEOUT",
+                                           "DDPRUN_GLOO_ADDR",
+                                           "GLOO_SOCKET_IFNAME",
+                                           "DDPRUN_DEVICE"};
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
@@ -125,11 +134,17 @@ std::string errorOf(std::initializer_list<std::pair<const char*, const char*>> v
 }  // namespace
 
 TEST_CASE("options come from the environment ddprun sets") {
-  ScopedEnvironment environment({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                 {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29511"},
-                                 {"TORCHELASTIC_RUN_ID", "job42"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
-                                 {"DDPRUN_GENERATION", "5"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                                 {"DDPRUN_BACKEND", "Gloo"}, {"DDPRUN_TIMEOUT", "2.5"}});
+  ScopedEnvironment environment({{"RANK", "3"},
+                                 {"WORLD_SIZE", "8"},
+                                 {"LOCAL_RANK", "1"},
+                                 {"MASTER_ADDR", "10.0.0.7"},
+                                 {"MASTER_PORT", "29511"},
+                                 {"TORCHELASTIC_RUN_ID", "job42"},
+                                 {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                 {"DDPRUN_GENERATION", "5"},
+                                 {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                 {"DDPRUN_BACKEND", "Gloo"},
+                                 {"DDPRUN_TIMEOUT", "2.5"}});
   const auto options = RuntimeOptions::fromEnvironment();
   CHECK(options.rank == 3);
   CHECK(options.worldSize == 8);
@@ -144,7 +159,9 @@ TEST_CASE("options come from the environment ddprun sets") {
 }
 
 TEST_CASE("without an agent store rank 0 hosts it, as torch's env:// does") {
-  ScopedEnvironment environment({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"},
+  ScopedEnvironment environment({{"RANK", "0"},
+                                 {"WORLD_SIZE", "2"},
+                                 {"MASTER_PORT", "29500"},
                                  {"TORCHELASTIC_RESTART_COUNT", "4"}});
   const auto options = RuntimeOptions::fromEnvironment();
   CHECK(options.hostStore);
@@ -160,8 +177,12 @@ TEST_CASE("a missing or malformed variable is one line naming it and the fix") {
              Catch::Contains("RANK='x' is not an integer"));
   CHECK_THAT(errorOf({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
              Catch::Contains("RANK=2 is not below WORLD_SIZE=2"));
-  CHECK_THAT(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"DDPRUN_TIMEOUT", "soon"}}),
-             Catch::Contains("DDPRUN_TIMEOUT='soon' is not a positive number of seconds"));
-  CHECK_THAT(errorOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"DDPRUN_BACKEND", "mpi"}}),
-             Catch::Contains("unknown backend 'mpi': use auto, gloo or nccl"));
+  CHECK_THAT(
+      errorOf(
+          {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"DDPRUN_TIMEOUT", "soon"}}),
+      Catch::Contains("DDPRUN_TIMEOUT='soon' is not a positive number of seconds"));
+  CHECK_THAT(
+      errorOf(
+          {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}, {"DDPRUN_BACKEND", "mpi"}}),
+      Catch::Contains("unknown backend 'mpi': use auto, gloo or nccl"));
 }

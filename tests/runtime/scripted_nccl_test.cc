@@ -4,15 +4,15 @@
 // finalizing hangs. What is checked is what the backend does about it: every call polled to
 // completion, an error within DDPRUN_TIMEOUT, the communicator aborted, the group restarted, the
 // unique id namespaced by restart, host buffers staged. NCCL itself runs in gpu_test.sh.
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "job_helpers.h"
 #include "subprocess.h"
@@ -64,8 +64,9 @@ std::vector<int> millisecondsIn(const std::string& text, const std::string& patt
 
 }  // namespace
 
-TEST_CASE("scripted NCCL: every collective and data type through the NCCL backend, host buffers "
-          "staged and device buffers as given") {
+TEST_CASE(
+    "scripted NCCL: every collective and data type through the NCCL backend, host buffers "
+    "staged and device buffers as given") {
   for (const bool device : {false, true}) {
     std::vector<std::string> args{RUNTIME_COLLECTIVES_CHECK};
     if (device) args.push_back("--device");
@@ -86,8 +87,8 @@ TEST_CASE("scripted NCCL: backend auto takes NCCL where a GPU is visible and Glo
   INFO(withGpu.output << withGpu.errors);
   CHECK(withGpu.status == 0);
   CHECK(countMatches(withGpu.output, R"(checks passed \(backend nccl, world 1\))") == 1);
-  const Job without = runScripted(1, {RUNTIME_COLLECTIVES_CHECK},
-                                  {"DDPRUN_TIMEOUT=30", "DDPRUN_SCRIPTED_GPUS=0"});
+  const Job without =
+      runScripted(1, {RUNTIME_COLLECTIVES_CHECK}, {"DDPRUN_TIMEOUT=30", "DDPRUN_SCRIPTED_GPUS=0"});
   INFO(without.output << without.errors);
   CHECK(without.status == 0);
   CHECK(countMatches(without.output, R"(checks passed \(backend gloo, world 1\))") == 1);
@@ -96,39 +97,44 @@ TEST_CASE("scripted NCCL: backend auto takes NCCL where a GPU is visible and Glo
                                   {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=0"});
   INFO(refused.errors);
   CHECK(refused.status != 0);
-  CHECK(countMatches(refused.errors, "the NCCL backend was asked for but no GPU is usable "
-                                     R"(\(no CUDA-capable device is detected \(scripted\)\): run )"
-                                     "on a GPU host with a build that has NCCL, or use "
-                                     "DDPRUN_BACKEND=gloo") == 1);
+  CHECK(countMatches(refused.errors,
+                     "the NCCL backend was asked for but no GPU is usable "
+                     R"(\(no CUDA-capable device is detected \(scripted\)\): run )"
+                     "on a GPU host with a build that has NCCL, or use "
+                     "DDPRUN_BACKEND=gloo") == 1);
 }
 
-TEST_CASE("scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers than GPUs is a "
-          "clear error") {
+TEST_CASE(
+    "scripted NCCL: each rank's GPU is its LOCAL_RANK, and more workers than GPUs is a "
+    "clear error") {
   const Job job = runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "0"},
                               {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2"});
   INFO(job.output << job.errors << job.log);
   CHECK(job.status == 0);
   CHECK(countMatches(job.log, "init rank=0 ranks=2 device=0 ") == 1);
   CHECK(countMatches(job.log, "init rank=1 ranks=2 device=1 ") == 1);
-  const Job tooMany = runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "0"},
-                                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=1",
-                                   "DDPRUN_TIMEOUT=10"});
+  const Job tooMany =
+      runScripted(2, {RUNTIME_RESILIENCE_WORKER, "--iterations", "0"},
+                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=1", "DDPRUN_TIMEOUT=10"});
   INFO(tooMany.errors);
   CHECK(tooMany.status != 0);
   // The worker's own line ("[default1]:..."; the failure summary quotes it again).
-  CHECK(countMatches(tooMany.errors,
-                     R"(\]:rank -?\d+: collective failed: rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 )"
-                     R"(GPU\(s\) are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 )"
-                     R"(workers per node \(--nproc-per-node 1\))") == 1);
+  CHECK(
+      countMatches(
+          tooMany.errors,
+          R"(\]:rank -?\d+: collective failed: rank 1 wants CUDA device 1 \(LOCAL_RANK/DDPRUN_DEVICE\) but only 1 )"
+          R"(GPU\(s\) are visible \(CUDA_VISIBLE_DEVICES=unset\): start at most 1 )"
+          R"(workers per node \(--nproc-per-node 1\))") == 1);
 }
 
 TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the attempt before") {
   // Attempt 0: rank 1 exits after init, the agent restarts both; every rank of an attempt must
   // have initialized with the id rank 0 published for that attempt, not an earlier one.
-  const Job job = runScripted(2, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
-                                  "0", "--fault", "exit-after-init", "--fault-rank", "1"},
-                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2",
-                               "DDPRUN_TIMEOUT=10"});
+  const Job job =
+      runScripted(2,
+                  {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations", "0", "--fault",
+                   "exit-after-init", "--fault-rank", "1"},
+                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2", "DDPRUN_TIMEOUT=10"});
   INFO(job.output << job.errors << job.log);
   REQUIRE(job.status == 0);
   CHECK(countMatches(job.output, "checksum 0 attempt 1") == 1);
@@ -149,19 +155,22 @@ TEST_CASE("scripted NCCL: a restarted group never reads the unique id of the att
   CHECK(*idsByAttempt["0"].begin() != *idsByAttempt["1"].begin());
 }
 
-TEST_CASE("scripted NCCL: ranks whose peer never joins fail ncclCommInitRank within "
-          "DDPRUN_TIMEOUT and abort the communicator") {
+TEST_CASE(
+    "scripted NCCL: ranks whose peer never joins fail ncclCommInitRank within "
+    "DDPRUN_TIMEOUT and abort the communicator") {
   // The workers ignore the agent's SIGTERM (and its SIGKILL comes 30 s later), so that each rank
   // is seen to fail by itself rather than be stopped when the first one failed.
-  const Job job = runScripted(2, {"--shutdown-timeout", "30", RUNTIME_RESILIENCE_WORKER,
-                                  "--ignore-sigterm", "--iterations", "5"},
+  const Job job = runScripted(2,
+                              {"--shutdown-timeout", "30", RUNTIME_RESILIENCE_WORKER,
+                               "--ignore-sigterm", "--iterations", "5"},
                               {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_GPUS=2",
                                "DDPRUN_SCRIPTED_NCCL=init-hang", "DDPRUN_TIMEOUT=2"});
   INFO(job.output << job.errors << job.log);
   CHECK(job.status != 0);
   const auto waited = millisecondsIn(
-      job.errors, R"(\]:rank -?\d+: collective failed: nccl ncclCommInitRank on rank \d of 2 did not complete within (\d+) ms \(a )"
-                  R"(peer hung or died\): the communicator was aborted; raise DDPRUN_TIMEOUT)");
+      job.errors,
+      R"(\]:rank -?\d+: collective failed: nccl ncclCommInitRank on rank \d of 2 did not complete within (\d+) ms \(a )"
+      R"(peer hung or died\): the communicator was aborted; raise DDPRUN_TIMEOUT)");
   REQUIRE(waited.size() == 2);
   for (const int ms : waited) {
     CHECK(ms >= 2000);
@@ -178,24 +187,25 @@ TEST_CASE("scripted NCCL: ranks whose peer never joins fail ncclCommInitRank wit
 // right checksum, no broken rule -- and returns the milliseconds in the failure `message`.
 int failedThenRestarted(const std::string& scenario, const std::string& timeoutSeconds,
                         const std::string& message) {
-  const Job job = runScripted(1, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations",
-                                  "10"},
-                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=" + scenario,
-                               "DDPRUN_TIMEOUT=" + timeoutSeconds});
+  const Job job =
+      runScripted(1, {"--max-restarts", "1", RUNTIME_RESILIENCE_WORKER, "--iterations", "10"},
+                  {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=" + scenario,
+                   "DDPRUN_TIMEOUT=" + timeoutSeconds});
   INFO(job.output << job.errors << job.log);
   REQUIRE(job.status == 0);
   const auto waited = millisecondsIn(job.errors, message);
   REQUIRE(waited.size() == 1);
-  CHECK(countMatches(job.output,
-                     fmt::format("checksum {} attempt 1", expectedChecksum(1, 10))) == 1);
+  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 1", expectedChecksum(1, 10))) ==
+        1);
   CHECK(countMatches(job.log, "abort rank=0") == 1);
   CHECK(countMatches(job.log, "destroy rank=0") == 1);
   CHECK(countMatches(job.log, "BUG") == 0);
   return waited[0];
 }
 
-TEST_CASE("scripted NCCL: a collective that never completes (a hung peer) fails within "
-          "DDPRUN_TIMEOUT, is aborted, and the restarted group finishes") {
+TEST_CASE(
+    "scripted NCCL: a collective that never completes (a hung peer) fails within "
+    "DDPRUN_TIMEOUT, is aborted, and the restarted group finishes") {
   const int waited = failedThenRestarted(
       "hang-at:3", "2",
       R"(collective failed: nccl all_reduce on rank 0 of 1 did not complete within (\d+) ms)");
@@ -203,8 +213,9 @@ TEST_CASE("scripted NCCL: a collective that never completes (a hung peer) fails 
   CHECK(waited < 4000);
 }
 
-TEST_CASE("scripted NCCL: an asynchronous NCCL error (a peer's connection closed) fails the "
-          "collective at once with NCCL's message, and the restarted group finishes") {
+TEST_CASE(
+    "scripted NCCL: an asynchronous NCCL error (a peer's connection closed) fails the "
+    "collective at once with NCCL's message, and the restarted group finishes") {
   const int waited = failedThenRestarted(
       "remote-error-at:3", "30",
       R"(collective failed: nccl all_reduce failed on rank 0 of 1 after (\d+) ms: remote )"
@@ -212,16 +223,17 @@ TEST_CASE("scripted NCCL: an asynchronous NCCL error (a peer's connection closed
   CHECK(waited < 1000);  // not the 30 s timeout
 }
 
-TEST_CASE("scripted NCCL: a shutdown whose peer never finalizes aborts after the grace instead "
-          "of hanging") {
+TEST_CASE(
+    "scripted NCCL: a shutdown whose peer never finalizes aborts after the grace instead "
+    "of hanging") {
   const auto start = std::chrono::steady_clock::now();
-  const Job job = runScripted(1, {RUNTIME_RESILIENCE_WORKER, "--iterations", "3"},
-                              {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=finalize-hang",
-                               "DDPRUN_TIMEOUT=2"});
+  const Job job = runScripted(
+      1, {RUNTIME_RESILIENCE_WORKER, "--iterations", "3"},
+      {"DDPRUN_BACKEND=nccl", "DDPRUN_SCRIPTED_NCCL=finalize-hang", "DDPRUN_TIMEOUT=2"});
   INFO(job.output << job.errors << job.log);
   CHECK(job.status == 0);  // every collective completed: the job's result stands
-  CHECK(countMatches(job.output,
-                     fmt::format("checksum {} attempt 0", expectedChecksum(1, 3))) == 1);
+  CHECK(countMatches(job.output, fmt::format("checksum {} attempt 0", expectedChecksum(1, 3))) ==
+        1);
   CHECK(countMatches(job.log, "finalize rank=0") == 1);
   CHECK(countMatches(job.log, "abort rank=0") == 1);
   CHECK(countMatches(job.log, "destroy") == 0);

@@ -30,9 +30,9 @@ inline std::vector<std::string> ddprunCommand(int nproc, const std::vector<std::
 inline std::vector<std::string> c10dCommand(const std::string& nnodes, int nproc,
                                             const std::string& endpoint, const std::string& id,
                                             const std::vector<std::string>& rest) {
-  std::vector<std::string> args{"--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc),
-                                "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                                "--rdzv-id", id};
+  std::vector<std::string> args{"--nnodes",       nnodes, "--nproc-per-node", std::to_string(nproc),
+                                "--rdzv-backend", "c10d", "--rdzv-endpoint",  endpoint,
+                                "--rdzv-id",      id};
   args.insert(args.end(), rest.begin(), rest.end());
   return ddprunCommand(std::move(args));
 }
@@ -41,10 +41,10 @@ inline std::vector<std::string> c10dCommand(const std::string& nnodes, int nproc
 // --node-rank RANK --master-addr 127.0.0.1 --master-port PORT rest...`
 inline std::vector<std::string> staticCommand(int nnodes, int nproc, int nodeRank, int port,
                                               const std::vector<std::string>& rest) {
-  std::vector<std::string> args{"--nnodes", std::to_string(nnodes), "--nproc-per-node",
-                                std::to_string(nproc), "--node-rank", std::to_string(nodeRank),
-                                "--master-addr", "127.0.0.1", "--master-port",
-                                std::to_string(port)};
+  std::vector<std::string> args{
+      "--nnodes",      std::to_string(nnodes),   "--nproc-per-node", std::to_string(nproc),
+      "--node-rank",   std::to_string(nodeRank), "--master-addr",    "127.0.0.1",
+      "--master-port", std::to_string(port)};
   args.insert(args.end(), rest.begin(), rest.end());
   return ddprunCommand(std::move(args));
 }

@@ -53,9 +53,10 @@ pid_t startAnchor() {
 void EtcdCluster::skipUnlessInstalled() {
   for (const char* program : {kEtcd, kEtcdctl}) {
     if (::access(program, X_OK) != 0) {
-      std::cout << "skipped: " << program
-                << " is not installed (scripts/install-deps.sh installs etcd-server and etcd-client)"
-                << std::endl;
+      std::cout
+          << "skipped: " << program
+          << " is not installed (scripts/install-deps.sh installs etcd-server and etcd-client)"
+          << std::endl;
       std::exit(77);
     }
   }
@@ -70,8 +71,8 @@ EtcdCluster::EtcdCluster(Options options) : options_(std::move(options)) {
   std::string pattern = base + "/ddprun-etcd-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed in " + base);
   directory_ = pattern;
-  token_ = "ddprun-test-" + std::to_string(::getpid()) + "-" +
-           directory_.substr(directory_.size() - 6);
+  token_ =
+      "ddprun-test-" + std::to_string(::getpid()) + "-" + directory_.substr(directory_.size() - 6);
   group_ = startAnchor();
   // Ports the kernel just handed out, all different (a port taken again in between makes the
   // start fail with the member's "address already in use" in its log).
@@ -118,8 +119,8 @@ void EtcdCluster::cleanUp() {
 }
 
 std::string EtcdCluster::clientUrl(int member) const {
-  return std::string(tls() ? "https" : "http") + "://127.0.0.1:" +
-         std::to_string(members_.at(member).clientPort);
+  return std::string(tls() ? "https" : "http") +
+         "://127.0.0.1:" + std::to_string(members_.at(member).clientPort);
 }
 
 std::string EtcdCluster::endpoints(std::vector<int> order) const {
@@ -128,8 +129,8 @@ std::string EtcdCluster::endpoints(std::vector<int> order) const {
   }
   std::string out;
   for (int i : order) {
-    out += (out.empty() ? "" : ",") + std::string(tls() ? "https://" : "") + "127.0.0.1:" +
-           std::to_string(clientPort(i));
+    out += (out.empty() ? "" : ",") + std::string(tls() ? "https://" : "") +
+           "127.0.0.1:" + std::to_string(clientPort(i));
   }
   return out;
 }
@@ -138,18 +139,34 @@ void EtcdCluster::start(int index) {
   Member& member = members_.at(index);
   std::string initialCluster;
   for (const Member& m : members_) {
-    initialCluster += (initialCluster.empty() ? "" : ",") + m.name + "=http://127.0.0.1:" +
-                      std::to_string(m.peerPort);
+    initialCluster += (initialCluster.empty() ? "" : ",") + m.name +
+                      "=http://127.0.0.1:" + std::to_string(m.peerPort);
   }
   const std::string client = clientUrl(index);
   const std::string peer = "http://127.0.0.1:" + std::to_string(member.peerPort);
-  std::vector<std::string> arguments = {
-      kEtcd, "--name", member.name, "--data-dir", member.dataDir,
-      "--listen-client-urls", client, "--advertise-client-urls", client,
-      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-      "--initial-cluster", initialCluster, "--initial-cluster-token", token_,
-      "--initial-cluster-state", "new",  // ignored by a restart: the data directory decides
-      "--logger", "zap", "--log-outputs", "stderr"};
+  std::vector<std::string> arguments = {kEtcd,
+                                        "--name",
+                                        member.name,
+                                        "--data-dir",
+                                        member.dataDir,
+                                        "--listen-client-urls",
+                                        client,
+                                        "--advertise-client-urls",
+                                        client,
+                                        "--listen-peer-urls",
+                                        peer,
+                                        "--initial-advertise-peer-urls",
+                                        peer,
+                                        "--initial-cluster",
+                                        initialCluster,
+                                        "--initial-cluster-token",
+                                        token_,
+                                        "--initial-cluster-state",
+                                        "new",  // ignored by a restart: the data directory decides
+                                        "--logger",
+                                        "zap",
+                                        "--log-outputs",
+                                        "stderr"};
   if (tls()) {
     for (const std::string& flag :
          {"--cert-file=" + options_.tlsCertificate, "--key-file=" + options_.tlsKey,
@@ -263,8 +280,9 @@ std::string EtcdCluster::etcdctl(const std::vector<std::string>& arguments) {
   std::vector<std::string> argv = {kEtcdctl, "--endpoints=" + liveUrls(), "--dial-timeout=1s",
                                    "--command-timeout=2s"};
   if (tls()) {
-    for (const std::string& flag : {"--cacert=" + options_.tlsCertificate,
-                                    "--cert=" + options_.tlsCertificate, "--key=" + options_.tlsKey}) {
+    for (const std::string& flag :
+         {"--cacert=" + options_.tlsCertificate, "--cert=" + options_.tlsCertificate,
+          "--key=" + options_.tlsKey}) {
       argv.push_back(flag);
     }
   }
@@ -296,9 +314,10 @@ void EtcdCluster::waitHealthy(std::chrono::milliseconds timeout) {
     }
     // A member that exited (a port taken, bad flags) will not become healthy: say so at once.
     if (exited || std::chrono::steady_clock::now() >= deadline) {
-      throw std::runtime_error("etcd cluster in " + directory_ + " not healthy" +
-                               (exited ? " (a member exited)" : " after " + std::to_string(timeout.count()) + " ms") +
-                               "; etcdctl said:\n" + lastSeen + "\n" + describe());
+      throw std::runtime_error(
+          "etcd cluster in " + directory_ + " not healthy" +
+          (exited ? " (a member exited)" : " after " + std::to_string(timeout.count()) + " ms") +
+          "; etcdctl said:\n" + lastSeen + "\n" + describe());
     }
     std::this_thread::sleep_for(250ms);
   }
@@ -313,7 +332,9 @@ int EtcdCluster::leader(std::chrono::milliseconds timeout) {
       for (const auto& entry : statuses) {
         const auto& status = entry.at("Status");
         if (status.value("leader", std::uint64_t{0}) == 0) continue;
-        if (status.at("header").at("member_id").get<std::uint64_t>() != status.at("leader").get<std::uint64_t>()) continue;
+        if (status.at("header").at("member_id").get<std::uint64_t>() !=
+            status.at("leader").get<std::uint64_t>())
+          continue;
         const std::string url = entry.at("Endpoint").get<std::string>();
         for (int i = 0; i < size(); ++i) {
           if (clientUrl(i) == url) return i;
@@ -341,7 +362,8 @@ std::string EtcdCluster::describe(std::size_t tailBytes) {
     const Member& member = members_[i];
     out << "--- etcd member " << member.name << " (client " << clientUrl(i) << ", peer port "
         << member.peerPort << "): "
-        << (alive ? (member.stopped ? "stopped" : "running") + std::string(" as pid ") + std::to_string(member.pid)
+        << (alive ? (member.stopped ? "stopped" : "running") + std::string(" as pid ") +
+                        std::to_string(member.pid)
                   : "not running" + (member.lastExit.empty() ? "" : ", " + member.lastExit))
         << "; its log's tail:\n"
         << logTail(i, tailBytes) << "\n";

@@ -1,7 +1,7 @@
 // A real etcd cluster for tests: N members of Debian's etcd-server (3.4, /usr/bin/etcd) on
 // 127.0.0.1 at free ports, with their data in a private temporary directory (in /dev/shm, so
-// etcd's fsyncs cost nothing), started at construction and waited for until healthy. Every member is in
-// one process group of the cluster's own, and dies with the thread that made it
+// etcd's fsyncs cost nothing), started at construction and waited for until healthy. Every member
+// is in one process group of the cluster's own, and dies with the thread that made it
 // (PR_SET_PDEATHSIG): no member outlives the test, however it ends. Members can be killed,
 // stopped, continued and restarted, to test what a client sees when etcd misbehaves.
 //
@@ -91,7 +91,7 @@ class EtcdCluster {
     std::uint16_t peerPort = 0;
     pid_t pid = -1;
     bool stopped = false;
-    std::string lastExit;  // how it ended, when it did
+    std::string lastExit;         // how it ended, when it did
     bool exitedByItself = false;  // not by kill(): it will not become healthy
   };
   void cleanUp();

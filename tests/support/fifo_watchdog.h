@@ -22,7 +22,8 @@ bool blockedOnFifo(const std::string& fifo, Call call) {
   std::atomic<bool> released{false};
   std::thread watchdog([&] {
     const auto until = Clock::now() + std::chrono::seconds(2);
-    while (!done && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!done && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (done) return;
     released = true;
     const int fd = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);

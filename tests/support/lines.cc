@@ -30,8 +30,8 @@ std::optional<std::string> findLine(const std::string& text, const std::string& 
 
 int countMatches(const std::string& text, const std::string& pattern) {
   const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                                        std::sregex_iterator()));
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
 }  // namespace ddprun::test

@@ -2,12 +2,12 @@
 // test can assert that an event was reported (and how).
 #pragma once
 
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/spdlog.h>
 
 namespace ddprun::test {
 

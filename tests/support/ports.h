@@ -83,7 +83,8 @@ inline std::uint16_t freePort() {
   std::random_device seed;
   std::mt19937 pick(seed());
   for (int attempt = 0; attempt < 500; ++attempt) {
-    const auto port = static_cast<std::uint16_t>(std::uniform_int_distribution<unsigned>(first, last)(pick));
+    const auto port =
+        static_cast<std::uint16_t>(std::uniform_int_distribution<unsigned>(first, last)(pick));
     if (port == 29400) continue;  // torch 1.13 --standalone's fixed port
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int on = 1;

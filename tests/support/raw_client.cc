@@ -18,8 +18,10 @@ std::string hex(std::string_view text) {
   int high = -1;
   for (char c : text) {
     if (c == ' ' || c == '\n') continue;
-    int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-            : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    int v = (c >= '0' && c <= '9')   ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
     if (v < 0) throw std::invalid_argument("bad hex digit");
     if (high < 0) {
       high = v;

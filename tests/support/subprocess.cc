@@ -161,7 +161,8 @@ std::string Subprocess::errors() {
 
 bool Subprocess::waitForError(const std::string& text, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] { return err_.text.find(text) != std::string::npos; });
+  return changed_.wait_for(lock, timeout,
+                           [&] { return err_.text.find(text) != std::string::npos; });
 }
 
 void Subprocess::signal(int signalNumber) { ::kill(pid_, signalNumber); }
@@ -176,7 +177,8 @@ std::optional<int> Subprocess::wait(std::chrono::milliseconds timeout) {
       status_ = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
       // Let the readers collect the last output (unless a grandchild still holds the pipes).
       std::unique_lock lock(mutex_);
-      changed_.wait_for(lock, std::chrono::seconds(2), [this] { return out_.closed && err_.closed; });
+      changed_.wait_for(lock, std::chrono::seconds(2),
+                        [this] { return out_.closed && err_.closed; });
       return status_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;

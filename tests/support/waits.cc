@@ -9,19 +9,21 @@ namespace ddprun::test {
 std::optional<int> exitStatus(Subprocess& process, std::chrono::milliseconds timeout) {
   const auto status = process.wait(timeout);
   if (!status) {
-    UNSCOPED_INFO(fmt::format("still running after {} ms:\n{}", timeout.count(),
-                              describeAll({&process})));
+    UNSCOPED_INFO(
+        fmt::format("still running after {} ms:\n{}", timeout.count(), describeAll({&process})));
   }
   return status;
 }
 
 bool reported(const std::vector<Subprocess*>& nodes, const std::string& pattern, int count,
               std::chrono::milliseconds timeout) {
-  return eventually([&] {
-    std::string all;
-    for (Subprocess* node : nodes) all += node->output();
-    return countLines(all, pattern) == count;
-  }, timeout, nodes);
+  return eventually(
+      [&] {
+        std::string all;
+        for (Subprocess* node : nodes) all += node->output();
+        return countLines(all, pattern) == count;
+      },
+      timeout, nodes);
 }
 
 bool exitsWith(Subprocess& process, int expected, std::chrono::milliseconds timeout,
@@ -40,9 +42,9 @@ int listeningPort(Subprocess& server, std::chrono::milliseconds timeout) {
   const auto line = server.readLine(timeout);
   const int port = line ? portFromListeningLine(*line) : 0;
   if (port == 0) {
-    UNSCOPED_INFO(fmt::format("no \"listening on HOST:PORT\" line within {} ms (first line: {}):\n{}",
-                              timeout.count(), line ? "'" + *line + "'" : "none",
-                              describeAll({&server})));
+    UNSCOPED_INFO(
+        fmt::format("no \"listening on HOST:PORT\" line within {} ms (first line: {}):\n{}",
+                    timeout.count(), line ? "'" + *line + "'" : "none", describeAll({&server})));
   }
   return port;
 }

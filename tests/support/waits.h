@@ -7,14 +7,13 @@
 //   REQUIRE(exitsWith(job, 0, 30s));
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "subprocess.h"
 

@@ -39,8 +39,8 @@ Bootstrap Bootstrap::connect(const RuntimeOptions& options) {
                     "check MASTER_ADDR/MASTER_PORT and that rank 0 is running",
                     options.rank, where, error.what()));
   }
-  bootstrap.keyPrefix = fmt::format("ddprun/runtime/{}/{}/{}", options.runId, options.generation,
-                                    options.groupName);
+  bootstrap.keyPrefix =
+      fmt::format("ddprun/runtime/{}/{}/{}", options.runId, options.generation, options.groupName);
   bootstrap.store = std::make_shared<rendezvous::PrefixStore>(std::move(tcp), bootstrap.keyPrefix);
   return bootstrap;
 }

@@ -29,12 +29,14 @@ class Collectives {
   virtual void shutdown() = 0;
 };
 
-std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap);
+std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options,
+                                                 Bootstrap bootstrap);
 
 // Whether this build has NCCL, and (when it has) why it cannot be used here; empty when it can.
 bool builtWithNccl();
 std::string ncclUnusableReason();
-std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap);
+std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options,
+                                                 Bootstrap bootstrap);
 
 // Whether `pointer` is CUDA device memory the CPU cannot read (managed memory it can). Never
 // creates a CUDA context: false unless the process has loaded the CUDA driver; always false in a

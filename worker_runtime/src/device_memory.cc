@@ -4,14 +4,13 @@
 // program that never touched CUDA cannot hold device memory, and the runtime API's
 // cudaPointerGetAttributes would create a CUDA context on the current GPU as a side effect, which
 // a Gloo rank on a GPU host must not pay for (memory on GPU 0, startup time) on every collective.
+#include <cuda.h>
 #include <dlfcn.h>
 #include <link.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda.h>
 
 #include "collectives.h"
 
@@ -60,7 +59,7 @@ bool isDeviceMemory(const void* pointer) {
   const PointerGetAttributes getAttributes = loadedDriver();
   if (getAttributes == nullptr) return false;
   CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED};
   unsigned int memoryType = 0;
   unsigned int managed = 0;
   void* data[] = {&memoryType, &managed};

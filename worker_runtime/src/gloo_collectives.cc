@@ -5,13 +5,6 @@
 // that hangs is reported after at most that long; a peer that dies closes its sockets and is
 // reported at once. Gloo's exceptions become RuntimeError here and nowhere else. Gloo touches
 // buffers from the CPU, so a CUDA device pointer is refused before it gets one (isDeviceMemory).
-#include <signal.h>
-
-#include <chrono>
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <fmt/format.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -21,6 +14,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "collectives.h"
 #include "ddprun/common/local_address.h"
@@ -47,7 +46,8 @@ class GlooStore final : public gloo::rendezvous::Store {
     return {value.begin(), value.end()};
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     store_->wait(keys, timeout);
   }
 
@@ -83,9 +83,15 @@ constexpr std::size_t kRingSegmentBytes = std::size_t{4} << 20;
 template <typename Options>
 void setOutput(Options& options, void* data, std::size_t count, DataType type) {
   switch (sizeOf(type)) {
-    case 2: options.setOutput(static_cast<std::uint16_t*>(data), count); break;
-    case 4: options.setOutput(static_cast<std::uint32_t*>(data), count); break;
-    default: options.setOutput(static_cast<std::uint64_t*>(data), count); break;
+    case 2:
+      options.setOutput(static_cast<std::uint16_t*>(data), count);
+      break;
+    case 4:
+      options.setOutput(static_cast<std::uint32_t*>(data), count);
+      break;
+    default:
+      options.setOutput(static_cast<std::uint64_t*>(data), count);
+      break;
   }
 }
 template <typename Options>
@@ -93,16 +99,24 @@ void setInput(Options& options, const void* data, std::size_t count, DataType ty
   // Gloo takes non-const pointers but does not write through an input buffer.
   void* input = const_cast<void*>(data);
   switch (sizeOf(type)) {
-    case 2: options.setInput(static_cast<std::uint16_t*>(input), count); break;
-    case 4: options.setInput(static_cast<std::uint32_t*>(input), count); break;
-    default: options.setInput(static_cast<std::uint64_t*>(input), count); break;
+    case 2:
+      options.setInput(static_cast<std::uint16_t*>(input), count);
+      break;
+    case 4:
+      options.setInput(static_cast<std::uint32_t*>(input), count);
+      break;
+    default:
+      options.setInput(static_cast<std::uint64_t*>(input), count);
+      break;
   }
 }
 
 class GlooCollectives final : public Collectives {
  public:
   GlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap)
-      : rank_(options.rank), worldSize_(options.worldSize), timeout_(options.timeout),
+      : rank_(options.rank),
+        worldSize_(options.worldSize),
+        timeout_(options.timeout),
         bootstrap_(std::move(bootstrap)) {
     gloo::transport::tcp::attr attr;
     if (!options.glooInterface.empty()) {
@@ -111,8 +125,8 @@ class GlooCollectives final : public Collectives {
       // The address peers on other hosts or network namespaces can reach us at.
       attr.hostname = !options.glooAddress.empty()
                           ? options.glooAddress
-                          : common::localAddressToward(options.masterAddr,
-                                                       static_cast<std::uint16_t>(options.masterPort))
+                          : common::localAddressToward(
+                                options.masterAddr, static_cast<std::uint16_t>(options.masterPort))
                                 .value_or("");
     }
     ignoreSigpipeUnlessHandled();
@@ -254,7 +268,8 @@ class GlooCollectives final : public Collectives {
 
 }  // namespace
 
-std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options, Bootstrap bootstrap) {
+std::unique_ptr<Collectives> makeGlooCollectives(const RuntimeOptions& options,
+                                                 Bootstrap bootstrap) {
   return std::make_unique<GlooCollectives>(options, std::move(bootstrap));
 }
 

@@ -32,19 +32,27 @@ struct BFloat16AsFloat {
 
 struct Plus {
   template <typename V>
-  V operator()(V a, V b) const { return a + b; }
+  V operator()(V a, V b) const {
+    return a + b;
+  }
 };
 struct Times {
   template <typename V>
-  V operator()(V a, V b) const { return a * b; }
+  V operator()(V a, V b) const {
+    return a * b;
+  }
 };
 struct Min {
   template <typename V>
-  V operator()(V a, V b) const { return std::min(a, b); }
+  V operator()(V a, V b) const {
+    return std::min(a, b);
+  }
 };
 struct Max {
   template <typename V>
-  V operator()(V a, V b) const { return std::max(a, b); }
+  V operator()(V a, V b) const {
+    return std::max(a, b);
+  }
 };
 
 // `Storage` is the element type in memory; `Codec` maps it to the type the arithmetic runs in.
@@ -66,21 +74,30 @@ HostReduceFunction reduceFor(ReduceOp op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:  // the sum, divided afterwards by divideElements
       return &reduceElements<Storage, Codec, Plus>;
-    case ReduceOp::kProduct: return &reduceElements<Storage, Codec, Times>;
-    case ReduceOp::kMin: return &reduceElements<Storage, Codec, Min>;
-    case ReduceOp::kMax: return &reduceElements<Storage, Codec, Max>;
+    case ReduceOp::kProduct:
+      return &reduceElements<Storage, Codec, Times>;
+    case ReduceOp::kMin:
+      return &reduceElements<Storage, Codec, Min>;
+    case ReduceOp::kMax:
+      return &reduceElements<Storage, Codec, Max>;
   }
   return nullptr;
 }
 
 inline HostReduceFunction hostReduceFunction(DataType type, ReduceOp op) {
   switch (type) {
-    case DataType::kFloat32: return reduceFor<float, Native<float>>(op);
-    case DataType::kFloat64: return reduceFor<double, Native<double>>(op);
-    case DataType::kInt32: return reduceFor<std::int32_t, Native<std::int32_t>>(op);
-    case DataType::kInt64: return reduceFor<std::int64_t, Native<std::int64_t>>(op);
-    case DataType::kFloat16: return reduceFor<Half, HalfAsFloat>(op);
-    case DataType::kBFloat16: return reduceFor<BFloat16, BFloat16AsFloat>(op);
+    case DataType::kFloat32:
+      return reduceFor<float, Native<float>>(op);
+    case DataType::kFloat64:
+      return reduceFor<double, Native<double>>(op);
+    case DataType::kInt32:
+      return reduceFor<std::int32_t, Native<std::int32_t>>(op);
+    case DataType::kInt64:
+      return reduceFor<std::int64_t, Native<std::int64_t>>(op);
+    case DataType::kFloat16:
+      return reduceFor<Half, HalfAsFloat>(op);
+    case DataType::kBFloat16:
+      return reduceFor<BFloat16, BFloat16AsFloat>(op);
   }
   return nullptr;
 }
@@ -90,19 +107,26 @@ void divideAll(void* data, std::size_t n, int divisor) {
   auto* values = static_cast<Storage*>(data);
   using Value = typename Codec::Value;
   for (std::size_t i = 0; i < n; ++i) {
-    values[i] = Codec::store(static_cast<Value>(Codec::load(values[i]) / static_cast<Value>(divisor)));
+    values[i] =
+        Codec::store(static_cast<Value>(Codec::load(values[i]) / static_cast<Value>(divisor)));
   }
 }
 
 // kAvg's second step: every element divided by the world size (integers truncate toward zero).
 inline void divideElements(void* data, std::size_t n, DataType type, int divisor) {
   switch (type) {
-    case DataType::kFloat32: return divideAll<float, Native<float>>(data, n, divisor);
-    case DataType::kFloat64: return divideAll<double, Native<double>>(data, n, divisor);
-    case DataType::kInt32: return divideAll<std::int32_t, Native<std::int32_t>>(data, n, divisor);
-    case DataType::kInt64: return divideAll<std::int64_t, Native<std::int64_t>>(data, n, divisor);
-    case DataType::kFloat16: return divideAll<Half, HalfAsFloat>(data, n, divisor);
-    case DataType::kBFloat16: return divideAll<BFloat16, BFloat16AsFloat>(data, n, divisor);
+    case DataType::kFloat32:
+      return divideAll<float, Native<float>>(data, n, divisor);
+    case DataType::kFloat64:
+      return divideAll<double, Native<double>>(data, n, divisor);
+    case DataType::kInt32:
+      return divideAll<std::int32_t, Native<std::int32_t>>(data, n, divisor);
+    case DataType::kInt64:
+      return divideAll<std::int64_t, Native<std::int64_t>>(data, n, divisor);
+    case DataType::kFloat16:
+      return divideAll<Half, HalfAsFloat>(data, n, divisor);
+    case DataType::kBFloat16:
+      return divideAll<BFloat16, BFloat16AsFloat>(data, n, divisor);
   }
 }
 

@@ -14,6 +14,10 @@
 // before the call on the default stream (legacy or per-thread) and on every blocking stream, since
 // the legacy default stream itself waits for those. Work on the caller's cudaStreamNonBlocking
 // streams is the caller's to synchronize (documented in process_group.h).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -21,10 +25,6 @@
 #include <string>
 #include <thread>
 #include <type_traits>
-
-#include <cuda_runtime_api.h>
-#include <fmt/format.h>
-#include <nccl.h>
 
 #include "collectives.h"
 #include "ddprun/common/worker_env_names.h"
@@ -94,23 +94,34 @@ void backoff(int spins) {
 
 ncclDataType_t ncclTypeOf(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t ncclOpOf(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;
 }
@@ -123,7 +134,9 @@ std::string visibleDevices() {
 class NcclCollectives final : public Collectives {
  public:
   NcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap)
-      : rank_(options.rank), worldSize_(options.worldSize), timeout_(options.timeout),
+      : rank_(options.rank),
+        worldSize_(options.worldSize),
+        timeout_(options.timeout),
         bootstrap_(std::move(bootstrap)) {
     int count = 0;
     cudaCheck(cudaGetDeviceCount(&count), "cudaGetDeviceCount", RuntimeError::Kind::kUnavailable);
@@ -157,22 +170,23 @@ class NcclCollectives final : public Collectives {
       } else {
         const std::string value = bootstrap_.store->get(kUniqueIdKey);
         if (value.size() != sizeof(id.internal)) {
-          throw RuntimeError(RuntimeError::Kind::kPeerFailure,
-                             fmt::format("the NCCL unique id in the store under {}/{} has {} bytes, "
-                                         "not {}: another program wrote that key",
-                                         bootstrap_.keyPrefix, kUniqueIdKey, value.size(),
-                                         sizeof(id.internal)));
+          throw RuntimeError(
+              RuntimeError::Kind::kPeerFailure,
+              fmt::format("the NCCL unique id in the store under {}/{} has {} bytes, "
+                          "not {}: another program wrote that key",
+                          bootstrap_.keyPrefix, kUniqueIdKey, value.size(), sizeof(id.internal)));
         }
         value.copy(id.internal, sizeof(id.internal));
       }
     } catch (const rendezvous::StoreTimeoutError& error) {
       throw RuntimeError(RuntimeError::Kind::kTimeout,
                          fmt::format("rank {}: rank 0 did not publish the NCCL unique id in time "
-                                     "({})", rank_, error.what()));
+                                     "({})",
+                                     rank_, error.what()));
     } catch (const rendezvous::StoreError& error) {
-      throw RuntimeError(RuntimeError::Kind::kPeerFailure,
-                         fmt::format("rank {}: NCCL bootstrap through the store failed: {}", rank_,
-                                     error.what()));
+      throw RuntimeError(
+          RuntimeError::Kind::kPeerFailure,
+          fmt::format("rank {}: NCCL bootstrap through the store failed: {}", rank_, error.what()));
     }
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -361,10 +375,10 @@ class NcclCollectives final : public Collectives {
   [[noreturn]] void fail(const char* what, Clock::time_point start, ncclResult_t result) {
     const std::string last = comm_ != nullptr ? ncclGetLastError(comm_.get()) : "";
     abort();
-    throw RuntimeError(RuntimeError::Kind::kPeerFailure,
-                       fmt::format("nccl {} failed on rank {} of {} after {} ms: {}{}{}", what, rank_,
-                                   worldSize_, elapsedMs(start), ncclGetErrorString(result),
-                                   last.empty() ? "" : ": ", last));
+    throw RuntimeError(
+        RuntimeError::Kind::kPeerFailure,
+        fmt::format("nccl {} failed on rank {} of {} after {} ms: {}{}{}", what, rank_, worldSize_,
+                    elapsedMs(start), ncclGetErrorString(result), last.empty() ? "" : ": ", last));
   }
 
   [[noreturn]] void timedOut(const char* what, Clock::time_point start) {
@@ -410,7 +424,8 @@ std::string ncclUnusableReason() {
   return {};
 }
 
-std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options, Bootstrap bootstrap) {
+std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions& options,
+                                                 Bootstrap bootstrap) {
   return std::make_unique<NcclCollectives>(options, std::move(bootstrap));
 }
 

@@ -6,7 +6,9 @@ namespace ddprun::runtime::detail {
 
 bool builtWithNccl() { return false; }
 
-std::string ncclUnusableReason() { return "this build of ddprun has no NCCL (CUDA/NCCL not found)"; }
+std::string ncclUnusableReason() {
+  return "this build of ddprun has no NCCL (CUDA/NCCL not found)";
+}
 
 std::unique_ptr<Collectives> makeNcclCollectives(const RuntimeOptions&, Bootstrap) {
   throw RuntimeError(RuntimeError::Kind::kUnavailable, ncclUnusableReason());

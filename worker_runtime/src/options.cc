@@ -76,16 +76,19 @@ RuntimeOptions RuntimeOptions::fromEnvironment() {
     char* end = nullptr;
     const double seconds = std::strtod(text->c_str(), &end);
     if (text->empty() || *end != '\0' || !std::isfinite(seconds) || seconds <= 0) {
-      invalid("DDPRUN_TIMEOUT='" + *text + "' is not a positive number of seconds: e.g. DDPRUN_TIMEOUT=60");
+      invalid("DDPRUN_TIMEOUT='" + *text +
+              "' is not a positive number of seconds: e.g. DDPRUN_TIMEOUT=60");
     }
-    options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
+    options.timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
   }
   if (const auto text = variable("DDPRUN_GLOO_ADDR")) options.glooAddress = *text;
   // torch accepts a comma-separated list (one Gloo device per interface); one device is used here.
   if (const auto text = variable("GLOO_SOCKET_IFNAME")) {
     options.glooInterface = text->substr(0, text->find(','));
   }
-  if (const auto text = variable("DDPRUN_DEVICE")) options.device = integer("DDPRUN_DEVICE", *text, 0);
+  if (const auto text = variable("DDPRUN_DEVICE"))
+    options.device = integer("DDPRUN_DEVICE", *text, 0);
   return options;
 }
 

@@ -1,10 +1,10 @@
 // ProcessGroup: argument checks, backend choice, and the broken-after-failure rule; the backends
 // do the communication.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bootstrap.h"
 #include "collectives.h"
@@ -22,8 +22,10 @@ void validate(const RuntimeOptions& options) {
     invalid(fmt::format("world size {} must be at least 1", options.worldSize));
   }
   if (options.rank < 0 || options.rank >= options.worldSize) {
-    invalid(fmt::format("rank {} is not in [0, {}): give each process a distinct rank below the "
-                        "world size", options.rank, options.worldSize));
+    invalid(
+        fmt::format("rank {} is not in [0, {}): give each process a distinct rank below the "
+                    "world size",
+                    options.rank, options.worldSize));
   }
   if (options.masterPort < 1 || options.masterPort > 65535) {
     invalid(fmt::format("master port {} is not in 1..65535: set MASTER_PORT (ddprun sets it)",
@@ -45,10 +47,11 @@ Choice chooseBackend(const RuntimeOptions& options) {
   const std::string whyNot = detail::ncclUnusableReason();
   if (options.backend == BackendKind::kNccl) {
     if (!whyNot.empty()) {
-      throw RuntimeError(RuntimeError::Kind::kUnavailable,
-                         fmt::format("the NCCL backend was asked for but {}: run on a GPU host with "
-                                     "a build that has NCCL, or use DDPRUN_BACKEND=gloo",
-                                     whyNot));
+      throw RuntimeError(
+          RuntimeError::Kind::kUnavailable,
+          fmt::format("the NCCL backend was asked for but {}: run on a GPU host with "
+                      "a build that has NCCL, or use DDPRUN_BACKEND=gloo",
+                      whyNot));
     }
     return {BackendKind::kNccl, "asked for"};
   }
@@ -97,7 +100,8 @@ void agreeOnBackend(const RuntimeOptions& options, const Choice& choice,
   } catch (const rendezvous::StoreError&) {
     // The message below is what matters.
   }
-  const BackendKind other = choice.backend == BackendKind::kNccl ? BackendKind::kGloo : BackendKind::kNccl;
+  const BackendKind other =
+      choice.backend == BackendKind::kNccl ? BackendKind::kGloo : BackendKind::kNccl;
   throw RuntimeError(
       RuntimeError::Kind::kUnavailable,
       fmt::format("the ranks do not agree on the backend: rank {} uses {} ({}) but {} of the {} "
@@ -120,7 +124,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const RuntimeOptions& options) 
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
-ProcessGroup::ProcessGroup(std::unique_ptr<detail::Collectives> collectives) : collectives_(std::move(collectives)) {}
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::Collectives> collectives)
+    : collectives_(std::move(collectives)) {}
 
 ProcessGroup::~ProcessGroup() { shutdown(); }
 

@@ -6,9 +6,13 @@
 // end.
 #include "ddprun/launcher/agent.h"
 
+#include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,17 +20,12 @@
 #include <memory>
 #include <system_error>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
 #include "agent/asio_event_loop.h"
 #include "agent/health_endpoint.h"
 #include "agent/relay_handoff.h"
 #include "agent/run_directories.h"
-#include "agent/status_feed.h"
 #include "agent/startup_error.h"
+#include "agent/status_feed.h"
 #include "agent/stdin_reader.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/descriptor_limit.h"
@@ -97,7 +96,8 @@ EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& id
     options.pythonStackDir = hook.stackDir;
     options.pythonStackSignal = hook.signal;
   } catch (const std::exception& error) {
-    spdlog::warn("hung Python workers will be reported without their Python stacks: {}", error.what());
+    spdlog::warn("hung Python workers will be reported without their Python stacks: {}",
+                 error.what());
   }
   // A native backtrace within the budget (0: none): eu-stack when installed (milliseconds), else
   // gdb (seconds on a process that loaded libtorch); DDPRUN_HANG_DEBUGGER names another, or ""
@@ -105,7 +105,8 @@ EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& id
   const Environment& environment = identity.environment;
   if (nativeStackBudget.count() <= 0) {
     options.debugger = "";
-  } else if (auto debugger = environment.find("DDPRUN_HANG_DEBUGGER"); debugger != environment.end()) {
+  } else if (auto debugger = environment.find("DDPRUN_HANG_DEBUGGER");
+             debugger != environment.end()) {
     options.debugger = debugger->second.empty()
                            ? ""
                            : common::findExecutable(debugger->second, environment).value_or("");
@@ -157,7 +158,8 @@ AgentIdentity identityOf(const Environment& environment, const RunDirectories& d
   identity.hostname = hostName();
   identity.environment = environment;
   identity.agentMarker = fmt::format("{}-{}", ::getpid(), common::randomHexId());
-  if (guardian) guardian->killHoldersOf(fmt::format("{}={}", common::kEnvDdprunAgent, identity.agentMarker));
+  if (guardian)
+    guardian->killHoldersOf(fmt::format("{}={}", common::kEnvDdprunAgent, identity.agentMarker));
   identity.scratchDir = directories.scratchDir();
   identity.logRunDir = directories.logRunDir();
   return identity;
@@ -168,9 +170,8 @@ std::unique_ptr<FileTimerPipe> serveFileTimers(asio::io_context& io, const std::
                                                AgentMachine& machine) {
   if (path.empty()) return nullptr;
   try {
-    auto pipe = std::make_unique<FileTimerPipe>(io, path, [&machine](std::string_view line) {
-      machine.onFileTimerLine(line);
-    });
+    auto pipe = std::make_unique<FileTimerPipe>(
+        io, path, [&machine](std::string_view line) { machine.onFileTimerLine(line); });
     spdlog::info("serving torch's FileTimer requests on {}", path);
     return pipe;
   } catch (const std::exception& error) {
@@ -235,7 +236,9 @@ class AgentDiagnostics {
 
 // The job-control signals that stop a process: Ctrl-Z (SIGTSTP), a background job reading from or
 // writing to the terminal (SIGTTIN, SIGTTOU).
-bool isStopSignal(int signal) { return signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU; }
+bool isStopSignal(int signal) {
+  return signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU;
+}
 
 // Stops this process as `signal` would have without a handler, so that the shell sees the job
 // stopped by it ("Stopped", "Stopped (tty output)"), and returns once it is continued. Asio's
@@ -253,26 +256,28 @@ void stopAgentAs(int signal) {
 
 // SIGCHLD, job control and the handled signals, to the machine, until it has finished.
 void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerPipe* timerPipe) {
-  signals.async_wait([&signals, &machine, timerPipe](const boost::system::error_code& error, int signal) {
-    if (error) return;
-    if (signal == SIGCHLD) {
-      machine.onChildExited();
-    } else if (isStopSignal(signal)) {
-      // Ctrl-Z: the workers and the timeouts first, then the agent itself; the same handler
-      // continues them all once the agent runs again, before anything else is handled.
-      machine.onSuspend(signal);
-      // A FileTimer request written just before the workers stopped is taken now, so that its
-      // deadline is moved on with the others.
-      if (timerPipe != nullptr) timerPipe->readAvailable();
-      stopAgentAs(signal);
-      machine.onResume();
-    } else if (signal == SIGCONT) {
-      machine.onResume();  // already done when the agent stopped itself; nothing then
-    } else {
-      machine.onSignal(signal);
-    }
-    if (machine.state() != AgentMachine::State::kFinished) forwardSignals(signals, machine, timerPipe);
-  });
+  signals.async_wait(
+      [&signals, &machine, timerPipe](const boost::system::error_code& error, int signal) {
+        if (error) return;
+        if (signal == SIGCHLD) {
+          machine.onChildExited();
+        } else if (isStopSignal(signal)) {
+          // Ctrl-Z: the workers and the timeouts first, then the agent itself; the same handler
+          // continues them all once the agent runs again, before anything else is handled.
+          machine.onSuspend(signal);
+          // A FileTimer request written just before the workers stopped is taken now, so that its
+          // deadline is moved on with the others.
+          if (timerPipe != nullptr) timerPipe->readAvailable();
+          stopAgentAs(signal);
+          machine.onResume();
+        } else if (signal == SIGCONT) {
+          machine.onResume();  // already done when the agent stopped itself; nothing then
+        } else {
+          machine.onSignal(signal);
+        }
+        if (machine.state() != AgentMachine::State::kFinished)
+          forwardSignals(signals, machine, timerPipe);
+      });
 }
 
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
@@ -281,7 +286,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // Before anything else reads stdin (readStdinSignals below takes what follows the line).
   std::optional<rendezvous::JobSecret> stdinToken;
   if (config.tokenFromStdin) stdinToken = readTokenLine(STDIN_FILENO, kTokenLineWait);
-  const std::optional<HealthEndpoint> healthEndpoint = healthEndpointOf(environment);  // bad: exit 2 now
+  const std::optional<HealthEndpoint> healthEndpoint =
+      healthEndpointOf(environment);  // bad: exit 2 now
   const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
   RunDirectories directories(config, environment, guardian);
   if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());
@@ -296,7 +302,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // The console: written by threads of its own, so a stalled reader never stalls the loop.
   auto outWriter = std::make_shared<ConsoleWriter>(STDOUT_FILENO, io);
   auto errWriter = samePlace(STDOUT_FILENO, STDERR_FILENO)  // one place, one queue: samePlace()
-                       ? outWriter : std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
+                       ? outWriter
+                       : std::make_shared<ConsoleWriter>(STDERR_FILENO, io);
   LogThroughConsole logThrough(errWriter);
   identity.printError = [errWriter](std::string text) { errWriter->write(std::move(text)); };
   LogRouterOptions routerOptions = logOptions(config, identity);
@@ -335,13 +342,15 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   // active-run claim is dropped with it: it keeps an agent of another run id out of a shared
   // endpoint, and this private port and random id have none. The hosted store and the status
   // publisher stay, so `ddprun status` reads status/<id> as for any other job.
-  const bool formsAlone = config.rdzv.standalone && identity.hostsStore && config.rdzv.maxNodes == 1;
+  const bool formsAlone =
+      config.rdzv.standalone && identity.hostsStore && config.rdzv.maxNodes == 1;
   std::unique_ptr<SoloRendezvous> solo;
   std::unique_ptr<MembershipDriver> driver;
   if (formsAlone) {
     solo = std::make_unique<SoloRendezvous>(selfNode(config, identity), loop, backend->address());
   } else {
-    driver = std::make_unique<MembershipDriver>(config.rdzv, *backend, selfNode(config, identity), loop);
+    driver =
+        std::make_unique<MembershipDriver>(config.rdzv, *backend, selfNode(config, identity), loop);
   }
   RendezvousClient& rendezvous = solo ? static_cast<RendezvousClient&>(*solo) : *driver;
   AgentDiagnostics diagnostics(privateDir, identity, loop, launcher.cgroupPath(),
@@ -350,8 +359,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,
-                       diagnostics.seams(config, errWriter),
-                       [&](int exitCode) {
+                       diagnostics.seams(config, errWriter), [&](int exitCode) {
                          code = exitCode;
                          io.stop();
                        });
@@ -359,7 +367,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   if (driver) driver->attach(machine);
   // `ddprun status`: this agent's snapshot, kept in the rendezvous (agent/status_feed.h).
   StatusPublisher statusPublisher(*backend, config.rdzv.runId);
-  StatusFeed statusFeed(loop, machine, statusPublisher, [&rendezvous] { return rendezvous.nodeId(); });
+  StatusFeed statusFeed(loop, machine, statusPublisher,
+                        [&rendezvous] { return rendezvous.nodeId(); });
   const auto timerPipe = serveFileTimers(io, timerFile, machine);
   auto health = serveHealth(io, healthEndpoint, machine);  // /healthz, on this loop
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
@@ -398,7 +407,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     statusFeed.finish(signalled ? std::chrono::milliseconds(500) : std::chrono::milliseconds(2000));
   }
   rendezvous.leave(identity.hostsStore, storeEndsAlone,
-                   signalled ? std::optional(std::min(config.restart.shutdownTimeout, config.rdzv.settings.closeTimeout))
+                   signalled ? std::optional(std::min(config.restart.shutdownTimeout,
+                                                      config.rdzv.settings.closeTimeout))
                              : std::nullopt);
   output.closeAll();
   // The failure summary points into the scratch directory (error files): keep it then, as
@@ -424,9 +434,9 @@ int runAgent(const LaunchConfig& given, const std::map<std::string, std::string>
   } catch (const std::exception& error) {
     // Anything else that escapes is a bug; still one line and the bad-input code, never an
     // abort (std::terminate would skip the guardian's orderly end and print no reason).
-    const Ending ending = Ending::badInput(fmt::format(
-        "ddprun: error: {} (an unexpected error: please report it with this line)",
-        common::printable(error.what())));
+    const Ending ending = Ending::badInput(
+        fmt::format("ddprun: error: {} (an unexpected error: please report it with this line)",
+                    common::printable(error.what())));
     std::fprintf(stderr, "%s\n", ending.message.c_str());
     return exitCode(ending);
   }

@@ -8,14 +8,13 @@
 // Thread safety: the server runs on the agent's io_context; the snapshot is taken on that thread.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <boost/asio/io_context.hpp>
 
 #include "ddprun/rendezvous/health_server.h"
 
@@ -24,8 +23,8 @@ namespace ddprun::launcher {
 class AgentMachine;
 
 struct HealthEndpoint {
-  std::uint16_t port = 0;          // 0: a free port, named in the agent's log
-  std::string host = "127.0.0.1";  // DDPRUN_HEALTH_CHECK_ADDR widens it
+  std::uint16_t port = 0;              // 0: a free port, named in the agent's log
+  std::string host = "127.0.0.1";      // DDPRUN_HEALTH_CHECK_ADDR widens it
   std::vector<std::string> hostNames;  // DDPRUN_HEALTH_CHECK_HOSTS: Host names taken besides
 };
 

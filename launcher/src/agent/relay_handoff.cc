@@ -1,8 +1,7 @@
 #include "agent/relay_handoff.h"
 
-#include <sys/un.h>
-
 #include <spdlog/spdlog.h>
+#include <sys/un.h>
 
 #include "ddprun/common/text.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
@@ -32,12 +31,15 @@ bool preloadable(const std::string& path) { return path.find_first_of(" :") == s
 
 }  // namespace
 
-std::optional<RelayHandoffPlan> planRelayHandoff(const LaunchConfig& config, const fs::path& privateDir) {
+std::optional<RelayHandoffPlan> planRelayHandoff(const LaunchConfig& config,
+                                                 const fs::path& privateDir) {
   if (config.entry.kind == EntryKind::kExecutable) return std::nullopt;
   const auto shim = findShim();
   if (!shim || !preloadable(shim->string())) {
-    spdlog::debug("workers' store relay: no handoff shim ({}); every store connection goes "
-                  "through the relay", shim ? common::printable(shim->string()) : "not found");
+    spdlog::debug(
+        "workers' store relay: no handoff shim ({}); every store connection goes "
+        "through the relay",
+        shim ? common::printable(shim->string()) : "not found");
     return std::nullopt;
   }
   RelayHandoffPlan plan{shim->string(), (privateDir / "relay.sock").string()};

@@ -1,5 +1,8 @@
 #include "agent/run_directories.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,10 +14,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include "agent/startup_error.h"
 #include "ddprun/common/safe_files.h"
@@ -45,7 +44,8 @@ void removeQuietly(const std::string& path) {
 std::optional<std::string> unusableBecause(const fs::path& candidate) {
   std::error_code error;
   if (!fs::is_directory(candidate, error)) {
-    return error ? error.message() : std::string(fs::exists(candidate) ? "not a directory" : "it does not exist");
+    return error ? error.message()
+                 : std::string(fs::exists(candidate) ? "not a directory" : "it does not exist");
   }
   if (::access(candidate.c_str(), W_OK | X_OK) != 0) return std::strerror(errno);
   return std::nullopt;
@@ -75,13 +75,15 @@ fs::path temporaryDirectoryFor(const std::map<std::string, std::string>& environ
     }
     const fs::path chosen = fs::absolute(path, error).lexically_normal();
     if (!skipped.empty()) {
-      spdlog::warn("temporary files go under {}: {} is not usable, as Python's tempfile would skip it",
-                   chosen.string(), fmt::join(skipped, ", "));
+      spdlog::warn(
+          "temporary files go under {}: {} is not usable, as Python's tempfile would skip it",
+          chosen.string(), fmt::join(skipped, ", "));
     }
     return chosen;
   }
-  throw StartupError(fmt::format("no usable temporary directory: {}; set TMPDIR to a writable directory",
-                                 fmt::join(skipped, ", ")));
+  throw StartupError(
+      fmt::format("no usable temporary directory: {}; set TMPDIR to a writable directory",
+                  fmt::join(skipped, ", ")));
 }
 
 namespace {
@@ -122,14 +124,16 @@ void checkLogDirectory(const std::string& logDir) {
         logDir, exposure.describe()));
   }
   if (!exposures.empty()) {
-    spdlog::warn("--log-dir {}: {}: its members could replace this run's log directory (chmod g-w "
-                 "or +t it if they should not)",
-                 logDir, exposures.front().describe());
+    spdlog::warn(
+        "--log-dir {}: {}: its members could replace this run's log directory (chmod g-w "
+        "or +t it if they should not)",
+        logDir, exposures.front().describe());
   }
 }
 
 // mkdtemp of `pattern` (ending in XXXXXX), or StartupError saying `fix`.
-std::string freshDirectory(const fs::path& pattern, const std::string& where, const std::string& fix) {
+std::string freshDirectory(const fs::path& pattern, const std::string& where,
+                           const std::string& fix) {
   auto made = common::makePrivateDirectory(pattern.string());
   if (!made) {
     throw StartupError(fmt::format("cannot create a directory under {} ({}); {}", where,
@@ -140,11 +144,13 @@ std::string freshDirectory(const fs::path& pattern, const std::string& where, co
 
 }  // namespace
 
-RunDirectories::RunDirectories(LaunchConfig& config, const std::map<std::string, std::string>& environment,
+RunDirectories::RunDirectories(LaunchConfig& config,
+                               const std::map<std::string, std::string>& environment,
                                Guardian* guardian) {
   const fs::path temp = temporaryDirectory(environment);
   const std::string tempFix = "set TMPDIR to a writable directory";
-  if (config.logs.dir.empty() && (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
+  if (config.logs.dir.empty() &&
+      (selectsAny(config.logs.redirects) || selectsAny(config.logs.tee))) {
     // As torchrun: -r/-t without --log-dir write into a fresh temporary log directory.
     config.logs.dir = freshDirectory(temp / "ddprun_logs_XXXXXX", temp.string(), "give --log-dir");
     spdlog::warn("--redirects/--tee without --log-dir: the workers' log files go under {}",
@@ -159,7 +165,8 @@ RunDirectories::RunDirectories(LaunchConfig& config, const std::map<std::string,
   // Each directory is registered with the guardian as soon as it exists: all of them are removed
   // if the agent is killed, even with kill -9.
   if (config.logs.dir.empty()) {
-    scratchDir_ = freshDirectory(temp / fmt::format("ddprun-{}-XXXXXX", ::getpid()), temp.string(), tempFix);
+    scratchDir_ =
+        freshDirectory(temp / fmt::format("ddprun-{}-XXXXXX", ::getpid()), temp.string(), tempFix);
     if (guardian) guardian->removeOnDeath(scratchDir_);
   } else {
     logRunDir_ = freshDirectory(fs::path(config.logs.dir) / (config.rdzv.runId + "_XXXXXX"),

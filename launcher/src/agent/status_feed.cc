@@ -30,7 +30,8 @@ void StatusFeed::look() {
   if (id >= 0) {
     const AgentSnapshot snapshot = machine_.snapshot();
     std::string now = meaning(snapshot);
-    const bool running = snapshot.phase == AgentPhase::kRunning || snapshot.phase == AgentPhase::kLocalDone;
+    const bool running =
+        snapshot.phase == AgentPhase::kRunning || snapshot.phase == AgentPhase::kLocalDone;
     const bool due = lastAt_ && running && loop_.now() - *lastAt_ >= kRefresh;
     if (now != lastMeaning_ || id != lastId_ || due) {
       publisher_.publish(snapshot, id);

@@ -1,18 +1,17 @@
 #include "agent/stdin_reader.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <array>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
 #include <cstring>
 #include <string>
-
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "agent/startup_error.h"
 
@@ -47,12 +46,14 @@ class AsioStdinReader final : public StdinReader {
                             [this](const boost::system::error_code& error, std::size_t n) {
                               if (error == boost::asio::error::operation_aborted) return;
                               if (error || n == 0) {
-                                spdlog::warn("stdin closed: the ssh driver or its connection is "
-                                             "gone; stopping as on SIGTERM");
+                                spdlog::warn(
+                                    "stdin closed: the ssh driver or its connection is "
+                                    "gone; stopping as on SIGTERM");
                                 onSignal_(SIGTERM);
                                 return;
                               }
-                              for (std::size_t i = 0; i < n; ++i) onSignal_(signalOfByte(buffer_[i]));
+                              for (std::size_t i = 0; i < n; ++i)
+                                onSignal_(signalOfByte(buffer_[i]));
                               read();
                             });
   }
@@ -132,9 +133,10 @@ std::unique_ptr<StdinReader> readStdinSignals(boost::asio::io_context& io,
     return reader;
   } catch (const std::exception& error) {
     ::close(fd);  // not adopted: the stream descriptor threw before holding it
-    spdlog::warn("--stop-on-stdin-eof: cannot read stdin ({}); the agent will not notice its "
-                 "driver go",
-                 error.what());
+    spdlog::warn(
+        "--stop-on-stdin-eof: cannot read stdin ({}); the agent will not notice its "
+        "driver go",
+        error.what());
     return nullptr;
   }
 }

@@ -7,11 +7,10 @@
 // --token-from-stdin: before the signals, the driver's first line on that stdin is the job's token.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
-
-#include <boost/asio/io_context.hpp>
 
 #include "ddprun/rendezvous/job_secret.h"
 

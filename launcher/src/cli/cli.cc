@@ -258,11 +258,10 @@ CommandLine parseCommandLine(int argc, const char* const* argv,
   }
   addEnvironmentFallbacks(split, environment);
   if (wantsSshLaunch(split.options)) {
-    return sshCommandLine(split.options, environment,
-                          [&](std::map<std::string_view, GivenValue> own) {
-                            return buildConfig(Arguments(std::move(own)), argc, argv,
-                                               split.scriptIndex, environment);
-                          });
+    return sshCommandLine(
+        split.options, environment, [&](std::map<std::string_view, GivenValue> own) {
+          return buildConfig(Arguments(std::move(own)), argc, argv, split.scriptIndex, environment);
+        });
   }
   // Inside a Slurm step with no rendezvous options, the step's values stand in for them (slurm.h).
   std::vector<std::string> slurmNotes;

@@ -40,7 +40,8 @@ std::optional<std::string> agentCgroupProcs(const Environment& environment) {
   const auto own = ownCgroup();
   if (!own) return std::nullopt;
   const auto slash = own->rfind('/');
-  if (slash == std::string::npos || own->substr(slash + 1) != workerCgroupName(agent)) return std::nullopt;
+  if (slash == std::string::npos || own->substr(slash + 1) != workerCgroupName(agent))
+    return std::nullopt;
   return own->substr(0, slash) + "/cgroup.procs";
 }
 
@@ -66,13 +67,15 @@ struct Program {
 Program resolve(const std::string& name, const Environment& environment) {
   if (auto found = common::findExecutable(name, environment)) return {*found, 0, {}};
   if (name.find('/') == std::string::npos) {
-    return {{}, kCommandNotFound, fmt::format("detach: {}: command not found on PATH", quote(name))};
+    return {
+        {}, kCommandNotFound, fmt::format("detach: {}: command not found on PATH", quote(name))};
   }
   struct stat info {};
   if (::stat(name.c_str(), &info) != 0) {
     return {{}, kCommandNotFound, fmt::format("detach: {}: {}", quote(name), std::strerror(errno))};
   }
-  return {{}, kCommandNotExecutable, fmt::format("detach: {}: not an executable file", quote(name))};
+  return {
+      {}, kCommandNotExecutable, fmt::format("detach: {}: not an executable file", quote(name))};
 }
 
 // The exit code of a failed start: the shell's for an exec that failed.
@@ -177,14 +180,17 @@ DetachRequest parseDetachArguments(const std::vector<std::string>& args) {
       return request;
     }
     if (arg.starts_with("-")) {
-      throw UsageError(fmt::format("detach: unknown option {}; usage: {} (a command whose name "
-                                   "starts with '-' goes after --)",
-                                   quote(arg), kUsage));
+      throw UsageError(
+          fmt::format("detach: unknown option {}; usage: {} (a command whose name "
+                      "starts with '-' goes after --)",
+                      quote(arg), kUsage));
     }
     break;
   }
-  if (i >= args.size()) throw UsageError(fmt::format("detach: no command given; usage: {}", kUsage));
-  if (args[i].empty()) throw UsageError(fmt::format("detach: the command is empty; usage: {}", kUsage));
+  if (i >= args.size())
+    throw UsageError(fmt::format("detach: no command given; usage: {}", kUsage));
+  if (args[i].empty())
+    throw UsageError(fmt::format("detach: the command is empty; usage: {}", kUsage));
   request.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   return request;
 }

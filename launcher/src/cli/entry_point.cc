@@ -1,11 +1,11 @@
 // What runs: the training script, module or executable, its arguments, and the interpreter.
 #include "cli/entry_point.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <initializer_list>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/helpers.h"
@@ -97,7 +97,9 @@ std::optional<std::string> notPythonKind(const std::string& path) {
   constexpr std::size_t kHead = 256;
   std::string head = readFileText(path, nullptr, kHead).value_or("");
   head.resize(std::min(head.size(), kHead));
-  if (head.starts_with("\x7f" "ELF")) return "a program";
+  if (head.starts_with("\x7f"
+                       "ELF"))
+    return "a program";
   if (head.starts_with("#!")) {
     const std::string interpreter = head.substr(2, head.find('\n') - 2);
     if (interpreter.find("python") == std::string::npos) {

@@ -141,8 +141,8 @@ void addEnvironmentFallbacks(SplitArguments& split, const Environment& environme
   // versions write PET_NPROC_PER_NODE, which wins when both are set.
   const std::string* legacy = lookup(environment, "PET_N_PROC_PER_NODE");
   if (legacy != nullptr && !split.options.contains("nproc-per-node")) {
-    split.options.emplace("nproc-per-node",
-                          GivenValue{&longOption("--nproc-per-node"), *legacy, "PET_N_PROC_PER_NODE", true});
+    split.options.emplace("nproc-per-node", GivenValue{&longOption("--nproc-per-node"), *legacy,
+                                                       "PET_N_PROC_PER_NODE", true});
   }
 }
 

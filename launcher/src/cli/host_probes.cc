@@ -1,5 +1,6 @@
 #include "cli/host_probes.h"
 
+#include <fmt/format.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "core/file_text.h"

@@ -43,8 +43,8 @@ enum class ConfKind {
 // is_host (no agent hosts an etcd), plus the keys of torch's two etcd backends, both spellings:
 // etcd's (protocol, cacert, cert, key, etcd_prefix, timeout) and etcd-v2's (protocol, ca_cert,
 // ssl_cert, ssl_cert_key); and ddprun's own username and password_file for an etcd with auth
-// (torch's etcd backends have none). The job's token and TLS files protect the stores ddprun's agents host,
-// which with etcd is each round's workers' store (and the relay in front of it).
+// (torch's etcd backends have none). The job's token and TLS files protect the stores ddprun's
+// agents host, which with etcd is each round's workers' store (and the relay in front of it).
 enum ReadBy : unsigned {
   kStatic = 1U << 0U,
   kC10d = 1U << 1U,
@@ -120,8 +120,9 @@ unsigned backendBit(RdzvBackend backend) {
   return kAll;
 }
 
-bool reads(RdzvBackend backend, const ConfKey& key) { return (key.readBy & backendBit(backend)) != 0; }
-
+bool reads(RdzvBackend backend, const ConfKey& key) {
+  return (key.readBy & backendBit(backend)) != 0;
+}
 
 // A value wrapped in one pair of quotes that no shell removed: "'join_timeout=5,timeout=5'"
 // passed from Python, as PyTorch's own launcher test does. torchrun keeps them, so the first key
@@ -237,9 +238,10 @@ std::string etcdPrefixValue(const ConfSource& source, std::string_view value) {
     return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
   });
   if (!visible) {
-    throw UsageError(fmt::format("{}: etcd_prefix {} has a space or a byte that is not visible "
-                                 "ASCII; e.g. etcd_prefix=/torchelastic/p2p",
-                                 source.where(), quote(value)));
+    throw UsageError(
+        fmt::format("{}: etcd_prefix {} has a space or a byte that is not visible "
+                    "ASCII; e.g. etcd_prefix=/torchelastic/p2p",
+                    source.where(), quote(value)));
   }
   return std::string(value);
 }
@@ -355,7 +357,8 @@ void checkFencing(const RendezvousSettings& s, const GivenValue& given) {
       "a node fences itself (stops its workers) {} s before it: after {} s without an acknowledged "
       "renewal, no longer than one keep-alive interval; raise keep_alive_max_attempt (e.g. to {})",
       printable(given.origin), s.keepAliveInterval.count() / 1000.0, s.keepAliveMaxAttempts,
-      s.holdTimeToLive().count() / 1000.0, slack.count() / 1000.0, fence.count() / 1000.0, attempts));
+      s.holdTimeToLive().count() / 1000.0, slack.count() / 1000.0, fence.count() / 1000.0,
+      attempts));
 }
 
 // One line for a key the backend does not read: unknown to ddprun, or the other backend's.

@@ -92,7 +92,8 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
   for (const auto entry : split(given.value, ',')) {
     const std::string_view trimmed = trim(entry);
     if (!text.empty()) text += ',';
-    if (settings.etcdHttps.value_or(false) && !trimmed.empty() && !hasScheme(trimmed)) text += "https://";
+    if (settings.etcdHttps.value_or(false) && !trimmed.empty() && !hasScheme(trimmed))
+      text += "https://";
     text += trimmed;
   }
   try {
@@ -118,9 +119,9 @@ void resolveEtcdEndpoints(const Arguments& arguments, const GivenValue* endpoint
         "when every node runs on this host: give --local-addr with this host's network address",
         label(given)));
   }
-  const bool anyHttps = std::any_of(rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(), [](const auto& e) {
-    return e.scheme == rendezvous::etcd::EtcdEndpoint::Scheme::kHttps;
-  });
+  const bool anyHttps = std::any_of(
+      rdzv.etcdEndpoints.begin(), rdzv.etcdEndpoints.end(),
+      [](const auto& e) { return e.scheme == rendezvous::etcd::EtcdEndpoint::Scheme::kHttps; });
   if (!anyHttps && !(settings.etcdCaCert.empty() && settings.etcdCert.empty())) {
     result.warnings.push_back(fmt::format(
         "--rdzv-conf: etcd's certificate files are not used with {} (every member is http://); "

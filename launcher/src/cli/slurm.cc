@@ -1,13 +1,13 @@
 #include "cli/slurm.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
-#include <arpa/inet.h>
 
-#include "cli/slurm_hostlist.h"
 #include "cli/options.h"
+#include "cli/slurm_hostlist.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher::cli_detail {
@@ -44,11 +44,11 @@ std::optional<std::uint64_t> slurmNumber(const std::string& value) {
 
 [[noreturn]] void badVariable(const std::string& name, const std::string* value,
                               std::string_view what) {
-  throw UsageError(fmt::format(
-      "{} {} is not {}; ddprun reads the Slurm step from it: run ddprun as `{}` in an "
-      "unmodified Slurm step, or give the rendezvous options yourself (--nnodes, "
-      "--rdzv-endpoint, ...)",
-      name, value == nullptr ? std::string("(unset)") : quote(*value), what, kSrun));
+  throw UsageError(
+      fmt::format("{} {} is not {}; ddprun reads the Slurm step from it: run ddprun as `{}` in an "
+                  "unmodified Slurm step, or give the rendezvous options yourself (--nnodes, "
+                  "--rdzv-endpoint, ...)",
+                  name, value == nullptr ? std::string("(unset)") : quote(*value), what, kSrun));
 }
 
 // A Slurm variable that must hold a number.
@@ -96,13 +96,16 @@ void checkOneTaskPerNode(const Environment& environment, const std::string& step
   if (tasks != nullptr) {
     const auto count = slurmNumber(*tasks);
     if (count && *count > static_cast<std::uint64_t>(nodes)) {
-      throw why(fmt::format("{}={} on SLURM_STEP_NUM_NODES={}", tasksName, printablePrefix(*tasks), nodes));
+      throw why(fmt::format("{}={} on SLURM_STEP_NUM_NODES={}", tasksName, printablePrefix(*tasks),
+                            nodes));
     }
   }
   if (const auto* perNode = lookup(environment, "SLURM_STEP_TASKS_PER_NODE")) {
     const auto most = mostTasksOnANode(*perNode);
-    if (!most) badVariable("SLURM_STEP_TASKS_PER_NODE", perNode, "a Slurm task count such as 1(x2)");
-    if (*most > 1) throw why(fmt::format("SLURM_STEP_TASKS_PER_NODE={}", printablePrefix(*perNode)));
+    if (!most)
+      badVariable("SLURM_STEP_TASKS_PER_NODE", perNode, "a Slurm task count such as 1(x2)");
+    if (*most > 1)
+      throw why(fmt::format("SLURM_STEP_TASKS_PER_NODE={}", printablePrefix(*perNode)));
   }
   if (const auto* local = lookup(environment, "SLURM_LOCALID")) {
     const auto id = slurmNumber(*local);
@@ -129,8 +132,8 @@ std::uint16_t slurmStorePort(std::uint64_t jobId, std::uint64_t stepId) {
 }
 
 const std::vector<const char*>& slurmOverridingOptions() {
-  static const std::vector<const char*> names = {"nnodes",        "node-rank",   "rdzv-backend",
-                                                 "rdzv-endpoint", "rdzv-id",     "master-addr",
+  static const std::vector<const char*> names = {"nnodes",        "node-rank", "rdzv-backend",
+                                                 "rdzv-endpoint", "rdzv-id",   "master-addr",
                                                  "master-port",   "standalone"};
   return names;
 }
@@ -165,8 +168,9 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
         "(e.g. in the sbatch script), or give the rendezvous options yourself (--standalone for "
         "one node)",
         jobId,
-        step == nullptr ? std::string("SLURM_STEP_ID is not set")
-                        : fmt::format("{}={}, not a task step", stepVariable, printablePrefix(*step)),
+        step == nullptr
+            ? std::string("SLURM_STEP_ID is not set")
+            : fmt::format("{}={}, not a task step", stepVariable, printablePrefix(*step)),
         kSrun));
   }
   SlurmStep result;
@@ -194,9 +198,10 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
   try {
     result.hosts = expandSlurmHostlist(*nodelist);
   } catch (const SlurmHostlistError& error) {
-    throw UsageError(fmt::format("SLURM_STEP_NODELIST: {}; it is not a Slurm host list ddprun "
-                                 "can read (docs/slurm.md): give the rendezvous options yourself",
-                                 error.what()));
+    throw UsageError(
+        fmt::format("SLURM_STEP_NODELIST: {}; it is not a Slurm host list ddprun "
+                    "can read (docs/slurm.md): give the rendezvous options yourself",
+                    error.what()));
   }
   if (result.hosts.size() != nodes) {
     throw UsageError(fmt::format(
@@ -208,9 +213,10 @@ std::optional<SlurmStep> detectSlurmStep(const std::map<std::string_view, GivenV
   if (const auto* port = lookup(environment, "DDPRUN_SLURM_PORT")) {
     const auto parsed = parsePort(trim(*port));
     if (!parsed || *parsed == 0) {
-      throw UsageError(fmt::format("DDPRUN_SLURM_PORT {} is not a port in 1..65535; give the "
-                                   "same free port on every node, e.g. DDPRUN_SLURM_PORT=29400",
-                                   quote(*port)));
+      throw UsageError(
+          fmt::format("DDPRUN_SLURM_PORT {} is not a port in 1..65535; give the "
+                      "same free port on every node, e.g. DDPRUN_SLURM_PORT=29400",
+                      quote(*port)));
     }
     result.port = *parsed;
     result.portOverridden = true;
@@ -230,7 +236,8 @@ void addSlurmValues(const SlurmStep& step, std::map<std::string_view, GivenValue
   add("rdzv-backend", "c10d", "SLURM_STEP_ID");
   const std::string& host = step.storeHost();
   const bool ipv6 = host.find(':') != std::string::npos;
-  add("rdzv-endpoint", ipv6 ? fmt::format("[{}]:{}", host, step.port) : fmt::format("{}:{}", host, step.port),
+  add("rdzv-endpoint",
+      ipv6 ? fmt::format("[{}]:{}", host, step.port) : fmt::format("{}:{}", host, step.port),
       "SLURM_STEP_NODELIST");
   add("rdzv-id", step.runId(), "SLURM_JOB_ID");
 }
@@ -242,16 +249,18 @@ void applySlurmStep(const SlurmStep& step, CommandLine& result) {
   if (rdzv.localAddr.empty() && isIpLiteral(self)) rdzv.localAddr = self;
   rdzv.endpointSource =
       step.portOverridden
-          ? std::string("comes from DDPRUN_SLURM_PORT; set it to another free port, the same on "
-                        "every node")
-          : fmt::format("is derived from Slurm job {} step {}; set DDPRUN_SLURM_PORT to a free port, "
-                        "the same on every node",
-                        step.jobId, step.stepId);
+          ? std::string(
+                "comes from DDPRUN_SLURM_PORT; set it to another free port, the same on "
+                "every node")
+          : fmt::format(
+                "is derived from Slurm job {} step {}; set DDPRUN_SLURM_PORT to a free port, "
+                "the same on every node",
+                step.jobId, step.stepId);
   result.notes.push_back(fmt::format(
       "Slurm step {}.{}: node {} of {}, store on {}:{} (the first host of SLURM_STEP_NODELIST "
       "{}, hosted by node 0; port {}), run id {}",
-      step.jobId, step.stepId, step.nodeId, step.nodes, printablePrefix(step.storeHost()), rdzv.port,
-      shownList(step.nodelist),
+      step.jobId, step.stepId, step.nodeId, step.nodes, printablePrefix(step.storeHost()),
+      rdzv.port, shownList(step.nodelist),
       step.portOverridden ? "from DDPRUN_SLURM_PORT" : "from the job and step ids",
       printablePrefix(rdzv.runId)));
 }

@@ -30,14 +30,14 @@ namespace ddprun::launcher::cli_detail {
 
 // The step as ddprun uses it.
 struct SlurmStep {
-  std::string jobId;   // digits
-  std::string stepId;  // digits
-  int nodes = 0;       // SLURM_STEP_NUM_NODES
-  int nodeId = 0;      // SLURM_NODEID: 0..nodes-1
+  std::string jobId;               // digits
+  std::string stepId;              // digits
+  int nodes = 0;                   // SLURM_STEP_NUM_NODES
+  int nodeId = 0;                  // SLURM_NODEID: 0..nodes-1
   std::vector<std::string> hosts;  // SLURM_STEP_NODELIST expanded, nodes of them
   std::uint16_t port = 0;
-  bool portOverridden = false;     // from DDPRUN_SLURM_PORT
-  std::string nodelist;            // as Slurm wrote it, for the note
+  bool portOverridden = false;  // from DDPRUN_SLURM_PORT
+  std::string nodelist;         // as Slurm wrote it, for the note
 
   std::string runId() const { return "slurm-" + jobId + "." + stepId; }
   const std::string& storeHost() const { return hosts.front(); }

@@ -78,8 +78,8 @@ Group parseGroup(std::string_view ranges, std::string_view item) {
   std::size_t start = 0;
   while (true) {
     const std::size_t comma = ranges.find(',', start);
-    const std::string_view range =
-        ranges.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    const std::string_view range = ranges.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (range.empty()) {
       throw SlurmHostlistError(
           fmt::format("'{}': an empty range in brackets", printablePrefix(item)));

@@ -1,8 +1,7 @@
 #include "cli/ssh_launch_options.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <array>
 #include <filesystem>
@@ -28,8 +27,8 @@ constexpr std::array<std::string_view, 7> kDriverOptions = {
     "hosts", "hostfile", "include", "exclude", "forward-env", "ssh-options", "ssh-ddprun"};
 // The rendezvous the driver decides for every agent: given values are checked, then replaced.
 constexpr std::array<std::string_view, 9> kRendezvousOptions = {
-    "nnodes", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "standalone",
-    "node-rank", "master-addr", "master-port", "local-addr"};
+    "nnodes",    "rdzv-backend", "rdzv-endpoint", "rdzv-id",   "standalone",
+    "node-rank", "master-addr",  "master-port",   "local-addr"};
 
 // The token a launch makes when the user gives none: 32 bytes, as `openssl rand -hex 32`.
 constexpr std::size_t kTokenBytes = 32;
@@ -62,13 +61,14 @@ std::vector<hosts::ListedHost> listedHosts(const std::map<std::string_view, Give
                                  printable(file->origin), quote(file->value), printable(why)));
   }
   if (text->size() > kHostfileLimit) {
-    throw UsageError(fmt::format("{} {}: larger than 1 MiB, not a hostfile", printable(file->origin),
-                                 quote(file->value)));
+    throw UsageError(fmt::format("{} {}: larger than 1 MiB, not a hostfile",
+                                 printable(file->origin), quote(file->value)));
   }
   return hosts::parseHostfile(*text, file->value);
 }
 
-std::vector<hosts::SelectedHost> selectedHosts(const std::map<std::string_view, GivenValue>& given) {
+std::vector<hosts::SelectedHost> selectedHosts(
+    const std::map<std::string_view, GivenValue>& given) {
   const auto listed = listedHosts(given);
   const GivenValue* include = find(given, "include");
   const GivenValue* exclude = find(given, "exclude");
@@ -88,31 +88,37 @@ std::vector<hosts::SelectedHost> selectedHosts(const std::map<std::string_view, 
 }
 
 // The rendezvous options a launch over ssh cannot take, and the checks of those it can.
-void checkRendezvousOptions(const std::map<std::string_view, GivenValue>& given, std::size_t hostCount) {
+void checkRendezvousOptions(const std::map<std::string_view, GivenValue>& given,
+                            std::size_t hostCount) {
   for (const std::string_view name : {"standalone", "node-rank"}) {
     if (const GivenValue* value = find(given, name)) {
-      throw UsageError(fmt::format("{} does not go with --hosts/--hostfile (every host joins one "
-                                   "c10d rendezvous and gets its rank there); drop it",
-                                   printable(value->origin)));
+      throw UsageError(
+          fmt::format("{} does not go with --hosts/--hostfile (every host joins one "
+                      "c10d rendezvous and gets its rank there); drop it",
+                      printable(value->origin)));
     }
   }
   // One value for every host would give them all one address.
   if (const GivenValue* value = find(given, "local-addr")) {
-    throw UsageError(fmt::format("{} does not go with --hosts/--hostfile (it would be every "
-                                 "host's address); drop it: each host's agent finds its own",
-                                 printable(value->origin)));
+    throw UsageError(
+        fmt::format("{} does not go with --hosts/--hostfile (it would be every "
+                    "host's address); drop it: each host's agent finds its own",
+                    printable(value->origin)));
   }
-  if (const GivenValue* backend = find(given, "rdzv-backend"); backend && backend->value != "c10d") {
-    throw UsageError(fmt::format("{}: a launch over ssh uses the c10d backend, hosted by the "
-                                 "first host; drop it or give {}",
-                                 label(*backend), example(*backend, "c10d")));
+  if (const GivenValue* backend = find(given, "rdzv-backend");
+      backend && backend->value != "c10d") {
+    throw UsageError(
+        fmt::format("{}: a launch over ssh uses the c10d backend, hosted by the "
+                    "first host; drop it or give {}",
+                    label(*backend), example(*backend, "c10d")));
   }
   if (const GivenValue* nnodes = find(given, "nnodes")) {
     const auto [low, high] = parseNnodes(*nnodes);
     if (low != high || static_cast<std::size_t>(low) != hostCount) {
-      throw UsageError(fmt::format("{}: with --hosts/--hostfile the number of nodes is the number "
-                                   "of hosts ({}); drop it",
-                                   label(*nnodes), hostCount));
+      throw UsageError(
+          fmt::format("{}: with --hosts/--hostfile the number of nodes is the number "
+                      "of hosts ({}); drop it",
+                      label(*nnodes), hostCount));
     }
   }
   if (const GivenValue* port = find(given, "master-port")) {
@@ -133,11 +139,13 @@ std::string endpointOf(std::string_view host, std::string_view port) {
 
 std::string rendezvousEndpoint(const std::map<std::string_view, GivenValue>& given,
                                const std::string& firstHost) {
-  if (const GivenValue* endpoint = find(given, "rdzv-endpoint")) return std::string(trim(endpoint->value));
+  if (const GivenValue* endpoint = find(given, "rdzv-endpoint"))
+    return std::string(trim(endpoint->value));
   const GivenValue* port = find(given, "master-port");
-  const std::string portText = port != nullptr ? std::string(trim(port->value))
-                                               : std::to_string(kDefaultC10dPort);
-  if (const GivenValue* addr = find(given, "master-addr")) return endpointOf(trim(addr->value), portText);
+  const std::string portText =
+      port != nullptr ? std::string(trim(port->value)) : std::to_string(kDefaultC10dPort);
+  if (const GivenValue* addr = find(given, "master-addr"))
+    return endpointOf(trim(addr->value), portText);
   return endpointOf(firstHost, portText);
 }
 
@@ -154,7 +162,8 @@ std::vector<std::string> forwardedNames(const std::map<std::string_view, GivenVa
   for (const std::string_view name : split(list->value, ',')) {
     if (!hosts::isVariableName(trim(name))) {
       throw UsageError(fmt::format("{}: {} is not a variable name; give NAME,NAME..., e.g. {}",
-                                   label(*list), quote(name), example(*list, "WANDB_API_KEY,HF_HOME")));
+                                   label(*list), quote(name),
+                                   example(*list, "WANDB_API_KEY,HF_HOME")));
     }
     names.emplace_back(trim(name));
   }
@@ -165,7 +174,8 @@ std::vector<std::string> forwardedNames(const std::map<std::string_view, GivenVa
 std::string ownPath() {
   std::error_code error;
   const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) throw UsageError("cannot tell ddprun's own path (/proc/self/exe); give --ssh-ddprun PATH");
+  if (error)
+    throw UsageError("cannot tell ddprun's own path (/proc/self/exe); give --ssh-ddprun PATH");
   return path.string();
 }
 
@@ -175,7 +185,8 @@ std::vector<std::string> agentArguments(const std::map<std::string_view, GivenVa
                                         const EntryPoint& entry) {
   std::vector<std::string> words;
   for (const auto& [name, value] : given) {
-    if (isDriverOption(name) || among(kRendezvousOptions, name) || name == "nproc-per-node") continue;
+    if (isDriverOption(name) || among(kRendezvousOptions, name) || name == "nproc-per-node")
+      continue;
     if (value.spec->kind == ValueKind::kFlag) {
       words.push_back(fmt::format("--{}", name));
     } else {
@@ -205,9 +216,10 @@ bool wantsSshLaunch(const std::map<std::string_view, GivenValue>& given) {
   if (given.contains("hosts") || given.contains("hostfile")) return true;
   for (const std::string_view name : kDriverOptions) {
     if (const GivenValue* value = find(given, name)) {
-      throw UsageError(fmt::format("{} belongs to a launch over ssh; give --hosts or --hostfile "
-                                   "too, or drop it",
-                                   printable(value->origin)));
+      throw UsageError(
+          fmt::format("{} belongs to a launch over ssh; give --hosts or --hostfile "
+                      "too, or drop it",
+                      printable(value->origin)));
     }
   }
   return false;
@@ -246,7 +258,8 @@ CommandLine sshCommandLine(
     hosts::RemoteAgent agent{host.name, workersOf(nproc, host), std::nullopt};
     if (host.devices) {
       std::string devices;
-      for (const int device : *host.devices) devices += (devices.empty() ? "" : ",") + std::to_string(device);
+      for (const int device : *host.devices)
+        devices += (devices.empty() ? "" : ",") + std::to_string(device);
       agent.cudaVisibleDevices = devices;
     }
     launch.agents.push_back(std::move(agent));
@@ -271,8 +284,9 @@ CommandLine sshCommandLine(
 
   const auto ssh = common::findExecutable("ssh", environment);
   if (!ssh) {
-    throw UsageError("--hosts/--hostfile start the hosts' agents with OpenSSH's client, and ssh is "
-                     "not on PATH; install it (apt-get install openssh-client)");
+    throw UsageError(
+        "--hosts/--hostfile start the hosts' agents with OpenSSH's client, and ssh is "
+        "not on PATH; install it (apt-get install openssh-client)");
   }
   launch.sshProgram = *ssh;
   if (const GivenValue* options = find(given, "ssh-options")) {
@@ -289,7 +303,8 @@ CommandLine sshCommandLine(
   }
   std::error_code error;
   launch.remoteDirectory = std::filesystem::current_path(error).string();
-  if (error) throw UsageError("cannot tell the working directory, which the hosts' agents start in");
+  if (error)
+    throw UsageError("cannot tell the working directory, which the hosts' agents start in");
   launch.stopGrace = result.config.restart.shutdownTimeout + std::chrono::seconds(15);
   result.sshLaunch = std::move(launch);
   return result;

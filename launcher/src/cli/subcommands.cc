@@ -1,13 +1,13 @@
 #include "cli/subcommands.h"
 
-#include "cli/detach.h"
-
 #include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
+
+#include "cli/detach.h"
 
 namespace ddprun::launcher {
 

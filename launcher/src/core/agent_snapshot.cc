@@ -1,17 +1,18 @@
 #include "core/agent_snapshot.h"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace ddprun::launcher {
 namespace {
 
 using nlohmann::json;
 
-constexpr AgentPhase kPhases[] = {AgentPhase::kJoining, AgentPhase::kRunning, AgentPhase::kLocalDone,
-                                  AgentPhase::kStopping, AgentPhase::kFinished};
+constexpr AgentPhase kPhases[] = {AgentPhase::kJoining, AgentPhase::kRunning,
+                                  AgentPhase::kLocalDone, AgentPhase::kStopping,
+                                  AgentPhase::kFinished};
 constexpr WorkerState kWorkerStates[] = {WorkerState::kRunning, WorkerState::kSucceeded,
                                          WorkerState::kFailed, WorkerState::kHung,
                                          WorkerState::kStopped};
@@ -65,11 +66,16 @@ WorkerSnapshot workerFromJson(const json& value) {
 
 const char* agentPhaseName(AgentPhase phase) {
   switch (phase) {
-    case AgentPhase::kJoining: return "joining";
-    case AgentPhase::kRunning: return "running";
-    case AgentPhase::kLocalDone: return "local_done";
-    case AgentPhase::kStopping: return "stopping";
-    case AgentPhase::kFinished: return "finished";
+    case AgentPhase::kJoining:
+      return "joining";
+    case AgentPhase::kRunning:
+      return "running";
+    case AgentPhase::kLocalDone:
+      return "local_done";
+    case AgentPhase::kStopping:
+      return "stopping";
+    case AgentPhase::kFinished:
+      return "finished";
   }
   return "joining";
 }
@@ -83,11 +89,16 @@ std::optional<AgentPhase> agentPhaseFromName(std::string_view name) {
 
 const char* workerStateName(WorkerState state) {
   switch (state) {
-    case WorkerState::kRunning: return "running";
-    case WorkerState::kSucceeded: return "succeeded";
-    case WorkerState::kFailed: return "failed";
-    case WorkerState::kHung: return "hung";
-    case WorkerState::kStopped: return "stopped";
+    case WorkerState::kRunning:
+      return "running";
+    case WorkerState::kSucceeded:
+      return "succeeded";
+    case WorkerState::kFailed:
+      return "failed";
+    case WorkerState::kHung:
+      return "hung";
+    case WorkerState::kStopped:
+      return "stopped";
   }
   return "running";
 }
@@ -100,7 +111,8 @@ std::optional<WorkerState> workerStateFromName(std::string_view name) {
 }
 
 bool healthy(const AgentSnapshot& snapshot) {
-  if (snapshot.phase == AgentPhase::kStopping || snapshot.phase == AgentPhase::kFinished) return false;
+  if (snapshot.phase == AgentPhase::kStopping || snapshot.phase == AgentPhase::kFinished)
+    return false;
   for (const WorkerSnapshot& worker : snapshot.workers) {
     if (worker.state == WorkerState::kHung) return false;
   }
@@ -110,20 +122,13 @@ bool healthy(const AgentSnapshot& snapshot) {
 json toJson(const AgentSnapshot& snapshot) {
   json workers = json::array();
   for (const WorkerSnapshot& worker : snapshot.workers) workers.push_back(workerJson(worker));
-  json value{{"run_id", snapshot.runId},
-             {"round", snapshot.round},
-             {"restarts", snapshot.restarts},
-             {"max_restarts", snapshot.maxRestarts},
-             {"addr", snapshot.address},
-             {"hostname", snapshot.hostname},
-             {"agent_pid", snapshot.agentPid},
-             {"group_rank", snapshot.groupRank},
-             {"nodes", snapshot.nodes},
-             {"state", agentPhaseName(snapshot.phase)},
-             {"healthy", healthy(snapshot)},
-             {"workers", std::move(workers)},
-             {"last_failure", nullptr},
-             {"started_at", snapshot.startedAt},
+  json value{{"run_id", snapshot.runId},        {"round", snapshot.round},
+             {"restarts", snapshot.restarts},   {"max_restarts", snapshot.maxRestarts},
+             {"addr", snapshot.address},        {"hostname", snapshot.hostname},
+             {"agent_pid", snapshot.agentPid},  {"group_rank", snapshot.groupRank},
+             {"nodes", snapshot.nodes},         {"state", agentPhaseName(snapshot.phase)},
+             {"healthy", healthy(snapshot)},    {"workers", std::move(workers)},
+             {"last_failure", nullptr},         {"started_at", snapshot.startedAt},
              {"updated_at", snapshot.updatedAt}};
   if (snapshot.lastFailure) {
     WorkerFailure shortForm = *snapshot.lastFailure;
@@ -178,7 +183,8 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
   const json workers = field<json>(value, "workers");
   if (!workers.is_array()) throw std::invalid_argument("the snapshot's 'workers' is not a list");
   for (const json& worker : workers) snapshot.workers.push_back(workerFromJson(worker));
-  if (const auto failure = value.find("last_failure"); failure != value.end() && !failure->is_null()) {
+  if (const auto failure = value.find("last_failure");
+      failure != value.end() && !failure->is_null()) {
     try {
       snapshot.lastFailure = failureFromJson(*failure);
     } catch (const json::exception&) {

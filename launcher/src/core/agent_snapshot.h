@@ -7,12 +7,11 @@
 // Thread safety: plain values and pure functions.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/worker_failure.h"
 
@@ -42,29 +41,29 @@ struct WorkerSnapshot {
   int localRank = -1;
   long pid = -1;  // -1: it could not be started
   WorkerState state = WorkerState::kRunning;
-  double startedAt = 0;                  // epoch seconds
-  std::optional<double> lastHeartbeat;   // epoch seconds of its last progress report
-                                         // (--hang-timeout only; nothing before the first)
-  std::optional<int> exitCode;           // once it ended: its exit code, or 128 + signal
+  double startedAt = 0;                 // epoch seconds
+  std::optional<double> lastHeartbeat;  // epoch seconds of its last progress report
+                                        // (--hang-timeout only; nothing before the first)
+  std::optional<int> exitCode;          // once it ended: its exit code, or 128 + signal
 };
 
 struct AgentSnapshot {
   std::string runId;
-  int round = -1;          // the round it is in or joining (-1: none formed yet)
-  int restarts = 0;        // used so far, for the whole job
+  int round = -1;    // the round it is in or joining (-1: none formed yet)
+  int restarts = 0;  // used so far, for the whole job
   int maxRestarts = 0;
   // This node as the others see it.
   std::string address;
   std::string hostname;
   long agentPid = 0;
-  int groupRank = -1;      // in the current round (-1: none)
-  int nodes = 0;           // members of the current round
+  int groupRank = -1;  // in the current round (-1: none)
+  int nodes = 0;       // members of the current round
   AgentPhase phase = AgentPhase::kJoining;
-  std::vector<WorkerSnapshot> workers;  // of the current round, in local-rank order
+  std::vector<WorkerSnapshot> workers;       // of the current round, in local-rank order
   std::optional<WorkerFailure> lastFailure;  // the last worker failure this agent knows of
   std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
-  double startedAt = 0;    // the agent's start, epoch seconds
-  double updatedAt = 0;    // when this snapshot was taken, epoch seconds
+  double startedAt = 0;         // the agent's start, epoch seconds
+  double updatedAt = 0;         // when this snapshot was taken, epoch seconds
 };
 
 // Healthy: joining, running or done locally, with no worker found hung. Not healthy: a worker is
@@ -74,9 +73,9 @@ bool healthy(const AgentSnapshot& snapshot);
 // The one JSON form: {"run_id", "round", "restarts", "max_restarts", "addr", "hostname",
 // "agent_pid", "group_rank", "nodes", "state", "healthy", "workers": [{"rank", "local_rank", "pid",
 // "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "exit_code"?
-// (finished only), "started_at", "updated_at"}. "last_failure" is the failure's one JSON form (worker_failure.h, as in a round's
-// stop record) without its traceback, stack and stderr tail: those can be large, are published
-// again on every change, and belong to the failure report.
+// (finished only), "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
+// (worker_failure.h, as in a round's stop record) without its traceback, stack and stderr tail:
+// those can be large, are published again on every change, and belong to the failure report.
 nlohmann::json toJson(const AgentSnapshot& snapshot);
 // What /healthz serves to whoever reaches its port: the snapshot's states, counts and times, no
 // text beyond the run id (no failure message, no path, no host name or address):

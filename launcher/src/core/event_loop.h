@@ -32,7 +32,8 @@ class EventLoop {
   // file modification times (progress heartbeats).
   virtual WallTime wallNow() const = 0;
   // Runs `callback` on the loop once `delay` has passed.
-  [[nodiscard]] virtual std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) = 0;
+  [[nodiscard]] virtual std::unique_ptr<Timer> after(std::chrono::milliseconds delay,
+                                                     Callback callback) = 0;
   // Runs `callback` on the loop soon (from any thread).
   virtual void post(Callback callback) = 0;
 };

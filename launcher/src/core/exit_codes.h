@@ -11,13 +11,13 @@
 namespace ddprun::launcher {
 
 enum class EndKind {
-  kSucceeded,         // 0: every worker of every node exited 0
-  kJobFailed,         // the root cause's exit code, or 128+signal when a signal killed it (torchrun: 1)
-  kSignalled,         // 128+signal: the agent itself got a handled signal (SIGINT, SIGTERM, ...)
+  kSucceeded,  // 0: every worker of every node exited 0
+  kJobFailed,  // the root cause's exit code, or 128+signal when a signal killed it (torchrun: 1)
+  kSignalled,  // 128+signal: the agent itself got a handled signal (SIGINT, SIGTERM, ...)
   kRendezvousFailed,  // 1: join timeout, too few nodes, another run owns the store
   kStoreLost,         // 1: the rendezvous store stopped answering
-  kBadInput,          // 2: what the user gave is wrong (one line naming the fix), found at start or late
-  kConsoleClosed,     // 141 (128+SIGPIPE): ddprun's stdout closed (`ddprun ... | head`; torchrun: 1)
+  kBadInput,  // 2: what the user gave is wrong (one line naming the fix), found at start or late
+  kConsoleClosed,  // 141 (128+SIGPIPE): ddprun's stdout closed (`ddprun ... | head`; torchrun: 1)
 };
 
 struct Ending {

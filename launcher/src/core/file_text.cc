@@ -4,8 +4,9 @@
 
 namespace ddprun::launcher {
 
-std::optional<std::string> readFileText(const std::string& path, std::string* why, std::size_t limit,
-                                        std::size_t offset, common::Links links) {
+std::optional<std::string> readFileText(const std::string& path, std::string* why,
+                                        std::size_t limit, std::size_t offset,
+                                        common::Links links) {
   auto read = common::readFile(path, {limit, offset, links});
   if (!read) {
     if (why) *why = read.error().describe();

@@ -19,7 +19,8 @@ std::string keptEntry(std::string_view agentMarker) {
   return std::string(common::kEnvDdprunDetached) + "=" + std::string(agentMarker);
 }
 
-std::map<std::string, std::string> detachedEnvironment(std::map<std::string, std::string> environment) {
+std::map<std::string, std::string> detachedEnvironment(
+    std::map<std::string, std::string> environment) {
   const auto marker = environment.find(common::kEnvDdprunAgent);
   if (marker == environment.end()) return environment;
   std::string value = std::move(marker->second);

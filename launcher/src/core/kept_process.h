@@ -27,7 +27,8 @@ std::string keptEntry(std::string_view agentMarker);
 // The environment `ddprun detach` hands its command: DDPRUN_AGENT taken out (the guardian's sweep
 // looks for it) and DDPRUN_DETACHED set to its value. Unchanged without a DDPRUN_AGENT entry (not
 // under ddprun: there is no job to be kept from).
-std::map<std::string, std::string> detachedEnvironment(std::map<std::string, std::string> environment);
+std::map<std::string, std::string> detachedEnvironment(
+    std::map<std::string, std::string> environment);
 
 // Whether `bytes` (those of /proc/<pid>/environ: "NAME=value" entries, each ended by a
 // NUL, the last one perhaps not) holds `entry` as one whole entry. Never for an empty entry.

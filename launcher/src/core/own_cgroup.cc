@@ -14,7 +14,8 @@ constexpr std::size_t kProcFileLimit = 4u << 20;
 
 std::optional<std::string> ownCgroup() {
   std::string mount;
-  std::istringstream mounts(readFileText("/proc/self/mountinfo", nullptr, kProcFileLimit).value_or(""));
+  std::istringstream mounts(
+      readFileText("/proc/self/mountinfo", nullptr, kProcFileLimit).value_or(""));
   for (std::string line; std::getline(mounts, line);) {
     // "... <mount point> <options> - cgroup2 ..."
     const auto separator = line.find(" - cgroup2 ");
@@ -29,7 +30,8 @@ std::optional<std::string> ownCgroup() {
   if (mount.empty()) return std::nullopt;
   std::istringstream own(readFileText("/proc/self/cgroup", nullptr, kProcFileLimit).value_or(""));
   for (std::string line; std::getline(own, line);) {
-    if (line.rfind("0::", 0) == 0) return mount + (line.size() > 3 && line[3] == '/' && line.size() == 4 ? "" : line.substr(3));
+    if (line.rfind("0::", 0) == 0)
+      return mount + (line.size() > 3 && line[3] == '/' && line.size() == 4 ? "" : line.substr(3));
   }
   return std::nullopt;
 }

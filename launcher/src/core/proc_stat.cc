@@ -6,7 +6,6 @@
 #include <array>
 #include <charconv>
 #include <cstdlib>
-
 #include <sstream>
 
 #include "core/file_text.h"
@@ -140,7 +139,8 @@ std::optional<std::vector<pid_t>> childrenOf(pid_t pid) {
   while (const dirent* task = ::readdir(tasks)) {
     if (task->d_name[0] < '0' || task->d_name[0] > '9') continue;
     constexpr std::size_t kListLimit = 1u << 20;  // ~150,000 children: bounded, never reached
-    const auto text = readFileText(tasksPath + "/" + task->d_name + "/children", nullptr, kListLimit);
+    const auto text =
+        readFileText(tasksPath + "/" + task->d_name + "/children", nullptr, kListLimit);
     if (!text) continue;  // a thread that ended meanwhile, or no such file
     listed = true;
     std::istringstream in(*text);

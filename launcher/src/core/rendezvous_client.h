@@ -21,12 +21,12 @@ namespace ddprun::launcher {
 
 // One agent as the others see it.
 struct NodeInfo {
-  std::int64_t id = -1;      // unique for the run, assigned when the agent opens its membership
-  std::string address;       // where this node's services are reached (MASTER_ADDR if rank 0)
+  std::int64_t id = -1;  // unique for the run, assigned when the agent opens its membership
+  std::string address;   // where this node's services are reached (MASTER_ADDR if rank 0)
   std::string hostname;
   int nproc = 1;
   long pid = 0;
-  int staticRank = -1;       // --node-rank with the static backend, else -1
+  int staticRank = -1;  // --node-rank with the static backend, else -1
 };
 
 // The outcome of a rendezvous round: who is in, and where the workers meet.
@@ -36,11 +36,11 @@ struct Round {
   // round (O(1) bytes), never the whole world (O(N) bytes for each of N members: O(N^2) for the
   // store).
   int nodes = 0;
-  std::string address;            // this node's, as its record in the round has it
-  int groupRank = 0;              // this node's
+  std::string address;  // this node's, as its record in the round has it
+  int groupRank = 0;    // this node's
   int restartCount = 0;
   int worldSize = 0;
-  int baseRank = 0;               // the global rank of this node's local rank 0
+  int baseRank = 0;  // the global rank of this node's local rank 0
   // This node hosts the round's workers' store (c10d: group rank 0 starts a fresh one per round,
   // as torchrun does). The machine starts it and publishes its port; masterAddr/masterPort are
   // then empty here until it has.
@@ -107,7 +107,8 @@ class RendezvousClient {
   // liveness renewal the store acknowledged; nothing before the first. Returns at once.
   virtual std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const = 0;
   // This node's workers of `round` are being stopped for lack of acknowledged liveness: renew no
-  // more and write nothing more to `round`, even if a renewal is acknowledged late. Returns at once.
+  // more and write nothing more to `round`, even if a renewal is acknowledged late. Returns at
+  // once.
   virtual void fence(int round) = 0;
   // Leaves the rendezvous as a killed agent would (the store reports the node lost to its round
   // if it has not yet) and joins again as a new member from the job's current round, trying to
@@ -119,7 +120,8 @@ class RendezvousClient {
   // gives the others up to `patience` (close_timeout when not given) to read the outcome and
   // leave. `storeEndsAlone`: the store ends with this process and can hold no other node (a
   // one-node job hosting it), so nothing written now would be read: only the renewals stop.
-  virtual void leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) = 0;
+  virtual void leave(bool hostsStore, bool storeEndsAlone,
+                     std::optional<std::chrono::milliseconds> patience) = 0;
 };
 
 // Hosts a round's workers' store, and tells where this node's workers reach a store.

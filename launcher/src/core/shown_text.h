@@ -19,8 +19,8 @@ namespace ddprun::launcher {
 
 // `text` with its control characters escaped (common::printable: "\n", "\x1b", ...), so that it
 // cannot end the line and start a forged one nor reach a terminal as an escape sequence; its
-// first common::kShownBytes bytes only, "..." after them when it was longer. Cut before escaping, so an
-// escape is never split.
+// first common::kShownBytes bytes only, "..." after them when it was longer. Cut before escaping,
+// so an escape is never split.
 inline std::string shown(std::string_view text) {
   return common::printablePrefix(text) + (text.size() > common::kShownBytes ? "..." : "");
 }

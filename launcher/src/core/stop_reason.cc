@@ -1,9 +1,9 @@
 #include "core/stop_reason.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "core/shown_text.h"
 #include "ddprun/common/text.h"
@@ -20,9 +20,12 @@ constexpr struct {
   StopKind kind;
   const char* name;
 } kNames[] = {
-    {StopKind::kWorkerFailed, "failure"}, {StopKind::kNodeLost, "node_lost"},
-    {StopKind::kNodeJoined, "node_joined"}, {StopKind::kNodeLeft, "node_left"},
-    {StopKind::kDone, "done"}, {StopKind::kStoreLost, "store_lost"},
+    {StopKind::kWorkerFailed, "failure"},
+    {StopKind::kNodeLost, "node_lost"},
+    {StopKind::kNodeJoined, "node_joined"},
+    {StopKind::kNodeLeft, "node_left"},
+    {StopKind::kDone, "done"},
+    {StopKind::kStoreLost, "store_lost"},
     {StopKind::kSignalled, "signalled"},
 };
 
@@ -106,7 +109,8 @@ std::string StopReason::serialize() const {
 
 std::optional<StopReason> StopReason::parse(std::string_view text) {
   const json record = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!record.is_object() || !record.contains("kind") || !record["kind"].is_string()) return std::nullopt;
+  if (!record.is_object() || !record.contains("kind") || !record["kind"].is_string())
+    return std::nullopt;
   const std::string name = record["kind"].get<std::string>();
   StopReason stop;
   bool known = false;
@@ -116,7 +120,8 @@ std::optional<StopReason> StopReason::parse(std::string_view text) {
       known = true;
     }
   }
-  if (!known || stop.kind == StopKind::kStoreLost || stop.kind == StopKind::kSignalled) return std::nullopt;
+  if (!known || stop.kind == StopKind::kStoreLost || stop.kind == StopKind::kSignalled)
+    return std::nullopt;
   try {
     stop.node = record.value("node", std::int64_t{-1});
     stop.groupRank = record.value("group_rank", -1);
@@ -134,7 +139,8 @@ std::optional<StopReason> StopReason::parse(std::string_view text) {
 }
 
 std::string StopReason::nodeText() const {
-  const std::string who = groupRank >= 0 ? fmt::format("node {}", groupRank) : std::string("a node");
+  const std::string who =
+      groupRank >= 0 ? fmt::format("node {}", groupRank) : std::string("a node");
   // The host came from the stop record, which whoever can write the store may have forged.
   return host.empty() ? who : fmt::format("{} ({})", who, shown(host));
 }

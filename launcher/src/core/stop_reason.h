@@ -21,7 +21,15 @@
 
 namespace ddprun::launcher {
 
-enum class StopKind { kWorkerFailed, kNodeLost, kNodeJoined, kNodeLeft, kDone, kStoreLost, kSignalled };
+enum class StopKind {
+  kWorkerFailed,
+  kNodeLost,
+  kNodeJoined,
+  kNodeLeft,
+  kDone,
+  kStoreLost,
+  kSignalled
+};
 
 struct StopReason {
   StopKind kind = StopKind::kDone;

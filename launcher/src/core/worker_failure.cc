@@ -7,8 +7,8 @@
 namespace ddprun::launcher {
 namespace {
 
-using nlohmann::json;
 using common::validUtf8;
+using nlohmann::json;
 
 // Keeps the tail (where a traceback names the exception), cut on a character boundary.
 std::string capped(const std::string& text) {
@@ -37,11 +37,16 @@ json cappedLines(const std::vector<std::string>& lines) {
 
 const char* hangKindName(HangKind kind) {
   switch (kind) {
-    case HangKind::kNone: return "none";
-    case HangKind::kNoProgress: return "no_progress";
-    case HangKind::kNoFirstProgress: return "no_first_progress";
-    case HangKind::kAtExit: return "at_exit";
-    case HangKind::kFileTimer: return "file_timer";
+    case HangKind::kNone:
+      return "none";
+    case HangKind::kNoProgress:
+      return "no_progress";
+    case HangKind::kNoFirstProgress:
+      return "no_first_progress";
+    case HangKind::kAtExit:
+      return "at_exit";
+    case HangKind::kFileTimer:
+      return "file_timer";
   }
   return "none";
 }
@@ -102,7 +107,8 @@ WorkerFailure failureFromJson(const json& value) {
   if (auto stamp = value.find("errorTimestamp"); stamp != value.end() && stamp->is_number()) {
     failure.errorTimestamp = stamp->get<double>();
   }
-  failure.hang = hangKindFromName(value.value("hang", std::string("none"))).value_or(HangKind::kNone);
+  failure.hang =
+      hangKindFromName(value.value("hang", std::string("none"))).value_or(HangKind::kNone);
   failure.hangDetail = value.value("hangDetail", failure.hangDetail);
   failure.oom = value.value("oom", failure.oom);
   failure.stack = value.value("stack", failure.stack);

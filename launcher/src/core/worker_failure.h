@@ -7,11 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ddprun::launcher {
 
@@ -30,10 +29,10 @@ std::optional<HangKind> hangKindFromName(const std::string& name);
 // One failed worker, as the agent saw it and as its error file (if any) tells it.
 // Thread safety: a plain value; no shared state.
 struct WorkerFailure {
-  int rank = -1;          // global rank
+  int rank = -1;  // global rank
   int localRank = -1;
-  int groupRank = -1;     // node rank
-  std::string host;       // the node's host name, as printed in the summary
+  int groupRank = -1;  // node rank
+  std::string host;    // the node's host name, as printed in the summary
   long pid = -1;
   int exitCode = 0;       // exit status when it exited (meaningless when signal != 0)
   int signal = 0;         // the signal that killed it (0: it exited)
@@ -47,9 +46,9 @@ struct WorkerFailure {
   // What the agent knows beyond the exit status:
   HangKind hang = HangKind::kNone;  // the agent stopped it as hung
   std::string hangDetail;           // "no progress reported for 30.0 s (--hang-timeout 30)"
-  std::string oom;                  // how the kernel's OOM killer is known to have killed it ("" = not)
-  std::vector<std::string> stack;   // where it was when found hung (the telling lines)
-  std::string evidenceFile;         // every thread's stacks, in full ("" = none)
+  std::string oom;  // how the kernel's OOM killer is known to have killed it ("" = not)
+  std::vector<std::string> stack;       // where it was when found hung (the telling lines)
+  std::string evidenceFile;             // every thread's stacks, in full ("" = none)
   std::vector<std::string> stderrTail;  // its last stderr lines
 };
 

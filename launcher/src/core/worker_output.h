@@ -33,8 +33,8 @@ class WorkerOutput {
   // attemptDir: the attempt's directory ("" for none); the rank's directory in it
   // (rankDirectory) is created, and holds its log files when `logFiles`. A rank still open from an
   // earlier attempt is closed first. Throws std::system_error naming the path on failure.
-  virtual ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir,
-                               bool logFiles) = 0;
+  virtual ChildStreams prepare(int localRank, int rank, int groupRank,
+                               const std::string& attemptDir, bool logFiles) = 0;
   // After the spawn: closes the child's ends in the agent and starts reading.
   virtual void started(int localRank) = 0;
   // The spawn failed: closes everything prepared for this worker.

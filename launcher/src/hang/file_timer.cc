@@ -143,7 +143,8 @@ void FileTimers::onLine(std::string_view line) {
   const auto request = parseRequest(line, why);
   if (!request) {
     // Both the line and the parser's account of it hold the worker's bytes.
-    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", shown(why), quotedValue(line));
+    spdlog::warn("ddprun: ignoring a malformed FileTimer request ({}): {}", shown(why),
+                 quotedValue(line));
     return;
   }
   apply(*request);
@@ -284,11 +285,12 @@ void FileTimerRefusals::refused(const FileTimerExpiry& expiry) {
     }
     return;
   }
-  spdlog::warn("ddprun: not sending {} to pid {}: FileTimer {} names a process that is neither a "
-               "worker of this agent nor a descendant of one (torch's FileTimerServer would signal "
-               "it); further refusals within {} s are counted",
-               common::signalName(expiry.signal), expiry.pid, quotedValue(expiry.scopeId),
-               std::chrono::duration_cast<std::chrono::seconds>(window_).count());
+  spdlog::warn(
+      "ddprun: not sending {} to pid {}: FileTimer {} names a process that is neither a "
+      "worker of this agent nor a descendant of one (torch's FileTimerServer would signal "
+      "it); further refusals within {} s are counted",
+      common::signalName(expiry.signal), expiry.pid, quotedValue(expiry.scopeId),
+      std::chrono::duration_cast<std::chrono::seconds>(window_).count());
   timer_ = loop_.after(window_, [this] { windowEnded(); });
 }
 
@@ -305,9 +307,10 @@ void FileTimerRefusals::flush() {
   std::string pids;
   for (pid_t pid : countedPids_) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
   if (morePids_) pids += ", ...";
-  spdlog::warn("ddprun: refused {} more FileTimer signal(s) to processes outside this agent's "
-               "workers (pids {})",
-               counted_, pids);
+  spdlog::warn(
+      "ddprun: refused {} more FileTimer signal(s) to processes outside this agent's "
+      "workers (pids {})",
+      counted_, pids);
   counted_ = 0;
   countedPids_.clear();
   morePids_ = false;

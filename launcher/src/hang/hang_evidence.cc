@@ -43,7 +43,8 @@ void saveEvidence(HangEvidence& evidence, const std::string& path) {
   if (!problem) {
     evidence.savedTo = path;
   } else {
-    evidence.notes.push_back(fmt::format("evidence: cannot write {}: {}", path, problem->describe()));
+    evidence.notes.push_back(
+        fmt::format("evidence: cannot write {}: {}", path, problem->describe()));
   }
 }
 
@@ -85,9 +86,10 @@ class ThreadedEvidenceCollector final : public EvidenceCollector {
                             evidence.notes.push_back("evidence: collection failed unexpectedly");
                           }
                           saveEvidence(evidence, saveTo);
-                          loop_.post([done = std::move(done), evidence = std::move(evidence)]() mutable {
-                            done(std::move(evidence));
-                          });
+                          loop_.post(
+                              [done = std::move(done), evidence = std::move(evidence)]() mutable {
+                                done(std::move(evidence));
+                              });
                           finished->store(true);
                         }),
                         finished});
@@ -145,7 +147,8 @@ HangEvidence collectHangEvidence(pid_t pid, const EvidenceOptions& options) {
   return evidence;
 }
 
-std::unique_ptr<EvidenceCollector> makeThreadedEvidenceCollector(EventLoop& loop, EvidenceOptions options) {
+std::unique_ptr<EvidenceCollector> makeThreadedEvidenceCollector(EventLoop& loop,
+                                                                 EvidenceOptions options) {
   return std::make_unique<ThreadedEvidenceCollector>(loop, std::move(options));
 }
 

@@ -30,8 +30,8 @@ namespace ddprun::launcher {
 // One thread as the kernel sees it.
 struct ThreadView {
   pid_t tid = 0;
-  std::string name;                      // /proc/.../comm
-  char state = '?';                      // R, S, D, T, Z... (/proc/.../stat)
+  std::string name;  // /proc/.../comm
+  char state = '?';  // R, S, D, T, Z... (/proc/.../stat)
   // /proc/.../wchan ("" or "0": running); for a sleeper whose wchan read "0", the top function
   // of its kernel stack
   std::string waitChannel;
@@ -91,6 +91,7 @@ class EvidenceCollector {
 
 // collectHangEvidence on a thread per request; results are posted to `loop`. The destructor
 // waits for collections in flight (each is bounded by the options' budgets).
-std::unique_ptr<EvidenceCollector> makeThreadedEvidenceCollector(EventLoop& loop, EvidenceOptions options);
+std::unique_ptr<EvidenceCollector> makeThreadedEvidenceCollector(EventLoop& loop,
+                                                                 EvidenceOptions options);
 
 }  // namespace ddprun::launcher

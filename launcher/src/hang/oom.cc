@@ -1,21 +1,23 @@
 #include "hang/oom.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "core/file_text.h"
 
 namespace ddprun::launcher {
 namespace {
 
-// memory.events and /proc/vmstat are a few hundred bytes; a bound keeps an odd file from costing more.
+// memory.events and /proc/vmstat are a few hundred bytes; a bound keeps an odd file from costing
+// more.
 constexpr std::size_t kCounterFileLimit = 64 * 1024;
-std::string readText(const std::string& path) { return readFileText(path, nullptr, kCounterFileLimit).value_or(""); }
+std::string readText(const std::string& path) {
+  return readFileText(path, nullptr, kCounterFileLimit).value_or("");
+}
 
 // Every record of the kernel log still in its ring buffer. /dev/kmsg hands out one record per
 // read() and fails a read whose buffer is too small for it, hence the generous buffer.
@@ -66,15 +68,20 @@ std::string oomKillRecord(const std::string& records, pid_t pid) {
   return found;  // the last one: a pid may have been reused since an earlier kill
 }
 
-KernelOomWitness::KernelOomWitness(std::string cgroupPath, std::string kernelLog, std::string vmstat)
-    : cgroupPath_(std::move(cgroupPath)), kernelLog_(std::move(kernelLog)), vmstat_(std::move(vmstat)) {}
+KernelOomWitness::KernelOomWitness(std::string cgroupPath, std::string kernelLog,
+                                   std::string vmstat)
+    : cgroupPath_(std::move(cgroupPath)),
+      kernelLog_(std::move(kernelLog)),
+      vmstat_(std::move(vmstat)) {}
 
 std::optional<std::uint64_t> KernelOomWitness::cgroupCount() const {
   if (cgroupPath_.empty()) return std::nullopt;
   return oomKillCount(readText(cgroupPath_ + "/memory.events"));
 }
 
-std::optional<std::uint64_t> KernelOomWitness::hostCount() const { return oomKillCount(readText(vmstat_)); }
+std::optional<std::uint64_t> KernelOomWitness::hostCount() const {
+  return oomKillCount(readText(vmstat_));
+}
 
 void KernelOomWitness::attemptStarted() {
   cgroupAtStart_ = cgroupCount();
@@ -85,12 +92,17 @@ std::string KernelOomWitness::explain(pid_t pid) {
   std::string how;
   if (const std::string record = oomKillRecord(readKernelLog(kernelLog_), pid); !record.empty()) {
     how = fmt::format("killed by the kernel's OOM killer (kernel log: \"{}\")", record);
-  } else if (const auto inCgroup = cgroupCount(); inCgroup && cgroupAtStart_ && *inCgroup > *cgroupAtStart_) {
-    how = fmt::format("killed by the kernel's OOM killer (the worker cgroup's memory.events "
-                      "oom_kill went from {} to {})", *cgroupAtStart_, *inCgroup);
+  } else if (const auto inCgroup = cgroupCount();
+             inCgroup && cgroupAtStart_ && *inCgroup > *cgroupAtStart_) {
+    how = fmt::format(
+        "killed by the kernel's OOM killer (the worker cgroup's memory.events "
+        "oom_kill went from {} to {})",
+        *cgroupAtStart_, *inCgroup);
   } else if (const auto onHost = hostCount(); onHost && hostAtStart_ && *onHost > *hostAtStart_) {
-    how = fmt::format("most likely killed by the kernel's OOM killer (a SIGKILL ddprun did not "
-                      "send, while /proc/vmstat oom_kill went from {} to {})", *hostAtStart_, *onHost);
+    how = fmt::format(
+        "most likely killed by the kernel's OOM killer (a SIGKILL ddprun did not "
+        "send, while /proc/vmstat oom_kill went from {} to {})",
+        *hostAtStart_, *onHost);
   }
   if (how.empty()) return how;
   // Counted once: the next worker killed needs a new kill to be blamed on memory.

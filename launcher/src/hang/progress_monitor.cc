@@ -1,6 +1,8 @@
 #include "hang/progress_monitor.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,9 +11,6 @@
 #include <system_error>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/common/safe_files.h"
 
@@ -84,7 +83,8 @@ std::string HeartbeatFiles::prepare(int localRank) {
   // and restart (the costly part: prepareAhead). Opening it
   // writes nothing, and nothing is ever written into it. A file made ahead (prepareAhead) is
   // found and kept the same way.
-  common::FileDescriptor kept(::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  common::FileDescriptor kept(
+      ::open(file.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   const bool none = !kept && errno == ENOENT;
   if (kept) {
     struct stat info {};
@@ -114,11 +114,12 @@ std::optional<EventLoop::WallTime> HeartbeatFiles::lastReport(int localRank) con
   if (::stat(path(localRank).c_str(), &status) != 0) return std::nullopt;
   if (status.st_mtim.tv_sec == 0 && status.st_mtim.tv_nsec == 0) return std::nullopt;
   return EventLoop::WallTime(std::chrono::duration_cast<EventLoop::WallTime::duration>(
-      std::chrono::seconds(status.st_mtim.tv_sec) + std::chrono::nanoseconds(status.st_mtim.tv_nsec)));
+      std::chrono::seconds(status.st_mtim.tv_sec) +
+      std::chrono::nanoseconds(status.st_mtim.tv_nsec)));
 }
 
 ProgressMonitor::ProgressMonitor(EventLoop& loop, const HangPolicy& policy, Heartbeats* heartbeats,
-                             WorkerActivity* activity, OnHung onHung)
+                                 WorkerActivity* activity, OnHung onHung)
     : loop_(loop),
       policy_(policy),
       heartbeats_(heartbeats),
@@ -209,16 +210,16 @@ void ProgressMonitor::judgeWindows(EventLoop::WallTime now, std::vector<HungWork
     // Busy: a hundredth of one core over the window (never "any tick": torch 2.x's NCCL watchdog
     // wakes ten times a second in a process stuck for good, and costs far less), or a page of
     // I/O, or a progress report.
-    const bool busy = reported || (activity_ != nullptr &&
-                                   (done.cpu.count() >= window.count() * kBusyCpuShare ||
-                                    done.ioBytes >= kBusyIoBytes));
+    const bool busy =
+        reported || (activity_ != nullptr && (done.cpu.count() >= window.count() * kBusyCpuShare ||
+                                              done.ioBytes >= kBusyIoBytes));
     if (busy) {
-      spdlog::info("worker {} (pid {}) still runs {:.1f} s after a worker of this node exited 0, "
-                   "and works ({:.2f} s of CPU time, {} bytes of I/O{} in the last {:.1f} s): "
-                   "looking again in {:g} s (--exit-timeout)",
-                   localRank, worker.pid, seconds(since(*firstSuccessAt_, now)), seconds(done.cpu),
-                   done.ioBytes, reported ? ", a progress report" : "", seconds(window),
-                   seconds(timeout));
+      spdlog::info(
+          "worker {} (pid {}) still runs {:.1f} s after a worker of this node exited 0, "
+          "and works ({:.2f} s of CPU time, {} bytes of I/O{} in the last {:.1f} s): "
+          "looking again in {:g} s (--exit-timeout)",
+          localRank, worker.pid, seconds(since(*firstSuccessAt_, now)), seconds(done.cpu),
+          done.ioBytes, reported ? ", a progress report" : "", seconds(window), seconds(timeout));
       worker.windowStart = now;
       worker.atWindowStart = std::move(samples[k]);
       continue;
@@ -227,15 +228,19 @@ void ProgressMonitor::judgeWindows(EventLoop::WallTime now, std::vector<HungWork
     const double after = seconds(since(*firstSuccessAt_, now));
     std::string detail;
     if (activity_ == nullptr) {
-      detail = fmt::format("still running {:.1f} s after a worker of this node exited 0 "
-                           "(--exit-timeout {:g})", after, seconds(timeout));
+      detail = fmt::format(
+          "still running {:.1f} s after a worker of this node exited 0 "
+          "(--exit-timeout {:g})",
+          after, seconds(timeout));
     } else {
       detail = fmt::format(
-          "still running {:.1f} s after a worker of this node exited 0 and idle {}: {:.2f} s of CPU "
+          "still running {:.1f} s after a worker of this node exited 0 and idle {}: {:.2f} s of "
+          "CPU "
           "time, {} bytes of I/O{} (--exit-timeout {:g})",
           after,
-          worker.windowStart == *firstSuccessAt_ ? std::string("all that time")
-                                                 : fmt::format("for the last {:.1f} s", seconds(window)),
+          worker.windowStart == *firstSuccessAt_
+              ? std::string("all that time")
+              : fmt::format("for the last {:.1f} s", seconds(window)),
           seconds(done.cpu), done.ioBytes, heartbeats_ != nullptr ? ", no progress report" : "",
           seconds(timeout));
     }

@@ -26,6 +26,8 @@
 // Thread safety: every method runs on the event loop's thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -34,11 +36,9 @@
 #include <thread>
 #include <vector>
 
-#include <sys/types.h>
-
-#include "ddprun/launcher/launch_config.h"
 #include "core/event_loop.h"
 #include "core/worker_failure.h"
+#include "ddprun/launcher/launch_config.h"
 #include "hang/worker_activity.h"
 
 namespace ddprun::launcher {

@@ -28,7 +28,8 @@ namespace {
 // Its directory is not put back on sys.path: it holds nothing but this file, and user code sees
 // the sys.path it would see without ddprun. PYTHONPATH still names it, so every Python started
 // from the worker loads the hook too.
-constexpr std::string_view kSiteCustomize = R"PY(# Written by ddprun (launcher/src/python_stack_hook.cc): the Python stack hook.
+constexpr std::string_view kSiteCustomize =
+    R"PY(# Written by ddprun (launcher/src/python_stack_hook.cc): the Python stack hook.
 # With DDPRUN_STACK_DIR and DDPRUN_STACK_SIGNAL set, the signal DDPRUN_STACK_SIGNAL makes this
 # process write the stack of every thread into DDPRUN_STACK_DIR/<pid>.txt (faulthandler), so
 # ddprun can say where a hung worker is before it stops it; a fatal signal (segfault...) prints
@@ -193,11 +194,13 @@ PythonStackHook installPythonStackHook(const std::string& directory) {
   return hook;
 }
 
-void addPythonStackHook(const PythonStackHook& hook, std::map<std::string, std::string>& environment) {
+void addPythonStackHook(const PythonStackHook& hook,
+                        std::map<std::string, std::string>& environment) {
   std::string& pythonPath = environment["PYTHONPATH"];
-  const bool alreadyFirst = pythonPath == hook.pythonPath ||
-                            pythonPath.rfind(hook.pythonPath + ":", 0) == 0;
-  if (!alreadyFirst) pythonPath = pythonPath.empty() ? hook.pythonPath : hook.pythonPath + ":" + pythonPath;
+  const bool alreadyFirst =
+      pythonPath == hook.pythonPath || pythonPath.rfind(hook.pythonPath + ":", 0) == 0;
+  if (!alreadyFirst)
+    pythonPath = pythonPath.empty() ? hook.pythonPath : hook.pythonPath + ":" + pythonPath;
   environment["DDPRUN_STACK_DIR"] = hook.stackDir;
   environment["DDPRUN_STACK_SIGNAL"] = std::to_string(hook.signal);
 }

@@ -26,6 +26,7 @@ PythonStackHook installPythonStackHook(const std::string& directory);
 
 // Adds the hook to a worker environment: PYTHONPATH (prepended to what is there),
 // DDPRUN_STACK_DIR and DDPRUN_STACK_SIGNAL.
-void addPythonStackHook(const PythonStackHook& hook, std::map<std::string, std::string>& environment);
+void addPythonStackHook(const PythonStackHook& hook,
+                        std::map<std::string, std::string>& environment);
 
 }  // namespace ddprun::launcher

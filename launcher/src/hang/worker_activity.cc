@@ -47,7 +47,8 @@ std::vector<TreeSample> ProcActivity::sample(const std::vector<pid_t>& workers) 
     work.startTicks = stat->startTicks;
     const std::uint64_t ticks =
         stat->userTicks + stat->systemTicks + stat->childUserTicks + stat->childSystemTicks;
-    work.cpu = std::chrono::milliseconds(ticks * 1000 / static_cast<std::uint64_t>(ticksPerSecond_));
+    work.cpu =
+        std::chrono::milliseconds(ticks * 1000 / static_cast<std::uint64_t>(ticksPerSecond_));
     if (const auto io = readProcIo(pid)) {
       work.ioBytes = io->readChars + io->writtenChars + io->readBytes + io->writtenBytes;
     }

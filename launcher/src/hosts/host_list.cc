@@ -58,8 +58,8 @@ std::vector<ListedHost> parseHostList(std::string_view text, std::string_view or
           origin, printable(text), name.empty() ? "an empty name" : printable(name), origin));
     }
     if (!seen.insert(name).second) {
-      throw HostListError(fmt::format("{} {}: host {} is listed twice; list each host once",
-                                      origin, printable(text), printable(name)));
+      throw HostListError(fmt::format("{} {}: host {} is listed twice; list each host once", origin,
+                                      printable(text), printable(name)));
     }
     hosts.push_back({std::string(name), 0});
   }
@@ -72,20 +72,23 @@ std::vector<ListedHost> parseHostfile(std::string_view text, std::string_view fi
   int number = 0;
   for (std::string_view line : splitOn(text, '\n')) {
     ++number;
-    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    if (const auto hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
     const auto parts = blankSeparatedWords(line);
     if (parts.empty()) continue;
     const std::string where = fmt::format("{}:{}", printable(fileName), number);
     const auto bad = [&](std::string_view why) {
-      return HostListError(fmt::format("hostfile {}: {} in {}; each line is 'HOST slots=N' "
-                                       "(e.g. node1 slots=8), '#' starts a comment",
-                                       where, why, printable(line)));
+      return HostListError(
+          fmt::format("hostfile {}: {} in {}; each line is 'HOST slots=N' "
+                      "(e.g. node1 slots=8), '#' starts a comment",
+                      where, why, printable(line)));
     };
     if (parts.size() != 2) throw bad(parts.size() == 1 ? "no slots=N" : "more than 'HOST slots=N'");
-    if (!usableHostName(parts[0])) throw bad(fmt::format("{} is not a host name", printable(parts[0])));
+    if (!usableHostName(parts[0]))
+      throw bad(fmt::format("{} is not a host name", printable(parts[0])));
     const std::string_view slotsWord = parts[1];
-    const auto slots = slotsWord.starts_with("slots=") ? smallNumber(slotsWord.substr(6))
-                                                       : std::nullopt;
+    const auto slots =
+        slotsWord.starts_with("slots=") ? smallNumber(slotsWord.substr(6)) : std::nullopt;
     if (!slots || *slots < 1) throw bad("slots must be a whole number >= 1");
     const std::string name(parts[0]);
     if (const auto [it, fresh] = lineOf.emplace(name, number); !fresh) {
@@ -94,9 +97,10 @@ std::vector<ListedHost> parseHostfile(std::string_view text, std::string_view fi
     hosts.push_back({name, *slots});
   }
   if (hosts.empty()) {
-    throw HostListError(fmt::format("hostfile {} lists no host; write one 'HOST slots=N' line per "
-                                    "host",
-                                    printable(fileName)));
+    throw HostListError(
+        fmt::format("hostfile {} lists no host; write one 'HOST slots=N' line per "
+                    "host",
+                    printable(fileName)));
   }
   return hosts;
 }
@@ -124,9 +128,10 @@ std::vector<SelectedHost> selectHosts(const std::vector<ListedHost>& listed, Sel
                                       std::string_view spec, std::string_view origin) {
   const bool include = kind == SelectionKind::kInclude;
   const auto bad = [&](std::string_view why) {
-    return HostListError(fmt::format("{} {}: {}; write NAME[:SLOT,SLOT...]@NAME..., e.g. {} "
-                                     "node1@node2:0,1",
-                                     origin, printable(spec), why, origin));
+    return HostListError(
+        fmt::format("{} {}: {}; write NAME[:SLOT,SLOT...]@NAME..., e.g. {} "
+                    "node1@node2:0,1",
+                    origin, printable(spec), why, origin));
   };
   // The hosts the spec names, each with the slots it lists (empty: the whole host), in order.
   std::map<std::string, std::set<int>, std::less<>> named;
@@ -136,9 +141,9 @@ std::vector<SelectedHost> selectHosts(const std::vector<ListedHost>& listed, Sel
     const auto host = std::find_if(listed.begin(), listed.end(),
                                    [&](const ListedHost& h) { return h.name == name; });
     if (host == listed.end()) {
-      throw bad(name.empty() ? std::string("an empty host name")
-                             : fmt::format("unknown host {} (not among the hosts given)",
-                                           printable(name)));
+      throw bad(name.empty()
+                    ? std::string("an empty host name")
+                    : fmt::format("unknown host {} (not among the hosts given)", printable(name)));
     }
     if (named.contains(name)) throw bad(fmt::format("host {} is named twice", printable(name)));
     std::set<int>& slots = named[std::string(name)];
@@ -151,9 +156,10 @@ std::vector<SelectedHost> selectHosts(const std::vector<ListedHost>& listed, Sel
                               host->slots - 1, host->slots));
       }
       if (host->slots == 0 && !include) {
-        throw bad(fmt::format("the slots of host {} are not known; give a hostfile with "
-                              "slots=N to exclude slots",
-                              printable(name)));
+        throw bad(
+            fmt::format("the slots of host {} are not known; give a hostfile with "
+                        "slots=N to exclude slots",
+                        printable(name)));
       }
       slots.insert(*slot);
     }

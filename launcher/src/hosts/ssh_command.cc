@@ -20,8 +20,8 @@ std::string shellQuote(std::string_view text) {
 bool isVariableName(std::string_view name) {
   if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
   for (const char c : name) {
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                    c == '_';
+    const bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
     if (!ok) return false;
   }
   return true;
@@ -77,7 +77,8 @@ std::vector<std::string> sshArgv(const SshLaunch& launch, std::size_t index) {
   std::vector<std::string> argv = {launch.sshProgram};
   argv.insert(argv.end(), launch.sshOptions.begin(), launch.sshOptions.end());
   for (const std::string& option :
-       {std::string("BatchMode=yes"), fmt::format("ConnectTimeout={}", launch.connectTimeout.count()),
+       {std::string("BatchMode=yes"),
+        fmt::format("ConnectTimeout={}", launch.connectTimeout.count()),
         std::string("ServerAliveInterval=5"), std::string("ServerAliveCountMax=3")}) {
     argv.push_back("-o");
     argv.push_back(option);

@@ -115,8 +115,8 @@ void startHost(const SshLaunch& launch, std::size_t index, Host& host, const sig
   argv.push_back(nullptr);
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    throw std::runtime_error(fmt::format("cannot make pipes for host {}: {}", host.name,
-                                         std::strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("cannot make pipes for host {}: {}", host.name, std::strerror(errno)));
   }
   ChildSteps steps;
   // Its own process group: a terminal's Ctrl-C is the driver's to pass on, once per host.
@@ -155,9 +155,7 @@ void tellHost(Host& host, int sig) {
   if (::write(host.stdinFd, &byte, 1) != 1 && errno != EAGAIN) closeFd(host.stdinFd);
 }
 
-bool done(const Host& host) {
-  return host.exitCode && host.out.fd < 0 && host.err.fd < 0;
-}
+bool done(const Host& host) { return host.exitCode && host.out.fd < 0 && host.err.fd < 0; }
 
 }  // namespace
 
@@ -199,7 +197,7 @@ int runSshDriver(const SshLaunch& launch) {
     }
   }
 
-  std::optional<int> signalled;    // the first signal the driver got
+  std::optional<int> signalled;     // the first signal the driver got
   std::optional<int> firstFailure;  // the first host's failing exit code
   std::optional<Clock::time_point> stopDeadline;
   std::optional<Clock::time_point> failureStop;  // when the others are stopped after a failure
@@ -244,12 +242,13 @@ int runSshDriver(const SshLaunch& launch) {
         }
       }
     }
-    const int ready = ::poll(fds.data(), fds.size(),
-                             static_cast<int>(std::max<long>(0, wait.count())));
+    const int ready =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait.count())));
     if (ready < 0 && errno != EINTR) break;
 
     for (std::size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents != 0 && owners[i].second->fd >= 0) readStream(*owners[i].first, *owners[i].second);
+      if (fds[i].revents != 0 && owners[i].second->fd >= 0)
+        readStream(*owners[i].first, *owners[i].second);
     }
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info;

@@ -1,15 +1,14 @@
 #include "machine/agent_machine.h"
 
+#include <fmt/format.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "core/shown_text.h"
 #include "ddprun/common/signal_names.h"
@@ -67,8 +66,8 @@ void AgentMachine::start() {
 }
 
 std::string AgentMachine::attemptDirectory(int round) const {
-  const fs::path base = config_.logs.dir.empty() ? fs::path(identity_.scratchDir)
-                                                 : fs::path(identity_.logRunDir);
+  const fs::path base =
+      config_.logs.dir.empty() ? fs::path(identity_.scratchDir) : fs::path(identity_.logRunDir);
   return (base / fmt::format("attempt_{}", round)).string();
 }
 
@@ -80,7 +79,8 @@ void AgentMachine::onRendezvousFailed(const RendezvousFailure& failure) {
   } else if (failure.kind == RendezvousFailure::Kind::kBadInput) {
     finish(Ending::badInput(fmt::format("ddprun: error: {}", failure.message)));
   } else {
-    finish(Ending::rendezvousFailed(fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));
+    finish(Ending::rendezvousFailed(
+        fmt::format("ddprun: error: rendezvous failed: {}", failure.message)));
   }
 }
 
@@ -119,7 +119,8 @@ std::optional<EventLoop::TimePoint> AgentMachine::fenceCountsFrom() const {
 }
 
 bool AgentMachine::elastic() const {
-  return config_.rdzv.backend != RdzvBackend::kStatic && config_.rdzv.minNodes < config_.rdzv.maxNodes;
+  return config_.rdzv.backend != RdzvBackend::kStatic &&
+         config_.rdzv.minNodes < config_.rdzv.maxNodes;
 }
 
 double AgentMachine::silentSeconds() const {
@@ -149,18 +150,20 @@ void AgentMachine::checkFence() {
     armFence();  // a renewal was acknowledged meanwhile
     return;
   }
-  fenceNow(fmt::format("no liveness renewal of this node was acknowledged by the rendezvous store "
-                       "at {} for {:.1f} s (the fencing interval, {:.1f} s, ends before the store can "
-                       "count this node lost)",
-                       rendezvous_.storeAddress(), silentSeconds(),
-                       config_.rdzv.settings.fencingInterval().count() / 1000.0));
+  fenceNow(
+      fmt::format("no liveness renewal of this node was acknowledged by the rendezvous store "
+                  "at {} for {:.1f} s (the fencing interval, {:.1f} s, ends before the store can "
+                  "count this node lost)",
+                  rendezvous_.storeAddress(), silentSeconds(),
+                  config_.rdzv.settings.fencingInterval().count() / 1000.0));
 }
 
 void AgentMachine::fenceNow(const std::string& why) {
   if (state_ == State::kFinished || fenced_) return;
   const double silent = silentSeconds();
   const std::string cut = fmt::format(
-      "ddprun: error: the network to the rendezvous store at {} was cut: no answer for {:.1f} s; this "
+      "ddprun: error: the network to the rendezvous store at {} was cut: no answer for {:.1f} s; "
+      "this "
       "node's workers were stopped before the others could count it lost. A {} job does not take a "
       "node back: this agent ends (an elastic job, --nnodes MIN:MAX with MIN < MAX, rejoins)",
       rendezvous_.storeAddress(), silent,
@@ -173,11 +176,12 @@ void AgentMachine::fenceNow(const std::string& why) {
   fenced_ = true;
   fenceTimer_.reset();
   rendezvous_.fence(round_.number);
-  spdlog::warn("{}: stopping this node's workers of round {} now, with SIGKILL (they are a stale group "
-               "from here on); {}",
-               why, round_.number,
-               elastic() ? "then rejoining the job as a new member until join_timeout"
-                         : "then ending, as this job cannot take a node back");
+  spdlog::warn(
+      "{}: stopping this node's workers of round {} now, with SIGKILL (they are a stale group "
+      "from here on); {}",
+      why, round_.number,
+      elastic() ? "then rejoining the job as a new member until join_timeout"
+                : "then ending, as this job cannot take a node back");
   barrierTimer_.cancel();
   graceTimer_.cancel();
   progress_.stop();
@@ -200,8 +204,8 @@ bool AgentMachine::applyWorkerStore() {
       round_.masterPort = workerStores_.host(address);
     } catch (const std::exception& error) {
       onRendezvousFailed({RendezvousFailure::Kind::kFailed,
-                          fmt::format("cannot host round {}'s workers' store on {}: {}", round_.number,
-                                      address, error.what())});
+                          fmt::format("cannot host round {}'s workers' store on {}: {}",
+                                      round_.number, address, error.what())});
       return false;
     }
     round_.masterAddr = address;
@@ -255,32 +259,40 @@ void AgentMachine::startWorkers() {
   std::vector<pid_t> pids;
   for (const LocalWorker& worker : local_) pids.push_back(worker.running ? worker.pid : -1);
   progress_.start(std::move(pids));
-  const auto ms = [](auto duration) { return std::chrono::duration<double, std::milli>(duration).count(); };
-  spdlog::debug("round {}: started {} workers in {:.1f} ms (preparing {:.1f} ms, spawning {:.1f} ms)",
-                round_.number, local_.size(), ms(loop_.now() - spawnStart), ms(prepared - spawnStart),
-                ms(spawned - prepared));
+  const auto ms = [](auto duration) {
+    return std::chrono::duration<double, std::milli>(duration).count();
+  };
+  spdlog::debug(
+      "round {}: started {} workers in {:.1f} ms (preparing {:.1f} ms, spawning {:.1f} ms)",
+      round_.number, local_.size(), ms(loop_.now() - spawnStart), ms(prepared - spawnStart),
+      ms(spawned - prepared));
   if (!localFailures_.empty()) announceFailure();
 }
 
-std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker, const std::string& attempt) {
+std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
+                                                      const std::string& attempt) {
   const int localRank = worker.localRank;
   worker.rank = round_.baseRank + localRank;
   // The attempt's directory is new (the run's directories are made fresh by the agent, and each
   // round has its own), so no earlier job's error file can be taken for this worker's.
   worker.errorFile = rankDirectory(attempt, localRank) + "/error.json";
-  const WorkerPlacement placement{localRank,           worker.rank,      round_.worldSize,
-                                  config_.nprocPerNode, round_.groupRank, round_.nodes};
-  const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second, round_.restartCount,
-                                          round_.number, config_.rdzv.runId, identity_.agentMarker};
+  const WorkerPlacement placement{localRank,        worker.rank,
+                                  round_.worldSize, config_.nprocPerNode,
+                                  round_.groupRank, round_.nodes};
+  const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second,
+                                          round_.restartCount, round_.number,
+                                          config_.rdzv.runId,  identity_.agentMarker};
   const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
   const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
                                                /*logFiles=*/!config_.logs.dir.empty());
   try {
     const std::string heartbeatFile =
         diagnostics_.heartbeats ? diagnostics_.heartbeats->prepare(localRank) : std::string();
-    const std::vector<std::string> environment = workerEnvironment(
-        identity_.environment, config_, placement, roundEnvironment, worker.errorFile, heartbeatFile);
-    return std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out, streams.err);
+    const std::vector<std::string> environment =
+        workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
+                          worker.errorFile, heartbeatFile);
+    return std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out,
+                                      streams.err);
   } catch (...) {
     output_.abandon(localRank);
     throw;
@@ -316,14 +328,17 @@ void AgentMachine::onStop(int round, StopReason stop) {
   if (stop_->kind == StopKind::kNodeLost && stop_->node == rendezvous_.nodeId()) {
     // The store counted this node lost (its hold lapsed or its connection closed) while it
     // still ran: its workers are a stale group now, as if the fence had fired.
-    fenceNow(fmt::format("the rendezvous store at {} counted this node lost", rendezvous_.storeAddress()));
+    fenceNow(fmt::format("the rendezvous store at {} counted this node lost",
+                         rendezvous_.storeAddress()));
     if (fenced_ || state_ == State::kFinished) return;
   }
-  if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost && stop_->node != rendezvous_.nodeId()) {
+  if (stop_->kind == StopKind::kNodeLeft && stop_->storeHost &&
+      stop_->node != rendezvous_.nodeId()) {
     // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
     // now would lose it moments later. Stop here, saying why.
     endOnceStopped(Ending::storeLost(fmt::format(
-        "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes the "
+        "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes "
+        "the "
         "store with it: this node's workers are stopped and the job ends; to let a job outlive any "
         "one agent, run the store as ddprun-rendezvous on the endpoint",
         stop_->nodeText(), common::signalName(stop_->signal))));
@@ -361,7 +376,8 @@ void AgentMachine::onStoreLost(const StoreLoss& loss) {
     return;
   }
   fenceNow(fmt::format("the rendezvous store at {} has not answered for {:.1f} s ({})",
-                       rendezvous_.storeAddress(), silentSeconds(), common::printable(loss.detail)));
+                       rendezvous_.storeAddress(), silentSeconds(),
+                       common::printable(loss.detail)));
 }
 
 void AgentMachine::endOnceStopped(Ending ending) {
@@ -391,8 +407,8 @@ void AgentMachine::onChildExited() {
 }
 
 WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
-  const WorkerIdentity who{worker.rank, worker.localRank, round_.groupRank, identity_.hostname,
-                           worker.pid, worker.errorFile};
+  const WorkerIdentity who{worker.rank,        worker.localRank, round_.groupRank,
+                           identity_.hostname, worker.pid,       worker.errorFile};
   WorkerFailure failure = fromWaitStatus(worker.waitStatus, who, worker.exitedAt);
   loadErrorFile(failure);
   failure.hang = worker.hang;
@@ -428,7 +444,8 @@ void AgentMachine::judgeWorkers() {
     announceFailure();
     return;
   }
-  if (std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.running; })) return;
+  if (std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.running; }))
+    return;
   // Every local worker exited 0: count this node done; the last node announces "done".
   spdlog::debug("round {}: every local worker exited 0", round_.number);
   state_ = State::kLocalDone;
@@ -437,8 +454,9 @@ void AgentMachine::judgeWorkers() {
     if (state_ != State::kLocalDone) return;
     if (identity_.hostsStore) {
       // Leaving would take the store from under the nodes still at work and kill their workers.
-      spdlog::warn("not every node has finished after the exit barrier's timeout; this agent "
-                   "hosts the rendezvous store, so it stays until they finish or are lost");
+      spdlog::warn(
+          "not every node has finished after the exit barrier's timeout; this agent "
+          "hosts the rendezvous store, so it stays until they finish or are lost");
       return;
     }
     spdlog::warn("the exit barrier timed out: not every node finished; exiting 0 as this node did");
@@ -513,8 +531,10 @@ void AgentMachine::nextStep() {
     const WorkerFailure& cause = *stop.failure;
     if (cause.hang == HangKind::kAtExit) {
       // Its peers exited 0: the job's work is done, and a restart would do it all again.
-      spdlog::warn("rank {} on {} hung at exit: not restarting a job whose other workers "
-                   "finished", cause.rank, shown(cause.host));
+      spdlog::warn(
+          "rank {} on {} hung at exit: not restarting a job whose other workers "
+          "finished",
+          cause.rank, shown(cause.host));
       failJob(stop);
       return;
     }
@@ -535,13 +555,15 @@ void AgentMachine::failJob(const StopReason& stop) {
   // node's other failures of the round are listed with it.
   std::vector<WorkerFailure> failures{*stop.failure};
   for (const WorkerFailure& mine : localFailures_) {
-    if (mine.rank != failures.front().rank || mine.host != failures.front().host) failures.push_back(mine);
+    if (mine.rank != failures.front().rank || mine.host != failures.front().host)
+      failures.push_back(mine);
   }
   // This node's workers' output is drained by now: their stderr tails are complete.
   for (WorkerFailure& failure : failures) {
     if (failure.host == identity_.hostname && failure.groupRank == round_.groupRank &&
         failure.localRank >= 0 && failure.localRank < config_.nprocPerNode) {
-      if (auto tail = output_.stderrTail(failure.localRank); !tail.empty()) failure.stderrTail = std::move(tail);
+      if (auto tail = output_.stderrTail(failure.localRank); !tail.empty())
+        failure.stderrTail = std::move(tail);
     }
   }
   const WorkerFailure& cause = failures.front();
@@ -568,9 +590,10 @@ void AgentMachine::failJob(const StopReason& stop) {
   if (!cause.oom.empty()) why += "; " + cause.oom;
   // The cause may be another node's, read from the stop record: its host and details are
   // escaped here, where they become the line.
-  finish(Ending::jobFailed(cause, fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
-                                              round_.restartCount, cause.rank, shown(cause.host),
-                                              common::printable(why))));
+  finish(Ending::jobFailed(
+      cause,
+      fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
+                  round_.restartCount, cause.rank, shown(cause.host), common::printable(why))));
 }
 
 void AgentMachine::onSignal(int signal) {
@@ -601,8 +624,10 @@ void AgentMachine::onSuspend(int signal) {
   // The workers run in sessions of their own, so the terminal's Ctrl-Z reaches none of them:
   // every worker's process group is stopped here (and what exited workers left behind), with
   // SIGSTOP, which no worker can catch or ignore, as the terminal would have stopped them.
-  spdlog::info("received {}: stopping every worker and the agent until the job is continued "
-               "(fg, bg or SIGCONT)", common::signalName(signal));
+  spdlog::info(
+      "received {}: stopping every worker and the agent until the job is continued "
+      "(fg, bg or SIGCONT)",
+      common::signalName(signal));
   launcher_.signalAll(SIGSTOP);
   fenceTimer_.reset();  // looked at again on resume
   // A stopped job is neither hung nor slow to exit: no timeout of this agent counts while it is
@@ -623,14 +648,17 @@ void AgentMachine::onResume() {
     // The store stopped with this agent and gives every hold the stopped time back (its stall
     // rule): the fence starts afresh too.
     fenceFrom_ = loop_.now();
-  } else if (!fenced_ && silentSeconds() * 1000 >= config_.rdzv.settings.fencingInterval().count()) {
+  } else if (!fenced_ &&
+             silentSeconds() * 1000 >= config_.rdzv.settings.fencingInterval().count()) {
     // A store elsewhere kept counting: the others may have re-formed meanwhile. Fenced before
     // the workers run another instruction.
     checkFence();
   }
   launcher_.signalAll(SIGCONT);
-  spdlog::info("the job continues after {:.1f} s stopped: the hang and exit timeouts start afresh, "
-               "FileTimer deadlines and the agent's own timeouts are moved on by that time", stopped);
+  spdlog::info(
+      "the job continues after {:.1f} s stopped: the hang and exit timeouts start afresh, "
+      "FileTimer deadlines and the agent's own timeouts are moved on by that time",
+      stopped);
   progress_.resume();
   fileTimers_.resume();
   graceTimer_.resume();
@@ -641,8 +669,9 @@ void AgentMachine::onResume() {
 void AgentMachine::onConsoleClosed() {
   if (state_ == State::kFinished || endAfterStop_) return;
   // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
-  endOnceStopped(Ending::consoleClosed(
-      "ddprun: error: ddprun's output was closed by its reader (e.g. `| head`); stopping the workers"));
+  endOnceStopped(
+      Ending::consoleClosed("ddprun: error: ddprun's output was closed by its reader (e.g. `| "
+                            "head`); stopping the workers"));
 }
 
 void AgentMachine::finish(Ending ending) {
@@ -670,15 +699,18 @@ void AgentMachine::onFileTimerLine(std::string_view line) {
 }
 
 AgentMachine::LocalWorker* AgentMachine::workerByPid(pid_t pid) {
-  auto worker = std::find_if(local_.begin(), local_.end(), [&](const LocalWorker& w) { return w.pid == pid; });
+  auto worker = std::find_if(local_.begin(), local_.end(),
+                             [&](const LocalWorker& w) { return w.pid == pid; });
   return worker == local_.end() ? nullptr : &*worker;
 }
 
 void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
   // The scope id is the worker's text, kept raw in the detail (it travels in the failure's JSON);
   // every line that shows the detail escapes it.
-  const std::string detail = fmt::format("its FileTimer \"{}\" expired (torch's FileTimerClient asked "
-                                         "for {} then)", expiry.scopeId, common::signalName(expiry.signal));
+  const std::string detail = fmt::format(
+      "its FileTimer \"{}\" expired (torch's FileTimerClient asked "
+      "for {} then)",
+      expiry.scopeId, common::signalName(expiry.signal));
   LocalWorker* worker = workerByPid(expiry.pid);
   if (worker != nullptr && worker->running && state_ == State::kRunning) {
     onHung(worker->localRank, HangKind::kFileTimer, detail, expiry.signal);
@@ -700,14 +732,17 @@ void AgentMachine::onFileTimerExpired(const FileTimerExpiry& expiry) {
 }
 
 void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int signal) {
-  if (state_ != State::kRunning || localRank < 0 || localRank >= static_cast<int>(local_.size())) return;
+  if (state_ != State::kRunning || localRank < 0 || localRank >= static_cast<int>(local_.size()))
+    return;
   LocalWorker& worker = local_[localRank];
   if (!worker.running || worker.hang != HangKind::kNone) return;
   worker.hang = kind;
   worker.hangDetail = fmt::format("{}; killed with {}", detail, common::signalName(signal));
-  spdlog::warn("worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
-               "sending it {}", worker.localRank, worker.rank, worker.pid, common::printable(detail),
-               common::signalName(signal));
+  spdlog::warn(
+      "worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
+      "sending it {}",
+      worker.localRank, worker.rank, worker.pid, common::printable(detail),
+      common::signalName(signal));
   emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
   const pid_t pid = worker.pid;
   if (diagnostics_.evidence == nullptr) {
@@ -720,7 +755,8 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
   // collections' budget, which they spend in parallel.
   worker.evidencePending = true;
   worker.hangSignal = signal;
-  const std::string saveTo = fmt::format("{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
+  const std::string saveTo = fmt::format(
+      "{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
   diagnostics_.evidence->collect(pid, saveTo, [this, pid](HangEvidence evidence) {
     LocalWorker* hung = workerByPid(pid);
     if (hung == nullptr) return;  // a later round's workers are running now
@@ -731,7 +767,8 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
 }
 
 void AgentMachine::signalHungWorkers() {
-  const bool pending = std::any_of(local_.begin(), local_.end(), [](const LocalWorker& w) { return w.evidencePending; });
+  const bool pending = std::any_of(local_.begin(), local_.end(),
+                                   [](const LocalWorker& w) { return w.evidencePending; });
   if (pending) return;
   for (LocalWorker& worker : local_) {
     // Still running (a stop may have ended it meanwhile): now the signal, once.
@@ -746,13 +783,16 @@ void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidenc
   worker.stack = evidence.summary(kSummaryStackLines);
   if (!evidence.savedTo.empty()) {
     worker.evidenceFile = evidence.savedTo;
-    spdlog::warn("worker {} (rank {}): its threads' stacks are in {}", localRank, worker.rank, evidence.savedTo);
+    spdlog::warn("worker {} (rank {}): its threads' stacks are in {}", localRank, worker.rank,
+                 evidence.savedTo);
   } else {
-    spdlog::warn("cannot write the stacks of worker {} (rank {}): {}", localRank, worker.rank,
-                 evidence.notes.empty() ? std::string("no file") : common::printable(evidence.notes.back()));
+    spdlog::warn(
+        "cannot write the stacks of worker {} (rank {}): {}", localRank, worker.rank,
+        evidence.notes.empty() ? std::string("no file") : common::printable(evidence.notes.back()));
   }
   // The worker's own stacks: its thread names, file names and frames are its to choose.
-  for (const std::string& line : worker.stack) spdlog::warn("  rank {}: {}", worker.rank, common::printable(line));
+  for (const std::string& line : worker.stack)
+    spdlog::warn("  rank {}: {}", worker.rank, common::printable(line));
 }
 
 WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const {
@@ -771,8 +811,8 @@ WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const 
   return event;
 }
 
-void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError,
-                                   nlohmann::json extra) const {
+void AgentMachine::emitWorkerEvent(const LocalWorker& worker, const char* state,
+                                   nlohmann::json rawError, nlohmann::json extra) const {
   if (!diagnostics_.event) return;
   WorkerEvent event = agentEvent(fmt::format("torchelastic.worker.status.{}", state), state);
   event.source = "WORKER";
@@ -807,11 +847,21 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.updatedAt = epochSeconds(loop_.wallNow());
   switch (state_) {
     case State::kIdle:
-    case State::kJoining: snapshot.phase = AgentPhase::kJoining; break;
-    case State::kRunning: snapshot.phase = AgentPhase::kRunning; break;
-    case State::kLocalDone: snapshot.phase = AgentPhase::kLocalDone; break;
-    case State::kStopping: snapshot.phase = AgentPhase::kStopping; break;
-    case State::kFinished: snapshot.phase = AgentPhase::kFinished; break;
+    case State::kJoining:
+      snapshot.phase = AgentPhase::kJoining;
+      break;
+    case State::kRunning:
+      snapshot.phase = AgentPhase::kRunning;
+      break;
+    case State::kLocalDone:
+      snapshot.phase = AgentPhase::kLocalDone;
+      break;
+    case State::kStopping:
+      snapshot.phase = AgentPhase::kStopping;
+      break;
+    case State::kFinished:
+      snapshot.phase = AgentPhase::kFinished;
+      break;
   }
   if (!formed_) return snapshot;
   snapshot.round = round_.number;

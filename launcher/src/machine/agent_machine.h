@@ -33,34 +33,34 @@
 #include <string_view>
 #include <vector>
 
-#include "ddprun/launcher/launch_config.h"
 #include "core/agent_snapshot.h"
 #include "core/event_loop.h"
-#include "report/event_log.h"
 #include "core/exit_codes.h"
-#include "report/failure_report.h"
+#include "core/process_launcher.h"
+#include "core/rendezvous_client.h"
+#include "core/stop_reason.h"
+#include "core/worker_output.h"
+#include "ddprun/launcher/launch_config.h"
 #include "hang/file_timer.h"
 #include "hang/hang_evidence.h"
 #include "hang/oom.h"
-#include "core/process_launcher.h"
-#include "core/rendezvous_client.h"
 #include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "machine/pausable_timer.h"
-#include "core/stop_reason.h"
-#include "core/worker_output.h"
+#include "report/event_log.h"
+#include "report/failure_report.h"
 
 namespace ddprun::launcher {
 
 // What the machine needs to know about this agent and its surroundings.
 struct AgentIdentity {
   std::string hostname;
-  std::string address;       // where the other nodes reach this one (as its NodeInfo says)
-  std::string agentMarker;   // DDPRUN_AGENT of this agent's workers (not a secret: a tag)
-  std::string scratchDir;    // error files when there is no --log-dir
-  std::string logRunDir;     // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
+  std::string address;      // where the other nodes reach this one (as its NodeInfo says)
+  std::string agentMarker;  // DDPRUN_AGENT of this agent's workers (not a secret: a tag)
+  std::string scratchDir;   // error files when there is no --log-dir
+  std::string logRunDir;    // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
   std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
-  bool hostsStore = false;   // this agent hosts the rendezvous store (it must outstay the others)
+  bool hostsStore = false;  // this agent hosts the rendezvous store (it must outstay the others)
   // Where the summary and the final error line go (nothing: stderr, written directly).
   std::function<void(std::string)> printError;
 };
@@ -128,9 +128,9 @@ class AgentMachine final : public RendezvousEvents {
     pid_t pid = -1;
     std::string errorFile;
     bool running = false;
-    bool judged = false;  // its exit has been looked at
-    bool failed = false;  // judged a failure (or could not start)
-    double startedAt = 0; // epoch seconds
+    bool judged = false;   // its exit has been looked at
+    bool failed = false;   // judged a failure (or could not start)
+    double startedAt = 0;  // epoch seconds
     int waitStatus = 0;
     double exitedAt = 0;
     // Found hung: why, and where it was (filled when the evidence arrives).
@@ -162,7 +162,8 @@ class AgentMachine final : public RendezvousEvents {
   void signalHungWorkers();
   // An event of this agent, its common metadata filled (--event-log-handler console).
   WorkerEvent agentEvent(std::string name, const char* state) const;
-  void emitWorkerEvent(const LocalWorker& worker, const char* state, nlohmann::json rawError = nullptr,
+  void emitWorkerEvent(const LocalWorker& worker, const char* state,
+                       nlohmann::json rawError = nullptr,
                        nlohmann::json extra = nlohmann::json::object()) const;
   LocalWorker* workerByPid(pid_t pid);
   // Looks at the workers that exited: a failure stops the round, all done counts the node done.
@@ -210,7 +211,7 @@ class AgentMachine final : public RendezvousEvents {
   ProgressMonitor progress_;
   FileTimers fileTimers_;
   FileTimerRefusals fileTimerRefusals_;  // FileTimer signals to processes not the job's
-  const double startedAt_;  // epoch seconds, for the events' total_run_time
+  const double startedAt_;               // epoch seconds, for the events' total_run_time
 
   State state_ = State::kIdle;
   Round round_;

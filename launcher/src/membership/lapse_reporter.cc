@@ -1,8 +1,8 @@
 #include "membership/lapse_reporter.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace ddprun::launcher {
 namespace {

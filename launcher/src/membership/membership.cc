@@ -34,7 +34,8 @@ Membership::Membership(const RendezvousConfig& config, StoreBackend& backend, No
       keys_(config.runId),
       liveness_(keys_, settings_, now_) {
   if (config_.backend == RdzvBackend::kStatic && backend_.staticFacet() == nullptr) {
-    throw std::invalid_argument("Membership: the static rendezvous needs a store its workers share");
+    throw std::invalid_argument(
+        "Membership: the static rendezvous needs a store its workers share");
   }
 }
 
@@ -99,7 +100,8 @@ void Membership::connectControl(const JoinBudget& budget, std::chrono::milliseco
       const auto waited = now_() - start;
       if (waited > namePatience) {
         throw EndpointError(fmt::format(
-            "the rendezvous store's host name in {} did not resolve within the join timeout ({} s): "
+            "the rendezvous store's host name in {} did not resolve within the join timeout ({} "
+            "s): "
             "{}; check the name in --rdzv-endpoint (or --master-addr) and this host's DNS",
             backend_.address(), namePatience.count() / 1000.0, error.what()));
       }
@@ -114,7 +116,8 @@ void Membership::connectControl(const JoinBudget& budget, std::chrono::milliseco
       if (waited > patience) {
         throw EndpointError(fmt::format(
             "cannot reach the rendezvous store at {} within {} ({} s): {}; {}", backend_.address(),
-            config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout",
+            config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout"
+                                                    : "read_timeout",
             patience.count() / 1000.0, error.what(), backend_.unreachableFix()));
       }
       if (lines.due(now_(), "no answer")) {

@@ -49,7 +49,8 @@ MembershipDriver::MembershipDriver(const RendezvousConfig& config, StoreBackend&
       control_([this] { controlLoop(); }) {}
 
 std::shared_ptr<Membership> MembershipDriver::fresh() {
-  return std::make_shared<Membership>(config_, backend_, self_, [&loop = loop_] { return loop.now(); });
+  return std::make_shared<Membership>(config_, backend_, self_,
+                                      [&loop = loop_] { return loop.now(); });
 }
 
 std::shared_ptr<Membership> MembershipDriver::current() const {
@@ -105,7 +106,9 @@ void MembershipDriver::join(int round) {
         } else {
           formed = membership->join(round);
         }
-        loop_.post([this, formed = std::move(formed)]() mutable { events_->onRoundFormed(std::move(formed)); });
+        loop_.post([this, formed = std::move(formed)]() mutable {
+          events_->onRoundFormed(std::move(formed));
+        });
       },
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
 }
@@ -176,7 +179,8 @@ MembershipDriver::Attempt MembershipDriver::rejoinOnce(const JoinBudget& budget,
 }
 
 void MembershipDriver::publishWorkerStore(int round, std::string host, std::uint16_t port) {
-  runOnControl([this, round, host = std::move(host), port] { current()->publishWorkerStore(round, host, port); },
+  runOnControl([this, round, host = std::move(host),
+                port] { current()->publishWorkerStore(round, host, port); },
                [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
 }
 
@@ -194,14 +198,18 @@ void MembershipDriver::watch(int round) {
   watch_ = std::thread([this, round, membership = current()] {
     try {
       StopReason stop = membership->waitForStop(round);
-      loop_.post([this, round, stop = std::move(stop)]() mutable { events_->onStop(round, std::move(stop)); });
+      loop_.post([this, round, stop = std::move(stop)]() mutable {
+        events_->onStop(round, std::move(stop));
+      });
     } catch (const MembershipCancelled&) {
     } catch (const StoreLostError& lost) {
       loop_.post([this, loss = lossOf(lost)] { events_->onStoreLost(loss); });
     } catch (const rendezvous::StoreError& error) {
       loop_.post([this, loss = StoreLoss{false, error.what()}] { events_->onStoreLost(loss); });
     } catch (const std::exception& error) {
-      loop_.post([this, failure = failureOf(std::current_exception())] { events_->onRendezvousFailed(failure); });
+      loop_.post([this, failure = failureOf(std::current_exception())] {
+        events_->onRendezvousFailed(failure);
+      });
     }
   });
 }
@@ -217,7 +225,8 @@ void MembershipDriver::stopThreads() {
   if (watch_.joinable()) watch_.join();
 }
 
-void MembershipDriver::leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) {
+void MembershipDriver::leave(bool hostsStore, bool storeEndsAlone,
+                             std::optional<std::chrono::milliseconds> patience) {
   stopThreads();
   if (storeEndsAlone) {
     current()->stopHeartbeat();

@@ -1,10 +1,10 @@
 // MembershipDriver: the RendezvousClient of the agent. Membership's calls block on the store, so
 // they run off the event loop: a control thread runs join/announce/markDone one at a time in
 // order, a watch thread blocks on the current round's stop key; every outcome is posted to the
-// loop and handed to the RendezvousEvents (the agent's machine) there. The unit tests use the same driver over the
-// in-process store. A rejoin (a node fenced or declared lost in an elastic job) replaces the
-// Membership with a new one, a new member; a thread still in a call of the old one keeps it alive
-// until it returns.
+// loop and handed to the RendezvousEvents (the agent's machine) there. The unit tests use the same
+// driver over the in-process store. A rejoin (a node fenced or declared lost in an elastic job)
+// replaces the Membership with a new one, a new member; a thread still in a call of the old one
+// keeps it alive until it returns.
 //
 // Thread safety: the RendezvousClient calls, attach() and close() run on the loop's thread.
 #pragma once
@@ -27,8 +27,8 @@ namespace ddprun::launcher {
 class MembershipDriver final : public RendezvousClient {
  public:
   // Every reference must outlive the driver.
-  MembershipDriver(const RendezvousConfig& config, StoreBackend& backend,
-                   NodeInfo self, EventLoop& loop);
+  MembershipDriver(const RendezvousConfig& config, StoreBackend& backend, NodeInfo self,
+                   EventLoop& loop);
   ~MembershipDriver() override;
 
   // Where outcomes go. REQUIRES: called before the first join().
@@ -49,7 +49,8 @@ class MembershipDriver final : public RendezvousClient {
   void rejoin() override;
   // Stops the blocked calls and the threads, then gives up the holds (blocking up to `patience`
   // when this agent hosts the store); with `storeEndsAlone` it only stops the heartbeat.
-  void leave(bool hostsStore, bool storeEndsAlone, std::optional<std::chrono::milliseconds> patience) override;
+  void leave(bool hostsStore, bool storeEndsAlone,
+             std::optional<std::chrono::milliseconds> patience) override;
 
  private:
   using Call = std::function<void()>;

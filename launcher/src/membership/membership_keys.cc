@@ -31,13 +31,17 @@ std::string MembershipKeys::node(std::int64_t id) const {
 
 std::string MembershipKeys::nodePrefix() const { return prefix_ + "node/"; }
 
-std::string MembershipKeys::alive(std::int64_t id) const { return fmt::format("{}{}", alivePrefix(), id); }
+std::string MembershipKeys::alive(std::int64_t id) const {
+  return fmt::format("{}{}", alivePrefix(), id);
+}
 
 std::string MembershipKeys::alivePrefix() const { return prefix_ + "alive/"; }
 
 std::string MembershipKeys::currentRound() const { return prefix_ + "current_round"; }
 
-std::string MembershipKeys::roundPrefix(int round) const { return fmt::format("{}round/{}/", prefix_, round); }
+std::string MembershipKeys::roundPrefix(int round) const {
+  return fmt::format("{}round/{}/", prefix_, round);
+}
 
 std::string MembershipKeys::joined(int round) const { return roundPrefix(round) + "joined"; }
 
@@ -66,9 +70,13 @@ std::string MembershipKeys::finished(int round, std::int64_t id) const {
   return finishedPrefix(round) + std::to_string(id);
 }
 
-std::string MembershipKeys::finishedPrefix(int round) const { return roundPrefix(round) + "finished/"; }
+std::string MembershipKeys::finishedPrefix(int round) const {
+  return roundPrefix(round) + "finished/";
+}
 
-std::string MembershipKeys::status(std::int64_t id) const { return fmt::format("{}{}", statusPrefix(), id); }
+std::string MembershipKeys::status(std::int64_t id) const {
+  return fmt::format("{}{}", statusPrefix(), id);
+}
 
 std::string MembershipKeys::statusPrefix() const { return prefix_ + "status/"; }
 

@@ -1,9 +1,9 @@
 #include "membership/solo_rendezvous.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 namespace ddprun::launcher {
 
@@ -68,7 +68,9 @@ void SoloRendezvous::watch(int round) {
 void SoloRendezvous::deliverStop() {
   if (!watched_ || !stop_ || stopDelivered_) return;
   stopDelivered_ = true;
-  loop_.post([this, round = current_, stop = *stop_]() mutable { events_->onStop(round, std::move(stop)); });
+  loop_.post([this, round = current_, stop = *stop_]() mutable {
+    events_->onStop(round, std::move(stop));
+  });
 }
 
 }  // namespace ddprun::launcher

@@ -68,7 +68,8 @@ class SoloRendezvous final : public RendezvousClient {
   }
   void fence(int) override {}
   void rejoin() override { join(-1); }
-  void leave(bool, bool, std::optional<std::chrono::milliseconds>) override {}  // nothing held, nothing written
+  void leave(bool, bool, std::optional<std::chrono::milliseconds>) override {
+  }  // nothing held, nothing written
 
  private:
   // Posts onStop for the current round once both its watch and its stop are there.
@@ -78,9 +79,9 @@ class SoloRendezvous final : public RendezvousClient {
   EventLoop& loop_;
   const std::string storeAddress_;
   RendezvousEvents* events_ = nullptr;
-  int current_ = -1;  // the last round joined
-  int formed_ = -1;   // the last round handed to the machine (-1: none yet)
-  int restarts_ = 0;  // the current round's restart count
+  int current_ = -1;                // the last round joined
+  int formed_ = -1;                 // the last round handed to the machine (-1: none yet)
+  int restarts_ = 0;                // the current round's restart count
   std::optional<StopReason> stop_;  // the current round's
   int done_ = 0;                    // the current round's exit-barrier count
   bool watched_ = false;            // the current round is watched

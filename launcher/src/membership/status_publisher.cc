@@ -1,9 +1,9 @@
 #include "membership/status_publisher.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <spdlog/spdlog.h>
 
 #include "ddprun/common/text.h"
 
@@ -20,7 +20,8 @@ void shorten(std::string& text) {
 }  // namespace
 
 std::string boundedSnapshotText(AgentSnapshot snapshot) {
-  std::string text = toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text =
+      toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() <= kMaxSnapshotBytes) return text;
   if (snapshot.lastFailure) {
     shorten(snapshot.lastFailure->message);

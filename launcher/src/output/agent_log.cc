@@ -1,9 +1,9 @@
 #include "output/agent_log.h"
 
+#include <spdlog/sinks/base_sink.h>
+
 #include <mutex>
 #include <string>
-
-#include <spdlog/sinks/base_sink.h>
 
 namespace ddprun::launcher {
 namespace {

@@ -4,10 +4,10 @@
 // Thread safety: spdlog's (the sink locks); the writer is thread-safe for write().
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "output/console_writer.h"
 

@@ -49,12 +49,12 @@ struct ConsoleWriter::Shared : std::enable_shared_from_this<ConsoleWriter::Share
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::string> queue;
-  ConsoleLines lines;        // framed in queue order, which is the order written
-  std::size_t queued = 0;    // bytes in queue, the one being written included
+  ConsoleLines lines;      // framed in queue order, which is the order written
+  std::size_t queued = 0;  // bytes in queue, the one being written included
   std::size_t lost = 0;
   bool stopping = false;
-  bool broken = false;       // the console is closed: everything after is lost
-  bool started = false;      // the writing thread runs (from the first bytes queued on)
+  bool broken = false;   // the console is closed: everything after is lost
+  bool started = false;  // the writing thread runs (from the first bytes queued on)
   std::vector<std::function<void()>> waiting;
   std::function<void()> onClosed;
 

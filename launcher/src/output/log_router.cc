@@ -1,28 +1,27 @@
 #include "output/log_router.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <termios.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <string_view>
 #include <system_error>
 #include <utility>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/common/safe_files.h"
 #include "ddprun/common/template.h"
@@ -102,7 +101,8 @@ bool openTerminal(int ends[2], int console, std::size_t prefixWidth) {
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (master < 0) return false;
   char name[64];
-  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 || ::ptsname_r(master, name, sizeof name) != 0) {
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 ||
+      ::ptsname_r(master, name, sizeof name) != 0) {
     const int error = errno;
     ::close(master);
     errno = error;
@@ -160,9 +160,9 @@ constexpr std::size_t kTailLineBytes = 1024;
 // the lines of a worker that writes a line in several pieces whole on the console.
 class Reader : public std::enable_shared_from_this<Reader> {
  public:
-  Reader(asio::io_context& io, int readFd, std::string prefix, std::shared_ptr<ConsoleWriter> console,
-         Fd file, Fd filtered, std::vector<std::string> filters, std::string name,
-         std::chrono::milliseconds partialDelay)
+  Reader(asio::io_context& io, int readFd, std::string prefix,
+         std::shared_ptr<ConsoleWriter> console, Fd file, Fd filtered,
+         std::vector<std::string> filters, std::string name, std::chrono::milliseconds partialDelay)
       : pipe_(io, readFd),
         holdTimer_(io),
         partialDelay_(partialDelay),
@@ -333,17 +333,17 @@ class Reader : public std::enable_shared_from_this<Reader> {
   asio::posix::stream_descriptor pipe_;
   asio::steady_timer holdTimer_;
   std::chrono::milliseconds partialDelay_;
-  bool holding_ = false;  // holdTimer_ is armed
+  bool holding_ = false;                 // holdTimer_ is armed
   std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
-  std::string pending_;  // bytes after the last newline
-  std::size_t shown_ = 0;  // how much of pending_ the console already has
+  std::string pending_;                  // bytes after the last newline
+  std::size_t shown_ = 0;                // how much of pending_ the console already has
   std::string prefix_;
   std::shared_ptr<ConsoleWriter> console_;  // null: not to the console
-  std::uint64_t source_;  // who this is to the console
-  Fd file_;              // raw copy (-t, or -r with duplicate filters)
-  Fd filtered_;          // lines matching filters_
+  std::uint64_t source_;                    // who this is to the console
+  Fd file_;                                 // raw copy (-t, or -r with duplicate filters)
+  Fd filtered_;                             // lines matching filters_
   std::vector<std::string> filters_;
-  std::string name_;     // "local rank 3 stdout", for messages
+  std::string name_;  // "local rank 3 stdout", for messages
   std::deque<std::string> tail_;
   bool open_ = true;
   bool warned_ = false;
@@ -364,7 +364,7 @@ std::string linePrefix(const LogRouterOptions& options, int localRank, int rank,
 struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   struct Worker {
     Fd childOut;
-    Fd childErr;  // none with one channel: childOut is both
+    Fd childErr;                  // none with one channel: childOut is both
     std::shared_ptr<Reader> out;  // null: no pipe (the child writes to a file or /dev/null)
     std::shared_ptr<Reader> err;  // with one channel: its reader (the tail comes from it)
     bool started = false;
@@ -378,10 +378,11 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
       : io(context),
         options(std::move(routerOptions)),
         oneConsole(samePlace(options.consoleOut, options.consoleErr)) {
-    if (!options.outWriter) options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
+    if (!options.outWriter)
+      options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
     if (!options.errWriter) {
-      options.errWriter = oneConsole ? options.outWriter
-                                     : std::make_shared<ConsoleWriter>(options.consoleErr, io);
+      options.errWriter =
+          oneConsole ? options.outWriter : std::make_shared<ConsoleWriter>(options.consoleErr, io);
     }
   }
 
@@ -433,7 +434,8 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     const bool t = stdoutStream ? tee.out : tee.err;
     const bool consoleAllowed =
         !options.localRanksFilter || options.localRanksFilter->count(localRank) > 0;
-    const auto& filters = stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters;
+    const auto& filters =
+        stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters;
     StreamPlan result;
     result.file = haveDir && (r || t);
     result.console = consoleAllowed && (t || !r || !haveDir);
@@ -457,8 +459,9 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
       const int console = stdoutStream ? options.consoleOut : options.consoleErr;
       const int own = ::fcntl(console, F_DUPFD_CLOEXEC, 3);
       if (own < 0) {
-        throw std::system_error(errno, std::generic_category(),
-                                "cannot pass the console to local rank " + std::to_string(localRank));
+        throw std::system_error(
+            errno, std::generic_category(),
+            "cannot pass the console to local rank " + std::to_string(localRank));
       }
       return Fd(own);
     }
@@ -472,9 +475,9 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     const bool terminal = stdoutStream && options.terminalStdout && streamPlan.console;
     if (terminal ? !openTerminal(ends, options.consoleOut, prefix.size())
                  : ::pipe2(ends, O_CLOEXEC) != 0) {
-      throw std::system_error(errno, std::generic_category(),
-                              "cannot create a pipe for local rank " + std::to_string(localRank) +
-                                  " " + stream);
+      throw std::system_error(
+          errno, std::generic_category(),
+          "cannot create a pipe for local rank " + std::to_string(localRank) + " " + stream);
     }
     Fd readEnd(ends[0]);
     Fd writeEnd(ends[1]);
@@ -525,7 +528,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
 
   asio::io_context& io;
   LogRouterOptions options;
-  const bool oneConsole;  // the console's stdout and stderr are one place
+  const bool oneConsole;          // the console's stdout and stderr are one place
   std::map<int, Worker> workers;  // by local rank
   // The attempt directory last made or found to be ours: the ranks of an attempt share it, so it
   // is checked once per attempt, not once per worker.
@@ -543,8 +546,8 @@ LogRouter::~LogRouter() {
   closeAll();
 }
 
-ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, const std::string& attemptDir,
-                                bool logFiles) {
+ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank,
+                                const std::string& attemptDir, bool logFiles) {
   if (auto old = impl_->workers.find(localRank); old != impl_->workers.end()) {
     impl_->closeWorker(old->second);
     impl_->workers.erase(old);

@@ -5,9 +5,9 @@
 //                                  └─matching lines────────> <attempt>/<lr>/filtered_stdout.log
 //   worker stderr ── the same, to the agent's stderr and stderr.log / filtered_stderr.log
 //
-// Per stream and local rank, with D = log files wanted (prepare's logFiles) and the settings -r/--redirects (R),
-// -t/--tee (T), --local-ranks-filter (C: the rank may reach the console) and the duplicate
-// filters for that stream (F: non-empty):
+// Per stream and local rank, with D = log files wanted (prepare's logFiles) and the settings
+// -r/--redirects (R), -t/--tee (T), --local-ranks-filter (C: the rank may reach the console) and
+// the duplicate filters for that stream (F: non-empty):
 //   file      = D && (R || T)
 //   console   = C && (T || !R || !D)     (redirect without a log dir falls back to the console)
 //   filtered  = D && F
@@ -53,9 +53,9 @@
 #include <string>
 #include <vector>
 
+#include "core/worker_output.h"
 #include "ddprun/launcher/launch_config.h"
 #include "output/console_writer.h"
-#include "core/worker_output.h"
 
 namespace boost::asio {
 class io_context;
@@ -86,14 +86,14 @@ struct LogRouterOptions {
   bool terminalStdout = false;
   // How long a worker's line without '\n' is held before the console gets it as it stands.
   std::chrono::milliseconds partialLineDelay = kPartialLineDelay;
-  std::string hostname;  // ${hostname}
-  StreamSelection redirects;  // -r/--redirects
-  StreamSelection tee;        // -t/--tee
-  std::optional<std::set<int>> localRanksFilter;  // --local-ranks-filter (nothing = all ranks)
+  std::string hostname;                             // ${hostname}
+  StreamSelection redirects;                        // -r/--redirects
+  StreamSelection tee;                              // -t/--tee
+  std::optional<std::set<int>> localRanksFilter;    // --local-ranks-filter (nothing = all ranks)
   std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters (substrings)
   std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
-  int consoleOut = 1;  // where workers' stdout lines go (not owned)
-  int consoleErr = 2;  // where workers' stderr lines go (not owned)
+  int consoleOut = 1;                               // where workers' stdout lines go (not owned)
+  int consoleErr = 2;                               // where workers' stderr lines go (not owned)
   // The writers of those descriptors when the agent shares them (its own messages go there
   // too); made by the router when not given.
   std::shared_ptr<ConsoleWriter> outWriter;
@@ -119,9 +119,9 @@ class LogRouter final : public WorkerOutput {
 
   // Before spawning worker `localRank` (global `rank`, node `groupRank`) of an attempt.
   // attemptDir: the attempt's directory, or "" for none. Creates the rank's directory
-  // (rankDirectory), its log files when `logFiles`, and the pipes. A rank still open from an earlier attempt is closed first
-  // (its partial line flushed). Throws std::system_error naming the path on failure (nothing of
-  // this rank stays open then).
+  // (rankDirectory), its log files when `logFiles`, and the pipes. A rank still open from an
+  // earlier attempt is closed first (its partial line flushed). Throws std::system_error naming the
+  // path on failure (nothing of this rank stays open then).
   ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir,
                        bool logFiles) override;
   // After fork: closes the child's ends in the agent and starts reading. No-op for an unknown rank.

@@ -2,8 +2,8 @@
 
 namespace ddprun::launcher {
 
-DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t parent,
-                                 int cgroupProcs, const rlimit* descriptorLimit) {
+DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t parent, int cgroupProcs,
+                                 const rlimit* descriptorLimit) {
   ChildSteps steps;
   steps.group = ChildSteps::Group::kNewSession;
   steps.dieWithParent = parent;

@@ -1,6 +1,7 @@
 #include "process/clone_spawn.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,8 +13,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "core/process_launcher.h"
 
@@ -125,14 +124,16 @@ pid_t CloneSpawner::spawn(const ExecPlan& plan, CgroupTarget cgroup) {
   }
   if (pid < 0 && cloneError == 0) {
     start.cgroupProcs = cgroup.procsFd;
-    pid = ::clone(childMain, childStack_ + kChildStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
+    pid = ::clone(childMain, childStack_ + kChildStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                  &start);
     cloneError = errno;
   }
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(errorPipe[1]);
   if (pid < 0) {
     ::close(errorPipe[0]);
-    throw SpawnError(fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)));
+    throw SpawnError(
+        fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)));
   }
   // EOF: exec succeeded (the pipe closed on exec); otherwise the step that failed.
   if (const auto failure = readChildReport(errorPipe[0])) {

@@ -7,9 +7,9 @@
 // Linux 5.7+) instead of moving itself there by writing cgroup.procs. A move takes the kernel's
 // cgroup_threadgroup_rwsem for writing, and the first move after a quiet while waits for an RCU
 // grace period (milliseconds: docs/benchmarks.md, "Launch at the floor"), paid by the first
-// worker of every launch and restart while the agent waits on its vfork. Created in place, no process moves at all. Kernels or hierarchies without it fall back
-// to the write, once and for the rest of the run; so does a cgroup that has been killed
-// (WorkerCgroup::cloneIntoFd says why).
+// worker of every launch and restart while the agent waits on its vfork. Created in place, no
+// process moves at all. Kernels or hierarchies without it fall back to the write, once and for the
+// rest of the run; so does a cgroup that has been killed (WorkerCgroup::cloneIntoFd says why).
 //
 // Thread safety: one CloneSpawner per thread (it owns the child stack).
 #pragma once

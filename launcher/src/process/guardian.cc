@@ -38,7 +38,8 @@ namespace {
 void killHolders(const std::string& entry, std::chrono::milliseconds patience) {
   const std::string self = std::to_string(::getpid());
   const auto equals = entry.find('=');
-  const std::string kept = equals == std::string::npos ? std::string() : keptEntry(entry.substr(equals + 1));
+  const std::string kept =
+      equals == std::string::npos ? std::string() : keptEntry(entry.substr(equals + 1));
   const auto deadline = std::chrono::steady_clock::now() + patience;
   for (;;) {
     int found = 0;
@@ -97,7 +98,8 @@ void closeAllBut(int keep) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: the agent is gone, however it went
     pending.append(buffer, static_cast<std::size_t>(n));
-    for (std::size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
+    for (std::size_t end; (end = pending.find('\n')) != std::string::npos;
+         pending.erase(0, end + 1)) {
       const std::string line = pending.substr(0, end);
       if (line.empty()) continue;
       if (line[0] == 'x') ::_exit(0);

@@ -1,8 +1,10 @@
 #include "process/posix_launcher.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -16,10 +18,8 @@
 #include <optional>
 #include <thread>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-#include "core/kept_process.h"
 #include "core/file_text.h"
+#include "core/kept_process.h"
 #include "core/proc_stat.h"
 #include "ddprun/common/worker_env_names.h"
 
@@ -46,8 +46,8 @@ pid_t PosixLauncher::spawn(const ExecPlan& plan) {
       keptEntry_ = keptEntry(text.substr(prefix.size() + 1));
     }
   }
-  const pid_t pid = spawner_.spawn(plan, cgroup_ ? CgroupTarget{cgroup_->cloneIntoFd(), cgroup_->procsFd()}
-                                                 : CgroupTarget{});
+  const pid_t pid = spawner_.spawn(
+      plan, cgroup_ ? CgroupTarget{cgroup_->cloneIntoFd(), cgroup_->procsFd()} : CgroupTarget{});
   running_.insert(pid);
   if (guardian_) guardian_->track(pid);
   return pid;
@@ -85,8 +85,9 @@ std::vector<ExitedWorker> PosixLauncher::reap() {
       lingering_.insert(pid);
       exited.push_back({pid, status});
     } else if (guardian_ && pid == guardian_->pid()) {
-      spdlog::warn("the guardian process exited; workers still die with the agent through "
-                   "their death signal");
+      spdlog::warn(
+          "the guardian process exited; workers still die with the agent through "
+          "their death signal");
     }
   }
   // Descendants of exited workers come back to this subreaper, so their last exit is reaped

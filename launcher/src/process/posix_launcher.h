@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
+#include "core/process_launcher.h"
 #include "process/clone_spawn.h"
 #include "process/guardian.h"
-#include "core/process_launcher.h"
 #include "process/worker_cgroup.h"
 
 namespace ddprun::launcher {

@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <fmt/format.h>
 #include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -14,12 +16,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "core/file_text.h"
 #include "core/own_cgroup.h"

@@ -1,11 +1,10 @@
 #include "process/worker_env.h"
 
 #include <dirent.h>
+#include <fmt/format.h>
 #include <string.h>
 
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/signal_names.h"
@@ -32,7 +31,8 @@ constexpr const char* kRunPathBootstrap =
     "        try:\n"
     "            with open(path, 'w') as f:\n"
     "                json.dump({'message': {'message': f'{type(e).__name__}: {e}', 'extraInfo': {\n"
-    "                    'py_callstack': traceback.format_exc(), 'timestamp': str(int(time.time()))}}}, f)\n"
+    "                    'py_callstack': traceback.format_exc(), 'timestamp': "
+    "str(int(time.time()))}}}, f)\n"
     "        except OSError:\n"
     "            pass\n"
     "    raise\n";
@@ -79,8 +79,7 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
                                            const std::string& errorFile,
                                            const std::string& heartbeatFile) {
   std::map<std::string, std::string> env = inherited;
-  const std::string localRank =
-      std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
+  const std::string localRank = std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
   env[common::kEnvLocalRank] = localRank;
   env[common::kEnvRank] = std::to_string(placement.rank);
   env[common::kEnvGroupRank] = std::to_string(placement.groupRank);
@@ -128,7 +127,8 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
-      if (placement.localRank < static_cast<int>(devices.size())) device = devices[placement.localRank];
+      if (placement.localRank < static_cast<int>(devices.size()))
+        device = devices[placement.localRank];
     }
     env[common::kEnvCudaVisibleDevices] = device;
   }
@@ -166,8 +166,7 @@ WorkerCommand workerCommand(const LaunchConfig& config, const WorkerPlacement& p
       break;
     }
   }
-  command.argv.insert(command.argv.end(), config.entry.args.begin(),
-                      config.entry.args.end());
+  command.argv.insert(command.argv.end(), config.entry.args.begin(), config.entry.args.end());
   // torchrun expands ${local_rank} in everything after the interpreter (the script included).
   // Python's string.Template(argument).safe_substitute(local_rank=...): "$$" is "$", every
   // other name stays as written.

@@ -25,14 +25,13 @@ struct WorkerPlacement {
 
 // What every worker of one rendezvous round shares.
 struct RoundEnvironment {
-  std::string masterAddr;     // the store the workers rendezvous through (hosted by an agent)
+  std::string masterAddr;  // the store the workers rendezvous through (hosted by an agent)
   std::uint16_t masterPort = 0;
-  int restartCount = 0;       // failure restarts of the whole job so far
-  int generation = 0;         // rendezvous round: grows on every re-form, restarts included
+  int restartCount = 0;  // failure restarts of the whole job so far
+  int generation = 0;    // rendezvous round: grows on every re-form, restarts included
   std::string runId;
-  std::string agentMarker;     // DDPRUN_AGENT: marks this agent's workers and what they start
+  std::string agentMarker;  // DDPRUN_AGENT: marks this agent's workers and what they start
 };
-
 
 // The complete environment ("NAME=value" entries, each name once) of one worker: `inherited` (the
 // agent's environment) with the contract's variables added or replaced, and the worker's own
@@ -56,6 +55,7 @@ WorkerCommand workerCommand(const LaunchConfig& config, const WorkerPlacement& p
 // torchrun's notice when it sets OMP_NUM_THREADS=1 for the workers.
 std::string ompNumThreadsWarning();
 // Whether the workers get OMP_NUM_THREADS=1 (unset in the agent and more than one per node).
-bool setsOmpNumThreads(const std::map<std::string, std::string>& inherited, const LaunchConfig& config);
+bool setsOmpNumThreads(const std::map<std::string, std::string>& inherited,
+                       const LaunchConfig& config);
 
 }  // namespace ddprun::launcher

@@ -20,9 +20,10 @@ std::string eventLine(const WorkerEvent& event) {
       {"state", event.state},
       {"total_run_time", event.totalRunTime},
       {"rdzv_backend", event.rdzvBackend},
-      {"raw_error", event.rawError.is_null() ? json(nullptr)
-                                             : json(event.rawError.dump(-1, ' ', false,
-                                                                        json::error_handler_t::replace))},
+      {"raw_error",
+       event.rawError.is_null()
+           ? json(nullptr)
+           : json(event.rawError.dump(-1, ' ', false, json::error_handler_t::replace))},
       {"metadata", inner.dump(-1, ' ', false, json::error_handler_t::replace)},
       {"agent_restarts", event.restarts},
   };

@@ -7,30 +7,29 @@
 //   ddprun.worker_group.restart           the group restarts after a failure (torchrun has none)
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace ddprun::launcher {
 
 // What one worker event says; the agent fills it.
 struct WorkerEvent {
-  std::string name;                 // as above
-  std::string source = "WORKER";    // WORKER or AGENT (torchrun's EventSource)
-  double timestamp = 0;             // epoch seconds
+  std::string name;               // as above
+  std::string source = "WORKER";  // WORKER or AGENT (torchrun's EventSource)
+  double timestamp = 0;           // epoch seconds
   std::string runId;
-  std::optional<int> rank;          // global rank (nothing for an agent event)
+  std::optional<int> rank;  // global rank (nothing for an agent event)
   int groupRank = 0;
-  std::optional<long> pid;          // torchrun's worker_id
+  std::optional<long> pid;  // torchrun's worker_id
   int localRank = -1;
   std::string role;
   std::string hostname;
-  std::string state;                // HEALTHY, SUCCEEDED, FAILED, UNHEALTHY, RESTARTING
-  double totalRunTime = 0;          // seconds since the agent started
+  std::string state;        // HEALTHY, SUCCEEDED, FAILED, UNHEALTHY, RESTARTING
+  double totalRunTime = 0;  // seconds since the agent started
   std::string rdzvBackend;
-  int restarts = 0;                 // agent_restarts: restarts of the job so far
-  nlohmann::json rawError;          // the failure (null when none)
+  int restarts = 0;                                 // agent_restarts: restarts of the job so far
+  nlohmann::json rawError;                          // the failure (null when none)
   nlohmann::json extra = nlohmann::json::object();  // ddprun's additions (why it hung...)
 };
 

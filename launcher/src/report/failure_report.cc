@@ -1,5 +1,6 @@
 #include "report/failure_report.h"
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,17 +17,15 @@
 #include <stdexcept>
 #include <system_error>
 
-#include <fmt/format.h>
-
+#include "ddprun/common/safe_files.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
-#include "ddprun/common/safe_files.h"
 
 namespace ddprun::launcher {
 namespace {
 
-using nlohmann::json;
 using common::validUtf8;
+using nlohmann::json;
 
 constexpr const char* kNotAvailable = "<N/A>";
 constexpr const char* kNoTracebackHint =
@@ -134,11 +133,12 @@ std::string block(const std::vector<std::string>& lines) {
 // What an entry says beyond torchrun's columns: why the agent stopped it, an OOM kill, where it
 // was, and its last stderr lines (when no error file told the story already).
 struct EntryExtras {
-  std::string traceback;  // the traceback column
+  std::string traceback;   // the traceback column
   std::string stderrText;  // "" = no stderr line
 };
 
-std::string formatEntry(std::size_t index, const WorkerFailure& failure, const EntryExtras& extras) {
+std::string formatEntry(std::size_t index, const WorkerFailure& failure,
+                        const EntryExtras& extras) {
   std::ostringstream out;
   out << '[' << index << "]:\n"
       << "  time      : " << localTimeText(failureTime(failure)) << '\n'
@@ -150,7 +150,8 @@ std::string formatEntry(std::size_t index, const WorkerFailure& failure, const E
                                                                : kNotAvailable)
       << '\n'
       << "  traceback : " << extras.traceback;
-  if (failure.hang != HangKind::kNone) out << "\n  hung      : " << oneLineField(failure.hangDetail);
+  if (failure.hang != HangKind::kNone)
+    out << "\n  hung      : " << oneLineField(failure.hangDetail);
   if (!failure.oom.empty()) out << "\n  oom       : " << oneLineField(failure.oom);
   if (!failure.stack.empty()) {
     out << "\n  stack     : " << block(failure.stack);
@@ -169,7 +170,8 @@ std::string stderrQuote(const WorkerFailure& failure) {
   const std::size_t from = failure.stderrTail.size() > kSummaryStderrLines
                                ? failure.stderrTail.size() - kSummaryStderrLines
                                : 0;
-  return block({failure.stderrTail.begin() + static_cast<std::ptrdiff_t>(from), failure.stderrTail.end()});
+  return block(
+      {failure.stderrTail.begin() + static_cast<std::ptrdiff_t>(from), failure.stderrTail.end()});
 }
 
 // Ranks as "1, 2, 5".
@@ -182,13 +184,15 @@ std::string rankList(const std::vector<int>& ranks) {
 // Many ranks failing alike (one exception raised everywhere) print it once: the entry that shows
 // a text names the ranks that had the same, and theirs refer to it. The root cause always shows
 // its own; otherwise the lowest rank does.
-void shareIdentical(const std::vector<WorkerFailure>& failures, const std::vector<std::size_t>& order,
-                    std::size_t root, std::vector<EntryExtras>& extras,
-                    std::string EntryExtras::*field, const char* what) {
+void shareIdentical(const std::vector<WorkerFailure>& failures,
+                    const std::vector<std::size_t>& order, std::size_t root,
+                    std::vector<EntryExtras>& extras, std::string EntryExtras::*field,
+                    const char* what) {
   std::map<std::string, std::vector<std::size_t>> alike;  // text -> failures, in rank order
   for (std::size_t i : order) {
     const std::string& text = extras[i].*field;
-    if (!text.empty() && text != kNotAvailable && text != kNoTracebackHint) alike[text].push_back(i);
+    if (!text.empty() && text != kNotAvailable && text != kNoTracebackHint)
+      alike[text].push_back(i);
   }
   for (auto& [text, members] : alike) {
     if (members.size() < 2) continue;
@@ -198,7 +202,8 @@ void shareIdentical(const std::vector<WorkerFailure>& failures, const std::vecto
     for (std::size_t i : members) ranks.push_back(failures[i].rank);
     for (std::size_t i : members) {
       if (i == shown) {
-        extras[i].*field += fmt::format("\n              (the same {} from ranks {})", what, rankList(ranks));
+        extras[i].*field +=
+            fmt::format("\n              (the same {} from ranks {})", what, rankList(ranks));
       } else {
         extras[i].*field = fmt::format("the same as rank {}'s", failures[shown].rank);
       }
@@ -237,7 +242,8 @@ struct ErrorFileRead {
 ErrorFileRead readErrorFile(const std::string& path) {
   auto read = common::readFile(path, {kErrorFileLimit, 0, common::Links::kRefuse});
   if (read && read->truncated) {
-    return {ErrorFileRead::Outcome::kNotRead, "is larger than " + errorFileLimitText() + ": not read"};
+    return {ErrorFileRead::Outcome::kNotRead,
+            "is larger than " + errorFileLimitText() + ": not read"};
   }
   if (read) return {ErrorFileRead::Outcome::kRead, std::move(read->bytes)};
   const common::FileError& error = read.error();
@@ -331,8 +337,8 @@ bool loadErrorFile(WorkerFailure& failure) {
       }
     }
   } catch (const std::exception& error) {
-    failure.message = "<error file " + failure.errorFile + " could not be parsed: " +
-                      error.what() + ">";
+    failure.message =
+        "<error file " + failure.errorFile + " could not be parsed: " + error.what() + ">";
   }
   return true;
 }
@@ -384,7 +390,8 @@ std::string formatSummary(const std::string& entrypoint, const std::vector<Worke
   std::string rootText;
   std::string others;
   for (std::size_t position = 0; position < order.size(); ++position) {
-    const std::string entry = formatEntry(position, failures[order[position]], extras[order[position]]);
+    const std::string entry =
+        formatEntry(position, failures[order[position]], extras[order[position]]);
     width = std::max(width, widestLine(entry));
     if (order[position] == root) {
       rootText = entry;
@@ -436,8 +443,9 @@ void propagateErrorFile(const WorkerFailure& rootCause, const std::string& paren
   writeParentErrorFile(parentErrorFile, data->dump());
 }
 
-std::optional<std::string> missingModuleHint(const std::vector<std::vector<std::string>>& stderrTails,
-                                             const std::string& python, bool fromPythonExec) {
+std::optional<std::string> missingModuleHint(
+    const std::vector<std::vector<std::string>>& stderrTails, const std::string& python,
+    bool fromPythonExec) {
   constexpr std::string_view kMissing = "ModuleNotFoundError: ";
   std::optional<std::string> common;
   for (const auto& tail : stderrTails) {

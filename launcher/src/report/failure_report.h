@@ -13,11 +13,10 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/worker_failure.h"
 
@@ -90,8 +89,9 @@ std::string formatSummary(const std::string& entrypoint, const std::vector<Worke
 // the same "ModuleNotFoundError: ..." line), one line saying which interpreter ran them and how
 // to choose another: `python` is the interpreter, `fromPythonExec` whether PYTHON_EXEC chose it.
 // Nothing otherwise (no tails, or the workers failed differently).
-std::optional<std::string> missingModuleHint(const std::vector<std::vector<std::string>>& stderrTails,
-                                             const std::string& python, bool fromPythonExec);
+std::optional<std::string> missingModuleHint(
+    const std::vector<std::vector<std::string>>& stderrTails, const std::string& python,
+    bool fromPythonExec);
 
 // torchrun's propagation to a parent agent (`@record` on its own main): writes the root cause's
 // error file to `parentErrorFile` with "errorCode" (the worker's exit code; -N for signal N, as

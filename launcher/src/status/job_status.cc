@@ -53,14 +53,17 @@ std::string workerLine(const WorkerSnapshot& worker, double now) {
   line += fmt::format("pid {}, {}", worker.pid, workerStateName(worker.state));
   if (worker.exitCode) line += fmt::format(" (exit code {})", *worker.exitCode);
   line += fmt::format(", started {} ago", span(now - worker.startedAt));
-  if (worker.lastHeartbeat) line += fmt::format(", last heartbeat {} ago", span(now - *worker.lastHeartbeat));
+  if (worker.lastHeartbeat)
+    line += fmt::format(", last heartbeat {} ago", span(now - *worker.lastHeartbeat));
   return line;
 }
 
 std::string nodeLine(const AgentSnapshot& node, double now) {
-  const std::string rank = node.groupRank >= 0 ? fmt::format("node {}", node.groupRank) : "node (no rank yet)";
-  std::string line = fmt::format("{} on {} ({}), agent pid {}: {}", rank, printable(node.hostname),
-                                 printable(node.address), node.agentPid, agentPhaseName(node.phase));
+  const std::string rank =
+      node.groupRank >= 0 ? fmt::format("node {}", node.groupRank) : "node (no rank yet)";
+  std::string line =
+      fmt::format("{} on {} ({}), agent pid {}: {}", rank, printable(node.hostname),
+                  printable(node.address), node.agentPid, agentPhaseName(node.phase));
   if (node.exitCode) line += fmt::format(", exit code {}", *node.exitCode);
   if (stale(node, now)) {
     line += fmt::format(" (no update for {}: the agent may be gone)", span(now - node.updatedAt));
@@ -111,7 +114,8 @@ JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
   // belong to that one, not to this job.
   double earliestActive = -1;
   for (const AgentSnapshot& node : nodes) {
-    if (node.phase != AgentPhase::kFinished && (earliestActive < 0 || node.startedAt < earliestActive)) {
+    if (node.phase != AgentPhase::kFinished &&
+        (earliestActive < 0 || node.startedAt < earliestActive)) {
       earliestActive = node.startedAt;
     }
   }
@@ -172,9 +176,9 @@ std::string renderText(const JobStatus& status, double now) {
     // exits with): 128 + signal is also the code of agents stopped by a signal (Ctrl-C, a
     // scheduler's SIGTERM), which is no failure of the job's.
     const auto failure = lastFailure(status);
-    const char* outcome = code == 0                                  ? "succeeded"
+    const char* outcome = code == 0                                 ? "succeeded"
                           : failure && exitCodeOf(*failure) == code ? "failed"
-                                                                     : "stopped";
+                                                                    : "stopped";
     text += fmt::format("job '{}' has ended: {} (exit code {}), round {}, restarts {} of {}\n", run,
                         outcome, code, round(status), restarts(status), maxRestarts(status));
   } else if (!status.nodes.empty()) {
@@ -191,8 +195,8 @@ std::string renderText(const JobStatus& status, double now) {
     for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
   }
   if (const auto failure = lastFailure(status)) {
-    text += fmt::format("last failure: rank {} (local {}) on {}: {}\n", failure->rank, failure->localRank,
-                        printable(failure->host), failureReason(*failure));
+    text += fmt::format("last failure: rank {} (local {}) on {}: {}\n", failure->rank,
+                        failure->localRank, printable(failure->host), failureReason(*failure));
   }
   for (const UnreadableKey& key : status.unreadable) text += unreadableLine(key) + "\n";
   return text;

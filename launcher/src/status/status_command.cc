@@ -1,5 +1,7 @@
 #include "status/status_command.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -8,8 +10,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/rendezvous_options.h"
@@ -209,8 +209,9 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     // which option to give, as it does to an agent.
     return refuse({kStatusBadInput, printable(error.what())});
   } catch (const rendezvous::StoreHandshakeError& error) {
-    return refuse({kStatusNoJob, fmt::format("no rendezvous store answers at {}: {}; check --rdzv-endpoint",
-                                             printable(where), printable(error.what()))});
+    return refuse(
+        {kStatusNoJob, fmt::format("no rendezvous store answers at {}: {}; check --rdzv-endpoint",
+                                   printable(where), printable(error.what()))});
   } catch (const rendezvous::StoreValueTooLargeError& error) {
     // A connection the client closed itself, on a reply it would not read: the store answers.
     return failedWhileRead(error);
@@ -219,10 +220,11 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
     const char* hosted = storeHosting(rdzv.backend) == StoreHosting::kExternal
                              ? ""
                              : " (or the job has ended: the store its agent hosted ended with it)";
-    return refuse({kStatusNoJob, fmt::format("no job at {}: nothing answered within {} s ({}); check "
-                                             "--rdzv-endpoint{}",
-                                             printable(where), kConnectTimeout.count() / 1000,
-                                             printable(error.what()), hosted)});
+    return refuse(
+        {kStatusNoJob, fmt::format("no job at {}: nothing answered within {} s ({}); check "
+                                   "--rdzv-endpoint{}",
+                                   printable(where), kConnectTimeout.count() / 1000,
+                                   printable(error.what()), hosted)});
   } catch (const rendezvous::StoreError& error) {
     return failedWhileRead(error);
   }

@@ -41,9 +41,10 @@ std::shared_ptr<etcd::EtcdClient> makeClient(etcd::EtcdClientOptions options) {
     return std::make_shared<etcd::EtcdClient>(std::move(options));
   } catch (const etcd::EtcdError& error) {
     // kRejected: a certificate or key file that cannot be used (the client names it).
-    throw StoreBackendError(fmt::format("--rdzv-conf: {}; give etcd's certificate files as "
-                                        "cacert=, cert= and key= (PEM, the key mode 600)",
-                                        error.what()));
+    throw StoreBackendError(
+        fmt::format("--rdzv-conf: {}; give etcd's certificate files as "
+                    "cacert=, cert= and key= (PEM, the key mode 600)",
+                    error.what()));
   }
 }
 
@@ -59,7 +60,8 @@ EtcdStoreBackend::EtcdStoreBackend(etcd::EtcdClientOptions options, std::string 
   clients_.emplace(options_.timeout, makeClient(options_));
 }
 
-std::shared_ptr<etcd::EtcdClient> EtcdStoreBackend::clientFor(std::chrono::milliseconds callTimeout) {
+std::shared_ptr<etcd::EtcdClient> EtcdStoreBackend::clientFor(
+    std::chrono::milliseconds callTimeout) {
   std::lock_guard lock(mutex_);
   auto& client = clients_[callTimeout];
   if (!client) {
@@ -70,8 +72,8 @@ std::shared_ptr<etcd::EtcdClient> EtcdStoreBackend::clientFor(std::chrono::milli
   return client;
 }
 
-std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(std::chrono::milliseconds callTimeout,
-                                                                  std::chrono::milliseconds connectTimeout) {
+std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(
+    std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) {
   // EtcdStore does no I/O when made, so whether etcd answers is asked here, once per connection
   // (Membership makes four, at start): an agent must not join with an etcd it cannot use.
   const std::shared_ptr<etcd::EtcdClient> client = clientFor(callTimeout);

@@ -63,8 +63,8 @@ class EtcdStoreBackend final : public StoreBackend {
   // (kUserRefused). With a token, the first connection also asks etcd as a client without a
   // user: an etcd that answers serves anyone, and that is a StoreAuthError (kNoToken), one line
   // naming etcd's auth and token_file.
-  std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                    std::chrono::milliseconds connectTimeout) override;
+  std::unique_ptr<rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override;
   // "etcd at http://h1:2379,http://h2:2379"
   std::string address() const override;
   StoreTenancy tenancy() const override { return StoreTenancy::kShared; }
@@ -82,7 +82,7 @@ class EtcdStoreBackend final : public StoreBackend {
   std::string probeKey_;
   const bool jobHasToken_;
   std::atomic<bool> shownClosed_{false};  // etcd refused a client with no user: it has auth
-  std::mutex mutex_;  // guards clients_
+  std::mutex mutex_;                      // guards clients_
   std::map<std::chrono::milliseconds, std::shared_ptr<rendezvous::etcd::EtcdClient>> clients_;
 };
 

@@ -1,13 +1,12 @@
 #include "stores/hosted_stores.h"
 
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "ddprun/common/local_address.h"
 #include "ddprun/common/text.h"
@@ -51,7 +50,8 @@ HostedStores::HostedStores(StoreAccess access, std::size_t maxConnections)
 HostedStores::~HostedStores() = default;
 
 std::uint16_t HostedStores::host(const std::string& address) {
-  const rendezvous::ServerOptions options = serverOptions(listenEverywhere_ ? "0.0.0.0" : address, 0);
+  const rendezvous::ServerOptions options =
+      serverOptions(listenEverywhere_ ? "0.0.0.0" : address, 0);
   workers_.reset();
   workers_ = std::make_unique<rendezvous::RendezvousServer>(options);
   workers_->start();
@@ -66,7 +66,8 @@ std::pair<std::string, std::uint16_t> HostedStores::reachFromWorkers(const std::
   return {"127.0.0.1", relay_->port()};
 }
 
-rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host, std::uint16_t port) const {
+rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host,
+                                                      std::uint16_t port) const {
   rendezvous::ServerOptions options;
   options.host = host;
   options.port = port;
@@ -81,7 +82,8 @@ rendezvous::ServerOptions HostedStores::serverOptions(const std::string& host, s
   return options;
 }
 
-void HostedStores::warnIfOpen(const std::string& host, std::string_view address, std::string_view which) {
+void HostedStores::warnIfOpen(const std::string& host, std::string_view address,
+                              std::string_view which) {
   if (warnedOpen_) return;
   if (auto warning = rendezvous::openStoreWarning(which, host, address, access_.security,
                                                   rendezvous::kAgentSecurityOptions)) {

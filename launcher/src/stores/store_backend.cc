@@ -7,8 +7,8 @@
 
 namespace ddprun::launcher {
 
-std::unique_ptr<rendezvous::HoldingStore> TcpStoreBackend::connect(std::chrono::milliseconds callTimeout,
-                                                                 std::chrono::milliseconds connectTimeout) {
+std::unique_ptr<rendezvous::HoldingStore> TcpStoreBackend::connect(
+    std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) {
   rendezvous::TcpStoreOptions options = options_;
   options.timeout = callTimeout;
   options.connectTimeout = connectTimeout;
@@ -35,8 +35,8 @@ std::string TcpStoreBackend::addressTowardStore() const {
   return common::localAddressToward(options_.host, options_.port).value_or("127.0.0.1");
 }
 
-std::unique_ptr<rendezvous::HoldingStore> InProcessStoreBackend::connect(std::chrono::milliseconds callTimeout,
-                                                                       std::chrono::milliseconds) {
+std::unique_ptr<rendezvous::HoldingStore> InProcessStoreBackend::connect(
+    std::chrono::milliseconds callTimeout, std::chrono::milliseconds) {
   auto connection = store_.connect();
   connection->setTimeout(callTimeout);
   return connection;

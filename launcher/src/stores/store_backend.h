@@ -64,8 +64,8 @@ class StoreBackend {
   // A new connection whose blocking calls give up after `callTimeout`, trying to reach the store
   // for up to `connectTimeout`. Throws rendezvous::StoreConnectionError, or its subclass
   // StoreHandshakeError when what answers is not a store of ours.
-  virtual std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                            std::chrono::milliseconds connectTimeout) = 0;
+  virtual std::unique_ptr<rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) = 0;
   // Where the store is, for messages ("host:port", or an etcd's endpoints).
   virtual std::string address() const = 0;
   // What the user should do when the store did not answer within read_timeout: the end of that
@@ -85,8 +85,8 @@ class StoreBackend {
 class TcpStoreBackend final : public StoreBackend, public StaticStoreFacet {
  public:
   explicit TcpStoreBackend(rendezvous::TcpStoreOptions options) : options_(std::move(options)) {}
-  std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                    std::chrono::milliseconds connectTimeout) override;
+  std::unique_ptr<rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override;
   std::string address() const override;
   std::string addressTowardStore() const override;
   // A ddprun store serves one job at a time: an agent-hosted one belongs to its job, and a
@@ -109,8 +109,8 @@ class InProcessStoreBackend final : public StoreBackend, public StaticStoreFacet
   explicit InProcessStoreBackend(rendezvous::HashStore& store,
                                  StoreTenancy tenancy = StoreTenancy::kOneJob)
       : store_(store), tenancy_(tenancy) {}
-  std::unique_ptr<rendezvous::HoldingStore> connect(std::chrono::milliseconds callTimeout,
-                                                    std::chrono::milliseconds connectTimeout) override;
+  std::unique_ptr<rendezvous::HoldingStore> connect(
+      std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override;
   std::string address() const override { return "in-process:0"; }
   StoreTenancy tenancy() const override { return tenancy_; }
   StaticStoreFacet* staticFacet() override { return this; }

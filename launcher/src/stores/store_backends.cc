@@ -1,8 +1,8 @@
 #include "stores/store_backends.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
+#include <stdexcept>
 
 #include "stores/etcd_store_backend.h"
 #include "stores/store_keys.h"

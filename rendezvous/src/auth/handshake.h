@@ -3,8 +3,9 @@
 // the connection carries the torch TCPStore protocol unchanged (either dialect).
 //
 //   client -> server   ClientHello      "ddpAUTH1" | client nonce (32)                     40 bytes
-//   server -> client   ServerChallenge  "ddpAUTH1" | server nonce (32) | server proof (32)  72 bytes
-//   client -> server   ClientProof      client proof (32)                                  32 bytes
+//   server -> client   ServerChallenge  "ddpAUTH1" | server nonce (32) | server proof (32)  72
+//   bytes client -> server   ClientProof      client proof (32)                                  32
+//   bytes
 //
 //   server proof = HMAC-SHA256(secret, "ddprun-auth-1 server" | client nonce | server nonce)
 //   client proof = HMAC-SHA256(secret, "ddprun-auth-1 client" | server nonce | client nonce)

@@ -1,10 +1,9 @@
 #include "auth/private_file.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "ddprun/common/safe_files.h"
 
@@ -18,14 +17,15 @@ std::string readPrivateFile(const std::string& path, std::string_view what, std:
   if (!opened) {
     const common::FileError& error = opened.error();
     if (error.problem == common::FileProblem::kNotRegular) {
-      throw PrivateFileError(fmt::format(
-          "the {} {} {}; give the path of a regular file (mode 600) that holds it", what, path,
-          error.describe()));
+      throw PrivateFileError(
+          fmt::format("the {} {} {}; give the path of a regular file (mode 600) that holds it",
+                      what, path, error.describe()));
     }
-    throw PrivateFileError(fmt::format("cannot read the {} {}: {}{}", what, path, error.describe(),
-                                       error.problem == common::FileProblem::kSystem && error.error == ENOENT
-                                           ? fmt::format(" (give the path of the job's {})", what)
-                                           : ""));
+    throw PrivateFileError(
+        fmt::format("cannot read the {} {}: {}{}", what, path, error.describe(),
+                    error.problem == common::FileProblem::kSystem && error.error == ENOENT
+                        ? fmt::format(" (give the path of the job's {})", what)
+                        : ""));
   }
   const struct stat& info = opened->info;
   // Whoever owns the file can read and change the secret whatever its mode (ssh refuses such a
@@ -37,16 +37,18 @@ std::string readPrivateFile(const std::string& path, std::string_view what, std:
         what, path, common::userText(info.st_uid), common::userName(::geteuid()), path));
   }
   if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    throw PrivateFileError(fmt::format("the {} {} can be read by other users (mode {:03o}); run `chmod 600 {}`",
-                                       what, path, info.st_mode & 0777, path));
+    throw PrivateFileError(
+        fmt::format("the {} {} can be read by other users (mode {:03o}); run `chmod 600 {}`", what,
+                    path, info.st_mode & 0777, path));
   }
   auto read = common::readOpened(std::move(opened.value()), maxBytes);
   if (!read) {
-    throw PrivateFileError(fmt::format("cannot read the {} {}: {}", what, path, read.error().describe()));
+    throw PrivateFileError(
+        fmt::format("cannot read the {} {}: {}", what, path, read.error().describe()));
   }
   if (read->truncated) {
-    throw PrivateFileError(fmt::format("the {} {} is over {} bytes: it is not a {}", what, path,
-                                       maxBytes, what));
+    throw PrivateFileError(
+        fmt::format("the {} {} is over {} bytes: it is not a {}", what, path, maxBytes, what));
   }
   return std::move(read->bytes);
 }

@@ -1,5 +1,4 @@
-#include "ddprun/rendezvous/tls.h"
-
+#include <fmt/format.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -10,11 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "auth/private_file.h"
-#include "ddprun/common/safe_files.h"
 #include "auth/tls_peer.h"
+#include "ddprun/common/safe_files.h"
+#include "ddprun/rendezvous/tls.h"
 
 namespace ddprun::rendezvous {
 
@@ -38,7 +36,8 @@ std::string lastSslError() {
 std::string readPublicFile(const std::string& path, const char* what) {
   auto read = common::readFile(path, {kMaxPemBytes, 0, common::Links::kFollow});
   if (!read) {
-    throw TlsError(fmt::format("cannot read the TLS {} {}: {}", what, path, read.error().describe()));
+    throw TlsError(
+        fmt::format("cannot read the TLS {} {}: {}", what, path, read.error().describe()));
   }
   if (read->truncated) {
     throw TlsError(fmt::format("the TLS {} {} is over {} bytes: it is not a PEM file", what, path,
@@ -57,7 +56,8 @@ Bio memoryBio(const std::string& bytes) {
 }
 
 // Every certificate in `pem`, in order; at least one, else TlsError naming `path`.
-std::vector<X509*> readCertificates(const std::string& pem, const std::string& path, const char* what) {
+std::vector<X509*> readCertificates(const std::string& pem, const std::string& path,
+                                    const char* what) {
   Bio bio = memoryBio(pem);
   std::vector<X509*> certificates;
   while (X509* certificate = ::PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
@@ -65,8 +65,8 @@ std::vector<X509*> readCertificates(const std::string& pem, const std::string& p
   }
   ::ERR_clear_error();  // the end of the file reads as an error
   if (certificates.empty()) {
-    throw TlsError(fmt::format("the TLS {} {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-                               what, path));
+    throw TlsError(fmt::format(
+        "the TLS {} {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)", what, path));
   }
   return certificates;
 }
@@ -112,8 +112,9 @@ std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   // combination it cannot use before this, in its own spelling (securityOptionsProblem()); these
   // are for a caller that builds TlsFiles itself (a client needs only what it checks a store by).
   if (!files.privateKey.empty() && files.certificate.empty()) {
-    throw TlsError(fmt::format("the TLS key {} comes without its certificate; give the certificate too",
-                               files.privateKey));
+    throw TlsError(
+        fmt::format("the TLS key {} comes without its certificate; give the certificate too",
+                    files.privateKey));
   }
   if (files.certificate.empty() && files.authority.empty()) {
     throw TlsError("TLS needs a certificate or the CA to check the store's certificate by");
@@ -124,8 +125,8 @@ std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   config->client_ = newContext(::TLS_client_method());
   {
     X509_STORE* trusted = ::SSL_CTX_get_cert_store(config->client_);
-    for (X509* certificate :
-         readCertificates(readPublicFile(authorityPath, authorityWhat), authorityPath, authorityWhat)) {
+    for (X509* certificate : readCertificates(readPublicFile(authorityPath, authorityWhat),
+                                              authorityPath, authorityWhat)) {
       ::X509_STORE_add_cert(trusted, certificate);
       ::X509_free(certificate);
     }
@@ -138,8 +139,8 @@ std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   if (files.privateKey.empty()) return config;
 
   config->server_ = newContext(::TLS_server_method());
-  const std::vector<X509*> chain =
-      readCertificates(readPublicFile(files.certificate, "certificate"), files.certificate, "certificate");
+  const std::vector<X509*> chain = readCertificates(
+      readPublicFile(files.certificate, "certificate"), files.certificate, "certificate");
   bool ok = ::SSL_CTX_use_certificate(config->server_, chain.front()) == 1;
   ::X509_free(chain.front());
   for (std::size_t i = 1; i < chain.size(); ++i) {
@@ -162,7 +163,8 @@ std::shared_ptr<const TlsConfig> TlsConfig::load(const TlsFiles& files) {
   ::OPENSSL_cleanse(keyPem.data(), keyPem.size());
   if (key == nullptr) {
     ::ERR_clear_error();
-    throw TlsError(fmt::format("the TLS key {} holds no unencrypted PEM private key", files.privateKey));
+    throw TlsError(
+        fmt::format("the TLS key {} holds no unencrypted PEM private key", files.privateKey));
   }
   ok = ::SSL_CTX_use_PrivateKey(config->server_, key) == 1;
   ::EVP_PKEY_free(key);

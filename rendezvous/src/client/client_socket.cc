@@ -41,8 +41,8 @@ int connectAddress(const addrinfo& address, Clock::time_point deadline, int& err
     error = errno;
     return -1;
   }
-  const timeval limit = toTimeval(std::max<Clock::duration>(deadline - Clock::now(),
-                                                            std::chrono::milliseconds(1)));
+  const timeval limit =
+      toTimeval(std::max<Clock::duration>(deadline - Clock::now(), std::chrono::milliseconds(1)));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   int rc;
   do {
@@ -58,7 +58,6 @@ int connectAddress(const addrinfo& address, Clock::time_point deadline, int& err
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   return fd;
 }
-
 
 }  // namespace
 
@@ -94,7 +93,8 @@ ClientSocket::ClientSocket(int fd) : fd_(fd), buffer_(16 * 1024) {}
 ClientSocket::~ClientSocket() {
   // No close_notify: the connection ends with the process or on an error, and a peer that stopped
   // reading must not make the destructor block.
-  if (tls_ != nullptr) ::SSL_free(tls_);  // a plain connection never loads OpenSSL (ddprun: on demand)
+  if (tls_ != nullptr)
+    ::SSL_free(tls_);  // a plain connection never loads OpenSSL (ddprun: on demand)
   ::close(fd_);
 }
 
@@ -157,18 +157,20 @@ void ClientSocket::startTls(ssl_ctx_st* context, Clock::time_point deadline) {
     if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) continue;  // SO_RCVTIMEO
     if (const auto refused = auth::refusedCertificate(tls_)) {
       throw TlsHandshakeError(
-          fmt::format("the store's TLS certificate is not one the job trusts ({}): give every agent "
-                      "the store's certificate or its CA (tls_cert, tls_ca)",
-                      *refused),
+          fmt::format(
+              "the store's TLS certificate is not one the job trusts ({}): give every agent "
+              "the store's certificate or its CA (tls_cert, tls_ca)",
+              *refused),
           TlsHandshakeError::Kind::kUntrusted);
     }
     if (error == SSL_ERROR_SYSCALL && systemError != 0 && systemError != ECONNRESET &&
         systemError != EPIPE) {
       throw SocketError(fmt::format("TLS handshake: {}", errnoText(systemError)), systemError);
     }
-    throw TlsHandshakeError("the store did not complete a TLS handshake: it runs without TLS, or "
-                            "is not a ddprun store",
-                            TlsHandshakeError::Kind::kNotTls);
+    throw TlsHandshakeError(
+        "the store did not complete a TLS handshake: it runs without TLS, or "
+        "is not a ddprun store",
+        TlsHandshakeError::Kind::kNotTls);
   }
 }
 
@@ -180,8 +182,8 @@ void ClientSocket::setSendTimeout(std::chrono::milliseconds timeout) {
 void ClientSocket::sendAll(std::string_view bytes) {
   while (tls_ != nullptr && !bytes.empty()) {
     // Blocking: SSL_write returns once all of it is written, or fails.
-    const int sent =
-        ::SSL_write(tls_, bytes.data(), static_cast<int>(std::min<std::size_t>(bytes.size(), INT32_MAX)));
+    const int sent = ::SSL_write(tls_, bytes.data(),
+                                 static_cast<int>(std::min<std::size_t>(bytes.size(), INT32_MAX)));
     if (sent > 0) {
       bytes.remove_prefix(static_cast<std::size_t>(sent));
       continue;
@@ -306,7 +308,7 @@ bool ClientSocket::receivePlain(Clock::time_point deadline) {
       keep(chunk, static_cast<std::size_t>(n));
       got = true;
       if (received_.size() >= kKeptBytes) return true;  // a peer that streams on is not waited out
-      continue;  // take what has arrived, then return
+      continue;                                         // take what has arrived, then return
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || got) return got;
     const auto remaining =

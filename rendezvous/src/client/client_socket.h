@@ -142,7 +142,7 @@ class ClientSocket {
                            long, int result, std::size_t* processed);
 
   int fd_;
-  ssl_st* tls_ = nullptr;  // after startTls(): every byte goes through it
+  ssl_st* tls_ = nullptr;     // after startTls(): every byte goes through it
   std::vector<char> buffer_;  // bytes received but not consumed yet: [begin_, end_)
   std::size_t begin_ = 0;
   std::size_t end_ = 0;

@@ -1,6 +1,5 @@
 #include "client/store_handshake.h"
 
-
 #include <algorithm>
 #include <cctype>
 #include <memory>
@@ -112,9 +111,11 @@ Peer recognise(std::string_view bytes) {
   // An HTTP/1.x status line, or a bare HTML page: what a server sends a request it cannot parse
   // when it takes it for HTTP/0.9, as Python's http.server does.
   std::string head(bytes.substr(0, 14));
-  std::transform(head.begin(), head.end(), head.begin(),
-                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
-  if (head.starts_with("http/") || head.starts_with("<!doctype html") || head.starts_with("<html")) {
+  std::transform(head.begin(), head.end(), head.begin(), [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  });
+  if (head.starts_with("http/") || head.starts_with("<!doctype html") ||
+      head.starts_with("<html")) {
     return Peer::kHttpServer;
   }
   if (bytes.starts_with("SSH-")) return Peer::kSshServer;

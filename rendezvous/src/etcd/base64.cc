@@ -26,9 +26,10 @@ std::string base64Encode(std::string_view bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   std::size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
-    const std::uint32_t group = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
-                                static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
-                                static_cast<unsigned char>(bytes[i + 2]);
+    const std::uint32_t group =
+        static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16 |
+        static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8 |
+        static_cast<unsigned char>(bytes[i + 2]);
     out += kAlphabet[group >> 18 & 63];
     out += kAlphabet[group >> 12 & 63];
     out += kAlphabet[group >> 6 & 63];
@@ -37,7 +38,8 @@ std::string base64Encode(std::string_view bytes) {
   const std::size_t rest = bytes.size() - i;
   if (rest > 0) {
     std::uint32_t group = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (rest == 2) group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (rest == 2)
+      group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
     out += kAlphabet[group >> 18 & 63];
     out += kAlphabet[group >> 12 & 63];
     out += rest == 2 ? kAlphabet[group >> 6 & 63] : '=';

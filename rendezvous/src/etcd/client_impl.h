@@ -68,10 +68,10 @@ struct EtcdClient::Impl {
 
   std::mutex mutex_;
   std::size_t preferred_ = 0;
-  std::vector<std::string> prefixes_;  // per endpoint; empty until probed
+  std::vector<std::string> prefixes_;          // per endpoint; empty until probed
   std::vector<Clock::time_point> answeredAt_;  // per endpoint: lastAnswer()
   std::vector<std::pair<std::size_t, std::unique_ptr<HttpConnection>>> idle_;
-  std::string token_;  // never logged
+  std::string token_;                // never logged
   std::timed_mutex authenticating_;  // one authentication at a time (headers())
 };
 

@@ -15,13 +15,15 @@ constexpr std::string_view kForm =
     "if needed; [::1]:2379 for IPv6; several separated by commas)";
 
 [[noreturn]] void bad(std::string_view entry, std::string_view problem) {
-  throw EtcdEndpointError("etcd endpoint '" + common::printablePrefix(entry) + "': " +
-                          std::string(problem) + "; " + std::string(kForm));
+  throw EtcdEndpointError("etcd endpoint '" + common::printablePrefix(entry) +
+                          "': " + std::string(problem) + "; " + std::string(kForm));
 }
 
 std::string_view trimmed(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+    text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.remove_suffix(1);
   return text;
 }
 
@@ -93,7 +95,8 @@ EtcdEndpoint parseOne(std::string_view entry) {
       if (port.empty()) bad(entry, "the port after ':' is missing");
     }
     if (host.empty()) bad(entry, "the host is missing");
-    if (!plausibleHost(host)) bad(entry, "the host may hold only letters, digits, '-', '.' and '_'");
+    if (!plausibleHost(host))
+      bad(entry, "the host may hold only letters, digits, '-', '.' and '_'");
   }
   endpoint.host = std::string(host);
   if (!port.empty()) {
@@ -125,9 +128,8 @@ std::vector<EtcdEndpoint> parseEtcdEndpoints(std::string_view text) {
   std::size_t start = 0;
   for (;;) {
     const auto comma = text.find(',', start);
-    const std::string_view entry =
-        trimmed(text.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                   : comma - start));
+    const std::string_view entry = trimmed(text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     if (entry.empty()) bad(text, "an entry between commas is empty");
     EtcdEndpoint endpoint = parseOne(entry);
     if (std::find(endpoints.begin(), endpoints.end(), endpoint) != endpoints.end()) {

@@ -39,10 +39,10 @@ constexpr std::size_t kMaxIdleConnections = 8;
 
 const char* grpcName(int code) {
   static constexpr const char* kNames[] = {
-      "OK",       "Canceled",          "Unknown",           "InvalidArgument", "DeadlineExceeded",
-      "NotFound", "AlreadyExists",     "PermissionDenied",  "ResourceExhausted",
-      "FailedPrecondition", "Aborted", "OutOfRange",        "Unimplemented",   "Internal",
-      "Unavailable", "DataLoss",       "Unauthenticated"};
+      "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
+      "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+      "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
+      "DataLoss", "Unauthenticated"};
   return code >= 0 && code <= 16 ? kNames[code] : "?";
 }
 
@@ -114,11 +114,16 @@ std::string everyMemberFailed(const EtcdClientOptions& options, const std::strin
 namespace {
 int rank(EtcdError::Code code) {
   switch (code) {
-    case EtcdError::Code::kUnavailable: return 5;
-    case EtcdError::Code::kBadResponse: return 4;
-    case EtcdError::Code::kUnsupported: return 3;
-    case EtcdError::Code::kTimeout: return 2;
-    default: return 1;
+    case EtcdError::Code::kUnavailable:
+      return 5;
+    case EtcdError::Code::kBadResponse:
+      return 4;
+    case EtcdError::Code::kUnsupported:
+      return 3;
+    case EtcdError::Code::kTimeout:
+      return 2;
+    default:
+      return 1;
   }
 }
 
@@ -153,8 +158,9 @@ std::chrono::milliseconds roundPause(int round) {
 
 EtcdClient::Impl::Impl(EtcdClientOptions o)
     : options(std::move(o)),
-      tls(std::any_of(options.endpoints.begin(), options.endpoints.end(),
-                      [](const EtcdEndpoint& e) { return e.scheme == EtcdEndpoint::Scheme::kHttps; })
+      tls(std::any_of(
+              options.endpoints.begin(), options.endpoints.end(),
+              [](const EtcdEndpoint& e) { return e.scheme == EtcdEndpoint::Scheme::kHttps; })
               ? loadTlsClientContext(options.tls)
               : nullptr),
       prefixes_(options.endpoints.size()),
@@ -199,7 +205,8 @@ std::unique_ptr<HttpConnection> EtcdClient::Impl::takeConnection(std::size_t end
       }
     }
   }
-  if (!connection) connection = std::make_unique<HttpConnection>(options.endpoints[endpoint], tls, deadline);
+  if (!connection)
+    connection = std::make_unique<HttpConnection>(options.endpoints[endpoint], tls, deadline);
   return connection;
 }
 
@@ -255,10 +262,11 @@ std::string EtcdClient::Impl::apiPrefix(std::size_t endpoint, HttpConnection& co
   }
   const auto number = majorMinor(version);
   if (!number) {
-    throw EtcdError(EtcdError::Code::kBadResponse,
-                    "answers GET /version with HTTP " + std::to_string(response.status) + " '" +
-                        common::printablePrefix(response.body, 120) +
-                        "', which is not etcd (is this etcd's client port, 2379, not its peer port?)");
+    throw EtcdError(
+        EtcdError::Code::kBadResponse,
+        "answers GET /version with HTTP " + std::to_string(response.status) + " '" +
+            common::printablePrefix(response.body, 120) +
+            "', which is not etcd (is this etcd's client port, 2379, not its peer port?)");
   }
   std::string prefix;
   if (number->first > 3 || (number->first == 3 && number->second >= 4)) {
@@ -278,10 +286,11 @@ std::string EtcdClient::Impl::apiPrefix(std::size_t endpoint, HttpConnection& co
 std::string EtcdClient::Impl::authenticate(std::size_t endpoint, HttpConnection& connection,
                                            Deadline deadline) {
   const std::string prefix = apiPrefix(endpoint, connection, deadline);
-  const json body = {{"name", options.credentials->user}, {"password", options.credentials->password}};
-  const HttpResponse response = connection.exchange(
-      true, prefix + "/auth/authenticate", jsonText(body), {{"Grpc-Metadata-hasleader", "true"}},
-      deadline);
+  const json body = {{"name", options.credentials->user},
+                     {"password", options.credentials->password}};
+  const HttpResponse response =
+      connection.exchange(true, prefix + "/auth/authenticate", jsonText(body),
+                          {{"Grpc-Metadata-hasleader", "true"}}, deadline);
   json parsed;
   if (auto error = errorOf(endpoint, response, parsed)) {
     // Unavailable and the like fail over as for any call; any other answer is about the
@@ -355,7 +364,8 @@ json EtcdClient::Impl::attempt(std::size_t endpoint, const std::string& path,
       // the call, nothing was sent.
       throw TransportError(TransportError::Stage::kConnect, error.timedOut(), error.what());
     }
-    const HttpResponse response = connection->exchange(true, target, body, requestHeaders, deadline);
+    const HttpResponse response =
+        connection->exchange(true, target, body, requestHeaders, deadline);
     json parsed;
     auto error = errorOf(endpoint, response, parsed);
     if (!error) {
@@ -379,8 +389,8 @@ json EtcdClient::Impl::attempt(std::size_t endpoint, const std::string& path,
 }
 
 EtcdClient::Impl::Answer EtcdClient::Impl::call(const std::string& what, const std::string& path,
-                                                 const json& body, Deadline deadline, Effect effect,
-                                                 std::optional<std::size_t> onlyEndpoint) {
+                                                const json& body, Deadline deadline, Effect effect,
+                                                std::optional<std::size_t> onlyEndpoint) {
   const auto started = Clock::now();
   const std::string text = jsonText(body);
   const std::size_t members = options.endpoints.size();
@@ -403,28 +413,32 @@ EtcdClient::Impl::Answer EtcdClient::Impl::call(const std::string& what, const s
       } catch (const TransportError& error) {
         failures[endpoint] = error.what();
         codes[endpoint] = codeOf(error);
-        if (error.stage() == TransportError::Stage::kExchange && effect == Effect::kWrite) uncertain = true;
+        if (error.stage() == TransportError::Stage::kExchange && effect == Effect::kWrite)
+          uncertain = true;
       } catch (const EtcdError& error) {
         if (!failsOver(error.code())) {
           // The cluster's answer: the call ends here.
-          throw EtcdError(error.code(),
-                          "etcd: " + what + ": " + options.endpoints[endpoint].text() + " " +
-                              error.what(),
-                          error.grpcCode(), error.compactRevision(), uncertain);
+          throw EtcdError(
+              error.code(),
+              "etcd: " + what + ": " + options.endpoints[endpoint].text() + " " + error.what(),
+              error.grpcCode(), error.compactRevision(), uncertain);
         }
         failures[endpoint] = error.what();
         codes[endpoint] = error.code();
         if (error.grpcCode() >= 0) grpcCode = error.grpcCode();
         // An Unavailable after proposing ("leader changed", "request timed out") may still
         // commit; a bad answer may come after the member applied the write.
-        if (effect == Effect::kWrite && error.code() != EtcdError::Code::kUnsupported) uncertain = true;
+        if (effect == Effect::kWrite && error.code() != EtcdError::Code::kUnsupported)
+          uncertain = true;
       }
     }
     const auto now = Clock::now();
     // Members that are not etcd will not become etcd: no second round for them.
-    const bool hopeless = !codes.empty() && std::all_of(codes.begin(), codes.end(), [](const auto& c) {
-      return c.second == EtcdError::Code::kBadResponse || c.second == EtcdError::Code::kUnsupported;
-    });
+    const bool hopeless =
+        !codes.empty() && std::all_of(codes.begin(), codes.end(), [](const auto& c) {
+          return c.second == EtcdError::Code::kBadResponse ||
+                 c.second == EtcdError::Code::kUnsupported;
+        });
     // One member asked by name (a status) gets one attempt: the caller wants that member's word.
     if (now >= deadline || hopeless || onlyEndpoint) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(roundPause(round), deadline - now));
@@ -485,7 +499,8 @@ PutResult EtcdClient::put(const PutRequest& request, std::optional<Deadline> dea
   return result;
 }
 
-DeleteResult EtcdClient::deleteRange(const DeleteRequest& request, std::optional<Deadline> deadline) {
+DeleteResult EtcdClient::deleteRange(const DeleteRequest& request,
+                                     std::optional<Deadline> deadline) {
   const std::string what = "delete " + rangeText(request.range);
   auto answer = impl_->call(what, "/kv/deleterange", wire::deleteBody(request),
                             deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
@@ -498,8 +513,8 @@ TxnResult EtcdClient::txn(const Txn& txn, std::optional<Deadline> deadline) {
   std::string what = "txn";
   if (!txn.compares.empty()) what += " on " + common::shownKey(txn.compares.front().key);
   if (txn.compares.size() > 1) what += " and " + std::to_string(txn.compares.size() - 1) + " more";
-  auto answer = impl_->call(what, "/kv/txn", wire::txnBody(txn), deadlineOf(impl_->options, deadline),
-                            Impl::Effect::kWrite);
+  auto answer = impl_->call(what, "/kv/txn", wire::txnBody(txn),
+                            deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
   TxnResult result = parsed(what, [&] { return wire::parseTxn(answer.body); });
   result.afterUncertainAttempt = answer.afterUncertainAttempt;
   return result;
@@ -532,8 +547,9 @@ LeaseKeepAlive EtcdClient::keepAliveOnce(LeaseId lease, std::optional<Deadline> 
 
 void EtcdClient::revokeLease(LeaseId lease, std::optional<Deadline> deadline) {
   try {
-    impl_->call("revoke of lease " + std::to_string(lease), "/lease/revoke", wire::leaseIdBody(lease),
-                deadlineOf(impl_->options, deadline), Impl::Effect::kWrite);
+    impl_->call("revoke of lease " + std::to_string(lease), "/lease/revoke",
+                wire::leaseIdBody(lease), deadlineOf(impl_->options, deadline),
+                Impl::Effect::kWrite);
   } catch (const EtcdError& error) {
     // Not found after an attempt that may have applied: that attempt revoked it.
     if (error.code() == EtcdError::Code::kNotFound && error.outcomeUnknown()) return;

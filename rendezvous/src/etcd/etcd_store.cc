@@ -96,7 +96,8 @@ bool isOutage(EtcdError::Code code) {
 }
 
 const RangeResult& rangeOf(const TxnResult& result, std::size_t index = 0) {
-  if (index >= result.responses.size() || !std::holds_alternative<RangeResult>(result.responses[index])) {
+  if (index >= result.responses.size() ||
+      !std::holds_alternative<RangeResult>(result.responses[index])) {
     throw StoreError("etcd store: a transaction's answer lacks the range it asked for");
   }
   return std::get<RangeResult>(result.responses[index]);
@@ -256,7 +257,8 @@ ReadKeys readEach(etcd::EtcdClient& client, const std::vector<std::string>& keys
   ReadKeys read;
   for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
     const TxnResult& result = results[chunk];
-    if (chunk == 0 || result.header.revision < read.revision) read.revision = result.header.revision;
+    if (chunk == 0 || result.header.revision < read.revision)
+      read.revision = result.header.revision;
     const std::size_t first = chunk * kMaxTxnOps;
     const std::size_t end = std::min(keys.size(), first + kMaxTxnOps);
     for (std::size_t i = first; i < end; ++i) {
@@ -308,9 +310,9 @@ class WatchKeeper {
  public:
   struct Kept {
     std::unique_ptr<etcd::EtcdWatch> watch;  // none: make one (from the view's revision, if any)
-    Clock::time_point since;                 // the read it was made for (a view's age, without a watch)
-    std::optional<ReadKeys> view;            // what a timed-out call saw, up to the stream's end
-    std::set<std::string> viewKeys;          // the keys that call waited on
+    Clock::time_point since;         // the read it was made for (a view's age, without a watch)
+    std::optional<ReadKeys> view;    // what a timed-out call saw, up to the stream's end
+    std::set<std::string> viewKeys;  // the keys that call waited on
   };
 
   // The kept watch if it is on `range`, young enough and not past `start` (the revision after
@@ -320,7 +322,8 @@ class WatchKeeper {
     std::lock_guard lock(mutex_);
     Kept kept = std::move(kept_);
     kept_ = {};
-    if (!kept.watch || kept.watch->nextRevision() > start || !sameRange(range) || tooOld(kept)) return {};
+    if (!kept.watch || kept.watch->nextRevision() > start || !sameRange(range) || tooOld(kept))
+      return {};
     kept.view.reset();
     return kept;
   }
@@ -343,7 +346,9 @@ class WatchKeeper {
 
  private:
   static constexpr auto kKeepFor = etcd::WatchRequest{}.checkAfterSilence;
-  bool sameRange(const KeyRange& range) const { return range.key == range_.key && range.rangeEnd == range_.rangeEnd; }
+  bool sameRange(const KeyRange& range) const {
+    return range.key == range_.key && range.rangeEnd == range_.rangeEnd;
+  }
   static bool tooOld(const Kept& kept) {
     return Clock::now() - (kept.watch ? kept.watch->lastHeard() : kept.since) >= kKeepFor;
   }
@@ -361,9 +366,9 @@ class WatchKeeper {
 // StoreConnectionError. The watch comes from `keeper` where it has one for these keys, and goes
 // back to it when the call ends with the stream healthy; a call that timed out leaves its view
 // too, and the next call on the same keys starts from it without reading (WatchKeeper).
-static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const std::vector<std::string>& keys,
-                   etcd::Deadline deadline, const std::string& what,
-                   const std::function<bool(const ReadKeys&)>& onRead,
+static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper,
+                   const std::vector<std::string>& keys, etcd::Deadline deadline,
+                   const std::string& what, const std::function<bool(const ReadKeys&)>& onRead,
                    const std::function<bool(const std::vector<etcd::WatchEvent>&)>& onEvents) {
   const auto requestTimeout = client.options().timeout;
   const std::set<std::string> wanted(keys.begin(), keys.end());
@@ -388,7 +393,8 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     } else {
       // The read a view rests on: a view left without its watch is read again after kKeepFor.
       kept.since = Clock::now();
-      read = guarded(what, [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
+      read = guarded(what,
+                     [&] { return readEach(client, keys, false, Clock::now() + requestTimeout); });
     }
     if (onRead(read)) {
       if (kept.watch) keeper.give(request.range, std::move(kept));
@@ -396,7 +402,8 @@ static bool follow(etcd::EtcdClient& client, detail::WatchKeeper& keeper, const 
     }
     if (!kept.watch) {
       request.startRevision = read.revision + 1;
-      if (detail::WatchKeeper::Kept held = keeper.take(request.range, request.startRevision); held.watch) {
+      if (detail::WatchKeeper::Kept held = keeper.take(request.range, request.startRevision);
+          held.watch) {
         kept = std::move(held);
       }
     }
@@ -595,8 +602,9 @@ void raceBackoff(int attempt) {
 // client fails a write over to the next member) fails its guard instead of applying twice.
 // A lost race reads the key from the failed transaction's other branch and computes again.
 // Returns the value written.
-std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, const std::string& what,
-                            const std::function<std::string(const std::optional<KeyValue>&)>& next) {
+std::string readModifyWrite(
+    etcd::EtcdClient& client, const std::string& key, const std::string& what,
+    const std::function<std::string(const std::optional<KeyValue>&)>& next) {
   return guarded(what, [&] {
     std::optional<KeyValue> base = client.get(key);
     for (int attempt = 0; attempt < kMaxRaceRetries; ++attempt) {
@@ -621,9 +629,10 @@ std::string readModifyWrite(etcd::EtcdClient& client, const std::string& key, co
       // O(N^2) of them). A random pause, up to 1 ms doubling to 64 ms, spreads them out.
       raceBackoff(attempt);
     }
-    throw StoreError(fmt::format("etcd store: {}: other writers changed the key {} times in a row "
-                                 "between its read and its write; nothing was written",
-                                 what, kMaxRaceRetries));
+    throw StoreError(
+        fmt::format("etcd store: {}: other writers changed the key {} times in a row "
+                    "between its read and its write; nothing was written",
+                    what, kMaxRaceRetries));
   });
 }
 
@@ -659,7 +668,8 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta) {
       value = *parsed;
     }
     // Two's-complement wrap-around, as torch's int64 addition does in practice.
-    sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(value) + static_cast<std::uint64_t>(delta));
+    sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(value) +
+                                    static_cast<std::uint64_t>(delta));
     return std::to_string(sum);
   });
   return sum;
@@ -698,22 +708,27 @@ std::int64_t EtcdStore::takeTicket(std::string_view key) {
     try {
       const TxnResult result = client_->txn(txn);
       if (result.succeeded) {
-        if (result.responses.empty() || !std::holds_alternative<PutResult>(result.responses.front())) {
-          throw StoreError("etcd store: " + what + ": a transaction's answer lacks the put it asked for");
+        if (result.responses.empty() ||
+            !std::holds_alternative<PutResult>(result.responses.front())) {
+          throw StoreError("etcd store: " + what +
+                           ": a transaction's answer lacks the put it asked for");
         }
-        const std::optional<KeyValue>& previous = std::get<PutResult>(result.responses.front()).prevKv;
+        const std::optional<KeyValue>& previous =
+            std::get<PutResult>(result.responses.front()).prevKv;
         return previous ? previous->version + 1 : 1;
       }
       // An earlier attempt of this call applied, its answer lost.
       const std::optional<KeyValue> mark = onlyKv(rangeOf(result));
       if (!mark) {
-        throw StoreError("etcd store: " + what + ": the transaction's read lacks the marker its guard found");
+        throw StoreError("etcd store: " + what +
+                         ": the transaction's read lacks the marker its guard found");
       }
       RangeRequest then{KeyRange::single(fullKey)};
       then.revision = mark->createRevision;
       const RangeResult atPut = client_->range(then);
       if (atPut.kvs.empty()) {
-        throw StoreError("etcd store: " + what + ": the ticket key is missing at its marker's revision");
+        throw StoreError("etcd store: " + what +
+                         ": the ticket key is missing at its marker's revision");
       }
       return atPut.kvs.front().version;
     } catch (const EtcdError& error) {
@@ -765,20 +780,21 @@ std::string EtcdStore::compareSet(std::string_view key, std::string_view expecte
     // `desired`, which is the answer either way.
     for (int attempt = 0; attempt < kMaxRaceRetries; ++attempt) {
       if (expected.empty()) {
-        const TxnResult created = client_->txn(Txn()
-                                                   .when(Compare::absent(fullKey))
-                                                   .then(PutRequest{fullKey, std::string(desired)})
-                                                   .otherwise(RangeRequest{KeyRange::single(fullKey)}));
+        const TxnResult created =
+            client_->txn(Txn()
+                             .when(Compare::absent(fullKey))
+                             .then(PutRequest{fullKey, std::string(desired)})
+                             .otherwise(RangeRequest{KeyRange::single(fullKey)}));
         if (created.succeeded) return std::string(desired);
         const std::optional<KeyValue> now = onlyKv(rangeOf(created));
         if (!now) continue;  // deleted meanwhile: create it
         if (!now->value.empty()) return now->value;
       }
-      const TxnResult swapped =
-          client_->txn(Txn()
-                           .when(Compare::value(fullKey, Compare::Result::kEqual, std::string(expected)))
-                           .then(PutRequest{fullKey, std::string(desired)})
-                           .otherwise(RangeRequest{KeyRange::single(fullKey)}));
+      const TxnResult swapped = client_->txn(
+          Txn()
+              .when(Compare::value(fullKey, Compare::Result::kEqual, std::string(expected)))
+              .then(PutRequest{fullKey, std::string(desired)})
+              .otherwise(RangeRequest{KeyRange::single(fullKey)}));
       if (swapped.succeeded) return std::string(desired);
       const std::optional<KeyValue> now = onlyKv(rangeOf(swapped));
       if (now) return now->value;
@@ -792,7 +808,8 @@ std::string EtcdStore::compareSet(std::string_view key, std::string_view expecte
   });
 }
 
-void EtcdStore::multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+void EtcdStore::multiSet(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values) {
   if (keys.size() != values.size()) {
     throw StoreError(fmt::format("multiSet: {} keys but {} values", keys.size(), values.size()));
   }
@@ -1023,7 +1040,8 @@ bool EtcdStore::release(std::string_view key) {
     } else {
       txn.when(Compare::lease(fullKey, Compare::Result::kEqual, lease_));
     }
-    txn.then(DeleteRequest{KeyRange::single(fullKey)}).otherwise(RangeRequest{KeyRange::single(fullKey)});
+    txn.then(DeleteRequest{KeyRange::single(fullKey)})
+        .otherwise(RangeRequest{KeyRange::single(fullKey)});
     const TxnResult result = client_->txn(txn);
     const bool inBooks = mine != held_.end();
     if (inBooks) held_.erase(mine);

@@ -62,7 +62,8 @@ class Watch final : public EtcdWatch {
           return;
         } catch (const TransportError& error) {
           failures[endpoint] = error.what();
-          codes[endpoint] = error.timedOut() ? EtcdError::Code::kTimeout : EtcdError::Code::kUnreachable;
+          codes[endpoint] =
+              error.timedOut() ? EtcdError::Code::kTimeout : EtcdError::Code::kUnreachable;
         } catch (const EtcdError& error) {
           if (!failsOver(error.code())) {
             throw EtcdError(error.code(),
@@ -230,8 +231,8 @@ class Watch final : public EtcdWatch {
     if (next_ != 0) request.startRevision = next_;
     const std::string body = jsonText(wire::watchCreateBody(request));
     for (int tries = 0;; ++tries) {
-      auto connection =
-          std::make_unique<HttpConnection>(client_->options.endpoints[endpoint], client_->tls, deadline);
+      auto connection = std::make_unique<HttpConnection>(client_->options.endpoints[endpoint],
+                                                         client_->tls, deadline);
       const std::string prefix = client_->apiPrefix(endpoint, *connection, deadline);
       const HttpHeaders headers = client_->headers(endpoint, *connection, deadline, tries > 0);
       std::string errorBody;
@@ -275,12 +276,13 @@ class Watch final : public EtcdWatch {
           }
           if (message.kind == wire::WatchMessage::Kind::kCanceled) {
             // Created and canceled at once: etcd refuses this watch (a permission, say).
-            throw EtcdError(EtcdError::Code::kRejected,
-                            "refused the watch: '" + common::printablePrefix(message.cancelReason) + "'");
+            throw EtcdError(
+                EtcdError::Code::kRejected,
+                "refused the watch: '" + common::printablePrefix(message.cancelReason) + "'");
           }
-          throw EtcdError(EtcdError::Code::kBadResponse,
-                          "began the watch stream with '" + common::printablePrefix(*line, 120) +
-                              "' instead of saying it was created");
+          throw EtcdError(EtcdError::Code::kBadResponse, "began the watch stream with '" +
+                                                             common::printablePrefix(*line, 120) +
+                                                             "' instead of saying it was created");
         }
         std::string bytes = connection->readStream(deadline);
         if (bytes.empty()) {

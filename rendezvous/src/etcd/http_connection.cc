@@ -44,10 +44,11 @@ constexpr std::uint64_t kMaxResponseBytes = 64u << 20;
 // A certificate or key file is a few KiB; anything far larger is not one.
 constexpr std::size_t kMaxPemBytes = 1024 * 1024;
 
-[[noreturn]] void tlsFileError(const std::string& what, const std::string& path, const std::string& why) {
-  throw EtcdError(EtcdError::Code::kRejected,
-                  "etcd TLS: cannot use the " + what + " '" + common::printablePrefix(path) +
-                      "': " + why + " (give a readable PEM file)");
+[[noreturn]] void tlsFileError(const std::string& what, const std::string& path,
+                               const std::string& why) {
+  throw EtcdError(EtcdError::Code::kRejected, "etcd TLS: cannot use the " + what + " '" +
+                                                  common::printablePrefix(path) + "': " + why +
+                                                  " (give a readable PEM file)");
 }
 
 // A certificate file: no secret, but read with the one careful reader (a FIFO is refused, not
@@ -61,7 +62,8 @@ std::string readPublicPem(const std::string& path, const std::string& what) {
 
 std::string describe(const error_code& ec) {
   if (ec == asio::error::connection_refused) return "connection refused (is etcd running there?)";
-  if (ec == http::error::end_of_stream || ec == asio::error::eof) return "the member closed the connection";
+  if (ec == http::error::end_of_stream || ec == asio::error::eof)
+    return "the member closed the connection";
   return ec.message();
 }
 
@@ -163,11 +165,13 @@ struct HttpConnection::Impl {
     return result;
   }
 
-  [[noreturn]] void fail(TransportError::Stage stage, const std::string& doing, const error_code& ec) {
+  [[noreturn]] void fail(TransportError::Stage stage, const std::string& doing,
+                         const error_code& ec) {
     close();
-    throw TransportError(stage, ec == asio::error::timed_out,
-                         doing + ": " + (ec == asio::error::timed_out ? "no answer before the deadline"
-                                                                       : describe(ec)));
+    throw TransportError(
+        stage, ec == asio::error::timed_out,
+        doing + ": " +
+            (ec == asio::error::timed_out ? "no answer before the deadline" : describe(ec)));
   }
 
   http::request<http::string_body> makeRequest(bool post, std::string_view target, std::string body,
@@ -191,7 +195,8 @@ HttpConnection::HttpConnection(const EtcdEndpoint& endpoint, std::shared_ptr<Tls
   Impl& c = *impl_;
   c.endpoint = endpoint;
   const bool v6 = endpoint.host.find(':') != std::string::npos;
-  c.hostHeader = (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" + std::to_string(endpoint.port);
+  c.hostHeader =
+      (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" + std::to_string(endpoint.port);
   if (endpoint.scheme == EtcdEndpoint::Scheme::kHttps) {
     if (!tls) {
       throw TransportError(TransportError::Stage::kConnect, false, "https without TLS settings");
@@ -213,17 +218,21 @@ HttpConnection::HttpConnection(const EtcdEndpoint& endpoint, std::shared_ptr<Tls
     tcp::resolver::results_type results;
     ec = c.await(
         [&](auto handler) {
-          c.resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
-                                   [&results, handler](error_code e, tcp::resolver::results_type r) mutable {
-                                     results = std::move(r);
-                                     handler(e);
-                                   });
+          c.resolver.async_resolve(
+              endpoint.host, std::to_string(endpoint.port),
+              [&results, handler](error_code e, tcp::resolver::results_type r) mutable {
+                results = std::move(r);
+                handler(e);
+              });
         },
         deadline);
-    if (ec) c.fail(TransportError::Stage::kConnect, "cannot resolve " + common::printablePrefix(endpoint.host), ec);
+    if (ec)
+      c.fail(TransportError::Stage::kConnect,
+             "cannot resolve " + common::printablePrefix(endpoint.host), ec);
     for (const auto& entry : results) addresses.push_back(entry.endpoint());
   }
-  ec = c.await([&](auto handler) { asio::async_connect(c.socket(), addresses, handler); }, deadline);
+  ec =
+      c.await([&](auto handler) { asio::async_connect(c.socket(), addresses, handler); }, deadline);
   if (ec) c.fail(TransportError::Stage::kConnect, "cannot connect", ec);
   error_code ignored;
   c.socket().set_option(tcp::no_delay(true), ignored);
@@ -283,8 +292,9 @@ unsigned HttpConnection::startStream(std::string_view target, std::string body,
   // (the caller's).
   c.streamParser->body_limit(boost::none);
   ec = c.withStream([&](auto& stream) {
-    return c.await([&](auto handler) { http::async_read_header(stream, c.buffer, *c.streamParser, handler); },
-                   deadline);
+    return c.await(
+        [&](auto handler) { http::async_read_header(stream, c.buffer, *c.streamParser, handler); },
+        deadline);
   });
   if (ec) c.fail(TransportError::Stage::kExchange, "reading the answer failed", ec);
   const unsigned status = c.streamParser->get().result_int();

@@ -32,7 +32,8 @@ Integer integerField(const json& object, std::string_view name) {
     // nlohmann keeps non-negative numbers as unsigned and negative ones as signed.
     if (value->is_number_unsigned()) {
       const auto n = value->get<std::uint64_t>();
-      if (n > static_cast<std::uint64_t>(std::numeric_limits<Integer>::max())) malformed(name, *value);
+      if (n > static_cast<std::uint64_t>(std::numeric_limits<Integer>::max()))
+        malformed(name, *value);
       return static_cast<Integer>(n);
     }
     const auto n = value->get<std::int64_t>();
@@ -46,7 +47,8 @@ Integer integerField(const json& object, std::string_view name) {
   const auto& text = value->get_ref<const std::string&>();
   Integer n = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) malformed(name, *value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    malformed(name, *value);
   return n;
 }
 
@@ -54,28 +56,38 @@ std::string int64Text(std::int64_t n) { return std::to_string(n); }
 
 const char* targetName(Compare::Target target) {
   switch (target) {
-    case Compare::Target::kVersion: return "VERSION";
-    case Compare::Target::kCreateRevision: return "CREATE";
-    case Compare::Target::kModRevision: return "MOD";
-    case Compare::Target::kValue: return "VALUE";
-    case Compare::Target::kLease: return "LEASE";
+    case Compare::Target::kVersion:
+      return "VERSION";
+    case Compare::Target::kCreateRevision:
+      return "CREATE";
+    case Compare::Target::kModRevision:
+      return "MOD";
+    case Compare::Target::kValue:
+      return "VALUE";
+    case Compare::Target::kLease:
+      return "LEASE";
   }
   return "VERSION";
 }
 
 const char* resultName(Compare::Result result) {
   switch (result) {
-    case Compare::Result::kEqual: return "EQUAL";
-    case Compare::Result::kGreater: return "GREATER";
-    case Compare::Result::kLess: return "LESS";
-    case Compare::Result::kNotEqual: return "NOT_EQUAL";
+    case Compare::Result::kEqual:
+      return "EQUAL";
+    case Compare::Result::kGreater:
+      return "GREATER";
+    case Compare::Result::kLess:
+      return "LESS";
+    case Compare::Result::kNotEqual:
+      return "NOT_EQUAL";
   }
   return "EQUAL";
 }
 
 json opBody(const TxnOp& op) {
   if (const auto* put = std::get_if<PutRequest>(&op)) return {{"request_put", putBody(*put)}};
-  if (const auto* range = std::get_if<RangeRequest>(&op)) return {{"request_range", rangeBody(*range)}};
+  if (const auto* range = std::get_if<RangeRequest>(&op))
+    return {{"request_range", rangeBody(*range)}};
   return {{"request_delete_range", deleteBody(std::get<DeleteRequest>(op))}};
 }
 
@@ -181,11 +193,21 @@ json compareBody(const Compare& compare) {
   // The compared-with value goes in the field of its target (the proto's oneof). It is written
   // even when 0: "create_revision": "0" is how create-if-absent reads on the wire.
   switch (compare.target) {
-    case Compare::Target::kVersion: body["version"] = int64Text(compare.number); break;
-    case Compare::Target::kCreateRevision: body["create_revision"] = int64Text(compare.number); break;
-    case Compare::Target::kModRevision: body["mod_revision"] = int64Text(compare.number); break;
-    case Compare::Target::kValue: body["value"] = base64Encode(compare.bytes); break;
-    case Compare::Target::kLease: body["lease"] = int64Text(compare.number); break;
+    case Compare::Target::kVersion:
+      body["version"] = int64Text(compare.number);
+      break;
+    case Compare::Target::kCreateRevision:
+      body["create_revision"] = int64Text(compare.number);
+      break;
+    case Compare::Target::kModRevision:
+      body["mod_revision"] = int64Text(compare.number);
+      break;
+    case Compare::Target::kValue:
+      body["value"] = base64Encode(compare.bytes);
+      break;
+    case Compare::Target::kLease:
+      body["lease"] = int64Text(compare.number);
+      break;
   }
   return body;
 }
@@ -243,7 +265,8 @@ RangeResult parseRange(const json& response) {
 PutResult parsePut(const json& response) {
   PutResult out;
   out.header = parseHeader(response);
-  if (find(response, "prev_kv") != nullptr) out.prevKv = parseKeyValue(objectField(response, "prev_kv"));
+  if (find(response, "prev_kv") != nullptr)
+    out.prevKv = parseKeyValue(objectField(response, "prev_kv"));
   return out;
 }
 
@@ -355,18 +378,25 @@ std::optional<GatewayError> gatewayError(const json& body) {
 
 EtcdError::Code codeForGrpc(int grpcCode) {
   switch (grpcCode) {
-    case 4: return EtcdError::Code::kTimeout;            // DeadlineExceeded
-    case 5: return EtcdError::Code::kNotFound;           // NotFound: lease, user, role
-    case 7:                                              // PermissionDenied
-    case 16: return EtcdError::Code::kAuth;              // Unauthenticated: the token
-    case 11: return EtcdError::Code::kCompacted;         // OutOfRange: a compacted (or future) revision
-    case 3:                                              // InvalidArgument
-    case 6:                                              // AlreadyExists
-    case 8:                                              // ResourceExhausted: no space, too many requests
-    case 9: return EtcdError::Code::kRejected;           // FailedPrecondition
-    case 12: return EtcdError::Code::kUnsupported;       // Unimplemented
-    default: return EtcdError::Code::kUnavailable;       // Unavailable, Canceled, Aborted, Unknown,
-                                                         // Internal, DataLoss: the server's trouble
+    case 4:
+      return EtcdError::Code::kTimeout;  // DeadlineExceeded
+    case 5:
+      return EtcdError::Code::kNotFound;  // NotFound: lease, user, role
+    case 7:                               // PermissionDenied
+    case 16:
+      return EtcdError::Code::kAuth;  // Unauthenticated: the token
+    case 11:
+      return EtcdError::Code::kCompacted;  // OutOfRange: a compacted (or future) revision
+    case 3:                                // InvalidArgument
+    case 6:                                // AlreadyExists
+    case 8:                                // ResourceExhausted: no space, too many requests
+    case 9:
+      return EtcdError::Code::kRejected;  // FailedPrecondition
+    case 12:
+      return EtcdError::Code::kUnsupported;  // Unimplemented
+    default:
+      return EtcdError::Code::kUnavailable;  // Unavailable, Canceled, Aborted, Unknown,
+                                             // Internal, DataLoss: the server's trouble
   }
 }
 

@@ -6,9 +6,8 @@
 // So an absent field reads as its zero, and a present one of the wrong type is a bad response.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

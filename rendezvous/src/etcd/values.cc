@@ -47,15 +47,24 @@ Compare Compare::lease(std::string key, Result result, LeaseId lease) {
 
 std::string_view codeName(EtcdError::Code code) {
   switch (code) {
-    case EtcdError::Code::kUnreachable: return "unreachable";
-    case EtcdError::Code::kUnavailable: return "unavailable";
-    case EtcdError::Code::kTimeout: return "timeout";
-    case EtcdError::Code::kCompacted: return "compacted";
-    case EtcdError::Code::kAuth: return "auth";
-    case EtcdError::Code::kNotFound: return "not found";
-    case EtcdError::Code::kRejected: return "rejected";
-    case EtcdError::Code::kBadResponse: return "bad response";
-    case EtcdError::Code::kUnsupported: return "unsupported";
+    case EtcdError::Code::kUnreachable:
+      return "unreachable";
+    case EtcdError::Code::kUnavailable:
+      return "unavailable";
+    case EtcdError::Code::kTimeout:
+      return "timeout";
+    case EtcdError::Code::kCompacted:
+      return "compacted";
+    case EtcdError::Code::kAuth:
+      return "auth";
+    case EtcdError::Code::kNotFound:
+      return "not found";
+    case EtcdError::Code::kRejected:
+      return "rejected";
+    case EtcdError::Code::kBadResponse:
+      return "bad response";
+    case EtcdError::Code::kUnsupported:
+      return "unsupported";
   }
   return "unknown";
 }

@@ -1,18 +1,18 @@
 #include "ddprun/rendezvous/health_server.h"
 
-#include <algorithm>
-#include <cctype>
-#include <list>
-#include <optional>
-#include <string_view>
-#include <utility>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <cctype>
+#include <list>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include "ddprun/common/text.h"
 

@@ -1,9 +1,9 @@
 #include "protocol/request_decoder.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace ddprun::rendezvous::protocol {
 
@@ -80,7 +80,8 @@ RequestDecoder::Status RequestDecoder::startOp(std::uint8_t code) {
   requestBytes_ = 0;
   std::optional<Op> op = opFromWire(*dialect_, code);
   if (!op) {
-    return fail(fmt::format("unknown op 0x{:02x} on a {} connection", code, dialectName(*dialect_)));
+    return fail(
+        fmt::format("unknown op 0x{:02x} on a {} connection", code, dialectName(*dialect_)));
   }
   request_.op = *op;
   layout_ = &layoutOf(*op);
@@ -116,8 +117,8 @@ RequestDecoder::Status RequestDecoder::finishFixedField() {
     case Field::kCount: {
       const std::uint64_t count = getU64(scratch_);
       if (count > limits_.maxKeysPerRequest) {
-        return fail(fmt::format("{} names {} keys, over the limit of {}", opName(request_.op), count,
-                                limits_.maxKeysPerRequest));
+        return fail(fmt::format("{} names {} keys, over the limit of {}", opName(request_.op),
+                                count, limits_.maxKeysPerRequest));
       }
       itemsLeft_ = count;
       return nextField();
@@ -139,9 +140,10 @@ RequestDecoder::Status RequestDecoder::finishFixedField() {
       }
       requestBytes_ += length;
       if (requestBytes_ > maxRequestBytes()) {
-        return fail(fmt::format("{} carries more than {} bytes of keys and values, over the "
-                                "request limit",
-                                opName(request_.op), maxRequestBytes()));
+        return fail(
+            fmt::format("{} carries more than {} bytes of keys and values, over the "
+                        "request limit",
+                        opName(request_.op), maxRequestBytes()));
       }
       sniffedSet_ = false;
       auto& list = isKey ? request_.keys : request_.values;
@@ -199,7 +201,8 @@ bool RequestDecoder::decodeWhole(const unsigned char*& data, const unsigned char
     cursor += 8;
     if (field == Field::kInteger || field == Field::kCount) return true;
     const bool isKey = field == Field::kKey;
-    if (n > (isKey ? limits_.maxKeyBytes : limits_.maxValueBytes) || n > available - 8) return false;
+    if (n > (isKey ? limits_.maxKeyBytes : limits_.maxValueBytes) || n > available - 8)
+      return false;
     cursor += n;
     ++(isKey ? keyCount : valueCount);
     // Over the request limit: the field-by-field path refuses it with its message.
@@ -282,7 +285,8 @@ void RequestDecoder::fitList(std::vector<std::string>& list, std::size_t count) 
   }
 }
 
-RequestDecoder::Status RequestDecoder::decode(const unsigned char*& data, const unsigned char* end) {
+RequestDecoder::Status RequestDecoder::decode(const unsigned char*& data,
+                                              const unsigned char* end) {
   if (stage_ == Stage::kOpByte && dialect_ && data < end && decodeWhole(data, end)) {
     return Status::kRequest;
   }

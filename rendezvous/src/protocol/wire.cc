@@ -15,14 +15,14 @@ namespace {
 
 // Wire code -> op, one table per dialect. Index = wire code.
 constexpr std::array<Op, 9> kTorch113Ops = {
-    Op::kSet, Op::kCompareSet, Op::kGet, Op::kAdd, Op::kCheck,
-    Op::kWait, Op::kNumKeys, Op::kWatchKey, Op::kDeleteKey,
+    Op::kSet,  Op::kCompareSet, Op::kGet,      Op::kAdd,       Op::kCheck,
+    Op::kWait, Op::kNumKeys,    Op::kWatchKey, Op::kDeleteKey,
 };
 constexpr std::array<Op, 19> kTorch2Ops = {
-    Op::kValidate,  Op::kSet,       Op::kCompareSet, Op::kGet,        Op::kAdd,
-    Op::kCheck,     Op::kWait,      Op::kNumKeys,    Op::kDeleteKey,  Op::kAppend,
-    Op::kMultiGet,  Op::kMultiSet,  Op::kCancelWait, Op::kPing,       Op::kQueuePush,
-    Op::kQueuePop,  Op::kQueueLen,  Op::kListKeys,   Op::kBarrier,
+    Op::kValidate, Op::kSet,      Op::kCompareSet, Op::kGet,       Op::kAdd,
+    Op::kCheck,    Op::kWait,     Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
+    Op::kMultiGet, Op::kMultiSet, Op::kCancelWait, Op::kPing,      Op::kQueuePush,
+    Op::kQueuePop, Op::kQueueLen, Op::kListKeys,   Op::kBarrier,
 };
 
 template <std::size_t N>
@@ -37,30 +37,54 @@ std::optional<std::uint8_t> findCode(const std::array<Op, N>& table, Op op) {
 
 std::string_view opName(Op op) {
   switch (op) {
-    case Op::kValidate: return "VALIDATE";
-    case Op::kSet: return "SET";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCheck: return "CHECK";
-    case Op::kWait: return "WAIT";
-    case Op::kNumKeys: return "GETNUMKEYS";
-    case Op::kWatchKey: return "WATCH_KEY";
-    case Op::kDeleteKey: return "DELETE_KEY";
-    case Op::kAppend: return "APPEND";
-    case Op::kMultiGet: return "MULTI_GET";
-    case Op::kMultiSet: return "MULTI_SET";
-    case Op::kCancelWait: return "CANCEL_WAIT";
-    case Op::kPing: return "PING";
-    case Op::kQueuePush: return "QUEUE_PUSH";
-    case Op::kQueuePop: return "QUEUE_POP";
-    case Op::kQueueLen: return "QUEUE_LEN";
-    case Op::kListKeys: return "LIST_KEYS";
-    case Op::kBarrier: return "BARRIER";
-    case Op::kHold: return "HOLD";
-    case Op::kRelease: return "RELEASE";
-    case Op::kListPrefix: return "LIST_PREFIX";
-    case Op::kDeletePrefix: return "DELETE_PREFIX";
+    case Op::kValidate:
+      return "VALIDATE";
+    case Op::kSet:
+      return "SET";
+    case Op::kCompareSet:
+      return "COMPARE_SET";
+    case Op::kGet:
+      return "GET";
+    case Op::kAdd:
+      return "ADD";
+    case Op::kCheck:
+      return "CHECK";
+    case Op::kWait:
+      return "WAIT";
+    case Op::kNumKeys:
+      return "GETNUMKEYS";
+    case Op::kWatchKey:
+      return "WATCH_KEY";
+    case Op::kDeleteKey:
+      return "DELETE_KEY";
+    case Op::kAppend:
+      return "APPEND";
+    case Op::kMultiGet:
+      return "MULTI_GET";
+    case Op::kMultiSet:
+      return "MULTI_SET";
+    case Op::kCancelWait:
+      return "CANCEL_WAIT";
+    case Op::kPing:
+      return "PING";
+    case Op::kQueuePush:
+      return "QUEUE_PUSH";
+    case Op::kQueuePop:
+      return "QUEUE_POP";
+    case Op::kQueueLen:
+      return "QUEUE_LEN";
+    case Op::kListKeys:
+      return "LIST_KEYS";
+    case Op::kBarrier:
+      return "BARRIER";
+    case Op::kHold:
+      return "HOLD";
+    case Op::kRelease:
+      return "RELEASE";
+    case Op::kListPrefix:
+      return "LIST_PREFIX";
+    case Op::kDeletePrefix:
+      return "DELETE_PREFIX";
   }
   return "?";
 }

@@ -52,24 +52,52 @@ std::string_view opName(Op op);
 // torch 1.13's QueryType numbering.
 namespace torch113 {
 enum Code : std::uint8_t {
-  kSet = 0, kCompareSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kNumKeys = 6,
-  kWatchKey = 7, kDeleteKey = 8,
+  kSet = 0,
+  kCompareSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kCheck = 4,
+  kWait = 5,
+  kNumKeys = 6,
+  kWatchKey = 7,
+  kDeleteKey = 8,
 };
 }  // namespace torch113
 
 // torch 2.x's QueryType numbering since VALIDATE became op 0; append-only since then.
 namespace torch2 {
 enum Code : std::uint8_t {
-  kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAdd = 4, kCheck = 5, kWait = 6,
-  kNumKeys = 7, kDeleteKey = 8, kAppend = 9, kMultiGet = 10, kMultiSet = 11, kCancelWait = 12,
-  kPing = 13, kQueuePush = 14, kQueuePop = 15, kQueueLen = 16, kListKeys = 17, kBarrier = 18,
+  kValidate = 0,
+  kSet = 1,
+  kCompareSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kCheck = 5,
+  kWait = 6,
+  kNumKeys = 7,
+  kDeleteKey = 8,
+  kAppend = 9,
+  kMultiGet = 10,
+  kMultiSet = 11,
+  kCancelWait = 12,
+  kPing = 13,
+  kQueuePush = 14,
+  kQueuePop = 15,
+  kQueueLen = 16,
+  kListKeys = 17,
+  kBarrier = 18,
 };
 }  // namespace torch2
 
 // ddprun's own ops, on 2.x connections. Far above torch's append-only numbering (18 today) so a
 // future torch op cannot collide with them.
 namespace ddprun_ext {
-enum Code : std::uint8_t { kHold = 0xD0, kRelease = 0xD1, kListPrefix = 0xD2, kDeletePrefix = 0xD3 };
+enum Code : std::uint8_t {
+  kHold = 0xD0,
+  kRelease = 0xD1,
+  kListPrefix = 0xD2,
+  kDeletePrefix = 0xD3
+};
 }  // namespace ddprun_ext
 
 // The op a wire code means in `dialect`, or nothing for a code the dialect does not have.

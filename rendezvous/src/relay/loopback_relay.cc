@@ -1,12 +1,20 @@
 // The listener, the registry of links and the serving thread of LoopbackRelay.
 #include "ddprun/rendezvous/loopback_relay.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -14,15 +22,6 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "auth/asio_tls.h"
 #include "ddprun/common/text.h"
@@ -97,8 +96,11 @@ class LoopbackRelay::Impl {
     acceptor_.open(endpoint.protocol(), error);
     if (!error) acceptor_.bind(endpoint, error);
     if (!error) acceptor_.listen(65535, error);
-    if (error) throw std::runtime_error(fmt::format("cannot listen on 127.0.0.1 for the workers' "
-                                                    "store relay: {}", error.message()));
+    if (error)
+      throw std::runtime_error(
+          fmt::format("cannot listen on 127.0.0.1 for the workers' "
+                      "store relay: {}",
+                      error.message()));
     port_ = acceptor_.local_endpoint().port();
     peers_.emplace(acceptor_.local_endpoint());
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -128,8 +130,8 @@ class LoopbackRelay::Impl {
     asio::io_context resolving;
     tcp::resolver resolver(resolving);
     std::vector<tcp::endpoint> endpoints;
-    for (const auto& entry : resolver.resolve(host, std::to_string(port),
-                                              tcp::resolver::numeric_service, error)) {
+    for (const auto& entry :
+         resolver.resolve(host, std::to_string(port), tcp::resolver::numeric_service, error)) {
       endpoints.push_back(entry.endpoint());
     }
     // The host comes from the round's master record, which an open store lets anyone write.
@@ -142,7 +144,7 @@ class LoopbackRelay::Impl {
   }
 
   Stats stats() const {
-    return Stats{connections_.load(), accepted_.load(), upstreamFailures_.load(),
+    return Stats{connections_.load(),  accepted_.load(),    upstreamFailures_.load(),
                  refusedUsers_.load(), refusedGone_.load(), refusedLookups_.load(),
                  handedOff_.load()};
   }
@@ -164,9 +166,10 @@ class LoopbackRelay::Impl {
     }
     if (!error) handoffAcceptor_.listen(4096, error);
     if (error) {
-      spdlog::warn("workers' store relay: no handoff socket at {} ({}); the workers' store "
-                   "connections all go through the relay", common::printablePrefix(path),
-                   error.message());
+      spdlog::warn(
+          "workers' store relay: no handoff socket at {} ({}); the workers' store "
+          "connections all go through the relay",
+          common::printablePrefix(path), error.message());
       handoffAcceptor_.close(error);
       return;
     }
@@ -175,9 +178,8 @@ class LoopbackRelay::Impl {
   }
 
   void acceptHandoff() {
-    handoffAcceptor_.async_accept(requester_, [this](const boost::system::error_code& error) {
-      onHandoff(error);
-    });
+    handoffAcceptor_.async_accept(
+        requester_, [this](const boost::system::error_code& error) { onHandoff(error); });
   }
 
   // A worker's shim asks for a store connection. Its own user only, as on the port; before a
@@ -236,14 +238,16 @@ class LoopbackRelay::Impl {
   }
 
   void acceptNext() {
-    acceptor_.async_accept(worker_, [this](const boost::system::error_code& error) { onAccept(error); });
+    acceptor_.async_accept(worker_,
+                           [this](const boost::system::error_code& error) { onAccept(error); });
   }
 
   void onAccept(const boost::system::error_code& error) {
     if (error == asio::error::operation_aborted || stopping_) return;
     if (error) {
       // Out of descriptors: back off instead of spinning; the worker's client retries.
-      spdlog::error("the workers' store relay cannot accept: {}; retrying in 100 ms", error.message());
+      spdlog::error("the workers' store relay cannot accept: {}; retrying in 100 ms",
+                    error.message());
       retryTimer_.expires_after(std::chrono::milliseconds(100));
       retryTimer_.async_wait([this](const boost::system::error_code& e) {
         if (!e) acceptNext();
@@ -261,9 +265,9 @@ class LoopbackRelay::Impl {
       worker_.set_option(tcp::no_delay(true), ignored);
       accepted_.fetch_add(1, std::memory_order_relaxed);
       connections_.fetch_add(1, std::memory_order_relaxed);
-      adopt(std::make_shared<RelayLink>(std::move(worker_), upstream->endpoints, upstream->name,
-                                        options_.secret, tls_ ? &*tls_ : nullptr,
-                                        options_.connectTimeout, linkEnd(*upstream, /*relayed=*/true)));
+      adopt(std::make_shared<RelayLink>(
+          std::move(worker_), upstream->endpoints, upstream->name, options_.secret,
+          tls_ ? &*tls_ : nullptr, options_.connectTimeout, linkEnd(*upstream, /*relayed=*/true)));
     }
     worker_ = tcp::socket(io_);
     acceptNext();
@@ -291,10 +295,11 @@ class LoopbackRelay::Impl {
       case PeerVerdict::kAdmitUnchecked:
         if (!warnedUnchecked_) {
           warnedUnchecked_ = true;
-          spdlog::warn("workers' store relay: the kernel cannot tell which user opened a "
-                       "connection (no socket diagnostics: {}): other local users can reach the "
-                       "job's store through this relay",
-                       std::strerror(lookup.error));
+          spdlog::warn(
+              "workers' store relay: the kernel cannot tell which user opened a "
+              "connection (no socket diagnostics: {}): other local users can reach the "
+              "job's store through this relay",
+              std::strerror(lookup.error));
         }
         return true;
       case PeerVerdict::kOtherUser:
@@ -337,10 +342,10 @@ class LoopbackRelay::Impl {
     const auto now = RelayRefusals::Clock::now();
     if (refusals_.count(admission.owner, admission.verdict, now)) {
       const std::string source = describeSource(admission.owner);
-      spdlog::warn("workers' store relay: refused a connection from {} ({}): {} {}; more of "
-                   "these from {} are counted and logged once per {} s",
-                   source, from, describeRefusal(admission.verdict), detail, source,
-                   kRefusalWindow.count());
+      spdlog::warn(
+          "workers' store relay: refused a connection from {} ({}): {} {}; more of "
+          "these from {} are counted and logged once per {} s",
+          source, from, describeRefusal(admission.verdict), detail, source, kRefusalWindow.count());
     }
     armRefusalTimer();
   }
@@ -361,9 +366,9 @@ class LoopbackRelay::Impl {
 
   static void logRefusals(const std::vector<RelayRefusals::Summary>& summaries) {
     for (const auto& summary : summaries) {
-      const std::string text = refusalSummaryText(
-          describeSource(summary.source), describeRefusal(summary.reason), summary.count,
-          summary.over);
+      const std::string text =
+          refusalSummaryText(describeSource(summary.source), describeRefusal(summary.reason),
+                             summary.count, summary.over);
       spdlog::warn("workers' store relay: {}", text);
     }
   }
@@ -382,7 +387,8 @@ class LoopbackRelay::Impl {
             what = "the store refused this token: it holds a different one";
             break;
           case RelayLink::End::kNoToken:
-            what = "the store does not take a token (it runs without one, or is not a ddprun store)";
+            what =
+                "the store does not take a token (it runs without one, or is not a ddprun store)";
             break;
           case RelayLink::End::kUntrusted:
             what = "the store's TLS certificate is not one the job trusts (tls_cert, tls_ca)";
@@ -444,8 +450,8 @@ class LoopbackRelay::Impl {
   std::optional<Upstream> upstream_;  // none before the first round
 
   std::unordered_map<RelayLink*, std::shared_ptr<RelayLink>> links_;  // serving thread only
-  std::set<std::pair<std::string, int>> reported_;                      // serving thread only
-  bool warnedUnchecked_ = false;                                        // serving thread only
+  std::set<std::pair<std::string, int>> reported_;                    // serving thread only
+  bool warnedUnchecked_ = false;                                      // serving thread only
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> upstreamFailures_{0};

@@ -11,11 +11,10 @@
 
 #include <sys/types.h>
 
+#include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
 #include <optional>
 #include <string_view>
-
-#include <boost/asio/ip/tcp.hpp>
 
 namespace ddprun::rendezvous {
 
@@ -52,7 +51,8 @@ struct PeerLookup {
   enum class Outcome : std::uint8_t {
     kFound,          // `socket` holds the answer
     kNoSuchSocket,   // the kernel knows no such socket (ENOENT): the peer is gone
-    kNoDiagnostics,  // this kernel has no socket diagnostics at all; `error`: the errno that says so
+    kNoDiagnostics,  // this kernel has no socket diagnostics at all; `error`: the errno that says
+                     // so
     kFailed,         // the lookup failed otherwise (`error`: out of descriptors or memory, ...)
   };
   Outcome outcome = Outcome::kFailed;
@@ -62,11 +62,11 @@ struct PeerLookup {
 
 // The relay's decision on one accepted connection.
 enum class PeerVerdict : std::uint8_t {
-  kAdmit,            // a live socket of the agent's user
-  kAdmitUnchecked,   // the kernel cannot tell (no socket diagnostics): served, with a warning
-  kOtherUser,        // a live socket of another user
-  kGone,             // the peer's socket is gone or closing: nothing to serve
-  kLookupFailed,     // the kernel could not be asked this time: refused, fail closed
+  kAdmit,           // a live socket of the agent's user
+  kAdmitUnchecked,  // the kernel cannot tell (no socket diagnostics): served, with a warning
+  kOtherUser,       // a live socket of another user
+  kGone,            // the peer's socket is gone or closing: nothing to serve
+  kLookupFailed,    // the kernel could not be asked this time: refused, fail closed
 };
 
 struct PeerAdmission {
@@ -105,7 +105,7 @@ class PeerSocketTable {
 
   boost::asio::ip::tcp::endpoint listener_;
   int fd_ = -1;
-  bool checked_ = false;                    // the listener was found: the kernel can tell
+  bool checked_ = false;                     // the listener was found: the kernel can tell
   std::optional<PeerLookup> noDiagnostics_;  // the kernel cannot tell, for good
   std::uint32_t sequence_ = 0;
 };

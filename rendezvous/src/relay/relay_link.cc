@@ -1,18 +1,17 @@
 #include "relay/relay_link.h"
 
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <type_traits>
-
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
+#include <cstring>
+#include <type_traits>
 
 #include "auth/tls_peer.h"
 #include "ddprun/rendezvous/relay_handoff_wire.h"
@@ -36,11 +35,11 @@ RelayLink::RelayLink(tcp::socket worker, std::vector<tcp::endpoint> store, std::
       hello_(handshake_.hello()),
       onEnd_(std::move(onEnd)) {}
 
-RelayLink::RelayLink(asio::local::stream_protocol::socket requester, std::vector<tcp::endpoint> store,
-                     std::string upstream, const JobSecret& secret,
-                     std::chrono::milliseconds connectTimeout, OnEnd onEnd)
-    : RelayLink(tcp::socket(requester.get_executor()), std::move(store), std::move(upstream), secret,
-                nullptr, connectTimeout, std::move(onEnd)) {
+RelayLink::RelayLink(asio::local::stream_protocol::socket requester,
+                     std::vector<tcp::endpoint> store, std::string upstream,
+                     const JobSecret& secret, std::chrono::milliseconds connectTimeout, OnEnd onEnd)
+    : RelayLink(tcp::socket(requester.get_executor()), std::move(store), std::move(upstream),
+                secret, nullptr, connectTimeout, std::move(onEnd)) {
   requester_.emplace(std::move(requester));
 }
 
@@ -48,9 +47,8 @@ void RelayLink::start() {
   deadline_.expires_after(connectTimeout_);
   deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
     if (!error) {
-      self->finish(End::kUnreachable,
-                   fmt::format("no token-checked connection within {} ms",
-                               self->connectTimeout_.count()));
+      self->finish(End::kUnreachable, fmt::format("no token-checked connection within {} ms",
+                                                  self->connectTimeout_.count()));
     }
   });
   if (endpoints_.empty()) {
@@ -76,10 +74,9 @@ void RelayLink::onConnected(const boost::system::error_code& error) {
     return;
   }
   tls_.emplace(store_, *tlsContext_);
-  tls_->async_handshake(asio::ssl::stream_base::client,
-                        [self = shared_from_this()](const boost::system::error_code& e) {
-                          self->onTlsHandshake(e);
-                        });
+  tls_->async_handshake(
+      asio::ssl::stream_base::client,
+      [self = shared_from_this()](const boost::system::error_code& e) { self->onTlsHandshake(e); });
 }
 
 void RelayLink::onTlsHandshake(const boost::system::error_code& error) {
@@ -166,43 +163,42 @@ void RelayLink::onProofSent(const boost::system::error_code& error) {
 
 template <typename From, typename To>
 void RelayLink::pump(From& from, To& to, Buffer& buffer) {
-  from.async_read_some(
-      asio::buffer(buffer),
-      [self = shared_from_this(), &from, &to, &buffer](const boost::system::error_code& error,
-                                                       std::size_t bytes) {
-        if (self->finished_) return;
-        if (error) {
-          self->finish(End::kClosed, "");
-          return;
-        }
-        // A store request or reply is small and the peer's socket buffer nearly always has room:
-        // write it now, in place, and go back to reading. Only what the kernel does not take
-        // waits for an asynchronous write (a trip through the loop per message would cost more
-        // than the copy itself). A TLS stream is always written asynchronously: its synchronous
-        // write would block the loop on a full socket.
-        std::size_t written = 0;
-        if constexpr (std::is_same_v<To, tcp::socket>) {
-          boost::system::error_code writeError;
-          written = to.write_some(asio::buffer(buffer.data(), bytes), writeError);
-          if (writeError && writeError != asio::error::would_block) {
-            self->finish(End::kClosed, "");
-            return;
-          }
-          if (written == bytes) {
-            self->pump(from, to, buffer);
-            return;
-          }
-        }
-        asio::async_write(to, asio::buffer(buffer.data() + written, bytes - written),
-                          [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
-                            if (self->finished_) return;
-                            if (e) {
-                              self->finish(End::kClosed, "");
-                              return;
-                            }
-                            self->pump(from, to, buffer);
-                          });
-      });
+  from.async_read_some(asio::buffer(buffer), [self = shared_from_this(), &from, &to, &buffer](
+                                                 const boost::system::error_code& error,
+                                                 std::size_t bytes) {
+    if (self->finished_) return;
+    if (error) {
+      self->finish(End::kClosed, "");
+      return;
+    }
+    // A store request or reply is small and the peer's socket buffer nearly always has room:
+    // write it now, in place, and go back to reading. Only what the kernel does not take
+    // waits for an asynchronous write (a trip through the loop per message would cost more
+    // than the copy itself). A TLS stream is always written asynchronously: its synchronous
+    // write would block the loop on a full socket.
+    std::size_t written = 0;
+    if constexpr (std::is_same_v<To, tcp::socket>) {
+      boost::system::error_code writeError;
+      written = to.write_some(asio::buffer(buffer.data(), bytes), writeError);
+      if (writeError && writeError != asio::error::would_block) {
+        self->finish(End::kClosed, "");
+        return;
+      }
+      if (written == bytes) {
+        self->pump(from, to, buffer);
+        return;
+      }
+    }
+    asio::async_write(to, asio::buffer(buffer.data() + written, bytes - written),
+                      [self, &from, &to, &buffer](const boost::system::error_code& e, std::size_t) {
+                        if (self->finished_) return;
+                        if (e) {
+                          self->finish(End::kClosed, "");
+                          return;
+                        }
+                        self->pump(from, to, buffer);
+                      });
+  });
 }
 
 void RelayLink::handOff() {
@@ -229,7 +225,8 @@ void RelayLink::handOff() {
   std::memcpy(CMSG_DATA(header), &store, sizeof store);
   // One byte on a fresh socket always fits; a requester that has given up makes this fail, and
   // the store connection then goes with the link.
-  const ssize_t sent = ::sendmsg(requester_->native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+  const ssize_t sent =
+      ::sendmsg(requester_->native_handle(), &message, MSG_DONTWAIT | MSG_NOSIGNAL);
   ::close(store);  // the worker holds its own reference now
   finish(sent == 1 ? End::kHandedOff : End::kClosed, "");
 }

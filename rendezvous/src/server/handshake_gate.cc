@@ -1,9 +1,10 @@
 #include "server/handshake_gate.h"
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <spdlog/spdlog.h>
 
 #include "server/session.h"
 

@@ -13,12 +13,11 @@
 #pragma once
 
 #include <array>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <boost/asio/ip/tcp.hpp>
 
 #include "auth/handshake.h"
 #include "server/refusal_log.h"
@@ -62,7 +61,7 @@ class HandshakeGate final : public std::enable_shared_from_this<HandshakeGate> {
   std::string challenge_;
   std::array<char, auth::kClientProofBytes> proof_{};
   Clock::time_point acceptedAt_;
-  bool done_ = false;    // admitted or closed: no handler may act any more
+  bool done_ = false;  // admitted or closed: no handler may act any more
   bool closed_ = false;
 };
 

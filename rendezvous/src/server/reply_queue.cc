@@ -27,7 +27,8 @@ void ReplyQueue::gather(std::vector<boost::asio::const_buffer>& out) const {
     if (splice.at > from) out.emplace_back(owned_.data() + from, splice.at - from);
     if (out.size() == kMaxBuffers) return;
     const std::string& value = splice.value->bytes;
-    if (value.size() > valueFrom) out.emplace_back(value.data() + valueFrom, value.size() - valueFrom);
+    if (value.size() > valueFrom)
+      out.emplace_back(value.data() + valueFrom, value.size() - valueFrom);
     from = splice.at;
     valueFrom = 0;
   }

@@ -10,12 +10,11 @@
 // Lives on the server's event-loop thread, like the session that owns it.
 #pragma once
 
+#include <boost/asio/buffer.hpp>
 #include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/asio/buffer.hpp>
 
 #include "kv_state.h"
 

@@ -1,15 +1,11 @@
 // The listener, the connection registry and the deadline sweep of RendezvousServer.
 #include "ddprun/rendezvous/server.h"
 
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <optional>
-
-#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -17,8 +13,10 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <thread>
 
 #include "auth/asio_tls.h"
 #include "server/handshake_gate.h"
@@ -45,19 +43,22 @@ std::string formatEndpoint(const tcp::endpoint& endpoint) {
 // One line that names the address, what went wrong and what to do about it.
 std::string bindErrorMessage(const std::string& where, const boost::system::error_code& error) {
   if (error == boost::system::errc::address_in_use) {
-    return fmt::format("cannot listen on {}: the address is already in use (another process "
-                       "listens there; choose another port, or port 0 for a free one)",
-                       where);
+    return fmt::format(
+        "cannot listen on {}: the address is already in use (another process "
+        "listens there; choose another port, or port 0 for a free one)",
+        where);
   }
   if (error == boost::system::errc::address_not_available) {
-    return fmt::format("cannot listen on {}: no network interface of this host has that address "
-                       "(use one of this host's addresses, e.g. 127.0.0.1)",
-                       where);
+    return fmt::format(
+        "cannot listen on {}: no network interface of this host has that address "
+        "(use one of this host's addresses, e.g. 127.0.0.1)",
+        where);
   }
   if (error == boost::system::errc::permission_denied) {
-    return fmt::format("cannot listen on {}: permission denied (ports below 1024 need privileges; "
-                       "choose a port above 1023)",
-                       where);
+    return fmt::format(
+        "cannot listen on {}: permission denied (ports below 1024 need privileges; "
+        "choose a port above 1023)",
+        where);
   }
   return fmt::format("cannot listen on {}: {}", where, error.message());
 }
@@ -123,7 +124,8 @@ class RendezvousServer::Impl {
     }
     listen();
     const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (fd < 0) throw ServerError(fmt::format("cannot create an eventfd: {}", std::strerror(errno)));
+    if (fd < 0)
+      throw ServerError(fmt::format("cannot create an eventfd: {}", std::strerror(errno)));
     stopEvent_.assign(fd);
   }
 
@@ -153,9 +155,14 @@ class RendezvousServer::Impl {
   }
 
   Stats stats() const {
-    return Stats{context_.connections.load(), context_.accepted.load(), context_.refused.load(),
-                 context_.protocolErrors.load(), context_.refusedHandshakes.load(),
-                 context_.kv.storedBytes(), context_.replyMemory(), context_.kv.keyCount()};
+    return Stats{context_.connections.load(),
+                 context_.accepted.load(),
+                 context_.refused.load(),
+                 context_.protocolErrors.load(),
+                 context_.refusedHandshakes.load(),
+                 context_.kv.storedBytes(),
+                 context_.replyMemory(),
+                 context_.kv.keyCount()};
   }
 
  private:
@@ -181,10 +188,11 @@ class RendezvousServer::Impl {
     // ranks connecting at once are queued instead of refused.
     if (!error) acceptor_.listen(65535, error);
     if (error) {
-      const ServerError::Code code =
-          error == boost::system::errc::address_in_use            ? ServerError::Code::kAddressInUse
-          : error == boost::system::errc::address_not_available ? ServerError::Code::kAddressNotAvailable
-                                                                  : ServerError::Code::kOther;
+      const ServerError::Code code = error == boost::system::errc::address_in_use
+                                         ? ServerError::Code::kAddressInUse
+                                     : error == boost::system::errc::address_not_available
+                                         ? ServerError::Code::kAddressNotAvailable
+                                         : ServerError::Code::kOther;
       throw ServerError(bindErrorMessage(where, error), code);
     }
     applyConnectionOptions(acceptor_.native_handle(), options_);
@@ -220,11 +228,11 @@ class RendezvousServer::Impl {
         options_.maxConnections) {
       context_.refused.fetch_add(1, std::memory_order_relaxed);
       if (context_.refused.load() == 1 || context_.refused.load() % 1000 == 0) {
-        spdlog::warn("refusing connection from {}: {} connections open, the limit (refusals so "
-                     "far: {})",
-                     peer,
-                     context_.sessions.size() + context_.gates.size() + context_.tlsHandshakes,
-                     context_.refused.load());
+        spdlog::warn(
+            "refusing connection from {}: {} connections open, the limit (refusals so "
+            "far: {})",
+            peer, context_.sessions.size() + context_.gates.size() + context_.tlsHandshakes,
+            context_.refused.load());
       }
       boost::system::error_code ignored;
       peerSocket_.close(ignored);
@@ -284,7 +292,8 @@ class RendezvousServer::Impl {
   void scheduleSweep() {
     auto period = std::clamp<std::chrono::milliseconds>(
         std::min({options_.partialRequestTimeout, options_.writeStallTimeout,
-                  options_.handshakeTimeout}) / 4,
+                  options_.handshakeTimeout}) /
+            4,
         std::chrono::milliseconds(20), std::chrono::milliseconds(250));
     if (context_.kv.hasHolds()) period = std::min(period, std::chrono::milliseconds(50));
     sweepTimer_.expires_after(period);

@@ -37,8 +37,7 @@ Session::Session(boost::asio::ip::tcp::socket socket, std::string peer, ServerCo
       readBuffer_(kInitialReadBuffer),
       lastReadAt_(Clock::now()) {}
 
-void Session::admit(boost::asio::ip::tcp::socket socket, std::string peer,
-                    ServerContext& context) {
+void Session::admit(boost::asio::ip::tcp::socket socket, std::string peer, ServerContext& context) {
   auto session = std::make_shared<Session>(std::move(socket), std::move(peer), context);
   context.sessions.emplace(session.get(), session);
   session->start();
@@ -82,7 +81,8 @@ void Session::onRead(const boost::system::error_code& error, std::size_t bytes) 
   lastReadAt_ = Clock::now();
   readBegin_ = 0;
   readEnd_ = bytes;
-  // A read that filled the buffer suggests a large request or a pipelined burst: read more per call.
+  // A read that filled the buffer suggests a large request or a pipelined burst: read more per
+  // call.
   growReadBuffer_ = bytes == readBuffer_.size();
   serve();
 }
@@ -220,8 +220,10 @@ std::size_t Session::replyBytesOf(const Request& request) const {
       return 8 + std::max({request.values[0].size(), size(kv.find(request.keys[0])),
                            size(kv.heldValue(request.keys[0]))});
     case Op::kListPrefix: {  // at most: the count, a length per name, the names, the flag
-      const std::uint64_t asked = request.integer < 0 ? 0 : static_cast<std::uint64_t>(request.integer);
-      const std::size_t names = static_cast<std::size_t>(std::min<std::uint64_t>(asked, Store::kMaxListedKeys));
+      const std::uint64_t asked =
+          request.integer < 0 ? 0 : static_cast<std::uint64_t>(request.integer);
+      const std::size_t names =
+          static_cast<std::size_t>(std::min<std::uint64_t>(asked, Store::kMaxListedKeys));
       return 9 + names * 8 + Store::kMaxListedBytes;
     }
     default:  // a count, a code or a nonce; MULTI_GET and LIST_KEYS are admitted a slice at a time

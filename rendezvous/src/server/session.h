@@ -47,6 +47,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,8 +56,6 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/asio/ip/tcp.hpp>
 
 #include "ddprun/rendezvous/server.h"
 #include "kv_state.h"
@@ -178,7 +177,8 @@ class Session final : public std::enable_shared_from_this<Session>, public KvObs
   std::size_t replyBytesOf(const protocol::Request& request) const;
   // Whether this connection may queue a reply owning `bytes` more bytes now.
   bool mayQueue(std::size_t bytes) const;
-  // What the next step of serve() would queue: the sliced reply's next slice or the decoded request's reply.
+  // What the next step of serve() would queue: the sliced reply's next slice or the decoded
+  // request's reply.
   std::size_t nextReplyBytes() const;
   // True when a write of `op` to `key` fits maxStoredBytes: it adds at most `upperBound` bytes,
   // exactly exactGrowth() (asked only near the budget). Otherwise closes this connection with a

@@ -1,14 +1,13 @@
 #include "server/tls_front.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
+#include <cerrno>
+#include <cstring>
 
 #include "server/handshake_gate.h"
 #include "server/session.h"

@@ -15,15 +15,14 @@
 #pragma once
 
 #include <array>
-#include <chrono>
-#include <memory>
-#include <string>
-#include <string_view>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
 
 #include "server/refusal_log.h"
 

@@ -1,7 +1,7 @@
 // The smallest real user of the installed runtime: one all-reduce, checked.
-#include <cstdio>
-
 #include <ddprun/runtime/process_group.h>
+
+#include <cstdio>
 
 int main() {
   try {
@@ -10,7 +10,8 @@ int main() {
     group->allReduce(&value, 1);
     const int world = group->worldSize();
     const bool ok = value == world * (world + 1) / 2;
-    std::printf("consumer: rank %d of %d: sum %d %s\n", group->rank(), world, value, ok ? "ok" : "WRONG");
+    std::printf("consumer: rank %d of %d: sum %d %s\n", group->rank(), world, value,
+                ok ? "ok" : "WRONG");
     return ok ? 0 : 1;
   } catch (const ddprun::runtime::RuntimeError& error) {
     std::fprintf(stderr, "consumer: %s\n", error.what());

@@ -1,6 +1,7 @@
 // A scripted CUDA runtime (libcudart's soname, see scripted.h): just the calls the runtime and
 // its test workers make. Device memory is host memory tracked here, so that the scripted NCCL can
 // refuse a host pointer the way a real GPU would fault on one; copies and streams run at once.
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -10,8 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-
-#include <cuda_runtime_api.h>
 
 #include "scripted.h"
 
@@ -86,11 +85,16 @@ cudaError_t cudaGetLastError() {
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected (scripted)";
-    case cudaErrorInvalidDevice: return "invalid device ordinal (scripted)";
-    case cudaErrorInvalidValue: return "invalid argument (scripted)";
-    default: return "scripted CUDA error";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected (scripted)";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal (scripted)";
+    case cudaErrorInvalidValue:
+      return "invalid argument (scripted)";
+    default:
+      return "scripted CUDA error";
   }
 }
 
@@ -115,8 +119,8 @@ cudaError_t cudaFree(void* pointer) {
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
   *attributes = cudaPointerAttributes{};
   // As CUDA 11 and later: an ordinary host pointer is "unregistered", not an error.
-  attributes->type = scriptedIsDeviceMemory(pointer, 1) ? cudaMemoryTypeDevice
-                                                        : cudaMemoryTypeUnregistered;
+  attributes->type =
+      scriptedIsDeviceMemory(pointer, 1) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
   attributes->device = currentDevice;
   return cudaSuccess;
 }

@@ -3,14 +3,14 @@
 // ncclInProgress before the next one, pass device memory, on the communicator's device -- and
 // logs a line starting "BUG" where the runtime breaks one. The script decides whether the
 // communicator comes up, which collective hangs or fails, and whether finalizing hangs.
+#include <nccl.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
-
-#include <nccl.h>
 
 #include "scripted.h"
 
@@ -38,10 +38,18 @@ Script readScript() {
 
 std::size_t sizeOf(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    default: return 8;
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -53,12 +61,12 @@ struct ncclComm {
   int ranks = 1;
   int device = 0;
   Script script;
-  int pendingPolls = 0;     // ncclCommGetAsyncError answers ncclInProgress this many times more
+  int pendingPolls = 0;  // ncclCommGetAsyncError answers ncclInProgress this many times more
   // What the last call does once it stops being ncclInProgress: until then, as with real NCCL, it
   // is not on the stream yet (the stream looks idle) and its data has not moved.
   std::function<void()> pendingWork;
-  bool neverDone = false;   // ... or for ever (a peer that never joins; a finalize that hangs)
-  int errorCountdown = 0;   // polls until the scripted asynchronous error appears
+  bool neverDone = false;  // ... or for ever (a peer that never joins; a finalize that hangs)
+  int errorCountdown = 0;  // polls until the scripted asynchronous error appears
   ncclResult_t asyncError = ncclSuccess;
   std::string lastError;
   int collectives = 0;
@@ -114,12 +122,18 @@ extern "C" {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "scripted NCCL error";
+    case ncclSuccess:
+      return "no error";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "scripted NCCL error";
   }
 }
 
@@ -146,8 +160,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int ranks, ncclUniqueId id,
   }
   const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
   scriptedLog("init rank=%d ranks=%d device=%d attempt=%s blocking=%d id=%s", rank, ranks,
-              comm->device, attempt != nullptr ? attempt : "-", config != nullptr ? config->blocking : 1,
-              hex);
+              comm->device, attempt != nullptr ? attempt : "-",
+              config != nullptr ? config->blocking : 1, hex);
   comm->pendingPolls = 3;
   comm->neverDone = comm->script.scenario == "init-hang";  // a rank that never joins
   *out = comm;
@@ -175,9 +189,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* send, void* receive, std::size_t count,
-                           ncclDataType_t type, ncclRedOp_t, ncclComm_t comm,
-                           cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void* send, void* receive, std::size_t count, ncclDataType_t type,
+                           ncclRedOp_t, ncclComm_t comm, cudaStream_t stream) {
   const std::size_t bytes = count * sizeOf(type);
   if (const ncclResult_t refused = admit(comm, "ncclAllReduce", send, bytes, receive, bytes)) {
     return refused;
@@ -186,8 +199,8 @@ ncclResult_t ncclAllReduce(const void* send, void* receive, std::size_t count,
   return enqueue(comm, stream, [=] { std::memmove(receive, send, bytes); });
 }
 
-ncclResult_t ncclBroadcast(const void* send, void* receive, std::size_t count,
-                           ncclDataType_t type, int, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclBroadcast(const void* send, void* receive, std::size_t count, ncclDataType_t type,
+                           int, ncclComm_t comm, cudaStream_t stream) {
   const std::size_t bytes = count * sizeOf(type);
   if (const ncclResult_t refused = admit(comm, "ncclBroadcast", send, bytes, receive, bytes)) {
     return refused;
@@ -195,8 +208,8 @@ ncclResult_t ncclBroadcast(const void* send, void* receive, std::size_t count,
   return enqueue(comm, stream, [=] { std::memmove(receive, send, bytes); });
 }
 
-ncclResult_t ncclAllGather(const void* send, void* receive, std::size_t count,
-                           ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllGather(const void* send, void* receive, std::size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
   const std::size_t bytes = count * sizeOf(type);
   if (const ncclResult_t refused =
           admit(comm, "ncclAllGather", send, bytes, receive, bytes * comm->ranks)) {

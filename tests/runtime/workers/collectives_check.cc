@@ -38,12 +38,18 @@ bool onDevice = false;
 double load(const std::vector<unsigned char>& buffer, DataType type, std::size_t i) {
   const unsigned char* p = buffer.data() + i * sizeOf(type);
   switch (type) {
-    case DataType::kFloat32: return *reinterpret_cast<const float*>(p);
-    case DataType::kFloat64: return *reinterpret_cast<const double*>(p);
-    case DataType::kInt32: return *reinterpret_cast<const std::int32_t*>(p);
-    case DataType::kInt64: return static_cast<double>(*reinterpret_cast<const std::int64_t*>(p));
-    case DataType::kFloat16: return toFloat(*reinterpret_cast<const Half*>(p));
-    case DataType::kBFloat16: return toFloat(*reinterpret_cast<const BFloat16*>(p));
+    case DataType::kFloat32:
+      return *reinterpret_cast<const float*>(p);
+    case DataType::kFloat64:
+      return *reinterpret_cast<const double*>(p);
+    case DataType::kInt32:
+      return *reinterpret_cast<const std::int32_t*>(p);
+    case DataType::kInt64:
+      return static_cast<double>(*reinterpret_cast<const std::int64_t*>(p));
+    case DataType::kFloat16:
+      return toFloat(*reinterpret_cast<const Half*>(p));
+    case DataType::kBFloat16:
+      return toFloat(*reinterpret_cast<const BFloat16*>(p));
   }
   return 0;
 }
@@ -51,12 +57,24 @@ double load(const std::vector<unsigned char>& buffer, DataType type, std::size_t
 void store(std::vector<unsigned char>& buffer, DataType type, std::size_t i, double value) {
   unsigned char* p = buffer.data() + i * sizeOf(type);
   switch (type) {
-    case DataType::kFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(value); break;
-    case DataType::kFloat64: *reinterpret_cast<double*>(p) = value; break;
-    case DataType::kInt32: *reinterpret_cast<std::int32_t*>(p) = static_cast<std::int32_t>(value); break;
-    case DataType::kInt64: *reinterpret_cast<std::int64_t*>(p) = static_cast<std::int64_t>(value); break;
-    case DataType::kFloat16: *reinterpret_cast<Half*>(p) = toHalf(static_cast<float>(value)); break;
-    case DataType::kBFloat16: *reinterpret_cast<BFloat16*>(p) = toBFloat16(static_cast<float>(value)); break;
+    case DataType::kFloat32:
+      *reinterpret_cast<float*>(p) = static_cast<float>(value);
+      break;
+    case DataType::kFloat64:
+      *reinterpret_cast<double*>(p) = value;
+      break;
+    case DataType::kInt32:
+      *reinterpret_cast<std::int32_t*>(p) = static_cast<std::int32_t>(value);
+      break;
+    case DataType::kInt64:
+      *reinterpret_cast<std::int64_t*>(p) = static_cast<std::int64_t>(value);
+      break;
+    case DataType::kFloat16:
+      *reinterpret_cast<Half*>(p) = toHalf(static_cast<float>(value));
+      break;
+    case DataType::kBFloat16:
+      *reinterpret_cast<BFloat16*>(p) = toBFloat16(static_cast<float>(value));
+      break;
   }
 }
 
@@ -78,7 +96,9 @@ void run(std::vector<unsigned char>& buffer, const std::function<void(void*)>& c
   call(buffer.data());
 }
 
-double value(int r, std::size_t i) { return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3); }
+double value(int r, std::size_t i) {
+  return 1 + static_cast<double>((static_cast<std::size_t>(r) + i) % 3);
+}
 
 void checkAllReduce(ProcessGroup& group, DataType type, ReduceOp op, std::size_t count) {
   std::vector<unsigned char> buffer(count * sizeOf(type));
@@ -89,26 +109,35 @@ void checkAllReduce(ProcessGroup& group, DataType type, ReduceOp op, std::size_t
     for (int r = 1; r < world; ++r) {
       const double v = value(r, i);
       switch (op) {
-        case ReduceOp::kSum: case ReduceOp::kAvg: expected += v; break;
-        case ReduceOp::kProduct: expected *= v; break;
-        case ReduceOp::kMin: expected = std::min(expected, v); break;
-        case ReduceOp::kMax: expected = std::max(expected, v); break;
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg:
+          expected += v;
+          break;
+        case ReduceOp::kProduct:
+          expected *= v;
+          break;
+        case ReduceOp::kMin:
+          expected = std::min(expected, v);
+          break;
+        case ReduceOp::kMax:
+          expected = std::max(expected, v);
+          break;
       }
     }
     if (op == ReduceOp::kAvg) {
       expected = isInteger(type) ? static_cast<double>(static_cast<long long>(expected) / world)
                                  : expected / world;
-      // The result is the sum divided in the element's own type: round the expectation the same way.
+      // The result is the sum divided in the element's own type: round the expectation the same
+      // way.
       std::vector<unsigned char> one(sizeOf(type));
       store(one, type, 0, expected);
       expected = load(one, type, 0);
     }
     const double got = load(buffer, type, i);
     if (got != expected) {
-      mismatch("all_reduce " + std::string(toString(op)) + " " +
-               std::string(toString(type)) + " count " + std::to_string(count) +
-               " element " + std::to_string(i) + ": got " + std::to_string(got) + ", expected " +
-               std::to_string(expected));
+      mismatch("all_reduce " + std::string(toString(op)) + " " + std::string(toString(type)) +
+               " count " + std::to_string(count) + " element " + std::to_string(i) + ": got " +
+               std::to_string(got) + ", expected " + std::to_string(expected));
     }
   }
   ++checks;
@@ -138,7 +167,8 @@ void checkAllGather(ProcessGroup& group, DataType type, std::size_t count, bool 
     store(output, type, static_cast<std::size_t>(rank) * count + i, -1);
   }
   if (inPlace) {
-    std::copy(input.begin(), input.end(), output.begin() + static_cast<std::ptrdiff_t>(rank * count * size));
+    std::copy(input.begin(), input.end(),
+              output.begin() + static_cast<std::ptrdiff_t>(rank * count * size));
     run(output, [&](void* out) {
       group.allGather(static_cast<unsigned char*>(out) + rank * count * size, out, count, type);
     });
@@ -152,11 +182,12 @@ void checkAllGather(ProcessGroup& group, DataType type, std::size_t count, bool 
       cudaFree(in);
     } else
 #endif
-    run(output, [&](void* out) { group.allGather(input.data(), out, count, type); });
+      run(output, [&](void* out) { group.allGather(input.data(), out, count, type); });
   }
   for (int r = 0; r < world; ++r) {
     for (std::size_t i = 0; i < count; ++i) {
-      if (load(output, type, static_cast<std::size_t>(r) * count + i) != r * 10 + static_cast<double>(i % 10)) {
+      if (load(output, type, static_cast<std::size_t>(r) * count + i) !=
+          r * 10 + static_cast<double>(i % 10)) {
         mismatch("all_gather " + std::string(inPlace ? "in place " : "") +
                  std::string(toString(type)) + " block " + std::to_string(r) + " element " +
                  std::to_string(i));
@@ -173,7 +204,8 @@ void checkBarrierOrdering(ProcessGroup& group) {
     // The higher ranks arrive first; nobody may leave before the last (rank 0) has arrived.
     std::this_thread::sleep_for(std::chrono::milliseconds(60 * (world - 1 - rank)));
     const auto marker = [&](int r) {
-      return std::filesystem::path(dir) / ("arrived." + std::to_string(round) + "." + std::to_string(r));
+      return std::filesystem::path(dir) /
+             ("arrived." + std::to_string(round) + "." + std::to_string(r));
     };
     std::ofstream(marker(rank)).put('x');
     group.barrier();
@@ -196,13 +228,14 @@ int main(int argc, char** argv) {
     rank = group->rank();
     world = group->worldSize();
     const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                              DataType::kInt64, DataType::kFloat16, DataType::kBFloat16};
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16};
     const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
     for (DataType type : types) {
       for (ReduceOp op : ops) {
         // 600011 elements pass 1 MiB in every type: all_reduce switches from bcube to ring there.
-        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{100003}, std::size_t{600011}}) {
+        for (std::size_t count :
+             {std::size_t{1}, std::size_t{7}, std::size_t{100003}, std::size_t{600011}}) {
           checkAllReduce(group.operator*(), type, op, count);
         }
       }

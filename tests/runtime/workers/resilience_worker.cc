@@ -39,10 +39,14 @@ int main(int argc, char** argv) {
     }
     if (i + 1 == argc) break;
     const char* value = argv[++i];
-    if (arg == "--iterations") iterations = std::atoi(value);
-    else if (arg == "--fault") fault = value;
-    else if (arg == "--fault-rank") faultRank = std::atoi(value);
-    else if (arg == "--fault-at") faultAt = std::atoi(value);
+    if (arg == "--iterations")
+      iterations = std::atoi(value);
+    else if (arg == "--fault")
+      fault = value;
+    else if (arg == "--fault-rank")
+      faultRank = std::atoi(value);
+    else if (arg == "--fault-at")
+      faultAt = std::atoi(value);
   }
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const int attempt = restarts != nullptr ? std::atoi(restarts) : 0;
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
       }
       std::fill(buffer.begin(), buffer.end(), rank + it);
       group->allReduce(buffer.data(), buffer.size());
-      const std::int64_t expected = std::int64_t{world} * it + std::int64_t{world} * (world - 1) / 2;
+      const std::int64_t expected =
+          std::int64_t{world} * it + std::int64_t{world} * (world - 1) / 2;
       for (std::int64_t v : buffer) {
         if (v != expected) {
           std::fprintf(stderr, "rank %d: iteration %d: got %lld, expected %lld\n", rank, it,

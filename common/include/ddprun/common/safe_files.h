@@ -60,13 +60,23 @@ std::string userText(uid_t uid);
 std::string userName(uid_t uid);
 
 // What a name turned out to be (for a file that is not the regular file asked for).
-enum class FileKind { kRegular, kDirectory, kSymlink, kFifo, kSocket, kCharDevice, kBlockDevice, kOther };
+enum class FileKind {
+  kRegular,
+  kDirectory,
+  kSymlink,
+  kFifo,
+  kSocket,
+  kCharDevice,
+  kBlockDevice,
+  kOther
+};
 FileKind fileKind(mode_t mode);
 // "a FIFO", "a directory", "a symbolic link", ...
 const char* fileKindName(FileKind kind);
 
 enum class FileProblem {
-  kSystem,      // a system call failed: `error` is its errno (ENOENT, EACCES, EEXIST: the name is taken)
+  kSystem,      // a system call failed: `error` is its errno (ENOENT, EACCES, EEXIST: the name is
+                // taken)
   kSymlink,     // the last component is a symbolic link, which was not followed
   kNotRegular,  // a FIFO, device, socket or directory where a regular file was wanted (`kind`)
   kOtherOwner,  // an existing file or directory that belongs to another user (`owner`)
@@ -75,9 +85,9 @@ enum class FileProblem {
 
 struct FileError {
   FileProblem problem = FileProblem::kSystem;
-  int error = 0;                       // errno, for kSystem
-  FileKind kind = FileKind::kOther;    // for kNotRegular
-  uid_t owner = 0;                     // for kOtherOwner
+  int error = 0;                     // errno, for kSystem
+  FileKind kind = FileKind::kOther;  // for kNotRegular
+  uid_t owner = 0;                   // for kOtherOwner
 
   // What was wrong, without the path: "No such file or directory", "is a FIFO, not a regular
   // file", "is a symbolic link (not followed)", "belongs to uid 999 (ddprun-attacker)".

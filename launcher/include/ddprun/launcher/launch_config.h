@@ -71,20 +71,21 @@ struct StreamSelection {
 // text again. Differences from torchrun: keep-alives every second (not 5), and the static
 // backend's `timeout` is its join timeout (the CLI resolves it into joinTimeout).
 struct RendezvousSettings {
-  std::chrono::milliseconds joinTimeout{600000};        // join_timeout: a round must form in this
-  std::chrono::milliseconds lastCallTimeout{30000};     // last_call_timeout: wait for more nodes
-  std::chrono::milliseconds closeTimeout{10000};        // close_timeout: the host waits for the others
-  std::chrono::milliseconds keepAliveInterval{1000};    // keep_alive_interval
+  std::chrono::milliseconds joinTimeout{600000};     // join_timeout: a round must form in this
+  std::chrono::milliseconds lastCallTimeout{30000};  // last_call_timeout: wait for more nodes
+  std::chrono::milliseconds closeTimeout{10000};     // close_timeout: the host waits for the others
+  std::chrono::milliseconds keepAliveInterval{1000};  // keep_alive_interval
   // keep_alive_max_attempt. With the interval it makes the node-liveness timeout (5 s): a node
   // silent that long is lost, and a network blip shorter than about 2/5 of it (2 s by default:
   // TCP's retransmission backoff can deliver a renewal sent during the blip up to ~2x its length
   // late) is ridden out with no restart.
   int keepAliveMaxAttempts = 5;
-  std::chrono::milliseconds readTimeout{60000};         // read_timeout: reaching the store, any call
-  std::optional<std::chrono::milliseconds> heartbeatTimeout;  // heartbeat_timeout (default: the hold's lifetime)
+  std::chrono::milliseconds readTimeout{60000};  // read_timeout: reaching the store, any call
+  std::optional<std::chrono::milliseconds>
+      heartbeatTimeout;  // heartbeat_timeout (default: the hold's lifetime)
   std::chrono::milliseconds exitBarrierTimeout{300000};  // exit_barrier_timeout (ddprun extra)
-  std::optional<bool> isHost;                           // is_host: nothing = decide by the endpoint
-  std::string tokenFile;                                // token_file: the job's secret ("" = none)
+  std::optional<bool> isHost;  // is_host: nothing = decide by the endpoint
+  std::string tokenFile;       // token_file: the job's secret ("" = none)
   // TLS for every store connection that crosses the network (with a token only; "" = none):
   std::string tlsCert;  // tls_cert: the stores' certificate (PEM), every agent may host one
   std::string tlsKey;   // tls_key: its key (mode 600)
@@ -102,7 +103,9 @@ struct RendezvousSettings {
 
   // The node-liveness timeout: how long a node's alive hold lasts without renewal; after this a
   // silent node is lost.
-  std::chrono::milliseconds holdTimeToLive() const { return keepAliveInterval * keepAliveMaxAttempts; }
+  std::chrono::milliseconds holdTimeToLive() const {
+    return keepAliveInterval * keepAliveMaxAttempts;
+  }
 
   // Fencing (docs/architecture.md, "Liveness and fencing"): an agent whose last acknowledged
   // liveness renewal was SENT longer ago than fencingInterval() stops its workers and writes no
@@ -131,31 +134,31 @@ struct RendezvousSettings {
 // How the nodes find each other.
 struct RendezvousConfig {
   RdzvBackend backend = RdzvBackend::kStatic;
-  int minNodes = 1;                 // --nnodes N or MIN:MAX
+  int minNodes = 1;  // --nnodes N or MIN:MAX
   int maxNodes = 1;
-  std::string endpoint;             // --rdzv-endpoint as given ("" = none)
-  std::string host;                 // parsed endpoint host (brackets removed for IPv6)
-  std::uint16_t port = 0;           // parsed endpoint port (c10d default 29400)
-  std::string runId = "none";       // --rdzv-id; becomes TORCHELASTIC_RUN_ID
-  bool standalone = false;          // --standalone: c10d on 127.0.0.1:0, random run id
+  std::string endpoint;        // --rdzv-endpoint as given ("" = none)
+  std::string host;            // parsed endpoint host (brackets removed for IPv6)
+  std::uint16_t port = 0;      // parsed endpoint port (c10d default 29400)
+  std::string runId = "none";  // --rdzv-id; becomes TORCHELASTIC_RUN_ID
+  bool standalone = false;     // --standalone: c10d on 127.0.0.1:0, random run id
   // Where the port came from when the user did not give it, and how to change it, for the line
   // that says it is taken ("<port> is derived from ...; set ..."): "" = given by the user.
   std::string endpointSource;
-  RendezvousSettings settings;      // --rdzv-conf
+  RendezvousSettings settings;  // --rdzv-conf
   // static rendezvous
-  int nodeRank = 0;                 // --node-rank
+  int nodeRank = 0;                         // --node-rank
   std::string masterAddr = "127.0.0.1";     // --master-addr
   std::optional<std::uint16_t> masterPort;  // --master-port (nothing = 29500)
-  std::string localAddr;            // --local-addr ("" = detect)
+  std::string localAddr;                    // --local-addr ("" = detect)
   // etcd: the members' client URLs from --rdzv-endpoint (host and port above: the first one's)
   std::vector<rendezvous::etcd::EtcdEndpoint> etcdEndpoints;
 };
 
 // When and how the job restarts and stops.
 struct RestartPolicy {
-  int maxRestarts = 0;                                 // for the whole job, not per node
-  double monitorInterval = 0.1;      // accepted for compatibility; ddprun is event-driven
-  std::chrono::milliseconds shutdownTimeout{30000};    // SIGTERM -> SIGKILL grace
+  int maxRestarts = 0;           // for the whole job, not per node
+  double monitorInterval = 0.1;  // accepted for compatibility; ddprun is event-driven
+  std::chrono::milliseconds shutdownTimeout{30000};  // SIGTERM -> SIGKILL grace
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 };
 
@@ -178,38 +181,38 @@ struct HangPolicy {
 // What each worker runs.
 struct EntryPoint {
   EntryKind kind = EntryKind::kPythonScript;
-  std::string python;               // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
-  std::string script;               // script path, module name or executable (as given)
+  std::string python;  // interpreter for Python modes: $PYTHON_EXEC or python3 on PATH
+  std::string script;  // script path, module name or executable (as given)
   // kExecutable only: the file to exec, resolved at parse time the way execvp would (PATH
   // lookup for a bare name) except that an executable found in the working directory under a
   // bare name becomes "./name" (execvp would search PATH instead). argv[0] stays `script`.
   std::string executable;
-  std::vector<std::string> args;    // passed through untouched
+  std::vector<std::string> args;      // passed through untouched
   std::string startMethod = "spawn";  // accepted; only meaningful for --run-path
 };
 
 // Where the workers' output goes.
 struct LogSettings {
-  std::string dir;                  // --log-dir ("" = none)
-  StreamSelection redirects;        // -r/--redirects
-  StreamSelection tee;              // -t/--tee
-  std::optional<std::set<int>> localRanksFilter;  // --local-ranks-filter (nothing = all)
+  std::string dir;                                  // --log-dir ("" = none)
+  StreamSelection redirects;                        // -r/--redirects
+  StreamSelection tee;                              // -t/--tee
+  std::optional<std::set<int>> localRanksFilter;    // --local-ranks-filter (nothing = all)
   std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters
   std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
 };
 
 struct LaunchConfig {
-  int nprocPerNode = 1;             // --nproc-per-node: resolved count (cpu/gpu/auto resolved)
+  int nprocPerNode = 1;                // --nproc-per-node: resolved count (cpu/gpu/auto resolved)
   std::string nprocPerNodeSpec = "1";  // as given, for messages and logs
   RendezvousConfig rdzv;
   RestartPolicy restart;
   HangPolicy hang;
   EntryPoint entry;
   LogSettings logs;
-  std::string role = "default";     // --role
-  std::string eventLogHandler = "null";     // --event-log-handler
-  std::string numaBinding;          // --numa-binding ("" = none)
-  bool virtualLocalRank = false;    // --virtual-local-rank
+  std::string role = "default";          // --role
+  std::string eventLogHandler = "null";  // --event-log-handler
+  std::string numaBinding;               // --numa-binding ("" = none)
+  bool virtualLocalRank = false;         // --virtual-local-rank
   // --stop-on-stdin-eof: set by the ssh driver on each remote agent (docs/ssh.md): a byte on
   // stdin is a signal passed on, EOF stops the agent as SIGTERM does.
   bool stopOnStdinEof = false;

@@ -53,17 +53,17 @@ std::vector<EtcdEndpoint> parseEtcdEndpoints(std::string_view text);
 class EtcdError : public std::runtime_error {
  public:
   enum class Code {
-    kUnreachable,   // no listed member could be connected to, or each connection broke
-    kUnavailable,   // a member answered gRPC Unavailable: no leader, a leader change, its own
-                    // request timeout (the cluster may be fine again in a moment)
-    kTimeout,       // the call's deadline passed
-    kCompacted,     // the revision asked for was compacted (compactRevision() when etcd said it)
-    kAuth,          // authentication failed, or the user may not do this
-    kNotFound,      // the lease (or user) does not exist: a lease that expired is not found
-    kRejected,      // etcd refused the request as it is: too large, too many operations, no
-                    // space left, an invalid argument. Repeating it will fail again
-    kBadResponse,   // something answered that is not an etcd v3 gateway as this client knows it
-    kUnsupported,   // the member runs an etcd without a usable v3 gateway (before 3.3)
+    kUnreachable,  // no listed member could be connected to, or each connection broke
+    kUnavailable,  // a member answered gRPC Unavailable: no leader, a leader change, its own
+                   // request timeout (the cluster may be fine again in a moment)
+    kTimeout,      // the call's deadline passed
+    kCompacted,    // the revision asked for was compacted (compactRevision() when etcd said it)
+    kAuth,         // authentication failed, or the user may not do this
+    kNotFound,     // the lease (or user) does not exist: a lease that expired is not found
+    kRejected,     // etcd refused the request as it is: too large, too many operations, no
+                   // space left, an invalid argument. Repeating it will fail again
+    kBadResponse,  // something answered that is not an etcd v3 gateway as this client knows it
+    kUnsupported,  // the member runs an etcd without a usable v3 gateway (before 3.3)
   };
 
   EtcdError(Code code, const std::string& message, int grpcCode = -1, Revision compactRevision = 0,
@@ -192,7 +192,8 @@ using TxnOp = std::variant<PutRequest, RangeRequest, DeleteRequest>;
 using TxnOpResult = std::variant<PutResult, RangeResult, DeleteResult>;
 
 // If every compare holds, the success ops run, otherwise the failure ops; atomically.
-//   Txn().when(Compare::absent(k)).then(PutRequest{k, v, lease}).otherwise(RangeRequest{KeyRange::single(k)})
+//   Txn().when(Compare::absent(k)).then(PutRequest{k, v,
+//   lease}).otherwise(RangeRequest{KeyRange::single(k)})
 struct Txn {
   std::vector<Compare> compares;
   std::vector<TxnOp> success;
@@ -241,9 +242,9 @@ struct LeaseTimeToLive {
 
 struct WatchRequest {
   KeyRange range;
-  Revision startRevision = 0;  // 0: events after now
-  bool prevKv = false;         // each event carries the key as it was before
-  bool progressNotify = false; // etcd sends an empty batch when idle (every 10 min by default)
+  Revision startRevision = 0;   // 0: events after now
+  bool prevKv = false;          // each event carries the key as it was before
+  bool progressNotify = false;  // etcd sends an empty batch when idle (every 10 min by default)
   // A stream silent this long is checked: its member is asked for its status (one request),
   // unless it answered another request of the same client meanwhile (lastHeard()). A member
   // that does not answer, or has no leader, counts as a lost stream (resumed on the next

@@ -111,7 +111,8 @@ class EtcdStore final : public HoldingStore {
   std::int64_t numKeys() override;
   void append(std::string_view key, std::string_view value) override;
   // Transactions of up to 128 puts (etcd's --max-txn-ops) and about 1 MiB each: fewer requests.
-  void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values) override;
+  void multiSet(const std::vector<std::string>& keys,
+                const std::vector<std::string>& values) override;
   // Every key under keyPrefix, in pages of kMaxListedKeys read at one revision. Unbounded, as
   // the contract says: a job lists its own keys with listPrefix().
   std::vector<std::string> listKeys() override;

@@ -28,6 +28,7 @@
 // and call port() on that thread (or while the context is not running).
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +38,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/asio/ip/address.hpp>
 
 namespace boost::asio {
 class io_context;

@@ -51,13 +51,14 @@ struct RelayOptions {
 class LoopbackRelay {
  public:
   struct Stats {
-    std::size_t connections = 0;     // relayed now
-    std::uint64_t accepted = 0;      // since start
-    std::uint64_t upstreamFailures = 0;  // worker connections closed because the store was not reached
+    std::size_t connections = 0;  // relayed now
+    std::uint64_t accepted = 0;   // since start
+    std::uint64_t upstreamFailures =
+        0;                           // worker connections closed because the store was not reached
     std::uint64_t refusedUsers = 0;  // connections from another local user, closed at once
     std::uint64_t refusedGone = 0;   // connections whose peer had closed before they were served
     std::uint64_t refusedLookups = 0;  // closed because the kernel could not be asked (fail closed)
-    std::uint64_t handedOff = 0;     // proven store connections given to workers, since start
+    std::uint64_t handedOff = 0;       // proven store connections given to workers, since start
   };
 
   // Listens on 127.0.0.1 (a free port), and at the handoff path if asked, and starts serving.

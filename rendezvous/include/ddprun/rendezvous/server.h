@@ -22,8 +22,8 @@
 #include <string>
 
 #include "ddprun/rendezvous/job_secret.h"
-#include "ddprun/rendezvous/tls.h"
 #include "ddprun/rendezvous/limits.h"
+#include "ddprun/rendezvous/tls.h"
 
 namespace ddprun::rendezvous {
 
@@ -78,7 +78,8 @@ struct ServerOptions {
   // oldest, so a flood of idle connections cannot keep the job's own clients out.
   std::size_t maxPendingHandshakes = 1024;
   // TLS (needs a secret and TlsConfig::canServe(), else the constructor throws ServerError:
-  // loadJobSecurity() gives both): every connection is a TLS one, then proves the token inside it. The handshake deadline and the pending limit cover both handshakes.
+  // loadJobSecurity() gives both): every connection is a TLS one, then proves the token inside it.
+  // The handshake deadline and the pending limit cover both handshakes.
   std::shared_ptr<const TlsConfig> tls;
 };
 
@@ -104,17 +105,17 @@ class ServerError : public std::runtime_error {
 class RendezvousServer {
  public:
   struct Stats {
-    std::size_t connections = 0;       // open now
-    std::uint64_t accepted = 0;        // since start
-    std::uint64_t refused = 0;         // over maxConnections
-    std::uint64_t protocolErrors = 0;  // connections closed for a bad frame or a stall
+    std::size_t connections = 0;          // open now
+    std::uint64_t accepted = 0;           // since start
+    std::uint64_t refused = 0;            // over maxConnections
+    std::uint64_t protocolErrors = 0;     // connections closed for a bad frame or a stall
     std::uint64_t refusedHandshakes = 0;  // connections closed for failing the token handshake
     std::size_t storedBytes = 0;          // the data held now, as maxStoredBytes counts it
     // What unsent replies hold beyond the stored data, all connections (what
     // maxTotalPendingReplyBytes bounds): the bytes they own, and the values overwritten or erased
     // while they referenced them. A stored value they send costs nothing here.
     std::size_t pendingReplyBytes = 0;
-    std::size_t keys = 0;                 // keys held now (numKeys)
+    std::size_t keys = 0;  // keys held now (numKeys)
   };
 
   // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.

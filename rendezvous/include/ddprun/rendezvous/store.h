@@ -67,8 +67,8 @@ class Store {
   virtual std::optional<std::string> tryGet(std::string_view key);
 
   // Adds `delta` to the integer stored under `key` (missing = 0) and returns the new value.
-  // The value is stored as ASCII decimal, so get() of a counter returns e.g. "12". An existing value
-  // is parsed like strtoll (leading whitespace, sign, trailing junk ignored); overflow wraps.
+  // The value is stored as ASCII decimal, so get() of a counter returns e.g. "12". An existing
+  // value is parsed like strtoll (leading whitespace, sign, trailing junk ignored); overflow wraps.
   // Throws StoreError if the existing value is not a number (TcpStore: the server closes the
   // connection, which surfaces as StoreConnectionError).
   virtual std::int64_t add(std::string_view key, std::int64_t delta) = 0;
@@ -115,7 +115,8 @@ class Store {
   virtual std::vector<std::string> multiGet(const std::vector<std::string>& keys);
 
   // set() of each pair. REQUIRES: keys.size() == values.size() (else StoreError).
-  virtual void multiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  virtual void multiSet(const std::vector<std::string>& keys,
+                        const std::vector<std::string>& values);
 
   // Appends `value` to the bytes under `key`, creating it if missing. Wakes waiters on `key`.
   virtual void append(std::string_view key, std::string_view value);

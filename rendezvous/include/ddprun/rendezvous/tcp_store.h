@@ -7,8 +7,9 @@
 // accepted only after the VALIDATE + PING handshake. When something answers that fails the
 // handshake, connecting stops and names it (StoreHandshakeError::peer(): an HTTP or SSH server,
 // silence, a peer that hangs up; or a StoreAuthError for a ddprun store of other settings), after
-// asking a peer that closed the handshake the other openings (rendezvous/src/client/store_handshake.h). Keys go on the wire with options.keyPrefix ("/" like torch's
-// client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
+// asking a peer that closed the handshake the other openings
+// (rendezvous/src/client/store_handshake.h). Keys go on the wire with options.keyPrefix ("/" like
+// torch's client), so `set("k")` here and `store.set("k")` in a PyTorch worker name the same key.
 //
 // get() and multiGet() are WAIT then GET, as in torch; a key deleted between the two is waited for
 // again, never returned as "" (1.13 reads with a compareSet that changes nothing, since its

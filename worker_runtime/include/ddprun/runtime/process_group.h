@@ -24,10 +24,10 @@
 // stream waits on). Every call returns only once its result is in the buffer, so whatever the
 // program issues afterwards, on any stream, sees it.
 //
-// Errors: every failure throws ddprun::runtime::RuntimeError. A collective that cannot complete because a
-// peer died, hung or was cut off throws kPeerFailure or kTimeout within RuntimeOptions::timeout;
-// the group is then broken (every later call throws kPeerFailure) and the process should exit
-// non-zero so the ddprun agent restarts the whole group.
+// Errors: every failure throws ddprun::runtime::RuntimeError. A collective that cannot complete
+// because a peer died, hung or was cut off throws kPeerFailure or kTimeout within
+// RuntimeOptions::timeout; the group is then broken (every later call throws kPeerFailure) and the
+// process should exit non-zero so the ddprun agent restarts the whole group.
 //
 // Threading: one ProcessGroup is used by one thread at a time; collectives run one after another
 // in the order every rank calls them (the same order on every rank, as with MPI or torch).
@@ -74,12 +74,30 @@ DDPRUN_RUNTIME_API BackendKind parseBackend(std::string_view text);
 
 template <typename T>
 constexpr DataType dataTypeOf();
-template <> constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
-template <> constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
-template <> constexpr DataType dataTypeOf<std::int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType dataTypeOf<std::int64_t>() { return DataType::kInt64; }
-template <> constexpr DataType dataTypeOf<Half>() { return DataType::kFloat16; }
-template <> constexpr DataType dataTypeOf<BFloat16>() { return DataType::kBFloat16; }
+template <>
+constexpr DataType dataTypeOf<float>() {
+  return DataType::kFloat32;
+}
+template <>
+constexpr DataType dataTypeOf<double>() {
+  return DataType::kFloat64;
+}
+template <>
+constexpr DataType dataTypeOf<std::int32_t>() {
+  return DataType::kInt32;
+}
+template <>
+constexpr DataType dataTypeOf<std::int64_t>() {
+  return DataType::kInt64;
+}
+template <>
+constexpr DataType dataTypeOf<Half>() {
+  return DataType::kFloat16;
+}
+template <>
+constexpr DataType dataTypeOf<BFloat16>() {
+  return DataType::kBFloat16;
+}
 
 class DDPRUN_RUNTIME_API RuntimeError : public std::runtime_error {
  public:
