@@ -328,13 +328,14 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
   // recipe (docs/errors.md, a prefix ending in '/') covers job authjob alone, not one whose id
   // starts with it.
   CHECK_THAT(refused("username=alice,password_file=" + password, "otherjob"),
-             Catch::Contains("etcd refused user 'alice': ") && Catch::Contains("permission denied") &&
-                 Catch::Contains("that the user's role may read and write /ddprun/otherjob/"));
+             Catch::Contains("etcd refused user 'alice': ") &&
+                 Catch::Contains("permission denied") &&
+                 Catch::Contains("that the user's role may read and write '/ddprun/otherjob/'"));
   for (const std::string sibling : {"authjob-x", "authjob.x", "authjobx"}) {
     CHECK_THAT(
         refused("username=alice,password_file=" + password, sibling),
         Catch::Contains("permission denied") &&
-            Catch::Contains("that the user's role may read and write /ddprun/" + sibling + "/"));
+            Catch::Contains("that the user's role may read and write '/ddprun/" + sibling + "/'"));
   }
 
   const std::string openFile = writeFile(dir.path + "/open.pw", "alicepw\n", 0644);
@@ -342,8 +343,9 @@ TEST_CASE("etcd with auth: a user whose role covers only the job's prefix runs a
              Catch::Contains("the etcd password file " + openFile + " can be read by other users") &&
                  Catch::Contains("run `chmod 600 " + openFile + "`"));
 
-  CHECK_THAT(refused(""), Catch::Contains("etcd refuses to read /ddprun/authjob/") &&
-                              Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
+  CHECK_THAT(refused(""),
+             Catch::Contains("etcd refuses to read '/ddprun/authjob/'") &&
+                 Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
 }
 
 TEST_CASE(
