@@ -345,12 +345,12 @@ TEST_CASE(
   CHECK_THAT(refused("username=alice,password_file=" + password, "otherjob"),
              Catch::Contains("etcd refused user 'alice': ") &&
                  Catch::Contains("permission denied") &&
-                 Catch::Contains("that the user's role may read and write /ddprun/otherjob/"));
+                 Catch::Contains("that the user's role may read and write '/ddprun/otherjob/'"));
   for (const std::string sibling : {"authjob-x", "authjob.x", "authjobx"}) {
     CHECK_THAT(
         refused("username=alice,password_file=" + password, sibling),
         Catch::Contains("permission denied") &&
-            Catch::Contains("that the user's role may read and write /ddprun/" + sibling + "/"));
+            Catch::Contains("that the user's role may read and write '/ddprun/" + sibling + "/'"));
   }
 
   const std::string openFile = writeFile(dir.path + "/open.pw", "alicepw\n", 0644);
@@ -360,7 +360,7 @@ TEST_CASE(
           Catch::Contains("run `chmod 600 " + openFile + "`"));
 
   CHECK_THAT(refused(""),
-             Catch::Contains("etcd refuses to read /ddprun/authjob/") &&
+             Catch::Contains("etcd refuses to read '/ddprun/authjob/'") &&
                  Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
 }
 

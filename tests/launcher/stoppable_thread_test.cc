@@ -85,4 +85,20 @@ TEST_CASE("a worker thread never started stops, twice, without waiting",
   CHECK(thread.stopping());
 }
 
+TEST_CASE("an owner's const reader takes the same lock as the thread", "[stoppable_thread][unit]") {
+  StoppableThread thread;
+  int shared = 0;
+  const StoppableThread& reader = thread;
+  thread.start([&] {
+    auto lock = thread.lock();
+    shared = 1;
+    thread.wake();
+  });
+  {
+    auto lock = reader.lock();
+    REQUIRE(thread.waitFor(lock, 5s, [&] { return shared == 1; }));
+  }
+  thread.stop();
+}
+
 }  // namespace

@@ -37,8 +37,9 @@ class StoppableThread {
   // Whether a thread was started and not yet joined.
   bool running() const { return thread_.joinable(); }
 
-  // The lock over the stop flag and the owner's shared state.
-  std::unique_lock<std::mutex> lock() { return std::unique_lock(mutex_); }
+  // The lock over the stop flag and the owner's shared state; const, so that an owner's const
+  // reader of that state takes it too.
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock(mutex_); }
   // Wakes every wait, after a change made under lock().
   void wake() { wake_.notify_all(); }
   // Under lock(): whether stop() was asked.
@@ -64,7 +65,7 @@ class StoppableThread {
   }
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;

@@ -2,15 +2,17 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/child_start.h"
+#include "ddprun/common/path_lookup.h"
 #include "hang/evidence_parts.h"
 #include "hang/hang_evidence.h"
 
@@ -65,9 +67,25 @@ std::optional<int> reap(pid_t pid, milliseconds patience, bool& gone) {
 
 std::optional<SpawnedDebugger> spawnDebugger(const std::string& debugger, pid_t target,
                                              std::string& why) {
+  const std::string what = "the debugger " + debugger;
+  // Searched as execvp would, in the agent's PATH: the child execs the path found.
+  const char* searchPath = std::getenv("PATH");
+  const std::optional<std::string> path = common::findExecutable(
+      debugger, searchPath != nullptr ? searchPath : common::kDefaultSearchPath);
+  if (!path) {
+    why = startFailureText(what, ChildFailure{ChildStep::kExec, ENOENT});
+    return std::nullopt;
+  }
   int pipeFds[2];
   if (::pipe2(pipeFds, O_CLOEXEC) != 0) {
-    why = "pipe: " + errorText(errno);
+    why = startFailureText(what, ChildFailure{ChildStep::kPipe, errno});
+    return std::nullopt;
+  }
+  const int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devNull < 0) {
+    why = startFailureText(what, ChildFailure{ChildStep::kDescriptors, errno});
+    ::close(pipeFds[0]);
+    ::close(pipeFds[1]);
     return std::nullopt;
   }
   std::vector<std::string> args = nativeStackCommand(debugger, target);
@@ -80,40 +98,23 @@ std::optional<SpawnedDebugger> spawnDebugger(const std::string& debugger, pid_t 
   for (std::string& entry : environment) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attributes;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawnattr_init(&attributes);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, pipeFds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, pipeFds[1], 2);
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-#endif
+  ChildSteps steps;
   // Its own process group (to kill it and anything it starts at once), no blocked signals and
   // default dispositions whatever the calling thread has.
-  sigset_t none;
-  sigset_t all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setflags(&attributes,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attributes, 0);
-  posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setsigdefault(&attributes, &all);
-
-  pid_t pid = -1;
-  const int error =
-      ::posix_spawnp(&pid, debugger.c_str(), &actions, &attributes, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
+  steps.group = ChildSteps::Group::kNewGroup;
+  steps.signals = ChildSteps::Signals::kDefault;
+  steps.stdinFd = devNull;
+  steps.stdoutFd = pipeFds[1];
+  steps.stderrFd = pipeFds[1];
+  const SpawnedChild child = spawnChild(steps, path->c_str(), argv.data(), envp.data());
+  ::close(devNull);
   ::close(pipeFds[1]);
-  if (error != 0) {
+  if (child.failure) {
     ::close(pipeFds[0]);
-    why = errorText(error);
+    why = startFailureText(what, *child.failure);
     return std::nullopt;
   }
-  return SpawnedDebugger{pid, pipeFds[0]};
+  return SpawnedDebugger{child.pid, pipeFds[0]};
 }
 
 std::optional<int> endDebugger(pid_t pid, bool waitFirst) {

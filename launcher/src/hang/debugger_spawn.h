@@ -15,7 +15,8 @@ struct SpawnedDebugger {
   int output = -1;  // read end of its stdout + stderr
 };
 
-// Starts `debugger` on `target`; nothing, with `why` set, when it cannot be started.
+// Starts `debugger` (a name searched in PATH, or a path) on `target`; nothing, with `why` set
+// to startFailureText()'s line, when it cannot be started.
 std::optional<SpawnedDebugger> spawnDebugger(const std::string& debugger, pid_t target,
                                              std::string& why);
 

@@ -139,8 +139,7 @@ void collectNativeStack(pid_t pid, const EvidenceOptions& options, HangEvidence&
   std::string why;
   const auto debugger = spawnDebugger(options.debugger, pid, why);
   if (!debugger) {
-    evidence.notes.push_back(
-        fmt::format("native stack: cannot run the debugger {}: {}", options.debugger, why));
+    evidence.notes.push_back(fmt::format("native stack: {}", why));
     return;
   }
   bool timedOut = false;

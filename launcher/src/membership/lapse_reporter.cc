@@ -14,35 +14,29 @@ constexpr auto kRetryPause = std::chrono::milliseconds(100);
 }  // namespace
 
 LapseReporter::LapseReporter(std::unique_ptr<rendezvous::HoldingStore> store)
-    : store_(std::move(store)), thread_([this] { run(); }) {}
+    : store_(std::move(store)) {
+  thread_.start([this] { run(); });
+}
 
 LapseReporter::~LapseReporter() { stop(); }
 
 void LapseReporter::arm(std::string stopKey, std::vector<Watched> members) {
   {
-    std::lock_guard lock(mutex_);
+    auto lock = thread_.lock();
     ++generation_;
     reported_ = false;
     stopKey_ = std::move(stopKey);
     members_ = std::move(members);
   }
-  wake_.notify_all();
+  thread_.wake();
 }
 
-void LapseReporter::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+void LapseReporter::stop() { thread_.stop(); }
 
 void LapseReporter::run() {
-  std::unique_lock lock(mutex_);
+  auto lock = thread_.lock();
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || (!reported_ && !members_.empty()); });
-    if (stopping_) return;
+    if (!thread_.waitUntil(lock, [this] { return !reported_ && !members_.empty(); })) return;
     const std::uint64_t generation = generation_;
     const std::string stopKey = stopKey_;
     const std::vector<Watched> members = members_;
@@ -69,7 +63,7 @@ void LapseReporter::run() {
     lock.lock();
     if (reported && generation == generation_) reported_ = true;
     if (failed) {
-      wake_.wait_for(lock, kRetryPause, [&] { return stopping_ || generation != generation_; });
+      thread_.waitFor(lock, kRetryPause, [&] { return generation != generation_; });
     }
   }
 }

@@ -13,14 +13,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "core/stoppable_thread.h"
 #include "ddprun/rendezvous/holding_store.h"
 
 namespace ddprun::launcher {
@@ -52,14 +50,12 @@ class LapseReporter {
   void run();
 
   std::unique_ptr<rendezvous::HoldingStore> store_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
+  // Under thread_'s lock:
   std::uint64_t generation_ = 0;  // one per arm()
   bool reported_ = false;         // for this generation
   std::string stopKey_;
   std::vector<Watched> members_;
-  std::thread thread_;
+  StoppableThread thread_;
 };
 
 }  // namespace ddprun::launcher

@@ -65,7 +65,7 @@ void Liveness::reportLapsesThrough(std::unique_ptr<rendezvous::HoldingStore> sto
 void Liveness::start(const NodeInfo& self) {
   self_ = self;
   renew(-1, -1);
-  thread_ = std::thread([this] { run(); });
+  heartbeat_.start([this] { run(); });
 }
 
 void Liveness::renew(int round, int groupRank) {
@@ -83,7 +83,7 @@ void Liveness::arm(ArmedRound round) {
   const int groupRank = round.groupRank;
   const std::vector<Seat::Neighbour> peers = peersToWatch(round, self_.id, kSeatNeighbours);
   {
-    std::lock_guard lock(mutex_);
+    auto lock = heartbeat_.lock();
     armed_ = std::move(round);
   }
   renew(number, groupRank);
@@ -98,19 +98,19 @@ void Liveness::arm(ArmedRound round) {
 }
 
 std::optional<ArmedRound> Liveness::armed(int round) const {
-  std::lock_guard lock(mutex_);
+  auto lock = heartbeat_.lock();
   if (armed_.round != round) return std::nullopt;
   return armed_;
 }
 
 void Liveness::rememberMembers(int round, std::vector<NodeInfo> members) {
-  std::lock_guard lock(mutex_);
+  auto lock = heartbeat_.lock();
   if (armed_.round == round) armed_.members = std::move(members);
 }
 
 void Liveness::fence(int round) {
   clock_.fence(round);
-  wake_.notify_all();
+  heartbeat_.wake();
 }
 
 void Liveness::throwIfLost() const {
@@ -120,10 +120,9 @@ void Liveness::throwIfLost() const {
 }
 
 void Liveness::run() {
-  std::unique_lock lock(mutex_);
+  auto lock = heartbeat_.lock();
   for (;;) {
-    wake_.wait_for(lock, settings_.keepAliveInterval, [&] { return stopping_; });
-    if (stopping_) return;
+    if (!heartbeat_.sleepFor(lock, settings_.keepAliveInterval)) return;
     if (clock_.anyFenced()) continue;  // fenced: never renew again
     const int round = armed_.round;
     const int groupRank = armed_.groupRank;
@@ -147,12 +146,10 @@ void Liveness::run() {
 
 bool Liveness::stop() {
   {
-    std::lock_guard lock(mutex_);
-    if (stopping_ && !thread_.joinable()) return false;
-    stopping_ = true;
+    auto lock = heartbeat_.lock();
+    if (heartbeat_.stopping() && !heartbeat_.running()) return false;
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  heartbeat_.stop();
   // Before the holds go: the others leaving from now on is no news to report.
   if (lapseReporter_) lapseReporter_->stop();
   return true;

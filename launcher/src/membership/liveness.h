@@ -19,16 +19,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "core/stoppable_thread.h"
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/holding_store.h"
 #include "membership/lapse_reporter.h"
@@ -142,11 +141,8 @@ class Liveness {
   std::chrono::milliseconds callTimeout_{0};
   FencingClock clock_;
 
-  std::thread thread_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  ArmedRound armed_;  // round -1: armed for none
+  StoppableThread heartbeat_;  // its lock also guards armed_
+  ArmedRound armed_;           // round -1: armed for none
 
   std::atomic<bool> lost_{false};
   std::atomic<bool> closedByHost_{false};  // the failing renewal was answered (closed, refused)

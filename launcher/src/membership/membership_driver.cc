@@ -45,8 +45,9 @@ MembershipDriver::MembershipDriver(const RendezvousConfig& config, StoreBackend&
       backend_(backend),
       self_(std::move(self)),
       loop_(loop),
-      membership_(fresh()),
-      control_([this] { controlLoop(); }) {}
+      membership_(fresh()) {
+  control_.start([this] { controlLoop(); });
+}
 
 std::shared_ptr<Membership> MembershipDriver::fresh() {
   return std::make_shared<Membership>(config_, backend_, self_,
@@ -62,18 +63,18 @@ MembershipDriver::~MembershipDriver() { stopThreads(); }
 
 void MembershipDriver::runOnControl(Call call, std::function<void(std::exception_ptr)> onError) {
   {
-    std::lock_guard lock(mutex_);
+    auto lock = control_.lock();
     queue_.emplace_back(std::move(call), std::move(onError));
   }
-  wake_.notify_all();
+  control_.wake();
 }
 
 void MembershipDriver::controlLoop() {
   for (;;) {
     std::pair<Call, std::function<void(std::exception_ptr)>> next;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      auto lock = control_.lock();
+      control_.waitUntil(lock, [this] { return !queue_.empty(); });
       // Calls queued before stopping still run (a leaving agent's node_left notice); a blocking
       // one gives up at once, since the membership is cancelled first.
       if (queue_.empty()) return;
@@ -133,8 +134,8 @@ void MembershipDriver::rejoin() {
                 budget.limit().count() / 1000.0, backend_.address(), lastProblem, waited));
           }
           spdlog::debug("rejoining: {}; trying again", lastProblem);
-          std::unique_lock lock(mutex_);
-          if (wake_.wait_for(lock, kRejoinPause, [this] { return stopping_; })) return;
+          auto lock = control_.lock();
+          if (!control_.sleepFor(lock, kRejoinPause)) return;
         }
       },
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
@@ -147,10 +148,10 @@ MembershipDriver::Attempt MembershipDriver::rejoinOnce(const JoinBudget& budget,
   std::shared_ptr<Membership> next = fresh();
   std::shared_ptr<Membership> old;
   {
-    // Under the queue's lock: stopThreads() sets stopping_ before it cancels the membership in
+    // Under control_'s lock: stopThreads() asks the stop before it cancels the membership in
     // use, so a new one is either never made or cancelled with it.
-    std::lock_guard lock(mutex_);
-    if (stopping_) return Attempt::kStopping;
+    auto lock = control_.lock();
+    if (control_.stopping()) return Attempt::kStopping;
     std::lock_guard swap(membershipMutex_);
     old = std::exchange(membership_, next);
   }
@@ -215,13 +216,9 @@ void MembershipDriver::watch(int round) {
 }
 
 void MembershipDriver::stopThreads() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
+  control_.requestStop();
   current()->cancel();
-  wake_.notify_all();
-  if (control_.joinable()) control_.join();
+  control_.stop();
   if (watch_.joinable()) watch_.join();
 }
 

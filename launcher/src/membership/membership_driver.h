@@ -10,7 +10,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -20,6 +19,7 @@
 
 #include "core/event_loop.h"
 #include "core/rendezvous_client.h"
+#include "core/stoppable_thread.h"
 #include "membership/membership.h"
 
 namespace ddprun::launcher {
@@ -77,11 +77,11 @@ class MembershipDriver final : public RendezvousClient {
   RendezvousEvents* events_ = nullptr;
   bool opened_ = false;  // touched by the control thread only
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  // Under control_'s lock:
   std::deque<std::pair<Call, std::function<void(std::exception_ptr)>>> queue_;
-  bool stopping_ = false;
-  std::thread control_;
+  StoppableThread control_;
+  // A plain thread: one blocking call per round, ended by Membership::cancel(), with no loop or
+  // stop flag of its own, and started anew each round (a StoppableThread starts once).
   std::thread watch_;
 };
 

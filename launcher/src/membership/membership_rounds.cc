@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/shown_text.h"
+#include "ddprun/common/port.h"
 #include "membership/membership.h"
 
 namespace ddprun::launcher {
@@ -335,7 +336,7 @@ void Membership::settleWorkerStore(Round& round, const std::string& rank0Address
   }
   const auto colon = master.rfind(':');
   round.masterAddr = master.substr(0, colon);
-  round.masterPort = static_cast<std::uint16_t>(std::stoi(master.substr(colon + 1)));
+  round.masterPort = *common::parsePort(std::string_view(master).substr(colon + 1));
 }
 
 Round Membership::readRound(int number, const Closed& record, std::optional<Seat> seat) {

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/shown_text.h"
+#include "ddprun/common/port.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
@@ -329,13 +330,8 @@ std::optional<std::string> masterProblem(const std::string& master,
   const auto colon = master.rfind(':');
   if (colon == std::string::npos || colon == 0)
     return fmt::format("{} is not host:port", quotedValue(master));
-  int port = 0;
-  const char* begin = master.data() + colon + 1;
-  const char* end = master.data() + master.size();
-  const auto [stop, error] = std::from_chars(begin, end, port);
-  if (error != std::errc() || stop != end || port < 1 || port > 65535) {
-    return fmt::format("{} has no port in 1..65535", quotedValue(master));
-  }
+  const auto port = common::parsePort(std::string_view(master).substr(colon + 1));
+  if (!port || *port == 0) return fmt::format("{} has no port in 1..65535", quotedValue(master));
   if (!expectedHost.empty() && master.substr(0, colon) != expectedHost) {
     return fmt::format("{} is not on group rank 0's address {}", quotedValue(master),
                        shown(expectedHost));

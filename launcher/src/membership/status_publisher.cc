@@ -44,44 +44,41 @@ StatusPublisher::StatusPublisher(StoreBackend& backend, const std::string& runId
 void StatusPublisher::startThreadLocked() {
   // The thread starts with the first snapshot: a job that ends before its first one (a launch of
   // no-op workers, under half a second) never pays for a thread that would write nothing.
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (!thread_.running()) thread_.start([this] { run(); });
 }
 
 StatusPublisher::~StatusPublisher() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
   // A write in progress gives up within callTimeout (and a connection attempt within as long).
-  if (thread_.joinable()) thread_.join();
+  thread_.stop();
 }
 
 void StatusPublisher::publish(const AgentSnapshot& snapshot, std::int64_t nodeId) {
   if (nodeId < 0) return;  // not a member yet: nothing to publish under
   std::string text = boundedSnapshotText(snapshot);
   {
-    std::lock_guard lock(mutex_);
-    if (last_ || stopping_) return;
+    auto lock = thread_.lock();
+    if (last_ || thread_.stopping()) return;
     pending_.emplace(nodeId, std::move(text));
     ++queued_;
     startThreadLocked();
   }
-  wake_.notify_all();
+  thread_.wake();
 }
 
 bool StatusPublisher::publishLast(const AgentSnapshot& snapshot, std::int64_t nodeId,
                                   std::chrono::milliseconds patience) {
   if (nodeId < 0) return false;
   std::string text = boundedSnapshotText(snapshot);
-  std::unique_lock lock(mutex_);
-  if (last_ || stopping_) return false;
+  auto lock = thread_.lock();
+  if (last_ || thread_.stopping()) return false;
   pending_.emplace(nodeId, std::move(text));
   const std::uint64_t mine = ++queued_;
   last_ = true;
   startThreadLocked();
-  wake_.notify_all();
-  return wake_.wait_for(lock, patience, [&] { return settled_ >= mine; }) && lastWritten_;
+  thread_.wake();
+  // Ends early only at stop(), which the destructor alone asks: by then no caller may be in
+  // here, and a stopped thread takes no more writes, so "not written" is the true answer.
+  return thread_.waitFor(lock, patience, [&] { return settled_ >= mine; }) && lastWritten_;
 }
 
 void StatusPublisher::write(std::int64_t nodeId, const std::string& text) {
@@ -101,9 +98,8 @@ void StatusPublisher::run() {
     std::pair<std::int64_t, std::string> next;
     std::uint64_t taken = 0;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || pending_.has_value(); });
-      if (stopping_) return;
+      auto lock = thread_.lock();
+      if (!thread_.waitUntil(lock, [this] { return pending_.has_value(); })) return;
       next = std::move(*pending_);
       pending_.reset();
       taken = queued_;
@@ -115,18 +111,18 @@ void StatusPublisher::run() {
       // snapshot (a few seconds on) tries again over a new connection.
       spdlog::debug("publishing this agent's status: {}", common::printable(error.what()));
       store_.reset();
-      std::lock_guard lock(mutex_);
+      auto lock = thread_.lock();
       settled_ = std::max(settled_, taken);
       lastWritten_ = false;
-      wake_.notify_all();
+      thread_.wake();
       continue;
     }
     {
-      std::lock_guard lock(mutex_);
+      auto lock = thread_.lock();
       settled_ = std::max(settled_, taken);
       lastWritten_ = true;
     }
-    wake_.notify_all();
+    thread_.wake();
   }
 }
 

@@ -9,16 +9,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "core/agent_snapshot.h"
+#include "core/stoppable_thread.h"
 #include "membership/membership_keys.h"
 #include "stores/store_backend.h"
 
@@ -48,7 +46,7 @@ class StatusPublisher {
                    std::chrono::milliseconds patience);
 
  private:
-  // Starts the writing thread if it has not started. REQUIRES: mutex_ held.
+  // Starts the writing thread if it has not started. REQUIRES: thread_'s lock held.
   void startThreadLocked();
   void run();
   // One write of `text` as node `nodeId`'s; throws what the store throws.
@@ -60,15 +58,13 @@ class StatusPublisher {
   std::unique_ptr<rendezvous::HoldingStore> store_;  // the thread's own connection
   std::int64_t writtenId_ = -1;                      // the node id last written (the thread's)
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  // Under thread_'s lock:
   std::optional<std::pair<std::int64_t, std::string>> pending_;
   std::uint64_t queued_ = 0;   // snapshots handed over
   std::uint64_t settled_ = 0;  // of those, written or given up on
   bool lastWritten_ = false;   // the last one settled was written
   bool last_ = false;          // publishLast() was called: nothing more after it
-  bool stopping_ = false;
-  std::thread thread_;  // started by the first snapshot handed over (under mutex_)
+  StoppableThread thread_;     // started by the first snapshot handed over (under its lock)
 };
 
 }  // namespace ddprun::launcher

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/shown_text.h"
+#include "ddprun/common/shown_key.h"
 #include "ddprun/rendezvous/errors.h"
 #include "ddprun/rendezvous/etcd_store.h"
 
@@ -99,7 +100,8 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(
           throw rendezvous::StoreAuthError(
               fmt::format("etcd refused user '{}': {}; check username= and password_file= in "
                           "--rdzv-conf, and that the user's role may read and write {}",
-                          shown(options_.credentials->user), error.what(), keyPrefix_ + probeKey_),
+                          shown(options_.credentials->user), error.what(),
+                          common::shownKey(keyPrefix_ + probeKey_)),
               rendezvous::StoreAuthError::Code::kUserRefused);
         }
         [[fallthrough]];
@@ -109,8 +111,8 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(
         // etcd answers and refuses this agent (auth is on, or the user may not read the prefix):
         // asking again will not help.
         throw rendezvous::StoreHandshakeError(
-            fmt::format("etcd refuses to read {} for this agent: {}{}", keyPrefix_ + probeKey_,
-                        error.what(),
+            fmt::format("etcd refuses to read {} for this agent: {}{}",
+                        common::shownKey(keyPrefix_ + probeKey_), error.what(),
                         options_.credentials ? ""
                                              : " (an etcd with auth enabled needs --rdzv-conf "
                                                "username=NAME,password_file=PATH)"),
