@@ -83,7 +83,12 @@ void Membership::connectControl(const JoinBudget& budget, std::chrono::milliseco
   // time after the pod) is waited for up to the join budget, and the store behind it then gets
   // its patience again from the moment the name resolved.
   const auto start = now_();
-  const auto namePatience = std::max(patience, budget.left(start));
+  // The name is waited for until the join budget is spent, or for `patience` when that is longer.
+  const bool budgetBounds = budget.left(start) >= patience;
+  const TimePoint nameStart = budgetBounds ? budget.start() : start;
+  const std::chrono::milliseconds nameLimit = budgetBounds ? budget.limit() : patience;
+  const char* patienceName =
+      config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout" : "read_timeout";
   std::optional<TimePoint> resolvedAt;  // the first attempt that got past name resolution
   WaitLines lines(start);
   for (;;) {
@@ -97,17 +102,17 @@ void Membership::connectControl(const JoinBudget& budget, std::chrono::milliseco
       throw EndpointError(fmt::format("{}; check --rdzv-endpoint", error.what()));
     } catch (const rendezvous::StoreUnresolvedError& error) {
       if (cancelled_) throw MembershipCancelled();
-      const auto waited = now_() - start;
-      if (waited > namePatience) {
+      const auto waited = now_() - nameStart;
+      if (waited > nameLimit) {
         throw EndpointError(fmt::format(
-            "the rendezvous store's host name in {} did not resolve within the join timeout ({} "
-            "s): "
-            "{}; check the name in --rdzv-endpoint (or --master-addr) and this host's DNS",
-            backend_.address(), namePatience.count() / 1000.0, error.what()));
+            "the rendezvous store's host name in {} did not resolve within {} ({} s): {}; check "
+            "the name in --rdzv-endpoint (or --master-addr) and this host's DNS",
+            backend_.address(), budgetBounds ? "the join timeout" : patienceName,
+            nameLimit.count() / 1000.0, error.what()));
       }
       if (lines.due(now_(), "unresolved")) {
         spdlog::warn("waiting for the rendezvous store at {}: name not resolved yet ({} s of {} s)",
-                     backend_.address(), wholeSeconds(waited), wholeSeconds(namePatience));
+                     backend_.address(), wholeSeconds(waited), wholeSeconds(nameLimit));
       }
     } catch (const rendezvous::StoreConnectionError& error) {
       if (cancelled_) throw MembershipCancelled();
@@ -116,9 +121,7 @@ void Membership::connectControl(const JoinBudget& budget, std::chrono::milliseco
       if (waited > patience) {
         throw EndpointError(fmt::format(
             "cannot reach the rendezvous store at {} within {} ({} s): {}; {}", backend_.address(),
-            config_.backend == RdzvBackend::kStatic ? "the static rendezvous timeout"
-                                                    : "read_timeout",
-            patience.count() / 1000.0, error.what(), backend_.unreachableFix()));
+            patienceName, patience.count() / 1000.0, error.what(), backend_.unreachableFix()));
       }
       if (lines.due(now_(), "no answer")) {
         spdlog::warn("waiting for the rendezvous store at {}: no answer yet ({} s of {} s)",
