@@ -1504,6 +1504,22 @@ TEST_CASE("option --numa-binding: a known policy, and numactl on PATH", "[cli]")
                  "--numa_binding 'cores' is not one of node, socket, exclusive, core-complex"));
 }
 
+// The table's choices are what shell completion offers (cli/completion.h): each one must parse.
+TEST_CASE("every choice in the option table is a value the command line takes", "[cli]") {
+  Environment environment = sandbox().environment();
+  environment["PATH"] = sandbox().bin.string() + ":" + sandbox().path("numabin");
+  int choices = 0;
+  for (const auto& spec : ddprun::launcher::cli_detail::options()) {
+    for (const std::string_view choice : spec.choices) {
+      INFO("--" << spec.name << " " << choice);
+      CHECK_NOTHROW(
+          parse({"--" + std::string(spec.name), std::string(choice), script()}, environment));
+      ++choices;
+    }
+  }
+  CHECK(choices >= 12);  // backends, start methods, event log handlers, logs specs, NUMA modes
+}
+
 TEST_CASE("option --start-method and --event-log-handler take fixed choices", "[cli]") {
   CHECK(config({"--start-method", "forkserver", script()}).entry.startMethod == "forkserver");
   CHECK_THAT(usageError({"--start-method", "thread", script()}),

@@ -138,7 +138,7 @@ void applyNodeAddress(const Arguments& arguments, LaunchConfig& config) {
 void applyWorkerSettings(const Arguments& arguments, CommandLine& result) {
   LaunchConfig& config = result.config;
   if (const auto* method = arguments.given("start-method")) {
-    checkChoice(*method, {"spawn", "fork", "forkserver"});
+    checkChoice(*method);
     config.entry.startMethod = method->value;
     if (method->value != "spawn") {
       result.warnings.push_back(fmt::format(
@@ -147,7 +147,7 @@ void applyWorkerSettings(const Arguments& arguments, CommandLine& result) {
     }
   }
   if (const auto* handler = arguments.given("event-log-handler")) {
-    checkChoice(*handler, {"null", "console", "dynamic_rendezvous"});
+    checkChoice(*handler);
     config.eventLogHandler = handler->value;
   }
   if (const auto* role = arguments.given("role")) config.role = role->value;
@@ -192,7 +192,7 @@ void applyNumaBinding(const Arguments& arguments, const Environment& environment
                       LaunchConfig& config) {
   const auto* numa = arguments.given("numa-binding");
   if (numa == nullptr) return;
-  checkChoice(*numa, {"node", "socket", "exclusive", "core-complex"});
+  checkChoice(*numa);
   if (!common::findExecutable("numactl", environment)) {
     throw UsageError(
         fmt::format("{} needs numactl on PATH; install it (apt-get install numactl) or drop {}",

@@ -18,6 +18,16 @@ namespace {
 
 using common::printable;
 
+// The values an option takes, none other (checkChoice), in the order shell completion offers them.
+constexpr std::string_view kRendezvousBackends[] = {"static", "c10d", "etcd", "etcd-v2", "etcd-v3"};
+constexpr std::string_view kStartMethods[] = {"spawn", "fork", "forkserver"};
+constexpr std::string_view kEventLogHandlers[] = {"null", "console", "dynamic_rendezvous"};
+constexpr std::string_view kLogsSpecs[] = {"default"};
+constexpr std::string_view kNumaBindings[] = {"node", "socket", "exclusive", "core-complex"};
+// Values offered by shell completion, among others the option takes.
+constexpr std::string_view kWorkerCounts[] = {"cpu", "gpu", "xpu", "auto"};
+constexpr std::string_view kStreams[] = {"0", "1", "2", "3"};
+
 // clang-format off
 constexpr OptionSpec kOptions[] = {
   {.name = "help", .shortName = 'h', .kind = ValueKind::kFlag, .hasEnvironment = false,
@@ -26,10 +36,10 @@ constexpr OptionSpec kOptions[] = {
    .help = "Show ddprun's version and exit."},
   {.name = "nnodes",
    .help = "How many nodes (agents) take part: N, or MIN:MAX for an elastic job. Default: 1:1."},
-  {.name = "nproc-per-node",
+  {.name = "nproc-per-node", .suggestions = kWorkerCounts,
    .help = "Workers per node: a number, or cpu (CPU count), gpu (visible NVIDIA GPUs), xpu "
            "(Intel GPUs) or auto (GPUs if any, else CPUs). Default: 1."},
-  {.name = "rdzv-backend",
+  {.name = "rdzv-backend", .choices = kRendezvousBackends,
    .help = "Rendezvous backend: static (--node-rank, --master-addr, --master-port), c10d "
            "(--rdzv-endpoint) or etcd (also etcd-v2, etcd-v3: an etcd 3.4+ cluster at "
            "--rdzv-endpoint, spoken to in its v3 API). Default: static."},
@@ -67,11 +77,11 @@ constexpr OptionSpec kOptions[] = {
   {.name = "monitor-interval", .kind = ValueKind::kNumber,
    .help = "Accepted for compatibility (seconds, > 0): ddprun learns of worker exits at once "
            "instead of polling. Default: 0.1."},
-  {.name = "start-method", .metavar = "{spawn,fork,forkserver}",
+  {.name = "start-method", .metavar = "{spawn,fork,forkserver}", .choices = kStartMethods,
    .help = "Accepted for compatibility: torchrun's --run-path runs the script in a "
            "multiprocessing child started this way; ddprun starts every worker as a fresh "
            "process (as spawn does), so fork and forkserver make no difference. Default: spawn."},
-  {.name = "event-log-handler",
+  {.name = "event-log-handler", .choices = kEventLogHandlers,
    .help = "Where agent and rendezvous events go: null, console (the agent's log on stderr "
            "at info level, as LOGLEVEL=INFO) or dynamic_rendezvous (null). Default: null."},
   {.name = "role",
@@ -86,10 +96,10 @@ constexpr OptionSpec kOptions[] = {
    .help = "Run training_script through Python's runpy.run_path in a child interpreter."},
   {.name = "log-dir",
    .help = "Base directory for the per-attempt, per-rank log files; created if missing."},
-  {.name = "redirects", .shortName = 'r',
+  {.name = "redirects", .shortName = 'r', .suggestions = kStreams,
    .help = "Send worker output to files in the log directory: 0 none, 1 stdout, 2 stderr, "
            "3 both, or per local rank, e.g. 0:3,1:1. Default: 0."},
-  {.name = "tee", .shortName = 't',
+  {.name = "tee", .shortName = 't', .suggestions = kStreams,
    .help = "Like --redirects, and also copy the output to the console. Default: 0."},
   {.name = "local-ranks-filter",
    .help = "Comma list of local ranks whose output reaches the console, e.g. 0,2. Default: all."},
@@ -106,12 +116,12 @@ constexpr OptionSpec kOptions[] = {
    .help = "Port of the store on the rank-0 node (static backend only). Default: 29500."},
   {.name = "local-addr",
    .help = "This node's address as the other nodes should reach it. Default: its FQDN."},
-  {.name = "logs-specs", .hasEnvironment = false,
+  {.name = "logs-specs", .hasEnvironment = false, .choices = kLogsSpecs,
    .help = "Only default: torch's built-in log specs (DefaultLogsSpecs), which is what ddprun "
            "does. torchrun loads any other name as a Python LogsSpecs plugin, and ddprun has no "
            "Python plugin host."},
   {.name = "numa-binding", .hasEnvironment = false,
-   .metavar = "{node,socket,exclusive,core-complex}",
+   .metavar = "{node,socket,exclusive,core-complex}", .choices = kNumaBindings,
    .help = "Bind each worker with numactl to the CPUs and memory nearest its GPU."},
   {.name = "signals-to-handle",
    .help = "Signals the agent catches and forwards to the workers. "

@@ -18,6 +18,11 @@ struct OptionSpec {
   ValueKind kind = ValueKind::kText;
   bool hasEnvironment = true;  // falls back to PET_<NAME>
   std::string_view metavar{};  // "" = the name upper-cased, as argparse prints it
+  // The only values the option takes (checkChoice refuses any other; shell completion offers
+  // them); empty for a free value.
+  std::span<const std::string_view> choices{};
+  // Values shell completion offers where the option takes others too (--redirects 0:3,1:1).
+  std::span<const std::string_view> suggestions{};
   std::string_view help{};
   // An address that may be typed as a URL: messages quote it without its user information
   // (common::withoutUserinfo), so a password written into it is never repeated.

@@ -258,7 +258,8 @@ std::vector<int> parseSignals(const GivenValue& given) {
   return numbers;
 }
 
-void checkChoice(const GivenValue& given, std::initializer_list<std::string_view> choices) {
+void checkChoice(const GivenValue& given) {
+  const std::span<const std::string_view> choices = given.spec->choices;
   if (std::find(choices.begin(), choices.end(), given.value) != choices.end()) return;
   std::string list;
   for (const auto choice : choices) list += (list.empty() ? "" : ", ") + std::string(choice);

@@ -48,7 +48,7 @@ std::vector<std::string> parseDuplicateFilters(std::string_view text);
 // --signals-to-handle: names with or without SIG, any case -> signal numbers, each once.
 std::vector<int> parseSignals(const GivenValue& given);
 
-// Throws UsageError unless the value is one of `choices` (the first is the example).
-void checkChoice(const GivenValue& given, std::initializer_list<std::string_view> choices);
+// Throws UsageError unless the value is one of its option's choices (the first is the example).
+void checkChoice(const GivenValue& given);
 
 }  // namespace ddprun::launcher::cli_detail
