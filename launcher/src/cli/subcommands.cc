@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cli/completion.h"
 #include "cli/detach.h"
 
 namespace ddprun::launcher {
@@ -70,6 +71,7 @@ Subcommands& ownTable() {
     Subcommands subcommands;
     // One add() per subcommand of cli/'s own; the rooms above add theirs (addDdprunSubcommand).
     subcommands.add(detachSubcommand());
+    subcommands.add(completionSubcommand());
     return subcommands;
   }();
   return table;
