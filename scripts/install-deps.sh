@@ -22,6 +22,7 @@ packages=(
   openssh-server openssh-client                         # ddprun --hosts over ssh and its tests
   python3-matplotlib                                    # scripts/bench.sh plot: the PNGs in docs/img
   clang-format                                          # scripts/check-format.sh: the tree against .clang-format
+  help2man dpkg-dev                                     # the .deb: man pages from --help, Depends (dpkg-shlibdeps)
 )
 
 missing=()
