@@ -53,27 +53,10 @@ fi
 
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount); re-run with sudo"
 
-# The machine's own Debian archive: the first URI of a `deb` source that is not the security
-# archive, in deb822 (.sources) or one-line (sources.list) form. The project names no host of its
-# own: whatever mirror this machine is set up to use is the one the chroot uses.
-apt_mirror() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f $f ]] || continue
-    awk 'BEGIN { IGNORECASE = 1 }
-         /^[[:space:]]*$/ { if (deb && uri != "") exit; deb = 0; uri = ""; next }
-         /^Types:/ { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
-         /^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { uri = $i; break } }
-         END { if (deb && uri != "") print uri }' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f $f ]] || continue
-    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($i !~ /security/) print $i; break } }' "$f"
-  done
-}
+# shellcheck source=lib/debian-mirror.sh
+source "$(dirname "$0")/lib/debian-mirror.sh"
 if [[ -z $MIRROR && $mode != umount ]]; then
-  MIRROR="$(apt_mirror | head -n 1)"
-  MIRROR="${MIRROR%/}"
+  MIRROR="$(debian_mirror)"
   [[ -n $MIRROR ]] ||
     die "no Debian archive found in /etc/apt/sources.list(.d); set DDPRUN_DEBIAN_MIRROR to your mirror's URL"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs dependencies, builds the torch 2.6 chroot
-# (cached after the first time), checks every C++ file against .clang-format, builds ddprun, runs
-# every test with CTest, then runs the Catch2 tests again under AddressSanitizer + UBSan.
+# and the package test's bookworm root (each cached after the first time), checks every C++ file
+# against .clang-format, builds ddprun, runs every test with CTest, then runs the Catch2 tests
+# again under AddressSanitizer + UBSan.
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --quick    skip the sanitizer pass
@@ -12,6 +13,9 @@ started=$SECONDS
 scripts/install-deps.sh
 if ! scripts/setup-torch2-chroot.sh; then
   echo "test: warning: the torch 2.6 chroot could not be built; tests labelled torch2 will skip" >&2
+fi
+if ! scripts/setup-deb-root.sh; then
+  echo "test: warning: the bookworm root could not be built; the package test will skip" >&2
 fi
 scripts/check-format.sh
 scripts/build.sh
