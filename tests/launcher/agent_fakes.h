@@ -4,6 +4,7 @@
 // several AgentMachines form jobs in one test process, in milliseconds.
 #pragma once
 
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -141,6 +142,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
     pid_t pid;
     std::map<std::string, std::string> environment;
     std::vector<std::string> argv;
+    std::vector<int> cpus;  // the plan's CPU affinity (--numa-binding); empty: inherited
   };
 
   explicit FakeLauncher(EventLoop& loop) : loop_(loop) {}
@@ -155,13 +157,18 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   std::set<pid_t> descendants;
 
   pid_t spawn(const launcher::ExecPlan& plan) override {
-    Worker worker{nextPid_++, {}, {}};
+    Worker worker{nextPid_++, {}, {}, {}};
     for (char* const* entry = plan.envp(); *entry != nullptr; ++entry) {
       const std::string text(*entry);
       const auto equals = text.find('=');
       worker.environment[text.substr(0, equals)] = text.substr(equals + 1);
     }
     for (char* const* arg = plan.argv(); *arg != nullptr; ++arg) worker.argv.push_back(*arg);
+    if (const cpu_set_t* mask = plan.cpuAffinity()) {
+      for (int cpu = 0; cpu < static_cast<int>(8 * plan.cpuAffinitySize()); ++cpu) {
+        if (CPU_ISSET_S(cpu, plan.cpuAffinitySize(), mask)) worker.cpus.push_back(cpu);
+      }
+    }
     if (failingSpawns.count(std::stoi(worker.environment.at("LOCAL_RANK")))) {
       throw launcher::SpawnError("cannot start /bin/true: No such file or directory");
     }

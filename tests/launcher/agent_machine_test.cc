@@ -258,6 +258,32 @@ TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs o
   CHECK(*node.exitCode == 1);
 }
 
+TEST_CASE("each worker is started on the CPUs planned for its local rank (--numa-binding)",
+          "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/1);
+  config.numaBinding = NumaAffinity::kNode;
+  config.workerCpus = {{0, 1, 64}, {2, 3}};
+  Node& node = job.add(config, "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  REQUIRE(workers.size() == 2);
+  CHECK(workers[0].environment.at("LOCAL_RANK") == "0");
+  CHECK(workers[0].cpus == std::vector<int>{0, 1, 64});
+  CHECK(workers[1].cpus == std::vector<int>{2, 3});
+  // Restarted workers keep them: a local rank keeps its GPU.
+  node.launcher.exitWith(workers[0].pid, 1);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  const auto restarted = node.workers();
+  REQUIRE(restarted.size() == 2);
+  CHECK(restarted[0].cpus == std::vector<int>{0, 1, 64});
+  CHECK(restarted[1].cpus == std::vector<int>{2, 3});
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
 TEMPLATE_TEST_CASE("a worker that cannot be started is a failure with exit code 127",
                    "[agent][unit]", OverStore, Standalone) {
   TestType client(2, /*maxRestarts=*/1);

@@ -23,6 +23,7 @@
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::EntryKind;
 using ddprun::launcher::LaunchConfig;
+using ddprun::launcher::NumaAffinity;
 using ddprun::launcher::parseCommandLine;
 using ddprun::launcher::RdzvBackend;
 using ddprun::launcher::StdStreams;
@@ -38,7 +39,6 @@ using Environment = std::map<std::string, std::string>;
 
 // Files the tests point ddprun at, created once under a fresh temporary directory:
 //   bin/python3, bin/mytool   executables found through PATH=bin (bin/pytool: a Python one)
-//   numabin/numactl           a stand-in numactl (PATH=bin:numabin)
 //   nopython/                 a PATH without python3
 //   train.py (0644), exec.py (0755), tool (0755 shell script), data.txt (0644),
 //   finetune (0755, #!/usr/bin/env python3), program (0755, an ELF header)
@@ -50,7 +50,6 @@ struct Sandbox {
 
   Sandbox() {
     fs::create_directories(bin);
-    fs::create_directories(root / "numabin");
     fs::create_directories(root / "nopython");
     fs::create_directories(root / "pkg");
     fs::create_directories(root / "emptydir");
@@ -64,7 +63,6 @@ struct Sandbox {
                           "ELF\x02\x01\x01",
                           7),
               0755);
-    writeFile(root / "numabin" / "numactl", shell, 0755);
     writeFile(root / "train.py", "print('hi')\n", 0644);
     writeFile(root / "exec.py", "#!/usr/bin/env python3\n", 0755);
     writeFile(root / "tool", shell, 0755);
@@ -167,7 +165,7 @@ TEST_CASE("defaults are torchrun 2.x's", "[cli]") {
   CHECK(c.role == "default");
   CHECK(c.entry.startMethod == "spawn");
   CHECK(c.eventLogHandler == "null");
-  CHECK(c.numaBinding.empty());
+  CHECK(c.numaBinding == NumaAffinity::kNone);
   CHECK_FALSE(c.virtualLocalRank);
   CHECK(c.rdzv.nodeRank == 0);
   CHECK(c.rdzv.masterAddr == "127.0.0.1");
@@ -317,7 +315,7 @@ TEST_CASE("option --logs-specs and --numa-binding have no PET_ fallback", "[cli]
   Environment environment = sandbox().environment();
   environment["PET_LOGS_SPECS"] = "custom";
   environment["PET_NUMA_BINDING"] = "bogus";
-  CHECK(config({script()}, environment).numaBinding.empty());
+  CHECK(config({script()}, environment).numaBinding == NumaAffinity::kNone);
 }
 
 TEST_CASE("flags in both spellings and short forms", "[cli]") {
@@ -1492,14 +1490,16 @@ TEST_CASE("option --logs-specs: default (torch's built-in log specs) is accepted
   CHECK_THAT(usageError({"--logs_specs=custom", script()}), Catch::Contains("--logs_specs"));
 }
 
-TEST_CASE("option --numa-binding: a known policy, and numactl on PATH", "[cli]") {
-  const Environment withNumactl{{"PATH", sandbox().bin.string() + ":" + sandbox().path("numabin")}};
-  for (const std::string policy : {"node", "socket", "exclusive", "core-complex"}) {
-    CHECK(config({"--numa-binding", policy, script()}, withNumactl).numaBinding == policy);
-  }
-  CHECK_THAT(usageError({"--numa-binding", "node", script()}),
-             Catch::Contains("needs numactl on PATH"));
-  CHECK_THAT(usageError({"--numa_binding", "cores", script()}, withNumactl),
+TEST_CASE("option --numa-binding: a known mode, and no numactl needed", "[cli]") {
+  const Environment noNumactl{{"PATH", sandbox().bin.string()}};
+  CHECK(config({"--numa-binding", "node", script()}, noNumactl).numaBinding == NumaAffinity::kNode);
+  CHECK(config({"--numa-binding", "socket", script()}, noNumactl).numaBinding ==
+        NumaAffinity::kSocket);
+  CHECK(config({"--numa-binding", "exclusive", script()}, noNumactl).numaBinding ==
+        NumaAffinity::kExclusive);
+  CHECK(config({"--numa-binding=core-complex", script()}, noNumactl).numaBinding ==
+        NumaAffinity::kCoreComplex);
+  CHECK_THAT(usageError({"--numa_binding", "cores", script()}, noNumactl),
              Catch::Contains(
                  "--numa_binding 'cores' is not one of node, socket, exclusive, core-complex"));
 }

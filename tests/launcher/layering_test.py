@@ -15,6 +15,8 @@ import sys
 ALLOWED = {
     "core": set(),
     "process": {"core"},
+    # NUMA binding: the topology read from sysfs and the plan of each worker's CPUs (pure).
+    "placement": {"core"},
     "output": {"core"},
     "report": {"core"},
     "hang": {"core"},
@@ -23,7 +25,8 @@ ALLOWED = {
     "stores": {"core"},
     "membership": {"core", "stores"},
     "machine": {"core", "process", "hang", "report"},
-    "agent": {"core", "process", "output", "report", "hang", "stores", "membership", "machine"},
+    "agent": {"core", "process", "output", "report", "hang", "stores", "membership", "machine",
+              "placement"},
     "hosts": {"core"},
     "cli": {"core", "hosts"},
     # `ddprun status`: the agent's options (cli) read by the agent's rules, the agent's way to the

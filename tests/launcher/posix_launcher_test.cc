@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -148,6 +149,31 @@ bool exitedWith(const std::optional<int>& status, int code) {
 }
 bool killedBy(const std::optional<int>& status, int signal) {
   return status && WIFSIGNALED(*status) && WTERMSIG(*status) == signal;
+}
+
+TEST_CASE("a worker bound to CPUs runs on exactly those (--numa-binding)", "[posix_launcher]") {
+  // The agent's own CPUs: the worker is bound to the last of them, which it may use.
+  cpu_set_t agent;
+  CPU_ZERO(&agent);
+  REQUIRE(::sched_getaffinity(0, sizeof agent, &agent) == 0);
+  int last = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &agent)) last = cpu;
+  }
+  REQUIRE(last >= 0);
+  Workers workers;
+  Pipe out;
+  ExecPlan plan("/bin/grep", {"grep", "Cpus_allowed_list", "/proc/self/status"}, kShellEnvironment,
+                out.writeEnd(), -1);
+  plan.bindToCpus({last});
+  const pid_t pid = workers.launcher.spawn(plan);
+  CHECK(out.readAll(5s) == "Cpus_allowed_list:\t" + std::to_string(last) + "\n");
+  CHECK(exitedWith(workers.waitStatus(pid), 0));
+  // The agent's own affinity is untouched (the child shares its memory, not its mask).
+  cpu_set_t after;
+  CPU_ZERO(&after);
+  REQUIRE(::sched_getaffinity(0, sizeof after, &after) == 0);
+  CHECK(CPU_EQUAL(&agent, &after));
 }
 
 TEST_CASE("a worker gets exactly the argv and environment of its plan", "[posix_launcher]") {

@@ -452,32 +452,15 @@ TEST_CASE("the script itself goes through the substitution too, as torchrun's cm
   CHECK(workerCommand(config, placementOf({1, 2, 0, 0}), {}).argv[3] == "pkg.rank0");
 }
 
-TEST_CASE("NUMA binding wraps the worker in numactl found on the caller's PATH", "[worker_env]") {
-  TempDir dir;
+TEST_CASE("NUMA binding leaves the command as it is: the CPUs are set in the child",
+          "[worker_env]") {
   LaunchConfig config = configFor(2);
   config.entry.args = {"--x"};
-  const Environment caller = {{"PATH", dir.path}};
-  SECTION("without numactl the worker cannot start, and says why") {
-    config.numaBinding = "node";
-    CHECK_THROWS_WITH(workerCommand(config, placementOf({1, 2, 0, 0}), caller),
-                      Catch::Contains("--numa-binding needs numactl on PATH"));
-  }
-  SECTION("node and exclusive bind memory, socket and core-complex prefer it") {
-    makeExecutable(dir.path + "/numactl");
-    struct Row {
-      std::string binding;
-      std::string memoryOption;
-    };
-    const Row row = GENERATE(Row{"node", "--membind=0"}, Row{"exclusive", "--membind=0"},
-                             Row{"socket", "--preferred=0"}, Row{"core-complex", "--preferred=0"});
-    config.numaBinding = row.binding;
-    // Local rank 0 is on NUMA node 0 whatever this machine has.
-    const WorkerCommand command = workerCommand(config, placementOf({1, 2, 0, 0}), caller);
-    CHECK(command.path == dir.path + "/numactl");
-    CHECK(command.argv == std::vector<std::string>{dir.path + "/numactl", "--cpunodebind=0",
-                                                   row.memoryOption, "/usr/bin/python3", "-u",
-                                                   "train.py", "--x"});
-  }
+  config.numaBinding = NumaAffinity::kNode;
+  config.workerCpus = {{0}, {1}};
+  const WorkerCommand command = workerCommand(config, placementOf({1, 2, 0, 0}), {});
+  CHECK(command.path == "/usr/bin/python3");
+  CHECK(command.argv == std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--x"});
 }
 
 }  // namespace

@@ -47,6 +47,8 @@
 #include "output/agent_log.h"
 #include "output/console_writer.h"
 #include "output/log_router.h"
+#include "placement/numa_plan.h"
+#include "placement/numa_topology.h"
 #include "process/guardian.h"
 #include "process/posix_launcher.h"
 #include "process/worker_env.h"
@@ -280,6 +282,31 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
       });
 }
 
+// --numa-binding: every worker's CPUs, planned once from this node's topology before anything
+// starts, and said one line per local rank (the same for every round: a worker's local rank
+// keeps its GPU).
+void planWorkerCpus(LaunchConfig& config, const Environment& environment) {
+  if (config.numaBinding == NumaAffinity::kNone) return;
+  std::optional<std::string> visibleDevices;
+  if (auto it = environment.find("CUDA_VISIBLE_DEVICES"); it != environment.end()) {
+    visibleDevices = it->second;
+  }
+  std::vector<WorkerCpus> plan;
+  try {
+    plan = planNumaBinding(readCpuTopology("/sys", allowedCpus(), visibleDevices),
+                           config.numaBinding, config.nprocPerNode);
+  } catch (const std::runtime_error& error) {  // TopologyError, NumaPlanError
+    throw StartupError(fmt::format("--numa-binding {}: {}; drop --numa-binding to run unbound",
+                                   numaAffinityName(config.numaBinding),
+                                   common::printable(error.what())));
+  }
+  config.workerCpus.clear();
+  for (const WorkerCpus& binding : plan) {
+    std::fprintf(stderr, "ddprun: %s\n", bindingLine(binding, config.numaBinding).c_str());
+    config.workerCpus.emplace_back(binding.cpus.begin(), binding.cpus.end());
+  }
+}
+
 // Builds the agent and runs it to the end of the job; returns its exit code. Throws StartupError
 // for what stops it before any worker.
 int runWired(LaunchConfig& config, const Environment& environment, Guardian* guardian) {
@@ -287,7 +314,8 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   std::optional<rendezvous::JobSecret> stdinToken;
   if (config.tokenFromStdin) stdinToken = readTokenLine(STDIN_FILENO, kTokenLineWait);
   const std::optional<HealthEndpoint> healthEndpoint =
-      healthEndpointOf(environment);  // bad: exit 2 now
+      healthEndpointOf(environment);    // bad: exit 2 now
+  planWorkerCpus(config, environment);  // bad: exit 2 now
   const common::DescriptorLimit descriptors = common::raiseDescriptorLimit();
   RunDirectories directories(config, environment, guardian);
   if (setsOmpNumThreads(environment, config)) spdlog::warn("{}", ompNumThreadsWarning());

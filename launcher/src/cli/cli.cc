@@ -187,18 +187,16 @@ void applyLogSettings(const Arguments& arguments, CommandLine& result) {
   }
 }
 
-// --numa-binding: a known policy, and numactl to apply it.
-void applyNumaBinding(const Arguments& arguments, const Environment& environment,
-                      LaunchConfig& config) {
+// --numa-binding: a known mode. The CPUs are planned by the agent on its own node
+// (placement/numa_plan.h), not here: with --hosts this process is not on the workers' nodes.
+void applyNumaBinding(const Arguments& arguments, LaunchConfig& config) {
   const auto* numa = arguments.given("numa-binding");
   if (numa == nullptr) return;
   checkChoice(*numa);
-  if (!common::findExecutable("numactl", environment)) {
-    throw UsageError(
-        fmt::format("{} needs numactl on PATH; install it (apt-get install numactl) or drop {}",
-                    label(*numa), printable(numa->origin)));
+  for (NumaAffinity mode : {NumaAffinity::kNode, NumaAffinity::kSocket, NumaAffinity::kExclusive,
+                            NumaAffinity::kCoreComplex}) {
+    if (numa->value == numaAffinityName(mode)) config.numaBinding = mode;
   }
-  config.numaBinding = numa->value;
 }
 
 CommandLine buildConfig(const Arguments& arguments, int argc, const char* const* argv,
@@ -216,7 +214,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   applyNodeAddress(arguments, config);
   applyWorkerSettings(arguments, result);
   applyLogSettings(arguments, result);
-  applyNumaBinding(arguments, environment, config);
+  applyNumaBinding(arguments, config);
   config.virtualLocalRank = arguments.flag("virtual-local-rank");
   config.stopOnStdinEof = arguments.flag("stop-on-stdin-eof");
 

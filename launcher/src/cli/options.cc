@@ -122,7 +122,9 @@ constexpr OptionSpec kOptions[] = {
            "Python plugin host."},
   {.name = "numa-binding", .hasEnvironment = false,
    .metavar = "{node,socket,exclusive,core-complex}", .choices = kNumaBindings,
-   .help = "Bind each worker with numactl to the CPUs and memory nearest its GPU."},
+   .help = "Bind each worker to CPUs near the GPU of its local rank, as torchrun does (node: "
+           "the GPU's NUMA node; socket: its socket; exclusive: the node's cores divided among "
+           "its GPUs; core-complex: one last-level cache's cores). No numactl needed."},
   {.name = "signals-to-handle",
    .help = "Signals the agent catches and forwards to the workers. "
            "Default: SIGTERM,SIGINT,SIGHUP,SIGQUIT."},

@@ -68,6 +68,10 @@ DDPRUN_CHILD_CODE void runChild(const ChildSteps& steps, const char* path, char*
   if (steps.descriptorLimit != nullptr && ::setrlimit(RLIMIT_NOFILE, steps.descriptorLimit) != 0) {
     fail(reportFd, ChildStep::kDescriptorLimit, errno);
   }
+  if (steps.cpuAffinity != nullptr &&
+      ::sched_setaffinity(0, steps.cpuAffinitySize, steps.cpuAffinity) != 0) {
+    fail(reportFd, ChildStep::kCpuAffinity, errno);
+  }
   ::execve(path, argv, envp);
   fail(reportFd, ChildStep::kExec, errno);
 }

@@ -11,10 +11,12 @@
 // logs.
 #pragma once
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,6 +54,9 @@ struct ChildSteps {
   // the job) leaks into the program.
   const char* workingDirectory = nullptr;
   const rlimit* descriptorLimit = nullptr;  // the child's RLIMIT_NOFILE, or inherited
+  // The CPUs the program runs on (sched_setaffinity, `cpuAffinitySize` bytes), or inherited.
+  const cpu_set_t* cpuAffinity = nullptr;
+  std::size_t cpuAffinitySize = 0;
 };
 
 // The step that failed: the child's report through the pipe, or the parent's own start.
@@ -65,6 +70,7 @@ enum class ChildStep : int {
   kDescriptors,  // stdin/stdout/stderr
   kDirectory,
   kDescriptorLimit,
+  kCpuAffinity,
   kExec,
 };
 

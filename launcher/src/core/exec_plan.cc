@@ -17,4 +17,15 @@ ExecPlan::ExecPlan(std::string path, std::vector<std::string> argv,
   envPointers_.push_back(nullptr);
 }
 
+void ExecPlan::bindToCpus(const std::vector<int>& cpus) {
+  cpuMask_.clear();
+  constexpr int kBits = 8 * sizeof(unsigned long);
+  for (int cpu : cpus) {
+    if (cpu < 0) continue;
+    const auto word = static_cast<std::size_t>(cpu / kBits);
+    if (cpuMask_.size() <= word) cpuMask_.resize(word + 1, 0);
+    cpuMask_[word] |= 1UL << (cpu % kBits);
+  }
+}
+
 }  // namespace ddprun::launcher

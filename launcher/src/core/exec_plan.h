@@ -6,6 +6,9 @@
 // Thread safety: a plain value, read-only once built.
 #pragma once
 
+#include <sched.h>
+
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,15 @@ class ExecPlan {
     return workingDirectory_.empty() ? nullptr : workingDirectory_.c_str();
   }
 
+  // The worker runs on these CPUs only (--numa-binding): the child sets its affinity before exec.
+  // Empty: it keeps the agent's.
+  void bindToCpus(const std::vector<int>& cpus);
+  // The mask for sched_setaffinity and its size in bytes; null when not bound.
+  const cpu_set_t* cpuAffinity() const {
+    return cpuMask_.empty() ? nullptr : reinterpret_cast<const cpu_set_t*>(cpuMask_.data());
+  }
+  std::size_t cpuAffinitySize() const { return cpuMask_.size() * sizeof(unsigned long); }
+
  private:
   std::string path_;
   std::vector<std::string> argv_;
@@ -34,6 +46,7 @@ class ExecPlan {
   int stdoutFd_;
   int stderrFd_;
   std::string workingDirectory_;
+  std::vector<unsigned long> cpuMask_;  // a cpu_set_t of any size (CPU_ALLOC's layout)
 };
 
 }  // namespace ddprun::launcher

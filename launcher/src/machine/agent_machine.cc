@@ -291,8 +291,12 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
     const std::vector<std::string> environment =
         workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
                           worker.errorFile, heartbeatFile);
-    return std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out,
-                                      streams.err);
+    auto plan = std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out,
+                                           streams.err);
+    if (static_cast<std::size_t>(localRank) < config_.workerCpus.size()) {
+      plan->bindToCpus(config_.workerCpus[static_cast<std::size_t>(localRank)]);
+    }
+    return plan;
   } catch (...) {
     output_.abandon(localRank);
     throw;

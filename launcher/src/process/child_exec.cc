@@ -13,6 +13,8 @@ DDPRUN_CHILD_CODE void execChild(const ExecPlan& plan, int errorPipe, pid_t pare
   steps.stderrFd = plan.stderrFd();
   steps.workingDirectory = plan.workingDirectory();
   steps.descriptorLimit = descriptorLimit;
+  steps.cpuAffinity = plan.cpuAffinity();
+  steps.cpuAffinitySize = plan.cpuAffinitySize();
   runChild(steps, plan.path(), plan.argv(), plan.envp(), errorPipe);
 }
 

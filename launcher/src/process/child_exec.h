@@ -21,7 +21,8 @@
 //      the worker's session is still found there), stdout/stderr from the log router, every other
 //      descriptor closed on exec;
 //   5. the descriptor limit the agent started with (the agent raised its own for the stores it
-//      hosts; a worker gets what it would get under torchrun);
+//      hosts; a worker gets what it would get under torchrun), and with --numa-binding the CPUs
+//      the agent planned for it (sched_setaffinity, inherited by every thread it starts);
 //   6. execve() of an absolute path. On failure the step and errno go to the parent through a
 //      close-on-exec pipe and the child exits 127 (not found) or 126 (not executable).
 // The steps themselves are core/child_start.h's runChild(), which every child of ddprun runs.

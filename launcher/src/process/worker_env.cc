@@ -1,8 +1,6 @@
 #include "process/worker_env.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
-#include <string.h>
 
 #include <stdexcept>
 
@@ -41,20 +39,6 @@ std::string lookup(const std::map<std::string, std::string>& environment, const 
                    const std::string& fallback) {
   auto it = environment.find(name);
   return it == environment.end() ? fallback : it->second;
-}
-
-int numaNodeCount() {
-  int count = 0;
-  if (DIR* nodes = ::opendir("/sys/devices/system/node")) {
-    while (dirent* entry = ::readdir(nodes)) {
-      if (std::strncmp(entry->d_name, "node", 4) == 0 && entry->d_name[4] >= '0' &&
-          entry->d_name[4] <= '9') {
-        ++count;
-      }
-    }
-    ::closedir(nodes);
-  }
-  return count > 0 ? count : 1;
 }
 
 }  // namespace
@@ -174,20 +158,6 @@ WorkerCommand workerCommand(const LaunchConfig& config, const WorkerPlacement& p
       {"local_rank", std::to_string(placement.localRank)}};
   for (std::size_t i = 1; i < command.argv.size(); ++i) {
     command.argv[i] = common::safeSubstitute(command.argv[i], values);
-  }
-  if (!config.numaBinding.empty()) {
-    // Spread the workers over the NUMA nodes in order, and keep each one's memory there.
-    auto numactl = common::findExecutable("numactl", inherited);
-    if (!numactl) throw std::runtime_error("--numa-binding needs numactl on PATH");
-    const int node = placement.localRank * numaNodeCount() / std::max(1, placement.localWorldSize);
-    std::vector<std::string> wrapped = {*numactl, fmt::format("--cpunodebind={}", node),
-                                        fmt::format("--membind={}", node)};
-    if (config.numaBinding != "node" && config.numaBinding != "exclusive") {
-      wrapped[2] = fmt::format("--preferred={}", node);
-    }
-    wrapped.insert(wrapped.end(), command.argv.begin(), command.argv.end());
-    command.path = *numactl;
-    command.argv = std::move(wrapped);
   }
   return command;
 }

@@ -37,6 +37,33 @@ inline const char* rdzvBackendName(RdzvBackend backend) {
   return "?";
 }
 
+// --numa-binding: torchrun 2.9+'s AffinityMode (torch/numa/binding.py), each worker bound to CPUs
+// near the GPU whose index is its local rank (docs/numa.md says which CPUs).
+enum class NumaAffinity {
+  kNone,         // not given: the workers keep the agent's CPUs
+  kNode,         // the CPUs of the GPU's NUMA node
+  kSocket,       // the CPUs of every NUMA node of the GPU's socket
+  kExclusive,    // the GPU's node's physical cores, divided among the GPUs on that node
+  kCoreComplex,  // one group of cores sharing the last-level cache on the GPU's node
+};
+
+// The mode's name as --numa-binding takes it ("" for kNone).
+inline const char* numaAffinityName(NumaAffinity mode) {
+  switch (mode) {
+    case NumaAffinity::kNode:
+      return "node";
+    case NumaAffinity::kSocket:
+      return "socket";
+    case NumaAffinity::kExclusive:
+      return "exclusive";
+    case NumaAffinity::kCoreComplex:
+      return "core-complex";
+    case NumaAffinity::kNone:
+      break;
+  }
+  return "";
+}
+
 // How the training script is started (torchrun's four modes, plus executables run directly).
 enum class EntryKind {
   kPythonScript,  // <python> -u script.py args
@@ -209,10 +236,13 @@ struct LaunchConfig {
   HangPolicy hang;
   EntryPoint entry;
   LogSettings logs;
-  std::string role = "default";          // --role
-  std::string eventLogHandler = "null";  // --event-log-handler
-  std::string numaBinding;               // --numa-binding ("" = none)
-  bool virtualLocalRank = false;         // --virtual-local-rank
+  std::string role = "default";                    // --role
+  std::string eventLogHandler = "null";            // --event-log-handler
+  NumaAffinity numaBinding = NumaAffinity::kNone;  // --numa-binding
+  // The CPUs each worker is bound to, by local rank: planned by the agent at start from
+  // --numa-binding and this node's topology (placement/numa_plan.h); empty: no binding.
+  std::vector<std::vector<int>> workerCpus;
+  bool virtualLocalRank = false;  // --virtual-local-rank
   // --stop-on-stdin-eof: set by the ssh driver on each remote agent (docs/ssh.md): a byte on
   // stdin is a signal passed on, EOF stops the agent as SIGTERM does.
   bool stopOnStdinEof = false;
