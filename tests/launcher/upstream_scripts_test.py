@@ -85,7 +85,10 @@ def launcher_argv(launcher, args, flavour):
 
 def launch(launcher, options, script_argv, args, flavour, cwd, name):
     """One launcher (one node) started in `cwd`: `options` are torchrun's, the same for both."""
-    env = dict(os.environ, PYTHON_EXEC=flavour.python, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("PYTHON_EXEC", None)
+    if launcher == "ddprun":
+        env["PYTHON_EXEC"] = flavour.python  # torchrun runs its workers with its own python
     argv = launcher_argv(launcher, args, flavour) + options + script_argv
     return Job(argv, name=f"{launcher} {name}", env=env, cwd=cwd)
 
@@ -391,11 +394,17 @@ def dcp(args, flavour, work, deadline):
                        "--rdzv_endpoint", f"127.0.0.1:{free_port()}"]
             job = launch(launcher, options, [DCP_WORKER, os.path.join(cwd, "checkpoint"), "3"], args,
                          flavour, cwd, f"dcp {attempt}")
-            finish([job], deadline, f"{launcher}: dcp_worker.py ({attempt})")
+            if launcher == "torchrun":
+                finish_or_hung(job, r"rank \d+: (saved|resumed)", 2, deadline, hung)
+            else:
+                finish([job], deadline, f"{launcher}: dcp_worker.py ({attempt})")
             runs.append(job)
         return JoinedJobs(runs)
+    hung = []
     jobs = each_launcher(body)
-    exit_codes({k: v.jobs for k, v in jobs.items()}, 0, "dcp_worker.py, save then resume")
+    exit_codes({"ddprun": jobs["ddprun"].jobs,
+                "torchrun": [j for j in jobs["torchrun"].jobs if j not in hung]}, 0,
+               "dcp_worker.py, save then resume")
     lines = same_records(jobs, DCP_RECORDS, "dcp_worker.py, save then resume")
     saved = {line.split("weights ")[1] for line in lines if "saved step 3" in line}
     resumed = {line.split("weights ")[1] for line in lines if "resumed at step 3" in line}
@@ -403,7 +412,24 @@ def dcp(args, flavour, work, deadline):
         fail(f"dcp_worker.py: not both ranks saved and resumed the same weights:\n{shown(lines)}",
              [j for v in jobs.values() for j in v.jobs])
     print(f"torch {flavour.version}: dcp_worker.py: both ranks saved step 3 with DCP and resumed it "
-          f"(weights {saved.pop()}) under both launchers; exit 0")
+          f"(weights {saved.pop()}) under both launchers; exit 0"
+          + (f" (torchrun: {len(hung)} of 2 runs hung at a worker's exit, stopped)" if hung else ""))
+
+
+def finish_or_hung(job, done_line, ranks, deadline, hung, grace=45):
+    """torchrun 2.6 with its agent store sometimes leaves rank 0 of dcp_worker.py hanging after
+    its last line (docs/env_contract.md, "Scripts nobody here wrote"): a run whose every rank
+    printed `done_line` and which has not ended `grace` s later is stopped and put on `hung`."""
+    while job.wait(min(1.0, deadline.left())) is None:
+        if not deadline.left():
+            give_up("torchrun: dcp_worker.py did not finish within the test's deadline", [job])
+        if len(re.findall(done_line, job.output)) >= ranks:
+            if job.wait(min(grace, deadline.left())) is None:
+                print(f"torchrun (pid {job.pid}): every rank done, but not exited {grace} s later; "
+                      f"stopped:\n{describe([job])}", flush=True)
+                job.kill()
+                hung.append(job)
+            return
 
 
 SCENARIOS = {"tutorial": tutorial, "resume": resume, "multinode": multinode, "ddp": ddp,
@@ -418,7 +444,9 @@ def main():
     # Half of CTest's TIMEOUT, so that a hang is reported with what was seen.
     parser.add_argument("--timeout", type=float, default=240)
     args = parser.parse_args()
-    args.ddprun = os.path.abspath(args.ddprun)
+    args.ddprun = os.path.abspath(args.ddprun)  # the launchers run in scratch directories
+    if os.sep in args.python:
+        args.python = os.path.abspath(args.python)
     deadline = Deadline(args.timeout)
     version = torch_version(args.python, deadline.cap(90))
     if version is None:
