@@ -13,7 +13,9 @@ directory and applies tests/upstream/<repo>.cpu.patch (cuda -> cpu, nccl -> gloo
   tutorial   ddp-tutorial-series/multigpu_torchrun.py 3 1, 2 workers: the same lines, exit 0
   resume     the same with --max_restarts 1, 6 epochs: rank 1 is killed (SIGKILL) after the first
              snapshot; the group restarts and every rank prints "Resuming training from snapshot
-             at Epoch N" (the same N on both), then finishes; exit 0
+             at Epoch N" (the same N on both), then finishes; exit 0. A torchrun 2.x whose
+             restart fails (gloo's mesh, seen once in three) is shown, and ddprun alone is held
+             to the bar then
   multinode  ddp-tutorial-series/multinode.py 3 1 as the tutorial starts it: two agents (nodes)
              of one worker each, c10d, --node_rank 0 and 1: the same lines, exit 0
   ddp        distributed/ddp/example.py as its run_example.sh starts it (static rendezvous at
@@ -23,7 +25,9 @@ directory and applies tests/upstream/<repo>.cpu.patch (cuda -> cpu, nccl -> gloo
              traceback from it, no other failures) and ddprun exits with the root cause's code (1,
              as torchrun)
   dcp        tests/launcher/workers/dcp_worker.py (torch 2.x): DDP, 3 steps, dcp.save; started
-             again, dcp.load: every rank resumes the weights it saved
+             again, dcp.load: every rank resumes the weights it saved. torch 2.6 sometimes leaves
+             rank 0 behind after its last line, under either launcher: such a run is stopped 30 s
+             after every rank's last line and reported
 
 Lines are compared as multisets of the script's own records (regexes per script) found in each
 launcher's stdout with ddprun's `[defaultN]:` prefixes removed: torchrun's workers share its
@@ -239,8 +243,15 @@ def resume(args, flavour, work, deadline):
         finish([job], deadline, f"{launcher}: multigpu_torchrun.py after rank 1 was killed")
         return job
     jobs = each_launcher(body)
-    exit_codes({k: [v] for k, v in jobs.items()}, 0, "multigpu_torchrun.py, rank 1 killed")
     summary = []
+    # torchrun 2.6's restarted workers sometimes fail to connect gloo's mesh (docs/env_contract.md,
+    # "Scripts nobody here wrote"): its failure is shown, ddprun is held to the bar alone then.
+    if jobs["torchrun"].returncode != 0 and not flavour.version.startswith("1."):
+        print(f"torchrun exited {jobs['torchrun'].returncode} after rank 1 was killed (the "
+              f"restart failed):\n{describe([jobs['torchrun']])}", flush=True)
+        summary.append(f"torchrun: exit {jobs['torchrun'].returncode}, its restart failed")
+        del jobs["torchrun"]
+    exit_codes({k: [v] for k, v in jobs.items()}, 0, "multigpu_torchrun.py, rank 1 killed")
     for launcher, job in jobs.items():
         lines = records(job.output, TUTORIAL_RECORDS)
         resumed = [line for line in lines if line.startswith("Resuming")]
@@ -249,9 +260,9 @@ def resume(args, flavour, work, deadline):
                 or not last <= set(lines):
             fail(f"{launcher}: after rank 1 was killed, not both ranks resumed from one snapshot "
                  f"and finished:\n{shown(lines)}", [job])
-        summary.append(f"{launcher}: {resumed[0]} on both ranks")
+        summary.append(f"{launcher}: {resumed[0]} on both ranks, exit 0")
     print(f"torch {flavour.version}: rank 1 killed after a snapshot, the group restarted; "
-          + "; ".join(summary) + "; exit 0")
+          + "; ".join(summary))
 
 
 def multinode(args, flavour, work, deadline):
@@ -394,16 +405,12 @@ def dcp(args, flavour, work, deadline):
                        "--rdzv_endpoint", f"127.0.0.1:{free_port()}"]
             job = launch(launcher, options, [DCP_WORKER, os.path.join(cwd, "checkpoint"), "3"], args,
                          flavour, cwd, f"dcp {attempt}")
-            if launcher == "torchrun":
-                finish_or_hung(job, r"rank \d+: (saved|resumed)", 2, deadline, hung)
-            else:
-                finish([job], deadline, f"{launcher}: dcp_worker.py ({attempt})")
+            finish_or_hung(launcher, job, r"rank \d+: (saved|resumed)", 2, deadline, hung)
             runs.append(job)
         return JoinedJobs(runs)
     hung = []
     jobs = each_launcher(body)
-    exit_codes({"ddprun": jobs["ddprun"].jobs,
-                "torchrun": [j for j in jobs["torchrun"].jobs if j not in hung]}, 0,
+    exit_codes({k: [j for j in v.jobs if j not in hung] for k, v in jobs.items()}, 0,
                "dcp_worker.py, save then resume")
     lines = same_records(jobs, DCP_RECORDS, "dcp_worker.py, save then resume")
     saved = {line.split("weights ")[1] for line in lines if "saved step 3" in line}
@@ -413,20 +420,21 @@ def dcp(args, flavour, work, deadline):
              [j for v in jobs.values() for j in v.jobs])
     print(f"torch {flavour.version}: dcp_worker.py: both ranks saved step 3 with DCP and resumed it "
           f"(weights {saved.pop()}) under both launchers; exit 0"
-          + (f" (torchrun: {len(hung)} of 2 runs hung at a worker's exit, stopped)" if hung else ""))
+          + (f" ({len(hung)} of 4 runs hung at a worker's exit, stopped: "
+             f"{', '.join(j.name for j in hung)})" if hung else ""))
 
 
-def finish_or_hung(job, done_line, ranks, deadline, hung, grace=45):
-    """torchrun 2.6 with its agent store sometimes leaves rank 0 of dcp_worker.py hanging after
-    its last line (docs/env_contract.md, "Scripts nobody here wrote"): a run whose every rank
+def finish_or_hung(launcher, job, done_line, ranks, deadline, hung, grace=30):
+    """torch 2.6 sometimes leaves rank 0 of dcp_worker.py hanging after its last line, under
+    either launcher (docs/env_contract.md, "Scripts nobody here wrote"): a run whose every rank
     printed `done_line` and which has not ended `grace` s later is stopped and put on `hung`."""
     while job.wait(min(1.0, deadline.left())) is None:
         if not deadline.left():
-            give_up("torchrun: dcp_worker.py did not finish within the test's deadline", [job])
+            give_up(f"{launcher}: dcp_worker.py did not finish within the test's deadline", [job])
         if len(re.findall(done_line, job.output)) >= ranks:
             if job.wait(min(grace, deadline.left())) is None:
-                print(f"torchrun (pid {job.pid}): every rank done, but not exited {grace} s later; "
-                      f"stopped:\n{describe([job])}", flush=True)
+                print(f"{launcher} (pid {job.pid}): every rank done, but not exited {grace} s "
+                      f"later; stopped:\n{describe([job])}", flush=True)
                 job.kill()
                 hung.append(job)
             return
@@ -441,8 +449,8 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
-    # Half of CTest's TIMEOUT, so that a hang is reported with what was seen.
-    parser.add_argument("--timeout", type=float, default=240)
+    # Well below CTest's TIMEOUT (480 s), so that a hang is reported with what was seen.
+    parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
     args.ddprun = os.path.abspath(args.ddprun)  # the launchers run in scratch directories
     if os.sep in args.python:
