@@ -14,7 +14,7 @@ directory and applies tests/upstream/<repo>.cpu.patch (cuda -> cpu, nccl -> gloo
   resume     the same with --max_restarts 1, 6 epochs: rank 1 is killed (SIGKILL) after the first
              snapshot; the group restarts and every rank prints "Resuming training from snapshot
              at Epoch N" (the same N on both), then finishes; exit 0. A torchrun 2.x whose
-             restart fails (gloo's mesh, seen once in three) is shown, and ddprun alone is held
+             restart fails (gloo's mesh, seen in 1 of 2 runs) is shown, and ddprun alone is held
              to the bar then
   multinode  ddp-tutorial-series/multinode.py 3 1 as the tutorial starts it: two agents (nodes)
              of one worker each, c10d, --node_rank 0 and 1: the same lines, exit 0
