@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Installs what ddprun needs to build and test, from Debian's packages. Idempotent: when
-# everything is present it returns at once without touching apt.
+# Installs what ddprun needs from Debian's packages, by set. Idempotent: when the set is present it
+# returns at once without touching apt.
 #
-#   scripts/install-deps.sh
+#   scripts/install-deps.sh          everything: the main job's set and the test suite's (scripts/test.sh)
+#   scripts/install-deps.sh --main   only the main job's set (scripts/run-example.sh): the toolchain,
+#                                    the libraries ddprun, ddprun-rendezvous and the runtime link, torch
 set -euo pipefail
 
-packages=(
+# The main job: build ddprun, ddprun-rendezvous and libddprun-runtime, run examples/train_ddp.py.
+main_packages=(
   build-essential cmake ninja-build pkg-config          # toolchain
   libboost-dev libboost-program-options-dev libboost-system-dev  # Boost.Asio, Program_options
-  libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
-  python3-torch                                         # torch 1.13: anchors and real clients
+  libspdlog-dev libfmt-dev libgloo-dev nlohmann-json3-dev
+  libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
+  python3-torch                                         # torch 1.13: the example's workers, anchors and real clients
+)
+# The test suite and the benchmarks, on top of the main job's set.
+test_packages=(
+  catch2                                                # the unit tests
   python3-tqdm                                          # a real progress bar (tests/launcher/output_test.py)
   debootstrap                                           # the torch 2.6 chroot
   iproute2 procps psmisc util-linux time                # network namespaces, ps, fuser, flock, /usr/bin/time
   gdb                                                   # native stacks of hung workers (optional at run time)
   elfutils                                              # eu-stack: the same in ms, tried before gdb (optional)
-  libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
   openssl                                               # the tests' TLS certificates (openssl req)
   etcd-server etcd-client                               # etcd 3.4: the etcd rendezvous' tests
   slurm-wlm munge                                       # a real one-node Slurm (tests/cluster)
@@ -24,12 +31,24 @@ packages=(
   clang-format                                          # scripts/check-format.sh: the tree against .clang-format
 )
 
+case "${1:-}" in
+  "") set_name=all; packages=("${main_packages[@]}" "${test_packages[@]}") ;;
+  --main) set_name=main; packages=("${main_packages[@]}") ;;
+  *)
+    echo "install-deps: error: unknown argument '$1'; use --main (the main job's packages) or nothing (all)" >&2
+    exit 2
+    ;;
+esac
+
+# One dpkg-query for the whole set: a package it does not know is reported on stderr and left out.
+mapfile -t installed < <(dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null |
+  awk '$NF == "installed" && $(NF - 1) == "ok" { print $1 }')
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ " ${installed[*]} " == *" $p "* ]] || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: all ${#packages[@]} packages present"
+  echo "install-deps: all ${#packages[@]} packages of the $set_name set present"
   exit 0
 fi
 if [[ $EUID -ne 0 ]]; then
@@ -38,10 +57,15 @@ if [[ $EUID -ne 0 ]]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp -t ddprun-install-deps.XXXXXX)
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/ddprun-install-deps.log 2>&1 || {
-  tail -20 /tmp/ddprun-install-deps.log >&2
-  echo "install-deps: error: apt-get install failed (log: /tmp/ddprun-install-deps.log)" >&2
+# --force-unsafe-io: dpkg writes the unpacked files without an fsync each; a crash mid-install is
+# repaired by running this script again, as any interrupted apt-get is.
+apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io "${missing[@]}" \
+  > "$log" 2>&1 || {
+  tail -20 "$log" >&2
+  echo "install-deps: error: apt-get install failed (log: $log)" >&2
   exit 1
 }
+rm -f "$log"
 echo "install-deps: done"

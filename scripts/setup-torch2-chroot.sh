@@ -26,6 +26,8 @@ STAMP_NAME=.ddprun-torch2-ok
 PACKAGES=(python3-torch python3-numpy)
 CHROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+# apt_mirror, mounts_under, unmount_all
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-root.sh"
 
 log() { printf 'setup-torch2-chroot: %s\n' "$*" >&2; }
 ERRMSG=
@@ -53,24 +55,6 @@ fi
 
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount); re-run with sudo"
 
-# The machine's own Debian archive: the first URI of a `deb` source that is not the security
-# archive, in deb822 (.sources) or one-line (sources.list) form. The project names no host of its
-# own: whatever mirror this machine is set up to use is the one the chroot uses.
-apt_mirror() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -f $f ]] || continue
-    awk 'BEGIN { IGNORECASE = 1 }
-         /^[[:space:]]*$/ { if (deb && uri != "") exit; deb = 0; uri = ""; next }
-         /^Types:/ { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
-         /^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { uri = $i; break } }
-         END { if (deb && uri != "") print uri }' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [[ -f $f ]] || continue
-    awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($i !~ /security/) print $i; break } }' "$f"
-  done
-}
 if [[ -z $MIRROR && $mode != umount ]]; then
   MIRROR="$(apt_mirror | head -n 1)"
   MIRROR="${MIRROR%/}"
@@ -86,24 +70,6 @@ tmp_real="$(readlink -f /tmp)"
 case "$ROOT/" in
   /tmp/* | "$tmp_real"/*) die "DDPRUN_TORCH2_ROOT must not be under /tmp (torch2-python bind-mounts /tmp into it)" ;;
 esac
-
-# Mount points at or below $1, deepest first.
-mounts_under() {
-  awk -v p="$1" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-}
-
-# Unmount everything at or below $1; fail if something stays mounted.
-unmount_all() {
-  local m
-  for _ in 1 2 3 4 5; do
-    [[ -n "$(mounts_under "$1")" ]] || return 0
-    while read -r m; do
-      [[ -n $m ]] || continue
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(mounts_under "$1")
-  done
-  [[ -z "$(mounts_under "$1")" ]]
-}
 
 # Delete a chroot directory, but never while anything (host /tmp, the repo,
 # /dev ...) is still bind-mounted inside it (torch2-python's binds live in
