@@ -2,20 +2,24 @@
 # Installs what ddprun needs from Debian's packages, by set. Idempotent: when the set is present it
 # returns at once without touching apt.
 #
-#   scripts/install-deps.sh          everything: the main job's set and the test suite's (scripts/test.sh)
-#   scripts/install-deps.sh --main   only the main job's set (scripts/run-example.sh): the toolchain,
-#                                    the libraries ddprun, ddprun-rendezvous and the runtime link, torch
+#   scripts/install-deps.sh           everything: the main job's sets and the test suite's (scripts/test.sh)
+#   scripts/install-deps.sh --main    the main job's (scripts/run-example.sh): --build and --torch
+#   scripts/install-deps.sh --build   what building ddprun, ddprun-rendezvous and the runtime needs
+#   scripts/install-deps.sh --torch   Debian's PyTorch 1.13, which the example's workers import
 set -euo pipefail
 
-# The main job: build ddprun, ddprun-rendezvous and libddprun-runtime, run examples/train_ddp.py.
-main_packages=(
+# Building ddprun, ddprun-rendezvous and libddprun-runtime (scripts/build.sh --main).
+build_packages=(
   build-essential cmake ninja-build pkg-config          # toolchain
   libboost-dev libboost-program-options-dev libboost-system-dev  # Boost.Asio, Program_options
   libspdlog-dev libfmt-dev libgloo-dev nlohmann-json3-dev
   libssl-dev                                            # OpenSSL: the token handshake (HMAC-SHA256, nonces), TLS
-  python3-torch                                         # torch 1.13: the example's workers, anchors and real clients
 )
-# The test suite and the benchmarks, on top of the main job's set.
+# torch 1.13: the example's workers (examples/train_ddp.py), the tests' anchors and real clients.
+# Most of the main job's download and unpacking: libtorch1.13 depends on OpenCV, and through it on
+# Qt, Mesa and FFmpeg (about 500 packages on a bare system).
+torch_packages=(python3-torch)
+# The test suite and the benchmarks, on top of the main job's sets.
 test_packages=(
   catch2                                                # the unit tests
   python3-tqdm                                          # a real progress bar (tests/launcher/output_test.py)
@@ -32,10 +36,12 @@ test_packages=(
 )
 
 case "${1:-}" in
-  "") set_name=all; packages=("${main_packages[@]}" "${test_packages[@]}") ;;
-  --main) set_name=main; packages=("${main_packages[@]}") ;;
+  "") set_name=all; packages=("${build_packages[@]}" "${torch_packages[@]}" "${test_packages[@]}") ;;
+  --main) set_name=main; packages=("${build_packages[@]}" "${torch_packages[@]}") ;;
+  --build) set_name=build; packages=("${build_packages[@]}") ;;
+  --torch) set_name=torch; packages=("${torch_packages[@]}") ;;
   *)
-    echo "install-deps: error: unknown argument '$1'; use --main (the main job's packages) or nothing (all)" >&2
+    echo "install-deps: error: unknown argument '$1'; use --main, --build, --torch or nothing (all)" >&2
     exit 2
     ;;
 esac
@@ -55,7 +61,7 @@ if [[ $EUID -ne 0 ]]; then
   echo "install-deps: error: missing packages (${missing[*]}); run as root or with sudo" >&2
   exit 1
 fi
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps: installing the $set_name set: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 log=$(mktemp -t ddprun-install-deps.XXXXXX)
 apt-get update -qq
@@ -68,4 +74,4 @@ apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe
   exit 1
 }
 rm -f "$log"
-echo "install-deps: done"
+echo "install-deps: the $set_name set installed"

@@ -14,8 +14,16 @@ case "${1:-}" in
   "" | --2nodes) ;;
   *) echo "run-example: error: unknown argument '$1'; use --2nodes or nothing" >&2; exit 2 ;;
 esac
-scripts/install-deps.sh --main
-scripts/build.sh --main
+# Debian's torch is most of the packages: it downloads and unpacks while ddprun builds (dpkg takes
+# one core, the compiler the others). Its output is the few lines install-deps prints.
+scripts/install-deps.sh --build
+scripts/install-deps.sh --torch &
+torch_install=$!
+if ! scripts/build.sh --main; then
+  wait "$torch_install" || true  # apt is left to finish, never cut off
+  exit 1
+fi
+wait "$torch_install"
 export PYTHON_EXEC=/usr/bin/python3  # Debian's torch 1.13 (the python3 first on PATH may have none)
 checkpoint=$(mktemp -d)/model.pt
 if [[ "${1:-}" == "--2nodes" ]]; then

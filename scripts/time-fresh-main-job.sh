@@ -77,30 +77,29 @@ for d in proc sys dev; do
 done
 
 # One run of the main job in the root; its output is shown with the seconds since its start, and
-# the marks its scripts print split it: packages until install-deps ends, build until build ends.
+# the lines that end a step (each install-deps set, the build) are the marks of its summary.
 run_job() {
-  local label=$1 start line last="" at packages_end="" build_end="" cpu=""
+  local label=$1 start line last="" at cpu="" marks=()
   start=$(now_us)
   while IFS= read -r line; do
     last=$line
     at=$(seconds_since "$start")
     printf '%7s s | %s\n' "$at" "$line"
     case "$line" in
-      install-deps:\ done | install-deps:\ all\ *) packages_end=$at ;;
-      build:\ *\ ready) build_end=$at ;;
+      install-deps:\ the\ *\ set\ installed) marks+=("${line#install-deps: the } at $at s") ;;
+      install-deps:\ all\ *\ present) marks+=("${line#install-deps: all * of the } at $at s") ;;
+      build:\ *\ ready) marks+=("build ready at $at s") ;;
       cpu\ *) cpu=${line#cpu } ;;
     esac
   done < <(chroot "$root" /usr/bin/env -i PATH="$CHROOT_PATH" HOME=/root LANG=C.UTF-8 \
     /bin/bash -c 'cd /root/ddprun && TIMEFORMAT="cpu %U s user, %S s system"
                   time scripts/run-example.sh "$@"; echo "exit status $?"' \
     run-example "${job_args[@]}" 2>&1)
-  local total
-  total=$(seconds_since "$start")
   [[ $last == "exit status 0" ]] || { echo "time-fresh-main-job: error: the $label run failed" >&2; exit 1; }
   # The CPU time is the whole run's: every process it waited for (bash's `time`).
-  awk -v l="$label" -v t="$total" -v p="$packages_end" -v b="$build_end" -v c="$cpu" 'BEGIN {
-    printf "time-fresh-main-job: %s run: %.1f s (packages %.1f s, build %.1f s, job %.1f s; CPU %s)\n",
-           l, t, p, b - p, t - b, c }' | tee -a "$work/summary"
+  local IFS=";"
+  printf 'time-fresh-main-job: %s run: %s s (%s; CPU %s)\n' "$label" "$(seconds_since "$start")" \
+    "${marks[*]/#/ }" "$cpu" | sed 's/( /(/' | tee -a "$work/summary"
 }
 
 log "first run: scripts/run-example.sh ${job_args[*]} in a root with nothing installed"
