@@ -102,7 +102,7 @@ run_job() {
     "${marks[*]/#/ }" "$cpu" | sed 's/( /(/' | tee -a "$work/summary"
 }
 
-log "first run: scripts/run-example.sh ${job_args[*]} in a root with nothing installed"
+log "first run: scripts/run-example.sh${job_args[*]:+ ${job_args[*]}} in a root with nothing installed"
 run_job first
 log "second run: the same command again"
 run_job second
