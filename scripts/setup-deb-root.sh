@@ -51,8 +51,8 @@ case "$ROOT" in
   /*) ROOT="${ROOT%/}" ;;
   *) die "DDPRUN_DEB_ROOT must be an absolute path (got '$ROOT')" ;;
 esac
-# shellcheck source=lib/debian-mirror.sh
-source "$(dirname "$0")/lib/debian-mirror.sh"
+# shellcheck source=lib/debian-root.sh
+source "$(dirname "$0")/lib/debian-root.sh"
 [[ -n $MIRROR ]] || MIRROR="$(debian_mirror)"
 [[ -n $MIRROR ]] ||
   die "no Debian archive found in /etc/apt/sources.list(.d); set DDPRUN_DEBIAN_MIRROR to your mirror's URL"

@@ -26,6 +26,8 @@ STAMP_NAME=.ddprun-torch2-ok
 PACKAGES=(python3-torch python3-numpy)
 CHROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+# debian_mirror, mounts_under, unmount_all
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-root.sh"
 
 log() { printf 'setup-torch2-chroot: %s\n' "$*" >&2; }
 ERRMSG=
@@ -53,8 +55,6 @@ fi
 
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount); re-run with sudo"
 
-# shellcheck source=lib/debian-mirror.sh
-source "$(dirname "$0")/lib/debian-mirror.sh"
 if [[ -z $MIRROR && $mode != umount ]]; then
   MIRROR="$(debian_mirror)"
   [[ -n $MIRROR ]] ||
@@ -69,24 +69,6 @@ tmp_real="$(readlink -f /tmp)"
 case "$ROOT/" in
   /tmp/* | "$tmp_real"/*) die "DDPRUN_TORCH2_ROOT must not be under /tmp (torch2-python bind-mounts /tmp into it)" ;;
 esac
-
-# Mount points at or below $1, deepest first.
-mounts_under() {
-  awk -v p="$1" '$5 == p || index($5, p "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-}
-
-# Unmount everything at or below $1; fail if something stays mounted.
-unmount_all() {
-  local m
-  for _ in 1 2 3 4 5; do
-    [[ -n "$(mounts_under "$1")" ]] || return 0
-    while read -r m; do
-      [[ -n $m ]] || continue
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(mounts_under "$1")
-  done
-  [[ -z "$(mounts_under "$1")" ]]
-}
 
 # Delete a chroot directory, but never while anything (host /tmp, the repo,
 # /dev ...) is still bind-mounted inside it (torch2-python's binds live in
