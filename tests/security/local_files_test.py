@@ -22,7 +22,7 @@ tests/security/local_user.py's `ddprun-attacker` (exit 77, skipped, where it can
                     and the parent's error file is written
   token-other-owner a mode-600 token file that the other user owns (and so can read and change):
                     the agent and ddprun-rendezvous exit 2, one line (token_test.py's other_owner)
-  token-fifo        a FIFO at the token path: agent and daemon exit 2 within a second, one line
+  token-fifo        a FIFO at the token path: agent and daemon exit 2 at once (not blocked), one line
                     (token_test.py's token_fifo)
   kill9-leftovers   after kill -9 of the agent, none of its directories (scratch, private) remain,
                     and none of its workers, within a bounded wait

@@ -28,7 +28,7 @@ Without torch (the secret's handling; PY only runs a no-op worker):
   tls-needs-token      TLS files without token_file: exit 2, one line naming token_file
 Against another user of the node (run by local_files_test.py as token-other-owner, token-fifo):
   other_owner          a mode-600 token file another user owns: agent and daemon exit 2, one line
-  token_fifo           a FIFO at the token path: agent and daemon exit 2 within a second, one line
+  token_fifo           a FIFO at the token path: agent and daemon exit 2 at once (not blocked), one line
 """
 import argparse
 import os
@@ -293,8 +293,10 @@ def other_owner(s):
     return "daemon and agent exit 2 for a mode-600 token file of %s (at most %.2f s)" % (user.name, max(took))
 
 
-# "Within a second": a FIFO is refused by the open itself, not after a wait.
-FIFO_LIMIT = 1.0
+# A FIFO is refused by the open itself, not after a wait: an open that waited for a writer would
+# never return. The bound only tells "refused" from "blocked", generously enough for an ASan
+# build started beside other work (an ASan agent takes over a second to start on a loaded machine).
+FIFO_LIMIT = 10.0
 
 
 def token_fifo(s):
