@@ -288,7 +288,7 @@ void forwardSignals(asio::signal_set& signals, AgentMachine& machine, FileTimerP
 void planWorkerCpus(LaunchConfig& config, const Environment& environment) {
   if (config.numaBinding == NumaAffinity::kNone) return;
   std::optional<std::string> visibleDevices;
-  if (auto it = environment.find("CUDA_VISIBLE_DEVICES"); it != environment.end()) {
+  if (auto it = environment.find(common::kEnvCudaVisibleDevices); it != environment.end()) {
     visibleDevices = it->second;
   }
   std::vector<WorkerCpus> plan;

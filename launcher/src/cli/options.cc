@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/helpers.h"
 #include "ddprun/common/text.h"
+#include "ddprun/launcher/launch_config.h"
 
 namespace ddprun::launcher::cli_detail {
 namespace {
@@ -23,7 +24,9 @@ constexpr std::string_view kRendezvousBackends[] = {"static", "c10d", "etcd", "e
 constexpr std::string_view kStartMethods[] = {"spawn", "fork", "forkserver"};
 constexpr std::string_view kEventLogHandlers[] = {"null", "console", "dynamic_rendezvous"};
 constexpr std::string_view kLogsSpecs[] = {"default"};
-constexpr std::string_view kNumaBindings[] = {"node", "socket", "exclusive", "core-complex"};
+constexpr std::string_view kNumaBindings[] = {
+    numaAffinityName(NumaAffinity::kNode), numaAffinityName(NumaAffinity::kSocket),
+    numaAffinityName(NumaAffinity::kExclusive), numaAffinityName(NumaAffinity::kCoreComplex)};
 // Values offered by shell completion, among others the option takes.
 constexpr std::string_view kWorkerCounts[] = {"cpu", "gpu", "xpu", "auto"};
 constexpr std::string_view kStreams[] = {"0", "1", "2", "3"};

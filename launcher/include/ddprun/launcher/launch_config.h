@@ -48,7 +48,7 @@ enum class NumaAffinity {
 };
 
 // The mode's name as --numa-binding takes it ("" for kNone).
-inline const char* numaAffinityName(NumaAffinity mode) {
+constexpr const char* numaAffinityName(NumaAffinity mode) {
   switch (mode) {
     case NumaAffinity::kNode:
       return "node";
