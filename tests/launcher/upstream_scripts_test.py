@@ -14,7 +14,8 @@ directory and applies tests/upstream/<repo>.cpu.patch (cuda -> cpu, nccl -> gloo
   resume     the same with --max_restarts 1, 6 epochs: rank 1 is killed (SIGKILL) after the first
              snapshot; the group restarts and every rank prints "Resuming training from snapshot
              at Epoch N" (the same N on both), then finishes; exit 0. A torchrun 2.x whose
-             restart fails (gloo's mesh, seen in 1 of 2 runs) is shown, and ddprun alone is held
+             restart fails or hangs (gloo's mesh, seen in 1 of 2 runs; a restart with no
+             "Resuming" line 120 s after the kill is stopped) is shown, and ddprun alone is held
              to the bar then
   multinode  ddp-tutorial-series/multinode.py 3 1 as the tutorial starts it: two agents (nodes)
              of one worker each, c10d, --node_rank 0 and 1: the same lines, exit 0
@@ -240,6 +241,8 @@ def resume(args, flavour, work, deadline):
         if victim is None:
             give_up(f"{launcher}: no worker of rank 1 found below pid {job.pid}", [job])
         os.kill(victim, signal.SIGKILL)
+        if launcher == "torchrun" and not flavour.version.startswith("1."):
+            stop_unresumed(job, deadline)
         finish([job], deadline, f"{launcher}: multigpu_torchrun.py after rank 1 was killed")
         return job
     jobs = each_launcher(body)
@@ -263,6 +266,24 @@ def resume(args, flavour, work, deadline):
         summary.append(f"{launcher}: {resumed[0]} on both ranks, exit 0")
     print(f"torch {flavour.version}: rank 1 killed after a snapshot, the group restarted; "
           + "; ".join(summary))
+
+
+def stop_unresumed(job, deadline, grace=120):
+    """torchrun 2.6's restarted workers sometimes hang in gloo's mesh instead of failing: a restart
+    that printed no "Resuming" line `grace` s after the kill is stopped, and shown as failed."""
+    wait = Deadline(min(grace, deadline.left()))
+    while "Resuming" not in job.output and job.wait(min(1.0, wait.left())) is None:
+        if not wait.left():
+            print(f"torchrun (pid {job.pid}): no rank resumed {grace} s after the kill; stopped:\n"
+                  f"{describe([job])}", flush=True)
+            workers = descendants(job.pid)
+            job.kill()
+            for pid in workers:  # a worker torchrun did not stop in its grace
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
 
 
 def multinode(args, flavour, work, deadline):
