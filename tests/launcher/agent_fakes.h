@@ -4,6 +4,7 @@
 // several AgentMachines form jobs in one test process, in milliseconds.
 #pragma once
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,9 +12,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -151,8 +154,11 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   std::function<void()> childExited;
   // Whether workers die of the signals they are sent (SIGKILL always kills).
   bool obeySignals = true;
-  // Spawns of these local ranks fail (LOCAL_RANK in the environment).
+  // Spawns of these local ranks fail (LOCAL_RANK in the environment), with this errno (of the
+  // exec when spawnFailsInExec).
   std::set<int> failingSpawns;
+  int spawnErrno = ENOENT;
+  bool spawnFailsInExec = true;
   // Processes the workers started (belongsToWorkers() says yes to them as to running workers).
   std::set<pid_t> descendants;
 
@@ -170,7 +176,9 @@ class FakeLauncher final : public launcher::ProcessLauncher {
       }
     }
     if (failingSpawns.count(std::stoi(worker.environment.at("LOCAL_RANK")))) {
-      throw launcher::SpawnError("cannot start /bin/true: No such file or directory");
+      throw launcher::SpawnError(
+          fmt::format("cannot start /bin/true: {}", std::strerror(spawnErrno)), spawnErrno,
+          spawnFailsInExec);
     }
     running_.insert(worker.pid);
     spawned.push_back(worker);

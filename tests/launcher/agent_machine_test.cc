@@ -198,10 +198,10 @@ TEMPLATE_TEST_CASE("a failed worker restarts the whole group within --max-restar
   CHECK(second[0].environment.at("TORCHELASTIC_RESTART_COUNT") == "1");
   CHECK(second[0].environment.at("DDPRUN_GENERATION") == "1");
   CHECK(second[0].environment.at("MASTER_PORT") == "40002");  // a fresh workers' store
-  CHECK(node.machine.round().restartCount == 1);
+  CHECK(node.machine.round().history.restarts == 1);
   node.launcher.exitWith(second[0].pid, 4);
   REQUIRE(client.until([&] { return node.runningRound(2); }));
-  CHECK(node.machine.round().restartCount == 2);
+  CHECK(node.machine.round().history.restarts == 2);
   node.allExit(0);
   REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 0);
@@ -288,12 +288,29 @@ TEMPLATE_TEST_CASE("a worker that cannot be started is a failure with exit code 
                    "[agent][unit]", OverStore, Standalone) {
   TestType client(2, /*maxRestarts=*/1);
   auto& node = client.node;
-  node.launcher.failingSpawns = {1};
-  node.machine.start();
-  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
-  CHECK(*node.exitCode == 127);
-  CHECK(node.machine.round().restartCount == 1);  // the restart was spent on it too
-  CHECK(node.machine.ending()->rootCause->message.find("No such file") != std::string::npos);
+  SECTION("a program exec cannot run (ENOENT) is the user's: no restart") {
+    node.launcher.failingSpawns = {1};
+    node.machine.start();
+    REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
+    CHECK(*node.exitCode == 127);
+    CHECK(node.machine.round().history.restarts == 0);
+    CHECK(node.machine.ending()->failureClass == FailureClass::kUser);
+    CHECK(node.machine.ending()->rootCause->message.find("No such file") != std::string::npos);
+    CHECK(exitCode(*node.machine.ending(), ExitCodeScheme::kClasses) == kExitUserError);
+  }
+  SECTION("a clone that fails with EAGAIN is the machine's: restarted, then 82 with classes") {
+    node.launcher.failingSpawns = {1};
+    node.launcher.spawnErrno = EAGAIN;
+    node.launcher.spawnFailsInExec = false;
+    node.machine.start();
+    REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
+    CHECK(*node.exitCode == 127);
+    CHECK(node.machine.round().history.restarts == 1);  // the restart was spent on it too
+    CHECK(node.machine.ending()->failureClass == FailureClass::kMachine);
+    CHECK(node.machine.ending()->rootCause->startFault->error == EAGAIN);
+    CHECK(exitCode(*node.machine.ending(), ExitCodeScheme::kClasses) == kExitMachineFault);
+    CHECK(node.machine.snapshot().lastFailureClass == FailureClass::kMachine);
+  }
 }
 
 TEMPLATE_TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143", "[agent][unit]",
@@ -388,8 +405,8 @@ TEST_CASE("a failure on one node restarts every node's workers, counted once", "
   a.launcher.exitWith(a.workers()[0].pid, 1);
   REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
   CHECK_FALSE(b.launcher.running(bFirst));  // b stopped its healthy worker too
-  CHECK(a.machine.round().restartCount == 1);
-  CHECK(b.machine.round().restartCount == 1);
+  CHECK(a.machine.round().history.restarts == 1);
+  CHECK(b.machine.round().history.restarts == 1);
   CHECK(b.workers()[0].environment.at("TORCHELASTIC_RESTART_COUNT") == "1");
 }
 
@@ -403,7 +420,7 @@ TEST_CASE("a lost node re-forms the job without it and spends no restart", "[age
   job.nodes[1]->backend.sever();
   REQUIRE(job.until([&] { return a.runningRound(1); }));
   CHECK(a.machine.round().nodes == 1);
-  CHECK(a.machine.round().restartCount == 0);
+  CHECK(a.machine.round().history.restarts == 0);
   CHECK(a.workers()[0].environment.at("WORLD_SIZE") == "1");
   const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
   REQUIRE(stop);
@@ -426,7 +443,7 @@ TEST_CASE("a node that joins a running elastic job re-forms it with the newcomer
   b.machine.start();
   REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
   CHECK(a.machine.round().nodes == 2);
-  CHECK(a.machine.round().restartCount == 0);
+  CHECK(a.machine.round().history.restarts == 0);
   CHECK(b.workers()[0].environment.at("WORLD_SIZE") == "2");
 }
 
@@ -478,7 +495,7 @@ TEST_CASE(
     REQUIRE(job.until([&] {
       return a.machine.state() == State::kRunning && b.machine.state() == State::kRunning;
     }));
-    CHECK(a.machine.round().restartCount == 0);
+    CHECK(a.machine.round().history.restarts == 0);
     a.allExit(0);
     b.allExit(0);
     REQUIRE(job.until([&] { return a.exitCode && b.exitCode; }));
@@ -542,7 +559,9 @@ TEST_CASE("the stop record: one serialisation, parsed back to the same typed val
   CHECK_FALSE(StopReason::parse("{\"kind\":\"exploded\"}"));
   CHECK_FALSE(StopReason::parse("{\"kind\":\"failure\"}"));  // a failure without its worker
   CHECK_THROWS_AS(StopReason::storeLost("x").serialize(), std::logic_error);
-  CHECK(restartsAfter(2, *StopReason::parse(StopReason::nodeJoined(3, "c").serialize())) == 2);
+  RestartHistory two;
+  two.restarts = 2;
+  CHECK(historyAfter(two, *StopReason::parse(StopReason::nodeJoined(3, "c").serialize())) == two);
 }
 
 TEST_CASE("exit codes are decided in one place", "[agent][unit]") {
@@ -629,7 +648,7 @@ TEST_CASE(
   REQUIRE(job.until([&] { return node.runningRound(1); }));
   REQUIRE_FALSE(node.launcher.processSignals.empty());
   CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{first[1].pid, SIGKILL});
-  CHECK(node.machine.round().restartCount == 1);
+  CHECK(node.machine.round().history.restarts == 1);
   // The new attempt is judged afresh: rank 1 has not reported in it, which is no hang yet.
   job.loop.advance(60s);
   CHECK(node.evidence.requests.size() == 1);
@@ -682,7 +701,7 @@ TEST_CASE(
   CHECK(node.launcher.processSignals[0] == std::make_pair(workers[0].pid, SIGKILL));
   CHECK(node.launcher.processSignals[1] == std::make_pair(workers[1].pid, SIGKILL));
   REQUIRE(job.until([&] {
-    return node.machine.state() == State::kRunning && node.machine.round().restartCount == 1;
+    return node.machine.state() == State::kRunning && node.machine.round().history.restarts == 1;
   }));
 }
 
@@ -1202,7 +1221,7 @@ TEST_CASE(
   REQUIRE(job.until(
       [&] { return node.machine.state() == State::kRunning && node.machine.round().number >= 1; }));
   CHECK(node.driver.nodeId() != firstId);
-  CHECK(node.machine.round().restartCount == 0);
+  CHECK(node.machine.round().history.restarts == 0);
   CHECK(node.workers()[0].environment.at("WORLD_SIZE") == "1");
   const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
   REQUIRE(stop);
@@ -1295,4 +1314,121 @@ TEST_CASE("the snapshot says what the agent is doing: round, restarts, workers, 
   CHECK(ended.workers[0].state == WorkerState::kSucceeded);
   CHECK(*ended.workers[0].exitCode == 0);
   CHECK_FALSE(healthy(ended));
+}
+
+namespace {
+
+LaunchConfig backoffConfig(int minNodes, int maxNodes) {
+  LaunchConfig config = jobConfig(minNodes, maxNodes, 1, /*maxRestarts=*/3);
+  config.restart.backoffInitial = 10s;
+  config.restart.backoffCap = 60s;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("a restart waits its back-off on every node, and no node joins before it ends",
+          "[agent][unit]") {
+  Job job;
+  Node& a = job.add(backoffConfig(2, 2), "10.0.0.1");
+  Node& b = job.add(backoffConfig(2, 2), "10.0.0.2");
+  REQUIRE(job.startTogether());
+  a.launcher.exitWith(a.workers()[0].pid, 3);
+  REQUIRE(
+      job.until([&] { return a.machine.snapshot().restartAt && b.machine.snapshot().restartAt; }));
+  // No progress before the first failure: n = 1, the wait is INITIAL.
+  CHECK(*a.machine.snapshot().restartAt == Approx(a.machine.snapshot().updatedAt + 10));
+  job.loop.advance(9900ms);
+  job.loop.runPosted();
+  CHECK_FALSE(job.store.check({"ddprun/unit/round/1/joined"}));
+  CHECK(a.launcher.spawned.size() == 1);
+  CHECK(b.launcher.spawned.size() == 1);
+  job.loop.advance(200ms);
+  REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
+  CHECK_FALSE(a.machine.snapshot().restartAt);
+  // A second failure in a row without progress (another exit code: not the same root cause)
+  // waits twice as long.
+  b.launcher.exitWith(b.workers()[0].pid, 4);
+  REQUIRE(job.until([&] { return a.machine.snapshot().restartAt.has_value(); }));
+  CHECK(*a.machine.snapshot().restartAt == Approx(a.machine.snapshot().updatedAt + 20));
+  CHECK(a.machine.snapshot().lastFailureClass == FailureClass::kWorker);
+  job.loop.advance(19900ms);
+  job.loop.runPosted();
+  CHECK_FALSE(job.store.check({"ddprun/unit/round/2/joined"}));
+  job.loop.advance(200ms);
+  REQUIRE(job.until([&] { return a.runningRound(2) && b.runningRound(2); }));
+  // The restart event says the class and the wait.
+  const auto restart = std::find_if(a.events.rbegin(), a.events.rend(), [](const std::string& e) {
+    return e.find("ddprun.worker_group.restart") != std::string::npos;
+  });
+  REQUIRE(restart != a.events.rend());
+  const auto metadata = nlohmann::json::parse(
+      nlohmann::json::parse(*restart)["metadata"]["metadata"].get<std::string>());
+  CHECK(metadata["failure_class"] == "worker");
+  CHECK(metadata["backoff_s"] == 20.0);
+  CHECK(metadata["progress"] == false);
+}
+
+TEST_CASE("progress before a failure (a heartbeat) makes the back-off INITIAL again",
+          "[agent][unit]") {
+  Job job;
+  Node& node = job.add(backoffConfig(1, 1), "10.0.0.1");
+  REQUIRE(job.startTogether());
+  node.heartbeats.reports[0] = job.loop.wallNow();
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.machine.snapshot().restartAt.has_value(); }));
+  CHECK(*node.machine.snapshot().restartAt == Approx(node.machine.snapshot().updatedAt + 10));
+  const auto stop = StopReason::parse(job.store.get("ddprun/unit/round/0/stop"));
+  REQUIRE(stop);
+  CHECK(stop->failure->progress);  // the evidence travels in the stop record
+}
+
+TEST_CASE("a signal during the back-off ends the agent at once (83 with --exit-codes classes)",
+          "[agent][unit]") {
+  Job job;
+  LaunchConfig config = backoffConfig(1, 1);
+  config.restart.exitCodes = ExitCodeScheme::kClasses;
+  Node& node = job.add(config, "10.0.0.1");
+  REQUIRE(job.startTogether());
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.machine.snapshot().restartAt.has_value(); }));
+  node.machine.onSignal(SIGTERM);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == kExitStopped);
+  CHECK(node.machine.ending()->kind == EndKind::kSignalled);
+  job.loop.advance(20s);  // the back-off's timer is gone with it
+  job.loop.runPosted();
+  CHECK(node.launcher.spawned.size() == 1);
+}
+
+TEST_CASE("the same failure twice without progress stops after 1 restart, the user's",
+          "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 1, /*maxRestarts=*/3);
+  config.restart.exitCodes = ExitCodeScheme::kClasses;
+  Node& node = job.add(config, "10.0.0.1");
+  REQUIRE(job.startTogether());
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == kExitUserError);
+  CHECK(node.machine.ending()->failureClass == FailureClass::kUser);
+  CHECK_THAT(node.machine.ending()->message,
+             Catch::Contains("after 1 restart(s)") && Catch::Contains("user failure") &&
+                 Catch::Contains("the same failure as the last one (exit 3)"));
+  CHECK(node.machine.snapshot().lastFailureClass == FailureClass::kUser);
+}
+
+TEST_CASE("--no-restart-exit-code stops at once, whatever budget is left", "[agent][unit]") {
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/3);
+  config.restart.noRestartExitCode = 93;
+  Node& node = job.add(config, "10.0.0.1");
+  REQUIRE(job.startTogether());
+  node.launcher.exitWith(node.workers()[1].pid, 93);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 93);  // --exit-codes root-cause: the code passed through
+  CHECK(node.machine.ending()->failureClass == FailureClass::kUser);
+  CHECK(node.launcher.spawned.size() == 2);  // no restart
 }

@@ -160,8 +160,9 @@ TEST_CASE("a worker killed with SIGKILL restarts the whole group, and the counts
 
 TEST_CASE("restarts stop at --max-restarts and the job fails with the cause's code", "[agent]") {
   TempDir dir;
+  // Progress before each failure (a heartbeat): the same failure again is then no user error.
   Subprocess job(ddprunCommand(2, {"--max-restarts", "2", "--no-python", kReport, "--fail-rank",
-                                   "0", "--exit", "3", "--touch", dir.path}));
+                                   "0", "--exit", "3", "--touch", dir.path, "--progress"}));
   REQUIRE(exitsWith(job, 3, 60s));
   for (int generation = 0; generation < 3; ++generation) {
     CHECK(fs::exists(fmt::format("{}/ran.{}.0", dir.path, generation)));

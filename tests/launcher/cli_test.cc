@@ -22,6 +22,7 @@
 
 using ddprun::launcher::CommandLine;
 using ddprun::launcher::EntryKind;
+using ddprun::launcher::ExitCodeScheme;
 using ddprun::launcher::LaunchConfig;
 using ddprun::launcher::NumaAffinity;
 using ddprun::launcher::parseCommandLine;
@@ -210,6 +211,19 @@ std::vector<ValueCase> valueCases() {
          return c.rdzv.settings.joinTimeout == std::chrono::seconds(5);
        }},
       {"max-restarts", "4", [](const LaunchConfig& c) { return c.restart.maxRestarts == 4; }},
+      {"restart-backoff", "2.5:40",
+       [](const LaunchConfig& c) {
+         return c.restart.backoffInitial == std::chrono::milliseconds(2500) &&
+                c.restart.backoffCap == std::chrono::seconds(40);
+       }},
+      {"max-no-progress-restarts", "5",
+       [](const LaunchConfig& c) { return c.restart.maxNoProgressRestarts == 5; }},
+      {"progress-min-time", "60",
+       [](const LaunchConfig& c) { return c.restart.progressMinTime == std::chrono::seconds(60); }},
+      {"no-restart-exit-code", "93",
+       [](const LaunchConfig& c) { return c.restart.noRestartExitCode == 93; }},
+      {"exit-codes", "classes",
+       [](const LaunchConfig& c) { return c.restart.exitCodes == ExitCodeScheme::kClasses; }},
       {"monitor-interval", "0.5",
        [](const LaunchConfig& c) { return c.restart.monitorInterval == 0.5; }},
       {"start-method", "fork", [](const LaunchConfig& c) { return c.entry.startMethod == "fork"; }},
@@ -484,8 +498,9 @@ TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the s
         "the option's name");
   CHECK_THAT(usageError({"--n", "2", script()}),
              Catch::Contains("ambiguous option: --n could match --nnodes, --nproc-per-node, "
-                             "--nproc_per_node, --no-python, --no_python, --node-rank, "
-                             "--node_rank, --numa-binding, --numa_binding;"));
+                             "--nproc_per_node, --no-restart-exit-code, --no_restart_exit_code, "
+                             "--no-python, --no_python, --node-rank, --node_rank, "
+                             "--numa-binding, --numa_binding;"));
   CHECK_THAT(usageError({"--rdzv-=x", script()}),
              Catch::Contains("ambiguous option: --rdzv- could match --rdzv-backend, "
                              "--rdzv-endpoint, --rdzv-id, --rdzv-conf;"));
@@ -588,6 +603,32 @@ TEST_CASE("option --nnodes: N or MIN:MAX with 0 < MIN <= MAX", "[cli]") {
   const CommandLine staticRange = parse({"--nnodes", "1:2", script()});
   REQUIRE(staticRange.warnings.size() == 1);
   CHECK_THAT(staticRange.warnings[0], Catch::Contains("exactly 2 nodes"));
+}
+
+TEST_CASE("the restart policy's options: defaults, and each bad value one line", "[cli]") {
+  const LaunchConfig defaults = config({script()});
+  CHECK(defaults.restart.backoffInitial == std::chrono::milliseconds(0));
+  CHECK(defaults.restart.maxNoProgressRestarts == 3);
+  CHECK(defaults.restart.progressMinTime == std::chrono::seconds(300));
+  CHECK_FALSE(defaults.restart.noRestartExitCode);
+  CHECK(defaults.restart.exitCodes == ExitCodeScheme::kRootCause);
+  // INITIAL alone: the cap is 16 x INITIAL.
+  CHECK(config({"--restart-backoff", "5", script()}).restart.backoffCap ==
+        std::chrono::seconds(80));
+  for (const char* bad : {"-1", "x", "5:2", "5:", ":5", "1:2:3", "nan"}) {
+    INFO(bad);
+    CHECK_THAT(
+        usageError({"--restart-backoff", bad, script()}),
+        Catch::Contains("INITIAL or INITIAL:CAP") && Catch::Contains("--restart-backoff 10:120"));
+  }
+  CHECK_THAT(usageError({"--max-no-progress-restarts", "-1", script()}),
+             Catch::Contains("cannot be negative"));
+  CHECK_THAT(usageError({"--progress-min-time", "-3", script()}), Catch::Contains(">= 0"));
+  CHECK_THAT(usageError({"--no-restart-exit-code", "0", script()}),
+             Catch::Contains("1..255") && Catch::Contains("--no-restart-exit-code 93"));
+  CHECK_THAT(usageError({"--no-restart-exit-code", "256", script()}), Catch::Contains("1..255"));
+  CHECK_THAT(usageError({"--exit-codes", "scheduler", script()}),
+             Catch::Contains("root-cause") && Catch::Contains("classes"));
 }
 
 TEST_CASE("option --max-restarts, --node-rank, --master-port must be integers in range", "[cli]") {

@@ -16,17 +16,19 @@ using namespace ddprun::launcher;
 
 namespace {
 
-// The first column of each row of the table under "## Exit codes of ddprun (the agent)".
-std::set<std::string> documentedCodes() {
+// The first two columns of each row of the table under "## Exit codes of ddprun (the agent)": the
+// code with --exit-codes root-cause and with --exit-codes classes.
+std::set<std::pair<std::string, std::string>> documentedCodes() {
   std::ifstream docs(std::string(DDPRUN_SOURCE_DIR) + "/docs/errors.md");
   REQUIRE(docs.good());
-  std::set<std::string> codes;
+  std::set<std::pair<std::string, std::string>> codes;
   bool inSection = false;
   for (std::string line; std::getline(docs, line);) {
     if (line.rfind("## ", 0) == 0) inSection = line == "## Exit codes of ddprun (the agent)";
     if (!inSection || line.rfind("| ", 0) != 0 || line.rfind("| code", 0) == 0) continue;
-    const auto end = line.find(" |", 2);
-    codes.insert(line.substr(2, end - 2));
+    const auto end = line.find(" | ", 2);
+    const auto second = line.find(" | ", end + 3);
+    codes.emplace(line.substr(2, end - 2), line.substr(end + 3, second - end - 3));
   }
   return codes;
 }
@@ -45,34 +47,49 @@ WorkerFailure killedBy(int signal) {
 
 }  // namespace
 
-TEST_CASE("exit codes: each ending's code, and docs/errors.md names exactly those",
+TEST_CASE("exit codes: each ending's code in both schemes, and docs/errors.md names exactly those",
           "[exit_codes]") {
-  // Each ending, its code, and the row of the docs' table that describes it.
+  // Each ending, its codes (root-cause, classes), and the row of the docs' table that describes
+  // it.
   struct Row {
     Ending ending;
     int code;
+    int classCode;
     std::string documentedAs;
+    std::string classDocumentedAs;
   };
+  const std::string rootCause = "the root cause's code";
   const Row rows[] = {
-      {Ending::succeeded(), 0, "0"},
-      {Ending::jobFailed(exitedWith(7), "m"), 7, "the root cause's exit code"},
-      {Ending::jobFailed(killedBy(SIGKILL), "m"), 128 + SIGKILL, "128 + signal"},
-      {Ending::signalled(SIGTERM), 128 + SIGTERM, "128 + signal"},
-      {Ending::rendezvousFailed("m"), 1, "1"},
-      {Ending::storeLost("m"), 1, "1"},
-      {Ending::badInput("m"), 2, "2"},
-      {Ending::consoleClosed("m"), 128 + SIGPIPE, "141"},
+      {Ending::succeeded(), 0, 0, "0", "0"},
+      {Ending::jobFailed(exitedWith(7), "m", FailureClass::kUser), 7, 80, rootCause, "80"},
+      {Ending::jobFailed(exitedWith(7), "m"), 7, 81, rootCause, "81"},
+      {Ending::jobFailed(killedBy(SIGKILL), "m"), 128 + SIGKILL, 81, rootCause, "81"},
+      {Ending::jobFailed(exitedWith(127), "m", FailureClass::kMachine), 127, 82, rootCause, "82"},
+      {Ending::signalled(SIGTERM), 128 + SIGTERM, 83, "128 + signal", "83"},
+      {Ending::rendezvousFailed("m"), 1, 82, "1", "82"},
+      {Ending::storeLost("m"), 1, 82, "1", "82"},
+      {Ending::badInput("m"), 2, 2, "2", "2"},
+      {Ending::consoleClosed("m"), 128 + SIGPIPE, 128 + SIGPIPE, "141", "141"},
   };
-  const std::set<std::string> documented = documentedCodes();
-  std::set<std::string> used;
+  const auto documented = documentedCodes();
+  std::set<std::pair<std::string, std::string>> used;
   for (const Row& row : rows) {
-    INFO("ending kind " << static_cast<int>(row.ending.kind));
+    INFO("ending kind " << static_cast<int>(row.ending.kind) << ", class "
+                        << failureClassName(row.ending.failureClass));
     CHECK(exitCode(row.ending) == row.code);
-    CHECK(documented.count(row.documentedAs) == 1);
-    used.insert(row.documentedAs);
+    CHECK(exitCode(row.ending, ExitCodeScheme::kRootCause) == row.code);
+    CHECK(exitCode(row.ending, ExitCodeScheme::kClasses) == row.classCode);
+    const std::pair documentedRow(row.documentedAs, row.classDocumentedAs);
+    CHECK(documented.count(documentedRow) == 1);
+    used.insert(documentedRow);
   }
   // No row of the docs describes a code the agent never returns.
   CHECK(used == documented);
+  // The classes' codes are none of the agent's own codes (0, 1, 2, 141, 128 + signal).
+  for (int code : {kExitUserError, kExitBudgetSpent, kExitMachineFault, kExitStopped}) {
+    CHECK(code > 2);
+    CHECK(code < 128);
+  }
 }
 
 TEST_CASE("a reaped child's wait status as a shell's exit code", "[exit_codes]") {

@@ -29,25 +29,29 @@ TEST_CASE("a close record with seats names its closer, one without names the mem
   CloseRecord seated;
   seated.nodes = 3;
   seated.closer = 7;
-  seated.restarts = 2;
+  seated.history.restarts = 2;
+  seated.history.noProgress = 1;
+  seated.history.signature = "ValueError at x.py:3";
   const auto back = closeRecordFromText(closeRecordToText(seated));
   REQUIRE(back);
   CHECK(back->nodes == 3);
   CHECK(back->closer == 7);
-  CHECK(back->restarts == 2);
+  CHECK(back->history == seated.history);  // the restart history travels whole
   CHECK(back->members.empty());
 
   CloseRecord listed;
   listed.members = {4, 9};
   listed.nodes = 2;
-  listed.restarts = 0;
+  listed.history.restarts = 0;
   const auto list = closeRecordFromText(closeRecordToText(listed));
   REQUIRE(list);
   CHECK(list->closer == -1);
   CHECK(list->nodes == 2);
   CHECK(list->members == std::vector<std::int64_t>{4, 9});
   // The wire form stays what agents of this version read.
-  CHECK(closeRecordToText(seated) == R"({"closer":7,"nodes":3,"restarts":2})");
+  CHECK(
+      closeRecordToText(seated) ==
+      R"({"closer":7,"no_progress":1,"nodes":3,"restarts":2,"signature":"ValueError at x.py:3"})");
   CHECK(closeRecordToText(listed) == R"({"members":[4,9],"restarts":0})");
 }
 

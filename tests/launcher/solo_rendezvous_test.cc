@@ -42,7 +42,7 @@ TEST_CASE("standalone: a round forms on the loop, alone, without a store", "[age
   CHECK(round.address == "127.0.0.1");
   CHECK(round.worldSize == 3);
   CHECK(round.baseRank == 0);
-  CHECK(round.restartCount == 0);
+  CHECK(round.history.restarts == 0);
   CHECK(round.hostsWorkerStore);
   CHECK(node.stores.hosted == 40001);  // a workers' store of the round's own
   const auto workers = node.workers();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/exit_codes.h"
+#include "core/restart_policy.h"
 #include "core/worker_failure.h"
 
 namespace {
@@ -182,8 +183,11 @@ TEST_CASE("only a worker failure costs a restart", "[stop_reason]") {
   for (const Row& row : rows) {
     INFO(stopKindName(row.stop.kind));
     CHECK(row.stop.costsRestart() == row.costs);
-    for (int restarts : {0, 1, 5})
-      CHECK(restartsAfter(restarts, row.stop) == restarts + (row.costs ? 1 : 0));
+    for (int restarts : {0, 1, 5}) {
+      RestartHistory history;
+      history.restarts = restarts;
+      CHECK(historyAfter(history, row.stop).restarts == restarts + (row.costs ? 1 : 0));
+    }
   }
 }
 

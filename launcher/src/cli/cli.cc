@@ -80,7 +80,53 @@ milliseconds resolveShutdownTimeout(const Arguments& arguments, const Environmen
   return std::chrono::seconds(30);
 }
 
-// --max-restarts, --monitor-interval, the shutdown and hang timeouts, --signals-to-handle.
+// --restart-backoff INITIAL[:CAP]: two numbers of seconds, 0 <= INITIAL <= CAP.
+void parseBackoff(const GivenValue& given, RestartPolicy& policy) {
+  const std::string_view text = trim(given.value);
+  const auto colon = text.find(':');
+  const auto initial = parseFiniteNumber(text.substr(0, colon));
+  const bool hasCap = colon != std::string_view::npos;
+  const double cap = hasCap ? parseFiniteNumber(text.substr(colon + 1)).value_or(-1) : 0;
+  const bool ok = initial && *initial >= 0 && *initial <= kMaxSeconds &&
+                  (!hasCap || (cap >= *initial && cap <= kMaxSeconds));
+  if (!ok) {
+    throw UsageError(
+        fmt::format("{}: must be INITIAL or INITIAL:CAP, seconds with 0 <= INITIAL <= CAP; e.g. {}",
+                    label(given), example(given, "10:120")));
+  }
+  policy.backoffInitial = secondsToMilliseconds(*initial);
+  policy.backoffCap = hasCap ? secondsToMilliseconds(cap) : 16 * policy.backoffInitial;
+}
+
+// --restart-backoff, --max-no-progress-restarts, --progress-min-time, --no-restart-exit-code,
+// --exit-codes.
+void applyRestartPolicy(const Arguments& arguments, RestartPolicy& policy) {
+  if (const auto* backoff = arguments.given("restart-backoff")) parseBackoff(*backoff, policy);
+  if (const auto restarts = arguments.value<int>("max-no-progress-restarts")) {
+    checkNumber(arguments, "max-no-progress-restarts", "restarts cannot be negative", "3",
+                *restarts >= 0);
+    policy.maxNoProgressRestarts = *restarts;
+  }
+  if (const auto seconds = arguments.value<double>("progress-min-time")) {
+    checkNumber(arguments, "progress-min-time",
+                "must be a number of seconds >= 0 (0: only heartbeats and FileTimer requests)",
+                "300", std::isfinite(*seconds) && *seconds >= 0 && *seconds <= kMaxSeconds);
+    policy.progressMinTime = secondsToMilliseconds(*seconds);
+  }
+  if (const auto code = arguments.value<int>("no-restart-exit-code")) {
+    checkNumber(arguments, "no-restart-exit-code", "an exit code must be in 1..255", "93",
+                *code >= 1 && *code <= 255);
+    policy.noRestartExitCode = *code;
+  }
+  if (const auto* scheme = arguments.given("exit-codes")) {
+    checkChoice(*scheme);
+    policy.exitCodes =
+        scheme->value == "classes" ? ExitCodeScheme::kClasses : ExitCodeScheme::kRootCause;
+  }
+}
+
+// --max-restarts, --monitor-interval, the shutdown and hang timeouts, --signals-to-handle, and
+// the restart policy's options.
 void applyRestartAndHang(const Arguments& arguments, const Environment& environment,
                          LaunchConfig& config) {
   if (const auto restarts = arguments.value<int>("max-restarts")) {
@@ -108,6 +154,7 @@ void applyRestartAndHang(const Arguments& arguments, const Environment& environm
   if (const auto* signals = arguments.given("signals-to-handle")) {
     config.restart.signalsToHandle = parseSignals(*signals);
   }
+  applyRestartPolicy(arguments, config.restart);
 }
 
 // --node-rank, --master-port, --master-addr, --local-addr: checked here, used by

@@ -30,6 +30,7 @@ constexpr std::string_view kNumaBindings[] = {
 // Values offered by shell completion, among others the option takes.
 constexpr std::string_view kWorkerCounts[] = {"cpu", "gpu", "xpu", "auto"};
 constexpr std::string_view kStreams[] = {"0", "1", "2", "3"};
+constexpr std::string_view kExitCodeSchemes[] = {"root-cause", "classes"};
 
 // clang-format off
 constexpr OptionSpec kOptions[] = {
@@ -77,6 +78,26 @@ constexpr OptionSpec kOptions[] = {
            "run id; --rdzv-backend, --rdzv-endpoint and --rdzv-id are ignored."},
   {.name = "max-restarts", .kind = ValueKind::kInteger,
    .help = "How many times the worker group may be restarted after a failure. Default: 0."},
+  {.name = "restart-backoff", .metavar = "INITIAL[:CAP]",
+   .help = "ddprun: seconds to wait before a restart: INITIAL after a failure that followed "
+           "progress, doubled for each further failure in a row without progress, at most CAP "
+           "(default 16 x INITIAL). Every node waits the same. 0: restart at once. Default: 0."},
+  {.name = "max-no-progress-restarts", .kind = ValueKind::kInteger,
+   .help = "ddprun: stop the job after this many restarts in a row whose rounds made no "
+           "progress (see --progress-min-time), whatever --max-restarts has left. Default: 3."},
+  {.name = "progress-min-time", .kind = ValueKind::kNumber,
+   .help = "ddprun: seconds after which a round counts as progress even without a heartbeat "
+           "($DDPRUN_HEARTBEAT_FILE, --hang-timeout's) or a FileTimer request. 0: only those "
+           "count. Default: 300."},
+  {.name = "no-restart-exit-code", .kind = ValueKind::kInteger,
+   .help = "ddprun: a worker exiting with this code (1..255; e.g. 93, NVIDIA's resiliency "
+           "extension's) stops the job at once as the user's error, without a restart. "
+           "Default: none."},
+  {.name = "exit-codes", .choices = kExitCodeSchemes,
+   .help = "ddprun: what a failed job exits with: root-cause (the root cause's exit code, as "
+           "torchrun) or classes (80 the user's error, 81 restarts spent, 82 a machine fault, "
+           "83 stopped from outside: for a scheduler's requeue rules; docs/errors.md). "
+           "Default: root-cause."},
   {.name = "monitor-interval", .kind = ValueKind::kNumber,
    .help = "Accepted for compatibility (seconds, > 0): ddprun learns of worker exits at once "
            "instead of polling. Default: 0.1."},

@@ -137,6 +137,9 @@ json toJson(const AgentSnapshot& snapshot) {
     shortForm.stderrTail.clear();
     value["last_failure"] = toJson(shortForm);
   }
+  if (snapshot.lastFailureClass)
+    value["failure_class"] = failureClassName(*snapshot.lastFailureClass);
+  if (snapshot.restartAt) value["restart_at"] = *snapshot.restartAt;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -191,6 +194,12 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
       throw std::invalid_argument("the snapshot's 'last_failure' is not a worker failure");
     }
   }
+  if (const auto name = optionalField<std::string>(value, "failure_class")) {
+    snapshot.lastFailureClass = failureClassFromName(*name);
+    if (!snapshot.lastFailureClass)
+      throw std::invalid_argument("the snapshot's 'failure_class' is not a failure class");
+  }
+  snapshot.restartAt = optionalField<double>(value, "restart_at");
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");

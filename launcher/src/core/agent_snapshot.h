@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/failure_class.h"
 #include "core/worker_failure.h"
 
 namespace ddprun::launcher {
@@ -61,6 +62,10 @@ struct AgentSnapshot {
   AgentPhase phase = AgentPhase::kJoining;
   std::vector<WorkerSnapshot> workers;       // of the current round, in local-rank order
   std::optional<WorkerFailure> lastFailure;  // the last worker failure this agent knows of
+  // Whose fault the last stop of a round (or the ending) was, as the restart policy decided.
+  std::optional<FailureClass> lastFailureClass;
+  // While the agent waits before a restart (--restart-backoff): when the wait ends, epoch s.
+  std::optional<double> restartAt;
   std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
   double startedAt = 0;         // the agent's start, epoch seconds
   double updatedAt = 0;         // when this snapshot was taken, epoch seconds
@@ -72,8 +77,9 @@ bool healthy(const AgentSnapshot& snapshot);
 
 // The one JSON form: {"run_id", "round", "restarts", "max_restarts", "addr", "hostname",
 // "agent_pid", "group_rank", "nodes", "state", "healthy", "workers": [{"rank", "local_rank", "pid",
-// "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "exit_code"?
-// (finished only), "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
+// "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "failure_class"?
+// (failureClassName), "restart_at"? (while a back-off runs), "exit_code"? (finished only),
+// "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
 // (worker_failure.h, as in a round's stop record) without its traceback, stack and stderr tail:
 // those can be large, are published again on every change, and belong to the failure report.
 nlohmann::json toJson(const AgentSnapshot& snapshot);

@@ -6,7 +6,36 @@
 
 namespace ddprun::launcher {
 
-int exitCode(const Ending& ending) {
+namespace {
+
+int classCode(FailureClass failureClass) {
+  switch (failureClass) {
+    case FailureClass::kUser:
+      return kExitUserError;
+    case FailureClass::kWorker:
+      return kExitBudgetSpent;
+    case FailureClass::kMachine:
+      return kExitMachineFault;
+    case FailureClass::kStopped:
+      return kExitStopped;
+  }
+  return kExitBudgetSpent;
+}
+
+}  // namespace
+
+int exitCode(const Ending& ending, ExitCodeScheme scheme) {
+  if (scheme == ExitCodeScheme::kClasses) {
+    switch (ending.kind) {
+      case EndKind::kJobFailed:
+      case EndKind::kSignalled:
+      case EndKind::kRendezvousFailed:
+      case EndKind::kStoreLost:
+        return classCode(ending.failureClass);
+      default:
+        break;
+    }
+  }
   switch (ending.kind) {
     case EndKind::kSucceeded:
       return 0;

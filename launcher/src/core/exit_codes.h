@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "core/failure_class.h"
 #include "core/worker_failure.h"
+#include "ddprun/launcher/launch_config.h"
 
 namespace ddprun::launcher {
 
@@ -20,32 +22,48 @@ enum class EndKind {
   kConsoleClosed,  // 141 (128+SIGPIPE): ddprun's stdout closed (`ddprun ... | head`; torchrun: 1)
 };
 
+// The exit codes of the failure classes (--exit-codes classes), for schedulers: whether to
+// requeue the job, and where (docs/errors.md, "The exit-code contract for schedulers").
+inline constexpr int kExitUserError = 80;     // the user's bug: do not requeue
+inline constexpr int kExitBudgetSpent = 81;   // restarts spent on the worker's failures
+inline constexpr int kExitMachineFault = 82;  // requeue, preferably on other machines
+inline constexpr int kExitStopped = 83;       // stopped from outside, preempted: requeue
+
 struct Ending {
   static Ending succeeded() { return {}; }
-  static Ending jobFailed(WorkerFailure rootCause, std::string message) {
-    return {EndKind::kJobFailed, std::move(rootCause), 0, std::move(message)};
+  // `failureClass`: whose fault, as the restart policy decided (kWorker: the budget is spent).
+  static Ending jobFailed(WorkerFailure rootCause, std::string message,
+                          FailureClass failureClass = FailureClass::kWorker) {
+    return {EndKind::kJobFailed, std::move(rootCause), 0, std::move(message), failureClass};
   }
-  static Ending signalled(int signal) { return {EndKind::kSignalled, std::nullopt, signal, {}}; }
+  static Ending signalled(int signal) {
+    return {EndKind::kSignalled, std::nullopt, signal, {}, FailureClass::kStopped};
+  }
   static Ending rendezvousFailed(std::string message) {
-    return {EndKind::kRendezvousFailed, std::nullopt, 0, std::move(message)};
+    return {EndKind::kRendezvousFailed, std::nullopt, 0, std::move(message),
+            FailureClass::kMachine};
   }
   static Ending storeLost(std::string message) {
-    return {EndKind::kStoreLost, std::nullopt, 0, std::move(message)};
+    return {EndKind::kStoreLost, std::nullopt, 0, std::move(message), FailureClass::kMachine};
   }
   static Ending consoleClosed(std::string message) {
     return {EndKind::kConsoleClosed, std::nullopt, 0, std::move(message)};
   }
   static Ending badInput(std::string message) {
-    return {EndKind::kBadInput, std::nullopt, 0, std::move(message)};
+    return {EndKind::kBadInput, std::nullopt, 0, std::move(message), FailureClass::kUser};
   }
 
   EndKind kind = EndKind::kSucceeded;
   std::optional<WorkerFailure> rootCause;  // kJobFailed
   int signal = 0;                          // kSignalled
   std::string message;                     // one line for stderr ("" = none)
+  // Whose fault the ending is (meaningful for every kind but kSucceeded and kConsoleClosed).
+  FailureClass failureClass = FailureClass::kWorker;
 };
 
-int exitCode(const Ending& ending);
+// The agent's exit code for `ending` under `scheme` (--exit-codes): the same for every scheme
+// but where a job failed, a signal stopped it, or the rendezvous or the store failed.
+int exitCode(const Ending& ending, ExitCodeScheme scheme = ExitCodeScheme::kRootCause);
 
 // A reaped child's wait status as a shell reports it: its exit code, or 128 + the signal that
 // killed it; 1 for a status that is neither.

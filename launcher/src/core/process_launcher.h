@@ -14,10 +14,19 @@
 
 namespace ddprun::launcher {
 
-// A worker could not be started; what() names the program and the reason.
+// A worker could not be started; what() names the program and the reason, error() is the errno
+// of the step that failed (0: none known) and exec() whether that step was the exec of the
+// program (its path, its rights) rather than the agent's own (clone, the cgroup, memory).
 class SpawnError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SpawnError(const std::string& what, int error = 0, bool exec = false)
+      : std::runtime_error(what), error_(error), exec_(exec) {}
+  int error() const { return error_; }
+  bool exec() const { return exec_; }
+
+ private:
+  int error_ = 0;
+  bool exec_ = false;
 };
 
 struct ExitedWorker {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/restart_policy.h"
 #include "core/stop_reason.h"
 
 namespace ddprun::launcher {
@@ -38,7 +39,9 @@ struct Round {
   int nodes = 0;
   std::string address;  // this node's, as its record in the round has it
   int groupRank = 0;    // this node's
-  int restartCount = 0;
+  // The job's failures so far, as the round's close record has them (history.restarts: the
+  // restart count, TORCHELASTIC_RESTART_COUNT).
+  RestartHistory history;
   int worldSize = 0;
   int baseRank = 0;  // the global rank of this node's local rank 0
   // This node hosts the round's workers' store (c10d: group rank 0 starts a fresh one per round,

@@ -145,8 +145,4 @@ std::string StopReason::nodeText() const {
   return host.empty() ? who : fmt::format("{} ({})", who, shown(host));
 }
 
-int restartsAfter(int restarts, const StopReason& stop) {
-  return restarts + (stop.costsRestart() ? 1 : 0);
-}
-
 }  // namespace ddprun::launcher

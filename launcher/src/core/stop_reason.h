@@ -62,10 +62,6 @@ struct StopReason {
   std::string nodeText() const;
 };
 
-// The restart count of the round after one that had `restarts` and stopped for `stop`: the one
-// rule, used by whoever closes the next round and by every agent deciding whether to restart.
-int restartsAfter(int restarts, const StopReason& stop);
-
 const char* stopKindName(StopKind kind);
 
 }  // namespace ddprun::launcher

@@ -86,6 +86,11 @@ json toJson(const WorkerFailure& failure) {
       {"stderrTail", cappedLines(failure.stderrTail)},
   };
   if (failure.errorTimestamp) value["errorTimestamp"] = *failure.errorTimestamp;
+  if (failure.startFault) {
+    value["startFault"] = {{"errno", failure.startFault->error},
+                           {"exec", failure.startFault->exec}};
+  }
+  value["progress"] = failure.progress;
   return value;
 }
 
@@ -114,6 +119,11 @@ WorkerFailure failureFromJson(const json& value) {
   failure.stack = value.value("stack", failure.stack);
   failure.evidenceFile = value.value("evidenceFile", failure.evidenceFile);
   failure.stderrTail = value.value("stderrTail", failure.stderrTail);
+  if (auto fault = value.find("startFault"); fault != value.end() && fault->is_object()) {
+    failure.startFault =
+        WorkerFailure::StartFault{fault->value("errno", 0), fault->value("exec", false)};
+  }
+  failure.progress = value.value("progress", failure.progress);
   return failure;
 }
 

@@ -50,6 +50,17 @@ struct WorkerFailure {
   std::vector<std::string> stack;       // where it was when found hung (the telling lines)
   std::string evidenceFile;             // every thread's stacks, in full ("" = none)
   std::vector<std::string> stderrTail;  // its last stderr lines
+  // It could not be started: the errno of the step that failed, and whether that step was the
+  // exec of the program (its path, its rights: the user's) rather than the machine's (clone,
+  // memory, the cgroup). Nothing: it started.
+  struct StartFault {
+    int error = 0;
+    bool exec = false;
+  };
+  std::optional<StartFault> startFault;
+  // Set by the agent that announces the failure: its node's round made progress before it (a
+  // heartbeat advanced, a FileTimer request arrived, or the round ran --progress-min-time).
+  bool progress = false;
 };
 
 // The agent's exit code for this failure: exitCode, or 128 + signal.

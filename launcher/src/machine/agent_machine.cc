@@ -58,7 +58,8 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       fileTimerRefusals_(loop),
       startedAt_(epochSeconds(loop_.wallNow())),
       graceTimer_(loop),
-      barrierTimer_(loop) {}
+      barrierTimer_(loop),
+      backoffTimer_(loop) {}
 
 void AgentMachine::start() {
   state_ = State::kJoining;
@@ -102,7 +103,7 @@ void AgentMachine::onRoundFormed(Round round) {
                relayed ? fmt::format(" (workers through the token relay on {}:{})",
                                      workersStore_.first, workersStore_.second)
                        : std::string(),
-               round_.restartCount);
+               round_.history.restarts);
   rendezvous_.watch(round_.number);
   startWorkers();
   armFence();
@@ -220,6 +221,8 @@ void AgentMachine::startWorkers() {
   const auto spawnStart = loop_.now();
   local_.clear();
   state_ = State::kRunning;
+  roundStartedAt_ = spawnStart;
+  fileTimerRequests_ = false;
   if (diagnostics_.oom) diagnostics_.oom->attemptStarted();
   // Everything a worker needs is made before the first spawn, so the spawns run back to back:
   // done between spawns, it ran while the workers already started competed for the CPUs. The
@@ -279,9 +282,9 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
   const WorkerPlacement placement{localRank,        worker.rank,
                                   round_.worldSize, config_.nprocPerNode,
                                   round_.groupRank, round_.nodes};
-  const RoundEnvironment roundEnvironment{workersStore_.first, workersStore_.second,
-                                          round_.restartCount, round_.number,
-                                          config_.rdzv.runId,  identity_.agentMarker};
+  const RoundEnvironment roundEnvironment{workersStore_.first,     workersStore_.second,
+                                          round_.history.restarts, round_.number,
+                                          config_.rdzv.runId,      identity_.agentMarker};
   const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
   const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
                                                /*logFiles=*/!config_.logs.dir.empty());
@@ -313,6 +316,9 @@ void AgentMachine::workerCannotStart(LocalWorker& worker, const std::exception& 
   failure.exitCode = 127;
   failure.observedAt = epochSeconds(loop_.wallNow());
   failure.message = error.what();
+  if (const auto* spawn = dynamic_cast<const SpawnError*>(&error); spawn && spawn->error() != 0) {
+    failure.startFault = WorkerFailure::StartFault{spawn->error(), spawn->exec()};
+  }
   noteFailure(failure);
   localFailures_.push_back(failure);
   worker.judged = true;
@@ -471,10 +477,22 @@ void AgentMachine::judgeWorkers() {
 void AgentMachine::announceFailure() {
   // The earliest of this node's failures speaks for it; the store keeps the job's first.
   state_ = State::kStopping;
+  WorkerFailure cause = localFailures_[rootCauseIndex(localFailures_)];
+  cause.progress = roundMadeProgress();
   rendezvous_.announce(round_.number,
-                       StopReason::workerFailed(localFailures_[rootCauseIndex(localFailures_)],
-                                                rendezvous_.nodeId()));
+                       StopReason::workerFailed(std::move(cause), rendezvous_.nodeId()));
   stopWorkers();
+}
+
+bool AgentMachine::roundMadeProgress() const {
+  if (fileTimerRequests_) return true;
+  if (diagnostics_.heartbeats) {
+    for (const LocalWorker& worker : local_) {
+      if (worker.pid >= 0 && diagnostics_.heartbeats->lastReport(worker.localRank)) return true;
+    }
+  }
+  const auto minTime = config_.restart.progressMinTime;
+  return minTime > std::chrono::milliseconds(0) && loop_.now() - roundStartedAt_ >= minTime;
 }
 
 void AgentMachine::stopWorkers() {
@@ -526,35 +544,48 @@ void AgentMachine::nextStep() {
   if (state_ == State::kFinished) return;  // a signal ended the agent while the logs drained
   launcher_.killStrays();
   const StopReason& stop = *stop_;
+  if (stop.kind == StopKind::kNodeLost) lastFailureClass_ = FailureClass::kMachine;
   if (stop.kind == StopKind::kWorkerFailed) {
-    const int restarts = restartsAfter(round_.restartCount, stop);
-    if (restarts > config_.restart.maxRestarts) {
-      failJob(stop);
+    const RestartDecision decision = decideRestart(round_.history, stop, config_.restart);
+    lastFailureClass_ = decision.failureClass;
+    if (!decision.restart()) {
+      failJob(stop, decision);
       return;
     }
     const WorkerFailure& cause = *stop.failure;
-    if (cause.hang == HangKind::kAtExit) {
-      // Its peers exited 0: the job's work is done, and a restart would do it all again.
-      spdlog::warn(
-          "rank {} on {} hung at exit: not restarting a job whose other workers "
-          "finished",
-          cause.rank, shown(cause.host));
-      failJob(stop);
-      return;
-    }
-    spdlog::warn("restarting the job (restart {} of {}) after rank {} on {} failed: {}", restarts,
-                 config_.restart.maxRestarts, cause.rank, shown(cause.host), statusText(cause));
+    const int restarts = decision.history.restarts;
+    spdlog::warn(
+        "restarting the job (restart {} of {}) after rank {} on {} failed: {} ({} failure, {})",
+        restarts, config_.restart.maxRestarts, cause.rank, shown(cause.host), statusText(cause),
+        failureClassName(decision.failureClass),
+        cause.progress ? "after progress"
+                       : fmt::format("{} in a row without progress", decision.history.noProgress));
+    const double wait = std::chrono::duration<double>(decision.backoff).count();
     if (diagnostics_.event) {
       WorkerEvent event = agentEvent("ddprun.worker_group.restart", "RESTARTING");
       event.restarts = restarts;
       event.rawError = toJson(cause);
+      event.extra = {{"failure_class", failureClassName(decision.failureClass)},
+                     {"progress", cause.progress},
+                     {"backoff_s", wait}};
       diagnostics_.event(eventLine(event));
+    }
+    if (decision.backoff > std::chrono::milliseconds(0)) {
+      spdlog::warn("restart {} in {:.1f} s (back-off: {} failure(s) in a row without progress)",
+                   restarts, wait, std::max(1, decision.history.noProgress));
+      restartAt_ = epochSeconds(loop_.wallNow()) + wait;
+      backoffTimer_.arm(decision.backoff, [this] {
+        restartAt_.reset();
+        if (state_ != State::kJoining) return;
+        rendezvous_.join(round_.number + 1);
+      });
+      return;
     }
   }
   rendezvous_.join(round_.number + 1);
 }
 
-void AgentMachine::failJob(const StopReason& stop) {
+void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decision) {
   // The root cause is the job's first failure (from the stop key, the same on every node); this
   // node's other failures of the round are listed with it.
   std::vector<WorkerFailure> failures{*stop.failure};
@@ -592,12 +623,24 @@ void AgentMachine::failJob(const StopReason& stop) {
   std::string why = statusText(cause);
   if (cause.hang != HangKind::kNone) why = "hung: " + cause.hangDetail;
   if (!cause.oom.empty()) why += "; " + cause.oom;
-  // The cause may be another node's, read from the stop record: its host and details are
-  // escaped here, where they become the line.
+  const std::string reason = decision.text(config_.restart);
+  spdlog::warn("not restarting: {} ({} failure)", common::printable(reason),
+               failureClassName(decision.failureClass));
+  if (diagnostics_.event) {
+    WorkerEvent event = agentEvent("ddprun.job.failed", "FAILED");
+    event.rawError = toJson(cause);
+    event.extra = {{"failure_class", failureClassName(decision.failureClass)}, {"reason", reason}};
+    diagnostics_.event(eventLine(event));
+  }
+  // The cause may be another node's, read from the stop record: its host and details (the
+  // signature in the reason too) are escaped here, where they become the line.
   finish(Ending::jobFailed(
       cause,
-      fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}",
-                  round_.restartCount, cause.rank, shown(cause.host), common::printable(why))));
+      fmt::format("ddprun: error: the job failed after {} restart(s): rank {} on {}: {}; {} "
+                  "failure: {}",
+                  round_.history.restarts, cause.rank, shown(cause.host), common::printable(why),
+                  failureClassName(decision.failureClass), common::printable(reason)),
+      decision.failureClass));
 }
 
 void AgentMachine::onSignal(int signal) {
@@ -641,6 +684,7 @@ void AgentMachine::onSuspend(int signal) {
   fileTimers_.pause();
   graceTimer_.pause();
   barrierTimer_.pause();
+  backoffTimer_.pause();
 }
 
 void AgentMachine::onResume() {
@@ -667,6 +711,7 @@ void AgentMachine::onResume() {
   fileTimers_.resume();
   graceTimer_.resume();
   barrierTimer_.resume();
+  backoffTimer_.resume();
   armFence();
 }
 
@@ -681,12 +726,16 @@ void AgentMachine::onConsoleClosed() {
 void AgentMachine::finish(Ending ending) {
   if (state_ == State::kFinished) return;
   state_ = State::kFinished;
-  const int code = exitCode(ending);
+  const int code = exitCode(ending, config_.restart.exitCodes);
+  if (ending.kind != EndKind::kSucceeded && ending.kind != EndKind::kConsoleClosed)
+    lastFailureClass_ = ending.failureClass;
   spdlog::debug("finishing with exit code {}", code);
   if (!ending.message.empty()) printError(ending.message + "\n");
   ending_ = std::move(ending);
   graceTimer_.cancel();
   barrierTimer_.cancel();
+  backoffTimer_.cancel();
+  restartAt_.reset();
   fenceTimer_.reset();
   progress_.stop();
   fileTimers_.clear();
@@ -699,6 +748,7 @@ void AgentMachine::finish(Ending ending) {
 
 void AgentMachine::onFileTimerLine(std::string_view line) {
   if (state_ == State::kFinished) return;
+  if (state_ == State::kRunning) fileTimerRequests_ = true;  // progress evidence
   fileTimers_.onLine(line);
 }
 
@@ -811,7 +861,7 @@ WorkerEvent AgentMachine::agentEvent(std::string name, const char* state) const 
   event.state = state;
   event.totalRunTime = event.timestamp - startedAt_;
   event.rdzvBackend = rdzvBackendName(config_.rdzv.backend);
-  event.restarts = round_.restartCount;
+  event.restarts = round_.history.restarts;
   return event;
 }
 
@@ -846,7 +896,9 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.hostname = identity_.hostname;
   snapshot.agentPid = static_cast<long>(::getpid());
   snapshot.lastFailure = lastFailure_;
-  if (ending_) snapshot.exitCode = exitCode(*ending_);
+  if (ending_) snapshot.exitCode = exitCode(*ending_, config_.restart.exitCodes);
+  snapshot.lastFailureClass = lastFailureClass_;
+  snapshot.restartAt = restartAt_;
   snapshot.startedAt = startedAt_;
   snapshot.updatedAt = epochSeconds(loop_.wallNow());
   switch (state_) {
@@ -869,7 +921,7 @@ AgentSnapshot AgentMachine::snapshot() const {
   }
   if (!formed_) return snapshot;
   snapshot.round = round_.number;
-  snapshot.restarts = round_.restartCount;
+  snapshot.restarts = round_.history.restarts;
   snapshot.groupRank = round_.groupRank;
   snapshot.nodes = round_.nodes;
   // While joining the next round, the workers listed are the last round's, as they ended.

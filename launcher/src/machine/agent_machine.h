@@ -38,6 +38,7 @@
 #include "core/exit_codes.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
+#include "core/restart_policy.h"
 #include "core/stop_reason.h"
 #include "core/worker_output.h"
 #include "ddprun/launcher/launch_config.h"
@@ -191,7 +192,11 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<EventLoop::TimePoint> fenceCountsFrom() const;
   // Seconds since the send of the last acknowledged liveness renewal.
   double silentSeconds() const;
-  void failJob(const StopReason& stop);
+  // Fails the job with the stop's root cause, for the reason and class `decision` gives.
+  void failJob(const StopReason& stop, const RestartDecision& decision);
+  // Whether this node's current round made progress so far: a worker's heartbeat advanced, a
+  // FileTimer request arrived, or it ran --progress-min-time (the evidence a failure carries).
+  bool roundMadeProgress() const;
   // Keeps `failure` as the last one this agent knows of (snapshot()).
   void noteFailure(const WorkerFailure& failure);
   void finish(Ending ending);
@@ -226,6 +231,11 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<Ending> ending_;
   PausableTimer graceTimer_;
   PausableTimer barrierTimer_;
+  PausableTimer backoffTimer_;             // the wait before a restart (--restart-backoff)
+  std::optional<double> restartAt_;        // epoch seconds the back-off ends at, while it runs
+  EventLoop::TimePoint roundStartedAt_{};  // when this node's workers of round_ were started
+  bool fileTimerRequests_ = false;         // a FileTimer request arrived during round_
+  std::optional<FailureClass> lastFailureClass_;     // the class of the last stop's decision
   std::optional<EventLoop::TimePoint> suspendedAt_;  // the job is stopped (job control) since then
   std::unique_ptr<EventLoop::Timer> fenceTimer_;
   // This agent hosts the store and was stopped (Ctrl-Z) with it: the store gave its holds the

@@ -20,7 +20,7 @@
 //           MAX, a node leaving, or "done" from the last agent through the exit barrier.
 //           Everyone wakes at once and moves on.
 //
-// Restart accounting is job-global: the restart count of round r+1 is restartsAfter(round r's,
+// Restart accounting is job-global: the restart history of round r+1 is historyAfter(round r's,
 // its stop), written into round r+1's close record, the same for every node.
 //
 // Membership decides and returns; it never calls back into the agent (it starts no store: hosting

@@ -155,11 +155,11 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& live, La
   const auto away =
       lastCall.asksWhoIsAway(joined) ? previousMembersStillAway(round, live) : std::nullopt;
   if (!lastCall.closes(joined, away, now_())) return false;
-  int restarts = 0;
+  RestartHistory history;
   if (round > 0) {
     if (const auto previous = closed(round - 1)) {
       const auto stop = stopOf(round - 1);
-      restarts = stop ? restartsAfter(previous->restarts, *stop) : previous->restarts;
+      history = stop ? historyAfter(previous->history, *stop) : previous->history;
     }
   }
   const std::vector<std::int64_t> members = roundMembers(live, config_.maxNodes);
@@ -167,7 +167,7 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& live, La
   // Create-if-absent: of two closers (rare), the first record stays, and it names the closer
   // whose seats its members read (each closer writes its own, under its node id).
   CloseRecord record;
-  record.restarts = restarts;
+  record.history = history;
   record.nodes = static_cast<int>(members.size());
   if (writeSeats(round, members)) {
     record.closer = self_.id;
@@ -342,7 +342,7 @@ void Membership::settleWorkerStore(Round& round, const std::string& rank0Address
 Round Membership::readRound(int number, const Closed& record, std::optional<Seat> seat) {
   Round round;
   round.number = number;
-  round.restartCount = record.restarts;
+  round.history = record.history;
   round.nodes = record.nodes;
   round.address = self_.address;
   std::vector<NodeInfo> members;  // all of them, where this node reads the list

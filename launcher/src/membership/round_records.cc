@@ -38,17 +38,21 @@ std::optional<std::int64_t> nodeIdFromText(std::string_view text) {
 }
 
 std::string closeRecordToText(const CloseRecord& record) {
-  if (record.closer < 0)
-    return json{{"members", record.members}, {"restarts", record.restarts}}.dump();
-  return json{{"nodes", record.nodes}, {"closer", record.closer}, {"restarts", record.restarts}}
-      .dump();
+  json value = toJson(record.history);  // "restarts" and what else the history holds
+  if (record.closer < 0) {
+    value["members"] = record.members;
+  } else {
+    value["nodes"] = record.nodes;
+    value["closer"] = record.closer;
+  }
+  return value.dump();
 }
 
 std::optional<CloseRecord> closeRecordFromText(std::string_view text) {
   const json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   CloseRecord record;
   try {
-    record.restarts = value.at("restarts").get<int>();
+    record.history = restartHistoryFromJson(value);
     if (value.contains("members")) {  // a closer that wrote no seats: the members' ids
       record.members = value.at("members").get<std::vector<std::int64_t>>();
       record.nodes = static_cast<int>(record.members.size());

@@ -43,14 +43,14 @@ struct Seat {
 inline constexpr int kSeatNeighbours = 2;
 
 // The close record of a round (round/<r>/closed): how many members, the node that closed it
-// (whose seats and world they read), and its restart count. A closer that could not read every
-// member's record names the members' ids instead (`members`, closer -1): each member then reads
-// the records itself and names the bad one.
+// (whose seats and world they read), and the job's restart history (its restart count first). A
+// closer that could not read every member's record names the members' ids instead (`members`,
+// closer -1): each member then reads the records itself and names the bad one.
 struct CloseRecord {
   int nodes = 0;
   std::int64_t closer = -1;
   std::vector<std::int64_t> members;  // only in a record without seats
-  int restarts = 0;
+  RestartHistory history;
 };
 std::string closeRecordToText(const CloseRecord& record);
 // Nothing back when the text is not a record closeRecordToText wrote.

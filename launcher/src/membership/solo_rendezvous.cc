@@ -16,7 +16,7 @@ void SoloRendezvous::join(int round) {
   // Rounds only move forward, as the store's round counter does: the first is 0, a restart's the
   // one after the round that stopped.
   const int number = std::max(round, current_ + 1);
-  if (current_ >= 0 && stop_) restarts_ = restartsAfter(restarts_, *stop_);
+  if (current_ >= 0 && stop_) history_ = historyAfter(history_, *stop_);
   current_ = number;
   stop_.reset();
   done_ = 0;
@@ -28,7 +28,7 @@ void SoloRendezvous::join(int round) {
   formed.nodes = 1;
   formed.address = self_.address;
   formed.groupRank = 0;
-  formed.restartCount = restarts_;
+  formed.history = history_;
   formed.worldSize = self_.nproc;
   formed.baseRank = 0;
   formed.hostsWorkerStore = true;  // a fresh workers' store per round, as a c10d round's rank 0

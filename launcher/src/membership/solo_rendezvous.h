@@ -16,8 +16,8 @@
 // What it answers, as MembershipDriver would for such a job:
 //   join(r)     round max(r, last + 1) (round 0 first): this node alone, group rank 0, world
 //               size its nproc, base rank 0, hostsWorkerStore (the agent starts a fresh workers'
-//               store per round, as the c10d rounds do); the restart count follows the previous
-//               round's stop (restartsAfter), as the close record's would.
+//               store per round, as the c10d rounds do); the restart history follows the
+//               previous round's stop (historyAfter), as the close record's would.
 //   announce    the round's first stop holds; a stop for a past round is dropped (the fencing
 //               token's rule).
 //   markDone    the last of the round's members (this one) announces "done".
@@ -81,7 +81,7 @@ class SoloRendezvous final : public RendezvousClient {
   RendezvousEvents* events_ = nullptr;
   int current_ = -1;                // the last round joined
   int formed_ = -1;                 // the last round handed to the machine (-1: none yet)
-  int restarts_ = 0;                // the current round's restart count
+  RestartHistory history_;          // the current round's
   std::optional<StopReason> stop_;  // the current round's
   int done_ = 0;                    // the current round's exit-barrier count
   bool watched_ = false;            // the current round is watched

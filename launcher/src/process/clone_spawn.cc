@@ -87,13 +87,17 @@ pid_t CloneSpawner::spawn(const ExecPlan& plan, CgroupTarget cgroup) {
     void* stack = ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
-      throw SpawnError(fmt::format("cannot start {}: mmap: {}", plan.path(), std::strerror(errno)));
+      const int error = errno;
+      throw SpawnError(fmt::format("cannot start {}: mmap: {}", plan.path(), std::strerror(error)),
+                       error);
     }
     childStack_ = static_cast<char*>(stack);
   }
   int errorPipe[2];
   if (::pipe2(errorPipe, O_CLOEXEC) != 0) {
-    throw SpawnError(fmt::format("cannot start {}: pipe: {}", plan.path(), std::strerror(errno)));
+    const int error = errno;
+    throw SpawnError(fmt::format("cannot start {}: pipe: {}", plan.path(), std::strerror(error)),
+                     error);
   }
   // The child shares our memory until it execs: a signal handled there would run the agent's
   // handler in it. So every signal stays blocked until the child has reset them all to default
@@ -133,12 +137,14 @@ pid_t CloneSpawner::spawn(const ExecPlan& plan, CgroupTarget cgroup) {
   if (pid < 0) {
     ::close(errorPipe[0]);
     throw SpawnError(
-        fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)));
+        fmt::format("cannot start {}: clone: {}", plan.path(), std::strerror(cloneError)),
+        cloneError);
   }
   // EOF: exec succeeded (the pipe closed on exec); otherwise the step that failed.
   if (const auto failure = readChildReport(errorPipe[0])) {
     ::waitpid(pid, nullptr, 0);
-    throw SpawnError(startFailureText(plan.path(), *failure));
+    throw SpawnError(startFailureText(plan.path(), *failure), failure->error,
+                     failure->step == ChildStep::kExec);
   }
   return pid;
 }

@@ -192,11 +192,20 @@ std::string renderText(const JobStatus& status, double now) {
   }
   for (const AgentSnapshot& node : status.nodes) {
     text += nodeLine(node, now) + "\n";
+    if (node.restartAt) {
+      text += fmt::format("  restart {} in {:.0f} s (back-off)\n", node.restarts + 1,
+                          std::max(0.0, *node.restartAt - now));
+    }
     for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
   }
   if (const auto failure = lastFailure(status)) {
-    text += fmt::format("last failure: rank {} (local {}) on {}: {}\n", failure->rank,
-                        failure->localRank, printable(failure->host), failureReason(*failure));
+    std::string classText;
+    for (const AgentSnapshot& node : status.nodes) {
+      if (node.lastFailureClass) classText = failureClassName(*node.lastFailureClass);
+    }
+    text += fmt::format("last failure: rank {} (local {}) on {}: {}{}\n", failure->rank,
+                        failure->localRank, printable(failure->host), failureReason(*failure),
+                        classText.empty() ? "" : " (" + classText + " failure)");
   }
   for (const UnreadableKey& key : status.unreadable) text += unreadableLine(key) + "\n";
   return text;

@@ -16,6 +16,12 @@
 
 namespace ddprun::launcher {
 
+// --exit-codes: what a failed job exits with (docs/errors.md, "Exit codes of ddprun").
+enum class ExitCodeScheme {
+  kRootCause,  // the root cause's exit code, or 128 + signal (torchrun-compatible)
+  kClasses,    // one code per failure class, for schedulers: 80 user, 81 budget spent, ...
+};
+
 enum class RdzvBackend {
   kStatic,  // --node-rank / --master-addr / --master-port; node rank 0 hosts the store
   kC10d,    // --rdzv-endpoint host:port; a store on the endpoint (agent-hosted or a daemon)
@@ -187,6 +193,19 @@ struct RestartPolicy {
   double monitorInterval = 0.1;  // accepted for compatibility; ddprun is event-driven
   std::chrono::milliseconds shutdownTimeout{30000};  // SIGTERM -> SIGKILL grace
   std::vector<int> signalsToHandle = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // --restart-backoff INITIAL[:CAP]: the wait before a restart is INITIAL * 2^(n-1), n the
+  // failures in a row without progress (this one counted), capped at CAP (0 = no wait).
+  std::chrono::milliseconds backoffInitial{0};
+  std::chrono::milliseconds backoffCap{0};
+  // --max-no-progress-restarts: restarts in a row without progress before the job stops.
+  int maxNoProgressRestarts = 3;
+  // --no-restart-exit-code: a worker exiting with it stops the job at once (nothing = off).
+  std::optional<int> noRestartExitCode;
+  // --progress-min-time: a round that ran this long made progress (0 = only a heartbeat or a
+  // FileTimer request counts).
+  std::chrono::milliseconds progressMinTime{300000};
+  // --exit-codes: the root cause's code (torchrun's) or the failure classes' (core/exit_codes.h).
+  ExitCodeScheme exitCodes = ExitCodeScheme::kRootCause;
 };
 
 // When a worker that has not exited counts as hung (ddprun's own; docs/errors.md, "Hangs").

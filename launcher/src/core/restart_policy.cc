@@ -1,0 +1,179 @@
+#include "core/restart_policy.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <string_view>
+
+namespace ddprun::launcher {
+namespace {
+
+using nlohmann::json;
+
+// The exception type of an error file's message as Python writes it, "ValueError: boom" (the
+// type's qualified name, then ": "), or the whole first line when it has no ": ".
+std::string exceptionType(std::string_view message) {
+  message = message.substr(0, message.find('\n'));
+  return std::string(message.substr(0, message.find(": ")));
+}
+
+// `  File "x.py", line 12, in main` of the innermost frame (a traceback's last File line):
+// "x.py:12"; "" when the traceback has none.
+std::string innermostFrame(std::string_view traceback) {
+  constexpr std::string_view kFile = "File \"";
+  const auto at = traceback.rfind(kFile);
+  if (at == std::string_view::npos) return {};
+  std::string_view rest = traceback.substr(at + kFile.size());
+  const auto quote = rest.find('"');
+  if (quote == std::string_view::npos) return {};
+  const std::string_view file = rest.substr(0, quote);
+  rest = rest.substr(quote);
+  constexpr std::string_view kLine = ", line ";
+  std::string line;
+  if (rest.rfind("\"" + std::string(kLine), 0) == 0) {
+    for (char c : rest.substr(1 + kLine.size())) {
+      if (c < '0' || c > '9') break;
+      line += c;
+    }
+  }
+  return line.empty() ? std::string(file) : fmt::format("{}:{}", file, line);
+}
+
+bool machineErrno(int error) {
+  switch (error) {
+    case EAGAIN:
+    case ENOMEM:
+    case ENOSPC:
+    case EMFILE:
+    case ENFILE:
+    case EBUSY:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+json toJson(const RestartHistory& history) {
+  json value{{"restarts", history.restarts}};
+  if (history.noProgress != 0) value["no_progress"] = history.noProgress;
+  if (!history.signature.empty()) value["signature"] = history.signature;
+  if (history.causeNode >= 0) {
+    value["cause_node"] = history.causeNode;
+    value["cause_streak"] = history.causeStreak;
+  }
+  return value;
+}
+
+RestartHistory restartHistoryFromJson(const json& value) {
+  RestartHistory history;
+  history.restarts = value.at("restarts").get<int>();
+  history.noProgress = value.value("no_progress", 0);
+  history.signature = value.value("signature", std::string());
+  history.causeNode = value.value("cause_node", std::int64_t{-1});
+  history.causeStreak = value.value("cause_streak", 0);
+  return history;
+}
+
+RestartHistory historyAfter(const RestartHistory& history, const StopReason& stop) {
+  if (!stop.costsRestart() || !stop.failure) return history;
+  const WorkerFailure& failure = *stop.failure;
+  RestartHistory after;
+  after.restarts = history.restarts + 1;
+  after.noProgress = failure.progress ? 0 : history.noProgress + 1;
+  after.signature = failureSignature(failure);
+  after.causeNode = stop.node;
+  after.causeStreak =
+      stop.node >= 0 && stop.node == history.causeNode ? history.causeStreak + 1 : 1;
+  return after;
+}
+
+std::string failureSignature(const WorkerFailure& failure) {
+  if (failure.startFault) return fmt::format("start errno {}", failure.startFault->error);
+  if (failure.hang != HangKind::kNone) return fmt::format("hang {}", hangKindName(failure.hang));
+  if (failure.errorFileFound && !failure.message.empty()) {
+    const std::string type = exceptionType(failure.message);
+    const std::string frame = innermostFrame(failure.traceback);
+    return frame.empty() ? type : fmt::format("{} at {}", type, frame);
+  }
+  if (failure.signal != 0) return fmt::format("signal {}", failure.signal);
+  return fmt::format("exit {}", failure.exitCode);
+}
+
+FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& policy) {
+  if (failure.startFault) {
+    if (machineErrno(failure.startFault->error)) return FailureClass::kMachine;
+    return failure.startFault->exec ? FailureClass::kUser : FailureClass::kMachine;
+  }
+  if (policy.noRestartExitCode && failure.signal == 0 &&
+      failure.exitCode == *policy.noRestartExitCode) {
+    return FailureClass::kUser;
+  }
+  return FailureClass::kWorker;
+}
+
+std::chrono::milliseconds backoffFor(int n, const RestartPolicy& policy) {
+  using std::chrono::milliseconds;
+  if (policy.backoffInitial <= milliseconds(0)) return milliseconds(0);
+  const milliseconds cap =
+      policy.backoffCap > milliseconds(0) ? policy.backoffCap : 16 * policy.backoffInitial;
+  milliseconds wait = policy.backoffInitial;
+  for (int i = 1; i < n && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
+}
+
+std::string RestartDecision::text(const RestartPolicy& policy) const {
+  switch (why) {
+    case Why::kRestart:
+      return "restarting";
+    case Why::kNoRestartExitCode:
+      return fmt::format(
+          "the worker exited with the no-restart exit code {} (--no-restart-exit-code)",
+          policy.noRestartExitCode.value_or(0));
+    case Why::kCannotExecute:
+      return "the worker's program cannot be executed";
+    case Why::kHungAtExit:
+      return "a worker hung at exit while its peers finished";
+    case Why::kSameFailure:
+      return fmt::format("the same failure as the last one ({}) with no progress in between",
+                         history.signature);
+    case Why::kBudgetSpent:
+      return fmt::format("the restart budget is spent (--max-restarts {})", policy.maxRestarts);
+    case Why::kNoProgress:
+      return fmt::format("{} restart(s) in a row without progress (--max-no-progress-restarts {})",
+                         history.noProgress - 1, policy.maxNoProgressRestarts);
+  }
+  return "restarting";
+}
+
+RestartDecision decideRestart(const RestartHistory& history, const StopReason& stop,
+                              const RestartPolicy& policy) {
+  const WorkerFailure& failure = *stop.failure;
+  RestartDecision decision;
+  decision.history = historyAfter(history, stop);
+  decision.failureClass = evidenceClass(failure, policy);
+  using Why = RestartDecision::Why;
+  const auto stopFor = [&](Why why, FailureClass kind) {
+    decision.why = why;
+    decision.failureClass = kind;
+    return decision;
+  };
+  if (decision.failureClass == FailureClass::kUser) {
+    return stopFor(failure.startFault ? Why::kCannotExecute : Why::kNoRestartExitCode,
+                   FailureClass::kUser);
+  }
+  if (failure.hang == HangKind::kAtExit) return stopFor(Why::kHungAtExit, decision.failureClass);
+  if (decision.failureClass == FailureClass::kWorker && !failure.progress &&
+      !history.signature.empty() && history.signature == decision.history.signature) {
+    return stopFor(Why::kSameFailure, FailureClass::kUser);
+  }
+  if (decision.history.restarts > policy.maxRestarts)
+    return stopFor(Why::kBudgetSpent, decision.failureClass);
+  if (decision.history.noProgress > policy.maxNoProgressRestarts)
+    return stopFor(Why::kNoProgress, decision.failureClass);
+  decision.backoff = backoffFor(std::max(1, decision.history.noProgress), policy);
+  return decision;
+}
+
+}  // namespace ddprun::launcher
