@@ -241,7 +241,7 @@ TEST_CASE(
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
 }
 
-TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-timeout",
+TEST_CASE("SIGTERM reaches every worker, then SIGKILL to its whole tree after --shutdown-timeout",
           "[agent]") {
   TempDir dir;
   Subprocess job(ddprunCommand(2, {"--shutdown-timeout", "1", "--no-python", kStubborn, dir.path}));

@@ -58,21 +58,36 @@ def job_processes(marker):
     return found
 
 
-def run_once(name, argv, env, run_dir, deadline):
+def wait_for(condition, seconds, deadline):
+    """Whether `condition()` held within `seconds` (polled)."""
+    end = time.monotonic() + deadline.cap(seconds)
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def run_once(name, argv, env, run_dir, deadline, strict):
     """One job: wait for both ranks in the loop, SIGTERM the launcher, wait for its end. Returns
-    (exit code, {rank: step saved}, checkpoint problems, pids left, the job)."""
+    (exit code, {rank: step saved}, checkpoint problems, pids left, the job). A job that does not
+    get there in time fails the test with what was seen (`strict`), or is killed and reported."""
     job = Job(argv, name=name, env=env)
-    ready = {}
-    while len(ready) < 2:
-        line = job.read_line(deadline.cap(90))
-        if line is None:
-            give_up(f"{name}: {len(ready)} of 2 ranks in the training loop", [job])
-        found = READY.search(line)
-        if found:
-            ready[int(found.group(1))] = int(found.group(2))
+
+    def stuck(why):
+        if strict:
+            give_up(f"{name}: {why}", [job])
+        job.kill()
+        return None, {}, [why], job_processes(run_dir), job
+
+    # Searched in the whole output: torchrun 1.13's ranks write into one stream, a line of one
+    # rank may end in the middle of another's.
+    if not wait_for(lambda: len(set(READY.findall(job.output))) == 2 or job.returncode is not None,
+                    90, deadline) or job.returncode is not None:
+        return stuck(f"{len(set(READY.findall(job.output)))} of 2 ranks in the training loop")
     job.signal(signal.SIGTERM)
     if job.wait(deadline.cap(60)) is None:
-        give_up(f"{name}: still running 60 s after SIGTERM", [job])
+        return stuck("still running 60 s after SIGTERM")
     saved = {int(m.group(1)): int(m.group(2)) for m in SAVED.finditer(job.output)}
     problems = []
     import torch  # the driver's own (torch 1.13), imported once a checkpoint is to be read
@@ -121,11 +136,13 @@ def series(launcher, runs, args, work, deadline, strict):
     kept, codes = 0, []
     for run in range(runs):
         run_dir = tempfile.mkdtemp(prefix=f"run{run}-", dir=work)
-        env = dict(os.environ, PYTHON_EXEC=python)
+        env = dict(os.environ)
+        if launcher == "ddprun":
+            env["PYTHON_EXEC"] = python  # torchrun runs its workers with its own interpreter
         started = time.monotonic()
         code, saved, problems, left, job = run_once(
             f"{launcher} run {run + 1}", launcher_argv(launcher, args.ddprun, python, run_dir, notice),
-            env, run_dir, deadline)
+            env, run_dir, deadline, strict)
         codes.append(code)
         ok = not problems and sorted(saved) == [0, 1]
         kept += ok
