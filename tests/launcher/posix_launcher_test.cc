@@ -335,7 +335,7 @@ TEST_CASE("signalAll reaches what the workers started in their process groups",
 }
 
 TEST_CASE(
-    "signalLeaders reaches each worker's own process only; anyLeftBehind sees what an exited "
+    "signalLeaders reaches each worker's own process only, and anyLeftBehind sees what an exited "
     "worker left in its group until it is gone",
     "[posix_launcher][drain]") {
   Workers workers;

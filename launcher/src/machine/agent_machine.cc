@@ -352,15 +352,12 @@ void AgentMachine::onStop(int round, StopReason stop) {
       stop_->node != rendezvous_.nodeId()) {
     // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
     // now would lose it moments later. Stop here, saying why.
-    endOnceStopped(Ending::storeLost(
-                       fmt::format("ddprun: error: the agent hosting the rendezvous store ({}) was "
-                                   "stopped by {} and takes "
-                                   "the "
-                                   "store with it: this node's workers are stopped and the job "
-                                   "ends; to let a job outlive any "
-                                   "one agent, run the store as ddprun-rendezvous on the endpoint",
-                                   stop_->nodeText(), common::signalName(stop_->signal))),
-                   stopKindName(StopKind::kStoreLost));
+    const std::string why = fmt::format(
+        "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes "
+        "the store with it: this node's workers are stopped and the job ends; to let a job "
+        "outlive any one agent, run the store as ddprun-rendezvous on the endpoint",
+        stop_->nodeText(), common::signalName(stop_->signal));
+    endOnceStopped(Ending::storeLost(why), stopKindName(StopKind::kStoreLost));
     return;
   }
   if (state_ == State::kRunning || state_ == State::kLocalDone) {
@@ -388,13 +385,11 @@ void AgentMachine::onStoreLost(const StoreLoss& loss) {
   if (state_ == State::kFinished || fenced_ || rejoinAfterStop_) return;
   if (loss.closedByHost) {
     // An answer, not silence: the store's side is gone, and nothing will come back there.
-    endOnceStopped(
-        Ending::storeLost(fmt::format(
-            "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the "
-            "agent "
-            "hosting it exited, or ddprun-rendezvous stopped): {}; stopping this node's workers",
-            rendezvous_.storeAddress(), common::printable(loss.detail))),
-        stopKindName(StopKind::kStoreLost));
+    const std::string why = fmt::format(
+        "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the "
+        "agent hosting it exited, or ddprun-rendezvous stopped): {}; stopping this node's workers",
+        rendezvous_.storeAddress(), common::printable(loss.detail));
+    endOnceStopped(Ending::storeLost(why), stopKindName(StopKind::kStoreLost));
     return;
   }
   fenceNow(fmt::format("the rendezvous store at {} has not answered for {:.1f} s ({})",
