@@ -175,7 +175,7 @@ def main():
     parser.add_argument("--ddprun", required=True)
     parser.add_argument("--scenario", required=True, choices=["ddprun", "wrapper", "side-by-side"])
     parser.add_argument("--runs", type=int)
-    parser.add_argument("--timeout", type=float, default=170)
+    parser.add_argument("--timeout", type=float, default=270)
     args = parser.parse_args()
     args.ddprun = os.path.abspath(args.ddprun)
     deadline = Deadline(args.timeout)
