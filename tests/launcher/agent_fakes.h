@@ -25,12 +25,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/event_loop.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "core/stop_reason.h"
+#include "core/stop_requests.h"
 #include "core/worker_output.h"
 #include "forwarding_store.h"
 #include "hang/hang_evidence.h"
@@ -192,6 +194,13 @@ class FakeLauncher final : public launcher::ProcessLauncher {
       stopped = signal == SIGSTOP;
       return;
     }
+    if (signal == SIGKILL) leftBehind.clear();
+    if (!obeySignals && signal != SIGKILL) return;
+    for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
+  }
+
+  void signalLeaders(int signal) override {
+    leaderSignals.push_back(signal);
     if (!obeySignals && signal != SIGKILL) return;
     for (pid_t pid : std::set<pid_t>(running_)) dieOf(pid, signal);
   }
@@ -206,6 +215,7 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   }
 
   bool anyRunning() const override { return !running_.empty(); }
+  bool anyLeftBehind() const override { return !leftBehind.empty(); }
 
   std::vector<launcher::ExitedWorker> reap() override {
     std::vector<launcher::ExitedWorker> exited;
@@ -213,7 +223,10 @@ class FakeLauncher final : public launcher::ProcessLauncher {
     return exited;
   }
 
-  void killStrays() override { ++strayKills; }
+  void killStrays() override {
+    ++strayKills;
+    leftBehind.clear();
+  }
 
   void killAll() override {
     for (pid_t pid : running_) exited_.push_back({pid, SIGKILL});
@@ -237,7 +250,11 @@ class FakeLauncher final : public launcher::ProcessLauncher {
   bool running(pid_t pid) const { return running_.count(pid) > 0; }
 
   std::vector<Worker> spawned;
-  std::vector<int> signals;
+  std::vector<int> signals;        // signalAll() calls: to every worker's whole tree
+  std::vector<int> leaderSignals;  // signalLeaders() calls: to each worker's own process
+  // Processes left in the groups of exited workers (anyLeftBehind()); the test sets them, a
+  // SIGKILL to every tree or the stray sweep ends them.
+  std::set<pid_t> leftBehind;
   std::vector<std::pair<pid_t, int>> processSignals;  // signalProcess() calls, in order
   int strayKills = 0;
   bool stopped = false;  // the last job-control signal was SIGSTOP
@@ -437,6 +454,26 @@ class FakeHeartbeats final : public launcher::Heartbeats {
     return it->second;
   }
   std::map<int, EventLoop::WallTime> reports;
+};
+
+// Stop requests as the machine makes them: a path per attempt, and each request kept.
+class FakeStopRequests final : public launcher::StopRequests {
+ public:
+  struct Request {
+    std::string path;
+    std::string reason;
+    EventLoop::WallTime deadline;
+  };
+  std::string prepare() override {
+    current = "/fake/stop-" + std::to_string(++attempts);
+    return current;
+  }
+  void request(std::string_view reason, EventLoop::WallTime deadline) override {
+    requests.push_back({current, std::string(reason), deadline});
+  }
+  int attempts = 0;
+  std::string current;
+  std::vector<Request> requests;
 };
 
 // Work done by each worker's tree, as the test sets it: the total CPU time and I/O of the worker

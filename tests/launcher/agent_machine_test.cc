@@ -82,6 +82,7 @@ struct Node {
     seams.evidence = &evidence;
     seams.oom = &oom;
     seams.activity = &activity;
+    seams.stopRequests = &stopRequests;
     seams.event = [this](std::string line) { events.push_back(std::move(line)); };
     return seams;
   }
@@ -107,6 +108,7 @@ struct Node {
   FakeEvidence evidence;
   FakeOom oom;
   FakeActivity activity;
+  FakeStopRequests stopRequests;
   std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
   EventRecorder recorder;  // what the driver told the machine
@@ -144,6 +146,7 @@ struct OverStore {
   OverStore(int nproc, int maxRestarts)
       : node(job.add(jobConfig(1, 1, nproc, maxRestarts), kAddress)) {}
   bool until(const std::function<bool()>& done) { return job.until(done); }
+  ManualEventLoop& loop() { return job.loop; }
   static constexpr const char* kAddress = "10.0.0.1";
   static constexpr const char* kHost = "host-10.0.0.1";
   Job job;
@@ -152,6 +155,7 @@ struct OverStore {
 struct Standalone {
   Standalone(int nproc, int maxRestarts) : node(standaloneConfig(nproc, maxRestarts)) {}
   bool until(const std::function<bool()>& done) { return node.until(done); }
+  ManualEventLoop& loop() { return node.loop; }
   static constexpr const char* kAddress = "127.0.0.1";
   static constexpr const char* kHost = "host-solo";
   SoloNode node;
@@ -189,9 +193,10 @@ TEMPLATE_TEST_CASE("a failed worker restarts the whole group within --max-restar
   REQUIRE(client.until([&] { return node.runningRound(0); }));
   const auto first = node.workers();
   node.launcher.exitWith(first[1].pid, 3);
-  // Its peer is stopped (SIGTERM), then the group starts again as restart 1.
+  // Its peer is stopped (SIGTERM to its own process), then the group starts again as restart 1.
   REQUIRE(client.until([&] { return node.runningRound(1); }));
-  CHECK(node.launcher.signals.front() == SIGTERM);
+  CHECK(node.launcher.leaderSignals.front() == SIGTERM);
+  CHECK(node.launcher.signals.empty());
   CHECK_FALSE(node.launcher.running(first[0].pid));
   const auto second = node.workers();
   CHECK(second[0].pid != first[0].pid);
@@ -248,12 +253,14 @@ TEST_CASE("workers that ignore SIGTERM are killed when the shutdown grace runs o
   REQUIRE(job.until([&] { return node.runningRound(0); }));
   node.launcher.exitWith(node.workers()[0].pid, 1);
   REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/0/stop"}); }));
-  CHECK(node.launcher.signals == std::vector<int>{SIGTERM});
+  CHECK(node.launcher.leaderSignals == std::vector<int>{SIGTERM});
+  CHECK(node.launcher.signals.empty());
   job.loop.advance(4900ms);  // within the 5 s grace: nothing more
-  CHECK(node.launcher.signals == std::vector<int>{SIGTERM});
+  CHECK(node.launcher.leaderSignals == std::vector<int>{SIGTERM});
+  CHECK(node.launcher.signals.empty());
   CHECK_FALSE(node.exitCode.has_value());
   job.loop.advance(200ms);
-  CHECK(node.launcher.signals == std::vector<int>{SIGTERM, SIGKILL});
+  CHECK(node.launcher.signals == std::vector<int>{SIGKILL});  // every worker's whole tree
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 1);
 }
@@ -322,7 +329,9 @@ TEMPLATE_TEST_CASE("SIGTERM to the agent stops the workers with it and exits 143
   node.machine.onSignal(SIGTERM);
   REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGTERM);
-  CHECK(node.launcher.signals.front() == SIGTERM);  // forwarded, not SIGKILL first
+  // Forwarded to each worker's own process, not SIGKILL first, nor to their process groups.
+  CHECK(node.launcher.leaderSignals.front() == SIGTERM);
+  CHECK(node.launcher.signals.empty());
   if constexpr (std::is_same_v<TestType, OverStore>) {
     // The others are told this node left (not a failure: no restart is spent on it).
     const auto stop = StopReason::parse(client.job.store.get("ddprun/unit/round/0/stop"));
@@ -362,11 +371,125 @@ TEMPLATE_TEST_CASE("a second signal kills the workers at once", "[agent][unit]",
   node.machine.start();
   REQUIRE(client.until([&] { return node.runningRound(0); }));
   node.machine.onSignal(SIGINT);
-  CHECK(node.launcher.signals == std::vector<int>{SIGINT});
+  CHECK(node.launcher.leaderSignals == std::vector<int>{SIGINT});
+  CHECK(node.launcher.signals.empty());
   node.machine.onSignal(SIGINT);
-  CHECK(node.launcher.signals == std::vector<int>{SIGINT, SIGKILL});
+  CHECK(node.launcher.signals == std::vector<int>{SIGKILL});
   REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 128 + SIGINT);
+}
+
+TEMPLATE_TEST_CASE(
+    "a graceful stop: the stop file first, then the signal to each worker's own process, "
+    "SIGKILL to every worker's tree only at the deadline",
+    "[agent][unit][drain]", OverStore, Standalone) {
+  TestType client(2, /*maxRestarts=*/0);
+  auto& node = client.node;
+  node.launcher.obeySignals = false;  // they take their time saving
+  node.machine.start();
+  REQUIRE(client.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  // One file for the attempt's workers, not there yet (the fake makes nothing before request()).
+  CHECK(workers[0].environment.at("DDPRUN_STOP_FILE") == "/fake/stop-1");
+  CHECK(workers[1].environment.at("DDPRUN_STOP_FILE") == "/fake/stop-1");
+  CHECK(node.stopRequests.requests.empty());
+  const auto signalledAt = client.loop().wallNow();
+  node.machine.onSignal(SIGTERM);
+  REQUIRE(node.stopRequests.requests.size() == 1);
+  CHECK(node.stopRequests.requests[0].path == "/fake/stop-1");
+  CHECK(node.stopRequests.requests[0].reason == "SIGTERM");
+  CHECK(node.stopRequests.requests[0].deadline == signalledAt + 5s);  // --shutdown-timeout
+  CHECK(node.launcher.leaderSignals == std::vector<int>{SIGTERM});
+  CHECK(node.launcher.signals.empty());
+  client.loop().advance(4999ms);
+  CHECK(node.launcher.signals.empty());
+  CHECK_FALSE(node.exitCode.has_value());
+  client.loop().advance(1ms);
+  CHECK(node.launcher.signals == std::vector<int>{SIGKILL});
+  REQUIRE(client.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 128 + SIGTERM);
+}
+
+TEST_CASE(
+    "a restart's workers get a fresh stop file: the last attempt's request stops none of them",
+    "[agent][unit][drain]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.exitWith(node.workers()[1].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  // The peer's stop said why, in the first attempt's file; the new workers have another.
+  REQUIRE(node.stopRequests.requests.size() == 1);
+  CHECK(node.stopRequests.requests[0].path == "/fake/stop-1");
+  CHECK(node.stopRequests.requests[0].reason == "failure");
+  for (const auto& worker : node.workers())
+    CHECK(worker.environment.at("DDPRUN_STOP_FILE") == "/fake/stop-2");
+  node.allExit(0);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(*node.exitCode == 0);
+}
+
+TEST_CASE(
+    "stopping for a signal: what the workers left in their process groups (a wrapper's trainer) "
+    "is waited for until the deadline, then killed",
+    "[agent][unit][drain]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  // The leaders are wrapper scripts the signal ends; the trainers they started live on.
+  node.launcher.leftBehind = {4242, 4243};
+  SECTION("they finish in time: the agent ends then, nothing killed") {
+    node.machine.onSignal(SIGTERM);
+    job.loop.runPosted();  // the leaders' exits
+    CHECK_FALSE(node.launcher.anyRunning());
+    job.loop.advance(3s);
+    CHECK(node.machine.state() == State::kStopping);
+    CHECK_FALSE(node.exitCode.has_value());
+    node.launcher.leftBehind.clear();
+    node.machine.onChildExited();  // their exits come back to the subreaper: SIGCHLD
+    REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+    CHECK(*node.exitCode == 128 + SIGTERM);
+    CHECK(node.launcher.signals.empty());
+  }
+  SECTION("they are still there at the deadline: SIGKILL to every tree, and the agent ends") {
+    node.machine.onSignal(SIGTERM);
+    job.loop.runPosted();
+    job.loop.advance(4999ms);
+    CHECK(node.launcher.signals.empty());
+    CHECK_FALSE(node.exitCode.has_value());
+    job.loop.advance(1ms);
+    CHECK(node.launcher.signals == std::vector<int>{SIGKILL});
+    REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+    CHECK(*node.exitCode == 128 + SIGTERM);
+  }
+  SECTION("a second signal kills them at once") {
+    node.machine.onSignal(SIGTERM);
+    job.loop.runPosted();
+    CHECK_FALSE(node.exitCode.has_value());
+    node.machine.onSignal(SIGTERM);
+    CHECK(node.launcher.signals == std::vector<int>{SIGKILL});
+    REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+    CHECK(*node.exitCode == 128 + SIGTERM);
+  }
+}
+
+TEST_CASE(
+    "a restart does not wait for what the failed round's workers left behind: the stray sweep "
+    "ends it",
+    "[agent][unit][drain]") {
+  Job job;
+  Node& node = job.add(jobConfig(1, 1, 2, /*maxRestarts=*/1), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  node.launcher.leftBehind = {4242};  // a rank's DataLoader workers, say
+  const int sweepsBefore = node.launcher.strayKills;
+  node.launcher.exitWith(node.workers()[1].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  CHECK(node.launcher.strayKills > sweepsBefore);
+  CHECK(node.launcher.leftBehind.empty());
+  CHECK(node.launcher.signals.empty());
 }
 
 TEST_CASE("a signal while joining ends the agent without starting workers", "[agent][unit]") {
@@ -1214,6 +1337,7 @@ TEST_CASE(
   REQUIRE(job.until([&] { return !node.launcher.running(worker); }));
   CHECK(node.launcher.signals.back() == SIGKILL);
   CHECK(std::count(node.launcher.signals.begin(), node.launcher.signals.end(), SIGTERM) == 0);
+  CHECK(node.launcher.leaderSignals.empty());
 
   // The network heals: the renewal that waited is acknowledged, late, and changes nothing; the
   // node comes back as a new member in a new round, with no restart spent.
@@ -1275,6 +1399,7 @@ TEST_CASE("a renewal acknowledged in time keeps the workers running past the fen
   }
   CHECK(node.runningRound(0));
   CHECK(node.launcher.signals.empty());
+  CHECK(node.launcher.leaderSignals.empty());
 }
 
 TEST_CASE("the snapshot says what the agent is doing: round, restarts, workers, the last failure",

@@ -242,7 +242,7 @@ TEST_CASE(
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
 }
 
-TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-timeout",
+TEST_CASE("SIGTERM reaches every worker, then SIGKILL to its whole tree after --shutdown-timeout",
           "[agent]") {
   TempDir dir;
   Subprocess job(ddprunCommand(2, {"--shutdown-timeout", "1", "--no-python", kStubborn, dir.path}));
@@ -264,6 +264,38 @@ TEST_CASE("SIGTERM reaches every worker's group, then SIGKILL after --shutdown-t
   for (int rank = 0; rank < 2; ++rank) CHECK(fs::exists(fmt::format("{}/term.{}", dir.path, rank)));
   for (pid_t pid : pids) CHECK_FALSE(running(pid));
   CHECK_THAT(job.errors(), Catch::Contains("received SIGTERM"));
+}
+
+TEST_CASE(
+    "SIGTERM: what a worker left in its process group when the signal ended it is waited for "
+    "until --shutdown-timeout, then killed, and nothing is left",
+    "[agent][drain]") {
+  // The worker is a shell that the SIGTERM ends at once; its child (a trainer behind a wrapper, a
+  // DataLoader worker) is not signalled and stays in the worker's process group.
+  TempDir dir;
+  Subprocess job(ddprunCommand(
+      2, {"--shutdown-timeout", "2", "--no-python", "sh", "-c",
+          fmt::format("sleep 300 & echo $! > {}/pids.$RANK; echo \"rank $RANK ready\"; wait",
+                      dir.path)}));
+  REQUIRE(
+      eventually([&] { return countLines(job.output(), "rank [0-9] ready") == 2; }, 30s, {&job}));
+  const auto pids = readPids(dir.path);
+  KillLeftovers leftovers{pids};
+  REQUIRE(pids.size() == 2);
+  const auto sent = Clock::now();
+  job.signal(SIGTERM);
+  const auto status = exitStatus(job, 20s);
+  const double took = std::chrono::duration<double>(Clock::now() - sent).count();
+  INFO("exited " << took << " s after SIGTERM\n" << job.errors());
+  CHECK(status == 128 + SIGTERM);
+  CHECK(took >= 1.9);  // the children were given the stop's time
+  CHECK(took < 10.0);
+  CHECK_THAT(job.errors(), Catch::Contains("every worker has exited; waiting up to"));
+  CHECK(eventually(
+      [&] {
+        return std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return running(pid); });
+      },
+      5s, [&] { return describePids(pids); }));
 }
 
 TEST_CASE("the log directory keeps every attempt", "[agent]") {

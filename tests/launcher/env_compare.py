@@ -142,6 +142,10 @@ DELIBERATE_DIFFERENCES = {
         ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/heartbeat-[0-9]+",
         "ddprun's own: the worker's progress heartbeat (os.utime of it reports progress) that "
         "--hang-timeout monitors; a file of the agent's private directory."),
+    "DDPRUN_STOP_FILE": Deliberate(
+        ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}/stop-[0-9]+",
+        "ddprun's own: the graceful stop's notice, a file that appears (reason, deadline) when the "
+        "agent starts to stop the workers, before their signal; a fresh name per attempt."),
     "DDPRUN_STACK_DIR": Deliberate(
         ALL, ABSENT, r"<TMPDIR>/ddprun-agent-\w{6}",
         "ddprun's own: where a Python worker's faulthandler writes every thread's stack when the "

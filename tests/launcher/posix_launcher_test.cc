@@ -2,8 +2,9 @@
 // it) with real processes, where the operating system is the point: what a worker is started
 // with (argv, exactly the environment given, its output descriptors, its directory, its own
 // session, nothing else of the agent's), how its end is reaped, that signals reach its whole
-// process group, that strays which left its session are found, and how a program that cannot
-// start is reported. Every wait is bounded and says what it saw; nothing outlives a test.
+// process group or its own process only, that strays which left its session are found, and how a
+// program that cannot start is reported. Every wait is bounded and says what it saw; nothing
+// outlives a test.
 #include "process/posix_launcher.h"
 
 #include <fcntl.h>
@@ -331,6 +332,28 @@ TEST_CASE("signalAll reaches what the workers started in their process groups",
     workers.launcher.signalAll(SIGKILL);
     CHECK(workers.gone(orphan));
   }
+}
+
+TEST_CASE(
+    "signalLeaders reaches each worker's own process only, and anyLeftBehind sees what an exited "
+    "worker left in its group until it is gone",
+    "[posix_launcher][drain]") {
+  Workers workers;
+  Pipe out;
+  // A shell that dies of SIGTERM while its child (a trainer, a DataLoader worker) lives on.
+  const pid_t worker =
+      workers.launcher.spawn(shell("sleep 30 >/dev/null & echo $!; wait", out.writeEnd()));
+  const pid_t child = pidFrom(out.readLine(5s));
+  REQUIRE(::getpgid(child) == worker);
+  CHECK_FALSE(workers.launcher.anyLeftBehind());  // its group's leader still runs
+  workers.launcher.signalLeaders(SIGTERM);
+  CHECK(killedBy(workers.waitStatus(worker), SIGTERM));
+  CHECK_FALSE(workers.launcher.anyRunning());
+  CHECK(::kill(child, 0) == 0);  // not signalled: still there, in the worker's group
+  CHECK(workers.launcher.anyLeftBehind());
+  ::kill(child, SIGKILL);
+  CHECK(workers.gone(child));
+  CHECK_FALSE(workers.launcher.anyLeftBehind());
 }
 
 // Both ways into the worker cgroup give the same worker: created in it by clone3 (no move, so no

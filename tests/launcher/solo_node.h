@@ -56,6 +56,7 @@ struct SoloNode {
     seams.evidence = &evidence;
     seams.oom = &oom;
     seams.activity = &activity;
+    seams.stopRequests = &stopRequests;
     return seams;
   }
   launcher::AgentIdentity identity() const {
@@ -81,6 +82,7 @@ struct SoloNode {
   FakeEvidence evidence;
   FakeOom oom;
   FakeActivity activity;
+  FakeStopRequests stopRequests;
   launcher::AgentMachine machine;
   EventRecorder recorder;
   std::optional<int> exitCode;

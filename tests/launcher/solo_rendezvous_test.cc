@@ -68,6 +68,7 @@ TEST_CASE(
   node.loop.advance(node.config_.rdzv.settings.holdTimeToLive() * 10);
   CHECK(node.runningRound(0));
   CHECK(node.launcher.signals.empty());
+  CHECK(node.launcher.leaderSignals.empty());
   node.allExit(0);
   REQUIRE(node.until([&] { return node.exitCode.has_value(); }));
   CHECK(*node.exitCode == 0);

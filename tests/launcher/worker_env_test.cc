@@ -482,3 +482,21 @@ TEST_CASE("the heartbeat file replaces an inherited one (ddprun inside a ddprun 
     CHECK(env.at("DDPRUN_HEARTBEAT_FILE") == "/tmp/outer-agent/heartbeats/0");
   }
 }
+
+TEST_CASE("the stop file replaces an inherited one (ddprun inside a ddprun worker)",
+          "[worker_env]") {
+  // The outer agent's request would otherwise stop the inner job's workers, and this agent's own
+  // would never reach them (getenv takes the first entry).
+  const Environment caller{{"DDPRUN_STOP_FILE", "/tmp/outer-agent/stop-3"}};
+  SECTION("this agent has one: its file, once") {
+    const Environment env = asMap(
+        workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile,
+                          "/tmp/inner-agent/heartbeat-0", "/tmp/inner-agent/stop-1"));
+    CHECK(env.at("DDPRUN_STOP_FILE") == "/tmp/inner-agent/stop-1");
+  }
+  SECTION("none of its own: the inherited entry is left as it was") {
+    const Environment env = asMap(
+        workerEnvironment(caller, configFor(1), placementOf({1, 1, 0, 0}), roundFor(), kErrorFile));
+    CHECK(env.at("DDPRUN_STOP_FILE") == "/tmp/outer-agent/stop-3");
+  }
+}

@@ -51,6 +51,7 @@
 #include "placement/numa_topology.h"
 #include "process/guardian.h"
 #include "process/posix_launcher.h"
+#include "process/stop_files.h"
 #include "process/worker_env.h"
 #include "stores/hosted_stores.h"
 #include "stores/store_backends.h"
@@ -196,12 +197,13 @@ NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
 
 // What tells the machine about the workers beyond their exit statuses (docs/architecture.md,
 // WorkerDiagnostics): the heartbeat files, the evidence collector, the OOM witness and the
-// activity sampler, with the event log's callback.
+// activity sampler, with the event log's callback; and the stop files (DDPRUN_STOP_FILE).
 class AgentDiagnostics {
  public:
   AgentDiagnostics(const fs::path& privateDir, AgentIdentity& identity, EventLoop& loop,
                    const std::string& cgroupPath, std::chrono::milliseconds nativeStackBudget)
       : heartbeats_(privateDir.string()),
+        stopFiles_(privateDir.string()),
         evidence_(makeThreadedEvidenceCollector(
             loop, evidenceOptions(privateDir.string(), identity, nativeStackBudget))),
         oom_(cgroupPath) {}
@@ -223,6 +225,7 @@ class AgentDiagnostics {
     diagnostics.evidence = evidence_.get();
     diagnostics.oom = &oom_;
     diagnostics.activity = &activity_;
+    diagnostics.stopRequests = &stopFiles_;
     if (config.eventLogHandler == "console") {
       diagnostics.event = [errWriter](std::string line) { errWriter->write(std::move(line)); };
     }
@@ -231,6 +234,7 @@ class AgentDiagnostics {
 
  private:
   HeartbeatFiles heartbeats_;
+  StopFiles stopFiles_;
   std::unique_ptr<EvidenceCollector> evidence_;
   KernelOomWitness oom_;
   ProcActivity activity_;

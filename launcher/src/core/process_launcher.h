@@ -41,8 +41,12 @@ class ProcessLauncher {
   // Starts a worker; returns its pid (also its process group). Blocks only until the child has
   // exec'd or failed to. Throws SpawnError.
   virtual pid_t spawn(const ExecPlan& plan) = 0;
-  // Sends `signal` to every worker still running and to what its descendants left behind.
+  // Sends `signal` to every worker still running and to what its descendants left behind: each
+  // worker's whole process group (job control; SIGKILL at a stop's deadline).
   virtual void signalAll(int signal) = 0;
+  // Sends `signal` to each running worker's own process only, its leader (kill, not killpg): a
+  // graceful stop, which leaves the worker's children (DataLoader workers) to the worker.
+  virtual void signalLeaders(int signal) = 0;
   // Sends `signal` to the one process `pid` (a hung worker; the pid a FileTimer names, once
   // belongsToWorkers() said yes).
   virtual void signalProcess(pid_t pid, int signal) = 0;
@@ -51,6 +55,9 @@ class ProcessLauncher {
   // worker started). Asked when the timer expires, just before the signal. Never blocks.
   virtual bool belongsToWorkers(pid_t pid) const = 0;
   virtual bool anyRunning() const = 0;
+  // Whether a process is left in the process group of a worker that has exited (a wrapper
+  // script's trainer, a rank's DataLoader workers). Never blocks.
+  virtual bool anyLeftBehind() const = 0;
   // The workers that exited since the last call (call when SIGCHLD arrives); never blocks.
   virtual std::vector<ExitedWorker> reap() = 0;
   // Kills what is left of the workers' trees once the workers are gone.

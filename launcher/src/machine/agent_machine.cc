@@ -171,7 +171,7 @@ void AgentMachine::fenceNow(const std::string& why) {
       config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "non-elastic");
   if (!hasWorkersOfRound()) {
     // No workers of a round: nothing to fence. A join in progress reports the store itself.
-    if (!elastic()) endOnceStopped(Ending::storeLost(cut));
+    if (!elastic()) endOnceStopped(Ending::storeLost(cut), stopKindName(StopKind::kStoreLost));
     return;
   }
   fenced_ = true;
@@ -192,6 +192,7 @@ void AgentMachine::fenceNow(const std::string& why) {
     endAfterStop_ = Ending::storeLost(cut);
   }
   state_ = State::kStopping;
+  drainGroups_ = false;
   // No grace: the fence's margin is for the kernel to take the trees down, not for the workers to
   // finish; the stray sweep follows once they are gone (maybeRoundOver), as for any stop.
   if (launcher_.anyRunning()) launcher_.signalAll(SIGKILL);
@@ -224,6 +225,17 @@ void AgentMachine::startWorkers() {
   roundStartedAt_ = spawnStart;
   fileTimerRequests_ = false;
   if (diagnostics_.oom) diagnostics_.oom->attemptStarted();
+  // One stop request per attempt, shared by its workers: a fresh name, so a request made for
+  // the last attempt's workers never stops these.
+  stopFile_.clear();
+  if (diagnostics_.stopRequests) {
+    try {
+      stopFile_ = diagnostics_.stopRequests->prepare();
+    } catch (const std::exception& error) {
+      spdlog::warn("{}: round {}'s workers get no {}; a stop reaches them by its signal only",
+                   error.what(), round_.number, common::kEnvDdprunStopFile);
+    }
+  }
   // Everything a worker needs is made before the first spawn, so the spawns run back to back:
   // done between spawns, it ran while the workers already started competed for the CPUs. The
   // guarantees are each spawn's own and unchanged: PosixLauncher::spawn tells the guardian of
@@ -293,7 +305,7 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
         diagnostics_.heartbeats ? diagnostics_.heartbeats->prepare(localRank) : std::string();
     const std::vector<std::string> environment =
         workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
-                          worker.errorFile, heartbeatFile);
+                          worker.errorFile, heartbeatFile, stopFile_);
     auto plan = std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out,
                                            streams.err);
     if (static_cast<std::size_t>(localRank) < config_.workerCpus.size()) {
@@ -346,12 +358,12 @@ void AgentMachine::onStop(int round, StopReason stop) {
       stop_->node != rendezvous_.nodeId()) {
     // The agent hosting the rendezvous store is leaving, and the store with it: a job re-formed
     // now would lose it moments later. Stop here, saying why.
-    endOnceStopped(Ending::storeLost(fmt::format(
+    const std::string why = fmt::format(
         "ddprun: error: the agent hosting the rendezvous store ({}) was stopped by {} and takes "
-        "the "
-        "store with it: this node's workers are stopped and the job ends; to let a job outlive any "
-        "one agent, run the store as ddprun-rendezvous on the endpoint",
-        stop_->nodeText(), common::signalName(stop_->signal))));
+        "the store with it: this node's workers are stopped and the job ends; to let a job "
+        "outlive any one agent, run the store as ddprun-rendezvous on the endpoint",
+        stop_->nodeText(), common::signalName(stop_->signal));
+    endOnceStopped(Ending::storeLost(why), stopKindName(StopKind::kStoreLost));
     return;
   }
   if (state_ == State::kRunning || state_ == State::kLocalDone) {
@@ -370,7 +382,7 @@ void AgentMachine::onStop(int round, StopReason stop) {
     }
     state_ = State::kStopping;
     barrierTimer_.cancel();
-    stopWorkers();
+    stopWorkers(stopKindName(stop_->kind));
   }
   maybeRoundOver();
 }
@@ -379,10 +391,11 @@ void AgentMachine::onStoreLost(const StoreLoss& loss) {
   if (state_ == State::kFinished || fenced_ || rejoinAfterStop_) return;
   if (loss.closedByHost) {
     // An answer, not silence: the store's side is gone, and nothing will come back there.
-    endOnceStopped(Ending::storeLost(fmt::format(
-        "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the agent "
-        "hosting it exited, or ddprun-rendezvous stopped): {}; stopping this node's workers",
-        rendezvous_.storeAddress(), common::printable(loss.detail))));
+    const std::string why = fmt::format(
+        "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the "
+        "agent hosting it exited, or ddprun-rendezvous stopped): {}; stopping this node's workers",
+        rendezvous_.storeAddress(), common::printable(loss.detail));
+    endOnceStopped(Ending::storeLost(why), stopKindName(StopKind::kStoreLost));
     return;
   }
   fenceNow(fmt::format("the rendezvous store at {} has not answered for {:.1f} s ({})",
@@ -390,11 +403,11 @@ void AgentMachine::onStoreLost(const StoreLoss& loss) {
                        common::printable(loss.detail)));
 }
 
-void AgentMachine::endOnceStopped(Ending ending) {
+void AgentMachine::endOnceStopped(Ending ending, std::string_view reason) {
   barrierTimer_.cancel();
   endAfterStop_ = std::move(ending);
   state_ = State::kStopping;
-  stopWorkers();
+  stopWorkers(reason);
   maybeRoundOver();  // ends at once when no worker runs
 }
 
@@ -481,7 +494,7 @@ void AgentMachine::announceFailure() {
   cause.progress = roundMadeProgress();
   rendezvous_.announce(round_.number,
                        StopReason::workerFailed(std::move(cause), rendezvous_.nodeId()));
-  stopWorkers();
+  stopWorkers(stopKindName(StopKind::kWorkerFailed));
 }
 
 bool AgentMachine::roundMadeProgress() const {
@@ -495,20 +508,54 @@ bool AgentMachine::roundMadeProgress() const {
   return minTime > std::chrono::milliseconds(0) && loop_.now() - roundStartedAt_ >= minTime;
 }
 
-void AgentMachine::stopWorkers() {
+void AgentMachine::stopWorkers(std::string_view reason) {
   progress_.stop();
   if (!launcher_.anyRunning()) return;
-  launcher_.signalAll(signal_ != 0 ? signal_ : SIGTERM);
-  graceTimer_.arm(config_.restart.shutdownTimeout, [this] {
-    if (!launcher_.anyRunning()) return;
-    spdlog::warn("workers still running {} ms after the stop signal: killing them",
-                 config_.restart.shutdownTimeout.count());
+  // The notice first, complete before the signal: a worker that handles the signal by looking
+  // at its stop file finds it there.
+  if (diagnostics_.stopRequests && !stopFile_.empty()) {
+    diagnostics_.stopRequests->request(reason, loop_.wallNow() + config_.restart.shutdownTimeout);
+  }
+  // The worker's own process only: its DataLoader workers (its process group) live on while it
+  // saves, and end with it or at the deadline.
+  launcher_.signalLeaders(signal_ != 0 ? signal_ : SIGTERM);
+  stopDeadline_ = loop_.now() + config_.restart.shutdownTimeout;
+  graceTimer_.arm(config_.restart.shutdownTimeout, [this] { onStopDeadline(); });
+}
+
+void AgentMachine::onStopDeadline() {
+  drainGroups_ = false;
+  if (launcher_.anyRunning()) {
+    spdlog::warn(
+        "workers still running {} ms after the stop signal: killing them and everything they "
+        "started",
+        config_.restart.shutdownTimeout.count());
     launcher_.signalAll(SIGKILL);
-  });
+  } else if (launcher_.anyLeftBehind()) {
+    spdlog::warn(
+        "processes the workers left in their process groups still run {} ms after the stop "
+        "signal: killing them",
+        config_.restart.shutdownTimeout.count());
+    launcher_.signalAll(SIGKILL);
+  }
+  maybeRoundOver();
 }
 
 void AgentMachine::maybeRoundOver() {
   if (state_ != State::kStopping || launcher_.anyRunning()) return;
+  if (drainGroups_ && launcher_.anyLeftBehind()) {
+    // Stopping for a signal from outside: a worker's leader may be a wrapper script that the
+    // signal ended while the trainer it started still saves its checkpoint (told by its stop
+    // file). Their exits come back to this subreaper (SIGCHLD); the deadline ends the wait.
+    if (!saidLeftBehind_) {
+      saidLeftBehind_ = true;
+      spdlog::warn(
+          "every worker has exited; waiting up to {:.1f} s (--shutdown-timeout) for the processes "
+          "they left in their process groups to finish; a second signal kills them now",
+          std::chrono::duration<double>(stopDeadline_ - loop_.now()).count());
+    }
+    return;
+  }
   graceTimer_.cancel();
   if (endAfterStop_) {
     finish(std::move(*endAfterStop_));
@@ -647,22 +694,30 @@ void AgentMachine::onSignal(int signal) {
   if (state_ == State::kFinished) return;
   if (signal_ != 0) {
     // A second signal: no more patience.
+    drainGroups_ = false;
     launcher_.signalAll(SIGKILL);
+    maybeRoundOver();
     return;
   }
   signal_ = signal;
-  spdlog::warn("received {}: forwarding it to the workers", common::signalName(signal));
   if (state_ != State::kJoining && state_ != State::kIdle) {
     rendezvous_.announce(round_.number,
                          StopReason::nodeLeft(rendezvous_.nodeId(), round_.groupRank,
                                               identity_.hostname, signal, identity_.hostsStore));
   }
   if (state_ == State::kJoining || state_ == State::kIdle || !launcher_.anyRunning()) {
+    spdlog::warn("received {}: no worker runs; ending", common::signalName(signal));
     finish(Ending::signalled(signal));
     return;
   }
+  spdlog::warn(
+      "received {}: asking the workers to stop (their {}, then {} to each worker's own process); "
+      "what is left of them at --shutdown-timeout's deadline ({:.1f} s) is killed",
+      common::signalName(signal), common::kEnvDdprunStopFile, common::signalName(signal),
+      std::chrono::duration<double>(config_.restart.shutdownTimeout).count());
   state_ = State::kStopping;
-  stopWorkers();
+  drainGroups_ = true;
+  stopWorkers(common::signalName(signal));
 }
 
 void AgentMachine::onSuspend(int signal) {
@@ -720,7 +775,8 @@ void AgentMachine::onConsoleClosed() {
   // Workers that inherited the console would die of SIGPIPE now (torchrun's do): stop them.
   endOnceStopped(
       Ending::consoleClosed("ddprun: error: ddprun's output was closed by its reader (e.g. `| "
-                            "head`); stopping the workers"));
+                            "head`); stopping the workers"),
+      "console_closed");
 }
 
 void AgentMachine::finish(Ending ending) {

@@ -40,6 +40,7 @@
 #include "core/rendezvous_client.h"
 #include "core/restart_policy.h"
 #include "core/stop_reason.h"
+#include "core/stop_requests.h"
 #include "core/worker_output.h"
 #include "ddprun/launcher/launch_config.h"
 #include "hang/file_timer.h"
@@ -66,13 +67,14 @@ struct AgentIdentity {
   std::function<void(std::string)> printError;
 };
 
-// How the machine sees workers that hang or die unexplained. Each may be missing (that part is not
-// looked at).
+// How the machine sees workers that hang or die unexplained, and how it asks them to stop without
+// a signal. Each may be missing (that part is not looked at).
 struct WorkerDiagnostics {
   Heartbeats* heartbeats = nullptr;       // progress channels (--hang-timeout)
   EvidenceCollector* evidence = nullptr;  // a hung worker's stacks, taken before it is killed
   OomWitness* oom = nullptr;              // OOM kills
   WorkerActivity* activity = nullptr;     // busy or idle (--exit-timeout's stragglers)
+  StopRequests* stopRequests = nullptr;   // DDPRUN_STOP_FILE: a graceful stop's notice
   // --event-log-handler console: where each event's JSON line goes (nothing: no events).
   std::function<void(std::string)> event;
 };
@@ -170,9 +172,15 @@ class AgentMachine final : public RendezvousEvents {
   // Looks at the workers that exited: a failure stops the round, all done counts the node done.
   void judgeWorkers();
   void announceFailure();
-  void stopWorkers();
-  // Stops the workers, then ends the agent with `ending` (at once when none runs).
-  void endOnceStopped(Ending ending);
+  // A graceful stop: the attempt's stop request (DDPRUN_STOP_FILE) says `reason` and the
+  // deadline, then each worker's own process gets the signal (the one the agent got, else
+  // SIGTERM); at --shutdown-timeout's deadline every worker's tree gets SIGKILL.
+  void stopWorkers(std::string_view reason);
+  // The stop's deadline: SIGKILL to whatever of the workers' trees is left.
+  void onStopDeadline();
+  // Stops the workers (saying `reason`), then ends the agent with `ending` (at once when none
+  // runs).
+  void endOnceStopped(Ending ending, std::string_view reason);
   void maybeRoundOver();
   void nextStep();
   // Liveness and fencing (docs/architecture.md): while this node has workers of a round, a timer
@@ -227,7 +235,13 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<WorkerFailure> lastFailure_;  // the job's last one this agent knows of
   bool formed_ = false;                       // a round has formed (round_ is one)
   int signal_ = 0;                            // a handled signal that arrived
-  std::optional<Ending> endAfterStop_;        // end so once the workers are gone
+  // Stopping for that signal: once the workers have exited, what they left in their process
+  // groups (a wrapper script's trainer still saving) is waited for until the stop's deadline.
+  bool drainGroups_ = false;
+  bool saidLeftBehind_ = false;          // the wait for what the workers left was announced
+  std::string stopFile_;                 // the current attempt's DDPRUN_STOP_FILE ("" = none)
+  EventLoop::TimePoint stopDeadline_{};  // the current stop's SIGKILL (for the waiting line)
+  std::optional<Ending> endAfterStop_;   // end so once the workers are gone
   std::optional<Ending> ending_;
   PausableTimer graceTimer_;
   PausableTimer barrierTimer_;

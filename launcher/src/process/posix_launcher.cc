@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -58,7 +59,16 @@ void PosixLauncher::signalAll(int signal) {
   for (pid_t pid : lingering_) ::kill(-pid, signal);
 }
 
+void PosixLauncher::signalLeaders(int signal) {
+  for (pid_t pid : running_) ::kill(pid, signal);
+}
+
 void PosixLauncher::signalProcess(pid_t pid, int signal) { ::kill(pid, signal); }
+
+bool PosixLauncher::anyLeftBehind() const {
+  return std::any_of(lingering_.begin(), lingering_.end(),
+                     [](pid_t group) { return ::kill(-group, 0) == 0 || errno != ESRCH; });
+}
 
 bool PosixLauncher::belongsToWorkers(pid_t pid) const {
   // A chain of parents ends at init (1), the kernel's threads (0, 2) or this agent; the bound

@@ -55,11 +55,14 @@ class PosixLauncher final : public ProcessLauncher {
   pid_t spawn(const ExecPlan& plan) override;
   // Also signals the groups of exited workers whose descendants still run.
   void signalAll(int signal) override;
+  void signalLeaders(int signal) override;
   void signalProcess(pid_t pid, int signal) override;
   // Up its chain of parents in /proc (core/proc_stat.h) to a running worker. A process whose
   // parent exited was reparented to this subreaper and is no worker's descendant any more.
   bool belongsToWorkers(pid_t pid) const override;
   bool anyRunning() const override { return !running_.empty(); }
+  // A group of lingering_ with a process in it now.
+  bool anyLeftBehind() const override;
   // Orphaned descendants and the guardian are reaped too, and otherwise ignored.
   std::vector<ExitedWorker> reap() override;
   // The worker cgroup (everything, whatever session it made), then any other descendant that

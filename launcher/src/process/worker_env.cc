@@ -56,12 +56,10 @@ std::string ompNumThreadsWarning() {
          "*****************************************";
 }
 
-std::vector<std::string> workerEnvironment(const std::map<std::string, std::string>& inherited,
-                                           const LaunchConfig& config,
-                                           const WorkerPlacement& placement,
-                                           const RoundEnvironment& round,
-                                           const std::string& errorFile,
-                                           const std::string& heartbeatFile) {
+std::vector<std::string> workerEnvironment(
+    const std::map<std::string, std::string>& inherited, const LaunchConfig& config,
+    const WorkerPlacement& placement, const RoundEnvironment& round, const std::string& errorFile,
+    const std::string& heartbeatFile, const std::string& stopFile) {
   std::map<std::string, std::string> env = inherited;
   const std::string localRank = std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
   env[common::kEnvLocalRank] = localRank;
@@ -84,6 +82,7 @@ std::vector<std::string> workerEnvironment(const std::map<std::string, std::stri
   // Replaced, never added beside an inherited one (ddprun inside a ddprun worker): getenv and
   // os.environ take the first entry, which would report to the outer agent's file.
   if (!heartbeatFile.empty()) env[common::kEnvDdprunHeartbeatFile] = heartbeatFile;
+  if (!stopFile.empty()) env[common::kEnvDdprunStopFile] = stopFile;
   env[common::kEnvTorchelasticSignalsToHandle] =
       common::signalNames(config.restart.signalsToHandle);
   // Both names: torch 1.13 reads the first, 2.x the second. A value the user set is kept.

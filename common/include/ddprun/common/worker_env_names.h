@@ -47,6 +47,11 @@ inline constexpr const char* kEnvDdprunDetached = "DDPRUN_DETACHED";
 // The worker's progress heartbeat: a file whose modification time the worker sets to report
 // progress (os.utime(path)); --hang-timeout monitors it.
 inline constexpr const char* kEnvDdprunHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
+// The graceful stop's notice: a path that does not exist while the worker may run; the agent
+// creates the file (complete when it appears: "reason=...", "deadline=<epoch seconds>") when it
+// starts to stop the workers, before their signal. A worker that sees it saves and exits
+// (docs/env_contract.md, "Stopping gracefully").
+inline constexpr const char* kEnvDdprunStopFile = "DDPRUN_STOP_FILE";
 
 // torch's FileTimer watchdog: "1" makes the agent serve the named pipe at kEnvTorchelasticTimerFile
 // (a path of the agent's choosing when unset), which every worker gets.
