@@ -1557,3 +1557,94 @@ TEST_CASE("--no-restart-exit-code stops at once, whatever budget is left", "[age
   CHECK(node.machine.ending()->failureClass == FailureClass::kUser);
   CHECK(node.launcher.spawned.size() == 2);  // no restart
 }
+
+namespace {
+
+// An elastic job (MIN:MAX) whose third node (10.0.0.3) fails after progress each round: its
+// workers touched their heartbeat before exiting 1.
+LaunchConfig nodeRuleConfig(int minNodes, int maxNodes) {
+  LaunchConfig config = jobConfig(minNodes, maxNodes, 1, /*maxRestarts=*/5);
+  config.restart.exitCodes = ExitCodeScheme::kClasses;
+  return config;
+}
+
+void failAfterProgress(Job& job, Node& node) {
+  node.heartbeats.reports[0] = job.loop.wallNow();
+  node.launcher.exitWith(node.workers()[0].pid, 1);
+}
+
+bool hasEvent(const Node& node, const std::string& name) {
+  return std::any_of(node.events.begin(), node.events.end(),
+                     [&](const std::string& line) { return line.find(name) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("a node that was the root cause 3 times in a row leaves; the others go on without it",
+          "[agent][unit]") {
+  LogCapture log;
+  Job job;
+  Node& a = job.add(nodeRuleConfig(1, 3), "10.0.0.1");
+  Node& b = job.add(nodeRuleConfig(1, 3), "10.0.0.2");
+  Node& c = job.add(nodeRuleConfig(1, 3), "10.0.0.3");
+  REQUIRE(job.startTogether());
+  for (int round = 1; round <= 2; ++round) {
+    failAfterProgress(job, c);
+    REQUIRE(job.until(
+        [&] { return a.runningRound(round) && b.runningRound(round) && c.runningRound(round); }));
+  }
+  failAfterProgress(job, c);
+  REQUIRE(job.until([&] { return c.exitCode.has_value(); }));
+  CHECK(*c.exitCode == kExitMachineFault);
+  CHECK(c.machine.ending()->failureClass == FailureClass::kMachine);
+  CHECK(c.machine.ending()->rootCause->exitCode == 1);  // --exit-codes root-cause: 1
+  CHECK_THAT(c.machine.ending()->message,
+             Catch::Contains("left out of the job after 3 failure(s) in a row here"));
+  const auto leftOut = c.machine.snapshot().leftOut;
+  REQUIRE(leftOut);
+  CHECK_THAT(*leftOut, Catch::Contains("node 2 (host-10.0.0.3) was the root cause of the last 3 "
+                                       "failures in a row (--max-node-failures 3), the last: "
+                                       "exit 1; it leaves the job"));
+  CHECK(hasEvent(c, "ddprun.node.left_out"));
+  CHECK_THAT(log.text(), Catch::Contains("this node is left out of the job: node 2"));
+  // Its end gives up its hold (the wiring's leave, as agent.cc's): the others close round 3 with
+  // the two of them, without waiting for last call (the manual clock stands still).
+  c.driver.leave(/*hostsStore=*/false, /*storeEndsAlone=*/false, std::nullopt);
+  REQUIRE(job.until([&] { return a.runningRound(3) && b.runningRound(3); }));
+  CHECK(a.machine.round().nodes == 2);
+  CHECK(b.workers()[0].environment.at("WORLD_SIZE") == "2");
+  // The re-form costs no restart of its own: the third failure's is the one counted.
+  CHECK(a.machine.round().history.restarts == 3);
+  CHECK(hasEvent(a, "ddprun.node.left_out"));
+  CHECK(c.launcher.spawned.size() == 3);  // no worker of round 3 on the left-out node
+  a.allExit(0);
+  b.allExit(0);
+  REQUIRE(job.until([&] { return a.exitCode && b.exitCode; }));
+  CHECK(*a.exitCode == 0);
+  CHECK(*b.exitCode == 0);
+}
+
+TEST_CASE("a failing node is kept when leaving would drop the job below MIN, and says so",
+          "[agent][unit]") {
+  LogCapture log;
+  Job job;
+  Node& a = job.add(nodeRuleConfig(3, 4), "10.0.0.1");
+  Node& b = job.add(nodeRuleConfig(3, 4), "10.0.0.2");
+  Node& c = job.add(nodeRuleConfig(3, 4), "10.0.0.3");
+  for (auto& node : job.nodes) node->machine.start();
+  // Below MAX, round 0 closes after last call.
+  REQUIRE(job.until([&] {
+    job.loop.advance(100ms);
+    return a.runningRound(0) && b.runningRound(0) && c.runningRound(0);
+  }));
+  for (int round = 1; round <= 3; ++round) {
+    failAfterProgress(job, c);
+    REQUIRE(job.until(
+        [&] { return a.runningRound(round) && b.runningRound(round) && c.runningRound(round); }));
+  }
+  CHECK(a.machine.round().nodes == 3);
+  CHECK_FALSE(c.exitCode);
+  CHECK_THAT(log.text(),
+             Catch::Contains("it stays in the job: without it 2 node(s) would be left, fewer "
+                             "than the minimum of 3"));
+}

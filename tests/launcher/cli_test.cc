@@ -218,6 +218,8 @@ std::vector<ValueCase> valueCases() {
        }},
       {"max-no-progress-restarts", "5",
        [](const LaunchConfig& c) { return c.restart.maxNoProgressRestarts == 5; }},
+      {"max-node-failures", "0",
+       [](const LaunchConfig& c) { return c.restart.maxNodeFailures == 0; }},
       {"progress-min-time", "60",
        [](const LaunchConfig& c) { return c.restart.progressMinTime == std::chrono::seconds(60); }},
       {"no-restart-exit-code", "93",
@@ -609,6 +611,7 @@ TEST_CASE("the restart policy's options: defaults, and each bad value one line",
   const LaunchConfig defaults = config({script()});
   CHECK(defaults.restart.backoffInitial == std::chrono::milliseconds(0));
   CHECK(defaults.restart.maxNoProgressRestarts == 3);
+  CHECK(defaults.restart.maxNodeFailures == 3);
   CHECK(defaults.restart.progressMinTime == std::chrono::seconds(300));
   CHECK_FALSE(defaults.restart.noRestartExitCode);
   CHECK(defaults.restart.exitCodes == ExitCodeScheme::kRootCause);
@@ -624,6 +627,10 @@ TEST_CASE("the restart policy's options: defaults, and each bad value one line",
   CHECK_THAT(usageError({"--max-no-progress-restarts", "-1", script()}),
              Catch::Contains("cannot be negative"));
   CHECK_THAT(usageError({"--progress-min-time", "-3", script()}), Catch::Contains(">= 0"));
+  CHECK_THAT(usageError({"--max-node-failures", "-1", script()}),
+             Catch::Contains("count >= 0") && Catch::Contains("--max-node-failures 3"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_MAX_NODE_FAILURES", "x")),
+             Catch::Contains("PET_MAX_NODE_FAILURES"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "0", script()}),
              Catch::Contains("1..255") && Catch::Contains("--no-restart-exit-code 93"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "256", script()}), Catch::Contains("1..255"));

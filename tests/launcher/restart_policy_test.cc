@@ -43,11 +43,12 @@ RestartPolicy policy(int maxRestarts) {
 }
 
 // Runs the failures through the policy as the rounds would: the decision of the last one.
-RestartDecision afterFailures(const std::vector<StopReason>& stops, const RestartPolicy& rules) {
+RestartDecision afterFailures(const std::vector<StopReason>& stops, const RestartPolicy& rules,
+                              const RoundShape& shape = {}) {
   RestartHistory history;
   RestartDecision decision;
   for (const StopReason& stop : stops) {
-    decision = decideRestart(history, stop, rules);
+    decision = decideRestart(history, stop, rules, shape);
     history = historyAfter(history, stop);
     REQUIRE(decision.history == history);  // the closer's rule and the agents' agree
   }
@@ -195,5 +196,75 @@ TEST_CASE("the decision table", "[restart_policy]") {
     CHECK(afterFailures(
               {failed(exited(1, false)), failed(exited(2, false)), failed(exited(3, true))}, rules)
               .backoff == 1s);
+  }
+}
+
+TEST_CASE("--max-node-failures: a node that was the root cause K times in a row leaves",
+          "[restart_policy]") {
+  // A 1:3 job on 3 nodes; node 7's workers fail after progress each time (different exit codes,
+  // so that the same-failure rule has no say).
+  const RoundShape three{.elastic = true, .nodes = 3, .minNodes = 1};
+  const RestartPolicy rules = policy(5);  // maxNodeFailures 3 by default
+  const std::vector<StopReason> onSeven = {failed(exited(1, true), 7), failed(exited(2, true), 7),
+                                           failed(exited(3, true), 7)};
+  SECTION("the streak: two are trusted, the third leaves, class machine, at once") {
+    RestartPolicy slow = rules;
+    slow.backoffInitial = 5s;
+    const auto two = afterFailures({onSeven[0], onSeven[1]}, slow, three);
+    CHECK(two.restart());
+    CHECK(two.node == NodeTrust::kTrusted);
+    CHECK(two.backoff == 5s);
+    const auto third = afterFailures(onSeven, slow, three);
+    CHECK(third.restart());  // the others go on
+    CHECK(third.node == NodeTrust::kLeaves);
+    CHECK(third.failureClass == FailureClass::kMachine);
+    CHECK(third.backoff == 0ms);
+    // The re-form spends no restart of its own: the failure's is the one counted.
+    CHECK(third.history.restarts == 3);
+    CHECK(third.history.causeNode == 7);
+    CHECK(third.history.causeStreak == 3);
+    const std::string text = nodeTrustText(third, onSeven.back(), slow, three);
+    CHECK(text.find("the last 3 failures in a row (--max-node-failures 3), the last: exit 3") !=
+          std::string::npos);
+    CHECK(text.find("it leaves the job, which goes on with 2 node(s)") != std::string::npos);
+  }
+  SECTION("a failure on another node in between starts the streak afresh") {
+    const auto decision = afterFailures(
+        {onSeven[0], onSeven[1], failed(exited(4, true), 8), onSeven[2]}, rules, three);
+    CHECK(decision.node == NodeTrust::kTrusted);
+    CHECK(decision.history.causeStreak == 1);
+  }
+  SECTION("off with 0, in a job that is not elastic, and when the budget is spent") {
+    RestartPolicy off = rules;
+    off.maxNodeFailures = 0;
+    CHECK(afterFailures(onSeven, off, three).node == NodeTrust::kTrusted);
+    CHECK(afterFailures(onSeven, rules, RoundShape{.elastic = false, .nodes = 3, .minNodes = 3})
+              .node == NodeTrust::kTrusted);
+    const auto spent = afterFailures(onSeven, policy(2), three);
+    CHECK(spent.why == RestartDecision::Why::kBudgetSpent);
+    CHECK(spent.node == NodeTrust::kTrusted);
+  }
+  SECTION("kept when the job would drop below MIN: the job goes on as without the rule") {
+    const RoundShape atMin{.elastic = true, .nodes = 2, .minNodes = 2};
+    const auto decision = afterFailures(onSeven, rules, atMin);
+    CHECK(decision.restart());
+    CHECK(decision.node == NodeTrust::kKeptAtMin);
+    CHECK(decision.failureClass == FailureClass::kWorker);
+    CHECK(nodeTrustText(decision, onSeven.back(), rules, atMin)
+              .find("without it 1 node(s) would be left, fewer than the minimum of 2") !=
+          std::string::npos);
+  }
+  SECTION("kept when it hosts the rendezvous store (the stop record says so)") {
+    std::vector<StopReason> hosting = onSeven;
+    for (StopReason& stop : hosting) stop.storeHost = true;
+    const auto decision = afterFailures(hosting, rules, three);
+    CHECK(decision.restart());
+    CHECK(decision.node == NodeTrust::kKeptStoreHost);
+  }
+  SECTION("the user's rules come first: the same failure without progress stops the job") {
+    const auto decision = afterFailures(
+        {failed(exited(1, true), 7), failed(exited(1, false), 7), failed(exited(1, false), 7)},
+        rules, three);
+    CHECK(decision.why == RestartDecision::Why::kSameFailure);
   }
 }

@@ -98,14 +98,19 @@ void parseBackoff(const GivenValue& given, RestartPolicy& policy) {
   policy.backoffCap = hasCap ? secondsToMilliseconds(cap) : 16 * policy.backoffInitial;
 }
 
-// --restart-backoff, --max-no-progress-restarts, --progress-min-time, --no-restart-exit-code,
-// --exit-codes.
+// --restart-backoff, --max-no-progress-restarts, --max-node-failures, --progress-min-time,
+// --no-restart-exit-code, --exit-codes.
 void applyRestartPolicy(const Arguments& arguments, RestartPolicy& policy) {
   if (const auto* backoff = arguments.given("restart-backoff")) parseBackoff(*backoff, policy);
   if (const auto restarts = arguments.value<int>("max-no-progress-restarts")) {
     checkNumber(arguments, "max-no-progress-restarts", "restarts cannot be negative", "3",
                 *restarts >= 0);
     policy.maxNoProgressRestarts = *restarts;
+  }
+  if (const auto failures = arguments.value<int>("max-node-failures")) {
+    checkNumber(arguments, "max-node-failures", "must be a count >= 0 (0: never)", "3",
+                *failures >= 0);
+    policy.maxNodeFailures = *failures;
   }
   if (const auto seconds = arguments.value<double>("progress-min-time")) {
     checkNumber(arguments, "progress-min-time",

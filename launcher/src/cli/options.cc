@@ -85,6 +85,11 @@ constexpr OptionSpec kOptions[] = {
   {.name = "max-no-progress-restarts", .kind = ValueKind::kInteger,
    .help = "ddprun: stop the job after this many restarts in a row whose rounds made no "
            "progress (see --progress-min-time), whatever --max-restarts has left. Default: 3."},
+  {.name = "max-node-failures", .kind = ValueKind::kInteger,
+   .help = "ddprun: in an elastic job (c10d or etcd, --nnodes MIN:MAX with MIN < MAX), a node "
+           "whose workers were the root cause of this many failures in a row leaves the job, "
+           "and the others go on without it (unless that would leave fewer than MIN nodes). "
+           "0: never. Default: 3."},
   {.name = "progress-min-time", .kind = ValueKind::kNumber,
    .help = "ddprun: seconds after which a round counts as progress even without a heartbeat "
            "($DDPRUN_HEARTBEAT_FILE, --hang-timeout's) or a FileTimer request. 0: only those "

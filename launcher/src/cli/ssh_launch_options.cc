@@ -268,6 +268,7 @@ CommandLine sshCommandLine(
   const GivenValue* id = find(given, "rdzv-id");
   launch.runId = id != nullptr ? parseRunId(*id) : "ssh-" + common::randomHexId();
   launch.agentArguments = agentArguments(given, result.config.entry);
+  launch.exitCodes = result.config.restart.exitCodes;
   launch.environment = hosts::forwardedEnvironment(environment, forwardedNames(given));
   // Secure by default: without the user's token file (which each host's agent then reads, as
   // given), a token made here, which only the agents get (over their ssh sessions' stdin).

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "ddprun/common/text.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -140,6 +142,7 @@ json toJson(const AgentSnapshot& snapshot) {
   if (snapshot.lastFailureClass)
     value["failure_class"] = failureClassName(*snapshot.lastFailureClass);
   if (snapshot.restartAt) value["restart_at"] = *snapshot.restartAt;
+  if (snapshot.leftOut) value["left_out"] = common::validUtf8(*snapshot.leftOut);
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -200,6 +203,7 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
       throw std::invalid_argument("the snapshot's 'failure_class' is not a failure class");
   }
   snapshot.restartAt = optionalField<double>(value, "restart_at");
+  snapshot.leftOut = optionalField<std::string>(value, "left_out");
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");

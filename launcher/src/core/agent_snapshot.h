@@ -66,6 +66,9 @@ struct AgentSnapshot {
   std::optional<FailureClass> lastFailureClass;
   // While the agent waits before a restart (--restart-backoff): when the wait ends, epoch s.
   std::optional<double> restartAt;
+  // Why this node left the job (--max-node-failures: its workers were the root cause K times in
+  // a row), once it has.
+  std::optional<std::string> leftOut;
   std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
   double startedAt = 0;         // the agent's start, epoch seconds
   double updatedAt = 0;         // when this snapshot was taken, epoch seconds
@@ -78,7 +81,8 @@ bool healthy(const AgentSnapshot& snapshot);
 // The one JSON form: {"run_id", "round", "restarts", "max_restarts", "addr", "hostname",
 // "agent_pid", "group_rank", "nodes", "state", "healthy", "workers": [{"rank", "local_rank", "pid",
 // "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "failure_class"?
-// (failureClassName), "restart_at"? (while a back-off runs), "exit_code"? (finished only),
+// (failureClassName), "restart_at"? (while a back-off runs), "left_out"? (why this node left the
+// job), "exit_code"? (finished only),
 // "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
 // (worker_failure.h, as in a round's stop record) without its traceback, stack and stderr tail:
 // those can be large, are published again on every change, and belong to the failure report.

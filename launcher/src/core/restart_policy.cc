@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <string_view>
 
+#include "ddprun/common/text.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -147,8 +149,34 @@ std::string RestartDecision::text(const RestartPolicy& policy) const {
   return "restarting";
 }
 
+std::string nodeTrustText(const RestartDecision& decision, const StopReason& stop,
+                          const RestartPolicy& policy, const RoundShape& shape) {
+  if (decision.node == NodeTrust::kTrusted) return {};
+  const std::string streak = fmt::format(
+      "{} was the root cause of the last {} failures in a row (--max-node-failures {}), the "
+      "last: {}",
+      stop.nodeText(), decision.history.causeStreak, policy.maxNodeFailures,
+      common::printable(decision.history.signature));
+  switch (decision.node) {
+    case NodeTrust::kLeaves:
+      return streak +
+             fmt::format("; it leaves the job, which goes on with {} node(s)", shape.nodes - 1);
+    case NodeTrust::kKeptAtMin:
+      return streak + fmt::format(
+                          "; it stays in the job: without it {} node(s) would be left, fewer "
+                          "than the minimum of {}",
+                          shape.nodes - 1, shape.minNodes);
+    case NodeTrust::kKeptStoreHost:
+      return streak +
+             "; it stays in the job: it hosts the rendezvous store, and the others would lose it";
+    case NodeTrust::kTrusted:
+      break;
+  }
+  return {};
+}
+
 RestartDecision decideRestart(const RestartHistory& history, const StopReason& stop,
-                              const RestartPolicy& policy) {
+                              const RestartPolicy& policy, const RoundShape& shape) {
   const WorkerFailure& failure = *stop.failure;
   RestartDecision decision;
   decision.history = historyAfter(history, stop);
@@ -170,6 +198,20 @@ RestartDecision decideRestart(const RestartHistory& history, const StopReason& s
   }
   if (decision.history.restarts > policy.maxRestarts)
     return stopFor(Why::kBudgetSpent, decision.failureClass);
+  if (policy.maxNodeFailures > 0 && shape.elastic && stop.node >= 0 &&
+      decision.history.causeStreak >= policy.maxNodeFailures) {
+    if (stop.storeHost) {
+      decision.node = NodeTrust::kKeptStoreHost;
+    } else if (shape.nodes - 1 < shape.minNodes) {
+      decision.node = NodeTrust::kKeptAtMin;
+    } else {
+      // The node leaves and the others restart without it at once: the back-off is for a cause
+      // that may pass, and this one leaves with the node.
+      decision.node = NodeTrust::kLeaves;
+      decision.failureClass = FailureClass::kMachine;
+      return decision;
+    }
+  }
   if (decision.history.noProgress > policy.maxNoProgressRestarts)
     return stopFor(Why::kNoProgress, decision.failureClass);
   decision.backoff = backoffFor(std::max(1, decision.history.noProgress), policy);

@@ -12,6 +12,11 @@
 //   the same signature as the last failure, and no
 //     progress in between                                stop now, user (whatever budget is left)
 //   --max-restarts spent                                 stop, the root cause's class (budget)
+//   an elastic job whose root cause was on the same
+//     node --max-node-failures times in a row            that node leaves (class machine), the
+//                                                        others restart at once without it;
+//                                                        kept when the job would drop below MIN
+//                                                        or it hosts the rendezvous store
 //   more than --max-no-progress-restarts in a row
 //     without progress                                   stop, the root cause's class (budget)
 //   otherwise                                            restart after the back-off
@@ -68,6 +73,21 @@ FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& po
 // INITIAL * 2^(n-1), capped at CAP.
 std::chrono::milliseconds backoffFor(int n, const RestartPolicy& policy);
 
+// The round that stopped, as the node rule needs it: the same on every member.
+struct RoundShape {
+  bool elastic = false;  // c10d or etcd with MIN < MAX: the job may go on with fewer nodes
+  int nodes = 0;         // members of the round that stopped
+  int minNodes = 1;      // MIN
+};
+
+// Whether the root cause's node stays in the job (--max-node-failures).
+enum class NodeTrust {
+  kTrusted,       // the rule does not apply (off, not elastic, or the streak is short)
+  kLeaves,        // the node leaves the job; the others re-form without it
+  kKeptAtMin,     // its streak reached the limit, but without it the job would have < MIN nodes
+  kKeptStoreHost  // its streak reached the limit, but it hosts the rendezvous store
+};
+
 struct RestartDecision {
   enum class Why {
     kRestart,            // the job restarts (after `backoff`)
@@ -82,6 +102,10 @@ struct RestartDecision {
   FailureClass failureClass = FailureClass::kWorker;
   RestartHistory history;  // of the next round (what historyAfter says)
   std::chrono::milliseconds backoff{0};
+  // The root cause's node under --max-node-failures (its id is the stop record's `node`). A node
+  // that leaves ends with class machine; the job restarts without it, the failure's restart
+  // already counted in `history` and no back-off (its cause leaves with it).
+  NodeTrust node = NodeTrust::kTrusted;
 
   bool restart() const { return why == Why::kRestart; }
   // Why the job stops, for the last line and the log: "the same failure as the last one
@@ -90,8 +114,15 @@ struct RestartDecision {
   std::string text(const RestartPolicy& policy) const;
 };
 
-// REQUIRES: stop is a kWorkerFailed stop with its failure.
+// What the node rule decided, for the log: "node 2 (host-c) was the root cause of the last 3
+// failures in a row (--max-node-failures 3), the last: exit 1; it leaves the job" (the host and
+// the signature escaped). "" for kTrusted.
+std::string nodeTrustText(const RestartDecision& decision, const StopReason& stop,
+                          const RestartPolicy& policy, const RoundShape& shape);
+
+// REQUIRES: stop is a kWorkerFailed stop with its failure. `shape`: the round that stopped (the
+// default, not elastic, turns the node rule off).
 RestartDecision decideRestart(const RestartHistory& history, const StopReason& stop,
-                              const RestartPolicy& policy);
+                              const RestartPolicy& policy, const RoundShape& shape = {});
 
 }  // namespace ddprun::launcher

@@ -20,6 +20,7 @@
 #include "ddprun/common/safe_files.h"
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
+#include "hosts/job_exit_code.h"
 #include "hosts/ssh_command.h"
 
 namespace ddprun::launcher::hosts {
@@ -308,6 +309,12 @@ int runSshDriver(const SshLaunch& launch) {
   }
   ::close(signals);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
+  if (launch.exitCodes == ExitCodeScheme::kClasses) {
+    std::vector<int> codes;
+    for (const auto& host : hosts) codes.push_back(host.exitCode.value_or(1));
+    if (hosts.size() < launch.agents.size()) codes.push_back(1);  // a host's ssh never started
+    return worstHostClassCode(codes, signalled);
+  }
   if (signalled) return 128 + *signalled;
   return firstFailure.value_or(0);
 }

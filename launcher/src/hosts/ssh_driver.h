@@ -25,7 +25,9 @@ constexpr int kSshFailed = 255;
 
 // Runs the launch to its end and returns the job's exit code: 0 when every host's agent exited
 // 0; 128+N after the driver got signal N (passed on to every host); 255 when ssh failed for a
-// host; else the exit code of the first host whose agent failed. REQUIRES: single-threaded.
+// host; else the exit code of the first host whose agent failed. With --exit-codes classes
+// (launch.exitCodes), the worst host's class instead (hosts/job_exit_code.h). REQUIRES:
+// single-threaded.
 int runSshDriver(const SshLaunch& launch);
 
 }  // namespace ddprun::launcher::hosts

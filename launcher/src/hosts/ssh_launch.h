@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "ddprun/launcher/launch_config.h"
+
 namespace ddprun::launcher::hosts {
 
 // One host's agent: the ssh destination, its --nproc-per-node and the CUDA_VISIBLE_DEVICES its
@@ -40,6 +42,9 @@ struct SshLaunch {
   // After the driver passed on a signal: how long the hosts have to stop before their ssh
   // connections are cut (the remote agents then stop on their own: their stdin closed).
   std::chrono::milliseconds stopGrace{std::chrono::seconds(45)};
+  // --exit-codes: the first failing host's code (root-cause), or the worst host's class
+  // (classes: hosts/job_exit_code.h).
+  ExitCodeScheme exitCodes = ExitCodeScheme::kRootCause;
 };
 
 }  // namespace ddprun::launcher::hosts

@@ -492,8 +492,10 @@ void AgentMachine::announceFailure() {
   state_ = State::kStopping;
   WorkerFailure cause = localFailures_[rootCauseIndex(localFailures_)];
   cause.progress = roundMadeProgress();
-  rendezvous_.announce(round_.number,
-                       StopReason::workerFailed(std::move(cause), rendezvous_.nodeId()));
+  StopReason stop = StopReason::workerFailed(std::move(cause), rendezvous_.nodeId());
+  // The node rule keeps the store's host (restart_policy.h): every agent reads it here.
+  stop.storeHost = identity_.hostsStore;
+  rendezvous_.announce(round_.number, std::move(stop));
   stopWorkers(stopKindName(StopKind::kWorkerFailed));
 }
 
@@ -593,11 +595,33 @@ void AgentMachine::nextStep() {
   const StopReason& stop = *stop_;
   if (stop.kind == StopKind::kNodeLost) lastFailureClass_ = FailureClass::kMachine;
   if (stop.kind == StopKind::kWorkerFailed) {
-    const RestartDecision decision = decideRestart(round_.history, stop, config_.restart);
+    const RoundShape shape{.elastic = config_.rdzv.backend != RdzvBackend::kStatic &&
+                                      config_.rdzv.minNodes < config_.rdzv.maxNodes,
+                           .nodes = round_.nodes,
+                           .minNodes = config_.rdzv.minNodes};
+    const RestartDecision decision = decideRestart(round_.history, stop, config_.restart, shape);
     lastFailureClass_ = decision.failureClass;
     if (!decision.restart()) {
       failJob(stop, decision);
       return;
+    }
+    if (decision.node != NodeTrust::kTrusted) {
+      const std::string text = nodeTrustText(decision, stop, config_.restart, shape);
+      if (decision.node == NodeTrust::kLeaves && stop.node == rendezvous_.nodeId()) {
+        leaveUntrusted(stop, decision, text);
+        return;
+      }
+      spdlog::warn("round {}: {}", round_.number, text);
+      if (decision.node == NodeTrust::kLeaves && diagnostics_.event) {
+        WorkerEvent event = agentEvent("ddprun.node.left_out", "RESTARTING");
+        event.restarts = decision.history.restarts;
+        event.rawError = toJson(*stop.failure);
+        event.extra = {{"failure_class", failureClassName(decision.failureClass)},
+                       {"node", stop.node},
+                       {"host", common::validUtf8(stop.host)},
+                       {"reason", text}};
+        diagnostics_.event(eventLine(event));
+      }
     }
     const WorkerFailure& cause = *stop.failure;
     const int restarts = decision.history.restarts;
@@ -630,6 +654,29 @@ void AgentMachine::nextStep() {
     }
   }
   rendezvous_.join(round_.number + 1);
+}
+
+void AgentMachine::leaveUntrusted(const StopReason& stop, const RestartDecision& decision,
+                                  const std::string& text) {
+  // The others re-form without this node as soon as its hold goes, which its end gives up (the
+  // agent's leave): nobody waits for it.
+  spdlog::warn("round {}: this node is left out of the job: {}", round_.number, text);
+  leftOut_ = text;
+  if (diagnostics_.event) {
+    WorkerEvent event = agentEvent("ddprun.node.left_out", "FAILED");
+    event.restarts = decision.history.restarts;
+    event.rawError = toJson(*stop.failure);
+    event.extra = {{"failure_class", failureClassName(decision.failureClass)},
+                   {"node", stop.node},
+                   {"reason", text}};
+    diagnostics_.event(eventLine(event));
+  }
+  finish(Ending::jobFailed(
+      *stop.failure,
+      fmt::format("ddprun: error: this node is left out of the job after {} failure(s) in a row "
+                  "here: {}; machine failure",
+                  decision.history.causeStreak, common::printable(statusText(*stop.failure))),
+      FailureClass::kMachine));
 }
 
 void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decision) {
@@ -954,6 +1001,7 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.lastFailure = lastFailure_;
   if (ending_) snapshot.exitCode = exitCode(*ending_, config_.restart.exitCodes);
   snapshot.lastFailureClass = lastFailureClass_;
+  snapshot.leftOut = leftOut_;
   snapshot.restartAt = restartAt_;
   snapshot.startedAt = startedAt_;
   snapshot.updatedAt = epochSeconds(loop_.wallNow());

@@ -200,6 +200,10 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<EventLoop::TimePoint> fenceCountsFrom() const;
   // Seconds since the send of the last acknowledged liveness renewal.
   double silentSeconds() const;
+  // This node leaves the job (--max-node-failures: the decision says so, `text` why): the
+  // warning, the event, the snapshot's reason, and its end with class machine.
+  void leaveUntrusted(const StopReason& stop, const RestartDecision& decision,
+                      const std::string& text);
   // Fails the job with the stop's root cause, for the reason and class `decision` gives.
   void failJob(const StopReason& stop, const RestartDecision& decision);
   // Whether this node's current round made progress so far: a worker's heartbeat advanced, a
@@ -249,7 +253,9 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<double> restartAt_;        // epoch seconds the back-off ends at, while it runs
   EventLoop::TimePoint roundStartedAt_{};  // when this node's workers of round_ were started
   bool fileTimerRequests_ = false;         // a FileTimer request arrived during round_
-  std::optional<FailureClass> lastFailureClass_;     // the class of the last stop's decision
+  std::optional<FailureClass> lastFailureClass_;  // the class of the last stop's decision
+  // Why this node left the job (--max-node-failures), once it has.
+  std::optional<std::string> leftOut_;
   std::optional<EventLoop::TimePoint> suspendedAt_;  // the job is stopped (job control) since then
   std::unique_ptr<EventLoop::Timer> fenceTimer_;
   // This agent hosts the store and was stopped (Ctrl-Z) with it: the store gave its holds the

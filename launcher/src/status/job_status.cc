@@ -196,6 +196,7 @@ std::string renderText(const JobStatus& status, double now) {
       text += fmt::format("  restart {} in {:.0f} s (back-off)\n", node.restarts + 1,
                           std::max(0.0, *node.restartAt - now));
     }
+    if (node.leftOut) text += fmt::format("  left out of the job: {}\n", printable(*node.leftOut));
     for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
   }
   if (const auto failure = lastFailure(status)) {

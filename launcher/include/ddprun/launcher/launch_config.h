@@ -204,6 +204,9 @@ struct RestartPolicy {
   // --progress-min-time: a round that ran this long made progress (0 = only a heartbeat or a
   // FileTimer request counts).
   std::chrono::milliseconds progressMinTime{300000};
+  // --max-node-failures: in an elastic job, a node that was the root cause's this many times in a
+  // row leaves the job (0 = off; docs/errors.md says why 3).
+  int maxNodeFailures = 3;
   // --exit-codes: the root cause's code (torchrun's) or the failure classes' (core/exit_codes.h).
   ExitCodeScheme exitCodes = ExitCodeScheme::kRootCause;
 };
