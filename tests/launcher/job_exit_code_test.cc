@@ -16,8 +16,8 @@ TEST_CASE("the ssh launch's classes code: the worst host's class", "[ssh][unit]"
                            std::nullopt) == kExitUserError);
   CHECK(worstHostClassCode({0, 2, kExitMachineFault}, std::nullopt) == 2);  // bad input: the user's
   // A node left out (82) while the others later spent the budget (81): requeue elsewhere.
-  CHECK(worstHostClassCode({kExitBudgetSpent, kExitMachineFault, kExitBudgetSpent},
-                           std::nullopt) == kExitMachineFault);
+  CHECK(worstHostClassCode({kExitBudgetSpent, kExitMachineFault, kExitBudgetSpent}, std::nullopt) ==
+        kExitMachineFault);
   CHECK(worstHostClassCode({kExitStopped, kExitBudgetSpent}, std::nullopt) == kExitBudgetSpent);
   // A host ssh could not reach (255) is the machine's.
   CHECK(worstHostClassCode({0, 255, kExitBudgetSpent}, std::nullopt) == kExitMachineFault);
