@@ -6,6 +6,12 @@
 #      WORLD_SIZE 2 and the run id slurm-<job>.0 of the job srun made;
 #   2. srun --ntasks-per-node=2 ddprun ...: both tasks exit 2 naming srun --ntasks-per-node=1;
 #   3. sbatch with ddprun run directly in the batch script (no step): exit 2 naming srun.
+#   4. The exit-code contract (docs/errors.md, "For schedulers"), as docs/slurm.md's recipe sets
+#      it up: RequeueExit=81,82,83 in slurm.conf, `sbatch --requeue`, ddprun --exit-codes classes
+#      handling SIGUSR1. A job stopped from outside by SIGUSR1 (what `--signal=USR1@120` sends
+#      before the time limit) ends with 83 and Slurm requeues it; its second run
+#      (SLURM_RESTART_COUNT 1) finishes, exit 0. A job whose worker raises the same ValueError
+#      twice ends with 80 and is not requeued.
 # Every daemon is stopped by its pid at the end, whatever happened. Skips (exit 77) with the
 # reason where it cannot run: not root (slurmd starts tasks as their user), no Slurm or munge
 # installed, or a daemon that does not start (munged, slurmctld, slurmd).
@@ -75,7 +81,7 @@ SlurmctldHost=$NODE(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$T/munge/munge.sock
+AuthInfo=socket=$T/munge/munge.sock,cred_expire=15
 CredType=cred/munge
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
@@ -96,6 +102,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 MpiDefault=none
+JobRequeue=1
+RequeueExit=81,82,83
+SchedulerParameters=sched_interval=1
 SwitchType=switch/none
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=2 RealMemory=500 State=UNKNOWN
 PartitionName=ddprun Nodes=$NODE Default=YES MaxTime=10 State=UP
@@ -161,4 +170,59 @@ grep -q "outside a job step (SLURM_STEP_ID is not set.*srun --ntasks-per-node=1 
   fail "in the batch script, the error does not explain: $(cat "$T/batch.out")"
 grep -q "worker" "$T/batch.out" && fail "in the batch script a worker ran: $(cat "$T/batch.out")"
 echo "batch script: $(grep 'ddprun: error' "$T/batch.out")"
+# 4. Requeue on ddprun's class codes. A requeued job is eligible again after the credential's
+# lifetime (cred_expire, 15 s here; Slurm's default is 120 s), then the next scheduling pass.
+job_state() { timeout 5 scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*\|Restarts=[0-9]*\|ExitCode=[0-9:]*' | tr '\n' ' '; }
+wait_state() {  # JOB PATTERN SECONDS: until scontrol's line matches, else fail showing it
+  local line=""
+  for _ in $(seq $(($3 * 2))); do
+    line=$(job_state "$1")
+    echo "$line" | grep -q "$2" && return 0
+    sleep 0.5
+  done
+  fail "job $1 not '$2' after $3 s: '$line'; its output: $(tail -n 20 "$T"/requeue.out "$T"/bug.out 2>/dev/null)"
+}
+cat > "$T/drained.py" <<'PY'
+import os, sys, time
+run = os.environ.get("SLURM_RESTART_COUNT", "0")
+print("worker", os.environ["RANK"], "run", run, flush=True)
+if run == "0":
+    time.sleep(120)  # until the drain's signal
+PY
+cat > "$T/requeue.sh" <<SH
+#!/bin/bash
+PYTHON_EXEC="$PYTHON" srun --ntasks-per-node=1 "$DDPRUN" --exit-codes classes \\
+  --signals-to-handle SIGTERM,SIGINT,SIGUSR1 --nproc-per-node 2 "$T/drained.py"
+code=\$?
+echo "ddprun exit \$code restart \${SLURM_RESTART_COUNT:-0}"
+exit \$code
+SH
+job=$(timeout 10 sbatch --parsable --requeue -N1 -o "$T/requeue.out" --open-mode=append "$T/requeue.sh") ||
+  fail "sbatch --requeue failed"
+for _ in $(seq 120); do grep -q "worker 1 run 0" "$T/requeue.out" 2>/dev/null && break; sleep 0.5; done
+grep -q "worker 1 run 0" "$T/requeue.out" || fail "the requeue job's workers did not start: $(cat "$T/requeue.out" 2>/dev/null)"
+timeout 10 scancel --signal=USR1 "$job" || fail "scancel --signal=USR1 $job failed"
+wait_state "$job" "JobState=COMPLETED" 100
+grep -q "ddprun exit 83 restart 0" "$T/requeue.out" ||
+  fail "the stopped run did not end with 83: $(cat "$T/requeue.out")"
+grep -q "ddprun exit 0 restart 1" "$T/requeue.out" && job_state "$job" | grep -q "Restarts=1" ||
+  fail "not requeued once, then finished: $(job_state "$job"): $(cat "$T/requeue.out")"
+echo "stopped by SIGUSR1: ddprun exit 83, Slurm requeued the job, its second run exit 0 ($(job_state "$job"))"
+
+cat > "$T/bug.py" <<'PY'
+raise ValueError("a bug of the user's")
+PY
+cat > "$T/bug.sh" <<SH
+#!/bin/bash
+PYTHON_EXEC="$PYTHON" srun --ntasks-per-node=1 "$DDPRUN" --exit-codes classes --max-restarts 3 \\
+  --nproc-per-node 1 "$T/bug.py"
+code=\$?
+echo "ddprun exit \$code restart \${SLURM_RESTART_COUNT:-0}"
+exit \$code
+SH
+job=$(timeout 10 sbatch --parsable --requeue -N1 -o "$T/bug.out" "$T/bug.sh") || fail "sbatch --requeue failed"
+wait_state "$job" "JobState=FAILED" 100
+grep -q "ddprun exit 80 restart 0" "$T/bug.out" && job_state "$job" | grep -q "Restarts=0" ||
+  fail "a user's bug: not exit 80 without a requeue: $(job_state "$job"): $(cat "$T/bug.out")"
+echo "the same ValueError twice: ddprun exit 80, not requeued ($(job_state "$job"))"
 echo "PASS"
