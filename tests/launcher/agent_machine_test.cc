@@ -1545,7 +1545,9 @@ TEST_CASE("the same failure twice without progress stops after 1 restart, the us
   CHECK(node.machine.snapshot().lastFailureClass == FailureClass::kUser);
 }
 
-TEST_CASE("--no-restart-exit-code stops at once, whatever budget is left", "[agent][unit]") {
+TEST_CASE(
+    "a worker exiting with --no-restart-exit-code stops the job at once, whatever budget is left",
+    "[agent][unit]") {
   Job job;
   LaunchConfig config = jobConfig(1, 1, 2, /*maxRestarts=*/3);
   config.restart.noRestartExitCode = 93;
@@ -1580,7 +1582,7 @@ bool hasEvent(const Node& node, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("a node that was the root cause 3 times in a row leaves; the others go on without it",
+TEST_CASE("a node that was the root cause 3 times in a row leaves, and the others go on without it",
           "[agent][unit]") {
   LogCapture log;
   Job job;

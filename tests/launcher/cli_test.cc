@@ -498,11 +498,11 @@ TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the s
   CHECK(usageError({"--nproc", "2", script()}) ==
         "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node; write more of "
         "the option's name");
-  CHECK_THAT(usageError({"--n", "2", script()}),
-             Catch::Contains("ambiguous option: --n could match --nnodes, --nproc-per-node, "
-                             "--nproc_per_node, --no-restart-exit-code, --no_restart_exit_code, "
-                             "--no-python, --no_python, --node-rank, --node_rank, "
-                             "--numa-binding, --numa_binding;"));
+  CHECK_THAT(
+      usageError({"--n", "2", script()}),
+      Catch::Contains("ambiguous option: --n could match --nnodes, --nproc-per-node, "
+                      "--nproc_per_node, --no-python, --no_python, --node-rank, --node_rank, "
+                      "--numa-binding, --numa_binding;"));
   CHECK_THAT(usageError({"--rdzv-=x", script()}),
              Catch::Contains("ambiguous option: --rdzv- could match --rdzv-backend, "
                              "--rdzv-endpoint, --rdzv-id, --rdzv-conf;"));
@@ -513,7 +513,21 @@ TEST_CASE("an ambiguous prefix is a usage error listing the candidates, in the s
       Catch::Contains("--log could match --log-dir, --log_dir, --logs-specs, --logs_specs;"));
   CHECK_THAT(usageError({"--monitor=1", script()}),
              Catch::Contains("--monitor could match --monitor-interval, --monitor_interval;"));
-  CHECK_THAT(usageError({"--h"}), Catch::Contains("--h could match --help, --hang-timeout"));
+  CHECK_THAT(usageError({"--hang", "1", script()}),
+             Catch::Contains("--hang could match --hang-timeout, --hang_timeout, "
+                             "--hang-startup-timeout"));
+}
+
+TEST_CASE("a prefix that fits one of torchrun's options means it, beside ddprun's own options",
+          "[cli][prefix]") {
+  // torchrun's abbreviations keep their meaning: --max_ is --max_restarts beside
+  // --max_no_progress_restarts and --max_node_failures, --re is --redirects beside
+  // --restart-backoff.
+  CHECK(config({"--max_", "3", script()}).restart.maxRestarts == 3);
+  CHECK(config({"--re", "3", script()}).logs.redirects != LaunchConfig{}.logs.redirects);
+  // ddprun's own options still take a prefix that fits none of torchrun's.
+  CHECK(config({"--max-no-p", "5", script()}).restart.maxNoProgressRestarts == 5);
+  CHECK(config({"--restart-b", "2", script()}).restart.backoffInitial == std::chrono::seconds(2));
 }
 
 TEST_CASE("the ddprun binary: an ambiguous prefix is one error line and exit code 2",

@@ -199,8 +199,9 @@ TEST_CASE("the decision table", "[restart_policy]") {
   }
 }
 
-TEST_CASE("--max-node-failures: a node that was the root cause K times in a row leaves",
-          "[restart_policy]") {
+TEST_CASE(
+    "the node rule (--max-node-failures): a node that was the root cause K times in a row leaves",
+    "[restart_policy]") {
   // A 1:3 job on 3 nodes; node 7's workers fail after progress each time (different exit codes,
   // so that the same-failure rule has no say).
   const RoundShape three{.elastic = true, .nodes = 3, .minNodes = 1};

@@ -37,7 +37,8 @@ constexpr OptionSpec kOptions[] = {
   {.name = "help", .shortName = 'h', .kind = ValueKind::kFlag, .hasEnvironment = false,
    .help = "Show this help and exit."},
   {.name = "version", .kind = ValueKind::kFlag, .hasEnvironment = false,
-   .help = "Show ddprun's version and exit."},
+   .help = "Show ddprun's version and exit.",
+   .ddprunOwn = true},
   {.name = "nnodes",
    .help = "How many nodes (agents) take part: N, or MIN:MAX for an elastic job. Default: 1:1."},
   {.name = "nproc-per-node", .suggestions = kWorkerCounts,
@@ -81,28 +82,34 @@ constexpr OptionSpec kOptions[] = {
   {.name = "restart-backoff", .metavar = "INITIAL[:CAP]",
    .help = "ddprun: seconds to wait before a restart: INITIAL after a failure that followed "
            "progress, doubled for each further failure in a row without progress, at most CAP "
-           "(default 16 x INITIAL). Every node waits the same. 0: restart at once. Default: 0."},
+           "(default 16 x INITIAL). Every node waits the same. 0: restart at once. Default: 0.",
+   .ddprunOwn = true},
   {.name = "max-no-progress-restarts", .kind = ValueKind::kInteger,
    .help = "ddprun: stop the job after this many restarts in a row whose rounds made no "
-           "progress (see --progress-min-time), whatever --max-restarts has left. Default: 3."},
+           "progress (see --progress-min-time), whatever --max-restarts has left. Default: 3.",
+   .ddprunOwn = true},
   {.name = "max-node-failures", .kind = ValueKind::kInteger,
    .help = "ddprun: in an elastic job (c10d or etcd, --nnodes MIN:MAX with MIN < MAX), a node "
            "whose workers were the root cause of this many failures in a row leaves the job, "
            "and the others go on without it (unless that would leave fewer than MIN nodes). "
-           "0: never. Default: 3."},
+           "0: never. Default: 3.",
+   .ddprunOwn = true},
   {.name = "progress-min-time", .kind = ValueKind::kNumber,
    .help = "ddprun: seconds after which a round counts as progress even without a heartbeat "
            "($DDPRUN_HEARTBEAT_FILE, --hang-timeout's) or a FileTimer request. 0: only those "
-           "count. Default: 300."},
+           "count. Default: 300.",
+   .ddprunOwn = true},
   {.name = "no-restart-exit-code", .kind = ValueKind::kInteger,
    .help = "ddprun: a worker exiting with this code (1..255; e.g. 93, NVIDIA's resiliency "
            "extension's) stops the job at once as the user's error, without a restart. "
-           "Default: none."},
+           "Default: none.",
+   .ddprunOwn = true},
   {.name = "exit-codes", .choices = kExitCodeSchemes,
    .help = "ddprun: what a failed job exits with: root-cause (the root cause's exit code, as "
            "torchrun) or classes (80 the user's error, 81 restarts spent, 82 a machine fault, "
            "83 stopped from outside: for a scheduler's requeue rules; docs/errors.md). "
-           "Default: root-cause."},
+           "Default: root-cause.",
+   .ddprunOwn = true},
   {.name = "monitor-interval", .kind = ValueKind::kNumber,
    .help = "Accepted for compatibility (seconds, > 0): ddprun learns of worker exits at once "
            "instead of polling. Default: 0.1."},
@@ -164,52 +171,65 @@ constexpr OptionSpec kOptions[] = {
    .help = "ddprun: seconds without progress after which a worker that reported progress is "
            "hung: its stacks are recorded, it is killed and the group restarts as after any "
            "failure. Progress: the runtime library's collectives, or os.utime() of "
-           "$DDPRUN_HEARTBEAT_FILE. 0: off. Default: 0."},
+           "$DDPRUN_HEARTBEAT_FILE. 0: off. Default: 0.",
+   .ddprunOwn = true},
   {.name = "hang-startup-timeout", .kind = ValueKind::kNumber,
    .help = "ddprun: with --hang-timeout, seconds a worker may take to its first progress "
-           "report. 0: unbounded. Default: 600."},
+           "report. 0: unbounded. Default: 600.",
+   .ddprunOwn = true},
   {.name = "hang-native-stack-budget", .kind = ValueKind::kNumber,
    .help = "ddprun: seconds a hung worker's native stacks (eu-stack, else gdb; "
            "$DDPRUN_HANG_DEBUGGER names another) may take before it is killed; the kernel's "
            "view and the Python stack are always taken. Past it the evidence says they were "
-           "not collected. 0: no native stacks. Default: 0.4."},
+           "not collected. 0: no native stacks. Default: 0.4.",
+   .ddprunOwn = true},
   {.name = "exit-timeout", .kind = ValueKind::kNumber,
    .help = "ddprun: once a worker exited 0, seconds the node's other workers have to exit "
            "too; then they are hung at exit: their stacks are recorded, they are killed and the "
-           "job fails without a restart. 0: wait for ever. Default: 300."},
+           "job fails without a restart. 0: wait for ever. Default: 300.",
+   .ddprunOwn = true},
   {.name = "virtual-local-rank", .kind = ValueKind::kFlag,
    .help = "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its one GPU."},
   {.name = "hosts", .hasEnvironment = false, .metavar = "HOST,HOST...",
    .help = "ddprun: run the job on these hosts, one agent each, started over ssh from here "
            "(docs/ssh.md): c10d rendezvous on the first host (port 29400) unless --rdzv-endpoint "
            "or --master-addr says otherwise, a generated --rdzv-id, --nnodes the number of "
-           "hosts. Output comes back line by line as 'HOST: ...'."},
+           "hosts. Output comes back line by line as 'HOST: ...'.",
+   .ddprunOwn = true},
   {.name = "hostfile", .hasEnvironment = false,
    .help = "ddprun: like --hosts, the hosts from a file in DeepSpeed's format: 'HOST slots=N' "
-           "lines, '#' comments. Without --nproc-per-node each host runs N workers."},
+           "lines, '#' comments. Without --nproc-per-node each host runs N workers.",
+   .ddprunOwn = true},
   {.name = "include", .hasEnvironment = false, .metavar = "HOST[:SLOT,...]@HOST...",
    .help = "ddprun: with --hosts/--hostfile, only these hosts, and on a host with slots listed "
-           "only those GPUs (its CUDA_VISIBLE_DEVICES and worker count), as DeepSpeed's -i."},
+           "only those GPUs (its CUDA_VISIBLE_DEVICES and worker count), as DeepSpeed's -i.",
+   .ddprunOwn = true},
   {.name = "exclude", .hasEnvironment = false, .metavar = "HOST[:SLOT,...]@HOST...",
    .help = "ddprun: with --hosts/--hostfile, every host but these (or, with slots, without "
-           "those GPUs), as DeepSpeed's -e. Not with --include."},
+           "those GPUs), as DeepSpeed's -e. Not with --include.",
+   .ddprunOwn = true},
   {.name = "forward-env", .hasEnvironment = false, .metavar = "NAME,NAME...",
    .help = "ddprun: with --hosts/--hostfile, variables set on every host besides NCCL_*, "
-           "PYTHON* and CUDA_VISIBLE_DEVICES (forwarded where set)."},
+           "PYTHON* and CUDA_VISIBLE_DEVICES (forwarded where set).",
+   .ddprunOwn = true},
   {.name = "ssh-options", .hasEnvironment = false, .metavar = "'OPTIONS'",
    .help = "ddprun: with --hosts/--hostfile, options for ssh, split at blanks (e.g. '-i key "
            "-o ConnectTimeout=5'); they win over ddprun's (BatchMode=yes, ConnectTimeout=10). "
-           "Default: $DDPRUN_SSH_OPTIONS."},
+           "Default: $DDPRUN_SSH_OPTIONS.",
+   .ddprunOwn = true},
   {.name = "ssh-ddprun", .hasEnvironment = false, .metavar = "PATH",
    .help = "ddprun: with --hosts/--hostfile, ddprun's path on the hosts. Default: "
-           "$DDPRUN_REMOTE_BIN, else this ddprun's own path."},
+           "$DDPRUN_REMOTE_BIN, else this ddprun's own path.",
+   .ddprunOwn = true},
   {.name = "stop-on-stdin-eof", .kind = ValueKind::kFlag, .hasEnvironment = false,
    .help = "ddprun, set by --hosts on each host's agent: a byte on stdin is a signal passed on; "
            "the end of stdin (the ssh connection gone) stops the job on this host as SIGTERM "
-           "does."},
+           "does.",
+   .ddprunOwn = true},
   {.name = "token-from-stdin", .kind = ValueKind::kFlag, .hasEnvironment = false,
    .help = "ddprun, set by --hosts on each host's agent: the job's token is the first line on "
-           "stdin (the driver writes it there), instead of --rdzv-conf token_file."},
+           "stdin (the driver writes it there), instead of --rdzv-conf token_file.",
+   .ddprunOwn = true},
 };
 // clang-format on
 
@@ -341,6 +361,11 @@ LongOptionMatch matchLongOption(std::string_view name, std::span<const OptionSpe
     const std::string other = underscored(spec.name);
     if (dashed.starts_with(name)) match.candidates.push_back({&spec, dashed});
     if (other != dashed && other.starts_with(name)) match.candidates.push_back({&spec, other});
+  }
+  const bool torchruns = std::any_of(match.candidates.begin(), match.candidates.end(),
+                                     [](const auto& c) { return !c.option->ddprunOwn; });
+  if (torchruns) {
+    std::erase_if(match.candidates, [](const auto& c) { return c.option->ddprunOwn; });
   }
   if (match.candidates.size() == 1) match.option = match.candidates.front().option;
   return match;

@@ -27,6 +27,10 @@ struct OptionSpec {
   // An address that may be typed as a URL: messages quote it without its user information
   // (common::withoutUserinfo), so a password written into it is never repeated.
   bool address = false;
+  // An option of ddprun's own, which torchrun does not have: a prefix that also fits one of
+  // torchrun's options means torchrun's (matchLongOption), so a script's abbreviations keep
+  // meaning what they meant under torchrun (--re is --redirects beside --restart-backoff).
+  bool ddprunOwn = false;
 };
 
 // Every option, in --help order.
@@ -46,7 +50,8 @@ const OptionSpec& optionNamed(std::string_view name);
 // always wins; else every spelling the name is a prefix of. Each spelling counts on its own, as
 // the two are separate option strings to argparse: --nproc_per and --nproc-per name one option,
 // but --nproc (a prefix of --nproc-per-node and --nproc_per_node) is ambiguous, as in torchrun
-// 2.6; torchrun 1.13 has only the underscore spelling and took it.
+// 2.6; torchrun 1.13 has only the underscore spelling and took it. ddprun's own options
+// (OptionSpec::ddprunOwn) count only for a prefix that fits none of torchrun's.
 struct LongOptionMatch {
   struct Candidate {
     const OptionSpec* option = nullptr;
