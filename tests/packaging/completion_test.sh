@@ -47,7 +47,8 @@ expect "auto cpu gpu xpu" ddprun --nproc_per_node ""
 expect "console dynamic_rendezvous null" ddprun --event-log-handler ""
 expect "--standalone" ddprun --nnodes 2 --stand
 expect "--numa-binding --numa_binding" ddprun --nu
-expect "--max-restarts --max_restarts" ddprun --standalone --max
+expect "--max-restarts" ddprun --standalone --max-r
+expect "--max-no-progress-restarts --max-node-failures" ddprun --standalone --max-no
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
 expect "--help -h" ddprun detach -
