@@ -7,7 +7,7 @@ workers each.
   c10d    the store hosted by the first agent (c10d): while the job runs, the text and --json
           (run id, round, restarts, both nodes, each worker's rank, local rank, state, its
           real pid, from the worker's own pid file, and its last heartbeat: --hang-timeout); a run id that does not exist (exit 3); a
-          worker failure and the restart (restarts 1, the last failure's rank and reason);
+          worker failure and the restart (restarts 1, the last failure's rank, reason and class);
           after the job ended the store went with its agent: nothing answers (exit 3, one line,
           within a few seconds)
   daemon  the same against ddprun-rendezvous with a token; without the token: exit 2, one line;
@@ -190,7 +190,8 @@ def scenario(args, work, endpoint, backend, conf, servers):
         text = status(args.ddprun, job_args)
         check("restarts 1 of 1" in text.output and
               "last failure: rank 3 (local 1) on " in text.output and
-              ": exitcode 3: ValueError: boom at step 7\n" in text.output, "the text after the restart", shown(text))
+              ": exitcode 3: ValueError: boom at step 7 (worker failure)\n" in text.output,
+              "the text after the restart (the failure's class last)", shown(text))
 
         # The end.
         open(os.path.join(work, "go.1"), "w").close()
