@@ -212,7 +212,10 @@ def stop_done(a):
 def forged_failure_record(round_number):
     failure = {"rank": 0, "localRank": 0, "groupRank": 0, "host": "forged-host", "pid": 1,
                "exitCode": FORGED_EXIT, "signal": 0, "observedAt": time.time(),
-               "message": "forged by a client without credentials (round %d)" % round_number}
+               "message": "forged by a client without credentials (round %d)" % round_number,
+               # Claimed progress: the same failure again is then no user's error to stop at,
+               # and each forged stop spends a restart.
+               "progress": True}
     return json.dumps({"kind": "failure", "node": 1, "group_rank": 0, "host": "forged-host",
                        "failure": failure})
 
