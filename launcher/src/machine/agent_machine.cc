@@ -610,16 +610,7 @@ void AgentMachine::nextStep() {
         return;
       }
       spdlog::warn("round {}: {}", round_.number, text);
-      if (decision.node == NodeTrust::kLeaves && diagnostics_.event) {
-        WorkerEvent event = agentEvent("ddprun.node.left_out", "RESTARTING");
-        event.restarts = decision.history.restarts;
-        event.rawError = toJson(*stop.failure);
-        event.extra = {{"failure_class", failureClassName(decision.failureClass)},
-                       {"node", stop.node},
-                       {"host", common::validUtf8(stop.host)},
-                       {"reason", text}};
-        diagnostics_.event(eventLine(event));
-      }
+      if (decision.node == NodeTrust::kLeaves) emitLeftOut(stop, decision, text, "RESTARTING");
     }
     const WorkerFailure& cause = *stop.failure;
     const int restarts = decision.history.restarts;
@@ -660,21 +651,26 @@ void AgentMachine::leaveUntrusted(const StopReason& stop, const RestartDecision&
   // agent's leave): nobody waits for it.
   spdlog::warn("round {}: this node is left out of the job: {}", round_.number, text);
   leftOut_ = text;
-  if (diagnostics_.event) {
-    WorkerEvent event = agentEvent("ddprun.node.left_out", "FAILED");
-    event.restarts = decision.history.restarts;
-    event.rawError = toJson(*stop.failure);
-    event.extra = {{"failure_class", failureClassName(decision.failureClass)},
-                   {"node", stop.node},
-                   {"reason", text}};
-    diagnostics_.event(eventLine(event));
-  }
+  emitLeftOut(stop, decision, text, "FAILED");
   finish(Ending::jobFailed(
       *stop.failure,
       fmt::format("ddprun: error: this node is left out of the job after {} failure(s) in a row "
                   "here: {}; machine failure",
                   decision.history.causeStreak, common::printable(statusText(*stop.failure))),
       FailureClass::kMachine));
+}
+
+void AgentMachine::emitLeftOut(const StopReason& stop, const RestartDecision& decision,
+                               const std::string& text, const char* state) const {
+  if (!diagnostics_.event) return;
+  WorkerEvent event = agentEvent("ddprun.node.left_out", state);
+  event.restarts = decision.history.restarts;
+  event.rawError = toJson(*stop.failure);
+  event.extra = {{"failure_class", failureClassName(decision.failureClass)},
+                 {"node", stop.node},
+                 {"host", common::validUtf8(stop.host)},
+                 {"reason", text}};
+  diagnostics_.event(eventLine(event));
 }
 
 void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decision) {

@@ -204,6 +204,10 @@ class AgentMachine final : public RendezvousEvents {
   // warning, the event, the snapshot's reason, and its end with class machine.
   void leaveUntrusted(const StopReason& stop, const RestartDecision& decision,
                       const std::string& text);
+  // The event of a node left out (`ddprun.node.left_out`), from the leaving node (state FAILED)
+  // or one that goes on without it (RESTARTING).
+  void emitLeftOut(const StopReason& stop, const RestartDecision& decision, const std::string& text,
+                   const char* state) const;
   // Fails the job with the stop's root cause, for the reason and class `decision` gives.
   void failJob(const StopReason& stop, const RestartDecision& decision);
   // Whether this node's current round made progress so far: a worker's heartbeat advanced, a
