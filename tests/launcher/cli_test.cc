@@ -16,6 +16,7 @@
 #include "cli/host_probes.h"
 #include "cli/options.h"
 #include "cli/rendezvous_options.h"
+#include "core/cuda_visible_devices.h"
 #include "subprocess.h"
 #include "temp_dir.h"
 #include "waits.h"
@@ -741,6 +742,15 @@ TEST_CASE("CUDA_VISIBLE_DEVICES is read like the CUDA runtime does", "[cli]") {
   CHECK(visibleGpuCount(2, "GPU-aaa,GPU-bbb,GPU-ccc") == 2);
   CHECK(visibleGpuCount(4, "MIG-xyz") == 1);
   CHECK(visibleGpuCount(0, "0") == 0);
+  // The one reader behind it (NUMA binding uses it too): which devices, in the mask's order.
+  using ddprun::launcher::visibleDevices;
+  const auto devices = visibleDevices(" 3 ,GPU-aaa, 1,9,2", 4);
+  REQUIRE(devices.size() == 3);
+  CHECK(devices[0].index == 3);
+  CHECK(devices[1].index == -1);
+  CHECK(devices[1].uuid == "GPU-aaa");
+  CHECK(devices[2].index == 1);
+  CHECK(visibleDevices("0,,1", 4).size() == 1);  // an empty entry is invalid
 }
 
 TEST_CASE("option --rdzv-backend: static, c10d or etcd, and nothing else", "[cli]") {

@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 #include <thread>
 
 #include "cli/cli.h"
+#include "core/cuda_visible_devices.h"
 #include "core/file_text.h"
 #include "ddprun/common/text.h"
 
@@ -53,24 +53,14 @@ int physicalNvidiaGpuCount() {
 
 int visibleNvidiaGpuCount(const Environment& environment) {
   std::optional<std::string> mask;
-  if (const auto* value = lookup(environment, "CUDA_VISIBLE_DEVICES")) mask = *value;
+  if (const auto* value = lookup(environment, kCudaVisibleDevices)) mask = *value;
   return visibleGpuCount(physicalNvidiaGpuCount(), mask);
 }
 
 int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices) {
   if (!cudaVisibleDevices) return physicalGpus;
-  std::set<long long> seen;
-  int count = 0;
-  for (const auto entry : split(*cudaVisibleDevices, ',')) {
-    const std::string_view device = trim(entry);
-    if (device.starts_with("GPU-") || device.starts_with("MIG-")) {
-      ++count;  // a UUID: cannot be checked without NVML; assume it names a present device
-      continue;
-    }
-    const auto index = parseWholeNumber(device);
-    if (!index || *index < 0 || *index >= physicalGpus || !seen.insert(*index).second) break;
-    ++count;
-  }
+  // A UUID cannot be checked without NVML: it is taken to name a present device.
+  const auto count = static_cast<int>(visibleDevices(*cudaVisibleDevices, physicalGpus).size());
   return std::min(count, physicalGpus);
 }
 

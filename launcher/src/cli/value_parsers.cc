@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/host_probes.h"
+#include "core/cuda_visible_devices.h"
 #include "ddprun/common/run_id.h"
 #include "ddprun/common/text.h"
 
@@ -78,7 +79,7 @@ int resolveNprocPerNode(const GivenValue& given, const Environment& environment)
     const int gpus = visibleNvidiaGpuCount(environment);
     if (gpus > 0) return gpus;
     if (spec == "auto") return cpuCount();
-    const auto* mask = lookup(environment, "CUDA_VISIBLE_DEVICES");
+    const auto* mask = lookup(environment, kCudaVisibleDevices);
     throw UsageError(
         fmt::format("{}: no NVIDIA GPU is visible ({}); {}", label(given),
                     mask != nullptr && physicalNvidiaGpuCount() > 0

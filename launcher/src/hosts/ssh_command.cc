@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda_visible_devices.h"
+
 namespace ddprun::launcher::hosts {
 
 std::string shellQuote(std::string_view text) {
@@ -32,7 +34,7 @@ std::map<std::string, std::string> forwardedEnvironment(
   std::map<std::string, std::string> out;
   for (const auto& [name, value] : environment) {
     if (!isVariableName(name)) continue;
-    if (name.starts_with("NCCL_") || name.starts_with("PYTHON") || name == "CUDA_VISIBLE_DEVICES") {
+    if (name.starts_with("NCCL_") || name.starts_with("PYTHON") || name == kCudaVisibleDevices) {
       out[name] = value;
     }
   }
@@ -50,7 +52,7 @@ std::string remoteCommand(const SshLaunch& launch, std::size_t index) {
   // holding '=' for an assignment, ddprun's path too (/opt/x=y/ddprun). A name is checked
   // (isVariableName) and written bare, its value quoted.
   std::map<std::string, std::string> environment = launch.environment;
-  if (agent.cudaVisibleDevices) environment["CUDA_VISIBLE_DEVICES"] = *agent.cudaVisibleDevices;
+  if (agent.cudaVisibleDevices) environment[kCudaVisibleDevices] = *agent.cudaVisibleDevices;
   std::string exports;
   for (const auto& [name, value] : environment) {
     if (isVariableName(name)) exports += " " + name + "=" + shellQuote(value);

@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
-#include <set>
 #include <string_view>
 
+#include "core/cuda_visible_devices.h"
 #include "core/file_text.h"
 
 namespace ddprun::launcher {
@@ -142,24 +142,14 @@ std::vector<GpuDevice> visibleGpus(std::vector<GpuDevice> all,
                                    const std::optional<std::string>& cudaVisibleDevices) {
   if (!cudaVisibleDevices) return all;
   std::vector<GpuDevice> visible;
-  std::set<int> seen;
-  std::string_view rest = *cudaVisibleDevices;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string_view entry = trimmed(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (entry.starts_with("GPU-") || entry.starts_with("MIG-")) {
+  for (const auto& device : visibleDevices(*cudaVisibleDevices, static_cast<int>(all.size()))) {
+    if (device.index < 0) {
       throw TopologyError(fmt::format(
           "CUDA_VISIBLE_DEVICES names GPUs by UUID ('{}'), which ddprun cannot match to a PCI "
           "address without NVML; give GPU indices instead",
-          entry));
+          device.uuid));
     }
-    const auto index = integer(entry);
-    if (!index || *index < 0 || *index >= static_cast<int>(all.size()) ||
-        !seen.insert(*index).second) {
-      break;  // CUDA stops at the first invalid entry
-    }
-    visible.push_back(all[static_cast<std::size_t>(*index)]);
+    visible.push_back(all[static_cast<std::size_t>(device.index)]);
   }
   return visible;
 }
