@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "core/file_text.h"
+#include "core/visible_gpus.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher::cli_detail {
@@ -58,20 +59,7 @@ int visibleNvidiaGpuCount(const Environment& environment) {
 }
 
 int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices) {
-  if (!cudaVisibleDevices) return physicalGpus;
-  std::set<long long> seen;
-  int count = 0;
-  for (const auto entry : split(*cudaVisibleDevices, ',')) {
-    const std::string_view device = trim(entry);
-    if (device.starts_with("GPU-") || device.starts_with("MIG-")) {
-      ++count;  // a UUID: cannot be checked without NVML; assume it names a present device
-      continue;
-    }
-    const auto index = parseWholeNumber(device);
-    if (!index || *index < 0 || *index >= physicalGpus || !seen.insert(*index).second) break;
-    ++count;
-  }
-  return std::min(count, physicalGpus);
+  return static_cast<int>(visibleGpus(physicalGpus, cudaVisibleDevices).size());
 }
 
 int visibleIntelGpuCount(const Environment& environment) {
