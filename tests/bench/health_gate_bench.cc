@@ -6,13 +6,13 @@
 //   ddprun-health-gate-bench [ROUNDS]     (default 50)
 //
 // Prints one line per figure; the verdict of the last call too, so a sick node is visible.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
-#include <algorithm>
 
 #include "core/event_loop.h"
 #include "health/node_health_gate.h"

@@ -24,11 +24,10 @@ std::optional<HealthVerdict> checkFreeSpace(const std::vector<FreeSpacePlace>& p
     const std::uint64_t free = static_cast<std::uint64_t>(info.f_bavail) * info.f_frsize;
     if (free >= floor) continue;
     return HealthVerdict::fail(
-        "free space",
-        fmt::format("{} ({}) has {:.1f} MiB free, under the floor of {:.1f} MiB "
-                    "(--health-min-free-mb)",
-                    place.what, common::printable(place.path), free / 1048576.0,
-                    floor / 1048576.0));
+        "free space", fmt::format("{} ({}) has {:.1f} MiB free, under the floor of {:.1f} MiB "
+                                  "(--health-min-free-mb)",
+                                  place.what, common::printable(place.path), free / 1048576.0,
+                                  floor / 1048576.0));
   }
   return std::nullopt;
 }

@@ -32,7 +32,8 @@ void logLines(const std::string& name, std::string& pending, bool flush) {
   for (;;) {
     const auto end = pending.find('\n', start);
     if (end == std::string::npos) break;
-    spdlog::info("[{}] {}", name, common::printable(std::string_view(pending).substr(start, end - start)));
+    spdlog::info("[{}] {}", name,
+                 common::printable(std::string_view(pending).substr(start, end - start)));
     start = end + 1;
   }
   pending.erase(0, start);
@@ -145,8 +146,7 @@ HookOutcome runHook(const HookRun& hook, const std::atomic<bool>& cancelled) {
     ::kill(-child.pid, SIGKILL);
     int ignored = 0;
     ::waitpid(child.pid, &ignored, __WCLONE);
-    return {cancelled.load() ? HookOutcome::Kind::kCancelled : HookOutcome::Kind::kTimedOut, 0,
-            {}};
+    return {cancelled.load() ? HookOutcome::Kind::kCancelled : HookOutcome::Kind::kTimedOut, 0, {}};
   }
   if (WIFSIGNALED(*status)) return {HookOutcome::Kind::kSignalled, WTERMSIG(*status), {}};
   return {HookOutcome::Kind::kExited, WIFEXITED(*status) ? WEXITSTATUS(*status) : 0, {}};

@@ -15,10 +15,10 @@
 namespace ddprun::launcher {
 
 // What a hook is told, in its environment (docs/health.md lists them).
-inline constexpr const char* kEnvHookName = "DDPRUN_HOOK";        // the option that runs it
-inline constexpr const char* kEnvHookRound = "DDPRUN_ROUND";      // the round (-1: first/current)
-inline constexpr const char* kEnvHookRunId = "DDPRUN_RUN_ID";     // --rdzv-id
-inline constexpr const char* kEnvHookHost = "DDPRUN_HOSTNAME";    // this node's host name
+inline constexpr const char* kEnvHookName = "DDPRUN_HOOK";          // the option that runs it
+inline constexpr const char* kEnvHookRound = "DDPRUN_ROUND";        // the round (-1: first/current)
+inline constexpr const char* kEnvHookRunId = "DDPRUN_RUN_ID";       // --rdzv-id
+inline constexpr const char* kEnvHookHost = "DDPRUN_HOSTNAME";      // this node's host name
 inline constexpr const char* kEnvHookAddress = "DDPRUN_NODE_ADDR";  // where the others reach it
 
 struct HookRun {

@@ -36,8 +36,7 @@ void NodeHealthGate::onThread(std::function<void()> work) {
   thread_ = std::thread(std::move(work));
 }
 
-std::vector<std::string> NodeHealthGate::hookEnvironment(const std::string& name,
-                                                         int round) const {
+std::vector<std::string> NodeHealthGate::hookEnvironment(const std::string& name, int round) const {
   std::map<std::string, std::string> values = facts_.environment;
   values[kEnvHookName] = name;
   values[kEnvHookRound] = std::to_string(round);

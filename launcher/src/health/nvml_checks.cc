@@ -110,8 +110,8 @@ std::optional<HealthVerdict> NvmlChecks::check(const std::optional<std::string>&
     api->count = symbol<decltype(api->count)>(handle, "nvmlDeviceGetCount_v2");
     api->byIndex = symbol<decltype(api->byIndex)>(handle, "nvmlDeviceGetHandleByIndex_v2");
     api->byUuid = symbol<decltype(api->byUuid)>(handle, "nvmlDeviceGetHandleByUUID");
-    api->pendingRetirement = symbol<decltype(api->pendingRetirement)>(
-        handle, "nvmlDeviceGetRetiredPagesPendingStatus");
+    api->pendingRetirement =
+        symbol<decltype(api->pendingRetirement)>(handle, "nvmlDeviceGetRetiredPagesPendingStatus");
     api->eccErrors = symbol<decltype(api->eccErrors)>(handle, "nvmlDeviceGetTotalEccErrors");
     api->processes =
         symbol<decltype(api->processes)>(handle, "nvmlDeviceGetComputeRunningProcesses_v3");
@@ -159,8 +159,8 @@ std::optional<HealthVerdict> NvmlChecks::check(const std::optional<std::string>&
         return HealthVerdict::fail(name, "its state cannot be read: " + api.text(status));
       }
       if (status == kNvmlSuccess && pending != 0) {
-        return HealthVerdict::fail(
-            name, "it has memory pages pending retirement (a GPU reset is due)");
+        return HealthVerdict::fail(name,
+                                   "it has memory pages pending retirement (a GPU reset is due)");
       }
     }
     if (api.eccErrors != nullptr) {
@@ -171,8 +171,8 @@ std::optional<HealthVerdict> NvmlChecks::check(const std::optional<std::string>&
       }
       if (status == kNvmlSuccess && errors > 0) {
         return HealthVerdict::fail(
-            name, fmt::format("it reports {} uncorrectable ECC error(s) since its last reset",
-                              errors));
+            name,
+            fmt::format("it reports {} uncorrectable ECC error(s) since its last reset", errors));
       }
     }
     if (api.processes != nullptr) {
@@ -181,8 +181,7 @@ std::optional<HealthVerdict> NvmlChecks::check(const std::optional<std::string>&
       status = api.processes(device, &count, found.data());
       if (status != kNvmlSuccess && status != kNvmlNotSupported &&
           status != kNvmlInsufficientSize) {
-        return HealthVerdict::fail(name,
-                                   "its processes cannot be listed: " + api.text(status));
+        return HealthVerdict::fail(name, "its processes cannot be listed: " + api.text(status));
       }
       if (status == kNvmlSuccess) {
         for (unsigned i = 0; i < count && i < kMaxGpuProcesses; ++i) {
