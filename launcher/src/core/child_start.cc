@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,11 +95,7 @@ SpawnedChild spawnChild(const ChildSteps& steps, const char* path, char* const* 
   sigset_t previous;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  // A quiet exit: clone with no exit signal, else as fork() (a copy of the address space).
-  const pid_t pid =
-      steps.quietExit
-          ? static_cast<pid_t>(::syscall(SYS_clone, 0UL, nullptr, nullptr, nullptr, 0UL))
-          : ::fork();
+  const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(report[0]);
     // Kept signals: the mask from before the fork, not the one blocking everything across it.
@@ -117,7 +112,7 @@ SpawnedChild spawnChild(const ChildSteps& steps, const char* path, char* const* 
     return {-1, ChildFailure{ChildStep::kFork, forkError}};
   }
   if (auto failure = readChildReport(report[0])) {
-    ::waitpid(pid, nullptr, steps.quietExit ? __WCLONE : 0);  // it exited at once
+    ::waitpid(pid, nullptr, 0);  // it exited at once
     return {-1, failure};
   }
   return {pid, std::nullopt};

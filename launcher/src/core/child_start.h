@@ -57,10 +57,6 @@ struct ChildSteps {
   // The CPUs the program runs on (sched_setaffinity, `cpuAffinitySize` bytes), or inherited.
   const cpu_set_t* cpuAffinity = nullptr;
   std::size_t cpuAffinitySize = 0;
-  // spawnChild() only: the child sends no SIGCHLD when it exits, so the agent's reaper
-  // (waitpid(-1): PosixLauncher::reap) never takes its status; its parent waits for it with
-  // waitpid(pid, &status, __WCLONE). For children whose exit code matters (the health hooks).
-  bool quietExit = false;
 };
 
 // The step that failed: the child's report through the pipe, or the parent's own start.

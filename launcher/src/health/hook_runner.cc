@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -26,6 +27,26 @@ using namespace std::chrono_literals;
 constexpr auto kSlice = 100ms;
 // A hook's line longer than this is logged in pieces.
 constexpr std::size_t kMaxLine = 4096;
+// The line the wrapper shell writes last: the mark and the command's exit code.
+constexpr std::string_view kExitMark =
+    "\x1e"
+    "ddprun-hook-exit";
+
+// The exit code once the mark's line is complete in `pending`, which is cut before it.
+std::optional<int> takeExitMark(std::string& pending) {
+  const auto at = pending.find(kExitMark);
+  if (at == std::string::npos) return std::nullopt;
+  const auto end = pending.find('\n', at);
+  if (end == std::string::npos) return std::nullopt;
+  int code = 0;
+  const char* first = pending.data() + at + kExitMark.size() + 1;
+  std::from_chars(first, pending.data() + end, code);
+  // The newline the wrapper wrote before the mark (so that it starts a line) goes with it.
+  const auto cut = at > 0 && pending[at - 1] == '\n' ? at - 1 : at;
+  pending.erase(cut);
+  if (!pending.empty() && pending.back() != '\n') pending += '\n';
+  return code;
+}
 
 void logLines(const std::string& name, std::string& pending, bool flush) {
   std::size_t start = 0;
@@ -50,8 +71,6 @@ std::string HookOutcome::text(std::chrono::milliseconds timeout) const {
   switch (kind) {
     case Kind::kExited:
       return fmt::format("exited with {}", code);
-    case Kind::kSignalled:
-      return fmt::format("was killed by {}", common::signalName(code));
     case Kind::kTimedOut:
       return fmt::format("ran past its {:.1f} s timeout (--health-check-timeout) and was killed",
                          timeout.count() / 1000.0);
@@ -74,10 +93,16 @@ HookOutcome runHook(const HookRun& hook, const std::atomic<bool>& cancelled) {
   std::vector<char*> envp;
   for (std::string& entry : environment) envp.push_back(entry.data());
   envp.push_back(nullptr);
+  // The command runs in a shell of its own ($1: no quoting), and the outer shell writes its exit
+  // code last on the output: the agent reaps every child that exits (its subreaper's sweep), so
+  // the code comes through the pipe, never through waitpid.
   std::string shell = "/bin/sh";
   std::string dashC = "-c";
+  std::string wrapper = fmt::format("/bin/sh -c \"$1\"; printf '\\n{} %d\\n' $?", kExitMark);
+  std::string name = "sh";
   std::string command = hook.command;
-  std::vector<char*> argv{shell.data(), dashC.data(), command.data(), nullptr};
+  std::vector<char*> argv{shell.data(), dashC.data(),   wrapper.data(),
+                          name.data(),  command.data(), nullptr};
   ChildSteps steps;
   // Its own group: the timeout kills whatever it started too.
   steps.group = ChildSteps::Group::kNewGroup;
@@ -86,7 +111,6 @@ HookOutcome runHook(const HookRun& hook, const std::atomic<bool>& cancelled) {
   steps.stdinFd = devNull;
   steps.stdoutFd = output[1];
   steps.stderrFd = output[1];
-  steps.quietExit = true;
   const auto started = Clock::now();
   const SpawnedChild child = spawnChild(steps, shell.c_str(), argv.data(), envp.data());
   if (devNull >= 0) ::close(devNull);
@@ -97,59 +121,35 @@ HookOutcome runHook(const HookRun& hook, const std::atomic<bool>& cancelled) {
   }
   const auto deadline = started + hook.timeout;
   std::string pending;
-  std::optional<int> status;
+  std::optional<int> code;
   bool open = true;
-  // Its output until it exits (what it started in the background may hold the pipe open longer),
-  // the deadline or a cancel.
-  while (!cancelled.load() && Clock::now() < deadline) {
-    if (open) {
-      pollfd ready{output[0], POLLIN, 0};
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto wait = std::max(0ms, std::min(left, std::chrono::milliseconds(kSlice)));
-      if (::poll(&ready, 1, static_cast<int>(wait.count())) > 0) {
-        char buffer[4096];
-        const ssize_t n = ::read(output[0], buffer, sizeof buffer);
-        if (n > 0) {
-          pending.append(buffer, static_cast<std::size_t>(n));
-          logLines(hook.name, pending, false);
-        } else if (n == 0 || errno != EINTR) {
-          open = false;  // EOF: the hook and all it started closed their output
-        }
-      }
-    } else {
-      ::usleep(10000);
-    }
-    int got = 0;
-    const pid_t reaped = ::waitpid(child.pid, &got, WNOHANG | __WCLONE);
-    if (reaped == child.pid) {
-      status = got;
-      break;
-    }
-    if (reaped < 0 && errno != EINTR) {
-      status = 0;  // not ours to wait for any more
-      break;
-    }
-  }
-  if (status) {
-    // What it wrote last is in the pipe already.
-    ::fcntl(output[0], F_SETFL, O_NONBLOCK);
+  while (open && !code && !cancelled.load() && Clock::now() < deadline) {
+    pollfd ready{output[0], POLLIN, 0};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto wait = std::max(0ms, std::min(left, std::chrono::milliseconds(kSlice)));
+    if (::poll(&ready, 1, static_cast<int>(wait.count())) <= 0) continue;
     char buffer[4096];
-    for (ssize_t n; open && (n = ::read(output[0], buffer, sizeof buffer)) > 0;) {
+    const ssize_t n = ::read(output[0], buffer, sizeof buffer);
+    if (n > 0) {
       pending.append(buffer, static_cast<std::size_t>(n));
+      code = takeExitMark(pending);
+      logLines(hook.name, pending, false);
+    } else if (n == 0 || errno != EINTR) {
+      open = false;  // EOF without the mark: the outer shell was killed
     }
   }
   ::close(output[0]);
   logLines(hook.name, pending, true);
-  if (!status) {
-    // Still running: its group goes (the pid is not reaped yet, so the group's id is its own).
-    ::kill(-child.pid, SIGKILL);
-    int ignored = 0;
-    ::waitpid(child.pid, &ignored, __WCLONE);
-    return {cancelled.load() ? HookOutcome::Kind::kCancelled : HookOutcome::Kind::kTimedOut, 0, {}};
-  }
-  if (WIFSIGNALED(*status)) return {HookOutcome::Kind::kSignalled, WTERMSIG(*status), {}};
-  return {HookOutcome::Kind::kExited, WIFEXITED(*status) ? WEXITSTATUS(*status) : 0, {}};
+  // Whatever is left of its group goes (what it started in the background included).
+  ::kill(-child.pid, SIGKILL);
+  // Reaped here unless the agent's reaper was first.
+  int ignored = 0;
+  ::waitpid(child.pid, &ignored, WNOHANG);
+  if (code) return {HookOutcome::Kind::kExited, *code, {}};
+  if (cancelled.load()) return {HookOutcome::Kind::kCancelled, 0, {}};
+  if (!open) return {HookOutcome::Kind::kNotStarted, 0, "its shell was killed"};
+  return {HookOutcome::Kind::kTimedOut, 0, {}};
 }
 
 }  // namespace ddprun::launcher

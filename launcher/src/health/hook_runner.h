@@ -29,12 +29,13 @@ struct HookRun {
 };
 
 struct HookOutcome {
-  enum class Kind { kExited, kSignalled, kTimedOut, kNotStarted, kCancelled };
+  enum class Kind { kExited, kTimedOut, kNotStarted, kCancelled };
   Kind kind = Kind::kExited;
-  int code = 0;        // kExited: the exit code; kSignalled: the signal
+  int code = 0;        // kExited: the exit code
   std::string detail;  // kNotStarted: why
   bool passed() const { return kind == Kind::kExited && code == 0; }
-  // "exited with 3", "was killed by SIGSEGV", "ran past its 60.0 s timeout and was killed".
+  // "exited with 3" (a shell's 128 + N for a signal N), "ran past its 60.0 s timeout and was
+  // killed".
   std::string text(std::chrono::milliseconds timeout) const;
 };
 
