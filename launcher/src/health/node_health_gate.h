@@ -46,7 +46,7 @@ class NodeHealthGate final : public HealthGate {
   void cancel() override;
 
   // The built-in checks alone (GPUs, free space), on the calling thread: what check() runs before
-  // the hooks, and what tests/bench/health_gate_bench times.
+  // the hooks, and what ddprun-health-gate-bench times (tests/bench).
   std::optional<HealthVerdict> builtIn();
 
  private:
