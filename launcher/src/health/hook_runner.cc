@@ -15,7 +15,6 @@
 #include <string_view>
 
 #include "core/child_start.h"
-#include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
