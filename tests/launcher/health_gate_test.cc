@@ -50,8 +50,8 @@ TEST_CASE("free space: a place under the floor fails, naming it; a missing place
   REQUIRE(full);
   CHECK_FALSE(full->passed);
   CHECK(full->check == "free space");
-  CHECK_THAT(full->reason, Catch::Contains("TMPDIR (/tmp) has") &&
-                               Catch::Contains("--health-min-free-mb"));
+  CHECK_THAT(full->reason,
+             Catch::Contains("TMPDIR (/tmp) has") && Catch::Contains("--health-min-free-mb"));
   const auto listed = freeSpacePlaces("/logs", "");
   REQUIRE(listed.size() == 3);
   CHECK(listed[1].path == "/tmp");
@@ -61,7 +61,8 @@ TEST_CASE("a hook's exit code, its output in the log with its prefix, its timeou
           "[health][unit]") {
   std::atomic<bool> cancelled{false};
   ddprun::test::LogCapture log;
-  const HookOutcome failed = runHook(shellHook("echo \"out $MARK\"; echo err >&2; exit 3"), cancelled);
+  const HookOutcome failed =
+      runHook(shellHook("echo \"out $MARK\"; echo err >&2; exit 3"), cancelled);
   CHECK(failed.kind == HookOutcome::Kind::kExited);
   CHECK(failed.code == 3);
   CHECK_FALSE(failed.passed());
