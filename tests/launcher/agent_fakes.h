@@ -39,6 +39,7 @@
 #include "hang/oom.h"
 #include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
+#include "health/health_gate.h"
 #include "machine/agent_machine.h"
 #include "membership/membership.h"
 #include "stores/store_backend.h"
@@ -49,6 +50,31 @@ using launcher::EventLoop;
 
 // Time moves only when the test says so; posted work and due timers run on the test's thread,
 // inside runUntil() and advance().
+// The health gate as the machine sees it: each check gives the next queued verdict (none queued:
+// a pass) at once, and the post-round hook is counted.
+class FakeHealthGate final : public launcher::HealthGate {
+ public:
+  void check(int round, std::function<void(launcher::HealthVerdict)> done) override {
+    checkedRounds.push_back(round);
+    launcher::HealthVerdict verdict = launcher::HealthVerdict::pass();
+    if (!verdicts.empty()) {
+      verdict = verdicts.front();
+      verdicts.pop_front();
+    }
+    done(verdict);
+  }
+  void afterRound(int round, std::function<void()> done) override {
+    afterRounds.push_back(round);
+    done();
+  }
+  void cancel() override { cancelled = true; }
+
+  std::deque<launcher::HealthVerdict> verdicts;  // the next checks' verdicts, in order
+  std::vector<int> checkedRounds;                // each check's round, in order
+  std::vector<int> afterRounds;                  // each post-round hook's round
+  bool cancelled = false;
+};
+
 class ManualEventLoop final : public EventLoop {
  public:
   TimePoint now() const override { return TimePoint(std::chrono::milliseconds(now_.load())); }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -84,6 +85,7 @@ struct Node {
     seams.activity = &activity;
     seams.stopRequests = &stopRequests;
     seams.event = [this](std::string line) { events.push_back(std::move(line)); };
+    seams.health = &health;
     return seams;
   }
   AgentIdentity identity(const std::string& address, bool hostsStore) const {
@@ -109,6 +111,7 @@ struct Node {
   FakeOom oom;
   FakeActivity activity;
   FakeStopRequests stopRequests;
+  FakeHealthGate health;
   std::vector<std::string> events;  // --event-log-handler console lines
   AgentMachine machine;
   EventRecorder recorder;  // what the driver told the machine
@@ -1651,4 +1654,83 @@ TEST_CASE("a failing node is kept when leaving would drop the job below MIN, and
   CHECK_THAT(log.text(),
              Catch::Contains("it stays in the job: without it 2 node(s) would be left, fewer "
                              "than the minimum of 3"));
+}
+
+TEST_CASE("a node that fails the health gate stays out, and the round forms without it at once",
+          "[agent][unit][health]") {
+  Job job;
+  const LaunchConfig config = jobConfig(1, 2, 1, /*maxRestarts=*/3);
+  Node& a = job.add(config, "10.0.0.1");
+  Node& b = job.add(config, "10.0.0.2");
+  REQUIRE(job.startTogether());
+  CHECK(a.health.checkedRounds == std::vector<int>{-1});
+  b.health.verdicts.push_back(HealthVerdict::fail("gpu 1", "NVML cannot reach it"));
+  // A worker of `a` fails: both nodes stop, run the gate, and `b` fails it.
+  const auto startedAt = job.loop.now();
+  const auto bWorker = b.workers()[0].pid;
+  a.launcher.exitWith(a.workers()[0].pid, 3);
+  // Round 1 forms with `a` alone without the clock moving: nobody waits last_call_timeout.
+  REQUIRE(job.until([&] { return a.runningRound(1); }));
+  CHECK(job.loop.now() == startedAt);
+  CHECK(a.machine.round().nodes == 1);
+  CHECK(b.machine.state() == State::kJoining);
+  CHECK(b.workers()[0].pid == bWorker);  // round 0's worker: none started since
+  CHECK(b.health.checkedRounds == std::vector<int>{-1, 1});
+  CHECK(a.health.afterRounds == std::vector<int>{0});  // the post-round hook ran once
+  const AgentSnapshot out = b.machine.snapshot();
+  CHECK(out.exclusions == 1);
+  REQUIRE(out.lastExclusion);
+  CHECK(*out.lastExclusion == "gpu 1: NVML cannot reach it");
+  REQUIRE(out.healthRetryAt);
+  CHECK(*out.healthRetryAt == Approx(out.updatedAt + 30.0));
+  CHECK(out.lastFailureClass == FailureClass::kMachine);
+  CHECK(toJson(out).at("exclusions") == 1);
+  CHECK(toHealthJson(out).at("exclusions") == 1);
+  REQUIRE_FALSE(b.events.empty());
+  const auto event = nlohmann::json::parse(b.events.back());
+  CHECK(event.at("name") == "ddprun.node.health_excluded");
+}
+
+TEST_CASE("the health cooldown doubles with each failure, and a node that passes joins again",
+          "[agent][unit][health]") {
+  Job job;
+  const LaunchConfig config = jobConfig(1, 2, 1, /*maxRestarts=*/3);
+  Node& a = job.add(config, "10.0.0.1");
+  Node& b = job.add(config, "10.0.0.2");
+  b.health.verdicts.push_back(HealthVerdict::fail("--health-check", "exited with 1"));
+  b.health.verdicts.push_back(HealthVerdict::fail("--health-check", "exited with 1"));
+  a.machine.start();
+  b.machine.start();
+  // `b` fails its first check and never joins: round 0 forms with `a` after last call.
+  REQUIRE(job.until([&] { return b.machine.snapshot().exclusions == 1; }));
+  REQUIRE(job.until([&] {
+    job.loop.advance(100ms);
+    return a.runningRound(0);
+  }));
+  CHECK(a.machine.round().nodes == 1);
+  // The first cooldown is 30 s (the 100 ms steps above count toward it).
+  const auto tried = [&] { return b.health.checkedRounds.size(); };
+  const double firstRetry = *b.machine.snapshot().healthRetryAt;
+  CHECK(firstRetry - b.machine.snapshot().updatedAt <= 30.0);
+  REQUIRE(tried() == 1);
+  job.loop.advance(std::chrono::milliseconds(
+      std::lround((firstRetry - b.machine.snapshot().updatedAt) * 1000) - 100));
+  CHECK(tried() == 1);
+  job.loop.advance(100ms);
+  REQUIRE(job.until([&] { return tried() == 2; }));
+  // The second failure in a row: 60 s.
+  const AgentSnapshot second = b.machine.snapshot();
+  CHECK(second.exclusions == 2);
+  REQUIRE(second.healthRetryAt);
+  CHECK(*second.healthRetryAt - second.updatedAt == Approx(60.0));
+  job.loop.advance(59s);
+  CHECK(tried() == 2);
+  job.loop.advance(1s);
+  // The third check passes: `b` joins as a new member and the job re-forms with both nodes.
+  REQUIRE(job.until([&] { return a.runningRound(1) && b.runningRound(1); }));
+  CHECK(a.machine.round().nodes == 2);
+  const AgentSnapshot back = b.machine.snapshot();
+  CHECK(back.exclusions == 2);
+  CHECK_FALSE(back.healthRetryAt);
+  CHECK(a.machine.snapshot().exclusions == 0);
 }

@@ -153,3 +153,23 @@ TEST_CASE("/healthz's view: states, counts and times, no failure text, path or h
   // `ddprun status` keeps the whole story.
   CHECK(toJson(sample()).at("last_failure").at("message") == "killed");
 }
+
+TEST_CASE("the health gate's exclusions travel in the snapshot; /healthz has no reason",
+          "[snapshot][unit][health]") {
+  AgentSnapshot snapshot = sample();
+  CHECK_FALSE(toJson(snapshot).contains("exclusions"));  // none: nothing said
+  snapshot.exclusions = 2;
+  snapshot.lastExclusion = "--health-check: exited with 1 (secret-word)";
+  snapshot.healthRetryAt = 1767225660.5;
+  const json value = toJson(snapshot);
+  CHECK(value.at("exclusions") == 2);
+  CHECK(value.at("last_exclusion") == "--health-check: exited with 1 (secret-word)");
+  const AgentSnapshot back = agentSnapshotFromJson(value);
+  CHECK(back.exclusions == 2);
+  CHECK(back.lastExclusion == snapshot.lastExclusion);
+  CHECK(back.healthRetryAt == snapshot.healthRetryAt);
+  const json health = toHealthJson(snapshot);
+  CHECK(health.at("exclusions") == 2);
+  CHECK(health.at("health_retry_at") == 1767225660.5);
+  CHECK(health.dump().find("secret-word") == std::string::npos);
+}

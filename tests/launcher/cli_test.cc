@@ -2013,3 +2013,35 @@ TEST_CASE(
                                "range, 0.001 to 3600 seconds"));
   }
 }
+
+TEST_CASE("options of the health gate: the hooks, the timeout, the cooldown, the free space",
+          "[cli]") {
+  const LaunchConfig defaults = config({script()});
+  CHECK(defaults.health.checkCommand.empty());
+  CHECK(defaults.health.hookTimeout == std::chrono::seconds(60));
+  CHECK(defaults.health.cooldownInitial == std::chrono::seconds(30));
+  CHECK(defaults.health.cooldownCap == std::chrono::seconds(480));
+  CHECK(defaults.health.minFreeBytes == 16u << 20);
+  const LaunchConfig given =
+      config({"--health-check", "test -e /ok", "--health-check-timeout", "2.5", "--health-cooldown",
+              "5", "--pre-round-hook", "echo pre", "--post_round_hook", "echo post",
+              "--health-min-free-mb", "0", script()});
+  CHECK(given.health.checkCommand == "test -e /ok");
+  CHECK(given.health.hookTimeout == std::chrono::milliseconds(2500));
+  CHECK(given.health.cooldownInitial == std::chrono::seconds(5));
+  CHECK(given.health.cooldownCap == std::chrono::seconds(80));  // 16 x INITIAL
+  CHECK(given.health.preRoundCommand == "echo pre");
+  CHECK(given.health.postRoundCommand == "echo post");
+  CHECK(given.health.minFreeBytes == 0);
+  CHECK(config({"--health-cooldown", "1:4", script()}).health.cooldownCap ==
+        std::chrono::seconds(4));
+  CHECK(config({script()}, with(sandbox().environment(), "PET_HEALTH_CHECK", "true"))
+            .health.checkCommand == "true");
+  CHECK_THAT(usageError({"--health-cooldown", "10:5", script()}),
+             Catch::Contains("--health-cooldown '10:5': must be INITIAL or INITIAL:CAP") &&
+                 Catch::Contains("30:480"));
+  CHECK_THAT(usageError({"--health-check-timeout", "0", script()}),
+             Catch::Contains("must be a number of seconds > 0"));
+  CHECK_THAT(usageError({"--health-min-free-mb", "-1", script()}),
+             Catch::Contains("must be a number of MiB >= 0"));
+}

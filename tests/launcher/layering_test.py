@@ -20,13 +20,15 @@ ALLOWED = {
     "output": {"core"},
     "report": {"core"},
     "hang": {"core"},
+    # The health gate before each round: the node's GPUs (NVML), free space, the hooks.
+    "health": {"core"},
     # How the job's store is reached and hosted (the store seam, its backends, the hosting
     # policy): below membership, which runs its rounds on a StoreBackend.
     "stores": {"core"},
     "membership": {"core", "stores"},
-    "machine": {"core", "process", "hang", "report"},
-    "agent": {"core", "process", "output", "report", "hang", "stores", "membership", "machine",
-              "placement"},
+    "machine": {"core", "process", "hang", "report", "health"},
+    "agent": {"core", "process", "output", "report", "hang", "health", "stores", "membership",
+              "machine", "placement"},
     "hosts": {"core"},
     "cli": {"core", "hosts"},
     # `ddprun status`: the agent's options (cli) read by the agent's rules, the agent's way to the

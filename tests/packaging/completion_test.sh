@@ -49,6 +49,8 @@ expect "--standalone" ddprun --nnodes 2 --stand
 expect "--numa-binding --numa_binding" ddprun --nu
 expect "--max-restarts" ddprun --standalone --max-r
 expect "--max-no-progress-restarts --max-node-failures" ddprun --standalone --max-no
+expect "--health-check --health-check-timeout --health-cooldown" ddprun --health-c
+expect "--post-round-hook --post_round_hook" ddprun --post
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
 expect "--help -h" ddprun detach -

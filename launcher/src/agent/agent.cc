@@ -40,6 +40,7 @@
 #include "hang/progress_monitor.h"
 #include "hang/python_stack_hook.h"
 #include "hang/worker_activity.h"
+#include "health/node_health_gate.h"
 #include "machine/agent_machine.h"
 #include "membership/membership_driver.h"
 #include "membership/solo_rendezvous.h"
@@ -193,6 +194,24 @@ NodeInfo selfNode(const LaunchConfig& config, const AgentIdentity& identity) {
   self.pid = ::getpid();
   self.staticRank = config.rdzv.backend == RdzvBackend::kStatic ? config.rdzv.nodeRank : -1;
   return self;
+}
+
+// What the health gate knows of this node: who it is, where it writes, the GPUs it sees.
+NodeHealthFacts healthFactsOf(const LaunchConfig& config, const AgentIdentity& identity) {
+  NodeHealthFacts facts;
+  facts.hostname = identity.hostname;
+  facts.address = identity.address;
+  facts.runId = config.rdzv.runId;
+  facts.agentMarker = identity.agentMarker;
+  facts.logDir = identity.logRunDir.empty() ? config.logs.dir : identity.logRunDir;
+  facts.environment = identity.environment;
+  if (const auto tmp = identity.environment.find("TMPDIR"); tmp != identity.environment.end())
+    facts.tmpDir = tmp->second;
+  if (const auto mask = identity.environment.find("CUDA_VISIBLE_DEVICES");
+      mask != identity.environment.end()) {
+    facts.cudaVisibleDevices = mask->second;
+  }
+  return facts;
 }
 
 // What tells the machine about the workers beyond their exit statuses (docs/architecture.md,
@@ -388,10 +407,14 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   AgentDiagnostics diagnostics(privateDir, identity, loop, launcher.cgroupPath(),
                                config.hang.nativeStackBudget);
   diagnostics.prepareAhead(config.nprocPerNode);  // the heartbeat files, while the round forms
+  // The health gate before each round (health/): it outlives the machine, which calls it.
+  NodeHealthGate healthGate(config.health, healthFactsOf(config, identity), loop);
+  WorkerDiagnostics seams = diagnostics.seams(config, errWriter);
+  seams.health = &healthGate;
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,
-                       diagnostics.seams(config, errWriter), [&](int exitCode) {
+                       std::move(seams), [&](int exitCode) {
                          code = exitCode;
                          io.stop();
                        });

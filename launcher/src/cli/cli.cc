@@ -80,8 +80,10 @@ milliseconds resolveShutdownTimeout(const Arguments& arguments, const Environmen
   return std::chrono::seconds(30);
 }
 
-// --restart-backoff INITIAL[:CAP]: two numbers of seconds, 0 <= INITIAL <= CAP.
-void parseBackoff(const GivenValue& given, RestartPolicy& policy) {
+// A doubling wait, INITIAL[:CAP] (--restart-backoff, --health-cooldown): two numbers of seconds,
+// 0 <= INITIAL <= CAP; the cap defaults to 16 x INITIAL.
+std::pair<milliseconds, milliseconds> parseDoublingWait(const GivenValue& given,
+                                                        std::string_view good) {
   const std::string_view text = trim(given.value);
   const auto colon = text.find(':');
   const auto initial = parseFiniteNumber(text.substr(0, colon));
@@ -92,16 +94,18 @@ void parseBackoff(const GivenValue& given, RestartPolicy& policy) {
   if (!ok) {
     throw UsageError(
         fmt::format("{}: must be INITIAL or INITIAL:CAP, seconds with 0 <= INITIAL <= CAP; e.g. {}",
-                    label(given), example(given, "10:120")));
+                    label(given), example(given, good)));
   }
-  policy.backoffInitial = secondsToMilliseconds(*initial);
-  policy.backoffCap = hasCap ? secondsToMilliseconds(cap) : 16 * policy.backoffInitial;
+  const milliseconds first = secondsToMilliseconds(*initial);
+  return {first, hasCap ? secondsToMilliseconds(cap) : 16 * first};
 }
 
 // --restart-backoff, --max-no-progress-restarts, --max-node-failures, --progress-min-time,
 // --no-restart-exit-code, --exit-codes.
 void applyRestartPolicy(const Arguments& arguments, RestartPolicy& policy) {
-  if (const auto* backoff = arguments.given("restart-backoff")) parseBackoff(*backoff, policy);
+  if (const auto* backoff = arguments.given("restart-backoff")) {
+    std::tie(policy.backoffInitial, policy.backoffCap) = parseDoublingWait(*backoff, "10:120");
+  }
   if (const auto restarts = arguments.value<int>("max-no-progress-restarts")) {
     checkNumber(arguments, "max-no-progress-restarts", "restarts cannot be negative", "3",
                 *restarts >= 0);
@@ -127,6 +131,29 @@ void applyRestartPolicy(const Arguments& arguments, RestartPolicy& policy) {
     checkChoice(*scheme);
     policy.exitCodes =
         scheme->value == "classes" ? ExitCodeScheme::kClasses : ExitCodeScheme::kRootCause;
+  }
+}
+
+// The health gate and the round hooks: --health-check, --health-check-timeout,
+// --health-cooldown, --health-min-free-mb, --pre-round-hook, --post-round-hook.
+void applyHealth(const Arguments& arguments, HealthPolicy& health) {
+  if (const auto* command = arguments.given("health-check")) health.checkCommand = command->value;
+  if (const auto* command = arguments.given("pre-round-hook"))
+    health.preRoundCommand = command->value;
+  if (const auto* command = arguments.given("post-round-hook"))
+    health.postRoundCommand = command->value;
+  if (const auto seconds = arguments.value<double>("health-check-timeout")) {
+    checkNumber(arguments, "health-check-timeout", "must be a number of seconds > 0", "60",
+                std::isfinite(*seconds) && *seconds > 0 && *seconds <= kMaxSeconds);
+    health.hookTimeout = std::max(secondsToMilliseconds(*seconds), milliseconds(1));
+  }
+  if (const auto* cooldown = arguments.given("health-cooldown")) {
+    std::tie(health.cooldownInitial, health.cooldownCap) = parseDoublingWait(*cooldown, "30:480");
+  }
+  if (const auto megabytes = arguments.value<double>("health-min-free-mb")) {
+    checkNumber(arguments, "health-min-free-mb", "must be a number of MiB >= 0 (0: not checked)",
+                "16", std::isfinite(*megabytes) && *megabytes >= 0 && *megabytes <= 1e12);
+    health.minFreeBytes = static_cast<std::uint64_t>(*megabytes * 1048576.0);
   }
 }
 
@@ -263,6 +290,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
     config.nprocPerNode = resolveNprocPerNode(*nproc, environment);
   }
   applyRestartAndHang(arguments, environment, config);
+  applyHealth(arguments, config.health);
   applyNodeAddress(arguments, config);
   applyWorkerSettings(arguments, result);
   applyLogSettings(arguments, result);

@@ -58,10 +58,7 @@ int visibleNvidiaGpuCount(const Environment& environment) {
 }
 
 int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices) {
-  if (!cudaVisibleDevices) return physicalGpus;
-  // A UUID cannot be checked without NVML: it is taken to name a present device.
-  const auto count = static_cast<int>(visibleDevices(*cudaVisibleDevices, physicalGpus).size());
-  return std::min(count, physicalGpus);
+  return static_cast<int>(visibleDevices(cudaVisibleDevices, physicalGpus).size());
 }
 
 int visibleIntelGpuCount(const Environment& environment) {

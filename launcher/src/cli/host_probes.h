@@ -27,8 +27,7 @@ int physicalNvidiaGpuCount();
 // The NVIDIA GPUs CUDA would enumerate in this environment (CUDA_VISIBLE_DEVICES).
 int visibleNvidiaGpuCount(const Environment& environment);
 // How many of `physicalGpus` NVIDIA GPUs CUDA would enumerate under CUDA_VISIBLE_DEVICES
-// (nothing = unset). Like the CUDA runtime, the list is read up to its first invalid entry (an
-// index out of range, a repeated index, anything that is neither an index nor a GPU-/MIG- UUID).
+// (nothing = unset): core/cuda_visible_devices.h reads the list.
 int visibleGpuCount(int physicalGpus, const std::optional<std::string>& cudaVisibleDevices);
 // Intel GPUs (torch's "xpu") as DRM render nodes with Intel's PCI vendor id; ZE_AFFINITY_MASK
 // narrows them down the way Level Zero does (approximately: one entry per device).

@@ -188,6 +188,36 @@ constexpr OptionSpec kOptions[] = {
            "too; then they are hung at exit: their stacks are recorded, they are killed and the "
            "job fails without a restart. 0: wait for ever. Default: 300.",
    .ddprunOwn = true},
+  {.name = "health-check", .metavar = "CMD",
+   .help = "ddprun: a shell command run before each round this node would join (after the "
+           "built-in checks: each visible GPU through NVML when libnvidia-ml is there, and free "
+           "space); exit 0 passes. A node that fails stays out of the round, says why, and "
+           "checks again after --health-cooldown (docs/health.md). Default: none.",
+   .ddprunOwn = true},
+  {.name = "health-check-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: seconds --health-check and the round hooks may run before they are killed "
+           "(a killed check or pre-round hook fails). Default: 60.",
+   .ddprunOwn = true},
+  {.name = "health-cooldown", .metavar = "INITIAL[:CAP]",
+   .help = "ddprun: seconds a node that failed the health gate waits before it checks again: "
+           "INITIAL, doubled for each further failure in a row, at most CAP (default 16 x "
+           "INITIAL). Default: 30.",
+   .ddprunOwn = true},
+  {.name = "health-min-free-mb", .kind = ValueKind::kNumber,
+   .help = "ddprun: MiB that must be free in the log dir, TMPDIR and /dev/shm for the node to "
+           "pass the health gate. 0: not checked. Default: 16.",
+   .ddprunOwn = true},
+  {.name = "pre-round-hook", .metavar = "CMD",
+   .help = "ddprun: a shell command run after the health gate, before this node joins a round "
+           "and starts its workers (hyperpodrun's --pre-train-script); failing is failing the "
+           "gate. Its output goes into the agent's log, each line prefixed [--pre-round-hook]. "
+           "Default: none.",
+   .ddprunOwn = true},
+  {.name = "post-round-hook", .metavar = "CMD",
+   .help = "ddprun: a shell command run once a round's workers have ended; its exit code is "
+           "logged, never fatal. Its output goes into the agent's log, each line prefixed "
+           "[--post-round-hook]. Default: none.",
+   .ddprunOwn = true},
   {.name = "virtual-local-rank", .kind = ValueKind::kFlag,
    .help = "Give every worker LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES set to its one GPU."},
   {.name = "hosts", .hasEnvironment = false, .metavar = "HOST,HOST...",

@@ -143,6 +143,9 @@ json toJson(const AgentSnapshot& snapshot) {
     value["failure_class"] = failureClassName(*snapshot.lastFailureClass);
   if (snapshot.restartAt) value["restart_at"] = *snapshot.restartAt;
   if (snapshot.leftOut) value["left_out"] = common::validUtf8(*snapshot.leftOut);
+  if (snapshot.exclusions > 0) value["exclusions"] = snapshot.exclusions;
+  if (snapshot.lastExclusion) value["last_exclusion"] = common::validUtf8(*snapshot.lastExclusion);
+  if (snapshot.healthRetryAt) value["health_retry_at"] = *snapshot.healthRetryAt;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -167,6 +170,9 @@ json toHealthJson(const AgentSnapshot& snapshot) {
                                  {"hang", hangKindName(failure->hang)},
                                  {"oom", !failure->oom.empty()}};
   }
+  // The health gate's exclusions: the count and the time, not the reason (a hook's words).
+  value["exclusions"] = snapshot.exclusions;
+  if (snapshot.healthRetryAt) value["health_retry_at"] = *snapshot.healthRetryAt;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -204,6 +210,9 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
   }
   snapshot.restartAt = optionalField<double>(value, "restart_at");
   snapshot.leftOut = optionalField<std::string>(value, "left_out");
+  snapshot.exclusions = optionalField<int>(value, "exclusions").value_or(0);
+  snapshot.lastExclusion = optionalField<std::string>(value, "last_exclusion");
+  snapshot.healthRetryAt = optionalField<double>(value, "health_retry_at");
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");

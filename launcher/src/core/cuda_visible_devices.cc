@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <set>
+#include <string_view>
 
 namespace ddprun::launcher {
 
@@ -15,10 +16,16 @@ std::string_view withoutBlanks(std::string_view text) {
 
 }  // namespace
 
-std::vector<VisibleDevice> visibleDevices(std::string_view mask, int physicalGpus) {
+std::vector<VisibleDevice> visibleDevices(const std::optional<std::string>& given,
+                                          int physicalGpus) {
   std::vector<VisibleDevice> devices;
+  if (!given) {
+    for (int index = 0; index < physicalGpus; ++index) devices.push_back(VisibleDevice{index, {}});
+    return devices;
+  }
+  std::string_view mask = *given;
   std::set<int> seen;
-  while (true) {
+  while (static_cast<int>(devices.size()) < physicalGpus) {
     const auto comma = mask.find(',');
     const std::string_view entry = withoutBlanks(mask.substr(0, comma));
     if (entry.starts_with("GPU-") || entry.starts_with("MIG-")) {

@@ -3,8 +3,8 @@
 // the health gate's GPUs).
 #pragma once
 
+#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace ddprun::launcher {
@@ -18,9 +18,11 @@ struct VisibleDevice {
   std::string uuid;
 };
 
-// The devices `mask` selects out of `physicalGpus`, in the mask's order. Like the CUDA runtime, the
-// list is read up to its first invalid entry: an index out of range, a repeated index, anything
-// that is neither an index nor a GPU-/MIG- UUID. Blanks around an entry are allowed.
-std::vector<VisibleDevice> visibleDevices(std::string_view mask, int physicalGpus);
+// The devices `mask` selects out of `physicalGpus`, in the mask's order (nothing, the variable
+// unset: every physical GPU, in index order). Like the CUDA runtime, the list is read up to its
+// first invalid entry: an index out of range, a repeated index, anything that is neither an index
+// nor a GPU-/MIG- UUID. Blanks around an entry are allowed. A UUID is taken to name a present
+// device, and the list never holds more than `physicalGpus` entries.
+std::vector<VisibleDevice> visibleDevices(const std::optional<std::string>& mask, int physicalGpus);
 
 }  // namespace ddprun::launcher

@@ -117,6 +117,10 @@ class RendezvousClient {
   // if it has not yet) and joins again as a new member from the job's current round, trying to
   // reach the store until join_timeout. Outcome: onRoundFormed or onRendezvousFailed.
   virtual void rejoin() = 0;
+  // This node stays out of the next rounds (it failed the health gate): it leaves the rendezvous
+  // as a killed agent would, so the others count it lost and never wait for it; a later join()
+  // comes back as a new member. Nothing is posted. Returns at once.
+  virtual void standAside() = 0;
 
   // At the agent's end: leaves the rendezvous quietly (a clean exit is not a lost node). Blocks
   // until it is done; nothing is posted. `hostsStore`: this agent hosts the rendezvous store and

@@ -59,11 +59,90 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       startedAt_(epochSeconds(loop_.wallNow())),
       graceTimer_(loop),
       barrierTimer_(loop),
-      backoffTimer_(loop) {}
+      backoffTimer_(loop),
+      cooldownTimer_(loop) {}
 
 void AgentMachine::start() {
   state_ = State::kJoining;
-  rendezvous_.join(-1);
+  joinRound(-1);
+}
+
+void AgentMachine::joinRound(int round) {
+  if (diagnostics_.health == nullptr) {
+    rendezvous_.join(round);
+    return;
+  }
+  gateRunning_ = true;
+  diagnostics_.health->check(round, [this, round](const HealthVerdict& verdict) {
+    gateRunning_ = false;
+    onHealthVerdict(round, verdict);
+  });
+}
+
+void AgentMachine::onHealthVerdict(int round, const HealthVerdict& verdict) {
+  if (state_ != State::kJoining) return;  // a signal ended the agent meanwhile
+  if (signal_ != 0) {
+    finish(Ending::signalled(signal_));
+    return;
+  }
+  if (verdict.passed) {
+    gateFailures_ = 0;
+    if (!standingAside_) {
+      rendezvous_.join(round);
+      return;
+    }
+    standingAside_ = false;
+    spdlog::info("health gate: this node passes again; joining the job as a new member");
+    rendezvous_.join(-1);
+    return;
+  }
+  ++exclusions_;
+  ++gateFailures_;
+  const std::string why = fmt::format("{}: {}", verdict.check, verdict.reason);
+  lastExclusion_ = why;
+  const auto& health = config_.health;
+  // INITIAL * 2^(n-1), at most CAP: the shift is bounded before it can overflow.
+  auto cooldown = health.cooldownInitial * (std::int64_t{1} << std::min(gateFailures_ - 1, 30));
+  if (health.cooldownCap > std::chrono::milliseconds(0))
+    cooldown = std::min(cooldown, health.cooldownCap);
+  const double wait = std::chrono::duration<double>(cooldown).count();
+  spdlog::warn(
+      "health gate: {} failed: {}; this node stays out of the job and checks again in {:.1f} s "
+      "(exclusion {}, {} in a row; --health-cooldown)",
+      verdict.check, verdict.reason, wait, exclusions_, gateFailures_);
+  if (diagnostics_.event) {
+    WorkerEvent event = agentEvent("ddprun.node.health_excluded", "UNHEALTHY");
+    event.extra = {{"failure_class", failureClassName(FailureClass::kMachine)},
+                   {"check", common::validUtf8(verdict.check)},
+                   {"reason", common::validUtf8(verdict.reason)},
+                   {"exclusions", exclusions_},
+                   {"cooldown_s", wait}};
+    diagnostics_.event(eventLine(event));
+  }
+  lastFailureClass_ = FailureClass::kMachine;
+  if (!standingAside_) {
+    // The others count this node lost and form the next round without it.
+    standingAside_ = true;
+    rendezvous_.standAside();
+  }
+  healthRetryAt_ = epochSeconds(loop_.wallNow()) + wait;
+  cooldownTimer_.arm(cooldown, [this] {
+    healthRetryAt_.reset();
+    if (state_ != State::kJoining) return;
+    joinRound(-1);
+  });
+}
+
+void AgentMachine::afterRound(std::function<void()> next) {
+  if (diagnostics_.health == nullptr || postRoundRan_ == round_.number) {
+    next();
+    return;
+  }
+  postRoundRan_ = round_.number;
+  diagnostics_.health->afterRound(round_.number, [this, next = std::move(next)] {
+    if (state_ == State::kFinished) return;
+    next();
+  });
 }
 
 std::string AgentMachine::attemptDirectory(int round) const {
@@ -586,7 +665,7 @@ void AgentMachine::maybeRoundOver() {
   if (!stop_) return;  // the stop's reason is still on its way (our announce, or another's)
   fenceTimer_.reset();
   state_ = State::kJoining;
-  output_.drain(kOutputGrace, [this] { nextStep(); });
+  output_.drain(kOutputGrace, [this] { afterRound([this] { nextStep(); }); });
 }
 
 void AgentMachine::nextStep() {
@@ -637,12 +716,12 @@ void AgentMachine::nextStep() {
       backoffTimer_.arm(decision.backoff, [this] {
         restartAt_.reset();
         if (state_ != State::kJoining) return;
-        rendezvous_.join(round_.number + 1);
+        joinRound(round_.number + 1);
       });
       return;
     }
   }
-  rendezvous_.join(round_.number + 1);
+  joinRound(round_.number + 1);
 }
 
 void AgentMachine::leaveUntrusted(const StopReason& stop, const RestartDecision& decision,
@@ -781,6 +860,7 @@ void AgentMachine::onSuspend(int signal) {
   graceTimer_.pause();
   barrierTimer_.pause();
   backoffTimer_.pause();
+  cooldownTimer_.pause();
 }
 
 void AgentMachine::onResume() {
@@ -808,6 +888,7 @@ void AgentMachine::onResume() {
   graceTimer_.resume();
   barrierTimer_.resume();
   backoffTimer_.resume();
+  cooldownTimer_.resume();
   armFence();
 }
 
@@ -833,14 +914,29 @@ void AgentMachine::finish(Ending ending) {
   barrierTimer_.cancel();
   backoffTimer_.cancel();
   restartAt_.reset();
+  cooldownTimer_.cancel();
+  healthRetryAt_.reset();
   fenceTimer_.reset();
   progress_.stop();
   fileTimers_.clear();
   fileTimerRefusals_.flush();
   launcher_.killAll();
   launcher_.killStrays();
+  // A check in flight is of no use now: its hook is killed. The last round's post-round hook
+  // runs unless a signal ends the agent.
+  HealthGate* health = diagnostics_.health;
+  if (health != nullptr && gateRunning_) health->cancel();
+  const bool postRound = health != nullptr && !gateRunning_ && formed_ && signal_ == 0 &&
+                         postRoundRan_ != round_.number;
+  if (postRound) postRoundRan_ = round_.number;
   // Every line the workers wrote reaches the console before the agent goes.
-  output_.drain(kOutputGrace, [this, code] { finished_(code); });
+  output_.drain(kOutputGrace, [this, code, postRound, health] {
+    if (!postRound) {
+      finished_(code);
+      return;
+    }
+    health->afterRound(round_.number, [this, code] { finished_(code); });
+  });
 }
 
 void AgentMachine::onFileTimerLine(std::string_view line) {
@@ -997,6 +1093,9 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.lastFailureClass = lastFailureClass_;
   snapshot.leftOut = leftOut_;
   snapshot.restartAt = restartAt_;
+  snapshot.exclusions = exclusions_;
+  snapshot.lastExclusion = lastExclusion_;
+  snapshot.healthRetryAt = healthRetryAt_;
   snapshot.startedAt = startedAt_;
   snapshot.updatedAt = epochSeconds(loop_.wallNow());
   switch (state_) {

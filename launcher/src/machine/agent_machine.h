@@ -15,6 +15,12 @@
 //              worker failed: restart (job-global budget) or fail with the root cause's code;
 //              node lost/joined/left: re-form (no restart counted); signal: exit 128+signal.
 //
+// Health gate (health/health_gate.h): each join, the first and every next one, waits for the
+// gate's verdict. A node that fails it does not join: it stands aside (the others count it lost
+// and never wait for it), says which check failed and why, and checks again after a cooldown that
+// doubles with each failure in a row (--health-cooldown); once it passes it joins the job again as
+// a new member. The post-round hook runs once a round's workers have ended, before the next step.
+//
 // Job control (Ctrl-Z) is across all states: onSuspend() stops every worker and pauses every
 // timeout of this agent; onResume() continues the workers and gives the timeouts their time
 // back (the wiring stops the agent's own process in between).
@@ -48,6 +54,7 @@
 #include "hang/oom.h"
 #include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
+#include "health/health_gate.h"
 #include "machine/pausable_timer.h"
 #include "report/event_log.h"
 #include "report/failure_report.h"
@@ -77,6 +84,8 @@ struct WorkerDiagnostics {
   StopRequests* stopRequests = nullptr;   // DDPRUN_STOP_FILE: a graceful stop's notice
   // --event-log-handler console: where each event's JSON line goes (nothing: no events).
   std::function<void(std::string)> event;
+  // The node's own health before each join and the hooks around a round (nothing: none).
+  HealthGate* health = nullptr;
 };
 
 class AgentMachine final : public RendezvousEvents {
@@ -183,6 +192,11 @@ class AgentMachine final : public RendezvousEvents {
   void endOnceStopped(Ending ending, std::string_view reason);
   void maybeRoundOver();
   void nextStep();
+  // Joins round `round` once this node passes the health gate (at once without one).
+  void joinRound(int round);
+  void onHealthVerdict(int round, const HealthVerdict& verdict);
+  // The post-round hook of round_ (once), then `next`; at once without one.
+  void afterRound(std::function<void()> next);
   // Liveness and fencing (docs/architecture.md): while this node has workers of a round, a timer
   // on the loop fires at the last acknowledged renewal's send + the fencing interval; checked
   // then, and re-armed when a renewal was acknowledged meanwhile.
@@ -267,6 +281,16 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<EventLoop::TimePoint> fenceFrom_;
   bool fenced_ = false;           // the round's workers are being stopped by the fence
   bool rejoinAfterStop_ = false;  // then rejoin as a new member (elastic)
+  // The health gate: its check in flight, the cooldown after a failure, and what `ddprun status`
+  // shows of this node's exclusions.
+  bool gateRunning_ = false;
+  bool standingAside_ = false;  // out of the rounds since the gate failed: comes back as new
+  PausableTimer cooldownTimer_;
+  int exclusions_ = 0;    // times this node stayed out of a round
+  int gateFailures_ = 0;  // in a row (the cooldown doubles with each)
+  std::optional<std::string> lastExclusion_;
+  std::optional<double> healthRetryAt_;  // epoch seconds the cooldown ends at, while it runs
+  int postRoundRan_ = -1;                // the round whose post-round hook ran
 };
 
 }  // namespace ddprun::launcher

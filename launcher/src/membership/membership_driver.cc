@@ -141,6 +141,22 @@ void MembershipDriver::rejoin() {
       [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
 }
 
+void MembershipDriver::standAside() {
+  runOnControl(
+      [this] {
+        std::shared_ptr<Membership> old;
+        {
+          auto lock = control_.lock();
+          if (control_.stopping()) return;
+          std::lock_guard swap(membershipMutex_);
+          old = std::exchange(membership_, fresh());
+        }
+        if (opened_) old->abandon();
+        opened_ = false;
+      },
+      [this](std::exception_ptr error) { events_->onRendezvousFailed(failureOf(error)); });
+}
+
 MembershipDriver::Attempt MembershipDriver::rejoinOnce(const JoinBudget& budget,
                                                        std::string& lastProblem) {
   // The old member leaves as a killed agent would, and a new one (a new node id, no holds, no

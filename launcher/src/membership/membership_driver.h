@@ -47,6 +47,9 @@ class MembershipDriver final : public RendezvousClient {
   }
   void fence(int round) override { current()->fence(round); }
   void rejoin() override;
+  // The member in use leaves as a killed agent would and an unopened one takes its place: the
+  // next join() opens it (a new node id).
+  void standAside() override;
   // Stops the blocked calls and the threads, then gives up the holds (blocking up to `patience`
   // when this agent hosts the store); with `storeEndsAlone` it only stops the heartbeat.
   void leave(bool hostsStore, bool storeEndsAlone,

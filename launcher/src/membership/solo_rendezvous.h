@@ -68,6 +68,7 @@ class SoloRendezvous final : public RendezvousClient {
   }
   void fence(int) override {}
   void rejoin() override { join(-1); }
+  void standAside() override {}
   void leave(bool, bool, std::optional<std::chrono::milliseconds>) override {
   }  // nothing held, nothing written
 

@@ -142,7 +142,7 @@ std::vector<GpuDevice> visibleGpus(std::vector<GpuDevice> all,
                                    const std::optional<std::string>& cudaVisibleDevices) {
   if (!cudaVisibleDevices) return all;
   std::vector<GpuDevice> visible;
-  for (const auto& device : visibleDevices(*cudaVisibleDevices, static_cast<int>(all.size()))) {
+  for (const auto& device : visibleDevices(cudaVisibleDevices, static_cast<int>(all.size()))) {
     if (device.index < 0) {
       throw TopologyError(fmt::format(
           "CUDA_VISIBLE_DEVICES names GPUs by UUID ('{}'), which ddprun cannot match to a PCI "

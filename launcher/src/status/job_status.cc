@@ -197,6 +197,14 @@ std::string renderText(const JobStatus& status, double now) {
                           std::max(0.0, *node.restartAt - now));
     }
     if (node.leftOut) text += fmt::format("  left out of the job: {}\n", printable(*node.leftOut));
+    if (node.exclusions > 0) {
+      text += fmt::format(
+          "  health gate: excluded {} time{}, last: {}{}\n", node.exclusions,
+          node.exclusions == 1 ? "" : "s", printable(node.lastExclusion.value_or("?")),
+          node.healthRetryAt
+              ? fmt::format("; checks again in {:.0f} s", std::max(0.0, *node.healthRetryAt - now))
+              : std::string());
+    }
     for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
   }
   if (const auto failure = lastFailure(status)) {

@@ -227,6 +227,24 @@ struct HangPolicy {
   std::chrono::milliseconds nativeStackBudget{400};
 };
 
+// The health gate before each round (launcher/src/health/, docs/health.md).
+struct HealthPolicy {
+  // --health-check: a shell command run before each join; exit 0 passes ("" = none).
+  std::string checkCommand;
+  // --health-check-timeout: the hooks are killed (and fail) after this long.
+  std::chrono::milliseconds hookTimeout{60000};
+  // --health-cooldown INITIAL[:CAP]: a node that failed the gate tries again after INITIAL *
+  // 2^(n-1), n its failures in a row, at most CAP.
+  std::chrono::milliseconds cooldownInitial{30000};
+  std::chrono::milliseconds cooldownCap{480000};
+  // --pre-round-hook: run after the gate, before the join (failing = failing the gate).
+  std::string preRoundCommand;
+  // --post-round-hook: run once a round's workers have ended (its exit code logged only).
+  std::string postRoundCommand;
+  // --health-min-free-mb: the free space the log dir, TMPDIR and /dev/shm need (0 = unchecked).
+  std::uint64_t minFreeBytes = 16ull << 20;
+};
+
 // What each worker runs.
 struct EntryPoint {
   EntryKind kind = EntryKind::kPythonScript;
@@ -256,6 +274,7 @@ struct LaunchConfig {
   RendezvousConfig rdzv;
   RestartPolicy restart;
   HangPolicy hang;
+  HealthPolicy health;
   EntryPoint entry;
   LogSettings logs;
   std::string role = "default";                    // --role
