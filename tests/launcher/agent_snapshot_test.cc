@@ -154,7 +154,7 @@ TEST_CASE("/healthz's view: states, counts and times, no failure text, path or h
   CHECK(toJson(sample()).at("last_failure").at("message") == "killed");
 }
 
-TEST_CASE("the health gate's exclusions travel in the snapshot; /healthz has no reason",
+TEST_CASE("the health gate's exclusions travel in the snapshot, and /healthz has no reason",
           "[snapshot][unit][health]") {
   AgentSnapshot snapshot = sample();
   CHECK_FALSE(toJson(snapshot).contains("exclusions"));  // none: nothing said

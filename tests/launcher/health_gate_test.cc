@@ -41,7 +41,7 @@ TEST_CASE("visible GPUs: CUDA_VISIBLE_DEVICES read as CUDA reads it", "[health][
   CHECK(visibleDevices(std::string("GPU-a,GPU-b"), 1).size() == 1);  // never more than there are
 }
 
-TEST_CASE("free space: a place under the floor fails, naming it; a missing place is skipped",
+TEST_CASE("free space: a place under the floor fails, naming it, and a missing place is skipped",
           "[health][unit]") {
   const std::vector<FreeSpacePlace> places{{"TMPDIR", "/tmp"}, {"nowhere", "/no/such/dir"}};
   CHECK_FALSE(checkFreeSpace(places, 1));
