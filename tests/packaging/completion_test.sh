@@ -49,6 +49,7 @@ expect "--standalone" ddprun --nnodes 2 --stand
 expect "--numa-binding --numa_binding" ddprun --nu
 expect "--max-restarts" ddprun --standalone --max-r
 expect "--max-no-progress-restarts --max-node-failures" ddprun --standalone --max-no
+expect "--spares" ddprun --nnodes 2:2 --spa
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
 expect "--help -h" ddprun detach -

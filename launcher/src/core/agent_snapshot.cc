@@ -143,6 +143,8 @@ json toJson(const AgentSnapshot& snapshot) {
     value["failure_class"] = failureClassName(*snapshot.lastFailureClass);
   if (snapshot.restartAt) value["restart_at"] = *snapshot.restartAt;
   if (snapshot.leftOut) value["left_out"] = common::validUtf8(*snapshot.leftOut);
+  if (snapshot.spare) value["spare"] = true;
+  if (snapshot.sparesWanted != 0) value["spares_wanted"] = snapshot.sparesWanted;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -167,6 +169,7 @@ json toHealthJson(const AgentSnapshot& snapshot) {
                                  {"hang", hangKindName(failure->hang)},
                                  {"oom", !failure->oom.empty()}};
   }
+  if (snapshot.spare) value["spare"] = true;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -204,6 +207,10 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
   }
   snapshot.restartAt = optionalField<double>(value, "restart_at");
   snapshot.leftOut = optionalField<std::string>(value, "left_out");
+  snapshot.spare = optionalField<bool>(value, "spare").value_or(false);
+  snapshot.sparesWanted = optionalField<int>(value, "spares_wanted").value_or(0);
+  if (snapshot.sparesWanted < 0)
+    throw std::invalid_argument("the snapshot's 'spares_wanted' is negative");
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");
