@@ -13,9 +13,9 @@ status` shows it in the pool ("spares: 1 waiting (host), 1 wanted").
             is a hang guard), and the job finishes 0 on a and c in a world of 2.
   etcd      the same on a one-member etcd on loopback (skipped, 77, without /usr/bin/etcd),
             where a loss is seen at the lease's end: the goal is the lease timeout + 1 s.
-  race-348  NVIDIA/nvidia-resiliency-ext#348: b's worker fails (a restart) and b's agent is
-            SIGKILLed at that moment, as the restart round forms with the spare in it: the job
-            goes on with the spare and finishes 0 (a and c exit 0).
+  race-348  NVIDIA/nvidia-resiliency-ext#348: once the spare waits, b's worker fails (a
+            restart) and b's agent is SIGKILLed at that moment, as the restart round forms with
+            the spare in it: the job goes on with the spare and finishes 0 (a and c exit 0).
 
 Every wait is bounded and prints what it saw when it gives up.
 """
@@ -45,7 +45,9 @@ def stamp(what):
         f.write(f"{name} {what} {generation} {world} {time.time()}\\n")
 stamp("start")
 if generation == 0 and os.environ.get("SICK"):
-    time.sleep(0.5)
+    end = time.time() + 60
+    while not os.path.exists(os.environ["FAIL_NOW"]) and time.time() < end:
+        time.sleep(0.01)
     stamp("fail")
     sys.exit(1)
 if generation >= 1 and name != "b":
@@ -130,11 +132,11 @@ def run_job(args, work, backend, endpoint, scenario):
     if backend == "c10d":
         wait_for("agent a says it hosts the store",
                  lambda: "hosting the rendezvous store" in agents[0].stderr(), agents, work, STARTS)
-    sick = {"SICK": "1"} if scenario == "race-348" else {}
+    fail_now = os.path.join(work, "fail-now")  # b's worker fails once this exists (race-348)
+    sick = {"SICK": "1", "FAIL_NOW": fail_now} if scenario == "race-348" else {}
     agents.append(Agent("b", command, work, {"STAMPS": stamps, **sick}))
     started = lambda names: {s[0] for s in read_stamps(work) if s[1] == "start"} >= set(names)
-    if scenario != "race-348":
-        wait_for("a's and b's workers start", lambda: started("ab"), agents, work, STARTS)
+    wait_for("a's and b's workers start", lambda: started("ab"), agents, work, STARTS)
     agents.append(Agent("c", command, work, {"STAMPS": stamps}))
     wait_for("c says it is a spare",
              lambda: "spare: waiting for a place (1 spare wanted, the job runs 2 nodes)"
@@ -166,6 +168,7 @@ def run_job(args, work, backend, endpoint, scenario):
               f"(goal: < {goal:.1f} s{', the lease timeout + 1 s' if backend == 'etcd' else ''})")
     else:
         # The moment b's worker fails, the restart round forms: b's agent dies then.
+        open(fail_now, "w").close()
         wait_for("b's worker fails", lambda: any(s[0] == "b" and s[1] == "fail"
                                                  for s in read_stamps(work)),
                  agents, work, STARTS)
