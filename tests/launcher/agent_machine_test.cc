@@ -1734,3 +1734,129 @@ TEST_CASE("the health cooldown doubles with each failure, and a node that passes
   CHECK_FALSE(back.healthRetryAt);
   CHECK(a.machine.snapshot().exclusions == 0);
 }
+
+namespace {
+
+LaunchConfig withSpares(LaunchConfig config, int spares) {
+  config.rdzv.spares = spares;
+  return config;
+}
+
+// A 2:2 job with one spare (--spares 1): `a` and `b` run round 0, the spare waits for a place.
+struct SpareJob {
+  explicit SpareJob(const LaunchConfig& config)
+      : a(job.add(withSpares(config, 1), "10.0.0.1")),
+        b(job.add(withSpares(config, 1), "10.0.0.2")) {
+    REQUIRE(job.startTogether());
+    spare = &job.add(withSpares(config, 1), "10.0.0.3");
+    spare->machine.start();
+    REQUIRE(job.until([&] { return spare->machine.snapshot().spare; }));
+  }
+  Job job;
+  Node& a;
+  Node& b;
+  Node* spare = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("a spare waits warm with no workers, and takes a lost node's place at once",
+          "[agent][unit][spares]") {
+  LogCapture log;
+  SpareJob spares(jobConfig(2, 2, 1));
+  Job& job = spares.job;
+  Node& spare = *spares.spare;
+  CHECK_THAT(log.text(),
+             Catch::Contains("spare: waiting for a place (1 spare wanted, the job runs 2 nodes)"));
+  CHECK(spare.launcher.spawned.empty());
+  const AgentSnapshot waiting = spare.machine.snapshot();
+  CHECK(waiting.phase == AgentPhase::kJoining);
+  CHECK(waiting.sparesWanted == 1);
+  CHECK_FALSE(spares.a.machine.snapshot().spare);
+  const auto before = job.loop.now();
+  spares.b.backend.sever();  // kill -9 of b's agent
+  REQUIRE(job.until([&] { return spares.a.runningRound(1) && spare.runningRound(1); }));
+  // No last call, no shrinking: the clock did not move, and the round has MAX nodes.
+  CHECK(job.loop.now() == before);
+  CHECK(spares.a.machine.round().nodes == 2);
+  CHECK(spare.machine.round().nodes == 2);
+  CHECK(spare.workers()[0].environment.at("WORLD_SIZE") == "2");
+  CHECK(spares.a.machine.round().history.restarts == 0);
+  CHECK_FALSE(spare.machine.snapshot().spare);
+  spares.a.allExit(0);
+  spare.allExit(0);
+  REQUIRE(job.until([&] { return spares.a.exitCode && spare.exitCode; }));
+  CHECK(*spares.a.exitCode == 0);
+  CHECK(*spare.exitCode == 0);
+}
+
+TEST_CASE("on a restart, the members coming back keep their places ahead of a spare",
+          "[agent][unit][spares]") {
+  SpareJob spares(backoffConfig(2, 2));
+  Job& job = spares.job;
+  Node& spare = *spares.spare;
+  // A worker fails: a and b wait their back-off; the spare, with none to wait, takes slot 1 of
+  // round 1 first, and a's arrival makes MAX joiners while b is still away.
+  spares.a.launcher.exitWith(spares.a.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/1/member/1"}); }));
+  REQUIRE(job.until([&] {
+    return spares.a.machine.snapshot().restartAt && spares.b.machine.snapshot().restartAt;
+  }));
+  // b comes back late: its calls wait on the network (it is alive all the while).
+  spares.b.backend.silence();
+  job.loop.advance(10100ms);
+  REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/1/member/2"}); }));
+  // MAX joiners, one of them the spare, with b away: the round waits for b.
+  CHECK_FALSE(job.until([&] { return job.store.check({"ddprun/unit/round/1/closed"}); }, 300ms));
+  spares.b.backend.heal();
+  REQUIRE(job.until([&] { return spares.a.runningRound(1) && spares.b.runningRound(1); }));
+  CHECK(spares.a.machine.round().nodes == 2);
+  CHECK(spares.a.machine.round().history.restarts == 1);
+  // The spare is back to waiting, its workers never started.
+  REQUIRE(job.until([&] { return spare.machine.snapshot().spare; }));
+  CHECK(spare.launcher.spawned.empty());
+  CHECK(job.store.get("ddprun/unit/round/1/member/1") == std::to_string(spare.driver.nodeId()));
+  spares.a.allExit(0);
+  spares.b.allExit(0);
+  REQUIRE(job.until([&] { return spares.a.exitCode && spares.b.exitCode && spare.exitCode; }));
+  CHECK(*spare.exitCode == 0);
+}
+
+// NVIDIA/nvidia-resiliency-ext#348: with one spare over MAX, a node lost as a restart round
+// closes ended the whole job. Here the round closes with the spare in the lost node's place, and
+// a loss just after the close re-forms again: the job goes on and finishes 0.
+TEST_CASE("a node lost as a round with a spare closes: the job goes on and finishes 0",
+          "[agent][unit][spares]") {
+  SpareJob spares(backoffConfig(2, 2));
+  Job& job = spares.job;
+  Node& spare = *spares.spare;
+  SECTION("lost while the round forms, the spare in it already") {
+    spares.a.launcher.exitWith(spares.a.workers()[0].pid, 3);
+    REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/1/member/1"}); }));
+    // Both nodes must have started their back-off before the clock moves.
+    REQUIRE(job.until([&] {
+      return spares.a.machine.snapshot().restartAt && spares.b.machine.snapshot().restartAt;
+    }));
+    spares.b.backend.sever();
+    job.loop.advance(10100ms);
+    REQUIRE(job.until([&] { return spares.a.runningRound(1) && spare.runningRound(1); }));
+    CHECK(spare.machine.round().nodes == 2);
+  }
+  SECTION("lost the moment the round closed, before its workers ran long") {
+    spares.a.launcher.exitWith(spares.a.workers()[0].pid, 3);
+    REQUIRE(job.until([&] {
+      return spares.a.machine.snapshot().restartAt && spares.b.machine.snapshot().restartAt;
+    }));
+    job.loop.advance(10100ms);
+    REQUIRE(job.until([&] { return job.store.check({"ddprun/unit/round/1/closed"}); }));
+    spares.b.backend.sever();
+    REQUIRE(job.until([&] { return spares.a.runningRound(2) && spare.runningRound(2); }));
+    CHECK(spare.machine.round().nodes == 2);
+  }
+  CHECK(spare.workers()[0].environment.at("WORLD_SIZE") == "2");
+  spares.a.allExit(0);
+  spare.allExit(0);
+  REQUIRE(job.until([&] { return spares.a.exitCode && spare.exitCode; }));
+  CHECK(*spares.a.exitCode == 0);
+  CHECK(*spare.exitCode == 0);
+}

@@ -142,6 +142,13 @@ TEST_CASE("/healthz's view: states, counts and times, no failure text, path or h
   CHECK_FALSE(value.contains("addr"));
   CHECK_FALSE(value.contains("hostname"));
   CHECK_FALSE(value.contains("exit_code"));
+  CHECK_FALSE(value.contains("spare"));
+  AgentSnapshot spare = sample();
+  spare.phase = AgentPhase::kJoining;
+  spare.spare = true;
+  spare.sparesWanted = 2;
+  CHECK(toHealthJson(spare).at("spare") == true);
+  CHECK_FALSE(toHealthJson(spare).contains("spares_wanted"));
 
   snapshot.lastFailure.reset();
   snapshot.phase = AgentPhase::kFinished;

@@ -221,6 +221,7 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) { return c.restart.maxNoProgressRestarts == 5; }},
       {"max-node-failures", "0",
        [](const LaunchConfig& c) { return c.restart.maxNodeFailures == 0; }},
+      {"spares", "2", [](const LaunchConfig& c) { return c.rdzv.spares == 2; }},
       {"progress-min-time", "60",
        [](const LaunchConfig& c) { return c.restart.progressMinTime == std::chrono::seconds(60); }},
       {"no-restart-exit-code", "93",
@@ -646,6 +647,11 @@ TEST_CASE("the restart policy's options: defaults, and each bad value one line",
              Catch::Contains("count >= 0") && Catch::Contains("--max-node-failures 3"));
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_MAX_NODE_FAILURES", "x")),
              Catch::Contains("PET_MAX_NODE_FAILURES"));
+  CHECK(defaults.rdzv.spares == 0);
+  CHECK_THAT(usageError({"--spares", "-1", script()}),
+             Catch::Contains("count >= 0") && Catch::Contains("--spares 1"));
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_SPARES", "x")),
+             Catch::Contains("PET_SPARES"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "0", script()}),
              Catch::Contains("1..255") && Catch::Contains("--no-restart-exit-code 93"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "256", script()}), Catch::Contains("1..255"));

@@ -49,16 +49,33 @@ TEST_CASE("a round closes at MAX at once, and below it at MIN only once last cal
   CHECK_FALSE(lastCall.closes(1, std::nullopt, at(0ms)));  // below MIN: never
   CHECK_FALSE(lastCall.left(at(0ms)));
   CHECK(lastCall.asksWhoIsAway(2));
-  CHECK_FALSE(lastCall.asksWhoIsAway(4));  // MAX needs no one else
+  CHECK(lastCall.asksWhoIsAway(4));  // at MAX too: a spare may be among them
   CHECK_FALSE(lastCall.asksWhoIsAway(1));
   // MIN reached at 1 s, new nodes may come: last call runs 30 s from then.
   CHECK_FALSE(lastCall.closes(2, std::nullopt, at(1s)));
   CHECK(lastCall.left(at(11s)) == 20s);
   CHECK_FALSE(lastCall.closes(3, std::nullopt, at(30s)));
   CHECK(lastCall.closes(3, std::nullopt, at(31s)));
-  // MAX closes at once, whatever last call says.
+  // MAX closes at once, whatever last call says, with nobody of the last round away.
   LastCall full(rules(2, 4, 30s));
   CHECK(full.closes(4, std::nullopt, at(0ms)));
+  CHECK(full.closes(4, 0, at(0ms)));
+}
+
+TEST_CASE("MAX joiners with a member of the last round away wait for it: a spare is among them",
+          "[join_policy][last_call][spares]") {
+  LastCall lastCall(rules(2, 2, 30s));
+  CHECK_FALSE(lastCall.closes(2, 1, at(0ms)));  // a spare and one member; the other is alive
+  CHECK_FALSE(lastCall.closes(3, 1, at(1s)));   // a third: still not the member away
+  CHECK(lastCall.closes(3, 0, at(1100ms)));     // it came back: closes at once
+  // One that stays away (alive, not rejoining) is waited for no longer than last call.
+  LastCall stuck(rules(2, 2, 30s));
+  CHECK_FALSE(stuck.closes(2, 1, at(0ms)));
+  CHECK_FALSE(stuck.closes(2, 1, at(29s)));
+  CHECK(stuck.closes(2, 1, at(30s)));
+  // A spare never counts toward MIN on its own: below MIN nothing closes.
+  LastCall below(rules(2, 2, 30s));
+  CHECK_FALSE(below.closes(1, 0, at(60s)));
 }
 
 TEST_CASE("a round closes at MIN at once when every still-alive member of the last round is back",
@@ -78,8 +95,18 @@ TEST_CASE("last call starts again when the joiners drop below MIN", "[join_polic
 }
 
 TEST_CASE("a round's members are its first MAX live joiners, in join order", "[join_policy]") {
-  CHECK(roundMembers({7, 3, 9}, 4) == std::vector<std::int64_t>{7, 3, 9});
-  CHECK(roundMembers({7, 3, 9, 1, 5}, 4) == std::vector<std::int64_t>{7, 3, 9, 1});
+  CHECK(roundMembers({7, 3, 9}, {}, 4) == std::vector<std::int64_t>{7, 3, 9});
+  CHECK(roundMembers({7, 3, 9, 1, 5}, {}, 4) == std::vector<std::int64_t>{7, 3, 9, 1});
+}
+
+TEST_CASE("the members of the last round coming back are preferred over spares and new nodes",
+          "[join_policy][spares]") {
+  // Spare 9 joined first; 3 and 7 were the last round's members.
+  CHECK(roundMembers({9, 3, 7}, {7, 3}, 2) == std::vector<std::int64_t>{3, 7});
+  // Member 5 was lost: the spare takes its place, after the members coming back.
+  CHECK(roundMembers({9, 3}, {3, 5}, 2) == std::vector<std::int64_t>{3, 9});
+  // Two spares for one place: the earlier joiner.
+  CHECK(roundMembers({8, 9, 3}, {3, 5}, 2) == std::vector<std::int64_t>{3, 8});
 }
 
 TEST_CASE("a small job's joiner reads the list at each arrival and from MIN on at every pass",

@@ -156,6 +156,38 @@ TEST_CASE("status JSON: the fields programs read, per node the snapshot's one fo
   CHECK(agentSnapshotFromJson(value["nodes"][0]).hostname == "host-a");
 }
 
+TEST_CASE("status: the spares waiting beside the count wanted, fewer than wanted said",
+          "[status][spares]") {
+  AgentSnapshot first = node(0, "host-a");
+  AgentSnapshot second = node(1, "host-b");
+  first.sparesWanted = second.sparesWanted = 2;
+  AgentSnapshot spare = node(-1, "host-c", AgentPhase::kJoining);
+  spare.round = -1;
+  spare.nodes = 0;
+  spare.workers.clear();
+  spare.spare = true;
+  spare.sparesWanted = 2;
+  const JobStatus status = jobStatusOf("job-7", {spare, second, first});
+  const std::string text = renderText(status, kNow);
+  CHECK_THAT(text, Catch::StartsWith("job 'job-7': round 1, restarts 1 of 3, 2 nodes\n"
+                                     "spares: 1 waiting (host-c), 2 wanted (fewer than wanted)\n"));
+  CHECK_THAT(text, Catch::Contains("spare on host-c (10.0.0.0), agent pid 99: joining\n"));
+  const json value = renderJson(status, kNow);
+  CHECK(value["spares"] == json{{"wanted", 2}, {"waiting", 1}, {"hosts", {"host-c"}}});
+  CHECK(value["nodes"][2]["spare"] == true);
+  CHECK(agentSnapshotFromJson(value["nodes"][2]).spare);
+  CHECK(agentSnapshotFromJson(value["nodes"][2]).sparesWanted == 2);
+  // As many as wanted: no remark; a job that wants none and has none: no line.
+  first.sparesWanted = second.sparesWanted = spare.sparesWanted = 1;
+  CHECK_THAT(renderText(jobStatusOf("job-7", {spare, second, first}), kNow),
+             Catch::Contains("spares: 1 waiting (host-c), 1 wanted\n"));
+  CHECK_THAT(renderText(jobStatusOf("job-7", {node(0, "host-a")}), kNow),
+             !Catch::Contains("spares"));
+  // A spare that went silent is not counted as waiting.
+  spare.updatedAt = kNow - 60;
+  CHECK(sparePool(jobStatusOf("job-7", {spare, first}), kNow).waiting.empty());
+}
+
 TEST_CASE("status: a job whose every node finished has ended, with its outcome", "[status]") {
   AgentSnapshot first = node(0, "host-a", AgentPhase::kFinished);
   AgentSnapshot second = node(1, "host-b", AgentPhase::kFinished);

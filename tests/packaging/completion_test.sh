@@ -51,6 +51,7 @@ expect "--max-restarts" ddprun --standalone --max-r
 expect "--max-no-progress-restarts --max-node-failures" ddprun --standalone --max-no
 expect "--health-check --health-check-timeout --health-cooldown" ddprun --health-c
 expect "--post-round-hook --post_round_hook" ddprun --post
+expect "--spares" ddprun --nnodes 2:2 --spa
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
 expect "--help -h" ddprun detach -

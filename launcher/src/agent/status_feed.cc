@@ -30,8 +30,10 @@ void StatusFeed::look() {
   if (id >= 0) {
     const AgentSnapshot snapshot = machine_.snapshot();
     std::string now = meaning(snapshot);
-    const bool running =
-        snapshot.phase == AgentPhase::kRunning || snapshot.phase == AgentPhase::kLocalDone;
+    // A spare waits as long as the job runs: refreshed like a running node, so that it is not
+    // shown as stale.
+    const bool running = snapshot.phase == AgentPhase::kRunning ||
+                         snapshot.phase == AgentPhase::kLocalDone || snapshot.spare;
     const bool due = lastAt_ && running && loop_.now() - *lastAt_ >= kRefresh;
     if (now != lastMeaning_ || id != lastId_ || due) {
       publisher_.publish(snapshot, id);

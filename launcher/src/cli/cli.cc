@@ -285,6 +285,10 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   if (const auto* nnodes = arguments.given("nnodes")) {
     std::tie(config.rdzv.minNodes, config.rdzv.maxNodes) = parseNnodes(*nnodes);
   }
+  if (const auto spares = arguments.value<int>("spares")) {
+    checkNumber(arguments, "spares", "must be a count >= 0", "1", *spares >= 0);
+    config.rdzv.spares = *spares;
+  }
   if (const auto* nproc = arguments.given("nproc-per-node")) {
     config.nprocPerNodeSpec = nproc->value;
     config.nprocPerNode = resolveNprocPerNode(*nproc, environment);

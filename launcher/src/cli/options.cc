@@ -41,6 +41,12 @@ constexpr OptionSpec kOptions[] = {
    .ddprunOwn = true},
   {.name = "nnodes",
    .help = "How many nodes (agents) take part: N, or MIN:MAX for an elastic job. Default: 1:1."},
+  {.name = "spares", .kind = ValueKind::kInteger,
+   .help = "ddprun: how many spare agents the job wants (c10d or etcd): agents started beyond "
+           "the maximum of --nnodes join the store, start no workers and wait warm; the round "
+           "after a node is lost takes one at once. `ddprun status` shows the spares waiting "
+           "beside this count. Default: 0.",
+   .ddprunOwn = true},
   {.name = "nproc-per-node", .suggestions = kWorkerCounts,
    .help = "Workers per node: a number, or cpu (CPU count), gpu (visible NVIDIA GPUs), xpu "
            "(Intel GPUs) or auto (GPUs if any, else CPUs). Default: 1."},

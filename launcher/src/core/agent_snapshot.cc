@@ -146,6 +146,8 @@ json toJson(const AgentSnapshot& snapshot) {
   if (snapshot.exclusions > 0) value["exclusions"] = snapshot.exclusions;
   if (snapshot.lastExclusion) value["last_exclusion"] = common::validUtf8(*snapshot.lastExclusion);
   if (snapshot.healthRetryAt) value["health_retry_at"] = *snapshot.healthRetryAt;
+  if (snapshot.spare) value["spare"] = true;
+  if (snapshot.sparesWanted != 0) value["spares_wanted"] = snapshot.sparesWanted;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -173,6 +175,7 @@ json toHealthJson(const AgentSnapshot& snapshot) {
   // The health gate's exclusions: the count and the time, not the reason (a hook's words).
   value["exclusions"] = snapshot.exclusions;
   if (snapshot.healthRetryAt) value["health_retry_at"] = *snapshot.healthRetryAt;
+  if (snapshot.spare) value["spare"] = true;
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -213,6 +216,10 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
   snapshot.exclusions = optionalField<int>(value, "exclusions").value_or(0);
   snapshot.lastExclusion = optionalField<std::string>(value, "last_exclusion");
   snapshot.healthRetryAt = optionalField<double>(value, "health_retry_at");
+  snapshot.spare = optionalField<bool>(value, "spare").value_or(false);
+  snapshot.sparesWanted = optionalField<int>(value, "spares_wanted").value_or(0);
+  if (snapshot.sparesWanted < 0)
+    throw std::invalid_argument("the snapshot's 'spares_wanted' is negative");
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");

@@ -74,6 +74,9 @@ struct AgentSnapshot {
   int exclusions = 0;
   std::optional<std::string> lastExclusion;
   std::optional<double> healthRetryAt;
+  // A spare: joining, over the job's MAX nodes, waiting for a lost node's place (no workers).
+  bool spare = false;
+  int sparesWanted = 0;         // --spares: how many spares the job wants
   std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
   double startedAt = 0;         // the agent's start, epoch seconds
   double updatedAt = 0;         // when this snapshot was taken, epoch seconds
@@ -88,7 +91,8 @@ bool healthy(const AgentSnapshot& snapshot);
 // "state", "started_at", "last_heartbeat"?, "exit_code"?}], "last_failure"?, "failure_class"?
 // (failureClassName), "restart_at"? (while a back-off runs), "left_out"? (why this node left the
 // job), "exclusions"?, "last_exclusion"?, "health_retry_at"? (the health gate: times this node
-// stayed out of a round, why it last did, when it checks again), "exit_code"? (finished only),
+// stayed out of a round, why it last did, when it checks again), "spare"? (true while a spare),
+// "spares_wanted"? (--spares, when not 0), "exit_code"? (finished only),
 // "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
 // (worker_failure.h, as in a round's stop record) without its traceback, stack and stderr tail:
 // those can be large, are published again on every change, and belong to the failure report.
@@ -99,8 +103,8 @@ nlohmann::json toJson(const AgentSnapshot& snapshot);
 // "healthy", "workers": [as in toJson], "last_failure": null | {"rank", "local_rank",
 // "group_rank", "exit_code" (the agent's code for it: exit code or 128 + signal), "signal",
 // "observed_at", "hang" (hangKindName), "oom" (bool)}, "exclusions" (the health gate's count),
-// "health_retry_at"?, "exit_code"? (finished only), "started_at", "updated_at"}. docs/status.md
-// says what each field reveals.
+// "health_retry_at"?, "spare"? (as in toJson), "exit_code"? (finished only), "started_at",
+// "updated_at"}. docs/status.md says what each field reveals.
 nlohmann::json toHealthJson(const AgentSnapshot& snapshot);
 // The inverse of toJson. Throws std::invalid_argument naming the field when `value` is not a
 // snapshot (a key missing or of the wrong type, an unknown state): what was published by a ddprun

@@ -105,6 +105,9 @@ class RendezvousClient {
   virtual std::int64_t nodeId() const = 0;
   // Where the store is, for messages.
   virtual std::string storeAddress() const = 0;
+  // Whether a join in progress waits for a place as a spare (the job runs with MAX nodes; this
+  // agent is in the store, with no round of its own). Returns at once.
+  virtual bool waitingForPlace() const { return false; }
 
   // Liveness and fencing (docs/architecture.md). The send time, on the loop's clock, of the last
   // liveness renewal the store acknowledged; nothing before the first. Returns at once.

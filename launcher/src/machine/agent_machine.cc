@@ -1092,6 +1092,8 @@ AgentSnapshot AgentMachine::snapshot() const {
   if (ending_) snapshot.exitCode = exitCode(*ending_, config_.restart.exitCodes);
   snapshot.lastFailureClass = lastFailureClass_;
   snapshot.leftOut = leftOut_;
+  snapshot.spare = state_ == State::kJoining && rendezvous_.waitingForPlace();
+  snapshot.sparesWanted = config_.rdzv.spares;
   snapshot.restartAt = restartAt_;
   snapshot.exclusions = exclusions_;
   snapshot.lastExclusion = lastExclusion_;

@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <iterator>
+#include <set>
 
 #include "core/wait_lines.h"
 
@@ -22,12 +24,12 @@ JoinEntry joinEntry(const std::optional<CloseRecord>& closed, int maxNodes) {
 }
 
 bool LastCall::closes(int joined, std::optional<int> away, JoinClock::time_point now) {
-  if (joined >= rules_.maxNodes) return true;
   if (joined < rules_.minNodes) {
     start_.reset();
     return false;
   }
   if (away == 0) return true;
+  if (joined >= rules_.maxNodes && !away) return true;  // nobody known to be away
   if (!start_) start_ = now;
   return now - *start_ >= rules_.lastCallTimeout;
 }
@@ -37,9 +39,17 @@ std::optional<milliseconds> LastCall::left(JoinClock::time_point now) const {
   return duration_cast<milliseconds>(rules_.lastCallTimeout - (now - *start_));
 }
 
-std::vector<std::int64_t> roundMembers(const std::vector<std::int64_t>& live, int maxNodes) {
-  const auto count = std::min(live.size(), static_cast<std::size_t>(std::max(0, maxNodes)));
-  return std::vector<std::int64_t>(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(count));
+std::vector<std::int64_t> roundMembers(const std::vector<std::int64_t>& live,
+                                       const std::vector<std::int64_t>& previous, int maxNodes) {
+  const std::set<std::int64_t> returning(previous.begin(), previous.end());
+  std::vector<std::int64_t> ordered;
+  ordered.reserve(live.size());
+  std::copy_if(live.begin(), live.end(), std::back_inserter(ordered),
+               [&](std::int64_t id) { return returning.count(id) > 0; });
+  std::copy_if(live.begin(), live.end(), std::back_inserter(ordered),
+               [&](std::int64_t id) { return returning.count(id) == 0; });
+  ordered.resize(std::min(ordered.size(), static_cast<std::size_t>(std::max(0, maxNodes))));
+  return ordered;
 }
 
 JoinerPolicy::JoinerPolicy(const JoinRules& rules, int slot, JoinClock::time_point now)
@@ -129,6 +139,11 @@ std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
       "timeout",
       missing, missing == 1 ? "" : "s", joined, minNodes == maxNodes ? "" : "at least ", minNodes,
       names.empty() ? "" : ": " + names, seconds);
+}
+
+std::string spareWaitLine(int spares, int maxNodes) {
+  return fmt::format("spare: waiting for a place ({} spare{} wanted, the job runs {} node{})",
+                     spares, spares == 1 ? "" : "s", maxNodes, maxNodes == 1 ? "" : "s");
 }
 
 std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,

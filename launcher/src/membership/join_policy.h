@@ -52,13 +52,17 @@ enum class JoinEntry {
 JoinEntry joinEntry(const std::optional<CloseRecord>& closed, int maxNodes);
 
 // Whether a round whose live joiners are counted may close now, timing last call.
+//
+// Spares: an agent over MAX waits for a place and joins the round after the next stop beside the
+// members coming back. A member of the previous round that is still alive is preferred to it
+// (roundMembers), so MAX joiners do not close a round while such a member is away: one of them
+// is a spare that would take its seat. The member is waited for as below MAX (it comes back in
+// milliseconds after a restart; last_call_timeout bounds a wait for one that does not).
 class LastCall {
  public:
   explicit LastCall(const JoinRules& rules) : rules_(rules) {}
   // Whether closes() needs to know who of the previous round is away for `joined` live joiners.
-  bool asksWhoIsAway(int joined) const {
-    return joined >= rules_.minNodes && joined < rules_.maxNodes;
-  }
+  bool asksWhoIsAway(int joined) const { return joined >= rules_.minNodes; }
   // `away`: members of the previous round not back yet but still alive (nothing: not known).
   bool closes(int joined, std::optional<int> away, JoinClock::time_point now);
   // Fewer than MIN are known to be in: last call has not started.
@@ -71,8 +75,11 @@ class LastCall {
   std::optional<JoinClock::time_point> start_;
 };
 
-// The joiners of a round: its first MAX live joiners, in join order.
-std::vector<std::int64_t> roundMembers(const std::vector<std::int64_t>& live, int maxNodes);
+// The joiners of a round: at most MAX of its live joiners, the members of the previous round
+// (`previous`: their ids, empty when not known) first, then the others (spares, new nodes), each
+// in join order.
+std::vector<std::int64_t> roundMembers(const std::vector<std::int64_t>& live,
+                                       const std::vector<std::int64_t>& previous, int maxNodes);
 
 // One joiner's passes while it waits for round `round` to close, where it took slot `slot`.
 //
@@ -151,6 +158,9 @@ inline constexpr std::chrono::milliseconds kJoinPollInterval{50};
 std::string joinWaitLine(int round, int minNodes, int maxNodes, int joined,
                          const std::vector<std::string>& joinedHosts,
                          std::chrono::milliseconds left, bool lastCall);
+// A spare's line as it starts to wait: "spare: waiting for a place (1 spare wanted, the job runs
+// 2 nodes)"; `spares`: --spares.
+std::string spareWaitLine(int spares, int maxNodes);
 std::string barrierWaitLine(const std::vector<std::pair<int, std::string>>& atWork,
                             std::chrono::milliseconds left);
 

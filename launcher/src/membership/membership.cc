@@ -179,7 +179,8 @@ int Membership::currentRound() {
   return roundFrom(control().compareSet(keys_.currentRound(), "", "0"));
 }
 
-Round Membership::join(int fromRound, const JoinBudget& budget) {
+Round Membership::join(int fromRound, const JoinBudget& given) {
+  JoinBudget budget = given;
   int round = fromRound < 0 ? currentRound() : fromRound;
   for (;;) {
     throwIfStopped();
@@ -194,7 +195,9 @@ Round Membership::join(int fromRound, const JoinBudget& budget) {
         continue;  // closed without us: we are a newcomer to the running round now
       }
       case JoinEntry::kWaitForPlace:
-        waitForRoundToStop(round, budget);
+        // A spare waits as long as the job runs; its join timeout counts from a place opening.
+        waitForRoundToStop(round);
+        budget = freshBudget();
         ++round;
         continue;
       case JoinEntry::kJoinNext: {
@@ -342,17 +345,17 @@ std::optional<Round> Membership::takePlace(int round, const Closed& record) {
   return readRound(round, record, std::move(seat));
 }
 
-void Membership::waitForRoundToStop(int round, const JoinBudget& budget) {
+void Membership::waitForRoundToStop(int round) {
   const std::string stopKey = keys_.stop(round);
   if (control().check({stopKey})) return;  // over already (a finished run of this id, or a re-form)
-  spdlog::info("the job already has {} nodes (the maximum); waiting for a place", config_.maxNodes);
+  if (!waitingForPlace_.exchange(true))
+    spdlog::warn("{}", spareWaitLine(config_.spares, config_.maxNodes));
+  const struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false); }
+  } done{waitingForPlace_};
   while (!control().check({stopKey})) {
     throwIfStopped();
-    if (budget.spent(now_())) {
-      throw MembershipError(
-          fmt::format("no place in the job within join_timeout: it keeps its maximum of {} nodes",
-                      config_.maxNodes));
-    }
     try {
       control().wait({stopKey}, kJoinPollInterval * 4);
     } catch (const StoreTimeoutError&) {

@@ -116,6 +116,10 @@ class Membership {
   // StoreLostError.
   StopReason waitForStop(int round);
 
+  // Whether this node is a spare now: over MAX, joined to the store, waiting for a place (no
+  // round of its own). Any thread.
+  bool waitingForPlace() const { return waitingForPlace_.load(); }
+
   // Makes every blocking call give up soon with MembershipCancelled. Any thread.
   void cancel() { cancelled_.store(true); }
   // Set by the heartbeat thread when the store stops answering it.
@@ -183,7 +187,8 @@ class Membership {
   void sayJoinProgress(int round, const JoinerPolicy& policy,
                        const std::optional<std::vector<std::int64_t>>& live, int joined,
                        const JoinBudget& budget, WaitLines& lines, int& reportedJoined);
-  void waitForRoundToStop(int round, const JoinBudget& budget);
+  // A spare's wait: until round `round`, which runs with MAX nodes, stops (as long as it runs).
+  void waitForRoundToStop(int round);
 
   // A round's records through the store (membership_rounds.cc).
   std::optional<Closed> closed(int round);
@@ -197,6 +202,8 @@ class Membership {
   // Tries to close `round`, whose live joiners are `live` (liveJoiners); true once it is closed
   // (by anyone).
   bool maybeClose(int round, const std::vector<std::int64_t>& live, LastCall& lastCall);
+  // The members of round-1 (ids); nothing when round-1 is not known (round 0) or ended "done".
+  std::optional<std::vector<std::int64_t>> previousMembers(int round);
   // How many members of round-1 are not among `live` but still alive; nothing when round-1 is
   // not known (round 0).
   std::optional<int> previousMembersStillAway(int round, const std::vector<std::int64_t>& live);
@@ -271,6 +278,7 @@ class Membership {
   Liveness liveness_;
   bool claimsStore_ = false;  // holds kActiveRunKey (a store that is this job's alone)
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> waitingForPlace_{false};  // waitForRoundToStop runs
   // The round this node counted itself done in (the exit barrier), and when (now_'s ticks).
   std::atomic<int> doneRound_{-1};
   std::atomic<TimePoint::rep> doneAt_{0};

@@ -42,6 +42,7 @@ class MembershipDriver final : public RendezvousClient {
   void watch(int round) override;
   std::int64_t nodeId() const override { return nodeId_.load(); }
   std::string storeAddress() const override { return backend_.address(); }
+  bool waitingForPlace() const override { return current()->waitingForPlace(); }
   std::optional<std::chrono::steady_clock::time_point> livenessAcknowledgedAt() const override {
     return current()->livenessAcknowledgedAt();
   }

@@ -129,8 +129,7 @@ std::vector<std::int64_t> Membership::onePerNodeRank(const std::vector<std::int6
   return unique;
 }
 
-std::optional<int> Membership::previousMembersStillAway(int round,
-                                                        const std::vector<std::int64_t>& live) {
+std::optional<std::vector<std::int64_t>> Membership::previousMembers(int round) {
   if (round == 0) return std::nullopt;
   const auto previous = closed(round - 1);
   if (!previous) return std::nullopt;
@@ -139,7 +138,12 @@ std::optional<int> Membership::previousMembersStillAway(int round,
   if (const auto stop = stopOf(round - 1); stop && stop->kind == StopKind::kDone)
     return std::nullopt;
   // The previous round's members: its world, O(N), read only by the joiners that decide.
-  const auto previousIds = memberIds(round - 1, *previous);
+  return memberIds(round - 1, *previous);
+}
+
+std::optional<int> Membership::previousMembersStillAway(int round,
+                                                        const std::vector<std::int64_t>& live) {
+  const auto previousIds = previousMembers(round);
   if (!previousIds) return std::nullopt;
   const std::set<std::int64_t> back(live.begin(), live.end());
   std::vector<std::int64_t> notBack;
@@ -162,7 +166,14 @@ bool Membership::maybeClose(int round, const std::vector<std::int64_t>& live, La
       history = stop ? historyAfter(previous->history, *stop) : previous->history;
     }
   }
-  const std::vector<std::int64_t> members = roundMembers(live, config_.maxNodes);
+  // The members coming back keep their places ahead of spares and new nodes (the previous
+  // round's list is cached: read above where anyone could be away).
+  const std::vector<std::int64_t> members =
+      roundMembers(live,
+                   static_cast<int>(live.size()) > config_.maxNodes
+                       ? previousMembers(round).value_or(std::vector<std::int64_t>())
+                       : std::vector<std::int64_t>(),
+                   config_.maxNodes);
   if (!mayWriteRound(control(), round, "the close record")) return false;
   // Create-if-absent: of two closers (rare), the first record stays, and it names the closer
   // whose seats its members read (each closer writes its own, under its node id).

@@ -1,6 +1,7 @@
 #include "status/job_status.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -59,8 +60,9 @@ std::string workerLine(const WorkerSnapshot& worker, double now) {
 }
 
 std::string nodeLine(const AgentSnapshot& node, double now) {
-  const std::string rank =
-      node.groupRank >= 0 ? fmt::format("node {}", node.groupRank) : "node (no rank yet)";
+  const std::string rank = node.groupRank >= 0 ? fmt::format("node {}", node.groupRank)
+                           : node.spare        ? "spare"
+                                               : "node (no rank yet)";
   std::string line =
       fmt::format("{} on {} ({}), agent pid {}: {}", rank, printable(node.hostname),
                   printable(node.address), node.agentPid, agentPhaseName(node.phase));
@@ -106,7 +108,30 @@ std::string unreadableLine(const UnreadableKey& key) {
                      common::shownKey(key.key));
 }
 
+// "spares: 1 waiting (host-c), 1 wanted"; nothing for a job that wants none and has none.
+std::optional<std::string> sparesLine(const SparePool& pool) {
+  if (pool.wanted == 0 && pool.waiting.empty()) return std::nullopt;
+  std::vector<std::string> hosts;
+  for (const std::string& host : pool.waiting) hosts.push_back(printable(host));
+  const int waiting = static_cast<int>(pool.waiting.size());
+  return fmt::format("spares: {} waiting{}, {} wanted{}", waiting,
+                     hosts.empty() ? "" : fmt::format(" ({})", fmt::join(hosts, ", ")), pool.wanted,
+                     waiting < pool.wanted ? " (fewer than wanted)" : "");
+}
+
+bool activeNode(const AgentSnapshot& node) { return !node.spare; }
+
 }  // namespace
+
+SparePool sparePool(const JobStatus& status, double now) {
+  SparePool pool;
+  for (const AgentSnapshot& node : status.nodes) {
+    pool.wanted = std::max(pool.wanted, node.sparesWanted);
+    if (node.spare && node.phase == AgentPhase::kJoining && !stale(node, now))
+      pool.waiting.push_back(node.hostname);
+  }
+  return pool;
+}
 
 JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes) {
   // A store that outlives its jobs (ddprun-rendezvous) keeps the final snapshots of an earlier
@@ -182,9 +207,11 @@ std::string renderText(const JobStatus& status, double now) {
     text += fmt::format("job '{}' has ended: {} (exit code {}), round {}, restarts {} of {}\n", run,
                         outcome, code, round(status), restarts(status), maxRestarts(status));
   } else if (!status.nodes.empty()) {
+    // The job's nodes: a spare is none of them until it takes a place.
+    const auto active = std::count_if(status.nodes.begin(), status.nodes.end(), activeNode);
     text += fmt::format("job '{}': round {}, restarts {} of {}, {} node{}\n", run, round(status),
-                        restarts(status), maxRestarts(status), status.nodes.size(),
-                        status.nodes.size() == 1 ? "" : "s");
+                        restarts(status), maxRestarts(status), active, active == 1 ? "" : "s");
+    if (const auto spares = sparesLine(sparePool(status, now))) text += *spares + "\n";
   } else if (status.records) {
     text += recordsLine(run, *status.records) + "\n";
   } else {
@@ -252,6 +279,11 @@ nlohmann::json renderJson(const JobStatus& status, double now) {
     value["max_restarts"] = nullptr;
     value["joined"] = records.round ? records.joined : records.registered;
   }
+  const SparePool pool = sparePool(status, now);
+  nlohmann::json hosts = nlohmann::json::array();
+  for (const std::string& host : pool.waiting) hosts.push_back(common::validUtf8(host));
+  value["spares"] = nlohmann::json{
+      {"wanted", pool.wanted}, {"waiting", pool.waiting.size()}, {"hosts", std::move(hosts)}};
   if (ended(status)) value["exit_code"] = outcomeCode(status);
   if (const auto failure = lastFailure(status)) {
     value["last_failure"] = toJson(*failure);

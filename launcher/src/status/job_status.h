@@ -67,6 +67,14 @@ struct JobStatus {
 // (finished before any node still active started: a store that outlives its jobs keeps them).
 JobStatus jobStatusOf(std::string runId, std::vector<AgentSnapshot> nodes);
 
+// The job's spares (--spares): the agents waiting for a place (not stale, by host name) and the
+// count the job wants (the largest any node says). Fewer than wanted is shown, never an error.
+struct SparePool {
+  int wanted = 0;
+  std::vector<std::string> waiting;  // their host names, as published
+};
+SparePool sparePool(const JobStatus& status, double now);
+
 // Every node has finished (and there is at least one).
 bool ended(const JobStatus& status);
 // The job's exit code once ended: 0 when every node exited 0, else the first other node's (by
@@ -82,8 +90,9 @@ std::string renderText(const JobStatus& status, double now);
 // `ddprun status --json`: {"run_id", "state" ("running" or "ended"; before any snapshot, from the
 // round records: "joining", "forming" or "starting"), "exit_code" (ended only), "round",
 // "restarts", "max_restarts" (null before any snapshot), "joined" (round records only), "nodes":
-// [each node's snapshot JSON plus "stale"], "last_failure", "unreadable": [{"key", "reason"
-// ("too_large" or "not_a_snapshot"), "bytes" (too_large only)}]}.
+// [each node's snapshot JSON plus "stale"], "spares": {"wanted", "waiting", "hosts"} (sparePool),
+// "last_failure", "unreadable": [{"key", "reason" ("too_large" or "not_a_snapshot"), "bytes"
+// (too_large only)}]}.
 nlohmann::json renderJson(const JobStatus& status, double now);
 // renderJson's one-line text as `ddprun status --json` prints it: valid JSON of the same value,
 // with no control or bidi character raw (common::printableJson).

@@ -169,6 +169,9 @@ struct RendezvousConfig {
   RdzvBackend backend = RdzvBackend::kStatic;
   int minNodes = 1;  // --nnodes N or MIN:MAX
   int maxNodes = 1;
+  // --spares: how many agents over MAX the job wants waiting warm for a lost node's place (shown
+  // by `ddprun status`; an agent over MAX is a spare whatever this says).
+  int spares = 0;
   std::string endpoint;        // --rdzv-endpoint as given ("" = none)
   std::string host;            // parsed endpoint host (brackets removed for IPv6)
   std::uint16_t port = 0;      // parsed endpoint port (c10d default 29400)
