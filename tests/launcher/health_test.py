@@ -22,11 +22,15 @@ Every wait is bounded and prints what it saw when it gives up.
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from agents import Agent  # noqa: E402
+from ports import free_port  # noqa: E402
 
 STARTS_HOSTING = 30  # seconds: the first agent says it hosts the store (a hang guard)
 JOB_TIMEOUT = 90     # seconds: the job ends (a hang guard, far above what it takes)
@@ -34,6 +38,7 @@ LAST_CALL = 10       # seconds: round 0 waits this long for more nodes before it
 
 WORKER = """
 import os, sys, time
+
 name = os.environ["AGENT_NAME"]
 world = os.environ["WORLD_SIZE"]
 with open(os.environ["STAMPS"], "a") as f:
@@ -46,25 +51,6 @@ sys.exit(0)
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Agent:
-    def __init__(self, name, command, work, extra_env):
-        self.name = name
-        self.err_path = os.path.join(work, f"{name}.err")
-        self.err = open(self.err_path, "w")
-        env = dict(os.environ, AGENT_NAME=name, LOGLEVEL="INFO", **extra_env)
-        print(f"$ {name}: {' '.join(command)}")
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.err,
-                                        env=env)
-
-    def stderr(self):
-        with open(self.err_path, errors="replace") as f:
-            return f.read()
 
 
 class Test:

@@ -28,6 +28,11 @@ import sys
 import tempfile
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+from agents import Agent  # noqa: E402
+from ports import free_port  # noqa: E402
+
 SKIP = 77
 STARTS = 30          # seconds: the agents start and the spare says it waits (a hang guard)
 STATUS_WAIT = 20     # seconds: `ddprun status` shows the pool
@@ -37,6 +42,7 @@ LEASE = 3            # seconds: etcd's lease timeout here (keep_alive_interval 1
 
 WORKER = """
 import os, sys, time
+
 name = os.environ["AGENT_NAME"]
 generation = int(os.environ["DDPRUN_GENERATION"])
 world = os.environ["WORLD_SIZE"]
@@ -58,25 +64,6 @@ time.sleep(100)  # stopped by the round's stop
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Agent:
-    def __init__(self, name, command, work, extra_env):
-        self.name = name
-        self.err_path = os.path.join(work, f"{name}.err")
-        self.err = open(self.err_path, "w")
-        env = dict(os.environ, AGENT_NAME=name, LOGLEVEL="INFO", **extra_env)
-        print(f"$ {name}: {' '.join(command)}")
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.err,
-                                        env=env)
-
-    def stderr(self):
-        with open(self.err_path, errors="replace") as f:
-            return f.read()
 
 
 def read_stamps(work):
