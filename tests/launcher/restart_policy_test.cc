@@ -114,6 +114,11 @@ TEST_CASE("back-off: INITIAL * 2^(n-1), capped", "[restart_policy]") {
   CHECK(backoffFor(1000, rules) == 10s);  // no overflow
   rules.backoffCap = 0ms;                 // not given: 16 x INITIAL
   CHECK(backoffFor(10, rules) == 32s);
+  // The rule itself, as the health gate's cooldown uses it: no cap given means none.
+  CHECK(doublingWait(3, 30s, 0ms) == 120s);
+  CHECK(doublingWait(5, 30s, 60s) == 60s);
+  CHECK(doublingWait(100000, 1ms, 0ms) > 1000h);  // stops doubling before it overflows
+  CHECK(doublingWait(2, 0ms, 0ms) == 0ms);
 }
 
 TEST_CASE("the decision table", "[restart_policy]") {

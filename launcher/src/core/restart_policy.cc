@@ -115,14 +115,22 @@ FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& po
   return FailureClass::kWorker;
 }
 
-std::chrono::milliseconds backoffFor(int n, const RestartPolicy& policy) {
+std::chrono::milliseconds doublingWait(int n, std::chrono::milliseconds initial,
+                                       std::chrono::milliseconds cap) {
   using std::chrono::milliseconds;
-  if (policy.backoffInitial <= milliseconds(0)) return milliseconds(0);
-  const milliseconds cap =
-      policy.backoffCap > milliseconds(0) ? policy.backoffCap : 16 * policy.backoffInitial;
-  milliseconds wait = policy.backoffInitial;
-  for (int i = 1; i < n && wait < cap; ++i) wait *= 2;
-  return std::min(wait, cap);
+  if (initial <= milliseconds(0)) return milliseconds(0);
+  const bool capped = cap > milliseconds(0);
+  // Doubling stops at the cap, or once more would overflow: the loop stays bounded.
+  milliseconds wait = initial;
+  for (int i = 1; i < n && (!capped || wait < cap) && wait < milliseconds::max() / 2; ++i)
+    wait *= 2;
+  return capped ? std::min(wait, cap) : wait;
+}
+
+std::chrono::milliseconds backoffFor(int n, const RestartPolicy& policy) {
+  const auto cap = policy.backoffCap > std::chrono::milliseconds(0) ? policy.backoffCap
+                                                                    : 16 * policy.backoffInitial;
+  return doublingWait(n, policy.backoffInitial, cap);
 }
 
 std::string RestartDecision::text(const RestartPolicy& policy) const {

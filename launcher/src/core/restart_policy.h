@@ -69,8 +69,13 @@ std::string failureSignature(const WorkerFailure& failure);
 // no-restart code, is the user's; anything else the worker's.
 FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& policy);
 
+// A doubling wait, the n-th in a row (n >= 1): initial * 2^(n-1), at most `cap` (0: no cap). The
+// restart back-off and the health gate's cooldown.
+std::chrono::milliseconds doublingWait(int n, std::chrono::milliseconds initial,
+                                       std::chrono::milliseconds cap);
+
 // The wait before restart after a failure that is the n-th in a row without progress (n >= 1):
-// INITIAL * 2^(n-1), capped at CAP.
+// INITIAL * 2^(n-1), capped at CAP (16 x INITIAL when not given).
 std::chrono::milliseconds backoffFor(int n, const RestartPolicy& policy);
 
 // The round that stopped, as the node rule needs it: the same on every member.

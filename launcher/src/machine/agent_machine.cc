@@ -101,10 +101,7 @@ void AgentMachine::onHealthVerdict(int round, const HealthVerdict& verdict) {
   const std::string why = fmt::format("{}: {}", verdict.check, verdict.reason);
   lastExclusion_ = why;
   const auto& health = config_.health;
-  // INITIAL * 2^(n-1), at most CAP: the shift is bounded before it can overflow.
-  auto cooldown = health.cooldownInitial * (std::int64_t{1} << std::min(gateFailures_ - 1, 30));
-  if (health.cooldownCap > std::chrono::milliseconds(0))
-    cooldown = std::min(cooldown, health.cooldownCap);
+  const auto cooldown = doublingWait(gateFailures_, health.cooldownInitial, health.cooldownCap);
   const double wait = std::chrono::duration<double>(cooldown).count();
   spdlog::warn(
       "health gate: {} failed: {}; this node stays out of the job and checks again in {:.1f} s "
