@@ -77,10 +77,12 @@ class FakeHealthGate final : public launcher::HealthGate {
 
 class ManualEventLoop final : public EventLoop {
  public:
+  static constexpr std::chrono::seconds kWallStart{1767225600};
   TimePoint now() const override { return TimePoint(std::chrono::milliseconds(now_.load())); }
-  // The wall clock moves with the manual one, from a fixed epoch time (2026-01-01).
+  // The wall clock moves with the manual one, from a fixed, recent-looking epoch second, so that
+  // times in snapshots and events are plausible and the same in every run.
   WallTime wallNow() const override {
-    return WallTime(std::chrono::seconds(1767225600) + std::chrono::milliseconds(now_.load()));
+    return WallTime(kWallStart + std::chrono::milliseconds(now_.load()));
   }
 
   std::unique_ptr<Timer> after(std::chrono::milliseconds delay, Callback callback) override {
