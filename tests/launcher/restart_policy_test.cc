@@ -260,6 +260,17 @@ TEST_CASE(
               .find("without it 1 node(s) would be left, fewer than the minimum of 2") !=
           std::string::npos);
   }
+  SECTION("with spares wanted the rule applies at MIN = MAX: a spare takes the seat") {
+    const RoundShape fixed{.elastic = false, .nodes = 2, .minNodes = 2, .spares = 1};
+    const auto decision = afterFailures(onSeven, rules, fixed);
+    CHECK(decision.restart());
+    CHECK(decision.node == NodeTrust::kLeaves);
+    CHECK(decision.failureClass == FailureClass::kMachine);
+    CHECK(nodeTrustText(decision, onSeven.back(), rules, fixed)
+              .find("it leaves the job, and a spare takes its place") != std::string::npos);
+    const RoundShape tooFew{.elastic = false, .nodes = 3, .minNodes = 3, .spares = 0};
+    CHECK(afterFailures(onSeven, rules, tooFew).node == NodeTrust::kTrusted);
+  }
   SECTION("kept when it hosts the rendezvous store (the stop record says so)") {
     std::vector<StopReason> hosting = onSeven;
     for (StopReason& stop : hosting) stop.storeHost = true;

@@ -2,7 +2,7 @@
 """Hot spares (issue #38, point 2), with three real agents and real Python workers (plain
 Python: no torch needed).
 
-    spares_test.py --ddprun BIN --scenario c10d|etcd|race-348
+    spares_test.py --ddprun BIN --scenario c10d|etcd|race-348|lemon
 
 A 2:2 job on 127.0.0.1 with --spares 1: agents a and b run the workers, agent c, started once
 they run, is the spare: it says "spare: waiting for a place", starts no worker, and `ddprun
@@ -16,6 +16,10 @@ status` shows it in the pool ("spares: 1 waiting (host), 1 wanted").
   race-348  NVIDIA/nvidia-resiliency-ext#348: once the spare waits, b's worker fails (a
             restart) and b's agent is SIGKILLed at that moment, as the restart round forms with
             the spare in it: the job goes on with the spare and finishes 0 (a and c exit 0).
+  lemon     once the spare waits, b's workers report progress and fail in every round: after
+            the third failure in a row (--max-node-failures 3) b leaves the job, although the
+            job runs at MIN = MAX, and the spare takes its seat at once (not after
+            last_call_timeout); the job finishes 0 on a and c in a world of 2, b exits 1.
 
 Every wait is bounded and prints what it saw when it gives up.
 """
@@ -50,6 +54,20 @@ def stamp(what):
     with open(os.environ["STAMPS"], "a") as f:
         f.write(f"{name} {what} {generation} {world} {time.time()}\\n")
 stamp("start")
+if os.environ.get("LEMON"):  # every round: progress, then a failure
+    os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])
+    while not os.path.exists(os.environ["FAIL_NOW"]):
+        time.sleep(0.01)
+    time.sleep(0.2)
+    stamp("fail")
+    sys.exit(1)
+if os.environ.get("BESIDE_LEMON"):  # a and c: done in the round after b's third failure
+    os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])
+    if generation >= 3:
+        time.sleep(1.0)
+        stamp("done")
+        sys.exit(0)
+    time.sleep(100)
 if generation == 0 and os.environ.get("SICK"):
     end = time.time() + 60
     while not os.path.exists(os.environ["FAIL_NOW"]) and time.time() < end:
@@ -113,23 +131,37 @@ def run_job(args, work, backend, endpoint, scenario):
     if backend == "etcd":
         conf += f",keep_alive_interval=1,keep_alive_max_attempt={LEASE}"
     rdzv = ["--rdzv-backend", backend, "--rdzv-endpoint", endpoint, "--rdzv-id", run_id]
+    restarts = "5" if scenario == "lemon" else "1"
     command = [args.ddprun, "--nnodes", "2:2", "--spares", "1", "--nproc-per-node", "1", *rdzv,
-               "--rdzv-conf", conf, "--max-restarts", "1", script]
-    agents = [Agent("a", command, work, {"STAMPS": stamps})]
+               "--rdzv-conf", conf, "--max-restarts", restarts, script]
+    fail_now = os.path.join(work, "fail-now")  # b's worker fails once this exists
+    beside = {"BESIDE_LEMON": "1"} if scenario == "lemon" else {}
+    agents = [Agent("a", command, work, {"STAMPS": stamps, **beside})]
     if backend == "c10d":
         wait_for("agent a says it hosts the store",
                  lambda: "hosting the rendezvous store" in agents[0].stderr(), agents, work, STARTS)
-    fail_now = os.path.join(work, "fail-now")  # b's worker fails once this exists (race-348)
-    sick = {"SICK": "1", "FAIL_NOW": fail_now} if scenario == "race-348" else {}
+    sick = {"race-348": {"SICK": "1", "FAIL_NOW": fail_now},
+            "lemon": {"LEMON": "1", "FAIL_NOW": fail_now}}.get(scenario, {})
     agents.append(Agent("b", command, work, {"STAMPS": stamps, **sick}))
     started = lambda names: {s[0] for s in read_stamps(work) if s[1] == "start"} >= set(names)
     wait_for("a's and b's workers start", lambda: started("ab"), agents, work, STARTS)
-    agents.append(Agent("c", command, work, {"STAMPS": stamps}))
+    agents.append(Agent("c", command, work, {"STAMPS": stamps, **beside}))
     wait_for("c says it is a spare",
              lambda: "spare: waiting for a place (1 spare wanted, the job runs 2 nodes)"
              in agents[2].stderr(), agents, work, STARTS)
 
-    if scenario != "race-348":
+    if scenario == "lemon":
+        open(fail_now, "w").close()
+        fails = lambda: [s[4] for s in read_stamps(work) if s[0] == "b" and s[1] == "fail"]
+        wait_for("b's workers fail three times", lambda: len(fails()) >= 3, agents, work,
+                 3 * STARTS)
+        wait_for("the spare's workers start", lambda: started("c"), agents, work, REPLACE_GUARD)
+        took = min(s[4] for s in read_stamps(work) if s[0] == "c") - fails()[2]
+        print(f"spare's workers running {took:.3f} s after b's third failure in a row "
+              f"(last_call_timeout 30 s: not waited for)")
+        if "it leaves the job, and a spare takes its place" not in agents[1].stderr():
+            fail("b does not say it leaves for a spare", agents, work)
+    elif scenario != "race-348":
         # The pool as `ddprun status` shows it.
         deadline = time.monotonic() + STATUS_WAIT
         while True:
@@ -171,6 +203,8 @@ def run_job(args, work, backend, endpoint, scenario):
     print(f"exit codes: {codes}")
     if codes["a"] != 0 or codes["c"] != 0:
         fail("expected a and the spare c to exit 0", agents, work)
+    if scenario == "lemon" and codes["b"] != 1:
+        fail("expected b, left out, to exit with its workers' 1", agents, work)
     done = [s for s in read_stamps(work) if s[1] == "done"]
     if sorted(s[0] for s in done) != ["a", "c"] or any(s[3] != 2 for s in done):
         fail(f"expected a's and c's workers done in a world of 2, saw {done}", agents, work)
@@ -180,7 +214,7 @@ def run_job(args, work, backend, endpoint, scenario):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ddprun", required=True)
-    parser.add_argument("--scenario", choices=["c10d", "etcd", "race-348"], required=True)
+    parser.add_argument("--scenario", choices=["c10d", "etcd", "race-348", "lemon"], required=True)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddprun-spares-") as work:
         if args.scenario != "etcd":

@@ -95,10 +95,11 @@ constexpr OptionSpec kOptions[] = {
            "progress (see --progress-min-time), whatever --max-restarts has left. Default: 3.",
    .ddprunOwn = true},
   {.name = "max-node-failures", .kind = ValueKind::kInteger,
-   .help = "ddprun: in an elastic job (c10d or etcd, --nnodes MIN:MAX with MIN < MAX), a node "
-           "whose workers were the root cause of this many failures in a row leaves the job, "
-           "and the others go on without it (unless that would leave fewer than MIN nodes). "
-           "0: never. Default: 3.",
+   .help = "ddprun: in an elastic job (c10d or etcd, --nnodes MIN:MAX with MIN < MAX, or with "
+           "--spares), a node whose workers were the root cause of this many failures in a row "
+           "leaves the job, and the others go on without it or with a spare in its place "
+           "(unless that would leave fewer than MIN nodes, the spares wanted counted). 0: never. "
+           "Default: 3.",
    .ddprunOwn = true},
   {.name = "progress-min-time", .kind = ValueKind::kNumber,
    .help = "ddprun: seconds after which a round counts as progress even without a heartbeat "

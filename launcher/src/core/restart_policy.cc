@@ -167,6 +167,8 @@ std::string nodeTrustText(const RestartDecision& decision, const StopReason& sto
       common::printable(decision.history.signature));
   switch (decision.node) {
     case NodeTrust::kLeaves:
+      if (shape.spares > 0 && shape.nodes - 1 < shape.minNodes)
+        return streak + "; it leaves the job, and a spare takes its place";
       return streak +
              fmt::format("; it leaves the job, which goes on with {} node(s)", shape.nodes - 1);
     case NodeTrust::kKeptAtMin:
@@ -206,11 +208,11 @@ RestartDecision decideRestart(const RestartHistory& history, const StopReason& s
   }
   if (decision.history.restarts > policy.maxRestarts)
     return stopFor(Why::kBudgetSpent, decision.failureClass);
-  if (policy.maxNodeFailures > 0 && shape.elastic && stop.node >= 0 &&
+  if (policy.maxNodeFailures > 0 && (shape.elastic || shape.spares > 0) && stop.node >= 0 &&
       decision.history.causeStreak >= policy.maxNodeFailures) {
     if (stop.storeHost) {
       decision.node = NodeTrust::kKeptStoreHost;
-    } else if (shape.nodes - 1 < shape.minNodes) {
+    } else if (shape.nodes - 1 + shape.spares < shape.minNodes) {
       decision.node = NodeTrust::kKeptAtMin;
     } else {
       // The node leaves and the others restart without it at once: the back-off is for a cause

@@ -83,13 +83,17 @@ struct RoundShape {
   bool elastic = false;  // c10d or etcd with MIN < MAX: the job may go on with fewer nodes
   int nodes = 0;         // members of the round that stopped
   int minNodes = 1;      // MIN
+  // --spares: a spare takes a leaving node's seat, so with spares wanted the rule applies at
+  // MIN = MAX as well. The wanted count, not the waiting one: it is the same on every member.
+  int spares = 0;
 };
 
 // Whether the root cause's node stays in the job (--max-node-failures).
 enum class NodeTrust {
   kTrusted,       // the rule does not apply (off, not elastic, or the streak is short)
   kLeaves,        // the node leaves the job; the others re-form without it
-  kKeptAtMin,     // its streak reached the limit, but without it the job would have < MIN nodes
+  kKeptAtMin,     // its streak reached the limit, but without it (and the spares wanted) the job
+                  // would have < MIN nodes
   kKeptStoreHost  // its streak reached the limit, but it hosts the rendezvous store
 };
 

@@ -671,8 +671,10 @@ void AgentMachine::nextStep() {
   const StopReason& stop = *stop_;
   if (stop.kind == StopKind::kNodeLost) lastFailureClass_ = FailureClass::kMachine;
   if (stop.kind == StopKind::kWorkerFailed) {
-    const RoundShape shape{
-        .elastic = elastic(), .nodes = round_.nodes, .minNodes = config_.rdzv.minNodes};
+    const RoundShape shape{.elastic = elastic(),
+                           .nodes = round_.nodes,
+                           .minNodes = config_.rdzv.minNodes,
+                           .spares = config_.rdzv.spares};
     const RestartDecision decision = decideRestart(round_.history, stop, config_.restart, shape);
     lastFailureClass_ = decision.failureClass;
     if (!decision.restart()) {
