@@ -10,6 +10,8 @@
 #   elastic: --nnodes 1:2 on c10d. Host 2's gen-0 worker's last tick comes before host 1's new
 #            group's worker starts; after the heal host 2 rejoins (a new member, no restart spent)
 #            and the job finishes on 2 nodes, both agents exiting 0.
+#   fixed:   --nnodes 2:2 on c10d: the same, host 1 waiting for host 2 to come back (a job at
+#            MIN = MAX takes its node back as it would take a replacement).
 #   static:  --nnodes 2, static backend (node rank 0 hosts the store). No new group starts (a
 #            static job cannot re-form without its node); host 2's worker is gone before host 1's
 #            is stopped for the loss; both agents end with exit 1 and one clear line each.
@@ -17,7 +19,7 @@
 # Prints the figures: partition start -> cut-off workers gone -> survivors' new group running ->
 # rejoined.
 #
-#   partition_test.sh DDPRUN TICKER_SH PARTITION_SECONDS elastic|static   (77 = skipped)
+#   partition_test.sh DDPRUN TICKER_SH PARTITION_SECONDS elastic|fixed|static   (77 = skipped)
 set -euo pipefail
 ddprun=$1
 ticker=$2
@@ -38,6 +40,9 @@ for i in 1 2; do
   if [[ $mode == elastic ]]; then
     rdzv=(--nnodes 1:2 --rdzv-backend c10d --rdzv-endpoint "${subnet}.1:$port" --rdzv-id partjob
           --rdzv-conf "last_call_timeout=1,join_timeout=60")
+  elif [[ $mode == fixed ]]; then
+    rdzv=(--nnodes 2:2 --rdzv-backend c10d --rdzv-endpoint "${subnet}.1:$port" --rdzv-id partjob
+          --rdzv-conf "last_call_timeout=30,join_timeout=60")
   else
     rdzv=(--nnodes 2 --node-rank $((i - 1)) --master-addr "${subnet}.1" --master-port "$port"
           --rdzv-conf "last_call_timeout=3")
@@ -46,7 +51,7 @@ for i in 1 2; do
     --no-python "$ticker" "$ticks" "h$i" "$until_file" > "$dir/out.$i" 2> "$dir/err.$i" &
   pids+=($!)
   eval "agent$i=$!"
-  if [[ $i -eq 1 && $mode == elastic ]]; then
+  if [[ $i -eq 1 && $mode != static ]]; then
     wait_until 10 "agent 1 hosts the store" grep -q "hosting the rendezvous store" "$dir/err.1"
   fi
 done
@@ -69,8 +74,9 @@ kill -0 "$old_pid" 2>/dev/null && fail "host 2's worker of generation 0 (pid $ol
 gone=$(last_tick h2 0)
 echo "partition start -> host 2's workers gone (their last tick): $(seconds "$gone" "$cut") s"
 
-if [[ $mode == elastic ]]; then
-  wait_until 15 "host 1 starts a new group" has_later h1 0
+if [[ $mode != static ]]; then
+  # A fixed job's new group waits for host 2's return.
+  wait_until $([[ $mode == fixed ]] && echo 40 || echo 15) "host 1 starts a new group" has_later h1 0
   gen1=$(later h1 0)
   survivors=$(first_start h1 "$gen1")
   echo "partition start -> survivors' new group running (host 1, generation $gen1): $(seconds "$survivors" "$cut") s"

@@ -200,6 +200,8 @@ bool AgentMachine::elastic() const {
          config_.rdzv.minNodes < config_.rdzv.maxNodes;
 }
 
+bool AgentMachine::takesNodesBack() const { return config_.rdzv.backend != RdzvBackend::kStatic; }
+
 double AgentMachine::silentSeconds() const {
   const auto acknowledged = rendezvous_.livenessAcknowledgedAt();
   return acknowledged ? std::chrono::duration<double>(loop_.now() - *acknowledged).count() : 0.0;
@@ -241,13 +243,13 @@ void AgentMachine::fenceNow(const std::string& why) {
   const std::string cut = fmt::format(
       "ddprun: error: the network to the rendezvous store at {} was cut: no answer for {:.1f} s; "
       "this "
-      "node's workers were stopped before the others could count it lost. A {} job does not take a "
-      "node back: this agent ends (an elastic job, --nnodes MIN:MAX with MIN < MAX, rejoins)",
-      rendezvous_.storeAddress(), silent,
-      config_.rdzv.backend == RdzvBackend::kStatic ? "static" : "non-elastic");
+      "node's workers were stopped before the others could count it lost. A static job does not "
+      "take a node back: this agent ends (on c10d or etcd it rejoins as a new member)",
+      rendezvous_.storeAddress(), silent);
   if (!hasWorkersOfRound()) {
     // No workers of a round: nothing to fence. A join in progress reports the store itself.
-    if (!elastic()) endOnceStopped(Ending::storeLost(cut), stopKindName(StopKind::kStoreLost));
+    if (!takesNodesBack())
+      endOnceStopped(Ending::storeLost(cut), stopKindName(StopKind::kStoreLost));
     return;
   }
   fenced_ = true;
@@ -257,12 +259,12 @@ void AgentMachine::fenceNow(const std::string& why) {
       "{}: stopping this node's workers of round {} now, with SIGKILL (they are a stale group "
       "from here on); {}",
       why, round_.number,
-      elastic() ? "then rejoining the job as a new member until join_timeout"
-                : "then ending, as this job cannot take a node back");
+      takesNodesBack() ? "then rejoining the job as a new member until join_timeout"
+                       : "then ending, as a static job cannot take a node back");
   barrierTimer_.cancel();
   graceTimer_.cancel();
   progress_.stop();
-  if (elastic()) {
+  if (takesNodesBack()) {
     rejoinAfterStop_ = true;
   } else if (!endAfterStop_) {
     endAfterStop_ = Ending::storeLost(cut);
@@ -644,7 +646,7 @@ void AgentMachine::maybeRoundOver() {
     return;
   }
   if (rejoinAfterStop_) {
-    // Fenced in an elastic job: back as a new member (no restart is spent: a node coming back is
+    // Fenced on c10d or etcd: back as a new member (no restart is spent: a node coming back is
     // a membership change, as a late joiner is).
     fenceTimer_.reset();
     state_ = State::kJoining;

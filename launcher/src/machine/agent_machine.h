@@ -203,10 +203,14 @@ class AgentMachine final : public RendezvousEvents {
   void armFence();
   void checkFence();
   // Stops this node's workers at once (SIGKILL to every worker's tree, then the stray sweep) and
-  // fences the round off; then an elastic job rejoins as a new member, any other ends with
-  // `ending` (storeLost). `why` says what happened, for the log.
+  // fences the round off; then the node rejoins as a new member where the job takes nodes back,
+  // else ends with `ending` (storeLost). `why` says what happened, for the log.
   void fenceNow(const std::string& why);
+  // c10d or etcd with MIN < MAX: the job may go on with fewer nodes.
   bool elastic() const;
+  // c10d or etcd: a node may come back as a new member, as a replacement would join (a static
+  // job's node ranks are fixed: it may not).
+  bool takesNodesBack() const;
   // Running, done locally or stopping: this node has (or had until now) workers of round_.
   bool hasWorkersOfRound() const;
   // The send of the last acknowledged renewal, or the resume after a Ctrl-Z of an agent hosting
@@ -280,7 +284,7 @@ class AgentMachine final : public RendezvousEvents {
   // stopped time back, so the fence counts from the resume at the earliest.
   std::optional<EventLoop::TimePoint> fenceFrom_;
   bool fenced_ = false;           // the round's workers are being stopped by the fence
-  bool rejoinAfterStop_ = false;  // then rejoin as a new member (elastic)
+  bool rejoinAfterStop_ = false;  // then rejoin as a new member (takesNodesBack)
   // The health gate: its check in flight, the cooldown after a failure, and what `ddprun status`
   // shows of this node's exclusions.
   bool gateRunning_ = false;
