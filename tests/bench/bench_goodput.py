@@ -25,9 +25,9 @@ Per incident, from the workers' own stamps (one clock, this host's):
   back          fault -> the new workers of the recovered round started
   first step    fault -> the recovered round's first step
   steps lost    last step before the recovery - the step the recovered round resumed from
-  launcher      back, less what is not the launcher's: the node's absence before it returned
-                (RETURN_S, CUT_S, REQUEUE_S and the preempted job's exit) and the workers' own
-                grace (GRACE_S, when a signalled worker waited it)
+  launcher      detect, plus the time from the later of the node's return (RETURN_S, CUT_S,
+                REQUEUE_S: not the launcher's) and the old workers' last sign of life (their
+                exit is the workload's: a blocked rank waits GRACE_S) to the new workers started
   framework     first step - back (interpreter, torch import, process group, checkpoint load)
 and for the whole trace the wall time from the first worker's start to the end, the share of it
 that trained (final step x the median step time / wall), and whether the launcher survived.
@@ -114,7 +114,7 @@ def launchers(ddprun):
     """name -> (argv head, torchrun's spelling, PYTHON_EXEC or None, spares)."""
     table = {
         "ddprun": ([ddprun, "--hang-timeout", "10"], False, "/usr/bin/python3", 0),
-        "ddprun, 1 spare": ([ddprun, "--hang-timeout", "10", "--spares", "1"], False,
+        "ddprun with a spare": ([ddprun, "--hang-timeout", "10", "--spares", "1"], False,
                             "/usr/bin/python3", 1),
         "torchrun 1.13": (TORCHRUN113, True, None, 0),
     }
@@ -211,8 +211,10 @@ class Trace:
             stamps = self.stamps()
             if len(self.recovered(since, stamps)) >= 2:
                 return stamps
-            if self.last_step(stamps) >= steps_before + 3:
-                return stamps
+            old = [s for s in stamps if s[0] <= since or s[4] != "start"]
+            started_before = {s[3] for s in stamps if s[4] == "start" and s[0] <= since}
+            if self.last_step([s for s in old if s[3] in started_before]) >= steps_before + 3:
+                return stamps  # the old round trained on: no restart
             if not any(agent.running() for agent in self.agents.values()):
                 return None
             time.sleep(0.05)
@@ -232,10 +234,13 @@ class Trace:
             resumed = min(int(s[5]) for s in stamps if s[4] == "ready" and s[3] in new)
             last_old = max([int(s[5]) for s in stamps if s[4] == "step" and s[3] not in new] or
                            [0])
-            graced = any(s[4] == "grace" and s[0] > at and s[3] in old for s in stamps)
+            # The old round's last sign of life: after it, and after the node's return, the
+            # time until the new workers run is the launcher's.
+            gone = max([s[0] for s in stamps if s[3] in old and s[0] > at] or [at])
+            detect = (min(reactions) - at) if reactions else 0.0
             row.update(detect=(min(reactions) - at) if reactions else None, back=back - at,
                        first=first - at, lost=last_old - resumed,
-                       launcher=back - at - away - (GRACE_S if graced else 0.0),
+                       launcher=min(back - at, detect + max(0.0, back - max(at + away, gone))),
                        framework=first - back)
         else:
             before = [s[0] for s in stamps if s[4] == "step" and s[0] <= at]
@@ -304,8 +309,8 @@ class Trace:
                 agent.end()
             self.agents = {}
             time.sleep(REQUEUE_S)
-            away = time.time() - at
             self.start_job()
+            away = time.time() - at  # until the requeued job's last agent started
         elif kind == "lemon":
             open(os.path.join(self.work, f"lemon.{target}"), "w").close()
         stamps = self.wait_recovery(at, steps_before)

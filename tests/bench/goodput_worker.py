@@ -10,7 +10,7 @@ resumes from), step N, term (a SIGTERM arrived, stamped by a thread so that a ra
 collective stamps it at once), error (a collective failed: a peer is gone), saved N, drained,
 crash, hang, lemon, finished. The driver injects faults through files in WORK, each for one agent
 (AGENT_NAME): crash.<agent> (exit 1 at the next step, once), hang.<agent> (stop stepping, once),
-lemon.<agent> (every start: exit 1 at the third step).
+lemon.<agent> (from now on, every start: exit 1 at the third step).
 
 Stopping: on SIGTERM, or once DDPRUN_STOP_FILE appears (ddprun's drain), the ranks agree at the
 next step boundary, rank 0 saves a checkpoint, and all exit 0; a rank that cannot reach a step
@@ -106,7 +106,7 @@ def save(at):
 
 heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE")
 stop_file = os.environ.get("DDPRUN_STOP_FILE")
-lemon = os.path.exists(os.path.join(WORK, f"lemon.{AGENT}"))
+lemon = os.path.join(WORK, f"lemon.{AGENT}")
 started = 0
 try:
     while True:
@@ -117,7 +117,7 @@ try:
             stamp("hang", step)
             hung = True
             time.sleep(3600)
-        if lemon and started == 2:
+        if started >= 2 and os.path.exists(lemon):
             stamp("lemon", step)
             os._exit(1)
         loss = model(torch.randn(64, 256)).square().mean()
