@@ -1532,6 +1532,47 @@ TEST_CASE("the same failure twice without progress stops after 1 restart, the us
 }
 
 TEST_CASE(
+    "a FileTimer request, or a round that ran --progress-min-time, is progress: the same failure "
+    "again restarts",
+    "[agent][unit]") {
+  // Round 0 fails without progress; round 1 fails the same way after the evidence under test,
+  // so it restarts; round 2 fails the same way with none (59 s: under the minimum), the user's.
+  Job job;
+  LaunchConfig config = jobConfig(1, 1, 1, /*maxRestarts=*/5);
+  config.restart.exitCodes = ExitCodeScheme::kClasses;
+  config.restart.progressMinTime = 60s;
+  Node& node = job.add(config, "10.0.0.1");
+  REQUIRE(job.startTogether());
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  const auto progressOf = [&](int round) {
+    const auto stop =
+        StopReason::parse(job.store.get(fmt::format("ddprun/unit/round/{}/stop", round)));
+    REQUIRE(stop);
+    REQUIRE(stop->failure);
+    return stop->failure->progress;
+  };
+  CHECK_FALSE(progressOf(0));
+  SECTION("a FileTimer request") {
+    const double now = std::chrono::duration<double>(job.loop.wallNow().time_since_epoch()).count();
+    node.machine.onFileTimerLine(fmt::format(
+        R"({{"version": 1, "pid": {}, "scope_id": "step", "expiration_time": {}, "signal": 9}})",
+        node.workers()[0].pid, now + 600));
+  }
+  SECTION("--progress-min-time") { job.loop.advance(60s); }
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.runningRound(2); }));
+  CHECK(progressOf(1));
+  CHECK(node.machine.snapshot().lastFailureClass == FailureClass::kWorker);
+  job.loop.advance(59s);
+  node.launcher.exitWith(node.workers()[0].pid, 3);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK_FALSE(progressOf(2));
+  CHECK(*node.exitCode == kExitUserError);
+  CHECK_THAT(node.machine.ending()->message, Catch::Contains("after 2 restart(s)"));
+}
+
+TEST_CASE(
     "a worker exiting with --no-restart-exit-code stops the job at once, whatever budget is left",
     "[agent][unit]") {
   Job job;

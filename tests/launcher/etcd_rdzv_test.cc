@@ -317,6 +317,35 @@ TEST_CASE(
   auto a = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   auto b = agent("2", endpoints, "authjob", until, "username=alice,password_file=" + password);
   REQUIRE(reported({a.get(), b.get()}, "world=2 ", 2, kForms));
+  // ddprun status reads through the agents' etcd client: without the job's etcd user it is
+  // refused as an agent is (exit 2, one line), with it the job is shown.
+  const auto status = [&](const std::string& conf) {
+    std::vector<std::string> args = {"status",  "--rdzv-backend", "etcd",   "--rdzv-endpoint",
+                                     endpoints, "--rdzv-id",      "authjob"};
+    if (!conf.empty()) args.insert(args.end(), {"--rdzv-conf", conf});
+    return std::make_unique<Subprocess>(ddprunCommand(args));
+  };
+  auto anonymous = status("");
+  CHECK(exitsWith(*anonymous, 2, 20s));
+  CHECK_THAT(badInputLine(*anonymous),
+             Catch::Contains("etcd refuses to read '/ddprun/authjob/' without a user") &&
+                 Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH") &&
+                 !Catch::Contains("--rdzv-endpoint"));
+  CHECK(anonymous->output().empty());
+  // As alice: the job, once both agents have published their first snapshot (before that, what
+  // the round records say).
+  std::string shown;
+  CHECK(eventually(
+      [&] {
+        auto asAlice = status("username=alice,password_file=" + password);
+        const auto code = exitStatus(*asAlice, 20s);
+        shown =
+            fmt::format("exit {}: {}{}", code.value_or(-1), asAlice->output(), asAlice->errors());
+        return code == 0 && asAlice->output().find("\nnode 1 on ") != std::string::npos;
+      },
+      20s, [&] { return shown; }));
+  CHECK_THAT(shown, Catch::StartsWith("exit 0: job 'authjob': round 0, ") &&
+                        Catch::Contains(", 2 nodes\n"));
   finishJob(until, {a.get(), b.get()}, kFinishes);
   CHECK(cluster.etcdctl({"--user=root:rootpw", "get", "--prefix", "--keys-only", "/ddprun/"})
             .empty());
@@ -360,8 +389,9 @@ TEST_CASE(
           Catch::Contains("run `chmod 600 " + openFile + "`"));
 
   CHECK_THAT(refused(""),
-             Catch::Contains("etcd refuses to read '/ddprun/authjob/'") &&
-                 Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH"));
+             Catch::Contains("etcd refuses to read '/ddprun/authjob/' without a user") &&
+                 Catch::Contains("needs --rdzv-conf username=NAME,password_file=PATH") &&
+                 !Catch::Contains("--rdzv-endpoint"));
 }
 
 TEST_CASE(

@@ -216,6 +216,43 @@ TEST_CASE("status: a job whose every node finished has ended, with its outcome",
   CHECK_FALSE(ended(jobStatusOf("j", {})));
 }
 
+TEST_CASE(
+    "status: the restart policy's words: the last failure's class, a back-off's wait, a node "
+    "left out and why, escaped",
+    "[status]") {
+  AgentSnapshot waiting = node(0, "host-a");
+  waiting.lastFailure = failure(3, 1500, "ValueError: boom");
+  waiting.lastFailureClass = FailureClass::kWorker;
+  waiting.restartAt = kNow + 12;
+  AgentSnapshot leaving = node(1, "host-b", AgentPhase::kFinished);
+  leaving.exitCode = 82;
+  leaving.lastFailureClass = FailureClass::kMachine;
+  leaving.leftOut = "node 1 (host-b\x1b[2J) was the root cause of the last 3 failures in a row";
+  const JobStatus status = jobStatusOf("job-7", {waiting, leaving});
+
+  const std::string text = renderText(status, kNow);
+  CHECK_THAT(text,
+             Catch::Contains("agent pid 100: running\n  restart 2 in 12 s (back-off)\n  rank 0"));
+  CHECK_THAT(text, Catch::Contains("\n  left out of the job: node 1 (host-b\\x1b[2J) was the root "
+                                   "cause of the last 3 failures in a row\n"));
+  CHECK(text.find('\x1b') == std::string::npos);
+  // The class the node holding the failure gave it; node 1's is about no failure it shows.
+  CHECK_THAT(text, Catch::EndsWith("on host-b: exitcode 3: ValueError: boom (worker failure)\n"));
+
+  const json value = renderJson(status, kNow);
+  CHECK(value["nodes"][0]["failure_class"] == "worker");
+  CHECK(value["nodes"][0]["restart_at"] == kNow + 12);
+  CHECK(value["nodes"][1]["failure_class"] == "machine");
+  CHECK(value["nodes"][1]["left_out"] == *leaving.leftOut);
+  // One form: what status shows is what the agent published.
+  const AgentSnapshot back = agentSnapshotFromJson(value["nodes"][1]);
+  CHECK(back.lastFailureClass == FailureClass::kMachine);
+  CHECK(back.leftOut == leaving.leftOut);
+  CHECK(agentSnapshotFromJson(value["nodes"][0]).restartAt == kNow + 12);
+  // /healthz has none of the reason's text.
+  CHECK_FALSE(toHealthJson(leaving).contains("left_out"));
+}
+
 TEST_CASE("status: a node silent for long is shown as possibly gone, a finished one never",
           "[status]") {
   AgentSnapshot silent = node(0, "host-a");

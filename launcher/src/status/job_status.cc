@@ -172,14 +172,21 @@ int outcomeCode(const JobStatus& status) {
   return 0;
 }
 
-std::optional<WorkerFailure> lastFailure(const JobStatus& status) {
-  std::optional<WorkerFailure> last;
+const AgentSnapshot* lastFailedNode(const JobStatus& status) {
+  const AgentSnapshot* last = nullptr;
   for (const AgentSnapshot& node : status.nodes) {
-    if (node.lastFailure && (!last || failureTime(*node.lastFailure) > failureTime(*last))) {
-      last = node.lastFailure;
+    if (node.lastFailure &&
+        (last == nullptr || failureTime(*node.lastFailure) > failureTime(*last->lastFailure))) {
+      last = &node;
     }
   }
   return last;
+}
+
+std::optional<WorkerFailure> lastFailure(const JobStatus& status) {
+  const AgentSnapshot* node = lastFailedNode(status);
+  if (node == nullptr) return std::nullopt;
+  return node->lastFailure;
 }
 
 std::string failureReason(const WorkerFailure& failure) {
@@ -234,14 +241,14 @@ std::string renderText(const JobStatus& status, double now) {
     }
     for (const WorkerSnapshot& worker : node.workers) text += workerLine(worker, now) + "\n";
   }
-  if (const auto failure = lastFailure(status)) {
-    std::string classText;
-    for (const AgentSnapshot& node : status.nodes) {
-      if (node.lastFailureClass) classText = failureClassName(*node.lastFailureClass);
-    }
-    text += fmt::format("last failure: rank {} (local {}) on {}: {}{}\n", failure->rank,
-                        failure->localRank, printable(failure->host), failureReason(*failure),
-                        classText.empty() ? "" : " (" + classText + " failure)");
+  if (const AgentSnapshot* failed = lastFailedNode(status)) {
+    // The class the node that holds this failure gave it, not another node's later one (a
+    // health gate's exclusion, say).
+    const WorkerFailure& failure = *failed->lastFailure;
+    const auto kind = failed->lastFailureClass;
+    text += fmt::format("last failure: rank {} (local {}) on {}: {}{}\n", failure.rank,
+                        failure.localRank, printable(failure.host), failureReason(failure),
+                        kind ? fmt::format(" ({} failure)", failureClassName(*kind)) : "");
   }
   for (const UnreadableKey& key : status.unreadable) text += unreadableLine(key) + "\n";
   return text;

@@ -80,8 +80,10 @@ bool ended(const JobStatus& status);
 // The job's exit code once ended: 0 when every node exited 0, else the first other node's (by
 // group rank): the agents of a failed job all exit with the root cause's code.
 int outcomeCode(const JobStatus& status);
-// The last worker failure any node knows of (the latest by failure time).
+// The last worker failure any node knows of (the latest by failure time), and the node whose
+// snapshot holds it (the first of those that do; nullptr when none has a failure).
 std::optional<WorkerFailure> lastFailure(const JobStatus& status);
+const AgentSnapshot* lastFailedNode(const JobStatus& status);
 // "exitcode 3: ValueError: boom", "Signal 9 (SIGKILL): hung: no progress reported for 30.0 s".
 std::string failureReason(const WorkerFailure& failure);
 

@@ -106,16 +106,23 @@ std::unique_ptr<rendezvous::HoldingStore> EtcdStoreBackend::connect(
         }
         [[fallthrough]];
       case etcd::EtcdError::Code::kRejected:
+        // Without a user: etcd's auth is on (etcd 3.4 answers a read with no user "user name is
+        // empty", gRPC InvalidArgument), the same reading as refuseIfOpen's. The fix is a user,
+        // not another endpoint.
+        if (!options_.credentials) {
+          throw rendezvous::StoreAuthError(
+              fmt::format("etcd refuses to read {} without a user: {}; an etcd with auth enabled "
+                          "needs --rdzv-conf username=NAME,password_file=PATH (docs/etcd.md)",
+                          common::shownKey(keyPrefix_ + probeKey_), error.what()),
+              rendezvous::StoreAuthError::Code::kUserRequired);
+        }
+        [[fallthrough]];
       case etcd::EtcdError::Code::kNotFound:
       case etcd::EtcdError::Code::kCompacted:
-        // etcd answers and refuses this agent (auth is on, or the user may not read the prefix):
-        // asking again will not help.
+        // etcd answers and refuses this client: asking again will not help.
         throw rendezvous::StoreHandshakeError(
-            fmt::format("etcd refuses to read {} for this agent: {}{}",
-                        common::shownKey(keyPrefix_ + probeKey_), error.what(),
-                        options_.credentials ? ""
-                                             : " (an etcd with auth enabled needs --rdzv-conf "
-                                               "username=NAME,password_file=PATH)"),
+            fmt::format("etcd refuses to read {}: {}", common::shownKey(keyPrefix_ + probeKey_),
+                        error.what()),
             rendezvous::StoreHandshakeError::Peer::kHttpServer);
     }
     throw;

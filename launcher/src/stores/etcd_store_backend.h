@@ -58,11 +58,12 @@ class EtcdStoreBackend final : public StoreBackend {
   // A new EtcdStore on the client of `callTimeout`, after one read of the probe key within
   // `connectTimeout` that shows etcd answers: unreachable, no leader or too slow is a
   // StoreConnectionError (Membership retries until read_timeout); something that is not etcd,
-  // or an etcd that refuses this agent (auth), is a StoreHandshakeError, and one that refuses
-  // the agent's user (a wrong password, no permission on the probe key) a StoreAuthError
-  // (kUserRefused). With a token, the first connection also asks etcd as a client without a
-  // user: an etcd that answers serves anyone, and that is a StoreAuthError (kNoToken), one line
-  // naming etcd's auth and token_file.
+  // or an etcd that refuses the read for another reason, is a StoreHandshakeError; an etcd that
+  // wants a user this client lacks (auth on, no username=) is a StoreAuthError (kUserRequired),
+  // and one that refuses the client's user (a wrong password, no permission on the probe key)
+  // a StoreAuthError (kUserRefused). With a token, the first connection also asks etcd as a client
+  // without a user: an etcd that answers serves anyone, and that is a StoreAuthError (kNoToken),
+  // one line naming etcd's auth and token_file.
   std::unique_ptr<rendezvous::HoldingStore> connect(
       std::chrono::milliseconds callTimeout, std::chrono::milliseconds connectTimeout) override;
   // "etcd at http://h1:2379,http://h2:2379"

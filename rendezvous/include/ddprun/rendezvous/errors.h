@@ -73,6 +73,8 @@ class StoreAuthError : public StoreHandshakeError {
     kTlsRequired,           // the store serves TLS, and this client has no TLS files
     kUserRefused,           // a store with users (an etcd with auth) refuses this client's user
                             // name and password
+    kUserRequired,          // a store with users (an etcd with auth) wants one, and this client
+                            // has none
   };
   StoreAuthError(const std::string& message, Code code)
       : StoreHandshakeError(message, Peer::kStore), code_(code) {}
