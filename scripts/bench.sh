@@ -13,6 +13,9 @@
 #                              the survivors' new round running (torchrun 1.13 c10d beside, forming)
 #   scripts/bench.sh scale     N simulated agents (256/1,024/4,096) forming and re-forming a round
 #                              against ddprun-rendezvous and etcd: time, store CPU and RSS, ops/node
+#   scripts/bench.sh goodput   a 2-node training job through a trace of failures (crash, hang,
+#                              SIGKILL, cut-off, preemption, lemon node): ddprun with and without a
+#                              spare vs torchrun 2.6 and 1.13; draws docs/img/goodput.png itself
 #   scripts/bench.sh plot      draw bench-results/*.json into docs/img/*.png (scripts/plot_benchmarks.py)
 #   scripts/bench.sh all       every benchmark above in turn, then plot (about an hour on 2 cores)
 #
@@ -20,7 +23,7 @@
 # `plot` draws. On a shared machine run it under `flock /tmp/ddprun-bench.lock`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benches=(store relay relay-delay launcher allreduce hang rendezvous scale)
+benches=(store relay relay-delay launcher allreduce hang rendezvous scale goodput)
 case "${1:-store}" in
   plot)
     exec /usr/bin/python3 scripts/plot_benchmarks.py --results bench-results --out docs/img "${@:2}" ;;
@@ -73,6 +76,9 @@ case "${1:-store}" in
     /usr/bin/python3 tests/bench/bench_hang.py --ddprun build-release/launcher/ddprun "${json[@]}" "${@:2}" ;;
   rendezvous)
     /usr/bin/python3 tests/bench/bench_rendezvous.py --ddprun build-release/launcher/ddprun "${json[@]}" "${@:2}" ;;
+  goodput)
+    /usr/bin/python3 tests/bench/bench_goodput.py --ddprun build-release/launcher/ddprun \
+      --plot docs/img/goodput.png "${json[@]}" "${@:2}" ;;
   scale)
     /usr/bin/python3 tests/bench/bench_scale.py --sim build-release/tests/bench/ddprun-scale-sim \
       --daemon build-release/rendezvous/ddprun-rendezvous "${json[@]}" "${@:2}" ;;

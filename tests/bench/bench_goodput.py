@@ -156,6 +156,7 @@ class Trace:
         self.agents = {}
         self.names = iter(f"n{i}" for i in range(1, 1000))
         self.incidents = []
+        self.marks = []  # (epoch, incident): when each fault was injected
         self.survived = True
 
     def start(self, name):
@@ -282,6 +283,7 @@ class Trace:
         node = self.agents[target]
         steps_before = self.last_step()
         at = time.time()
+        self.marks.append((at, kind))
         away = 0.0
         if kind in ("crash", "hang"):
             open(os.path.join(self.work, f"{kind}.{target}"), "w").close()
@@ -349,24 +351,25 @@ def cell(value, digits=2):
 
 
 def plot(path, series):
+    """Rank 0's step over time, one panel per launcher, each fault a labelled line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(10, 4.8))
-    for name, (points, marks) in series.items():
-        if not points:
-            continue
+    shown = {name: data for name, data in series.items() if data[0]}
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 1.9 * len(shown) + 0.8), sharex=True,
+                             squeeze=False)
+    for ax, (name, (points, marks)) in zip(axes[:, 0], shown.items()):
         t0 = points[0][0]
-        line, = ax.plot([t - t0 for t, _ in points], [s for _, s in points], ".", markersize=2,
-                        label=name)
+        ax.plot([t - t0 for t, _ in points], [s for _, s in points], ".", markersize=2)
         for t, kind in marks:
-            ax.axvline(t - t0, color=line.get_color(), alpha=0.25, linewidth=0.8)
-    ax.set_xlabel("seconds since the first step")
-    ax.set_ylabel("step (rank 0)")
-    ax.set_title("Training progress through one failure trace "
-                 "(crash, hang, sigkill, cutoff, preempt, lemon)")
-    ax.legend(loc="upper left", markerscale=6)
-    ax.grid(alpha=0.3)
+            ax.axvline(t - t0, color="tab:red", alpha=0.5, linewidth=0.8)
+            ax.annotate(kind, (t - t0, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                        rotation=90, va="top", ha="right", color="tab:red")
+        ax.set_ylabel("step")
+        ax.set_title(name, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since the first step (rank 0's steps; red: a fault injected)")
+    fig.suptitle("Training progress through one failure trace", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -415,8 +418,7 @@ def main():
                 for row in trace.incidents:
                     print(f"#   {row}", flush=True)
                 if run == 0:
-                    marks = []
-                    series[name] = (trace.steps_over_time(), marks)
+                    series[name] = (trace.steps_over_time(), trace.marks)
 
     print("\nPer incident (seconds from the fault; median over the runs; '-' none):\n")
     print("| incident | launcher | detect | workers back | first step | steps lost | "

@@ -221,7 +221,10 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) { return c.restart.maxNoProgressRestarts == 5; }},
       {"max-node-failures", "0",
        [](const LaunchConfig& c) { return c.restart.maxNodeFailures == 0; }},
-      {"spares", "2", [](const LaunchConfig& c) { return c.rdzv.spares == 2; }},
+      {"spares",
+       "2",
+       [](const LaunchConfig& c) { return c.rdzv.spares == 2; },
+       {"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1234"}},
       {"progress-min-time", "60",
        [](const LaunchConfig& c) { return c.restart.progressMinTime == std::chrono::seconds(60); }},
       {"no-restart-exit-code", "93",
@@ -652,6 +655,12 @@ TEST_CASE("the restart policy's options: defaults, and each bad value one line",
              Catch::Contains("count >= 0") && Catch::Contains("--spares 1"));
   CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_SPARES", "x")),
              Catch::Contains("PET_SPARES"));
+  CHECK_THAT(usageError({"--spares", "1", "--standalone", script()}),
+             Catch::Contains("spares need a job whose nodes meet in a store") &&
+                 Catch::Contains("--standalone job"));
+  CHECK_THAT(usageError({"--nnodes", "2", "--spares", "1", "--rdzv-backend", "static",
+                         "--master-addr", "127.0.0.1", "--master-port", "29500", script()}),
+             Catch::Contains("a static job has no seat for one"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "0", script()}),
              Catch::Contains("1..255") && Catch::Contains("--no-restart-exit-code 93"));
   CHECK_THAT(usageError({"--no-restart-exit-code", "256", script()}), Catch::Contains("1..255"));

@@ -218,6 +218,15 @@ void resolveRendezvous(const Arguments& arguments, CommandLine& result) {
     conf = parseRdzvConf(*given, rdzv.backend, result.warnings);
   }
   rdzv.settings = conf.settings;
+  // A spare waits in the store for a seat; a static job's seats are its fixed node ranks.
+  if (const auto* spares = arguments.given("spares");
+      spares != nullptr && rdzv.spares > 0 &&
+      (standalone != nullptr || rdzv.backend == RdzvBackend::kStatic)) {
+    throw UsageError(fmt::format(
+        "{}: spares need a job whose nodes meet in a store (--rdzv-backend c10d or etcd); a "
+        "{} job has no seat for one: drop --spares or choose c10d",
+        label(*spares), standalone != nullptr ? "--standalone" : "static"));
+  }
   if (standalone != nullptr) return resolveStandalone(*standalone, arguments, result);
   // A run id is one segment of every key of the job (one rule for every backend: on a shared
   // etcd a '/' would put one job inside another's keys).
