@@ -238,8 +238,10 @@ class Trace:
             # The old round's last sign of life: after it, and after the node's return, the
             # time until the new workers run is the launcher's.
             gone = max([s[0] for s in stamps if s[3] in old and s[0] > at] or [at])
-            detect = (min(reactions) - at) if reactions else 0.0
-            row.update(detect=(min(reactions) - at) if reactions else None, back=back - at,
+            # No surviving worker reacted (the hung one was the only one signalled, or all were
+            # gone at once): the new workers are the first reaction.
+            detect = (min(reactions) - at) if reactions else back - at
+            row.update(detect=detect, back=back - at,
                        first=first - at, lost=last_old - resumed,
                        launcher=min(back - at, detect + max(0.0, back - max(at + away, gone))),
                        framework=first - back)
