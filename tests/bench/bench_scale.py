@@ -20,7 +20,7 @@ join the size's JSON line (replace_*, gate_*, settle_s, lost_hold_ttl_s; replace
 table.
 
   flock /tmp/ddprun-bench.lock scripts/bench.sh scale [--sizes 256,1024,4096] [--etcd-sizes 256,1024]
-      [--etcd /usr/bin/etcd,/path/to/another/etcd] [--spares 1] [--lost-attempts 5]
+      [--etcd /usr/bin/etcd,/path/to/another/etcd] [--spares 1] [--lost-attempts 5] [--lost-slot last]
 
 --etcd names the etcd binaries to run the etcd sizes on, each in its own rows labelled with its
 version (`etcd --version`): Debian bookworm's is 3.4, whose member copies its whole buffer of
@@ -128,7 +128,7 @@ def store_label(row):
 SPARE_KEYS = ("spares", "settle_s", "replace_s", "replace_detect_s", "store_cpu_replace_s",
               "sim_cpu_replace_s", "requests_per_node_replace", "keys_per_node_replace",
               "read_bytes_per_node_replace", "lost_group_rank", "seated_group_rank", "spares_seated",
-              "keep_alive_interval_s", "lost_hold_ttl_s", "gate_agents") + tuple(
+              "keep_alive_interval_s", "lost_hold_ttl_s", "lost_slot", "gate_agents") + tuple(
                   f"gate_{run}_{clock}_ms_{stat}" for run in ("first", "rejoin")
                   for clock in ("cpu", "wall") for stat in ("median", "max"))
 
@@ -141,7 +141,8 @@ def run_one(args, backend, nodes, etcd_binary=None, spares=0):
                    "--procs", str(procs), "--run-id", f"scale{os.getpid()}n{nodes}s{spares}",
                    "--store-pid", str(store.process.pid), "--timeout-s", str(args.timeout_s)]
         if spares:
-            command += ["--spares", str(spares), "--lost-attempts", str(args.lost_attempts)]
+            command += ["--spares", str(spares), "--lost-attempts", str(args.lost_attempts),
+                        "--lost-slot", args.lost_slot]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
         except subprocess.TimeoutExpired:
@@ -221,6 +222,9 @@ def main():
                         help="spares in each size's spare scenario (0: no spare runs)")
     parser.add_argument("--lost-attempts", type=int, default=5,
                         help="the lost agent's keep_alive_max_attempts (its hold's TTL in renewals)")
+    parser.add_argument("--lost-slot", choices=("last", "first"), default="last",
+                        help="the lost agent's group rank: the last (an ordinary node) or the first "
+                             "(group rank 0, the host of the workers' store)")
     parser.add_argument("--json-out", default="")
     bench_json.add_option(parser)
     args = parser.parse_args()
@@ -275,7 +279,7 @@ def main():
         print("Spares at scale: N active agents at --nnodes N:N plus spares; one lost as a SIGKILLed "
               "agent is; replace = from the loss until the last member of the new round (a spare "
               "among them) knows it; detect = until the last survivor saw the stop")
-        print("| store | nodes | spares | lost node's hold TTL s | detect s | replace s | replace beyond detect s | "
+        print("| store | nodes | spares | lost node's hold TTL s, group rank | detect s | replace s | replace beyond detect s | "
               "store CPU s replace | simulator CPU s replace | requests/node replace | "
               "gate CPU ms/node first (median/max) | gate CPU ms/node rejoin (median/max) | "
               "gate wall ms/node first (median/max) | gate wall ms/node rejoin (median/max) |")
@@ -285,7 +289,8 @@ def main():
                 print(f"| {store_label(r)} | {r['nodes']} | {r.get('spares', args.spares)} | "
                       f"failed: {r.get('replace_failure', '?')} |||||||||||")
                 continue
-            print(f"| {store_label(r)} | {r['nodes']} | {r['spares']} | {r['lost_hold_ttl_s']:.1f} | "
+            print(f"| {store_label(r)} | {r['nodes']} | {r['spares']} | "
+                  f"{r['lost_hold_ttl_s']:.1f}, {r.get('lost_group_rank', '?')} | "
                   f"{r['replace_detect_s']:.2f} | {r['replace_s']:.2f} | "
                   f"{r['replace_s'] - r['replace_detect_s']:.2f} | {r['store_cpu_replace_s']:.2f} | "
                   f"{r['sim_cpu_replace_s']:.2f} | {r['requests_per_node_replace']:.1f} | "

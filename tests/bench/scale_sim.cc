@@ -29,10 +29,12 @@
 //           and it neither releases its hold nor revokes its lease, as a real lost agent.
 //           ddprun's store reports the loss when the connection closes; etcd only when the lost
 //           agent's lease ends, after its hold's TTL (--lost-attempts renewals of the keep-alive
-//           interval). The survivors see the stop, pass their gates and rejoin, and a spare takes
-//           the place: from the loss until the last member of the new round (the spare among
-//           them) knows it. Also from the loss until the last survivor saw the stop
-//           (replace_detect_s), and each agent's own gate times (first: NVML's load tried).
+//           interval). It holds the last group rank (--lost-slot last, the default: an
+//           ordinary node) or the first (group rank 0, the host of the workers' store). The
+//           survivors see the stop, pass their gates and rejoin, and a spare takes the place:
+//           from the loss until the last member of the new round (the spare among them) knows
+//           it. Also from the loss until the last survivor saw the stop (replace_detect_s), and
+//           each agent's own gate times (first: NVML's load tried).
 //
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
 #include <fmt/format.h>
@@ -264,6 +266,7 @@ struct Shared {
   std::atomic<int> placed{0};
   std::atomic<int> sparesSeated{0};
   std::atomic<bool> replaced{false};
+  std::atomic<bool> lostOpened{false};  // --lost-slot first: the others open after it
   std::atomic<std::int64_t> detectNanos{0};
   int lostGroupRank = -1;
   int seatedGroupRank = -1;
@@ -410,7 +413,7 @@ int usage(const std::string& problem) {
   std::cerr << "ddprun-scale-sim: " << problem
             << "; usage: ddprun-scale-sim --backend c10d|etcd --endpoint HOST:PORT --nodes N "
                "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S] [--keep-alive-ms MS] "
-               "[--spares S [--lost-attempts K]]\n";
+               "[--spares S [--lost-attempts K] [--lost-slot first|last]]\n";
   return 2;
 }
 
@@ -426,6 +429,9 @@ struct SimOptions {
   // --lost-attempts: the lost agent's keep_alive_max_attempts, so its hold's TTL (ddprun's
   // default, 5). Only a store that sees a loss at the lease's end (etcd) waits for it.
   int lostAttempts = 5;
+  // --lost-slot: the lost agent's group rank: last (an ordinary node) or first (group rank 0, the
+  // host of the round's workers' store).
+  bool lostLast = true;
 };
 
 // The agents' rendezvous settings: every simulated agent's, and the lost one's in the spare
@@ -570,6 +576,25 @@ void placed(Shared& shared, const Round& round, bool spare) {
   unlockShared(shared);
 }
 
+// Group ranks follow the node ids (the order the agents registered; all simulated agents share
+// one address): the lost agent takes the last group rank (--lost-slot last) by opening once every
+// other agent has its node id, watched through a connection of its own.
+void waitForTheOthers(StoreBackend& backend, const RendezvousConfig& config,
+                      const SimOptions& options) {
+  const auto patience = std::chrono::seconds(options.timeoutSeconds);
+  const std::unique_ptr<HoldingStore> store = backend.connect(patience, 1s);
+  const MembershipKeys keys(config.runId);
+  const int others = options.nodes + options.spares - 1;
+  const auto giveUp = Clock::now() + patience;
+  while (store->ticketCount(keys.nextNodeId()) < others) {
+    if (Clock::now() > giveUp) {
+      throw std::runtime_error(fmt::format("the other {} agents did not open within {} s", others,
+                                           options.timeoutSeconds));
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
 // The spare scenario: agent `i` of `nodes` active ones (i < nodes) or a spare (i >= nodes);
 // agent `lostIndex` is the one lost.
 void spareAndReplace(Shared& shared, const RendezvousConfig& config,
@@ -592,11 +617,16 @@ void spareAndReplace(Shared& shared, const RendezvousConfig& config,
   bool ok = true;
   meet(shared);  // stage 0 -> open starts
   try {
+    if (lost && options.lostLast) waitForTheOthers(backend, config, options);
+    // --lost-slot first: the lost agent registers first, so the first node id, group rank 0.
+    while (!lost && !options.lostLast && !shared.lostOpened && !shared.failed)
+      std::this_thread::sleep_for(1ms);
     membership.open();
   } catch (const std::exception& error) {
     fail(shared, fmt::format("agent {} open: {}", i, error.what()));
     ok = false;
   }
+  if (lost) shared.lostOpened = true;
   meet(shared);  // stage 1: open ends, form starts
   std::optional<Round> round;
   if (ok && !shared.failed) {
@@ -720,7 +750,8 @@ int runAgents(Shared& shared, GateTimes* gateTimes, const SimOptions& options, i
 nlohmann::json spareFigures(const SimOptions& options, const GateTimes* gateTimes, int agents) {
   const double interval = options.keepAliveMs > 0 ? options.keepAliveMs / 1000.0 : 1.0;
   nlohmann::json figures = {{"keep_alive_interval_s", interval},
-                            {"lost_hold_ttl_s", interval * options.lostAttempts}};
+                            {"lost_hold_ttl_s", interval * options.lostAttempts},
+                            {"lost_slot", options.lostLast ? "last" : "first"}};
   // "gate_first_cpu_ms_median", ...: per agent, the median and the slowest.
   const auto add = [&](const char* name, auto pick) {
     std::vector<double> ms;
@@ -805,7 +836,10 @@ int main(int argc, char** argv) {
       options.spares = std::atoi(value.c_str());
     else if (flag == "--lost-attempts")
       options.lostAttempts = std::atoi(value.c_str());
-    else
+    else if (flag == "--lost-slot") {
+      if (value != "first" && value != "last") return usage("--lost-slot is first or last");
+      options.lostLast = value == "last";
+    } else
       return usage(fmt::format("unknown option {}", flag));
   }
   if (options.nodes < 2 || options.endpoint.rfind(':') == std::string::npos) {
