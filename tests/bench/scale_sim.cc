@@ -579,14 +579,14 @@ void placed(Shared& shared, const Round& round, bool spare) {
 // Group ranks follow the node ids (the order the agents registered; all simulated agents share
 // one address): the lost agent takes the last group rank (--lost-slot last) by opening once every
 // other agent has its node id, watched through a connection of its own.
-void waitForTheOthers(StoreBackend& backend, const RendezvousConfig& config,
+void waitForTheOthers(const Shared& shared, StoreBackend& backend, const RendezvousConfig& config,
                       const SimOptions& options) {
   const auto patience = std::chrono::seconds(options.timeoutSeconds);
   const std::unique_ptr<HoldingStore> store = backend.connect(patience, 1s);
   const MembershipKeys keys(config.runId);
   const int others = options.nodes + options.spares - 1;
   const auto giveUp = Clock::now() + patience;
-  while (store->ticketCount(keys.nextNodeId()) < others) {
+  while (store->ticketCount(keys.nextNodeId()) < others && !shared.failed) {
     if (Clock::now() > giveUp) {
       throw std::runtime_error(fmt::format("the other {} agents did not open within {} s", others,
                                            options.timeoutSeconds));
@@ -617,7 +617,7 @@ void spareAndReplace(Shared& shared, const RendezvousConfig& config,
   bool ok = true;
   meet(shared);  // stage 0 -> open starts
   try {
-    if (lost && options.lostLast) waitForTheOthers(backend, config, options);
+    if (lost && options.lostLast) waitForTheOthers(shared, backend, config, options);
     // --lost-slot first: the lost agent registers first, so the first node id, group rank 0.
     while (!lost && !options.lostLast && !shared.lostOpened && !shared.failed)
       std::this_thread::sleep_for(1ms);
