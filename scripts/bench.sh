@@ -12,7 +12,8 @@
 #   scripts/bench.sh rendezvous  etcd vs c10d: forming a round of 2/8/32 agents, an agent's death ->
 #                              the survivors' new round running (torchrun 1.13 c10d beside, forming)
 #   scripts/bench.sh scale     N simulated agents (256/1,024/4,096) forming and re-forming a round
-#                              against ddprun-rendezvous and etcd: time, store CPU and RSS, ops/node
+#                              against ddprun-rendezvous and etcd: time, store CPU and RSS, ops/node;
+#                              a spare taking a SIGKILLed one's place, the health gate per node
 #   scripts/bench.sh goodput   a 2-node training job through a trace of failures (crash, hang,
 #                              SIGKILL, cut-off, preemption, lemon node): ddprun with and without a
 #                              spare vs torchrun 2.6 and 1.13; draws docs/img/goodput.png itself

@@ -12,7 +12,8 @@ puts them in bench-results/<bench>.json) and draws, each from one side-by-side r
   relay    relay.json: direct access vs through the relay (by one-way delay where the run has one)
   relay-delay  relay-delay.json: through the relay / direct across a delayed link, by one-way delay
   scale    scale.json: form / re-form time vs nodes (log-log), a linear guide, the power law
-           through the two largest sizes out to 100,000 nodes, and torch's published points
+           through the two largest sizes out to 100,000 nodes, and torch's published points; a
+           spare's replacement of a lost node where the spare scenario ran
 
 A plot whose JSON is missing (that bench not run) or holds none of its rows is skipped with one
 line; the others are still drawn. /usr/bin/python3 (Debian's python3-matplotlib).
@@ -342,6 +343,14 @@ def plot_scale(results, out):
                 k, at_top = fit
                 ax.plot([pts[-1][0], top], [pts[-1][1], at_top], ":", color=line.get_color())
                 ends[key] = fit
+        # A spare taking a lost node's place (the spare scenario, where it ran): no power law, since
+        # on etcd most of it is the lost node's lease, a constant.
+        spared = [(r["nodes"], r["replace_s"]) for r in mine if measured(r, "replace_s")]
+        if spared:
+            lease = {r.get("lost_hold_ttl_s") for r in mine if measured(r, "replace_s")}
+            note = f" (its lease: {lease.pop():g} s)" if label != "ddprun-rendezvous" and len(lease) == 1 else ""
+            ax.plot(*zip(*spared), "-.", marker=marker, markerfacecolor="none",
+                    color=pairs[index % len(pairs)][0], label=f"ddprun on {label}: node lost -> a spare in its place{note}")
         # Right of the lines' ends, clear of torch's points; of a store's two, which often end
         # close by, the higher one's label above its end and the other's below.
         highest = max(ends.values(), key=lambda fit: fit[1])[1] if ends else None
@@ -366,7 +375,7 @@ def plot_scale(results, out):
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("nodes (simulated agents)")
     ax.set_ylabel("seconds (log)")
-    ax.set_title("Forming / re-forming a round vs nodes (simulation; dotted: power law of the two largest)",
+    ax.set_title("Forming / re-forming a round; a spare in a lost node's place (simulation; dotted: power law)",
                  fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout(rect=(0, 0.03, 1, 1))

@@ -10,8 +10,17 @@ store operations per node (requests, and keys named), which show whatever grows 
 Output: one JSON line per run (also appended to --json-out), then a table, then a power-law
 extrapolation from the two largest sizes to 12,500 nodes (100,000 ranks at 8 per node).
 
+With --spares S (default 1; 0: none), each size also runs the spare scenario on a fresh store
+(issue #38 point 5): N active agents at --nnodes N:N plus S spares, each passing the real health
+gate's built-in checks before it joins; one active agent is lost as a SIGKILLed agent is (its
+connections close, its hold is never released), and `replace` times from the loss until the last
+member of the new round, a spare among them, knows it (on etcd the loss shows only when the lost
+agent's lease ends: its TTL, keep_alive_interval x --lost-attempts, is in each row). Its figures
+join the size's JSON line (replace_*, gate_*, settle_s, lost_hold_ttl_s; replace_ok) and a second
+table.
+
   flock /tmp/ddprun-bench.lock scripts/bench.sh scale [--sizes 256,1024,4096] [--etcd-sizes 256,1024]
-      [--etcd /usr/bin/etcd,/path/to/another/etcd]
+      [--etcd /usr/bin/etcd,/path/to/another/etcd] [--spares 1] [--lost-attempts 5] [--lost-slot last]
 
 --etcd names the etcd binaries to run the etcd sizes on, each in its own rows labelled with its
 version (`etcd --version`): Debian bookworm's is 3.4, whose member copies its whole buffer of
@@ -114,13 +123,26 @@ def store_label(row):
     return row.get("store") or ("ddprun-rendezvous" if row["backend"] == "c10d" else row["backend"])
 
 
-def run_one(args, backend, nodes, etcd_binary=None):
+# The spare scenario's figures that join its size's row (the rest of its line repeats what the
+# forming run measures).
+SPARE_KEYS = ("spares", "settle_s", "replace_s", "replace_detect_s", "store_cpu_replace_s",
+              "sim_cpu_replace_s", "requests_per_node_replace", "keys_per_node_replace",
+              "read_bytes_per_node_replace", "lost_group_rank", "seated_group_rank", "spares_seated",
+              "keep_alive_interval_s", "lost_hold_ttl_s", "lost_slot", "gate_agents") + tuple(
+                  f"gate_{run}_{clock}_ms_{stat}" for run in ("first", "rejoin")
+                  for clock in ("cpu", "wall") for stat in ("median", "max"))
+
+
+def run_one(args, backend, nodes, etcd_binary=None, spares=0):
     store = Etcd(etcd_binary) if backend == "etcd" else Daemon(args.daemon)
     try:
-        procs = -(-nodes // AGENTS_PER_PROCESS[backend])
+        procs = -(-(nodes + spares) // AGENTS_PER_PROCESS[backend])
         command = [args.sim, "--backend", backend, "--endpoint", store.endpoint(), "--nodes", str(nodes),
-                   "--procs", str(procs), "--run-id", f"scale{os.getpid()}n{nodes}",
+                   "--procs", str(procs), "--run-id", f"scale{os.getpid()}n{nodes}s{spares}",
                    "--store-pid", str(store.process.pid), "--timeout-s", str(args.timeout_s)]
+        if spares:
+            command += ["--spares", str(spares), "--lost-attempts", str(args.lost_attempts),
+                        "--lost-slot", args.lost_slot]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s + 120)
         except subprocess.TimeoutExpired:
@@ -135,12 +157,31 @@ def run_one(args, backend, nodes, etcd_binary=None):
         store.close()
 
 
+def with_spares(row, spare):
+    """The size's row with the spare scenario's figures (`spare`: its run's line) beside it."""
+    row = dict(row)
+    for key in SPARE_KEYS:
+        if key in spare:
+            row[key] = spare[key]
+    row["replace_ok"] = bool(spare.get("ok"))
+    if not spare.get("ok"):
+        row["replace_failure"] = spare.get("first_failure", "?")
+    return row
+
+
+def gate(row, run, clock):
+    """"median/max" ms of each agent's gate in the spare scenario (`run`: first, rejoin)."""
+    return f"{row[f'gate_{run}_{clock}_ms_median']:.3f}/{row[f'gate_{run}_{clock}_ms_max']:.3f}"
+
+
 def measured(row, key):
     """Whether `row` holds a whole figure `key`: a run that completed, or, for the forming
     figures, one that gave up while re-forming (it had formed). A run that failed earlier has
-    zeros or partial times there."""
+    zeros or partial times there. The spare scenario's figures: its own run completed."""
     if row.get(key, 0) <= 0:
         return False
+    if key in SPARE_KEYS:
+        return bool(row.get("replace_ok"))
     return bool(row.get("ok")) or (key in ("form_s", "store_cpu_form_s") and
                                    row.get("unfinished_phase") == "reform")
 
@@ -177,6 +218,13 @@ def main():
     parser.add_argument("--etcd", default=ETCD,
                         help="etcd binaries for the etcd sizes, comma-separated (rows per version)")
     parser.add_argument("--timeout-s", type=int, default=300)
+    parser.add_argument("--spares", type=int, default=1,
+                        help="spares in each size's spare scenario (0: no spare runs)")
+    parser.add_argument("--lost-attempts", type=int, default=5,
+                        help="the lost agent's keep_alive_max_attempts (its hold's TTL in renewals)")
+    parser.add_argument("--lost-slot", choices=("last", "first"), default="last",
+                        help="the lost agent's group rank: the last (an ordinary node) or the first "
+                             "(group rank 0, the host of the workers' store)")
     parser.add_argument("--json-out", default="")
     bench_json.add_option(parser)
     args = parser.parse_args()
@@ -192,6 +240,8 @@ def main():
     rows = []
     for backend, nodes, binary in plan:
         row = run_one(args, backend, nodes, binary)
+        if args.spares > 0:
+            row = with_spares(row, run_one(args, backend, nodes, binary, args.spares))
         if binary:
             versions.setdefault(binary, etcd_version(binary))
             row["store"] = f"etcd {versions[binary]}"
@@ -224,13 +274,35 @@ def main():
               f"{r['keys_per_node_form']:.1f} | {r['requests_per_node_reform']:.1f} | "
               f"{r.get('sim_cpu_form_s', 0):.2f}/{r.get('sim_cpu_reform_s', 0):.2f} | "
               f"{read_bytes(r, 'form')}/{read_bytes(r, 'reform')} |")
+    if args.spares > 0:
+        print()
+        print("Spares at scale: N active agents at --nnodes N:N plus spares; one lost as a SIGKILLed "
+              "agent is; replace = from the loss until the last member of the new round (a spare "
+              "among them) knows it; detect = until the last survivor saw the stop")
+        print("| store | nodes | spares | lost node's hold TTL s, group rank | detect s | replace s | replace beyond detect s | "
+              "store CPU s replace | simulator CPU s replace | requests/node replace | "
+              "gate CPU ms/node first (median/max) | gate CPU ms/node rejoin (median/max) | "
+              "gate wall ms/node first (median/max) | gate wall ms/node rejoin (median/max) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if not r.get("replace_ok"):
+                print(f"| {store_label(r)} | {r['nodes']} | {r.get('spares', args.spares)} | "
+                      f"failed: {r.get('replace_failure', '?')} |||||||||||")
+                continue
+            print(f"| {store_label(r)} | {r['nodes']} | {r['spares']} | "
+                  f"{r['lost_hold_ttl_s']:.1f}, {r.get('lost_group_rank', '?')} | "
+                  f"{r['replace_detect_s']:.2f} | {r['replace_s']:.2f} | "
+                  f"{r['replace_s'] - r['replace_detect_s']:.2f} | {r['store_cpu_replace_s']:.2f} | "
+                  f"{r['sim_cpu_replace_s']:.2f} | {r['requests_per_node_replace']:.1f} | "
+                  f"{gate(r, 'first', 'cpu')} | {gate(r, 'rejoin', 'cpu')} | "
+                  f"{gate(r, 'first', 'wall')} | {gate(r, 'rejoin', 'wall')} |")
     for label in dict.fromkeys(store_label(r) for r in rows):
         fit = extrapolate([r for r in rows if store_label(r) == label], 12500)
         for key, (k, seconds) in (fit or {}).items():
             print(f"{label} {key}: grows as N^{k:.2f} between the two largest sizes; at 12,500 nodes "
                   f"(100,000 ranks at 8 per node): ~{seconds:.1f} s; at 100,000 nodes: "
                   f"~{seconds * (100000 / 12500) ** k:.1f} s")
-    return 0 if all(r.get("ok") for r in rows) else 1
+    return 0 if all(r.get("ok") and (args.spares == 0 or r.get("replace_ok")) for r in rows) else 1
 
 
 if __name__ == "__main__":

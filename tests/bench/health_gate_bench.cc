@@ -14,22 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "core/event_loop.h"
 #include "health/node_health_gate.h"
+#include "no_loop.h"
 
 namespace {
 
 using namespace ddprun::launcher;
 using Clock = std::chrono::steady_clock;
-
-// The gate's loop is never run here: builtIn() runs on the calling thread.
-class NoLoop final : public EventLoop {
- public:
-  TimePoint now() const override { return Clock::now(); }
-  WallTime wallNow() const override { return std::chrono::system_clock::now(); }
-  std::unique_ptr<Timer> after(std::chrono::milliseconds, Callback) override { return nullptr; }
-  void post(Callback) override {}
-};
 
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -45,7 +36,7 @@ int main(int argc, char** argv) {
   facts.agentMarker = "bench";
   if (const char* tmp = std::getenv("TMPDIR")) facts.tmpDir = tmp;
   if (const char* mask = std::getenv("CUDA_VISIBLE_DEVICES")) facts.cudaVisibleDevices = mask;
-  NoLoop loop;
+  ddprun::test::NoLoop loop;  // never run: builtIn() runs on the calling thread
   NodeHealthGate gate(policy, facts, loop);
   auto start = Clock::now();
   std::optional<HealthVerdict> verdict = gate.builtIn();

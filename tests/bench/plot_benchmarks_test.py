@@ -57,8 +57,10 @@ RELAY_DELAY = """The relay across a delayed link
 """
 SCALE = "\n".join(json.dumps(r) for r in [
     {"backend": "c10d", "nodes": 256, "ok": True, "open_s": 0.1, "form_s": 0.23, "reform_s": 0.30},
-    {"backend": "c10d", "nodes": 1024, "ok": True, "open_s": 0.5, "form_s": 2.77, "reform_s": 6.68},
-    {"backend": "etcd", "nodes": 64, "ok": True, "open_s": 0.2, "form_s": 4.38, "reform_s": 4.14},
+    {"backend": "c10d", "nodes": 1024, "ok": True, "open_s": 0.5, "form_s": 2.77, "reform_s": 6.68,
+     "replace_ok": True, "replace_s": 1.2, "replace_detect_s": 0.01, "lost_hold_ttl_s": 5.0},
+    {"backend": "etcd", "nodes": 64, "ok": True, "open_s": 0.2, "form_s": 4.38, "reform_s": 4.14,
+     "replace_ok": True, "replace_s": 7.3, "replace_detect_s": 4.8, "lost_hold_ttl_s": 5.0},
     {"backend": "etcd", "nodes": 256, "ok": False, "first_failure": "no round within 60 s"}]) + "\n"
 
 

@@ -18,12 +18,31 @@
 // store process's CPU seconds in each phase and its peak RSS (VmHWM) at the end; the simulator
 // processes' own CPU seconds in each phase. Output: one JSON line on stdout.
 //
+// With --spares S (1 or more), a spare's place at scale instead (issue #38 point 5): N active
+// agents at --nnodes N:N and S spares over MAX, every one of them passing the real health gate's
+// built-in checks (NodeHealthGate::builtIn(): NVML when present, free space) before each join, as
+// an agent does. It times
+//   open    as above, the N + S agents;
+//   form    the N active agents join round 0 (their gates first), until the last knows it;
+//   settle  the spares pass their gates and join: until each waits for a place (MAX is full);
+//   replace one active agent, alone in a process of its own, is SIGKILLed: its connections close
+//           and it neither releases its hold nor revokes its lease, as a real lost agent.
+//           ddprun's store reports the loss when the connection closes; etcd only when the lost
+//           agent's lease ends, after its hold's TTL (--lost-attempts renewals of the keep-alive
+//           interval). It holds the last group rank (--lost-slot last, the default: an
+//           ordinary node) or the first (group rank 0, the host of the workers' store). The
+//           survivors see the stop, pass their gates and rejoin, and a spare takes the place:
+//           from the loss until the last member of the new round (the spare among them) knows
+//           it. Also from the loss until the last survivor saw the stop (replace_detect_s), and
+//           each agent's own gate times (first: NVML's load tried).
+//
 // A benchmark, never a timed test: bench_scale.py runs it under the shared lock.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +65,9 @@
 #include "core/file_text.h"
 #include "core/proc_stat.h"
 #include "forwarding_store.h"
+#include "health/node_health_gate.h"
 #include "membership/membership.h"
+#include "no_loop.h"
 #include "stores/store_backends.h"
 
 namespace {
@@ -227,6 +248,9 @@ struct Phase {
 struct Shared {
   pthread_barrier_t arrive;
   pthread_barrier_t leave;
+  // The spare scenario's last meeting, after the loss: every agent but the lost one.
+  pthread_barrier_t arriveAfterLoss;
+  pthread_barrier_t leaveAfterLoss;
   pthread_mutex_t mutex;  // the phase records, the start mark and the failures
   Counts counts;
   std::atomic<int> stage{0};
@@ -234,7 +258,18 @@ struct Shared {
   std::atomic<pid_t> pids[kMaxProcs];  // each process writes its own before its agents start
   int procs = 1;
   pid_t storePid = 0;
-  Phase open, form, reform;
+  int nodes = 0;   // active agents (MAX)
+  int spares = 0;  // --spares: the spare scenario when more than 0
+  Phase open, form, reform, settle, replace;
+  // The spare scenario's replacement round: its members who know it (the last one ends the
+  // replace phase), the spares among them, and when the last survivor saw the loss.
+  std::atomic<int> placed{0};
+  std::atomic<int> sparesSeated{0};
+  std::atomic<bool> replaced{false};
+  std::atomic<bool> lostOpened{false};  // --lost-slot first: the others open after it
+  std::atomic<std::int64_t> detectNanos{0};
+  int lostGroupRank = -1;
+  int seatedGroupRank = -1;
   // Where the current phase started.
   Clock::time_point start;
   double storeCpuAtStart = 0;
@@ -244,6 +279,20 @@ struct Shared {
   std::uint64_t readBytesAtStart = 0;
   int failures = 0;
   char firstFailure[512] = {};
+};
+
+// One run of an agent's gate: its wall time, and its thread's CPU time (the node's own cost: the
+// wall time of thousands of simulated agents' gates at once on a few cores is mostly waiting for
+// a core, or for the dynamic loader's lock as each tries to load NVML).
+struct GateTime {
+  double wallMs = -1;  // -1: not run
+  double cpuMs = -1;
+};
+
+// Each agent's own gate times in the spare scenario, in shared memory.
+struct GateTimes {
+  GateTime first;  // before its first join: NVML's load tried, as an agent's first round
+  GateTime again;  // before its rejoin after the loss (the survivors)
 };
 
 // The shared mutex is robust: a process that died holding it (killed mid-phase) must not leave
@@ -283,8 +332,10 @@ Phase endPhase(const Shared& shared) {
 }
 
 // Every agent of every process meets here; the last arrival closes a phase and opens the next.
-void meet(Shared& shared) {
-  if (pthread_barrier_wait(&shared.arrive) == PTHREAD_BARRIER_SERIAL_THREAD) {
+void meet(Shared& shared, bool afterLoss = false) {
+  pthread_barrier_t& arrive = afterLoss ? shared.arriveAfterLoss : shared.arrive;
+  pthread_barrier_t& leave = afterLoss ? shared.leaveAfterLoss : shared.leave;
+  if (pthread_barrier_wait(&arrive) == PTHREAD_BARRIER_SERIAL_THREAD) {
     lockShared(shared);
     const int stage = shared.stage.load();
     if (stage == 0) startPhase(shared);
@@ -292,12 +343,22 @@ void meet(Shared& shared) {
       shared.open = endPhase(shared);
       startPhase(shared);
     }
-    if (stage == 2) shared.form = endPhase(shared);
-    if (stage == 3) shared.reform = endPhase(shared);  // started by the leaver's announcement
+    if (stage == 2) {
+      shared.form = endPhase(shared);
+      if (shared.spares > 0) startPhase(shared);  // settle
+    }
+    if (stage == 3) {
+      // The re-form was started by the leaver's announcement; the replace phase, which follows
+      // the settle, by the loss, and the last member of the new round ends it (placed()).
+      if (shared.spares > 0)
+        shared.settle = endPhase(shared);
+      else
+        shared.reform = endPhase(shared);
+    }
     shared.stage.store(stage + 1);
     unlockShared(shared);
   }
-  pthread_barrier_wait(&shared.leave);
+  pthread_barrier_wait(&leave);
 }
 
 void fail(Shared& shared, const std::string& what) {
@@ -311,31 +372,48 @@ void fail(Shared& shared, const std::string& what) {
 
 // The figures so far (a phase that did not end reads 0): one JSON line. Under the mutex.
 nlohmann::json result(const Shared& shared, const std::string& backendName, int nodes) {
-  return {{"backend", backendName},
-          {"nodes", nodes},
-          {"procs", shared.procs},
-          {"ok", shared.failures == 0},
-          {"open_s", shared.open.seconds},
-          {"form_s", shared.form.seconds},
-          {"reform_s", shared.reform.seconds},
-          {"store_cpu_open_s", shared.open.storeCpu},
-          {"store_cpu_form_s", shared.form.storeCpu},
-          {"store_cpu_reform_s", shared.reform.storeCpu},
-          {"sim_cpu_form_s", shared.form.simCpu},
-          {"sim_cpu_reform_s", shared.reform.simCpu},
-          {"requests_per_node_form", static_cast<double>(shared.form.requests) / nodes},
-          {"keys_per_node_form", static_cast<double>(shared.form.keys) / nodes},
-          {"requests_per_node_reform", static_cast<double>(shared.reform.requests) / nodes},
-          {"keys_per_node_reform", static_cast<double>(shared.reform.keys) / nodes},
-          {"read_bytes_per_node_form", static_cast<double>(shared.form.readBytes) / nodes},
-          {"read_bytes_per_node_reform", static_cast<double>(shared.reform.readBytes) / nodes},
-          {"store_peak_rss_mib", storePeakRssMiB(shared.storePid)}};
+  nlohmann::json line = {
+      {"backend", backendName},
+      {"nodes", nodes},
+      {"procs", shared.procs},
+      {"ok", shared.failures == 0},
+      {"open_s", shared.open.seconds},
+      {"form_s", shared.form.seconds},
+      {"reform_s", shared.reform.seconds},
+      {"store_cpu_open_s", shared.open.storeCpu},
+      {"store_cpu_form_s", shared.form.storeCpu},
+      {"store_cpu_reform_s", shared.reform.storeCpu},
+      {"sim_cpu_form_s", shared.form.simCpu},
+      {"sim_cpu_reform_s", shared.reform.simCpu},
+      {"requests_per_node_form", static_cast<double>(shared.form.requests) / nodes},
+      {"keys_per_node_form", static_cast<double>(shared.form.keys) / nodes},
+      {"requests_per_node_reform", static_cast<double>(shared.reform.requests) / nodes},
+      {"keys_per_node_reform", static_cast<double>(shared.reform.keys) / nodes},
+      {"read_bytes_per_node_form", static_cast<double>(shared.form.readBytes) / nodes},
+      {"read_bytes_per_node_reform", static_cast<double>(shared.reform.readBytes) / nodes},
+      {"store_peak_rss_mib", storePeakRssMiB(shared.storePid)}};
+  if (shared.spares > 0) {
+    line["spares"] = shared.spares;
+    line["settle_s"] = shared.settle.seconds;
+    line["replace_s"] = shared.replace.seconds;
+    line["replace_detect_s"] = static_cast<double>(shared.detectNanos.load()) / 1e9;
+    line["store_cpu_replace_s"] = shared.replace.storeCpu;
+    line["sim_cpu_replace_s"] = shared.replace.simCpu;
+    line["requests_per_node_replace"] = static_cast<double>(shared.replace.requests) / nodes;
+    line["keys_per_node_replace"] = static_cast<double>(shared.replace.keys) / nodes;
+    line["read_bytes_per_node_replace"] = static_cast<double>(shared.replace.readBytes) / nodes;
+    line["lost_group_rank"] = shared.lostGroupRank;
+    line["seated_group_rank"] = shared.seatedGroupRank;
+    line["spares_seated"] = shared.sparesSeated.load();
+  }
+  return line;
 }
 
 int usage(const std::string& problem) {
   std::cerr << "ddprun-scale-sim: " << problem
             << "; usage: ddprun-scale-sim --backend c10d|etcd --endpoint HOST:PORT --nodes N "
-               "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S] [--keep-alive-ms MS]\n";
+               "[--procs P] [--run-id ID] [--store-pid PID] [--timeout-s S] [--keep-alive-ms MS] "
+               "[--spares S [--lost-attempts K] [--lost-slot first|last]]\n";
   return 2;
 }
 
@@ -347,19 +425,33 @@ struct SimOptions {
   int procs = 1;
   int timeoutSeconds = 600;
   int keepAliveMs = 0;  // --keep-alive-ms: the agents' keep_alive_interval (0: the default, 1 s)
+  int spares = 0;       // --spares: the spare scenario (0: forming and re-forming)
+  // --lost-attempts: the lost agent's keep_alive_max_attempts, so its hold's TTL (ddprun's
+  // default, 5). Only a store that sees a loss at the lease's end (etcd) waits for it.
+  int lostAttempts = 5;
+  // --lost-slot: the lost agent's group rank: last (an ordinary node) or first (group rank 0, the
+  // host of the round's workers' store).
+  bool lostLast = true;
 };
 
-// One simulator process: agents [begin, end) of the N, each a thread with its own Membership.
-int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
-  std::signal(SIGPIPE, SIG_IGN);
+// The agents' rendezvous settings: every simulated agent's, and the lost one's in the spare
+// scenario (`lost`: its hold's TTL is ddprun's default, --lost-attempts renewals).
+RendezvousConfig simConfig(const SimOptions& options, bool lost) {
   const int nodes = options.nodes;
   const auto colon = options.endpoint.rfind(':');
   RendezvousConfig config;
   config.backend = options.backendName == "etcd" ? RdzvBackend::kEtcd : RdzvBackend::kC10d;
-  // --nnodes N-1:N: the round forms at N (max), and re-forms at once without the one that left
-  // (min); last call never ends a forming round early here.
-  config.minNodes = nodes - 1;
-  config.maxNodes = nodes;
+  if (options.spares > 0) {
+    // --nnodes N:N: the round forms at N; an agent over N is a spare.
+    config.minNodes = nodes;
+    config.maxNodes = nodes;
+    config.spares = options.spares;
+  } else {
+    // --nnodes N-1:N: the round forms at N (max), and re-forms at once without the one that left
+    // (min); last call never ends a forming round early here.
+    config.minNodes = nodes - 1;
+    config.maxNodes = nodes;
+  }
   config.endpoint = options.endpoint;
   config.host = options.endpoint.substr(0, colon);
   config.port = static_cast<std::uint16_t>(std::atoi(options.endpoint.c_str() + colon + 1));
@@ -370,8 +462,9 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
   // Renewals every second as an agent's (the store's load is real), but a hold lapses after 30 s
   // rather than 5: thousands of simulated agents' threads on two cores can wait seconds for a
   // core, and a heartbeat thread that was not scheduled is the simulator's delay, not the store's
-  // (4,096 agents lost their own holds that way).
-  config.settings.keepAliveMaxAttempts = 30;
+  // (4,096 agents lost their own holds that way). The lost agent's hold keeps its real TTL: on
+  // etcd that is how long its loss goes unseen.
+  config.settings.keepAliveMaxAttempts = lost ? options.lostAttempts : 30;
   if (options.keepAliveMs > 0)
     config.settings.keepAliveInterval = std::chrono::milliseconds(options.keepAliveMs);
   if (config.backend == RdzvBackend::kEtcd) {
@@ -380,67 +473,301 @@ int runAgents(Shared& shared, const SimOptions& options, int begin, int end) {
     member.port = config.port;
     config.etcdEndpoints = {member};
   }
+  return config;
+}
+
+// Agent `i`'s node record.
+NodeInfo simNode(int i) {
+  NodeInfo self;
+  self.address = "127.0.0.1";
+  self.hostname = fmt::format("sim-{}", i);
+  self.nproc = 8;
+  self.pid = 100000 + i;
+  return self;
+}
+
+// Forming and re-forming (no --spares): agent `i` of `nodes`.
+void formAndReform(Shared& shared, const RendezvousConfig& config, StoreBackend& backend, int i,
+                   int nodes) {
+  const NodeInfo self = simNode(i);
+  Membership membership(config, backend, self, [] { return Clock::now(); });
+  bool ok = true;
+  meet(shared);  // stage 0 -> open starts
+  try {
+    membership.open();
+  } catch (const std::exception& error) {
+    fail(shared, fmt::format("agent {} open: {}", i, error.what()));
+    ok = false;
+  }
+  meet(shared);  // stage 1: open ends, form starts
+  std::optional<Round> round;
+  if (ok && !shared.failed) {
+    try {
+      round = membership.join(-1);
+      if (round->hostsWorkerStore) membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
+    } catch (const std::exception& error) {
+      fail(shared, fmt::format("agent {} join: {}", i, error.what()));
+      membership.cancel();
+    }
+  }
+  meet(shared);  // stage 2: form ends
+  if (round && !shared.failed) {
+    try {
+      if (round->groupRank == nodes - 1) {
+        // The leaver's announcement starts the re-form phase, not a meeting.
+        lockShared(shared);
+        startPhase(shared);
+        unlockShared(shared);
+        membership.announce(
+            round->number,
+            StopReason::nodeLeft(membership.self().id, round->groupRank, self.hostname, SIGTERM));
+        membership.close(false);
+      } else {
+        membership.waitForStop(round->number);
+        const Round next = membership.join(round->number + 1);
+        if (next.hostsWorkerStore) membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
+      }
+    } catch (const std::exception& error) {
+      fail(shared, fmt::format("agent {} re-form: {}", i, error.what()));
+    }
+  }
+  meet(shared);  // stage 3: re-form ends
+  membership.close(false);
+}
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The real gate's built-in checks, as an agent runs them before a join (no hooks: they run in
+// the agent's loop); its time into `ms`. A verdict other than a pass fails the run: the
+// simulator expects every node healthy.
+double threadCpuMs() {
+  timespec now{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+void passGate(NodeHealthGate& gate, GateTime& time) {
+  const auto start = Clock::now();
+  const double cpuStart = threadCpuMs();
+  const std::optional<HealthVerdict> sick = gate.builtIn();
+  time.cpuMs = threadCpuMs() - cpuStart;
+  time.wallMs = msSince(start);
+  if (sick) {
+    throw std::runtime_error(fmt::format(
+        "the health gate failed ({}: {}); the simulator needs a healthy machine (the free space "
+        "it names)",
+        sick->check, sick->reason));
+  }
+}
+
+// A member of the replacement round knows it: the last of the N ends the replace phase.
+void placed(Shared& shared, const Round& round, bool spare) {
+  lockShared(shared);
+  if (spare) {
+    shared.sparesSeated.fetch_add(1);
+    shared.seatedGroupRank = round.groupRank;
+  }
+  if (shared.placed.fetch_add(1) + 1 == shared.nodes) {
+    shared.replace = endPhase(shared);
+    shared.replaced = true;
+  }
+  unlockShared(shared);
+}
+
+// Group ranks follow the node ids (the order the agents registered; all simulated agents share
+// one address): the lost agent takes the last group rank (--lost-slot last) by opening once every
+// other agent has its node id, watched through a connection of its own.
+void waitForTheOthers(const Shared& shared, StoreBackend& backend, const RendezvousConfig& config,
+                      const SimOptions& options) {
+  const auto patience = std::chrono::seconds(options.timeoutSeconds);
+  const std::unique_ptr<HoldingStore> store = backend.connect(patience, 1s);
+  const MembershipKeys keys(config.runId);
+  const int others = options.nodes + options.spares - 1;
+  const auto giveUp = Clock::now() + patience;
+  while (store->ticketCount(keys.nextNodeId()) < others && !shared.failed) {
+    if (Clock::now() > giveUp) {
+      throw std::runtime_error(fmt::format("the other {} agents did not open within {} s", others,
+                                           options.timeoutSeconds));
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// The spare scenario: agent `i` of `nodes` active ones (i < nodes) or a spare (i >= nodes);
+// agent `lostIndex` is the one lost.
+void spareAndReplace(Shared& shared, const RendezvousConfig& config,
+                     const RendezvousConfig& lostConfig, StoreBackend& backend, int i, int nodes,
+                     int lostIndex, GateTimes& gateTimes, const SimOptions& options) {
+  const NodeInfo self = simNode(i);
+  const bool spare = i >= nodes;
+  const bool lost = i == lostIndex;
+  HealthPolicy policy;
+  NodeHealthFacts facts;
+  facts.hostname = self.hostname;
+  facts.address = self.address;
+  facts.runId = config.runId;
+  facts.agentMarker = fmt::format("{}-{}", config.runId, i);
+  if (const char* tmp = std::getenv("TMPDIR")) facts.tmpDir = tmp;
+  if (const char* mask = std::getenv("CUDA_VISIBLE_DEVICES")) facts.cudaVisibleDevices = mask;
+  ddprun::test::NoLoop loop;  // never run: the gate's builtIn() runs on this thread
+  NodeHealthGate gate(policy, facts, loop);
+  Membership membership(lost ? lostConfig : config, backend, self, [] { return Clock::now(); });
+  bool ok = true;
+  meet(shared);  // stage 0 -> open starts
+  try {
+    if (lost && options.lostLast) waitForTheOthers(shared, backend, config, options);
+    // --lost-slot first: the lost agent registers first, so the first node id, group rank 0.
+    while (!lost && !options.lostLast && !shared.lostOpened && !shared.failed)
+      std::this_thread::sleep_for(1ms);
+    membership.open();
+  } catch (const std::exception& error) {
+    fail(shared, fmt::format("agent {} open: {}", i, error.what()));
+    ok = false;
+  }
+  if (lost) shared.lostOpened = true;
+  meet(shared);  // stage 1: open ends, form starts
+  std::optional<Round> round;
+  if (ok && !shared.failed) {
+    try {
+      passGate(gate, gateTimes.first);
+      if (!spare) {
+        round = membership.join(-1);
+        if (round->hostsWorkerStore)
+          membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
+      }
+    } catch (const std::exception& error) {
+      fail(shared, fmt::format("agent {} join: {}", i, error.what()));
+      membership.cancel();
+      ok = false;
+    }
+  }
+  meet(shared);  // stage 2: form ends, settle starts
+  // A spare's join blocks for as long as it waits for a place: on a thread of its own, while
+  // this one says when it waits (settle) and, after the loss, ends it if it got no place.
+  std::thread joiner;
+  std::atomic<bool> joinerDone{false};
+  if (spare && ok && !shared.failed) {
+    joiner = std::thread([&] {
+      try {
+        const Round seat = membership.join(-1);
+        if (seat.hostsWorkerStore) membership.publishWorkerStore(seat.number, "127.0.0.1", 29500);
+        placed(shared, seat, true);
+      } catch (const MembershipCancelled&) {
+        // a spare left without a place: the replacement round was full
+      } catch (const std::exception& error) {
+        fail(shared, fmt::format("spare {} join: {}", i, error.what()));
+      }
+      joinerDone = true;
+    });
+    const auto giveUp = Clock::now() + std::chrono::seconds(options.timeoutSeconds);
+    while (!membership.waitingForPlace() && !joinerDone && !shared.failed &&
+           Clock::now() < giveUp) {
+      std::this_thread::sleep_for(5ms);
+    }
+    if (!membership.waitingForPlace() && !shared.failed) {
+      fail(shared,
+           fmt::format("spare {} did not wait for a place within {} s{}", i, options.timeoutSeconds,
+                       joinerDone ? " (its join ended first)" : ""));
+    }
+  }
+  meet(shared);  // stage 3: settle ends; the loss starts the replace phase
+  if (lost) {
+    // The lost agent is alone in its process (main()), and is SIGKILLed: its connections close
+    // and nothing of it runs on, so its hold is never released nor its lease revoked. Always,
+    // even in a run that failed already: the last meeting does not count it.
+    lockShared(shared);
+    shared.lostGroupRank = round ? round->groupRank : -1;
+    startPhase(shared);
+    unlockShared(shared);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (round && !shared.failed) {
+    try {
+      const StopReason stop = membership.waitForStop(round->number);
+      lockShared(shared);
+      const std::int64_t detect =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - shared.start).count();
+      if (detect > shared.detectNanos.load()) shared.detectNanos = detect;
+      unlockShared(shared);
+      if (stop.kind != StopKind::kNodeLost) {
+        throw std::runtime_error(fmt::format("round {} stopped for {}, not the node lost",
+                                             round->number, stopKindName(stop.kind)));
+      }
+      passGate(gate, gateTimes.again);
+      const Round next = membership.join(round->number + 1);
+      if (next.hostsWorkerStore) membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
+      placed(shared, next, false);
+    } catch (const std::exception& error) {
+      fail(shared, fmt::format("agent {} replace: {}", i, error.what()));
+    }
+  }
+  if (joiner.joinable()) {
+    // The seated spare's joiner ends by itself; the others wait for a place in the new round
+    // until the replace phase is over.
+    const auto giveUp = Clock::now() + std::chrono::seconds(options.timeoutSeconds);
+    while (!joinerDone && !shared.replaced && !shared.failed && Clock::now() < giveUp) {
+      std::this_thread::sleep_for(5ms);
+    }
+    membership.cancel();
+    joiner.join();
+  }
+  meet(shared, /*afterLoss=*/true);  // stage 4: replace is over
+  membership.close(false);
+}
+
+// One simulator process: agents [begin, end) of the N (and the spares), each a thread with its
+// own Membership.
+int runAgents(Shared& shared, GateTimes* gateTimes, const SimOptions& options, int begin, int end) {
+  std::signal(SIGPIPE, SIG_IGN);
+  const RendezvousConfig config = simConfig(options, false);
+  const RendezvousConfig lostConfig = simConfig(options, true);
   std::unique_ptr<StoreBackend> real = makeStoreBackend(config, {storeAccess(config).endpoint});
   CountingBackend backend(*real, shared.counts);
+  // The lost agent: agent 0, alone in its process (main()); its place in the join order is the
+  // race's.
+  const int lostIndex = 0;
 
   std::vector<std::thread> agents;
   agents.reserve(static_cast<std::size_t>(end - begin));
   for (int i = begin; i < end; ++i) {
     agents.emplace_back([&, i] {
-      NodeInfo self;
-      self.address = "127.0.0.1";
-      self.hostname = fmt::format("sim-{}", i);
-      self.nproc = 8;
-      self.pid = 100000 + i;
-      Membership membership(config, backend, self, [] { return Clock::now(); });
-      bool ok = true;
-      meet(shared);  // stage 0 -> open starts
-      try {
-        membership.open();
-      } catch (const std::exception& error) {
-        fail(shared, fmt::format("agent {} open: {}", i, error.what()));
-        ok = false;
+      if (options.spares > 0) {
+        spareAndReplace(shared, config, lostConfig, backend, i, options.nodes, lostIndex,
+                        gateTimes[i], options);
+      } else {
+        formAndReform(shared, config, backend, i, options.nodes);
       }
-      meet(shared);  // stage 1: open ends, form starts
-      std::optional<Round> round;
-      if (ok && !shared.failed) {
-        try {
-          round = membership.join(-1);
-          if (round->hostsWorkerStore)
-            membership.publishWorkerStore(round->number, "127.0.0.1", 29500);
-        } catch (const std::exception& error) {
-          fail(shared, fmt::format("agent {} join: {}", i, error.what()));
-          membership.cancel();
-        }
-      }
-      meet(shared);  // stage 2: form ends
-      if (round && !shared.failed) {
-        try {
-          if (round->groupRank == nodes - 1) {
-            // The leaver's announcement starts the re-form phase, not a meeting.
-            lockShared(shared);
-            startPhase(shared);
-            unlockShared(shared);
-            membership.announce(round->number,
-                                StopReason::nodeLeft(membership.self().id, round->groupRank,
-                                                     self.hostname, SIGTERM));
-            membership.close(false);
-          } else {
-            membership.waitForStop(round->number);
-            const Round next = membership.join(round->number + 1);
-            if (next.hostsWorkerStore)
-              membership.publishWorkerStore(next.number, "127.0.0.1", 29500);
-          }
-        } catch (const std::exception& error) {
-          fail(shared, fmt::format("agent {} re-form: {}", i, error.what()));
-        }
-      }
-      meet(shared);  // stage 3: re-form ends
-      membership.close(false);
     });
   }
   for (auto& agent : agents) agent.join();
   return 0;
+}
+
+// The spare scenario's settings and each agent's own gate times, over the agents that ran the
+// gate: the median and the slowest, before the first join and before the rejoin.
+nlohmann::json spareFigures(const SimOptions& options, const GateTimes* gateTimes, int agents) {
+  const double interval = options.keepAliveMs > 0 ? options.keepAliveMs / 1000.0 : 1.0;
+  nlohmann::json figures = {{"keep_alive_interval_s", interval},
+                            {"lost_hold_ttl_s", interval * options.lostAttempts},
+                            {"lost_slot", options.lostLast ? "last" : "first"}};
+  // "gate_first_cpu_ms_median", ...: per agent, the median and the slowest.
+  const auto add = [&](const char* name, auto pick) {
+    std::vector<double> ms;
+    for (int i = 0; i < agents; ++i) {
+      if (const double value = pick(gateTimes[i]); value >= 0) ms.push_back(value);
+    }
+    std::sort(ms.begin(), ms.end());
+    figures[fmt::format("gate_{}_ms_median", name)] = ms.empty() ? 0 : ms[ms.size() / 2];
+    figures[fmt::format("gate_{}_ms_max", name)] = ms.empty() ? 0 : ms.back();
+    return ms.size();
+  };
+  figures["gate_agents"] = add("first_cpu", [](const GateTimes& t) { return t.first.cpuMs; });
+  add("first_wall", [](const GateTimes& t) { return t.first.wallMs; });
+  add("rejoin_cpu", [](const GateTimes& t) { return t.again.cpuMs; });
+  add("rejoin_wall", [](const GateTimes& t) { return t.again.wallMs; });
+  return figures;
 }
 
 // The partial figures of a run that gave up: what finished, and where the unfinished phase spent
@@ -450,16 +777,25 @@ nlohmann::json gaveUp(Shared& shared, const SimOptions& options, const std::stri
   nlohmann::json line = result(shared, options.backendName, options.nodes);
   line["ok"] = false;
   const int reached = shared.stage.load();
-  if (reached == 2 || reached == 3) {
+  // The phase under way at each stage: the re-form after a form, or a spare's settle and the
+  // replace.
+  const char* unfinished = reached == 2                         ? "form"
+                           : reached == 3 && shared.spares == 0 ? "reform"
+                           : reached == 3                       ? "settle"
+                           : reached == 4 && shared.spares > 0  ? "replace"
+                                                                : nullptr;
+  if (unfinished != nullptr && !(reached == 4 && shared.replaced)) {
     const Phase partial = endPhase(shared);
-    line["unfinished_phase"] = reached == 2 ? "form" : "reform";
+    line["unfinished_phase"] = unfinished;
     line["unfinished_s"] = partial.seconds;
     line["unfinished_requests_per_node"] = static_cast<double>(partial.requests) / options.nodes;
     line["unfinished_keys_per_node"] = static_cast<double>(partial.keys) / options.nodes;
     line["unfinished_store_cpu_s"] = partial.storeCpu;
     line["unfinished_sim_cpu_s"] = partial.simCpu;
   }
-  std::string first = fmt::format("{} in stage {} (3: re-form)", why, reached);
+  std::string first =
+      fmt::format("{} in stage {} ({})", why, reached,
+                  shared.spares > 0 ? "2: form, 3: settle, 4: replace" : "2: form, 3: re-form");
   // What had failed by then is often why the rest waited.
   if (shared.failures > 0) {
     line["failed_agents"] = shared.failures;
@@ -496,7 +832,14 @@ int main(int argc, char** argv) {
       options.timeoutSeconds = std::atoi(value.c_str());
     else if (flag == "--keep-alive-ms")
       options.keepAliveMs = std::atoi(value.c_str());
-    else
+    else if (flag == "--spares")
+      options.spares = std::atoi(value.c_str());
+    else if (flag == "--lost-attempts")
+      options.lostAttempts = std::atoi(value.c_str());
+    else if (flag == "--lost-slot") {
+      if (value != "first" && value != "last") return usage("--lost-slot is first or last");
+      options.lostLast = value == "last";
+    } else
       return usage(fmt::format("unknown option {}", flag));
   }
   if (options.nodes < 2 || options.endpoint.rfind(':') == std::string::npos) {
@@ -505,8 +848,16 @@ int main(int argc, char** argv) {
   if (options.backendName != "c10d" && options.backendName != "etcd")
     return usage("--backend is c10d or etcd");
   if (options.keepAliveMs < 0) return usage("--keep-alive-ms is 0 (the default interval) or more");
-  if (options.procs < 1 || options.procs > kMaxProcs || options.procs > options.nodes) {
-    return usage(fmt::format("--procs is 1 to {} and at most --nodes", kMaxProcs));
+  if (options.spares < 0) return usage("--spares is 0 (forming and re-forming) or more");
+  if (options.lostAttempts < 1) return usage("--lost-attempts is 1 or more");
+  // Every simulated agent: the active ones and the spares.
+  const int agents = options.nodes + options.spares;
+  // The spare scenario's lost agent runs alone in one more process.
+  const int lostProcs = options.spares > 0 ? 1 : 0;
+  if (options.procs < 1 || options.procs + lostProcs > kMaxProcs ||
+      options.procs > agents - lostProcs) {
+    return usage(fmt::format("--procs is 1 to {} and at most the agents (--nodes plus --spares{})",
+                             kMaxProcs - lostProcs, lostProcs ? ", less the lost one" : ""));
   }
   spdlog::set_level(
       spdlog::level::err);  // the waiting lines of thousands of agents are not the point
@@ -518,37 +869,65 @@ int main(int argc, char** argv) {
   Shared& shared = *new (memory) Shared();
   shared.procs = options.procs;
   shared.storePid = storePid;
+  shared.nodes = options.nodes;
+  shared.spares = options.spares;
+  void* gateMemory = ::mmap(nullptr, sizeof(GateTimes) * static_cast<std::size_t>(agents),
+                            PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (gateMemory == MAP_FAILED)
+    return usage("cannot map shared memory for the simulator's processes");
+  GateTimes* gateTimes = new (gateMemory) GateTimes[static_cast<std::size_t>(agents)];
   pthread_barrierattr_t barrierShared;
   pthread_barrierattr_init(&barrierShared);
   pthread_barrierattr_setpshared(&barrierShared, PTHREAD_PROCESS_SHARED);
-  pthread_barrier_init(&shared.arrive, &barrierShared, static_cast<unsigned>(options.nodes));
-  pthread_barrier_init(&shared.leave, &barrierShared, static_cast<unsigned>(options.nodes));
+  pthread_barrier_init(&shared.arrive, &barrierShared, static_cast<unsigned>(agents));
+  pthread_barrier_init(&shared.leave, &barrierShared, static_cast<unsigned>(agents));
+  pthread_barrier_init(&shared.arriveAfterLoss, &barrierShared,
+                       static_cast<unsigned>(agents - lostProcs));
+  pthread_barrier_init(&shared.leaveAfterLoss, &barrierShared,
+                       static_cast<unsigned>(agents - lostProcs));
   pthread_mutexattr_t mutexShared;
   pthread_mutexattr_init(&mutexShared);
   pthread_mutexattr_setpshared(&mutexShared, PTHREAD_PROCESS_SHARED);
   pthread_mutexattr_setrobust(&mutexShared, PTHREAD_MUTEX_ROBUST);
   pthread_mutex_init(&shared.mutex, &mutexShared);
 
-  std::vector<pid_t> children;
+  // Agents [begin, end) per process: the lost agent (agent 0) alone first in the spare scenario,
+  // then the others split over --procs. Only the --procs processes count in the simulator's CPU
+  // (pids): the lost one's ends with it.
+  struct Range {
+    int begin;
+    int end;
+  };
+  std::vector<Range> ranges;
+  if (lostProcs > 0) ranges.push_back({0, 1});
+  const int spread = agents - lostProcs;
   for (int k = 0; k < options.procs; ++k) {
-    const int begin = static_cast<int>(static_cast<long>(options.nodes) * k / options.procs);
-    const int end = static_cast<int>(static_cast<long>(options.nodes) * (k + 1) / options.procs);
+    ranges.push_back(
+        {lostProcs + static_cast<int>(static_cast<long>(spread) * k / options.procs),
+         lostProcs + static_cast<int>(static_cast<long>(spread) * (k + 1) / options.procs)});
+  }
+  std::vector<pid_t> children;
+  pid_t lostPid = 0;
+  for (int r = 0; r < static_cast<int>(ranges.size()); ++r) {
+    const int k = r - lostProcs;  // the process's slot in pids; -1: the lost agent's
+    const auto [begin, end] = ranges[static_cast<std::size_t>(r)];
     const pid_t child = ::fork();
     if (child < 0) {
       for (const pid_t started : children) ::kill(started, SIGKILL);
       return usage("cannot fork the simulator's processes");
     }
     if (child == 0) {
-      shared.pids[k] = ::getpid();
+      if (k >= 0) shared.pids[k] = ::getpid();
       int code = 1;
       try {
-        code = runAgents(shared, options, begin, end);
+        code = runAgents(shared, gateTimes, options, begin, end);
       } catch (const std::exception& error) {
         fail(shared, fmt::format("simulator process {}: {}", k, error.what()));
       }
       std::fflush(nullptr);
       std::_Exit(code);
     }
+    if (k < 0) lostPid = child;
     children.push_back(child);
   }
 
@@ -562,6 +941,7 @@ int main(int argc, char** argv) {
     const pid_t ended = ::waitpid(-1, &status, WNOHANG);
     if (ended > 0) {
       --running;
+      if (ended == lostPid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) continue;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         gaveUpWhy =
             WIFSIGNALED(status)
@@ -588,8 +968,17 @@ int main(int argc, char** argv) {
   }
   lockShared(shared);
   nlohmann::json line = result(shared, options.backendName, options.nodes);
+  if (shared.spares > 0) {
+    line.update(spareFigures(options, gateTimes, agents));
+    // One loss, one place: exactly one spare in the new round.
+    if (shared.failures == 0 && shared.sparesSeated.load() != 1) {
+      fail(shared, fmt::format("{} spares took a place in the new round, not 1",
+                               shared.sparesSeated.load()));
+    }
+  }
   if (shared.failures > 0) line["first_failure"] = std::string(shared.firstFailure);
   const bool ok = shared.failures == 0;
+  line["ok"] = ok;
   unlockShared(shared);
   std::cout << line.dump() << std::endl;
   return ok ? 0 : 1;
