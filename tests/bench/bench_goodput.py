@@ -422,43 +422,67 @@ def main():
                 if run == 0:
                     series[name] = (trace.steps_over_time(), trace.marks)
 
-    print("\nPer incident (seconds from the fault; median over the runs; '-' none):\n")
+    print("\nPer incident (seconds from the fault; median over the runs that came through it; "
+          "'-' none):\n")
     print("| incident | launcher | detect | workers back | first step | steps lost | "
           "launcher share | framework share |")
     print("|---|---|---|---|---|---|---|---|")
     for kind in TRACE:
         for name, runs in results.items():
             rows = [r for run in runs for r in run["incidents"] if r["incident"] == kind]
+            done = [r for r in rows if not r.get("failed")]
+            lost = len(rows) - len(done)
+            label = name + (f" (job lost in {lost} of {len(runs)})" if lost else "")
             if not rows:
                 print(f"| {kind} | {name} | not reached | | | | | |")
                 continue
-            if any(r.get("failed") for r in rows):
-                print(f"| {kind} | {name} | **job lost** | | | | | |")
+            if not done:
+                print(f"| {kind} | {label} | **job lost** | | | | | |")
                 continue
 
             def med(key):
-                values = [r[key] for r in rows if r.get(key) is not None]
+                values = [r[key] for r in done if r.get(key) is not None]
                 return statistics.median(values) if values else None
-            back = cell(med("back")) if any(r["restart"] for r in rows) else \
+            back = cell(med("back")) if any(r["restart"] for r in done) else \
                 f"no restart (stall {cell(med('stall'))})"
-            print(f"| {kind} | {name} | {cell(med('detect'))} | {back} | {cell(med('first'))} | "
+            print(f"| {kind} | {label} | {cell(med('detect'))} | {back} | {cell(med('first'))} | "
                   f"{cell(med('lost'), 0)} | {cell(med('launcher'))} | {cell(med('framework'))} |")
-    print("\nThe whole trace:\n")
-    print("| launcher | survived | wall s | final step | step ms | training share | "
-          "lost to failures s |")
-    print("|---|---|---|---|---|---|---|")
+
+    # Time lost to the incidents every launcher can come through (not the lemon, which only a
+    # spare survives): from each fault to training again, plus the steps trained again.
+    common = [kind for kind in TRACE if kind != "lemon"]
+    lost_s = {}
+    for name, runs in results.items():
+        per_run = []
+        for run in runs:
+            rows = {r["incident"]: r for r in run["incidents"]}
+            if all(kind in rows and not rows[kind].get("failed") for kind in common):
+                per_run.append(sum(rows[k]["first"] + rows[k]["lost"] * run["step"]
+                                   for k in common))
+        lost_s[name] = statistics.median(per_run) if per_run else None
+    print(f"\nThe whole trace (time lost: over {', '.join(common)}: each fault to the first step "
+          "after it, plus the steps trained again):\n")
+    print("| launcher | came through the trace | came through all but the lemon | "
+          "time lost s | vs torchrun 2.6 | vs torchrun 1.13 | wall s | training share |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         survived = sum(r["survived"] for r in runs)
+        through = sum(1 for run in runs if all(
+            any(r["incident"] == k and not r.get("failed") for r in run["incidents"])
+            for k in common))
+        mine = lost_s[name]
+
+        def ratio(anchor):
+            other = lost_s.get(anchor)
+            return f"{mine / other:.2f}x" if mine is not None and other else "-"
         done = [r for r in runs if r["survived"]]
-        if not done:
-            print(f"| {name} | 0 of {len(runs)} | | | | | |")
-            continue
-        wall = statistics.median(r["wall"] for r in done)
-        final = statistics.median(r["final"] for r in done)
-        step = statistics.median(r["step"] for r in done)
-        share = final * step / wall
-        print(f"| {name} | {survived} of {len(runs)} | {wall:.1f} | {final:.0f} | "
-              f"{step * 1000:.0f} | {share * 100:.1f} % | {wall - final * step:.1f} |")
+        wall = share = ""
+        if done:
+            wall = f"{statistics.median(r['wall'] for r in done):.1f}"
+            share = f"{statistics.median(r['final'] * r['step'] / r['wall'] for r in done) * 100:.1f} %"
+        print(f"| {name} | {survived} of {len(runs)} | {through} of {len(runs)} | "
+              f"{cell(mine, 1)} | {ratio('torchrun 2.6')} | {ratio('torchrun 1.13')} | {wall} | "
+              f"{share} |")
     if args.plot and series:
         plot(args.plot, series)
         print(f"\nplot: {args.plot}")
