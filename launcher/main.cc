@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cli/cli.h"
+#include "cli/legacy_launch.h"
 #include "core/exit_codes.h"
 #include "ddprun/common/process_environment.h"
 #include "ddprun/common/text.h"
@@ -40,21 +42,17 @@ int usageFailure(const ddprun::launcher::UsageError& error) {
   return exitCode(Ending::badInput(error.what()));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The training job: torchrun's command line (argv[0] included) parsed, then the agent, or the
+// ssh driver, to the end of the job. `ddprun launch` comes here with the command line it made.
+int runJob(const std::vector<std::string>& words,
+           const std::map<std::string, std::string>& environment) {
   using namespace ddprun::launcher;
-  const std::map<std::string, std::string> environment = ddprun::common::processEnvironment();
+  std::vector<const char*> argv;
+  for (const std::string& word : words) argv.push_back(word.c_str());
+  argv.push_back(nullptr);
   CommandLine commandLine;
   try {
-    addDdprunSubcommand(statusSubcommand());  // status/ stands above cli/: main.cc joins them
-    if (const Subcommand* subcommand = ddprunSubcommands().select(argc, argv)) {
-      if (const std::string note = shadowedFileNote(*subcommand); !note.empty()) {
-        std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
-      }
-      return subcommand->run(subcommandArguments(argc, argv), environment);
-    }
-    commandLine = parseCommandLine(argc, argv, environment);
+    commandLine = parseCommandLine(static_cast<int>(words.size()), argv.data(), environment);
   } catch (const UsageError& error) {
     return usageFailure(error);
   } catch (const std::exception& error) {
@@ -93,4 +91,27 @@ int main(int argc, char** argv) {
   const int code = runAgent(commandLine.config, environment, guardian.get());
   guardian.reset();
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ddprun::launcher;
+  const std::map<std::string, std::string> environment = ddprun::common::processEnvironment();
+  try {
+    // status/ and the job's own path stand above cli/: main.cc joins them.
+    addDdprunSubcommand(statusSubcommand());
+    addDdprunSubcommand(launchSubcommand(runJob));
+    if (const Subcommand* subcommand = ddprunSubcommands().select(argc, argv)) {
+      if (const std::string note = shadowedFileNote(*subcommand); !note.empty()) {
+        std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
+      }
+      return subcommand->run(subcommandArguments(argc, argv), environment);
+    }
+  } catch (const UsageError& error) {
+    return usageFailure(error);
+  }
+  std::vector<std::string> words;
+  for (int i = 0; i < argc; ++i) words.emplace_back(argv[i] == nullptr ? "" : argv[i]);
+  return runJob(words, environment);
 }

@@ -54,6 +54,7 @@ expect "--post-round-hook --post_round_hook" ddprun --post
 expect "--spares" ddprun --nnodes 2:2 --spa
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
+expect "launch" ddprun lau
 expect "--help -h" ddprun detach -
 expect "" ddprun detach ./upload.sh
 # Past the training script (or --), nothing of ddprun's: files for the script's arguments.

@@ -15,9 +15,6 @@
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher::cli_detail {
-namespace {
-
-using common::printable;
 
 std::string resolvePython(const Environment& environment) {
   const std::string* pythonExec = lookup(environment, "PYTHON_EXEC");
@@ -47,6 +44,10 @@ std::string resolvePython(const Environment& environment) {
       "no python3 on PATH and PYTHON_EXEC is not set; install Python 3, set "
       "PYTHON_EXEC=/path/to/python, or run an executable with --no-python");
 }
+
+namespace {
+
+using common::printable;
 
 std::string missingScriptMessage(const std::string& script) {
   std::error_code error;
