@@ -79,6 +79,8 @@ int runJob(const std::vector<std::string>& words,
   spdlog::set_default_logger(logger);
   for (const std::string& note : commandLine.notes)
     std::fprintf(stderr, "ddprun: note: %s\n", note.c_str());
+  if (!commandLine.interpreterNote.empty())
+    std::fprintf(stderr, "ddprun: note: %s\n", commandLine.interpreterNote.c_str());
   for (const std::string& warning : commandLine.warnings) spdlog::warn("{}", warning);
   // --hosts / --hostfile: this ddprun drives one agent per host over ssh (docs/ssh.md).
   if (commandLine.sshLaunch) return hosts::runSshDriver(*commandLine.sshLaunch);

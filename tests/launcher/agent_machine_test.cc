@@ -704,7 +704,7 @@ TEST_CASE("exit codes are decided in one place", "[agent][unit]") {
   CHECK(exitCode(Ending::badInput("")) == 2);
 }
 
-TEST_CASE("every worker missing the same module: the summary names the interpreter and PYTHON_EXEC",
+TEST_CASE("a worker missing a module: the summary names the interpreter and PYTHON_EXEC, once",
           "[agent][unit]") {
   Job job;
   LaunchConfig config = jobConfig(1, 1, 2);
@@ -712,32 +712,35 @@ TEST_CASE("every worker missing the same module: the summary names the interpret
   config.entry.python = "/usr/local/bin/python3";
   config.entry.script = "/bin/true";
   Node& node = job.add(config, "10.0.0.1");
+  // Only the root cause printed its traceback: the other worker was stopped before it could.
   const std::vector<std::string> traceback{
       "Traceback (most recent call last):", "  File \"train.py\", line 1, in <module>",
       "ModuleNotFoundError: No module named 'torch'"};
-  node.output.stderrLines = {{0, traceback}, {1, traceback}};
+  node.output.stderrLines = {{0, traceback}, {1, {}}};
   node.machine.start();
   REQUIRE(job.until([&] { return node.runningRound(0); }));
-  node.allExit(1);
   ddprun::test::CaptureStderr captured;
+  node.launcher.exitWith(node.workers()[0].pid, 1);  // rank 0 first; rank 1 is then stopped
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
-  CHECK_THAT(captured.text(),
-             Catch::Contains("ddprun: hint: every worker failed with \"ModuleNotFoundError: "
-                             "No module named 'torch'\" under /usr/local/bin/python3 "
-                             "(the first python3 on PATH)"));
-  CHECK_THAT(captured.text(), Catch::Contains("PYTHON_EXEC=/path/to/python"));
+  const std::string text = captured.text();
+  CHECK_THAT(text, Catch::Contains("ddprun: hint: rank 0 failed with \"ModuleNotFoundError: "
+                                   "No module named 'torch'\" under /usr/local/bin/python3 "
+                                   "(the first python3 on PATH)"));
+  CHECK_THAT(text, Catch::Contains("PYTHON_EXEC=/path/to/python"));
+  CHECK(text.find("ddprun: hint:") == text.rfind("ddprun: hint:"));
 }
 
-TEST_CASE("missingModuleHint: only when every worker ends with the same missing module",
+TEST_CASE("missingModuleLine: from the root cause's stderr tail or error file message",
           "[agent][unit]") {
-  const std::vector<std::string> torch{"x", "ModuleNotFoundError: No module named 'torch'"};
-  const std::vector<std::string> numpy{"ModuleNotFoundError: No module named 'numpy'"};
-  CHECK(missingModuleHint({torch, torch}, "/usr/bin/python3", true)
-            .value_or("")
-            .find("set by PYTHON_EXEC") != std::string::npos);
-  CHECK_FALSE(missingModuleHint({torch, numpy}, "p", false));
-  CHECK_FALSE(missingModuleHint({torch, {"ValueError: boom"}}, "p", false));
-  CHECK_FALSE(missingModuleHint({}, "p", false));
+  WorkerFailure failure;
+  failure.stderrTail = {"x", "ModuleNotFoundError: No module named 'torch'", "more"};
+  CHECK(missingModuleLine(failure) == "ModuleNotFoundError: No module named 'torch'");
+  failure.stderrTail = {"ValueError: boom"};
+  CHECK_FALSE(missingModuleLine(failure));
+  failure.message = "ModuleNotFoundError: No module named 'numpy'\nmore";
+  CHECK(missingModuleLine(failure) == "ModuleNotFoundError: No module named 'numpy'");
+  CHECK(interpreterHint("rank 1 failed with x", {"/usr/bin/python3", true})
+            .find("under /usr/bin/python3 (set by PYTHON_EXEC)") != std::string::npos);
 }
 
 // --- hangs and unexplained deaths (docs/errors.md, "Hangs") ---

@@ -1404,6 +1404,13 @@ TEST_CASE("entry kind: what runs, and how", "[cli]") {
     // A relative PATH entry still gives an absolute interpreter path.
     const WorkingDirectory cwd(box.root);
     CHECK(config({script()}, {{"PATH", "bin"}}).entry.python == box.python());
+    // Taken from PATH, it is said at start (#41); given, or for a program, it is not.
+    CHECK_THAT(parse({script()}, box.environment()).interpreterNote,
+               Catch::Contains("the workers run under " + box.python() +
+                               ", the first python3 on PATH; PYTHON_EXEC=/path/to/python"));
+    CHECK(parse({script()}, with(box.environment(), "PYTHON_EXEC", box.path("tool")))
+              .interpreterNote.empty());
+    CHECK(parse({"--no-python", box.path("tool")}, box.environment()).interpreterNote.empty());
   }
 }
 

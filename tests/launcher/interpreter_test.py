@@ -11,6 +11,11 @@
   not-python   a shell script given without --no-python: ddprun stops with one line naming
                --no-python and exit 2 before any worker; torchrun 1.13 hands it to Python and
                fails in every rank (its exit code is printed beside ddprun's)
+  missing-module  a tutorial-style DDP script with the torch-less python3 first on PATH and no
+               PYTHON_EXEC, 1, 2, 4 and 8 workers, 10 runs each: every run says at start which
+               interpreter it chose and where from, and ends with exactly one hint naming that
+               interpreter's full path, "the first python3 on PATH" and PYTHON_EXEC; with
+               PYTHON_EXEC set the same script runs, with neither line
 
 Every run is bounded (a timeout) and prints what it saw when it fails.
 """
@@ -92,6 +97,53 @@ def not_python(ddprun, work, env):
           "with --no-python both ranks run the shell script", done)
 
 
+TUTORIAL = """import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(4, 1))
+    print(f"rank {os.environ['RANK']} trained {sum(p.numel() for p in model.parameters())}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def missing_module(ddprun, work, env):
+    path = os.path.join(work, "multigpu_torchrun.py")
+    with open(path, "w") as f:
+        f.write(TUTORIAL)
+    fake = os.path.join(work, "fakebin", "python3")
+    bare = dict(env)
+    bare.pop("PYTHON_EXEC")
+    for workers in (1, 2, 4, 8):
+        for attempt in range(10):
+            done = run([ddprun, "--standalone", "--nproc_per_node", str(workers), path], bare, work,
+                       timeout=60)
+            check(done.returncode != 0, f"{workers} worker(s): the job should fail", done)
+            hints = [line for line in done.stderr.splitlines() if line.startswith("ddprun: hint:")]
+            check(len(hints) == 1, f"{workers} worker(s), run {attempt + 1}: one hint", done)
+            for part in (f"under {fake} (the first python3 on PATH)", "torch",
+                         "PYTHON_EXEC=/path/to/python"):
+                check(part in hints[0], f"{workers} worker(s): the hint should say {part!r}", done)
+            check(f"ddprun: note: the workers run under {fake}, the first python3 on PATH"
+                  in done.stderr, f"{workers} worker(s): the interpreter said at start", done)
+        print(f"{workers} worker(s), 10 runs: the hint every time: {hints[0]}")
+    done = run([ddprun, "--standalone", "--nproc_per_node", "2", path], env, work, timeout=120)
+    check(done.returncode == 0 and done.stdout.count("trained 5") == 2,
+          "with PYTHON_EXEC the same script runs", done)
+    check("ddprun: hint:" not in done.stderr and "first python3 on PATH" not in done.stderr,
+          "with PYTHON_EXEC: no hint and no note", done)
+    print("with PYTHON_EXEC: both ranks ran")
+
+
 def scenario(body):
     """`body(ddprun, work, env)` as a scenario; skipped where the workers' interpreter has no torch."""
     def run_it(args, work):
@@ -104,5 +156,6 @@ def scenario(body):
 
 
 if __name__ == "__main__":
-    scenario_main(__doc__, {"shebang": scenario(shebang), "not-python": scenario(not_python)},
+    scenario_main(__doc__, {"shebang": scenario(shebang), "not-python": scenario(not_python),
+                            "missing-module": scenario(missing_module)},
                   prefix="ddprun-interpreter-")

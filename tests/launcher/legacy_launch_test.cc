@@ -2,13 +2,14 @@
 // into ddprun's, the local-rank argument where that launcher puts it and in its torch's spelling.
 // Pure logic with a fixed torch version; tests/launcher/legacy_launch_test.py runs real jobs
 // side by side with torch.distributed.launch.
+#include "cli/legacy_launch.h"
+
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/cli.h"
-#include "cli/legacy_launch.h"
 #include "cli/torch_version.h"
 
 using namespace ddprun::launcher;
@@ -43,8 +44,8 @@ TEST_CASE("launch: the local rank goes right after the script, in its torch's sp
   // No torch under the interpreter: torch 2.x's spelling, and the note says how to choose.
   const LegacyLaunch none = translate(args, std::nullopt);
   CHECK(none.argv.at(4) == "--local-rank=${local_rank}");
-  CHECK_THAT(none.note, Catch::Contains("no torch found") &&
-                            Catch::Contains("--local-rank-arg local_rank"));
+  CHECK_THAT(none.note,
+             Catch::Contains("no torch found") && Catch::Contains("--local-rank-arg local_rank"));
   // A module: after its name, as torch.distributed.launch puts it.
   CHECK(translate({"-m", "pkg.train", "x"}, "1.13.1").argv ==
         Args{"ddprun", "-m", "pkg.train", "--local_rank=${local_rank}", "x"});
@@ -53,8 +54,9 @@ TEST_CASE("launch: the local rank goes right after the script, in its torch's sp
         Args{"ddprun", "--nnodes", "1", "--", "train.py", "--local-rank=${local_rank}"});
 }
 
-TEST_CASE("launch: --use-env passes nothing and reads no torch, and after the script it is the script's",
-          "[legacy_launch]") {
+TEST_CASE(
+    "launch: --use-env passes nothing and reads no torch, and after the script it is the script's",
+    "[legacy_launch]") {
   for (const std::string spelling : {"--use_env", "--use-env"}) {
     int probes = 0;
     const LegacyLaunch launch =
@@ -66,12 +68,13 @@ TEST_CASE("launch: --use-env passes nothing and reads no torch, and after the sc
   // --no-python needs --use-env, as torch.distributed.launch says.
   CHECK(translate({"--use_env", "--no_python", "/bin/echo"}, std::nullopt).argv ==
         Args{"ddprun", "--no_python", "/bin/echo"});
-  CHECK_THROWS_WITH(translate({"--no_python", "/bin/echo"}, std::nullopt),
-                    Catch::Contains("--no-python without --use-env") &&
-                        Catch::Contains("add --use-env"));
+  CHECK_THROWS_WITH(
+      translate({"--no_python", "/bin/echo"}, std::nullopt),
+      Catch::Contains("--no-python without --use-env") && Catch::Contains("add --use-env"));
 }
 
-TEST_CASE("launch: --local-rank-arg forces the spelling, and a bad one is one line", "[legacy_launch]") {
+TEST_CASE("launch: --local-rank-arg forces the spelling, and a bad one is one line",
+          "[legacy_launch]") {
   int probes = 0;
   CHECK(translate({"--local-rank-arg", "local_rank", "train.py"}, "2.6.0", &probes).argv ==
         Args{"ddprun", "train.py", "--local_rank=${local_rank}"});

@@ -45,6 +45,9 @@ struct CommandLine {
   // What ddprun does differently from torchrun with the same input, said once, not a problem:
   // one line each, no "note:" prefix; printed by the caller (whatever LOGLEVEL says).
   std::vector<std::string> notes;
+  // The interpreter the workers run under, when ddprun took it from PATH (no PYTHON_EXEC): a note
+  // of its own, printed after `notes`, since it is said for every such job ("" otherwise).
+  std::string interpreterNote;
   // --hosts / --hostfile: a launch over ssh (docs/ssh.md), run by hosts::runSshDriver instead of
   // an agent; config then holds the job's options as checked for one node.
   std::optional<hosts::SshLaunch> sshLaunch;

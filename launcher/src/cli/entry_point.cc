@@ -221,7 +221,18 @@ void resolveEntry(const Arguments& arguments, int argc, const char* const* argv,
   } else {
     detectEntry(config, environment);
   }
-  if (config.entry.kind != EntryKind::kExecutable) config.entry.python = resolvePython(environment);
+  if (config.entry.kind == EntryKind::kExecutable) return;
+  config.entry.python = resolvePython(environment);
+  // torchrun's workers run under the interpreter that runs torchrun; ddprun's under one it chose.
+  // Said when it chose by PATH: a python3 first on PATH without the job's packages is the usual
+  // reason a job that works under torchrun fails under ddprun.
+  const std::string* pythonExec = lookup(environment, "PYTHON_EXEC");
+  if (pythonExec == nullptr || pythonExec->empty()) {
+    result.interpreterNote = fmt::format(
+        "the workers run under {}, the first python3 on PATH; PYTHON_EXEC=/path/to/python "
+        "chooses another (torchrun's run under the python that runs torchrun)",
+        printable(config.entry.python));
+  }
 }
 
 }  // namespace ddprun::launcher::cli_detail

@@ -28,10 +28,12 @@ std::string launchHelp() {
       "line (torchrun's options, all of which ddprun takes, plus --use-env or --use_env) and,\n"
       "unless --use-env is given, each worker's local rank passed as torch.distributed.launch\n"
       "passes it: right after the training script, before the script's own arguments, as\n"
-      "--local_rank=N under torch 1.x and --local-rank=N under torch 2.x. The spelling follows the\n"
+      "--local_rank=N under torch 1.x and --local-rank=N under torch 2.x. The spelling follows "
+      "the\n"
       "torch of the workers' interpreter ($PYTHON_EXEC, else python3 on PATH), read once per job;\n"
       "--local-rank-arg local_rank or local-rank forces it. With --use-env nothing is passed and\n"
-      "the script reads LOCAL_RANK from its environment, as under plain ddprun. Everything else is\n"
+      "the script reads LOCAL_RANK from its environment, as under plain ddprun. Everything else "
+      "is\n"
       "ddprun's (ddprun --help). docs/env_contract.md, \"Scripts written for\n"
       "torch.distributed.launch\", has the two-line change that moves a script to LOCAL_RANK.\n",
       kUsage);
@@ -42,9 +44,10 @@ bool isUseEnv(const std::string& word) { return word == "--use-env" || word == "
 // --local-rank-arg's value: the argument's spelling, as a worker's argv gets it.
 std::string rankArgument(const std::string& value, const std::string& origin) {
   if (value == "local_rank" || value == "local-rank") return "--" + value;
-  throw UsageError(fmt::format("{} {}: the spelling is local_rank (torch 1.x) or local-rank "
-                               "(torch 2.x); e.g. --local-rank-arg local_rank",
-                               origin, quote(value)));
+  throw UsageError(
+      fmt::format("{} {}: the spelling is local_rank (torch 1.x) or local-rank "
+                  "(torch 2.x); e.g. --local-rank-arg local_rank",
+                  origin, quote(value)));
 }
 
 }  // namespace
@@ -132,15 +135,17 @@ LegacyLaunch legacyLaunchCommandLine(const std::vector<std::string>& args,
       const std::optional<std::string> version = probe(python);
       const std::optional<int> major = version ? cli_detail::torchMajor(*version) : std::nullopt;
       argument = major && *major < 2 ? "--local_rank" : "--local-rank";
-      result.note =
-          version ? fmt::format("launch: each worker gets {}=LOCAL_RANK before the script's own "
-                                "arguments, as torch.distributed.launch of torch {} ({}) passes it",
-                                argument, *version, common::printable(python))
-                  : fmt::format("launch: no torch found under {}; each worker gets {}=LOCAL_RANK "
-                                "before the script's own arguments, as torch 2.x's "
-                                "torch.distributed.launch passes it (--local-rank-arg local_rank "
-                                "for torch 1.x's spelling)",
-                                common::printable(python), argument);
+      result.note = version
+                        ? fmt::format(
+                              "launch: each worker gets {}=LOCAL_RANK before the script's own "
+                              "arguments, as torch.distributed.launch of torch {} ({}) passes it",
+                              argument, *version, common::printable(python))
+                        : fmt::format(
+                              "launch: no torch found under {}; each worker gets {}=LOCAL_RANK "
+                              "before the script's own arguments, as torch 2.x's "
+                              "torch.distributed.launch passes it (--local-rank-arg local_rank "
+                              "for torch 1.x's spelling)",
+                              common::printable(python), argument);
     }
   }
   result.argv = {"ddprun"};
@@ -167,7 +172,8 @@ Subcommand launchSubcommand(RunJob runJob) {
               std::fputs(launch.helpText.c_str(), stdout);
               return 0;
             }
-            if (!launch.note.empty()) std::fprintf(stderr, "ddprun: note: %s\n", launch.note.c_str());
+            if (!launch.note.empty())
+              std::fprintf(stderr, "ddprun: note: %s\n", launch.note.c_str());
             return runJob(launch.argv, environment);
           }};
 }

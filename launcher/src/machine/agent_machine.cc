@@ -753,6 +753,28 @@ void AgentMachine::emitLeftOut(const StopReason& stop, const RestartDecision& de
   diagnostics_.event(eventLine(event));
 }
 
+void AgentMachine::printMissingModuleHint(const WorkerFailure& cause) {
+  const auto pythonExec = identity_.environment.find("PYTHON_EXEC");
+  const Interpreter interpreter{
+      .path = config_.entry.python,
+      .fromPythonExec = pythonExec != identity_.environment.end() && !pythonExec->second.empty()};
+  std::optional<std::string> evidence;
+  if (const auto line = missingModuleLine(cause)) {
+    evidence = fmt::format("rank {} failed with \"{}\"", cause.rank, *line);
+  } else if (cause.stderrTail.empty() && !cause.progress && cause.signal == 0 &&
+             cause.host == identity_.hostname && config_.entry.kind == EntryKind::kPythonScript) {
+    // Its output went to the console unseen: ask the interpreter about the script's imports.
+    if (const auto module =
+            unimportableModule(interpreter, config_.entry.script, identity_.environment)) {
+      evidence = fmt::format(
+          "rank {} exited {} before any progress; {} imports {}, which it "
+          "cannot find",
+          cause.rank, cause.exitCode, config_.entry.script, *module);
+    }
+  }
+  if (evidence) printError("ddprun: hint: " + interpreterHint(*evidence, interpreter) + "\n");
+}
+
 void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decision) {
   // The root cause is the job's first failure (from the stop key, the same on every node); this
   // node's other failures of the round are listed with it.
@@ -771,15 +793,7 @@ void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decisi
   }
   const WorkerFailure& cause = failures.front();
   printError(formatSummary(config_.entry.script, failures, /*rootCause=*/0) + "\n");
-  if (config_.entry.kind != EntryKind::kExecutable) {
-    std::vector<std::vector<std::string>> tails;
-    for (const LocalWorker& worker : local_) tails.push_back(output_.stderrTail(worker.localRank));
-    const bool fromPythonExec = identity_.environment.count("PYTHON_EXEC") > 0 &&
-                                !identity_.environment.at("PYTHON_EXEC").empty();
-    if (const auto hint = missingModuleHint(tails, config_.entry.python, fromPythonExec)) {
-      printError("ddprun: hint: " + *hint + "\n");
-    }
-  }
+  if (config_.entry.kind != EntryKind::kExecutable) printMissingModuleHint(cause);
   if (auto parent = identity_.environment.find(common::kEnvTorchelasticErrorFile);
       parent != identity_.environment.end()) {
     try {

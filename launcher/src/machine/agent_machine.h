@@ -58,6 +58,7 @@
 #include "machine/pausable_timer.h"
 #include "report/event_log.h"
 #include "report/failure_report.h"
+#include "report/missing_module.h"
 
 namespace ddprun::launcher {
 
@@ -206,6 +207,9 @@ class AgentMachine final : public RendezvousEvents {
   // fences the round off; then the node rejoins as a new member where the job takes nodes back,
   // else ends with `ending` (storeLost). `why` says what happened, for the log.
   void fenceNow(const std::string& why);
+  // When the root cause died for want of a Python module, one line naming the interpreter, where
+  // it came from and what to set (report/missing_module.h).
+  void printMissingModuleHint(const WorkerFailure& cause);
   // c10d or etcd with MIN < MAX: the job may go on with fewer nodes.
   bool elastic() const;
   // c10d or etcd: a node may come back as a new member, as a replacement would join (a static

@@ -443,22 +443,4 @@ void propagateErrorFile(const WorkerFailure& rootCause, const std::string& paren
   writeParentErrorFile(parentErrorFile, data->dump());
 }
 
-std::optional<std::string> missingModuleHint(
-    const std::vector<std::vector<std::string>>& stderrTails, const std::string& python,
-    bool fromPythonExec) {
-  constexpr std::string_view kMissing = "ModuleNotFoundError: ";
-  std::optional<std::string> common;
-  for (const auto& tail : stderrTails) {
-    const auto last = std::find_if(tail.rbegin(), tail.rend(), [&](const std::string& line) {
-      return line.starts_with(kMissing);
-    });
-    if (last == tail.rend() || (common && *common != *last)) return std::nullopt;
-    common = *last;
-  }
-  if (!common) return std::nullopt;
-  return "every worker failed with \"" + *common + "\" under " + python + " (" +
-         (fromPythonExec ? "set by PYTHON_EXEC" : "the first python3 on PATH") +
-         "); if another interpreter has it, choose it with PYTHON_EXEC=/path/to/python";
-}
-
 }  // namespace ddprun::launcher

@@ -85,14 +85,6 @@ std::size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
 std::string formatSummary(const std::string& entrypoint, const std::vector<WorkerFailure>& failures,
                           std::optional<std::size_t> rootCause = std::nullopt);
 
-// When every worker failed for want of a module in the interpreter (each one's stderr ends with
-// the same "ModuleNotFoundError: ..." line), one line saying which interpreter ran them and how
-// to choose another: `python` is the interpreter, `fromPythonExec` whether PYTHON_EXEC chose it.
-// Nothing otherwise (no tails, or the workers failed differently).
-std::optional<std::string> missingModuleHint(
-    const std::vector<std::vector<std::string>>& stderrTails, const std::string& python,
-    bool fromPythonExec);
-
 // torchrun's propagation to a parent agent (`@record` on its own main): writes the root cause's
 // error file to `parentErrorFile` with "errorCode" (the worker's exit code; -N for signal N, as
 // torchrun) added inside "message". When the root cause has no readable error file on this node
