@@ -14,8 +14,7 @@ namespace ddprun::launcher {
 
 std::optional<std::string> programOutput(const std::vector<std::string>& argv,
                                          const std::map<std::string, std::string>& environment,
-                                         std::chrono::milliseconds timeout,
-                                         std::size_t maxBytes) {
+                                         std::chrono::milliseconds timeout, std::size_t maxBytes) {
   if (argv.empty()) return std::nullopt;
   int output[2];
   if (::pipe2(output, O_CLOEXEC) != 0) return std::nullopt;

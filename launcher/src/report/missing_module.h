@@ -27,11 +27,10 @@ std::optional<std::string> missingModuleLine(const WorkerFailure& failure);
 // itself): the first module `script` imports at its top level that `interpreter` cannot find,
 // asked of that interpreter (its import system's find_spec, nothing of the script run; tens of
 // milliseconds). Nothing when every module is found or the question cannot be asked.
-std::optional<std::string> unimportableModule(const Interpreter& interpreter,
-                                              const std::string& script,
-                                              const std::map<std::string, std::string>& environment,
-                                              std::chrono::milliseconds timeout =
-                                                  std::chrono::seconds(10));
+std::optional<std::string> unimportableModule(
+    const Interpreter& interpreter, const std::string& script,
+    const std::map<std::string, std::string>& environment,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // The hint's text (no "ddprun: hint: " prefix). `evidence`: what the worker said
 // ("failed with ...") or what the interpreter said ("imports torch, which ... cannot find").
