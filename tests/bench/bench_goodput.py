@@ -212,9 +212,8 @@ class Trace:
             stamps = self.stamps()
             if len(self.recovered(since, stamps)) >= 2:
                 return stamps
-            old = [s for s in stamps if s[0] <= since or s[4] != "start"]
             started_before = {s[3] for s in stamps if s[4] == "start" and s[0] <= since}
-            if self.last_step([s for s in old if s[3] in started_before]) >= steps_before + 3:
+            if self.last_step([s for s in stamps if s[3] in started_before]) >= steps_before + 3:
                 return stamps  # the old round trained on: no restart
             if not any(agent.running() for agent in self.agents.values()):
                 return None

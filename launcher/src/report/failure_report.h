@@ -70,7 +70,7 @@ std::size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
 //   ------------------------------------------------------------
 //   Root Cause (first observed failure):
 //   [0]:
-//     time      : 2026-11-22_01:38:39                              (local time)
+//     time      : YYYY-MM-DD_HH:MM:SS                              (local time)
 //     host      : node-a
 //     rank      : 1 (local_rank: 1)
 //     exitcode  : 1 (pid: 18022)                                   (-N for signal N, as torchrun)
