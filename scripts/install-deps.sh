@@ -32,6 +32,7 @@ test_packages=(
   slurm-wlm munge                                       # a real one-node Slurm (tests/cluster)
   openssh-server openssh-client                         # ddprun --hosts over ssh and its tests
   python3-matplotlib                                    # scripts/bench.sh plot: the PNGs in docs/img
+  python3-prometheus-client                             # /metrics parsed by a real Prometheus parser (tests)
   clang-format                                          # scripts/check-format.sh: the tree against .clang-format
   help2man dpkg-dev                                     # the .deb: man pages from --help, Depends (dpkg-shlibdeps)
 )

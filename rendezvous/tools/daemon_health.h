@@ -7,6 +7,8 @@
 // {"service": "ddprun-rendezvous", "version", "state": "serving"|"draining", "healthy",
 //  "address", "uptime_s", "connections", "accepted", "refused", "protocol_errors",
 //  "refused_handshakes", "keys", "stored_bytes", "pending_reply_bytes"}.
+// /metrics answers the same figures, and the requests served per op, as Prometheus metrics
+// (docs/metrics.md, "ddprun-rendezvous").
 //
 // Thread safety: drain() from any thread; construct and destroy on one.
 #pragma once
@@ -37,6 +39,7 @@ class DaemonHealth {
 
  private:
   HealthReport report() const;
+  std::string metrics() const;
 
   const RendezvousServer& server_;
   const std::string version_;

@@ -3,8 +3,8 @@
 // Prints one line "listening on HOST:PORT" on stdout once it accepts connections (with --port 0
 // that is how callers learn the port), logs to stderr, and exits 0 on SIGTERM or SIGINT after
 // closing every connection. Bad arguments and addresses it cannot listen on exit 2 with one line.
-// With --health-port it also serves GET /healthz (daemon_health.h) and prints a second line
-// "health on HOST:PORT".
+// With --health-port it also serves GET /healthz and GET /metrics (daemon_health.h) and prints a
+// second line "health on HOST:PORT".
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -130,9 +130,10 @@ Parsed parse(int argc, char** argv) {
        "with --token-file: connections still proving the token at most; a new one closes the oldest")
       ("health-port", po::value(&healthPort),
        "also serve HTTP GET /healthz on this port (0 picks a free one, printed as \"health on "
-       "HOST:PORT\"): 200 with the daemon's state as JSON while it serves, 503 once it shuts down")
+       "HOST:PORT\"): 200 with the daemon's state as JSON while it serves, 503 once it shuts down; "
+       "and GET /metrics: the same and the requests served per op, for Prometheus")
       ("health-addr", po::value(&healthAddr)->default_value(healthAddr),
-       "with --health-port: the address /healthz listens on (loopback unless widened)")
+       "with --health-port: the address /healthz and /metrics listen on (loopback unless widened)")
       ("health-hosts", po::value(&healthHosts),
        "with --health-port: host names (comma-separated) a request's Host header may give besides "
        "the bound address (a wildcard bind takes any IP address; other names are refused)")

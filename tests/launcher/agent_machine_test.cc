@@ -1077,7 +1077,58 @@ TEST_CASE(
                      "torchelastic.worker.status.FAILED:1", "ddprun.worker_group.restart:null",
                      "torchelastic.worker.status.HEALTHY:0", "torchelastic.worker.status.HEALTHY:1",
                      "torchelastic.worker.status.SUCCEEDED:0",
-                     "torchelastic.worker.status.SUCCEEDED:1"});
+                     "torchelastic.worker.status.SUCCEEDED:1", "ddprun.incident:null"});
+}
+
+TEST_CASE("an incident's record: failed, detected, decided, running and first progress, in order",
+          "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/2), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto failedAt = job.loop.wallNow();
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = failedAt;
+  // Rank 1 goes silent: found hung at its last report + 31 s, killed, the job restarts.
+  job.loop.advance(31s);
+  REQUIRE(job.until([&] { return node.runningRound(1); }));
+  job.loop.advance(2s);
+  node.heartbeats.reports[0] = job.loop.wallNow();  // the first progress after the restart
+  job.loop.advance(300ms);                          // the next look sees it
+  const AgentSnapshot snapshot = node.machine.snapshot();
+  REQUIRE(snapshot.incidents.size() == 1);
+  const Incident& incident = snapshot.incidents[0];
+  CHECK(incident.kind == IncidentKind::kHang);
+  CHECK(incident.round == 0);
+  CHECK(incident.failureClass == FailureClass::kWorker);
+  CHECK(incident.outcome == IncidentOutcome::kRestarted);
+  CHECK(incident.closed);
+  const double failed = std::chrono::duration<double>(failedAt.time_since_epoch()).count();
+  CHECK(incident.failedAt == Approx(failed));  // the last report: when the silence began
+  CHECK(incident.detectedAt - incident.failedAt >= 30.0);
+  REQUIRE(incident.decidedAt);
+  REQUIRE(incident.runningAt);
+  REQUIRE(incident.progressAt);
+  CHECK(incident.failedAt <= incident.detectedAt);
+  CHECK(incident.detectedAt <= *incident.decidedAt);
+  CHECK(*incident.decidedAt <= *incident.runningAt);
+  CHECK(*incident.runningAt < *incident.progressAt);
+  CHECK(*incident.lostSeconds() == Approx(*incident.progressAt - failed));
+  const JobMetrics& metrics = node.machine.metrics();
+  CHECK(metrics.restarts.at(FailureClass::kWorker) == 1);
+  CHECK(metrics.incidents.at({IncidentKind::kHang, FailureClass::kWorker}) == 1);
+  CHECK(metrics.progress.count() == 1);
+  CHECK(metrics.lost.count() == 1);
+  CHECK(metrics.roundsFormed == 2);
+  // The event carries the same record.
+  const auto event = std::find_if(node.events.begin(), node.events.end(), [](const auto& line) {
+    return line.find("ddprun.incident") != std::string::npos;
+  });
+  REQUIRE(event != node.events.end());
+  const Incident told = incidentFromJson(nlohmann::json::parse(
+      nlohmann::json::parse(*event).at("metadata").at("metadata").get<std::string>()));
+  CHECK(told.kind == incident.kind);
+  CHECK(told.rank == incident.rank);
+  CHECK(told.progressAt == incident.progressAt);
 }
 
 // --- what is read from the store is checked (anyone who reaches the store can write it) ---

@@ -141,7 +141,7 @@ def agent(args, deadline):
         check(status == 421 and "running" not in text, f"a rebinding page's Host is 421 without the body: "
               f"{status} {text}", [job])
         check(ask_host(address, "localhost")[0] == 200, "Host: localhost is taken on loopback", [job])
-        check(ask(address, path="/metrics")[0] == 404, "another path is 404", [job])
+        check(ask(address, path="/other")[0] == 404, "another path is 404", [job])
         print(f"agent: 200 while running, workers {[w['pid'] for w in body['workers']]}")
 
         started = time.monotonic()

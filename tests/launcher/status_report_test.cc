@@ -485,3 +485,81 @@ TEST_CASE("status options: the agent's rendezvous rules, c10d unless given, noth
   CHECK_THROWS_WITH(parseRendezvousOptions("ddprun status", {"--rdzv-endpoint", "h:99999"}, none),
                     Catch::Contains("99999"));
 }
+
+TEST_CASE("status: one failure's records from every node merge into one incident, in order",
+          "[status][unit]") {
+  Incident seen;
+  seen.round = 0;
+  seen.kind = IncidentKind::kWorkerFailed;
+  seen.rank = 3;
+  seen.groupRank = 1;
+  seen.host = kHostile;
+  seen.detail = "exitcode 1";
+  seen.failedAt = 1500;
+  seen.detectedAt = 1500;
+  seen.decidedAt = 1500.2;
+  seen.outcome = IncidentOutcome::kRestarted;
+  seen.failureClass = FailureClass::kWorker;
+  seen.runningAt = 1500.5;
+  seen.progressAt = 1502;
+  seen.closed = true;
+  Incident other = seen;  // the other node: it learnt later, and its workers ran later
+  other.detectedAt = 1500.1;
+  other.decidedAt = 1500.3;
+  other.runningAt = 1500.9;
+  other.progressAt = 1501.5;
+  Incident earlier = seen;  // a failure of the round before, on one node only
+  earlier.round = 0;
+  earlier.rank = 0;
+  earlier.failedAt = 1400;
+  earlier.detectedAt = 1400;
+  earlier.runningAt.reset();
+  earlier.progressAt.reset();
+  earlier.closed = false;
+  AgentSnapshot a = node(0, "host-a");
+  AgentSnapshot b = node(1, "host-b");
+  a.incidents = {earlier, seen};
+  b.incidents = {other};
+  const JobStatus status = jobStatusOf("job-7", {a, b});
+  const std::vector<Incident> merged = jobIncidents(status);
+  REQUIRE(merged.size() == 2);
+  CHECK(merged[0].failedAt == 1400);  // oldest first
+  const Incident& one = merged[1];
+  CHECK(one.detectedAt == 1500);
+  CHECK(*one.decidedAt == Approx(1500.2));
+  CHECK(*one.runningAt == Approx(1500.9));  // the group runs once every node's workers do
+  CHECK(*one.progressAt == Approx(1501.5));
+  CHECK(*one.lostSeconds() == Approx(1.5));
+  const std::string text = renderText(status, kNow);
+  CHECK_THAT(text, Catch::Contains("incidents (2, oldest first"));
+  CHECK_THAT(text, Catch::Contains("worker_failed, rank 3 on "));
+  CHECK_THAT(text, Catch::Contains("(exitcode 1; worker, restarted): detected +0.00 s, decided "
+                                   "+0.20 s, running +0.90 s, progress +1.50 s; 1.50 s lost"));
+  CHECK_THAT(text, Catch::Contains("progress -; open"));
+  CHECK(unsafeIn(text, true).empty());
+  const json value = renderJson(status, kNow);
+  REQUIRE(value.at("incidents").size() == 2);
+  CHECK(value.at("incidents")[1].at("lost_s").get<double>() == Approx(1.5));
+  CHECK(value.at("incidents")[1].at("outcome") == "restarted");
+}
+
+TEST_CASE("status: a published snapshot carries its incidents, read back whole", "[status][unit]") {
+  AgentSnapshot snapshot = node(0, "host-a");
+  Incident incident;
+  incident.round = 2;
+  incident.kind = IncidentKind::kNodeLost;
+  incident.groupRank = 1;
+  incident.host = "host-b";
+  incident.failedAt = incident.detectedAt = 1900;
+  incident.runningAt = 1901;
+  snapshot.incidents = {incident};
+  const AgentSnapshot back = agentSnapshotFromJson(json::parse(boundedSnapshotText(snapshot)));
+  REQUIRE(back.incidents.size() == 1);
+  CHECK(back.incidents[0].kind == IncidentKind::kNodeLost);
+  CHECK(back.incidents[0].host == "host-b");
+  CHECK(*back.incidents[0].runningAt == 1901);
+  CHECK_FALSE(back.incidents[0].progressAt);
+  json forged = toJson(snapshot);
+  forged["incidents"][0]["kind"] = "meteor";
+  CHECK_THROWS_AS(agentSnapshotFromJson(forged), std::invalid_argument);
+}

@@ -36,14 +36,15 @@ using ddprun::test::RawClient;
 // A HealthServer on an io_context run by a thread of its own, answering from `healthy`.
 class Running {
  public:
-  explicit Running(HealthServerOptions options = {}, HealthServer::Report report = nullptr) {
+  explicit Running(HealthServerOptions options = {}, HealthServer::Report report = nullptr,
+                   HealthServer::Metrics metrics = nullptr) {
     if (!report) {
       report = [this] {
         return HealthReport{healthy.load(),
                             healthy ? R"({"state": "running"})" : R"({"state": "hung"})"};
       };
     }
-    server_ = std::make_unique<HealthServer>(io_, options, std::move(report));
+    server_ = std::make_unique<HealthServer>(io_, options, std::move(report), std::move(metrics));
     port = server_->port();
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -126,6 +127,29 @@ TEST_CASE("healthz: another path is 404, another method 405 naming the allowed o
   const std::string post = get(running.port, "/healthz", "DELETE");
   CHECK(statusLine(post) == "HTTP/1.1 405 Method Not Allowed");
   CHECK(post.find("Allow: GET, HEAD\r\n") != std::string::npos);
+}
+
+TEST_CASE("metrics: /metrics answers the callback's text as Prometheus' text format") {
+  Running running({}, nullptr, [] { return std::string("# TYPE up gauge\nup 1\n"); });
+  const std::string page = get(running.port, "/metrics");
+  CHECK(statusLine(page) == "HTTP/1.1 200 OK");
+  CHECK(page.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n") !=
+        std::string::npos);
+  CHECK(body(page) == "# TYPE up gauge\nup 1\n");
+  // Whatever the health is: a scrape of a hung agent is when its metrics matter most.
+  running.healthy = false;
+  CHECK(statusLine(get(running.port, "/metrics")) == "HTTP/1.1 200 OK");
+  CHECK(statusLine(get(running.port, "/metrics", "POST")) == "HTTP/1.1 405 Method Not Allowed");
+  // The same Host rule as /healthz: a rebinding page cannot read it either.
+  CHECK(statusLine(ask(running.port, "GET /metrics HTTP/1.1\r\nHost: evil.example\r\n\r\n")) ==
+        "HTTP/1.1 421 Misdirected Request");
+}
+
+TEST_CASE("metrics: without a metrics callback /metrics is 404 and says what there is") {
+  Running running;
+  const std::string page = get(running.port, "/metrics");
+  CHECK(statusLine(page) == "HTTP/1.1 404 Not Found");
+  CHECK(body(page).find("/healthz") != std::string::npos);
 }
 
 TEST_CASE(

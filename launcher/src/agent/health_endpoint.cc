@@ -11,6 +11,7 @@
 #include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
 #include "machine/agent_machine.h"
+#include "report/metrics_page.h"
 
 namespace ddprun::launcher {
 
@@ -53,21 +54,29 @@ std::optional<HealthEndpoint> healthEndpointOf(
 
 std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& io,
                                                       const std::optional<HealthEndpoint>& endpoint,
-                                                      const AgentMachine& machine) {
+                                                      const AgentMachine& machine,
+                                                      const std::string& role) {
   if (!endpoint) return nullptr;
   rendezvous::HealthServerOptions options;
   options.host = endpoint->host;
   options.port = endpoint->port;
   options.hostNames = endpoint->hostNames;
   try {
-    auto server = std::make_unique<rendezvous::HealthServer>(io, options, [&machine] {
-      const AgentSnapshot snapshot = machine.snapshot();
-      // The run id is its one text, checked at start; replace, never throw, should some slip by.
-      return rendezvous::HealthReport{
-          healthy(snapshot),
-          toHealthJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
-    });
-    spdlog::info("serving /healthz on http://{}/healthz", server->address());
+    auto server = std::make_unique<rendezvous::HealthServer>(
+        io, options,
+        [&machine] {
+          const AgentSnapshot snapshot = machine.snapshot();
+          // The run id is its one text, checked at start; replace, never throw, should some slip.
+          return rendezvous::HealthReport{
+              healthy(snapshot), toHealthJson(snapshot).dump(
+                                     -1, ' ', false, nlohmann::json::error_handler_t::replace)};
+        },
+        [&machine, role] {
+          const AgentSnapshot snapshot = machine.snapshot();
+          return metricsPage(snapshot, machine.metrics(), role, snapshot.updatedAt);
+        });
+    spdlog::info("serving /healthz on http://{0}/healthz and /metrics on http://{0}/metrics",
+                 server->address());
     return server;
   } catch (const rendezvous::HealthServerError& error) {
     if (error.code() == rendezvous::HealthServerError::Code::kAddress) {

@@ -1,9 +1,9 @@
-// The agent's /healthz (issue #21): with TORCHELASTIC_HEALTH_CHECK_PORT set (torch's name), the
-// agent serves GET /healthz on its event loop, answering from its AgentSnapshot: the body is
-// toHealthJson(snapshot), the snapshot's states, counts and times without its text (no failure
-// message, no path, no host name: whoever reaches the port may read it), and the code is
-// healthy(snapshot) (200, or 503 when a worker is hung or the agent is stopping or finished): the
-// one rule shared with `ddprun status`, which shows the whole snapshot.
+// The agent's /healthz and /metrics: with TORCHELASTIC_HEALTH_CHECK_PORT set (torch's name), the
+// agent serves GET /healthz (and GET /metrics, report/metrics_page.h) on its event loop, answering
+// from its AgentSnapshot: the body is toHealthJson(snapshot), the snapshot's states, counts and
+// times without its text (no failure message, no path, no host name: whoever reaches the port may
+// read it), and the code is healthy(snapshot) (200, or 503 when a worker is hung or the agent is
+// stopping or finished): the one rule shared with `ddprun status`, which shows the whole snapshot.
 //
 // Thread safety: the server runs on the agent's io_context; the snapshot is taken on that thread.
 #pragma once
@@ -36,9 +36,11 @@ std::optional<HealthEndpoint> healthEndpointOf(
     const std::map<std::string, std::string>& environment);
 
 // Listens now (throws StartupError naming the port and the variable when it cannot) and answers
-// from `machine` as `io` runs; nothing when `endpoint` is empty. Destroy it before `machine`.
+// /healthz and /metrics (report/metrics_page.h; `role`: the workers' role) from `machine` as `io`
+// runs; nothing when `endpoint` is empty. Destroy it before `machine`.
 std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& io,
                                                       const std::optional<HealthEndpoint>& endpoint,
-                                                      const AgentMachine& machine);
+                                                      const AgentMachine& machine,
+                                                      const std::string& role);
 
 }  // namespace ddprun::launcher

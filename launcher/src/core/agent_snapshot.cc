@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/json_fields.h"
 #include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
@@ -19,23 +20,16 @@ constexpr WorkerState kWorkerStates[] = {WorkerState::kRunning, WorkerState::kSu
                                          WorkerState::kFailed, WorkerState::kHung,
                                          WorkerState::kStopped};
 
-// value[key] as T, or std::invalid_argument naming the key: a snapshot is read whole or not at all.
+constexpr std::string_view kRecord = "the snapshot";
+
 template <typename T>
 T field(const json& value, const char* key) {
-  const auto it = value.find(key);
-  if (it == value.end()) throw std::invalid_argument(fmt::format("the snapshot has no '{}'", key));
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument(fmt::format("the snapshot's '{}' has the wrong type", key));
-  }
+  return jsonField<T>(value, key, kRecord);
 }
 
 template <typename T>
 std::optional<T> optionalField(const json& value, const char* key) {
-  const auto it = value.find(key);
-  if (it == value.end() || it->is_null()) return std::nullopt;
-  return field<T>(value, key);
+  return optionalJsonField<T>(value, key, kRecord);
 }
 
 json workerJson(const WorkerSnapshot& worker) {
@@ -148,6 +142,11 @@ json toJson(const AgentSnapshot& snapshot) {
   if (snapshot.healthRetryAt) value["health_retry_at"] = *snapshot.healthRetryAt;
   if (snapshot.spare) value["spare"] = true;
   if (snapshot.sparesWanted != 0) value["spares_wanted"] = snapshot.sparesWanted;
+  if (!snapshot.incidents.empty()) {
+    json incidents = json::array();
+    for (const Incident& incident : snapshot.incidents) incidents.push_back(toJson(incident));
+    value["incidents"] = std::move(incidents);
+  }
   if (snapshot.exitCode) value["exit_code"] = *snapshot.exitCode;
   return value;
 }
@@ -220,6 +219,12 @@ AgentSnapshot agentSnapshotFromJson(const json& value) {
   snapshot.sparesWanted = optionalField<int>(value, "spares_wanted").value_or(0);
   if (snapshot.sparesWanted < 0)
     throw std::invalid_argument("the snapshot's 'spares_wanted' is negative");
+  if (const auto incidents = value.find("incidents"); incidents != value.end()) {
+    if (!incidents->is_array())
+      throw std::invalid_argument("the snapshot's 'incidents' must be a JSON array");
+    for (const json& incident : *incidents)
+      snapshot.incidents.push_back(incidentFromJson(incident));
+  }
   snapshot.exitCode = optionalField<int>(value, "exit_code");
   snapshot.startedAt = field<double>(value, "started_at");
   snapshot.updatedAt = field<double>(value, "updated_at");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/failure_class.h"
+#include "core/incident.h"
 #include "core/worker_failure.h"
 
 namespace ddprun::launcher {
@@ -78,8 +79,11 @@ struct AgentSnapshot {
   bool spare = false;
   int sparesWanted = 0;         // --spares: how many spares the job wants
   std::optional<int> exitCode;  // once finished: the agent's exit code (the job's outcome here)
-  double startedAt = 0;         // the agent's start, epoch seconds
-  double updatedAt = 0;         // when this snapshot was taken, epoch seconds
+  // The last IncidentTimeline::kKept failures this agent recorded, oldest first (the last may be
+  // open: still waiting for its restart or its first progress).
+  std::vector<Incident> incidents;
+  double startedAt = 0;  // the agent's start, epoch seconds
+  double updatedAt = 0;  // when this snapshot was taken, epoch seconds
 };
 
 // Healthy: joining, running or done locally, with no worker found hung. Not healthy: a worker is
@@ -92,7 +96,8 @@ bool healthy(const AgentSnapshot& snapshot);
 // (failureClassName), "restart_at"? (while a back-off runs), "left_out"? (why this node left the
 // job), "exclusions"?, "last_exclusion"?, "health_retry_at"? (the health gate: times this node
 // stayed out of a round, why it last did, when it checks again), "spare"? (true while a spare),
-// "spares_wanted"? (--spares, when not 0), "exit_code"? (finished only),
+// "spares_wanted"? (--spares, when not 0), "incidents"? ([incident.h's form], when any),
+// "exit_code"? (finished only),
 // "started_at", "updated_at"}. "last_failure" is the failure's one JSON form
 // (worker_failure.h, as in a round's stop record) without its traceback, stack and stderr tail:
 // those can be large, are published again on every change, and belong to the failure report.

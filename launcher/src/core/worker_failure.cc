@@ -91,6 +91,8 @@ json toJson(const WorkerFailure& failure) {
                            {"exec", failure.startFault->exec}};
   }
   value["progress"] = failure.progress;
+  if (failure.hungAt) value["hungAt"] = *failure.hungAt;
+  if (failure.silentSince) value["silentSince"] = *failure.silentSince;
   return value;
 }
 
@@ -115,6 +117,12 @@ WorkerFailure failureFromJson(const json& value) {
   failure.hang =
       hangKindFromName(value.value("hang", std::string("none"))).value_or(HangKind::kNone);
   failure.hangDetail = value.value("hangDetail", failure.hangDetail);
+  if (auto at = value.find("hungAt"); at != value.end() && at->is_number()) {
+    failure.hungAt = at->get<double>();
+  }
+  if (auto at = value.find("silentSince"); at != value.end() && at->is_number()) {
+    failure.silentSince = at->get<double>();
+  }
   failure.oom = value.value("oom", failure.oom);
   failure.stack = value.value("stack", failure.stack);
   failure.evidenceFile = value.value("evidenceFile", failure.evidenceFile);

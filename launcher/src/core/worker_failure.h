@@ -46,6 +46,10 @@ struct WorkerFailure {
   // What the agent knows beyond the exit status:
   HangKind hang = HangKind::kNone;  // the agent stopped it as hung
   std::string hangDetail;           // "no progress reported for 30.0 s (--hang-timeout 30)"
+  // A hung worker: when the agent found it hung, and when the silence began (its last progress
+  // report, or its start when it never reported) under the no-progress rules: epoch seconds.
+  std::optional<double> hungAt;
+  std::optional<double> silentSince;
   std::string oom;  // how the kernel's OOM killer is known to have killed it ("" = not)
   std::vector<std::string> stack;       // where it was when found hung (the telling lines)
   std::string evidenceFile;             // every thread's stacks, in full ("" = none)

@@ -29,6 +29,10 @@ constexpr auto kOutputGrace = 200ms;
 // How many lines of a hung worker's stacks the failure summary and the log show.
 constexpr std::size_t kSummaryStackLines = 24;
 
+// How often the heartbeats are looked at while an incident waits for the first progress after
+// the restart: the precision of its progress_at, at one stat per worker per look.
+constexpr auto kProgressLook = 200ms;
+
 double epochSeconds(EventLoop::WallTime time) {
   return std::chrono::duration<double>(time.time_since_epoch()).count();
 }
@@ -60,16 +64,22 @@ AgentMachine::AgentMachine(const LaunchConfig& config, AgentIdentity identity, E
       graceTimer_(loop),
       barrierTimer_(loop),
       backoffTimer_(loop),
-      cooldownTimer_(loop) {}
+      cooldownTimer_(loop),
+      incidents_(metrics_, [this](const Incident& incident) { onIncidentClosed(incident); }) {}
 
 void AgentMachine::start() {
   state_ = State::kJoining;
   joinRound(-1);
 }
 
+void AgentMachine::joinNow(int round) {
+  joinedAt_ = loop_.now();
+  rendezvous_.join(round);
+}
+
 void AgentMachine::joinRound(int round) {
   if (diagnostics_.health == nullptr) {
-    rendezvous_.join(round);
+    joinNow(round);
     return;
   }
   gateRunning_ = true;
@@ -88,12 +98,12 @@ void AgentMachine::onHealthVerdict(int round, const HealthVerdict& verdict) {
   if (verdict.passed) {
     gateFailures_ = 0;
     if (!standingAside_) {
-      rendezvous_.join(round);
+      joinNow(round);
       return;
     }
     standingAside_ = false;
     spdlog::info("health gate: this node passes again; joining the job as a new member");
-    rendezvous_.join(-1);
+    joinNow(-1);
     return;
   }
   ++exclusions_;
@@ -169,6 +179,12 @@ void AgentMachine::onRoundFormed(Round round) {
   }
   round_ = std::move(round);
   formed_ = true;
+  ++metrics_.roundsFormed;
+  if (joinedAt_) {
+    metrics_.roundFormation.observe(
+        std::chrono::duration<double>(loop_.now() - *joinedAt_).count());
+    joinedAt_.reset();
+  }
   stop_.reset();
   localFailures_.clear();
   if (!applyWorkerStore()) return;
@@ -254,6 +270,7 @@ void AgentMachine::fenceNow(const std::string& why) {
   }
   fenced_ = true;
   fenceTimer_.reset();
+  incidents_.fenced(round_.number, epochSeconds(loop_.wallNow()));
   rendezvous_.fence(round_.number);
   spdlog::warn(
       "{}: stopping this node's workers of round {} now, with SIGKILL (they are a stale group "
@@ -352,6 +369,8 @@ void AgentMachine::startWorkers() {
   std::vector<pid_t> pids;
   for (const LocalWorker& worker : local_) pids.push_back(worker.running ? worker.pid : -1);
   progress_.start(std::move(pids));
+  incidents_.running(epochSeconds(loop_.wallNow()), diagnostics_.heartbeats != nullptr);
+  watchFirstProgress();
   const auto ms = [](auto duration) {
     return std::chrono::duration<double, std::milli>(duration).count();
   };
@@ -419,6 +438,9 @@ void AgentMachine::onStop(int round, StopReason stop) {
   if (state_ == State::kFinished || round != round_.number) return;
   stop_ = std::move(stop);
   if (stop_->failure) noteFailure(*stop_->failure);
+  if (!(stop_->kind == StopKind::kNodeLost && stop_->node == rendezvous_.nodeId())) {
+    incidents_.stopped(*stop_, round, epochSeconds(loop_.wallNow()));
+  }
   if (stop_->kind == StopKind::kDone) {
     // Every node's workers succeeded (the last one through the exit barrier said so).
     barrierTimer_.cancel();
@@ -468,6 +490,8 @@ void AgentMachine::onStop(int round, StopReason stop) {
 void AgentMachine::onStoreLost(const StoreLoss& loss) {
   if (state_ == State::kFinished || fenced_ || rejoinAfterStop_) return;
   if (loss.closedByHost) {
+    incidents_.stopped(StopReason::storeLost(loss.detail), round_.number,
+                       epochSeconds(loop_.wallNow()));
     // An answer, not silence: the store's side is gone, and nothing will come back there.
     const std::string why = fmt::format(
         "ddprun: error: lost the rendezvous store at {}: its host closed the connection (the "
@@ -514,6 +538,8 @@ WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
   loadErrorFile(failure);
   failure.hang = worker.hang;
   failure.hangDetail = worker.hangDetail;
+  failure.hungAt = worker.hungAt;
+  failure.silentSince = worker.silentSince;
   failure.stack = worker.stack;
   failure.evidenceFile = worker.evidenceFile;
   failure.stderrTail = output_.stderrTail(worker.localRank);
@@ -657,6 +683,9 @@ void AgentMachine::maybeRoundOver() {
       fenced_ = false;
       spdlog::warn("round {}: this node's workers are gone; rejoining the job as a new member",
                    round_.number);
+      incidents_.decided(IncidentOutcome::kReformed, FailureClass::kMachine,
+                         epochSeconds(loop_.wallNow()));
+      joinedAt_ = loop_.now();
       rendezvous_.rejoin();
     });
     return;
@@ -671,7 +700,11 @@ void AgentMachine::nextStep() {
   if (state_ == State::kFinished) return;  // a signal ended the agent while the logs drained
   launcher_.killStrays();
   const StopReason& stop = *stop_;
+  const double now = epochSeconds(loop_.wallNow());
   if (stop.kind == StopKind::kNodeLost) lastFailureClass_ = FailureClass::kMachine;
+  if (stop.kind == StopKind::kNodeLost || stop.kind == StopKind::kNodeLeft) {
+    incidents_.decided(IncidentOutcome::kReformed, FailureClass::kMachine, now);
+  }
   if (stop.kind == StopKind::kWorkerFailed) {
     const RoundShape shape{.elastic = elastic(),
                            .nodes = round_.nodes,
@@ -680,9 +713,12 @@ void AgentMachine::nextStep() {
     const RestartDecision decision = decideRestart(round_.history, stop, config_.restart, shape);
     lastFailureClass_ = decision.failureClass;
     if (!decision.restart()) {
+      incidents_.decided(IncidentOutcome::kJobFailed, decision.failureClass, now);
       failJob(stop, decision);
       return;
     }
+    ++metrics_.restarts[decision.failureClass];
+    incidents_.decided(IncidentOutcome::kRestarted, decision.failureClass, now);
     if (decision.node != NodeTrust::kTrusted) {
       const std::string text = nodeTrustText(decision, stop, config_.restart, shape);
       if (decision.node == NodeTrust::kLeaves && stop.node == rendezvous_.nodeId()) {
@@ -924,6 +960,11 @@ void AgentMachine::finish(Ending ending) {
     lastFailureClass_ = ending.failureClass;
   spdlog::debug("finishing with exit code {}", code);
   if (!ending.message.empty()) printError(ending.message + "\n");
+  incidents_.finished(epochSeconds(loop_.wallNow()),
+                      ending.kind == EndKind::kSucceeded || ending.kind == EndKind::kConsoleClosed
+                          ? std::nullopt
+                          : std::optional(ending.failureClass));
+  progressWatch_.reset();
   ending_ = std::move(ending);
   graceTimer_.cancel();
   barrierTimer_.cancel();
@@ -1000,6 +1041,12 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
   if (!worker.running || worker.hang != HangKind::kNone) return;
   worker.hang = kind;
   worker.hangDetail = fmt::format("{}; killed with {}", detail, common::signalName(signal));
+  worker.hungAt = epochSeconds(loop_.wallNow());
+  if (kind == HangKind::kNoProgress || kind == HangKind::kNoFirstProgress) {
+    const auto report =
+        diagnostics_.heartbeats ? diagnostics_.heartbeats->lastReport(localRank) : std::nullopt;
+    worker.silentSince = report ? epochSeconds(*report) : worker.startedAt;
+  }
   spdlog::warn(
       "worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
       "sending it {}",
@@ -1096,6 +1143,33 @@ void AgentMachine::printError(std::string text) const {
 
 void AgentMachine::noteFailure(const WorkerFailure& failure) { lastFailure_ = failure; }
 
+void AgentMachine::watchFirstProgress() {
+  progressWatch_.reset();
+  const auto since = incidents_.awaitingProgressSince();
+  if (!since || diagnostics_.heartbeats == nullptr || state_ != State::kRunning) return;
+  std::optional<double> first;
+  for (const LocalWorker& worker : local_) {
+    if (worker.pid < 0) continue;
+    const auto report = diagnostics_.heartbeats->lastReport(worker.localRank);
+    if (!report) continue;
+    const double at = epochSeconds(*report);
+    if (at >= *since && (!first || at < *first)) first = at;
+  }
+  if (first) {
+    incidents_.progressed(*first);
+    return;
+  }
+  progressWatch_ = loop_.after(kProgressLook, [this] { watchFirstProgress(); });
+}
+
+void AgentMachine::onIncidentClosed(const Incident& incident) {
+  spdlog::info("incident: {}", incidentText(incident));
+  if (!diagnostics_.event) return;
+  WorkerEvent event = agentEvent("ddprun.incident", "INCIDENT");
+  event.extra = toJson(incident);
+  diagnostics_.event(eventLine(event));
+}
+
 AgentSnapshot AgentMachine::snapshot() const {
   AgentSnapshot snapshot;
   snapshot.runId = config_.rdzv.runId;
@@ -1115,6 +1189,7 @@ AgentSnapshot AgentMachine::snapshot() const {
   snapshot.healthRetryAt = healthRetryAt_;
   snapshot.startedAt = startedAt_;
   snapshot.updatedAt = epochSeconds(loop_.wallNow());
+  snapshot.incidents.assign(incidents_.recent().begin(), incidents_.recent().end());
   switch (state_) {
     case State::kIdle:
     case State::kJoining:

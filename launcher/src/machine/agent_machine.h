@@ -42,6 +42,7 @@
 #include "core/agent_snapshot.h"
 #include "core/event_loop.h"
 #include "core/exit_codes.h"
+#include "core/job_metrics.h"
 #include "core/process_launcher.h"
 #include "core/rendezvous_client.h"
 #include "core/restart_policy.h"
@@ -55,6 +56,7 @@
 #include "hang/progress_monitor.h"
 #include "hang/worker_activity.h"
 #include "health/health_gate.h"
+#include "machine/incident_timeline.h"
 #include "machine/pausable_timer.h"
 #include "report/event_log.h"
 #include "report/failure_report.h"
@@ -133,6 +135,8 @@ class AgentMachine final : public RendezvousEvents {
   const std::optional<Ending>& ending() const { return ending_; }
   // What this agent is doing now (`ddprun status`, /healthz): taken on the loop's thread.
   AgentSnapshot snapshot() const;
+  // What it counted over the job (/metrics): read on the loop's thread.
+  const JobMetrics& metrics() const { return metrics_; }
 
  private:
   struct LocalWorker {
@@ -149,6 +153,8 @@ class AgentMachine final : public RendezvousEvents {
     // Found hung: why, and where it was (filled when the evidence arrives).
     HangKind hang = HangKind::kNone;
     std::string hangDetail;
+    std::optional<double> hungAt;       // epoch seconds it was found hung
+    std::optional<double> silentSince;  // its last progress (or start), for the no-progress rules
     std::vector<std::string> stack;
     std::string evidenceFile;
     // Its evidence is being collected; the signal it gets once every hung worker's is in.
@@ -237,6 +243,13 @@ class AgentMachine final : public RendezvousEvents {
   bool roundMadeProgress() const;
   // Keeps `failure` as the last one this agent knows of (snapshot()).
   void noteFailure(const WorkerFailure& failure);
+  // While the open incident waits for its first progress report: looks at the heartbeats every
+  // kProgressLook until one is newer than the workers' start, or the round stops.
+  void watchFirstProgress();
+  // A closed incident: its log line and its `ddprun.incident` event.
+  void onIncidentClosed(const Incident& incident);
+  // The rendezvous is asked for a round now (formation is timed from here).
+  void joinNow(int round);
   void finish(Ending ending);
   void printError(std::string text) const;
   std::string attemptDirectory(int round) const;
@@ -299,6 +312,11 @@ class AgentMachine final : public RendezvousEvents {
   std::optional<std::string> lastExclusion_;
   std::optional<double> healthRetryAt_;  // epoch seconds the cooldown ends at, while it runs
   int postRoundRan_ = -1;                // the round whose post-round hook ran
+  // /metrics and the incident timeline (`ddprun status`, the ddprun.incident events).
+  JobMetrics metrics_;
+  IncidentTimeline incidents_;
+  std::unique_ptr<EventLoop::Timer> progressWatch_;
+  std::optional<EventLoop::TimePoint> joinedAt_;  // the rendezvous was last asked for a round
 };
 
 }  // namespace ddprun::launcher

@@ -30,6 +30,10 @@ std::string boundedSnapshotText(AgentSnapshot snapshot) {
     shorten(snapshot.lastFailure->errorFile);
     shorten(snapshot.lastFailure->evidenceFile);
   }
+  for (Incident& incident : snapshot.incidents) {
+    shorten(incident.detail);
+    shorten(incident.host);
+  }
   for (;;) {
     text = toJson(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     if (text.size() <= kMaxSnapshotBytes || snapshot.workers.empty()) return text;

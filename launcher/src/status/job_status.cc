@@ -199,6 +199,45 @@ std::string failureReason(const WorkerFailure& failure) {
   return printable(reason);
 }
 
+std::vector<Incident> jobIncidents(const JobStatus& status) {
+  std::vector<Incident> merged;
+  const auto earliest = [](std::optional<double>& into, const std::optional<double>& other) {
+    if (other && (!into || *other < *into)) into = other;
+  };
+  for (const AgentSnapshot& node : status.nodes) {
+    for (const Incident& incident : node.incidents) {
+      const auto same = std::find_if(merged.begin(), merged.end(), [&](const Incident& known) {
+        return known.sameFailure(incident);
+      });
+      if (same == merged.end()) {
+        merged.push_back(incident);
+        continue;
+      }
+      same->failedAt = std::min(same->failedAt, incident.failedAt);
+      same->detectedAt = std::min(same->detectedAt, incident.detectedAt);
+      if (!same->decidedAt || (incident.decidedAt && *incident.decidedAt < *same->decidedAt)) {
+        if (incident.decidedAt) {
+          same->outcome = incident.outcome;
+          same->failureClass = incident.failureClass;
+        }
+        earliest(same->decidedAt, incident.decidedAt);
+      }
+      if (incident.runningAt && (!same->runningAt || *incident.runningAt > *same->runningAt)) {
+        same->runningAt = incident.runningAt;
+      }
+      earliest(same->progressAt, incident.progressAt);
+      same->closed = same->closed && incident.closed;
+      if (same->host.empty()) same->host = incident.host;
+    }
+  }
+  std::sort(merged.begin(), merged.end(),
+            [](const Incident& a, const Incident& b) { return a.failedAt < b.failedAt; });
+  if (merged.size() > kShownIncidents) {
+    merged.erase(merged.begin(), merged.end() - static_cast<std::ptrdiff_t>(kShownIncidents));
+  }
+  return merged;
+}
+
 std::string renderText(const JobStatus& status, double now) {
   const std::string run = printable(status.runId);
   std::string text;
@@ -250,6 +289,12 @@ std::string renderText(const JobStatus& status, double now) {
                         failure.localRank, printable(failure.host), failureReason(failure),
                         kind ? fmt::format(" ({} failure)", failureClassName(*kind)) : "");
   }
+  const std::vector<Incident> incidents = jobIncidents(status);
+  if (!incidents.empty()) {
+    text +=
+        fmt::format("incidents ({}, oldest first; times from each failure):\n", incidents.size());
+    for (const Incident& incident : incidents) text += "  " + incidentText(incident) + "\n";
+  }
   for (const UnreadableKey& key : status.unreadable) text += unreadableLine(key) + "\n";
   return text;
 }
@@ -275,8 +320,11 @@ nlohmann::json renderJson(const JobStatus& status, double now) {
                        {"restarts", restarts(status)},
                        {"max_restarts", maxRestarts(status)},
                        {"nodes", std::move(nodes)},
+                       {"incidents", nlohmann::json::array()},
                        {"last_failure", nullptr},
                        {"unreadable", std::move(unreadable)}};
+  for (const Incident& incident : jobIncidents(status))
+    value["incidents"].push_back(toJson(incident));
   if (status.nodes.empty() && status.records) {
     // No snapshot yet: what the round records say, and no maximum (only the agents know it).
     const RoundRecords& records = *status.records;

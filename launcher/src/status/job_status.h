@@ -84,6 +84,12 @@ int outcomeCode(const JobStatus& status);
 // snapshot holds it (the first of those that do; nullptr when none has a failure).
 std::optional<WorkerFailure> lastFailure(const JobStatus& status);
 const AgentSnapshot* lastFailedNode(const JobStatus& status);
+// The job's incidents as its nodes recorded them, one record per failure, oldest first, at most
+// kShownIncidents: the nodes' records of one failure merged (failed, detected, decided and first
+// progress at the earliest node's; running again at the latest node's, since the group runs once
+// every node's workers do; closed once every node's record is).
+inline constexpr std::size_t kShownIncidents = 16;
+std::vector<Incident> jobIncidents(const JobStatus& status);
 // "exitcode 3: ValueError: boom", "Signal 9 (SIGKILL): hung: no progress reported for 30.0 s".
 std::string failureReason(const WorkerFailure& failure);
 
@@ -93,8 +99,8 @@ std::string renderText(const JobStatus& status, double now);
 // round records: "joining", "forming" or "starting"), "exit_code" (ended only), "round",
 // "restarts", "max_restarts" (null before any snapshot), "joined" (round records only), "nodes":
 // [each node's snapshot JSON plus "stale"], "spares": {"wanted", "waiting", "hosts"} (sparePool),
-// "last_failure", "unreadable": [{"key", "reason" ("too_large" or "not_a_snapshot"), "bytes"
-// (too_large only)}]}.
+// "incidents": [jobIncidents, core/incident.h's form], "last_failure", "unreadable": [{"key",
+// "reason" ("too_large" or "not_a_snapshot"), "bytes" (too_large only)}]}.
 nlohmann::json renderJson(const JobStatus& status, double now);
 // renderJson's one-line text as `ddprun status --json` prints it: valid JSON of the same value,
 // with no control or bidi character raw (common::printableJson).

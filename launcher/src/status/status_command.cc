@@ -1,6 +1,7 @@
 #include "status/status_command.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,24 +37,51 @@ constexpr std::chrono::milliseconds kCallTimeout = 5s;
 constexpr const char* kUsage =
     "usage: ddprun status --rdzv-endpoint HOST:PORT --rdzv-id ID [--rdzv-backend c10d|etcd]\n"
     "                     [--rdzv-conf token_file=...,tls_cert=...,...] [--json]\n"
+    "                     [--watch[=SECONDS]]\n"
     "\n"
     "What a running job is doing, read from its rendezvous: its round, restarts, each node and\n"
-    "worker (pid, state, start, last heartbeat), and the last failure. Read-only. The same\n"
-    "--rdzv-* options (and PET_RDZV_* variables) as the job's agents.\n"
+    "worker (pid, state, start, last heartbeat), the last failure and the incidents (each\n"
+    "failure's timeline: detected, decided, running again, first progress, seconds lost).\n"
+    "Read-only. The same --rdzv-* options (and PET_RDZV_* variables) as the job's agents.\n"
+    "--watch redraws it every SECONDS (2) on one screen until the job ends (Ctrl-C stops it);\n"
+    "with --json, one JSON line each time.\n"
     "\n"
     "exit codes: 0 shown (the job runs), 4 shown (the job has ended), 3 no such job at the\n"
     "endpoint, 1 the store failed while being read, 2 bad input\n";
 
+// --watch's default interval, and the shortest one taken: a read costs the store one listing and
+// one read per node, so a person's refresh rate is far from any load.
+constexpr std::chrono::milliseconds kWatchInterval = 2s;
+constexpr double kShortestWatch = 0.2;
+constexpr std::string_view kWatchFlag = "--watch";
+
 struct StatusArguments {
   bool json = false;
   bool help = false;
-  std::vector<std::string> rendezvous;  // everything else: the rendezvous options
+  std::optional<std::chrono::milliseconds> watch;  // --watch: redraw every so often
+  std::vector<std::string> rendezvous;             // everything else: the rendezvous options
 };
+
+std::chrono::milliseconds watchInterval(std::string_view text) {
+  double seconds = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (error != std::errc() || end != text.data() + text.size() || !(seconds >= kShortestWatch) ||
+      seconds > 3600) {
+    throw UsageError(fmt::format(
+        "--watch={} is not a number of seconds; give one from {} to 3600, e.g. --watch=5",
+        printable(text), kShortestWatch));
+  }
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
 
 StatusArguments splitOwnFlags(const std::vector<std::string>& args) {
   StatusArguments result;
   for (const std::string& arg : args) {
-    if (arg == "--json") {
+    if (arg == kWatchFlag) {
+      result.watch = kWatchInterval;
+    } else if (arg.rfind(std::string(kWatchFlag) + "=", 0) == 0) {
+      result.watch = watchInterval(std::string_view(arg).substr(kWatchFlag.size() + 1));
+    } else if (arg == "--json") {
       result.json = true;
     } else if (arg == "--help" || arg == "-h") {
       result.help = true;
@@ -165,36 +194,13 @@ JobStatus readJob(rendezvous::Store& store, const std::string& runId) {
 
 namespace {
 
-int runStatus(const std::vector<std::string>& args, const Subcommand::Environment& environment) {
-  const StatusArguments given = splitOwnFlags(args);
-  if (given.help) {
-    std::fputs(kUsage, stdout);
-    return kStatusShown;
-  }
-  const CommandLine parsed = parseRendezvousOptions("ddprun status", given.rendezvous, environment);
-  // parsed.notes say what a job does unlike torchrun's: nothing a read of its status needs.
-  for (const std::string& warning : parsed.warnings) {
-    std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
-  }
-  const RendezvousConfig& rdzv = parsed.config.rdzv;
-  std::unique_ptr<StoreBackend> backend;
-  try {
-    // The agent's way to the store (agent/agent.cc), without hosting it.
-    StoreAccess access = storeAccess(rdzv);
-    // Nothing this command reads is larger (a snapshot is at most kMaxSnapshotBytes, a listing
-    // kMaxListedBytes): a larger value is not read (StoreValueTooLargeError: that key is set
-    // aside, the others shown), never buffered.
-    access.endpoint.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
-    backend = makeStoreBackend(rdzv, {std::move(access.endpoint)});
-  } catch (const StoreBackendError& error) {
-    throw UsageError(error.what());
-  }
-
+// One read of the job and its rendering; the command's exit code.
+int showOnce(StoreBackend& backend, const RendezvousConfig& rdzv, bool json) {
   const auto refuse = [](const Refusal& refusal) {
     std::fprintf(stderr, "ddprun: error: status: %s\n", refusal.line.c_str());
     return refusal.code;
   };
-  const std::string where = backend->address();
+  const std::string where = backend.address();
   const auto failedWhileRead = [&](const rendezvous::StoreError& error) {
     return refuse(
         {kStatusStoreFailed, fmt::format("the rendezvous store at {} failed while being read: {}",
@@ -202,7 +208,7 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
   };
   JobStatus status;
   try {
-    const auto store = backend->connect(kCallTimeout, kConnectTimeout);
+    const auto store = backend.connect(kCallTimeout, kConnectTimeout);
     status = readJob(*store, rdzv.runId);
   } catch (const rendezvous::StoreAuthError& error) {
     // The job's store, but this command's token or TLS files are not the job's: the line says
@@ -236,13 +242,50 @@ int runStatus(const std::vector<std::string>& args, const Subcommand::Environmen
                      printable(rdzv.runId), printable(where))});
   }
   const double now = epochNow();
-  if (given.json) {
+  if (json) {
     std::printf("%s\n", renderJsonText(status, now).c_str());
   } else {
     std::fputs(renderText(status, now).c_str(), stdout);
   }
   std::fflush(stdout);
   return ended(status) ? kStatusEnded : kStatusShown;
+}
+
+int runStatus(const std::vector<std::string>& args, const Subcommand::Environment& environment) {
+  const StatusArguments given = splitOwnFlags(args);
+  if (given.help) {
+    std::fputs(kUsage, stdout);
+    return kStatusShown;
+  }
+  const CommandLine parsed = parseRendezvousOptions("ddprun status", given.rendezvous, environment);
+  // parsed.notes say what a job does unlike torchrun's: nothing a read of its status needs.
+  for (const std::string& warning : parsed.warnings) {
+    std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
+  }
+  const RendezvousConfig& rdzv = parsed.config.rdzv;
+  std::unique_ptr<StoreBackend> backend;
+  try {
+    // The agent's way to the store (agent/agent.cc), without hosting it.
+    StoreAccess access = storeAccess(rdzv);
+    // Nothing this command reads is larger (a snapshot is at most kMaxSnapshotBytes, a listing
+    // kMaxListedBytes): a larger value is not read (StoreValueTooLargeError: that key is set
+    // aside, the others shown), never buffered.
+    access.endpoint.maxReplyValueBytes = rendezvous::Store::kMaxListedBytes;
+    backend = makeStoreBackend(rdzv, {std::move(access.endpoint)});
+  } catch (const StoreBackendError& error) {
+    throw UsageError(error.what());
+  }
+
+  if (!given.watch) return showOnce(*backend, rdzv, given.json);
+  // One screen redrawn (a terminal: the cursor home and the screen cleared first), until the job
+  // ends or cannot be read; Ctrl-C stops it.
+  const bool redraw = !given.json && ::isatty(STDOUT_FILENO) == 1;
+  for (;;) {
+    if (redraw) std::fputs("\x1b[H\x1b[2J", stdout);
+    const int code = showOnce(*backend, rdzv, given.json);
+    if (code != kStatusShown) return code;
+    std::this_thread::sleep_for(*given.watch);
+  }
 }
 
 }  // namespace

@@ -24,7 +24,11 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-constexpr std::string_view kPath = "/healthz";
+constexpr std::string_view kHealthPath = "/healthz";
+constexpr std::string_view kMetricsPath = "/metrics";
+constexpr std::string_view kJson = "application/json";
+// What Prometheus' scraper asks for and parses as the text format.
+constexpr std::string_view kMetricsText = "text/plain; version=0.0.4; charset=utf-8";
 // After an accept error (out of descriptors, say) the listener waits this long before it accepts
 // again, rather than spinning on the same error.
 constexpr std::chrono::milliseconds kAcceptRetry{100};
@@ -146,10 +150,11 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   // Open connections, oldest first; each session holds its own place to leave in O(1).
   using Sessions = std::list<Session*>;
 
-  Impl(asio::io_context& io, HealthServerOptions options, Report report)
+  Impl(asio::io_context& io, HealthServerOptions options, Report report, Metrics metrics)
       : io_(io),
         options_(std::move(options)),
         report_(std::move(report)),
+        metrics_(std::move(metrics)),
         acceptor_(io),
         retry_(io) {}
 
@@ -195,6 +200,8 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   asio::ip::address boundAddress() const { return bound_.address(); }
   bool closed() const { return closed_; }
   HealthReport report() const { return report_(); }
+  bool servesMetrics() const { return static_cast<bool>(metrics_); }
+  std::string metrics() const { return metrics_(); }
   void forget(Sessions::iterator place) { sessions_.erase(place); }
 
  private:
@@ -207,6 +214,7 @@ class HealthServer::Impl : public std::enable_shared_from_this<HealthServer::Imp
   asio::io_context& io_;
   HealthServerOptions options_;
   Report report_;
+  Metrics metrics_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_;
   tcp::endpoint bound_;
@@ -293,11 +301,25 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
     }
     const std::string_view target(request.target().data(), request.target().size());
     const std::string_view path = target.substr(0, target.find('?'));
-    if (path != kPath)
-      return answer(http::status::not_found, errorJson("not found: ask for /healthz"), false);
+    const bool metrics = path == kMetricsPath && server_->servesMetrics();
+    if (path != kHealthPath && !metrics) {
+      return answer(http::status::not_found,
+                    errorJson(server_->servesMetrics() ? "not found: ask for /healthz or /metrics"
+                                                       : "not found: ask for /healthz"),
+                    false);
+    }
     if (request.method() != http::verb::get && !head) {
       return answer(http::status::method_not_allowed,
                     errorJson("method not allowed: use GET or HEAD"), head);
+    }
+    if (metrics) {
+      std::string text;
+      try {
+        text = server_->metrics();
+      } catch (const std::exception&) {
+        return answer(http::status::internal_server_error, errorJson("the metrics failed"), head);
+      }
+      return answer(http::status::ok, std::move(text), head, kMetricsText);
     }
     HealthReport report;
     try {
@@ -311,10 +333,12 @@ class HealthServer::Impl::Session : public std::enable_shared_from_this<Session>
            std::move(report.json), head);
   }
 
-  void answer(http::status status, std::string body, bool head) {
+  void answer(http::status status, std::string body, bool head,
+              std::string_view contentType = kJson) {
     response_.emplace(status, 11);
     response_->set(http::field::server, "ddprun");
-    response_->set(http::field::content_type, "application/json");
+    response_->set(http::field::content_type,
+                   beast::string_view(contentType.data(), contentType.size()));
     // A probe's answer is of its moment.
     response_->set(http::field::cache_control, "no-store");
     if (status == http::status::method_not_allowed) response_->set(http::field::allow, "GET, HEAD");
@@ -392,8 +416,9 @@ void HealthServer::Impl::closeSessions() {
   while (!sessions_.empty()) sessions_.front()->close();
 }
 
-HealthServer::HealthServer(asio::io_context& io, HealthServerOptions options, Report report)
-    : impl_(std::make_shared<Impl>(io, std::move(options), std::move(report))) {
+HealthServer::HealthServer(asio::io_context& io, HealthServerOptions options, Report report,
+                           Metrics metrics)
+    : impl_(std::make_shared<Impl>(io, std::move(options), std::move(report), std::move(metrics))) {
   impl_->listen();
 }
 

@@ -46,6 +46,8 @@ enum class Op : std::uint8_t {
   kListPrefix,  // prefix, int64 max keys; reply int64 n, n key blobs, uint8 more (1: others match)
   kDeletePrefix,  // prefix; reply int64 deleted, uint8 more (1: keys under it remain)
 };
+// How many ops there are: an array indexed by Op has this many entries.
+inline constexpr std::size_t kOpCount = static_cast<std::size_t>(Op::kDeletePrefix) + 1;
 
 std::string_view opName(Op op);
 

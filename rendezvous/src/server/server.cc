@@ -155,14 +155,21 @@ class RendezvousServer::Impl {
   }
 
   Stats stats() const {
-    return Stats{context_.connections.load(),
-                 context_.accepted.load(),
-                 context_.refused.load(),
-                 context_.protocolErrors.load(),
-                 context_.refusedHandshakes.load(),
-                 context_.kv.storedBytes(),
-                 context_.replyMemory(),
-                 context_.kv.keyCount()};
+    Stats stats{context_.connections.load(),
+                context_.accepted.load(),
+                context_.refused.load(),
+                context_.protocolErrors.load(),
+                context_.refusedHandshakes.load(),
+                context_.kv.storedBytes(),
+                context_.replyMemory(),
+                context_.kv.keyCount(),
+                {}};
+    stats.operations.reserve(protocol::kOpCount);
+    for (std::size_t op = 0; op < protocol::kOpCount; ++op) {
+      stats.operations.emplace_back(protocol::opName(static_cast<protocol::Op>(op)),
+                                    context_.operations[op].load(std::memory_order_relaxed));
+    }
+    return stats;
   }
 
  private:

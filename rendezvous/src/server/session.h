@@ -46,6 +46,7 @@
 // Lives on the server's single event-loop thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
@@ -90,6 +91,8 @@ struct ServerContext {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<std::uint64_t> protocolErrors{0};
   std::atomic<std::uint64_t> refusedHandshakes{0};
+  // Requests served, per op (/metrics): counted on the serving thread, read from any.
+  std::array<std::atomic<std::uint64_t>, protocol::kOpCount> operations{};
   // Reply bytes not yet taken by the kernel that the replies own (not the stored values they
   // reference), every session's together (Session::accountReplies).
   std::atomic<std::size_t> pendingReplyBytes{0};

@@ -39,6 +39,7 @@ void Session::cancelTimedOutWaits() {
 
 bool Session::handle(Request& request) {
   cancelTimedOutWaits();
+  context_.operations[static_cast<std::size_t>(request.op)].fetch_add(1, std::memory_order_relaxed);
   switch (request.op) {
     case Op::kValidate:
       return handleValidate(request);

@@ -1,7 +1,9 @@
-// HealthServer: a tiny HTTP server for liveness probes (Kubernetes, a load balancer, a script):
-// `GET /healthz` (and HEAD) answers 200 or 503 with a JSON body, both taken from a callback at
-// the moment of the request. The ddprun agent serves its AgentSnapshot with it
-// (TORCHELASTIC_HEALTH_CHECK_PORT) and ddprun-rendezvous its own state (--health-port).
+// HealthServer: a tiny HTTP server for liveness probes (Kubernetes, a load balancer, a script)
+// and scrapers (Prometheus): `GET /healthz` (and HEAD) answers 200 or 503 with a JSON body, both
+// taken from a callback at the moment of the request; `GET /metrics`, when a metrics callback is
+// given, answers 200 with its text in Prometheus' exposition format (metrics_text.h). The ddprun
+// agent serves its AgentSnapshot and counters with it (TORCHELASTIC_HEALTH_CHECK_PORT) and
+// ddprun-rendezvous its own state (--health-port). Both paths have the same protections below.
 //
 // HTTP is Boost.Beast's (no parsing of our own). What a probe port on a shared or exposed machine
 // must bound is bounded: a request's header (maxHeaderBytes) and no body at all, the time a
@@ -102,10 +104,13 @@ std::vector<std::string> parseHealthHostNames(std::string_view list);
 class HealthServer {
  public:
   using Report = std::function<HealthReport()>;
+  // /metrics' body (text exposition format); nothing: /metrics answers 404.
+  using Metrics = std::function<std::string()>;
 
   // Binds and listens now (a bad address or a taken port throws HealthServerError here), then
   // accepts on `io` as it runs.
-  HealthServer(boost::asio::io_context& io, HealthServerOptions options, Report report);
+  HealthServer(boost::asio::io_context& io, HealthServerOptions options, Report report,
+               Metrics metrics = nullptr);
   // Closes the listener and every connection; the callback is not called again.
   ~HealthServer();
   HealthServer(const HealthServer&) = delete;

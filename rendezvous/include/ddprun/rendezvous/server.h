@@ -20,6 +20,9 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ddprun/rendezvous/job_secret.h"
 #include "ddprun/rendezvous/limits.h"
@@ -116,6 +119,9 @@ class RendezvousServer {
     // while they referenced them. A stored value they send costs nothing here.
     std::size_t pendingReplyBytes = 0;
     std::size_t keys = 0;  // keys held now (numKeys)
+    // Requests served since start, per op, by the op's protocol name ("SET", "WAIT", ...): every
+    // op, those never asked for with 0.
+    std::vector<std::pair<std::string_view, std::uint64_t>> operations;
   };
 
   // Binds and listens now, so port() is known and a bad address fails here. Throws ServerError.
