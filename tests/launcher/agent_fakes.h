@@ -529,14 +529,23 @@ class FakeEvidence final : public launcher::EvidenceCollector {
  public:
   explicit FakeEvidence(EventLoop& loop) : loop_(loop) {}
   void collect(pid_t pid, std::string saveTo,
+               std::optional<launcher::FlightRecorderTarget> flightRecorder,
                std::function<void(launcher::HangEvidence)> done) override {
     requests.push_back(pid);
+    flightRecorders.push_back(flightRecorder);
     launcher::HangEvidence evidence;
     evidence.pid = pid;
     evidence.savedTo = std::move(saveTo);  // as if written: the machine only names the file
     evidence.pythonStack =
         "Thread 0x1 (most recent call first):\n  File \"train.py\", line 7 in stuck_in_pid_" +
         std::to_string(pid) + "\n";
+    if (flightRecorder) {
+      launcher::FlightRecorderDump dump;
+      dump.pipe = flightRecorder->pipe;
+      dump.written = true;
+      dump.file = flightRecorder->dump;
+      evidence.flightRecorder = dump;
+    }
     if (hold) {
       held.push_back([done = std::move(done), evidence] { done(evidence); });
     } else {
@@ -544,6 +553,7 @@ class FakeEvidence final : public launcher::EvidenceCollector {
     }
   }
   std::vector<pid_t> requests;
+  std::vector<std::optional<launcher::FlightRecorderTarget>> flightRecorders;  // per request
   // With `hold`, each collection finishes only when the test calls its entry of `held`.
   bool hold = false;
   std::vector<std::function<void()>> held;

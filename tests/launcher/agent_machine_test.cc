@@ -57,8 +57,9 @@ LaunchConfig jobConfig(int minNodes, int maxNodes, int nproc, int maxRestarts = 
 
 // One agent: the real machine and driver, fake processes, the shared in-process store.
 struct Node {
+  // `environment`: the agent's, that its workers inherit.
   Node(ManualEventLoop& loop, HashStore& store, LaunchConfig config, const std::string& address,
-       bool hostsStore = false)
+       bool hostsStore = false, std::map<std::string, std::string> environment = {})
       : config_(std::move(config)),
         loop_(loop),
         launcher(loop),
@@ -66,8 +67,8 @@ struct Node {
         backend(store),
         driver(config_.rdzv, backend, self(address, config_.nprocPerNode), loop),
         evidence(loop),
-        machine(config_, identity(address, hostsStore), loop, launcher, output, driver, stores,
-                diagnostics(), [this](int code) { exitCode = code; }),
+        machine(config_, identity(address, hostsStore, std::move(environment)), loop, launcher,
+                output, driver, stores, diagnostics(), [this](int code) { exitCode = code; }),
         recorder(machine) {
     launcher.childExited = [this] { machine.onChildExited(); };
     driver.attach(recorder);
@@ -88,8 +89,13 @@ struct Node {
     seams.health = &health;
     return seams;
   }
-  AgentIdentity identity(const std::string& address, bool hostsStore) const {
-    return fakeIdentity("host-" + address, address, hostsStore, "/tmp/ddprun-agent-machine-test");
+  AgentIdentity identity(const std::string& address, bool hostsStore,
+                         std::map<std::string, std::string> environment) const {
+    AgentIdentity id =
+        fakeIdentity("host-" + address, address, hostsStore, "/tmp/ddprun-agent-machine-test");
+    id.environment = std::move(environment);
+    id.privateDir = "/fake/private";
+    return id;
   }
 
   bool runningRound(int round) const { return runsRound(machine, round); }
@@ -124,8 +130,10 @@ struct Job {
   HashStore store{[this] { return loop.now(); }};
   std::vector<std::unique_ptr<Node>> nodes;
 
-  Node& add(const LaunchConfig& config, const std::string& address, bool hostsStore = false) {
-    nodes.push_back(std::make_unique<Node>(loop, store, config, address, hostsStore));
+  Node& add(const LaunchConfig& config, const std::string& address, bool hostsStore = false,
+            std::map<std::string, std::string> environment = {}) {
+    nodes.push_back(
+        std::make_unique<Node>(loop, store, config, address, hostsStore, std::move(environment)));
     return *nodes.back();
   }
   // Starts every node added so far and waits until they all run round 0 together.
@@ -806,6 +814,71 @@ TEST_CASE("a hung worker's failure says why it was stopped and where it was",
                              "killed with SIGKILL"));
   CHECK_THAT(text, Catch::Contains(fmt::format("in stuck_in_pid_{}", cause.pid)));
   CHECK_THAT(text, Catch::Contains(fmt::format("stacks_{}.txt", cause.pid)));
+}
+
+TEST_CASE(
+    "a hung worker whose environment turns PyTorch's Flight Recorder on: its pipe is the "
+    "agent's, asked before the kill, and the summary names the dump",
+    "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/0), "10.0.0.1", false,
+                       {{"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"}});
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  const std::string attempt = "/tmp/ddprun-agent-machine-test/attempt_0";
+  for (int rank : {0, 1}) {
+    CHECK(workers[rank].environment.at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") ==
+          "/fake/private/nccl_pipe_rank_");
+    CHECK(workers[rank].environment.at("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") ==
+          fmt::format("{}/{}/nccl_trace_rank_", attempt, rank));
+  }
+  node.heartbeats.reports[0] = node.heartbeats.reports[1] = job.loop.wallNow();
+  ddprun::test::CaptureStderr captured;
+  job.loop.advance(31s);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(node.evidence.flightRecorders.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const int rank = node.evidence.requests[i] == workers[0].pid ? 0 : 1;
+    REQUIRE(node.evidence.flightRecorders[i].has_value());
+    CHECK(node.evidence.flightRecorders[i]->pipe ==
+          fmt::format("/fake/private/nccl_pipe_rank_{}.pipe", rank));
+    CHECK(node.evidence.flightRecorders[i]->dump ==
+          fmt::format("{}/{}/nccl_trace_rank_{}", attempt, rank, rank));
+  }
+  const WorkerFailure& cause = *node.machine.ending()->rootCause;
+  CHECK(cause.flightRecorderDump ==
+        fmt::format("{}/{}/nccl_trace_rank_{}", attempt, cause.localRank, cause.rank));
+  CHECK_THAT(captured.text(), Catch::Contains("fr_dump   : " + cause.flightRecorderDump));
+}
+
+TEST_CASE(
+    "the user's Flight Recorder pipe is kept and asked through, and without the recorder none is",
+    "[agent][unit][hang]") {
+  Job job;
+  std::map<std::string, std::string> environment;
+  SECTION("the user's pipe") {
+    environment = {{"TORCH_NCCL_TRACE_BUFFER_SIZE", "10"},
+                   {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "/home/me/pipe_"}};
+  }
+  SECTION("the recorder off") {}
+  Node& node = job.add(hangConfig(1, /*maxRestarts=*/0), "10.0.0.1", false, environment);
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  node.heartbeats.reports[0] = job.loop.wallNow();
+  job.loop.advance(31s);
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  REQUIRE(node.evidence.flightRecorders.size() == 1);
+  if (environment.empty()) {
+    CHECK_FALSE(workers[0].environment.contains("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"));
+    CHECK_FALSE(workers[0].environment.contains("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"));
+    CHECK_FALSE(node.evidence.flightRecorders[0].has_value());
+  } else {
+    CHECK(workers[0].environment.at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/home/me/pipe_");
+    REQUIRE(node.evidence.flightRecorders[0].has_value());
+    CHECK(node.evidence.flightRecorders[0]->pipe == "/home/me/pipe_0.pipe");
+  }
 }
 
 TEST_CASE(

@@ -649,7 +649,7 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   const std::string saveTo = dir.path + "/attempt_0/0/stacks.txt";
   SECTION("the result arrives through post(), its text written to the file asked for") {
     auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-    collector->collect(worker.pid(), saveTo,
+    collector->collect(worker.pid(), saveTo, std::nullopt,
                        [&](HangEvidence evidence) { got = std::move(evidence); });
     CHECK_FALSE(got.has_value());  // not before the loop runs it
     REQUIRE(loop.runUntil([&] { return got.has_value(); }, 20s));
@@ -662,7 +662,7 @@ TEST_CASE("hang evidence: the threaded collector posts the evidence to the loop"
   SECTION("destroying the collector waits for the collection in flight") {
     {
       auto collector = makeThreadedEvidenceCollector(loop, pythonOptions(hook));
-      collector->collect(worker.pid(), saveTo,
+      collector->collect(worker.pid(), saveTo, std::nullopt,
                          [&](HangEvidence evidence) { got = std::move(evidence); });
     }
     CHECK_FALSE(got.has_value());
@@ -697,7 +697,7 @@ TEST_CASE(
   std::vector<HangEvidence> got;
   const auto start = Clock::now();
   for (const pid_t pid : {first.pid(), second.pid()}) {
-    collector->collect(pid, fmt::format("{}/stacks_{}.txt", dir.path, pid),
+    collector->collect(pid, fmt::format("{}/stacks_{}.txt", dir.path, pid), std::nullopt,
                        [&](HangEvidence evidence) { got.push_back(std::move(evidence)); });
   }
   REQUIRE(loop.runUntil([&] { return got.size() == 2; }, 30s));

@@ -94,6 +94,8 @@ EvidenceOptions evidenceOptions(const std::string& privateDir, AgentIdentity& id
                                 std::chrono::milliseconds nativeStackBudget) {
   EvidenceOptions options;
   options.debuggerBudget = nativeStackBudget;
+  // The Flight Recorder's dump is waited for no longer than the stacks may take.
+  options.flightRecorderWait = options.pythonWait + nativeStackBudget;
   try {
     const PythonStackHook hook = installPythonStackHook(privateDir);
     addPythonStackHook(hook, identity.environment);
@@ -166,6 +168,7 @@ AgentIdentity identityOf(const Environment& environment, const RunDirectories& d
     guardian->killHoldersOf(fmt::format("{}={}", common::kEnvDdprunAgent, identity.agentMarker));
   identity.scratchDir = directories.scratchDir();
   identity.logRunDir = directories.logRunDir();
+  identity.privateDir = directories.privateDir();
   return identity;
 }
 

@@ -83,6 +83,8 @@ json toJson(const WorkerFailure& failure) {
       {"oom", validUtf8(failure.oom)},
       {"stack", cappedLines(failure.stack)},
       {"evidenceFile", validUtf8(failure.evidenceFile)},
+      {"flightRecorderDump", validUtf8(failure.flightRecorderDump)},
+      {"flightRecorderNote", validUtf8(failure.flightRecorderNote)},
       {"stderrTail", cappedLines(failure.stderrTail)},
   };
   if (failure.errorTimestamp) value["errorTimestamp"] = *failure.errorTimestamp;
@@ -126,6 +128,8 @@ WorkerFailure failureFromJson(const json& value) {
   failure.oom = value.value("oom", failure.oom);
   failure.stack = value.value("stack", failure.stack);
   failure.evidenceFile = value.value("evidenceFile", failure.evidenceFile);
+  failure.flightRecorderDump = value.value("flightRecorderDump", failure.flightRecorderDump);
+  failure.flightRecorderNote = value.value("flightRecorderNote", failure.flightRecorderNote);
   failure.stderrTail = value.value("stderrTail", failure.stderrTail);
   if (auto fault = value.find("startFault"); fault != value.end() && fault->is_object()) {
     failure.startFault =

@@ -51,8 +51,12 @@ struct WorkerFailure {
   std::optional<double> hungAt;
   std::optional<double> silentSince;
   std::string oom;  // how the kernel's OOM killer is known to have killed it ("" = not)
-  std::vector<std::string> stack;       // where it was when found hung (the telling lines)
-  std::string evidenceFile;             // every thread's stacks, in full ("" = none)
+  std::vector<std::string> stack;  // where it was when found hung (the telling lines)
+  std::string evidenceFile;        // every thread's stacks, in full ("" = none)
+  // PyTorch's Flight Recorder, asked for its dump before the kill (hang/flight_recorder.h): the
+  // dump file ("" = none), and what to know of it or why there is none ("" = nothing to say).
+  std::string flightRecorderDump;
+  std::string flightRecorderNote;
   std::vector<std::string> stderrTail;  // its last stderr lines
   // It could not be started: the errno of the step that failed, and whether that step was the
   // exec of the program (its path, its rights: the user's) rather than the machine's (clone,

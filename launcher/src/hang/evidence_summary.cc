@@ -140,6 +140,12 @@ std::string HangEvidence::text() const {
       out += '\n';
     }
   }
+  if (flightRecorder) {
+    out += "\n--- PyTorch Flight Recorder ---\n";
+    const std::vector<std::string> lines = flightRecorderSummary(*flightRecorder);
+    if (lines.empty()) out += "(none)\n";
+    for (const std::string& line : lines) out += line + "\n";
+  }
   if (!notes.empty()) {
     out += "\n--- Notes ---\n";
     for (const std::string& note : notes) out += "- " + note + "\n";

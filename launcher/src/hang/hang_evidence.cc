@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <list>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -64,7 +65,8 @@ class ThreadedEvidenceCollector final : public EvidenceCollector {
     }
   }
 
-  void collect(pid_t pid, std::string saveTo, std::function<void(HangEvidence)> done) override {
+  void collect(pid_t pid, std::string saveTo, std::optional<FlightRecorderTarget> flightRecorder,
+               std::function<void(HangEvidence)> done) override {
     std::lock_guard lock(mutex_);
     // Join the collections that have finished, so threads do not pile up.
     for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -76,11 +78,12 @@ class ThreadedEvidenceCollector final : public EvidenceCollector {
       }
     }
     auto finished = std::make_shared<std::atomic<bool>>(false);
-    jobs_.push_back(Job{std::thread([this, pid, saveTo = std::move(saveTo), done = std::move(done),
-                                     finished]() mutable {
+    jobs_.push_back(Job{std::thread([this, pid, saveTo = std::move(saveTo),
+                                     flightRecorder = std::move(flightRecorder),
+                                     done = std::move(done), finished]() mutable {
                           HangEvidence evidence;
                           try {
-                            evidence = collectHangEvidence(pid, options_);
+                            evidence = collectWithFlightRecorder(pid, flightRecorder);
                           } catch (...) {
                             evidence.pid = pid;
                             evidence.notes.push_back("evidence: collection failed unexpectedly");
@@ -96,6 +99,26 @@ class ThreadedEvidenceCollector final : public EvidenceCollector {
   }
 
  private:
+  // The Flight Recorder's request goes first, on a thread of its own: torch dumps asynchronously
+  // while the stacks are taken, and the debugger (last) stops the process only briefly.
+  HangEvidence collectWithFlightRecorder(pid_t pid,
+                                         const std::optional<FlightRecorderTarget>& target) {
+    if (!target) return collectHangEvidence(pid, options_);
+    FlightRecorderDump dump;
+    std::thread recorder;
+    try {
+      recorder = std::thread([&dump, &target, pid, wait = options_.flightRecorderWait] {
+        dump = triggerFlightRecorder(*target, pid, wait);
+      });
+    } catch (const std::system_error&) {
+      dump = triggerFlightRecorder(*target, pid, options_.flightRecorderWait);  // no thread: first
+    }
+    HangEvidence evidence = collectHangEvidence(pid, options_);
+    if (recorder.joinable()) recorder.join();
+    evidence.flightRecorder = std::move(dump);
+    return evidence;
+  }
+
   struct Job {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> finished;

@@ -7,7 +7,9 @@
 //     hung worker's kill, and so the group's restart, waits for it): eu-stack (elfutils) takes
 //     ~30 ms even on a process that loaded libtorch, as it reads only the symbol tables of the
 //     frames it shows; gdb reads every library's debug symbols first (seconds with libtorch) and
-//     is used only when eu-stack is not installed. What the budget cuts short is said in a note.
+//     is used only when eu-stack is not installed. What the budget cuts short is said in a note;
+//   - PyTorch's Flight Recorder dump, when the worker's environment turns the recorder on
+//     (flight_recorder.h): asked for through its pipe first, and waited for beside the rest.
 //
 // collectHangEvidence blocks (for the budget at most); the agent calls it through
 // EvidenceCollector, whose real implementation runs it on a thread of its own and hands the
@@ -20,10 +22,12 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/event_loop.h"
+#include "hang/flight_recorder.h"
 
 namespace ddprun::launcher {
 
@@ -45,6 +49,8 @@ struct HangEvidence {
   std::string nativeStack;  // the unwinder's backtrace of every thread ("" = none): gdb's
                             // "Thread N (...)" or eu-stack's "TID N:" headers, then "#k" frames
   std::vector<std::string> notes;  // what could not be collected, and why (one line each)
+  // What came of asking the Flight Recorder for its dump (nothing: it was not asked).
+  std::optional<FlightRecorderDump> flightRecorder;
   std::string savedTo;  // the file that holds text() ("" = it could not be written: see notes)
 
   // Everything, for the file in the log directory.
@@ -64,6 +70,9 @@ struct EvidenceOptions {
   std::string debugger;
   // The debugger is killed after this; --hang-native-stack-budget sets the agent's.
   std::chrono::milliseconds debuggerBudget{400};
+  // The most the Flight Recorder's dump is waited for, beside the stacks: the time their
+  // collection may take anyway (the agent sets pythonWait + debuggerBudget).
+  std::chrono::milliseconds flightRecorderWait{1400};
 };
 
 // eu-stack or gdb, by the tool's file name: their arguments and outputs differ.
@@ -80,13 +89,16 @@ bool isNativeThreadHeader(const std::string& line);
 // Blocking. Never throws: what fails becomes a note.
 HangEvidence collectHangEvidence(pid_t pid, const EvidenceOptions& options);
 
-// The seam the agent's state machine uses: collects the evidence of `pid`, writes all of it
-// (text()) into the new file `saveTo` (its directory is made if need be), then calls `done` on the
-// loop.
+// The seam the agent's state machine uses: collects the evidence of `pid` (and, given a
+// `flightRecorder` target, its Flight Recorder dump, asked for before the stacks are taken and
+// waited for beside them), writes all of it (text()) into the new file `saveTo` (its directory is
+// made if need be), then calls `done` on the loop.
 class EvidenceCollector {
  public:
   virtual ~EvidenceCollector() = default;
-  virtual void collect(pid_t pid, std::string saveTo, std::function<void(HangEvidence)> done) = 0;
+  virtual void collect(pid_t pid, std::string saveTo,
+                       std::optional<FlightRecorderTarget> flightRecorder,
+                       std::function<void(HangEvidence)> done) = 0;
 };
 
 // collectHangEvidence on a thread per request; results are posted to `loop`. The destructor

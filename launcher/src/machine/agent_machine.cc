@@ -14,6 +14,7 @@
 #include "ddprun/common/signal_names.h"
 #include "ddprun/common/text.h"
 #include "ddprun/common/worker_env_names.h"
+#include "hang/flight_recorder.h"
 #include "process/worker_env.h"
 
 namespace ddprun::launcher {
@@ -400,9 +401,9 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
   try {
     const std::string heartbeatFile =
         diagnostics_.heartbeats ? diagnostics_.heartbeats->prepare(localRank) : std::string();
-    const std::vector<std::string> environment =
-        workerEnvironment(identity_.environment, config_, placement, roundEnvironment,
-                          worker.errorFile, heartbeatFile, stopFile_);
+    const std::vector<std::string> environment = workerEnvironment(
+        identity_.environment, config_, placement, roundEnvironment, worker.errorFile,
+        heartbeatFile, stopFile_, prepareFlightRecorder(worker, attempt));
     auto plan = std::make_unique<ExecPlan>(command.path, command.argv, environment, streams.out,
                                            streams.err);
     if (static_cast<std::size_t>(localRank) < config_.workerCpus.size()) {
@@ -413,6 +414,21 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
     output_.abandon(localRank);
     throw;
   }
+}
+
+std::map<std::string, std::string> AgentMachine::prepareFlightRecorder(LocalWorker& worker,
+                                                                       const std::string& attempt) {
+  worker.flightRecorder.reset();
+  if (!flightRecorderEnabled(identity_.environment)) return {};
+  // The pipes in the agent's private directory (the worker makes each, as torch does); the dump
+  // in the rank's directory of the attempt (made by WorkerOutput::prepare), beside its error file.
+  const std::string pipePrefix =
+      identity_.privateDir.empty() ? std::string() : identity_.privateDir + "/nccl_pipe_rank_";
+  auto plan = flightRecorderPlan(identity_.environment, worker.rank, pipePrefix,
+                                 rankDirectory(attempt, worker.localRank) + "/nccl_trace_rank_");
+  if (!plan) return {};
+  worker.flightRecorder = plan->target;
+  return plan->set;
 }
 
 void AgentMachine::workerCannotStart(LocalWorker& worker, const std::exception& error) {
@@ -542,6 +558,8 @@ WorkerFailure AgentMachine::failureOf(const LocalWorker& worker) const {
   failure.silentSince = worker.silentSince;
   failure.stack = worker.stack;
   failure.evidenceFile = worker.evidenceFile;
+  failure.flightRecorderDump = worker.flightRecorderDump;
+  failure.flightRecorderNote = worker.flightRecorderNote;
   failure.stderrTail = output_.stderrTail(worker.localRank);
   return failure;
 }
@@ -1066,13 +1084,14 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
   worker.hangSignal = signal;
   const std::string saveTo = fmt::format(
       "{}/stacks_{}.txt", rankDirectory(attemptDirectory(round_.number), localRank), pid);
-  diagnostics_.evidence->collect(pid, saveTo, [this, pid](HangEvidence evidence) {
+  auto collected = [this, pid](HangEvidence evidence) {
     LocalWorker* hung = workerByPid(pid);
     if (hung == nullptr) return;  // a later round's workers are running now
     hung->evidencePending = false;
     keepEvidence(*hung, evidence);
     signalHungWorkers();
-  });
+  };
+  diagnostics_.evidence->collect(pid, saveTo, worker.flightRecorder, std::move(collected));
 }
 
 void AgentMachine::signalHungWorkers() {
@@ -1098,6 +1117,15 @@ void AgentMachine::keepEvidence(LocalWorker& worker, const HangEvidence& evidenc
     spdlog::warn(
         "cannot write the stacks of worker {} (rank {}): {}", localRank, worker.rank,
         evidence.notes.empty() ? std::string("no file") : common::printable(evidence.notes.back()));
+  }
+  if (evidence.flightRecorder) {
+    const FlightRecorderDump& dump = *evidence.flightRecorder;
+    worker.flightRecorderDump = dump.file;
+    std::string note;
+    for (const std::string& line : dump.notes) note += (note.empty() ? "" : "; ") + line;
+    worker.flightRecorderNote = note;
+    for (const std::string& line : flightRecorderSummary(dump))
+      spdlog::warn("worker {} (rank {}): {}", localRank, worker.rank, common::printable(line));
   }
   // The worker's own stacks: its thread names, file names and frames are its to choose.
   for (const std::string& line : worker.stack)

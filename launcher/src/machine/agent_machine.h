@@ -71,6 +71,7 @@ struct AgentIdentity {
   std::string agentMarker;  // DDPRUN_AGENT of this agent's workers (not a secret: a tag)
   std::string scratchDir;   // error files when there is no --log-dir
   std::string logRunDir;    // with --log-dir: this run's own "<log-dir>/<run id>_<random>"
+  std::string privateDir;   // the agent's own (0700): the Flight Recorder's pipes ("" = none)
   std::map<std::string, std::string> environment;  // the agent's own (workers inherit it)
   bool hostsStore = false;  // this agent hosts the rendezvous store (it must outstay the others)
   // Where the summary and the final error line go (nothing: stderr, written directly).
@@ -160,6 +161,11 @@ class AgentMachine final : public RendezvousEvents {
     // Its evidence is being collected; the signal it gets once every hung worker's is in.
     bool evidencePending = false;
     int hangSignal = 0;
+    // PyTorch's Flight Recorder: its pipe and dump (nothing: off for this worker), and what came
+    // of asking it before the kill.
+    std::optional<FlightRecorderTarget> flightRecorder;
+    std::string flightRecorderDump;
+    std::string flightRecorderNote;
   };
 
   // Hosts the round's workers' store when the round says so; false when it cannot (the agent
@@ -170,6 +176,10 @@ class AgentMachine final : public RendezvousEvents {
   void startWorkers();
   // Fills `worker` (its ranks, error file) and returns its plan; throws when it cannot start.
   std::unique_ptr<ExecPlan> prepareWorker(LocalWorker& worker, const std::string& attempt);
+  // The Flight Recorder's variables for `worker` (none when its environment leaves the recorder
+  // off), its target kept in `worker`.
+  std::map<std::string, std::string> prepareFlightRecorder(LocalWorker& worker,
+                                                           const std::string& attempt);
   // A worker that cannot start is a failure like any other (exit code 127, as a shell).
   void workerCannotStart(LocalWorker& worker, const std::exception& error);
   // A running worker is hung: its stacks are taken, then it gets `signal`.

@@ -59,7 +59,8 @@ std::string ompNumThreadsWarning() {
 std::vector<std::string> workerEnvironment(
     const std::map<std::string, std::string>& inherited, const LaunchConfig& config,
     const WorkerPlacement& placement, const RoundEnvironment& round, const std::string& errorFile,
-    const std::string& heartbeatFile, const std::string& stopFile) {
+    const std::string& heartbeatFile, const std::string& stopFile,
+    const std::map<std::string, std::string>& added) {
   std::map<std::string, std::string> env = inherited;
   const std::string localRank = std::to_string(config.virtualLocalRank ? 0 : placement.localRank);
   env[common::kEnvLocalRank] = localRank;
@@ -115,6 +116,7 @@ std::vector<std::string> workerEnvironment(
     }
     env[common::kEnvCudaVisibleDevices] = device;
   }
+  for (const auto& [name, value] : added) env[name] = value;
   std::vector<std::string> entries;
   entries.reserve(env.size());
   for (const auto& [name, value] : env) entries.push_back(name + "=" + value);

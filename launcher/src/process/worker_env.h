@@ -37,11 +37,12 @@ struct RoundEnvironment {
 // agent's environment) with the contract's variables added or replaced, and the worker's own
 // files: its error file, its progress heartbeat file when the agent monitors progress and the
 // attempt's stop-request file (DDPRUN_STOP_FILE; "" = none: an inherited entry is then left as it
-// was).
+// was); `added` last (the Flight Recorder's paths: hang/flight_recorder.h).
 std::vector<std::string> workerEnvironment(
     const std::map<std::string, std::string>& inherited, const LaunchConfig& config,
     const WorkerPlacement& placement, const RoundEnvironment& round, const std::string& errorFile,
-    const std::string& heartbeatFile = {}, const std::string& stopFile = {});
+    const std::string& heartbeatFile = {}, const std::string& stopFile = {},
+    const std::map<std::string, std::string>& added = {});
 
 // The program to exec (an absolute path) and its argv.
 struct WorkerCommand {

@@ -159,6 +159,12 @@ std::string formatEntry(std::size_t index, const WorkerFailure& failure,
       out << "\n              (every thread: " << oneLineField(failure.evidenceFile) << ")";
     }
   }
+  if (!failure.flightRecorderDump.empty() || !failure.flightRecorderNote.empty()) {
+    std::vector<std::string> lines;
+    if (!failure.flightRecorderDump.empty()) lines.push_back(failure.flightRecorderDump);
+    if (!failure.flightRecorderNote.empty()) lines.push_back(failure.flightRecorderNote);
+    out << "\n  fr_dump   : " << block(lines);
+  }
   if (!extras.stderrText.empty()) out << "\n  stderr    : " << extras.stderrText;
   return out.str();
 }
