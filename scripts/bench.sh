@@ -17,6 +17,8 @@
 #   scripts/bench.sh goodput   a 2-node training job through a trace of failures (crash, hang,
 #                              SIGKILL, cut-off, preemption, lemon node): ddprun with and without a
 #                              spare vs torchrun 2.6 and 1.13; draws docs/img/goodput.png itself
+#   scripts/bench.sh metrics   what a /metrics scrape costs the agent at 64 ranks, beside /healthz
+#                              and a 404 from the same server (the floor)
 #   scripts/bench.sh plot      draw bench-results/*.json into docs/img/*.png (scripts/plot_benchmarks.py)
 #   scripts/bench.sh all       every benchmark above in turn, then plot (about an hour on 2 cores)
 #
@@ -24,7 +26,7 @@
 # `plot` draws. On a shared machine run it under `flock /tmp/ddprun-bench.lock`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benches=(store relay relay-delay launcher allreduce hang rendezvous scale goodput)
+benches=(store relay relay-delay launcher allreduce hang rendezvous scale goodput metrics)
 case "${1:-store}" in
   plot)
     exec /usr/bin/python3 scripts/plot_benchmarks.py --results bench-results --out docs/img "${@:2}" ;;
@@ -80,6 +82,8 @@ case "${1:-store}" in
   goodput)
     /usr/bin/python3 tests/bench/bench_goodput.py --ddprun build-release/launcher/ddprun \
       --plot docs/img/goodput.png "${json[@]}" "${@:2}" ;;
+  metrics)
+    /usr/bin/python3 tests/bench/bench_metrics.py --ddprun build-release/launcher/ddprun "${json[@]}" "${@:2}" ;;
   scale)
     /usr/bin/python3 tests/bench/bench_scale.py --sim build-release/tests/bench/ddprun-scale-sim \
       --daemon build-release/rendezvous/ddprun-rendezvous "${json[@]}" "${@:2}" ;;

@@ -89,9 +89,9 @@ bool requestDump(const std::string& pipe, pid_t pid, FlightRecorderDump& result)
     return false;
   }
   if (info.st_uid != process.st_uid) {
-    result.notes.push_back(fmt::format(
-        "Flight Recorder: {} belongs to {}, not to the worker's {}: not written", pipe,
-        common::userText(info.st_uid), common::userText(process.st_uid)));
+    result.notes.push_back(
+        fmt::format("Flight Recorder: {} belongs to {}, not to the worker's {}: not written", pipe,
+                    common::userText(info.st_uid), common::userText(process.st_uid)));
     return false;
   }
   const char request = '1';
@@ -132,8 +132,9 @@ std::optional<FlightRecorderPlan> flightRecorderPlan(
     plan.set[kEnvTorchNcclDebugInfoPipeFile] = pipePrefix;
   }
   // The name torch reads first wins; the agent sets the old one, which every release reads.
-  std::string dump = valueOf(environment, kEnvTorchFrDumpTempFile)
-                         .value_or(valueOf(environment, kEnvTorchNcclDebugInfoTempFile).value_or(""));
+  std::string dump =
+      valueOf(environment, kEnvTorchFrDumpTempFile)
+          .value_or(valueOf(environment, kEnvTorchNcclDebugInfoTempFile).value_or(""));
   if (dump.empty()) {
     if (dumpPrefix.empty()) return std::nullopt;
     dump = dumpPrefix;

@@ -67,9 +67,9 @@ std::optional<FlightRecorderPlan> flightRecorderPlan(
 // What came of asking for a dump.
 struct FlightRecorderDump {
   std::string pipe;
-  bool written = false;  // the byte went into the pipe (a reader had it open)
-  std::string file;      // the dump file, once it appeared ("" = none)
-  bool settled = false;  // the file stopped growing before the deadline
+  bool written = false;            // the byte went into the pipe (a reader had it open)
+  std::string file;                // the dump file, once it appeared ("" = none)
+  bool settled = false;            // the file stopped growing before the deadline
   std::vector<std::string> notes;  // what went wrong, or was cut short (one line each)
 };
 

@@ -51,8 +51,10 @@ void IncidentTimeline::stopped(const StopReason& stop, int round, double now) {
                                                          : IncidentKind::kStoreLost;
       incident.groupRank = stop.groupRank;
       incident.host = stop.host;
-      incident.detail =
-          stop.kind == StopKind::kNodeLeft ? common::signalName(stop.signal) : stop.detail;
+      incident.detail = stop.kind == StopKind::kNodeLeft
+                            ? "stopped by " + common::signalName(stop.signal)
+                        : stop.kind == StopKind::kNodeLost ? std::string("its agent vanished")
+                                                           : stop.detail;
       // When another node vanished is known to nobody: it is counted from its detection.
       incident.failedAt = now;
       incident.detectedAt = now;

@@ -5,6 +5,8 @@
 //   torchelastic.worker.status.FAILED     a worker failed (metadata.raw_error: the failure)
 //   torchelastic.worker.status.UNHEALTHY  a worker was found hung (before its stacks are taken)
 //   ddprun.worker_group.restart           the group restarts after a failure (torchrun has none)
+//   ddprun.incident                       a failure's timeline, once closed (core/incident.h's
+//                                         JSON as the metadata; state INCIDENT)
 #pragma once
 
 #include <nlohmann/json.hpp>
