@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddprun/common/metrics_text.h"
+#include "ddprun/rendezvous/server_metrics.h"
 
 namespace ddprun::rendezvous {
 
@@ -57,32 +58,7 @@ std::string DaemonHealth::metrics() const {
               "1 while the store serves, 0 once it drains to shut down", draining_ ? 0 : 1);
   text.single("ddprun_rendezvous_uptime_seconds", MetricType::kGauge,
               "Seconds since the daemon started", uptime);
-  text.single("ddprun_store_connections", MetricType::kGauge, "Store connections open now",
-              static_cast<double>(stats.connections));
-  text.single("ddprun_store_connections_accepted_total", MetricType::kCounter,
-              "Store connections accepted", static_cast<double>(stats.accepted));
-  text.single("ddprun_store_connections_refused_total", MetricType::kCounter,
-              "Store connections closed at once: over --max-connections",
-              static_cast<double>(stats.refused));
-  text.single("ddprun_store_protocol_errors_total", MetricType::kCounter,
-              "Store connections closed for a bad frame or a stalled request",
-              static_cast<double>(stats.protocolErrors));
-  text.single("ddprun_store_refused_handshakes_total", MetricType::kCounter,
-              "Store connections closed for failing the job token's handshake",
-              static_cast<double>(stats.refusedHandshakes));
-  text.single("ddprun_store_keys", MetricType::kGauge, "Keys the store holds now",
-              static_cast<double>(stats.keys));
-  text.single("ddprun_store_stored_bytes", MetricType::kGauge,
-              "Bytes the store's data holds, as --max-stored-bytes counts them",
-              static_cast<double>(stats.storedBytes));
-  text.single("ddprun_store_pending_reply_bytes", MetricType::kGauge,
-              "Bytes unsent replies hold beyond the stored data",
-              static_cast<double>(stats.pendingReplyBytes));
-  text.family("ddprun_store_operations_total", MetricType::kCounter,
-              "Store requests served, by operation (the TCPStore protocol's names)");
-  for (const auto& [op, count] : stats.operations) {
-    text.sample(static_cast<double>(count), {{"op", op}});
-  }
+  storeMetrics(text, {{{}, stats}});
   return text.take();
 }
 

@@ -6,7 +6,8 @@
 agent   a one-node c10d job of 2 workers (--max-restarts 3, --hang-timeout 30, heartbeats every
         0.1 s) whose rank 1 fails in the first attempt and rank 0 in the second: two restarts.
         While the third attempt runs, /metrics is scraped and parsed by prometheus_client's own
-        parser (Debian's python3-prometheus-client): restarts of class worker 2, two closed
+        parser (Debian's python3-prometheus-client): the store this agent hosts (its connections
+        and operations, labelled store="rendezvous"), restarts of class worker 2, two closed
         worker_failed incidents, each duration histogram counting 2, a heartbeat age for both
         ranks, 2 workers running, the job's restarts 2. `ddprun status --json` shows both
         incidents with every timestamp in order (failed <= detected <= decided <= running <
@@ -147,6 +148,10 @@ def agent(args, deadline):
         for rank in ("0", "1"):
             age = value(samples, "ddprun_worker_heartbeat_age_seconds", rank=rank, local_rank=rank)
             check(age is not None and 0 <= age < 5, f"rank {rank}'s heartbeat age: {age}", [job])
+        # This agent hosts the job's rendezvous store (c10d): its figures, labelled, on the page.
+        holds = value(samples, "ddprun_store_operations_total", store="rendezvous", op="HOLD")
+        check(value(samples, "ddprun_store_connections", store="rendezvous") >= 1 and holds and holds >= 1,
+              f"the hosted rendezvous store's connections and operations:\n{text}", [job])
         lost = value(samples, "ddprun_incident_lost_seconds_sum")
         check(lost is not None and 0 < lost < 30, f"two incidents' lost seconds, summed: {lost}", [job])
         print(f"agent: restarts by class worker 2, incidents 2, {lost:.2f} s lost in all")

@@ -428,7 +428,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   StatusFeed statusFeed(loop, machine, statusPublisher,
                         [&rendezvous] { return rendezvous.nodeId(); });
   const auto timerPipe = serveFileTimers(io, timerFile, machine);
-  auto health = serveHealth(io, healthEndpoint, machine, config.role);  // on this loop
+  auto health = serveHealth(io, healthEndpoint, machine, config.role, stores);  // on this loop
   outWriter->whenClosed([&machine] { machine.onConsoleClosed(); });
 
   asio::signal_set signals(io);

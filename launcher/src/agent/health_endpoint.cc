@@ -12,6 +12,7 @@
 #include "ddprun/common/worker_env_names.h"
 #include "machine/agent_machine.h"
 #include "report/metrics_page.h"
+#include "stores/hosted_stores.h"
 
 namespace ddprun::launcher {
 
@@ -55,7 +56,8 @@ std::optional<HealthEndpoint> healthEndpointOf(
 std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& io,
                                                       const std::optional<HealthEndpoint>& endpoint,
                                                       const AgentMachine& machine,
-                                                      const std::string& role) {
+                                                      const std::string& role,
+                                                      const HostedStores& stores) {
   if (!endpoint) return nullptr;
   rendezvous::HealthServerOptions options;
   options.host = endpoint->host;
@@ -71,9 +73,9 @@ std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& i
               healthy(snapshot), toHealthJson(snapshot).dump(
                                      -1, ' ', false, nlohmann::json::error_handler_t::replace)};
         },
-        [&machine, role] {
+        [&machine, &stores, role] {
           const AgentSnapshot snapshot = machine.snapshot();
-          return metricsPage(snapshot, machine.metrics(), role, snapshot.updatedAt);
+          return metricsPage(snapshot, machine.metrics(), role, snapshot.updatedAt, stores.stats());
         });
     spdlog::info("serving /healthz on http://{0}/healthz and /metrics on http://{0}/metrics",
                  server->address());

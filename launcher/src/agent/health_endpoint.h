@@ -21,6 +21,7 @@
 namespace ddprun::launcher {
 
 class AgentMachine;
+class HostedStores;
 
 struct HealthEndpoint {
   std::uint16_t port = 0;              // 0: a free port, named in the agent's log
@@ -36,11 +37,13 @@ std::optional<HealthEndpoint> healthEndpointOf(
     const std::map<std::string, std::string>& environment);
 
 // Listens now (throws StartupError naming the port and the variable when it cannot) and answers
-// /healthz and /metrics (report/metrics_page.h; `role`: the workers' role) from `machine` as `io`
-// runs; nothing when `endpoint` is empty. Destroy it before `machine`.
+// /healthz and /metrics (report/metrics_page.h; `role`: the workers' role; `stores`: those this
+// agent hosts) from `machine` as `io` runs; nothing when `endpoint` is empty. Destroy it before
+// `machine` and `stores`.
 std::unique_ptr<rendezvous::HealthServer> serveHealth(boost::asio::io_context& io,
                                                       const std::optional<HealthEndpoint>& endpoint,
                                                       const AgentMachine& machine,
-                                                      const std::string& role);
+                                                      const std::string& role,
+                                                      const HostedStores& stores);
 
 }  // namespace ddprun::launcher

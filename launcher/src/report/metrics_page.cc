@@ -99,7 +99,8 @@ void workers(MetricsText& text, const AgentSnapshot& snapshot, double now) {
 }  // namespace
 
 std::string metricsPage(const AgentSnapshot& snapshot, const JobMetrics& metrics,
-                        std::string_view role, double now) {
+                        std::string_view role, double now,
+                        const std::vector<rendezvous::LabelledStats>& stores) {
   MetricsText text;
   torchelasticRun(text, snapshot, role);
 
@@ -153,6 +154,7 @@ std::string metricsPage(const AgentSnapshot& snapshot, const JobMetrics& metrics
               "1 while this agent is a spare waiting for a place (sum over agents: the pool)",
               snapshot.spare ? 1 : 0);
   text.single("ddprun_spares_wanted", MetricType::kGauge, "--spares", snapshot.sparesWanted);
+  if (!stores.empty()) rendezvous::storeMetrics(text, stores);
   return text.take();
 }
 

@@ -14,14 +14,18 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/agent_snapshot.h"
 #include "core/job_metrics.h"
+#include "ddprun/rendezvous/server_metrics.h"
 
 namespace ddprun::launcher {
 
-// `now`: epoch seconds (heartbeat ages are taken from it).
+// `now`: epoch seconds (heartbeat ages are taken from it). `stores`: the stores this agent hosts
+// (their ddprun_store_* families, server_metrics.h), none when it hosts none.
 std::string metricsPage(const AgentSnapshot& snapshot, const JobMetrics& metrics,
-                        std::string_view role, double now);
+                        std::string_view role, double now,
+                        const std::vector<rendezvous::LabelledStats>& stores = {});
 
 }  // namespace ddprun::launcher

@@ -49,6 +49,13 @@ HostedStores::HostedStores(StoreAccess access, std::size_t maxConnections)
 
 HostedStores::~HostedStores() = default;
 
+std::vector<rendezvous::LabelledStats> HostedStores::stats() const {
+  std::vector<rendezvous::LabelledStats> stores;
+  if (rendezvous_) stores.push_back({{{"store", "rendezvous"}}, rendezvous_->stats()});
+  if (workers_) stores.push_back({{{"store", "workers"}}, workers_->stats()});
+  return stores;
+}
+
 std::uint16_t HostedStores::host(const std::string& address) {
   const rendezvous::ServerOptions options =
       serverOptions(listenEverywhere_ ? "0.0.0.0" : address, 0);

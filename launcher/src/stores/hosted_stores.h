@@ -17,10 +17,12 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/rendezvous_client.h"
 #include "ddprun/launcher/launch_config.h"
 #include "ddprun/rendezvous/security_options.h"
+#include "ddprun/rendezvous/server_metrics.h"
 #include "ddprun/rendezvous/tcp_store.h"
 #include "stores/hosting_policy.h"
 #include "stores/store_backends.h"
@@ -57,6 +59,9 @@ class HostedStores final : public WorkerStoreHost {
   bool hostsRendezvous() const { return rendezvous_ != nullptr; }
   // The workers reach their store through a relay (the job has a token).
   bool relaysWorkers() const { return access_.security.secret.has_value(); }
+  // The figures of each store this agent hosts now (/metrics), labelled store="rendezvous" or
+  // store="workers"; none when it hosts none.
+  std::vector<rendezvous::LabelledStats> stats() const;
 
   // WorkerStoreHost:
   std::uint16_t host(const std::string& address) override;
