@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ddprun/common/safe_files.h"
+#include "ddprun/common/worker_env_names.h"
 
 namespace ddprun::launcher {
 
@@ -111,8 +112,8 @@ bool requestDump(const std::string& pipe, pid_t pid, FlightRecorderDump& result)
 }  // namespace
 
 bool flightRecorderEnabled(const std::map<std::string, std::string>& environment) {
-  auto size = valueOf(environment, kEnvTorchFrBufferSize);
-  if (!size) size = valueOf(environment, kEnvTorchNcclTraceBufferSize);
+  auto size = valueOf(environment, common::kEnvTorchFrBufferSize);
+  if (!size) size = valueOf(environment, common::kEnvTorchNcclTraceBufferSize);
   if (!size) return false;
   long long entries = 0;
   const char* end = size->data() + size->size();
@@ -125,20 +126,20 @@ std::optional<FlightRecorderPlan> flightRecorderPlan(
     const std::string& dumpPrefix) {
   if (!flightRecorderEnabled(environment)) return std::nullopt;
   FlightRecorderPlan plan;
-  std::string pipe = valueOf(environment, kEnvTorchNcclDebugInfoPipeFile).value_or("");
+  std::string pipe = valueOf(environment, common::kEnvTorchNcclDebugInfoPipeFile).value_or("");
   if (pipe.empty()) {
     if (pipePrefix.empty()) return std::nullopt;
     pipe = pipePrefix;
-    plan.set[kEnvTorchNcclDebugInfoPipeFile] = pipePrefix;
+    plan.set[common::kEnvTorchNcclDebugInfoPipeFile] = pipePrefix;
   }
   // The name torch reads first wins; the agent sets the old one, which every release reads.
   std::string dump =
-      valueOf(environment, kEnvTorchFrDumpTempFile)
-          .value_or(valueOf(environment, kEnvTorchNcclDebugInfoTempFile).value_or(""));
+      valueOf(environment, common::kEnvTorchFrDumpTempFile)
+          .value_or(valueOf(environment, common::kEnvTorchNcclDebugInfoTempFile).value_or(""));
   if (dump.empty()) {
     if (dumpPrefix.empty()) return std::nullopt;
     dump = dumpPrefix;
-    plan.set[kEnvTorchNcclDebugInfoTempFile] = dumpPrefix;
+    plan.set[common::kEnvTorchNcclDebugInfoTempFile] = dumpPrefix;
   }
   plan.target.pipe = fmt::format("{}{}.pipe", pipe, rank);
   plan.target.dump = fmt::format("{}{}", dump, rank);

@@ -33,13 +33,6 @@
 
 namespace ddprun::launcher {
 
-// torch's names.
-inline constexpr const char* kEnvTorchNcclTraceBufferSize = "TORCH_NCCL_TRACE_BUFFER_SIZE";
-inline constexpr const char* kEnvTorchFrBufferSize = "TORCH_FR_BUFFER_SIZE";
-inline constexpr const char* kEnvTorchNcclDebugInfoPipeFile = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
-inline constexpr const char* kEnvTorchNcclDebugInfoTempFile = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
-inline constexpr const char* kEnvTorchFrDumpTempFile = "TORCH_FR_DUMP_TEMP_FILE";
-
 // One worker's pipe and the file its dump goes to.
 struct FlightRecorderTarget {
   std::string pipe;  // "<pipe prefix><rank>.pipe"

@@ -65,4 +65,14 @@ inline constexpr const char* kEnvTorchelasticHealthCheckPort = "TORCHELASTIC_HEA
 inline constexpr const char* kEnvDdprunHealthCheckAddr = "DDPRUN_HEALTH_CHECK_ADDR";
 inline constexpr const char* kEnvDdprunHealthCheckHosts = "DDPRUN_HEALTH_CHECK_HOSTS";
 
+// PyTorch's Flight Recorder (launcher/src/hang/flight_recorder.h): on when a buffer size is over 0
+// (TORCH_FR_BUFFER_SIZE, newer torch, before TORCH_NCCL_TRACE_BUFFER_SIZE); the agent gives each
+// worker the pipe whose write asks for a dump and the prefix the dump is written under, unless
+// the user set them (newer torch reads TORCH_FR_DUMP_TEMP_FILE before the NCCL name).
+inline constexpr const char* kEnvTorchNcclTraceBufferSize = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+inline constexpr const char* kEnvTorchFrBufferSize = "TORCH_FR_BUFFER_SIZE";
+inline constexpr const char* kEnvTorchNcclDebugInfoPipeFile = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
+inline constexpr const char* kEnvTorchNcclDebugInfoTempFile = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+inline constexpr const char* kEnvTorchFrDumpTempFile = "TORCH_FR_DUMP_TEMP_FILE";
+
 }  // namespace ddprun::common
