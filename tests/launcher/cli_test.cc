@@ -2100,6 +2100,10 @@ TEST_CASE("option --progress-pattern, --start-pattern, --fail-pattern: a bad reg
   const CommandLine alone = parse({"--start-timeout", "5", script()});
   REQUIRE(alone.warnings.size() == 1);
   CHECK_THAT(alone.warnings[0], Catch::Contains("without --start-pattern"));
+  const CommandLine alone2 = parse({"--progress-pattern", "step", script()});
+  REQUIRE(alone2.warnings.size() == 1);
+  CHECK_THAT(alone2.warnings[0], Catch::Contains("without --hang-timeout"));
+  CHECK(parse({"--progress-pattern", "step", "--hang-timeout", "60", script()}).warnings.empty());
   CHECK(config({"--log-time", script()}).logs.time);
   CHECK(config({script()}, with(sandbox().environment(), "PET_LOG_TIME", "1")).logs.time);
 }

@@ -593,7 +593,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "--start-pattern: a worker with no start line by --start-timeout is hung, one with it "
+    "start pattern: a worker with no start line by --start-timeout is hung, one with it "
     "is not",
     "[progress][unit]") {
   CountingLoop loop;
@@ -631,8 +631,9 @@ TEST_CASE(
   CHECK_FALSE(lines.startReport(0).has_value());
 }
 
-TEST_CASE("--progress-pattern lines are heartbeats beside the file; --fail-pattern is told once",
-          "[progress][unit]") {
+TEST_CASE(
+    "progress pattern: lines are heartbeats beside the file, a --fail-pattern line is told once",
+    "[progress][unit]") {
   CountingLoop loop;
   FakeHeartbeats files;
   HangPolicy policy;

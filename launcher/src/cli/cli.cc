@@ -215,6 +215,12 @@ void applyLinePatterns(const Arguments& arguments, CommandLine& result) {
   hang.progressPattern = pattern("progress-pattern", "'step [0-9]+'");
   hang.startPattern = pattern("start-pattern", "'training started'");
   hang.failPattern = pattern("fail-pattern", "'loss (nan|inf)'");
+  if (!hang.progressPattern.empty() && !hang.hangTimeout) {
+    result.warnings.push_back(fmt::format(
+        "{}: without --hang-timeout a matching line counts as progress (the restart policy, "
+        "ddprun status) but no worker is found hung for want of one; add e.g. --hang-timeout 300",
+        label(*arguments.given("progress-pattern"))));
+  }
   if (const auto seconds = arguments.value<double>("start-timeout")) {
     checkNumber(arguments, "start-timeout", "must be a number of seconds > 0", "120",
                 std::isfinite(*seconds) && *seconds > 0 && *seconds <= kMaxSeconds);

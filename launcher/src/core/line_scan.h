@@ -65,11 +65,11 @@ class LineScan {
  private:
   const LinePatterns& patterns_;
   int localRank_;
-  bool progress_ = false;      // this batch had a progress line
-  bool started_ = false;       // this stream had its start line
-  bool startToTell_ = false;   // ... in this batch
-  bool failed_ = false;        // this stream had its failing line
-  bool failToTell_ = false;    // ... in this batch
+  bool progress_ = false;     // this batch had a progress line
+  bool started_ = false;      // this stream had its start line
+  bool startToTell_ = false;  // ... in this batch
+  bool failed_ = false;       // this stream had its failing line
+  bool failToTell_ = false;   // ... in this batch
   std::string failLine_;
 };
 
