@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """What the line patterns and the time in the prefix cost the agent (docs/benchmarks.md, "Patterns
 on the output path"): one rank prints 10,000 lines a second (each its own write, as print(...,
-flush=True) does) for --seconds; the agent's CPU time (user + system, every thread: /proc/<agent
+flush=True) does, or --lines-per-write in one write) for --seconds; the agent's CPU time (user + system, every thread: /proc/<agent
 pid>/stat, read by the worker, its child, when it starts printing and when it stops) under:
 
   pass-through  no template, no pattern: the worker writes to the agent's own stdout (reference)
@@ -15,7 +15,8 @@ pid>/stat, read by the worker, its child, when it starts printing and when it st
 The agent's stdout goes to /dev/null. Runs alternate between the settings (--runs each); each
 figure is min / median / max over the runs.
 
-    bench_log_patterns.py --ddprun build/launcher/ddprun [--seconds 10] [--runs 3]
+    bench_log_patterns.py --ddprun build/launcher/ddprun [--seconds 10] [--runs 3] [--cpu 1]
+                          [--lines-per-write 1]
 """
 import argparse
 import os
@@ -26,7 +27,7 @@ import tempfile
 
 WORKER = r'''
 import os, sys, time
-out, seconds, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+out, seconds, rate, burst = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 tick = os.sysconf("SC_CLK_TCK")
 def agent_cpu():
     with open("/proc/%d/stat" % os.getppid()) as stat:
@@ -43,10 +44,11 @@ while True:
     if elapsed >= seconds:
         break
     due = int(elapsed * rate)
-    while n < due:
-        write("step %d loss %.4f lr 0.0001 grad_norm 1.23 time 0.123s\n" % (n, 2.0 / (n + 1)))
+    while n + burst <= due:
+        for _ in range(burst):
+            write("step %d loss %.4f lr 0.0001 grad_norm 1.23 time 0.123s\n" % (n, 2.0 / (n + 1)))
+            n += 1
         flush()
-        n += 1
     time.sleep(0.001)
 after = agent_cpu()
 took = time.monotonic() - start
@@ -70,6 +72,11 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rate", type=int, default=10000)
+    parser.add_argument("--lines-per-write", type=int, default=1,
+                        help="lines per write(2): 1 as print(..., flush=True); more, as a block-"
+                        "buffered stdout, so that each read of the agent takes that many")
+    parser.add_argument("--cpu", help="run the agent and the worker on this one CPU (taskset): the "
+                        "worker's writes then reach the agent in the same batches every run")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="ddprun-bench-log-patterns-")
     worker = os.path.join(work, "worker.py")
@@ -80,8 +87,9 @@ def main():
         for name, (options, env) in SETTINGS.items():
             out = os.path.join(work, "result")
             environment = dict(os.environ, OMP_NUM_THREADS="1", **env)
-            argv = [args.ddprun, "--standalone", "--nproc-per-node", "1", *options, "--no-python",
-                    sys.executable, worker, out, str(args.seconds), str(args.rate)]
+            argv = (["taskset", "-c", args.cpu] if args.cpu else []) + [args.ddprun, "--standalone", "--nproc-per-node", "1", *options, "--no-python",
+                    sys.executable, worker, out, str(args.seconds), str(args.rate),
+                    str(args.lines_per_write)]
             done = subprocess.run(argv, env=environment, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, timeout=args.seconds + 60)
             if done.returncode != 0:
@@ -91,8 +99,8 @@ def main():
             results[name].append((float(cpu), int(lines), float(took)))
             print(f"run {run + 1} {name}: agent CPU {float(cpu):.2f} s for {int(lines)} lines "
                   f"in {float(took):.1f} s", flush=True)
-    print(f"\nagent CPU time for one rank printing {args.rate} lines/s for {args.seconds:g} s "
-          f"(min / median / max of {args.runs}):")
+    print(f"\nagent CPU time for one rank printing {args.rate} lines/s, {args.lines_per_write} "
+          f"per write, for {args.seconds:g} s (min / median / max of {args.runs}):")
     for name, runs in results.items():
         cpus = sorted(cpu for cpu, _, _ in runs)
         lines = statistics.median(n for _, n, _ in runs)
