@@ -666,15 +666,26 @@ TEST_CASE(
   CHECK(*lines.lastReport(0) == line + 5s);
   files.reports[0] = line - 5s;
   CHECK(*lines.lastReport(0) == line);
-  // A failing line: one verdict, with the pattern and the line escaped and bounded.
+  // A failing line: one verdict, on the loop (never inside the router's read), with the pattern
+  // and the line escaped and bounded.
   lines.failLine(0, "step 7 loss nan\x1b[31m");
   lines.failLine(0, "step 8 loss nan");  // its other stream, or a later line
+  CHECK(failed.empty());
+  loop.inner.runPosted();
   REQUIRE(failed.size() == 1);
   CHECK(failed[0].first == 0);
   CHECK(failed[0].second ==
         "wrote a line matching --fail-pattern 'loss nan': \"step 7 loss nan\\x1b[31m\"");
   lines.failLine(1, std::string(1000, 'x') + " loss nan");
+  loop.inner.runPosted();
   REQUIRE(failed.size() == 2);
   CHECK(failed[1].second.size() < 300);
   CHECK_THAT(failed[1].second, Catch::EndsWith("...\""));
+  // A line of the last attempt's stream, flushed when the rank is prepared again, fails nobody:
+  // the worker prepared after it is another.
+  lines.prepare(2);
+  lines.failLine(2, "loss nan");
+  lines.prepare(2);
+  loop.inner.runPosted();
+  CHECK(failed.size() == 2);
 }

@@ -422,7 +422,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   seams.health = &healthGate;
   // --progress-pattern, --start-pattern, --fail-pattern: the router matches the workers' lines
   // and tells LineProgress, which the hang rules read as the heartbeats (the files too) and
-  // which hands a failing line to the machine (posted: never from inside the router's read).
+  // which hands a failing line to the machine (on the loop, after the router's read).
   AgentMachine* machineForLines = nullptr;  // set once the machine exists
   std::optional<LineProgress> lineProgress;
   if (config.hang.anyLinePattern()) {
@@ -431,14 +431,11 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
     } catch (const std::invalid_argument& error) {
       throw StartupError(error.what());
     }
-    lineProgress.emplace(
-        *seams.heartbeats, loop, config.hang,
-        [&loop, &machineForLines](int localRank, std::string detail) {
-          loop.post([&machineForLines, localRank, detail = std::move(detail)]() mutable {
-            if (machineForLines != nullptr)
-              machineForLines->onFailLine(localRank, std::move(detail));
-          });
-        });
+    lineProgress.emplace(*seams.heartbeats, loop, config.hang,
+                         [&machineForLines](int localRank, std::string detail) {
+                           if (machineForLines != nullptr)
+                             machineForLines->onFailLine(localRank, std::move(detail));
+                         });
     seams.heartbeats = &*lineProgress;
     routerOptions.lineEvents = &*lineProgress;
   }

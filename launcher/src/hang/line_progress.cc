@@ -13,7 +13,10 @@ LineProgress::LineProgress(Heartbeats& files, EventLoop& loop, const HangPolicy&
     : files_(files), loop_(loop), policy_(policy), onFail_(std::move(onFail)) {}
 
 std::string LineProgress::prepare(int localRank) {
-  seen_[localRank] = Seen{};
+  Seen& seen = seen_[localRank];
+  const std::uint64_t attempt = seen.attempt + 1;
+  seen = Seen{};
+  seen.attempt = attempt;
   return files_.prepare(localRank);
 }
 
@@ -44,8 +47,15 @@ void LineProgress::failLine(int localRank, std::string_view line) {
   // The worker's bytes: escaped, and cut before escaping so the detail stays one short line.
   std::string shown = common::printablePrefix(line, kShownLine);
   if (line.size() > kShownLine) shown += "...";
-  onFail_(localRank, fmt::format("wrote a line matching --fail-pattern '{}': \"{}\"",
-                                 common::printable(policy_.failPattern), shown));
+  std::string detail = fmt::format("wrote a line matching --fail-pattern '{}': \"{}\"",
+                                   common::printable(policy_.failPattern), shown);
+  // Posted: the router is inside its read now. A line the router flushes from the last attempt's
+  // stream when it prepares this rank again (a partial line at its end) is that attempt's: it
+  // must not fail the worker prepared after it, so the verdict is dropped once the rank's attempt
+  // changed.
+  loop_.post([this, localRank, attempt = seen.attempt, detail = std::move(detail)]() mutable {
+    if (seen_[localRank].attempt == attempt) onFail_(localRank, std::move(detail));
+  });
 }
 
 }  // namespace ddprun::launcher

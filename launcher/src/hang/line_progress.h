@@ -6,12 +6,15 @@
 //     restart policy's progress and `ddprun status` see either, and a script needs no change;
 //   - --start-pattern: when it wrote its first matching line (startReport(): the ProgressMonitor's
 //     --start-timeout rule);
-//   - --fail-pattern: its first matching line goes to `onFail` at once, with the detail the
-//     summary shows (the pattern and the line, escaped and bounded).
+//   - --fail-pattern: its first matching line goes to `onFail` (posted to the loop, so never from
+//     inside the router's read, and dropped when the rank was prepared for a new attempt
+//     meanwhile), with the detail the summary shows (the pattern and the line, escaped and
+//     bounded).
 //
 // Thread safety: every method runs on the event loop's thread (the router's reads run there).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -49,6 +52,7 @@ class LineProgress final : public Heartbeats, public LineEvents {
     std::optional<EventLoop::WallTime> progress;
     std::optional<EventLoop::WallTime> start;
     bool failed = false;
+    std::uint64_t attempt = 0;  // prepare()s of the rank so far
   };
   Heartbeats& files_;
   EventLoop& loop_;
