@@ -8,7 +8,8 @@ and real worker processes (plain Python, no torch), each run bounded.
             exits 0 under --hang-timeout 1.5 (no change to the script: no heartbeat file); then a
             job whose rank 1 goes on printing lines that do not match is hung within the timeout
             + 1 s of its last matching line (both times read from the console: the worker's line
-            under --log-time, the agent's own "is hung" line)
+            under --log-time, the agent's own "is hung" line); one worker per node keeps its
+            lines bare on the console
   start     --start-pattern with --start-timeout 2: the rank that never prints its start line is
             hung (no_start) within 2 + 1 s of its start; the one that printed it is not
   fail      --fail-pattern 'loss nan' with --max-restarts 3: the rank that prints "loss nan" is
@@ -107,6 +108,13 @@ for tick in range(300):
           f"{timeout} + 1 s", done)
     check("is hung" not in "\n".join(l for l in lines_of(done) if "worker 0 (rank 0" in l),
           "rank 0, printing matching lines, was found hung", done)
+
+    # One worker per node: its lines pass through the agent for the pattern, and still reach the
+    # console bare, as when the worker writes to the console itself.
+    one = write_worker(work, "one.py", 'print("step 1", flush=True)\n')
+    done = ddprun(args, work, "--hang-timeout", "5", "--progress-pattern", "^step", script=one)
+    check(done.returncode == 0 and done.stdout == "step 1\n",
+          "one worker's line did not reach the console as written", done)
 
 
 def start(args, work):

@@ -85,9 +85,13 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
     const std::string given = options.prefixTemplate.value_or("[${role_name}${local_rank}]:");
     if (given.find("${time}") == std::string::npos) options.prefixTemplate = "${time} " + given;
   }
-  // Line patterns need every line through the agent (the router then never passes through).
-  options.passThrough =
-      config.nprocPerNode == 1 && !options.prefixTemplate && !config.hang.anyLinePattern();
+  // Line patterns need every line through the agent (the router then never passes through);
+  // one worker per node still shows its lines bare, as passed through.
+  options.passThrough = config.nprocPerNode == 1 && !options.prefixTemplate;
+  if (options.passThrough && config.hang.anyLinePattern()) {
+    options.passThrough = false;
+    options.prefixTemplate = "";
+  }
   options.terminalStdout = ::isatty(STDOUT_FILENO) == 1;
   options.hostname = identity.hostname;
   options.redirects = config.logs.redirects;
