@@ -56,13 +56,15 @@ with open(out, "w") as result:
     result.write("%f %d %f\n" % (after - before, n, took))
 '''
 
+# Every routed setting writes the default prefix, so they differ by the patterns and the time only.
+PREFIX = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}${local_rank}]:"}
+PATTERNS = ["--progress-pattern", "^step [0-9]+", "--start-pattern", "training started",
+            "--fail-pattern", "loss (nan|inf)"]
 SETTINGS = {
     "pass-through": ([], {}),
-    "routed": ([], {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}${local_rank}]:"}),
-    "patterns": (["--progress-pattern", "^step [0-9]+", "--start-pattern", "training started",
-                  "--fail-pattern", "loss (nan|inf)"], {}),
-    "patterns+time": (["--progress-pattern", "^step [0-9]+", "--start-pattern", "training started",
-                       "--fail-pattern", "loss (nan|inf)", "--log-time"], {}),
+    "routed": ([], PREFIX),
+    "patterns": (PATTERNS, PREFIX),
+    "patterns+time": (PATTERNS + ["--log-time"], PREFIX),
 }
 
 
