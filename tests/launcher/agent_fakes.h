@@ -306,7 +306,9 @@ class FakeLauncher final : public launcher::ProcessLauncher {
 class NullOutput final : public launcher::WorkerOutput {
  public:
   explicit NullOutput(EventLoop& loop) : loop_(loop) {}
-  launcher::ChildStreams prepare(int, int, int, const std::string&, bool) override { return {}; }
+  launcher::ChildStreams prepare(int, int, int, int, const std::string&, bool) override {
+    return {};
+  }
   void started(int) override {}
   void abandon(int) override {}
   void drain(std::chrono::milliseconds, std::function<void()> done) override {

@@ -882,6 +882,34 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a --fail-pattern line: the worker's stacks, then SIGKILL, and the job stops, the user's "
+    "failure, whatever restarts are left",
+    "[agent][unit][hang]") {
+  Job job;
+  Node& node = job.add(hangConfig(2, /*maxRestarts=*/3), "10.0.0.1");
+  node.machine.start();
+  REQUIRE(job.until([&] { return node.runningRound(0); }));
+  const auto workers = node.workers();
+  ddprun::test::CaptureStderr captured;
+  node.machine.onFailLine(1,
+                          "wrote a line matching --fail-pattern 'loss nan': \"step 3 loss nan\"");
+  CHECK(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
+  REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
+  CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{workers[1].pid, SIGKILL});
+  CHECK(node.machine.round().history.restarts == 0);
+  CHECK(node.machine.ending()->failureClass == FailureClass::kUser);
+  const WorkerFailure& cause = *node.machine.ending()->rootCause;
+  CHECK(cause.hang == HangKind::kFailPattern);
+  CHECK(cause.localRank == 1);
+  const std::string text = captured.text();
+  CHECK_THAT(text, Catch::Contains("failed    : wrote a line matching --fail-pattern 'loss nan': "
+                                   "\"step 3 loss nan\"; killed with SIGKILL"));
+  CHECK_THAT(text, Catch::Contains("user failure: a worker wrote a line matching --fail-pattern"));
+  // A line of a worker that is gone, or of a rank that does not exist, changes nothing.
+  node.machine.onFailLine(7, "x");
+}
+
+TEST_CASE(
     "ranks hung together are all recorded before any is killed: the first death would "
     "restart the group and stop the others unrecorded",
     "[agent][unit][hang]") {

@@ -288,6 +288,16 @@ std::vector<ValueCase> valueCases() {
        [](const LaunchConfig& c) {
          return c.hang.nativeStackBudget == std::chrono::milliseconds(1500);
        }},
+      {"progress-pattern", "step [0-9]+",
+       [](const LaunchConfig& c) { return c.hang.progressPattern == "step [0-9]+"; }},
+      {"start-pattern", "^training",
+       [](const LaunchConfig& c) { return c.hang.startPattern == "^training"; }},
+      {"start-timeout", "120",
+       [](const LaunchConfig& c) {
+         return c.hang.startTimeout == std::chrono::milliseconds(120000);
+       }},
+      {"fail-pattern", "loss (nan|inf)",
+       [](const LaunchConfig& c) { return c.hang.failPattern == "loss (nan|inf)"; }},
   };
 }
 
@@ -2066,4 +2076,34 @@ TEST_CASE("options of the health gate: the hooks, the timeout, the cooldown, the
              Catch::Contains("must be a number of seconds > 0"));
   CHECK_THAT(usageError({"--health-min-free-mb", "-1", script()}),
              Catch::Contains("must be a number of MiB >= 0"));
+}
+
+TEST_CASE("option --progress-pattern, --start-pattern, --fail-pattern: a bad regex is exit 2",
+          "[cli]") {
+  const LaunchConfig none = config({script()});
+  CHECK_FALSE(none.hang.anyLinePattern());
+  CHECK(none.hang.startTimeout == std::chrono::minutes(10));
+  CHECK_FALSE(none.logs.time);
+  for (const char* option : {"--progress-pattern", "--start-pattern", "--fail-pattern"}) {
+    INFO(option);
+    CHECK_THAT(usageError({option, "loss (nan", script()}),
+               Catch::Contains(std::string(option) + " 'loss (nan' is not a POSIX extended "
+                                                     "regular expression") &&
+                   Catch::Contains("e.g. " + std::string(option) + " '"));
+    CHECK_THAT(usageError({option, "", script()}), Catch::Contains("is empty"));
+  }
+  CHECK_THAT(usageError({script()}, with(sandbox().environment(), "PET_FAIL_PATTERN", "[nan")),
+             Catch::Contains("PET_FAIL_PATTERN '[nan' is not a POSIX extended") &&
+                 Catch::Contains("e.g. PET_FAIL_PATTERN='loss (nan|inf)'"));
+  CHECK_THAT(usageError({"--start-timeout", "0", script()}),
+             Catch::Contains("--start-timeout '0': must be a number of seconds > 0"));
+  const CommandLine alone = parse({"--start-timeout", "5", script()});
+  REQUIRE(alone.warnings.size() == 1);
+  CHECK_THAT(alone.warnings[0], Catch::Contains("without --start-pattern"));
+  const CommandLine alone2 = parse({"--progress-pattern", "step", script()});
+  REQUIRE(alone2.warnings.size() == 1);
+  CHECK_THAT(alone2.warnings[0], Catch::Contains("without --hang-timeout"));
+  CHECK(parse({"--progress-pattern", "step", "--hang-timeout", "60", script()}).warnings.empty());
+  CHECK(config({"--log-time", script()}).logs.time);
+  CHECK(config({script()}, with(sandbox().environment(), "PET_LOG_TIME", "1")).logs.time);
 }

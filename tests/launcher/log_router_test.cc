@@ -13,16 +13,20 @@
 #include <catch2/catch.hpp>
 #include <cctype>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "core/line_scan.h"
 #include "temp_dir.h"
 
 using namespace ddprun::launcher;
@@ -127,7 +131,7 @@ class Harness {
   pid_t spawn(int localRank, const std::string& script, const std::string& attemptDir = "",
               int rank = -1, int groupRank = 0) {
     const ChildStreams streams = router_->prepare(localRank, rank < 0 ? localRank : rank, groupRank,
-                                                  attemptDir, !attemptDir.empty());
+                                                  /*attempt=*/0, attemptDir, !attemptDir.empty());
     REQUIRE(streams.out >= 0);
     REQUIRE(streams.err >= 0);
     const pid_t pid = ::fork();
@@ -228,15 +232,127 @@ std::optional<std::tuple<int, int, std::string>> parseLine(const std::string& li
 
 TEST_CASE("prefixes: torchrun's default and the template with its macros", "[log_router]") {
   LogRouterOptions options;
-  CHECK(linePrefix(options, 3, 11, 1) == "[default3]:");
+  CHECK(linePrefix(options, 3, 11, 1, 0).text() == "[default3]:");
   options.role = "trainer";
   options.hostname = "nodeA";
   options.prefixTemplate = "${hostname}:${role_name}-${rank}/${local_rank}@${group_rank}|";
-  CHECK(linePrefix(options, 1, 5, 2) == "nodeA:trainer-5/1@2|");
+  CHECK(linePrefix(options, 1, 5, 2, 0).text() == "nodeA:trainer-5/1@2|");
   // Python's Template.safe_substitute: $name, $$, unknown names and stray '$' left alone.
   options.prefixTemplate = "$rank$$ ${nope} $nope $ ${rank";
-  CHECK(linePrefix(options, 1, 5, 2) == "5$ ${nope} $nope $ ${rank");
+  CHECK(linePrefix(options, 1, 5, 2, 0).text() == "5$ ${nope} $nope $ ${rank");
+  CHECK_FALSE(linePrefix(options, 1, 5, 2, 0).timed());
   CHECK(rankDirectory("/logs/run/attempt_0", 3) == "/logs/run/attempt_0/3");
+}
+
+TEST_CASE("prefixes: the time and the elapsed seconds are filled in per batch", "[log_router]") {
+  LogRouterOptions options;
+  options.prefixTemplate = "${time} +${attempt} ${elapsed} [${role_name}${local_rank}]:";
+  const LinePrefix prefix = linePrefix(options, 2, 2, 0, 7);
+  CHECK(prefix.timed());
+  // A wall clock of the test's choosing: 12:34:56.789 local time today.
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  local.tm_hour = 12;
+  local.tm_min = 34;
+  local.tm_sec = 56;
+  const auto wall = std::chrono::system_clock::from_time_t(std::mktime(&local)) + 789ms;
+  CHECK(prefix.at(wall, 123456ms) == "12:34:56.789 +7 +123.456s [default2]:");
+  CHECK(prefix.at(wall + 1211ms, 0ms) == "12:34:58.000 +7 +0.000s [default2]:");
+  CHECK(clockText(wall + 3s) == "12:34:59.789");
+  CHECK(elapsedText(std::chrono::nanoseconds(1500000)) == "+0.002s");
+  // "$$" stays a literal "$": "$${time}" is the text "${time}", never a time.
+  options.prefixTemplate = "$${time}|$time|";
+  const LinePrefix literal = linePrefix(options, 0, 0, 0, 0);
+  CHECK(literal.at(wall, 0ms) == "${time}|12:34:56.789|");
+}
+
+TEST_CASE("line patterns: lines matched per batch, the events told once each", "[log_router]") {
+  // The router's scan: each line of a read, then what the read said.
+  struct Events final : LineEvents {
+    std::vector<std::string> told;
+    void progressLine(int localRank) override {
+      told.push_back("progress " + std::to_string(localRank));
+    }
+    void startLine(int localRank) override { told.push_back("start " + std::to_string(localRank)); }
+    void failLine(int localRank, std::string_view line) override {
+      told.push_back("fail " + std::to_string(localRank) + " " + std::string(line));
+    }
+  };
+  HangPolicy policy;
+  policy.progressPattern = "step [0-9]+";
+  policy.startPattern = "^training started";
+  policy.failPattern = "loss (nan|inf)";
+  const LinePatterns patterns = LinePatterns::of(policy);
+  LineScan scan(patterns, 3);
+  Events events;
+  scan.line("loading");
+  scan.endBatch(events);
+  CHECK(events.told.empty());
+  // Two progress lines in one read: one report. "training started" not at the start: no start.
+  scan.line("step 1 loss 2.0");
+  scan.line("step 2 loss 1.9 training started");
+  scan.endBatch(events);
+  CHECK(events.told == std::vector<std::string>{"progress 3"});
+  events.told.clear();
+  scan.line("training started");
+  scan.line("step 3 loss nan");
+  scan.line("step 4 loss inf");  // a second failing line: the first one is told, once
+  scan.endBatch(events);
+  CHECK(events.told == std::vector<std::string>{"progress 3", "start 3", "fail 3 step 3 loss nan"});
+  events.told.clear();
+  // Start and failure are told once per stream; progress per batch.
+  scan.line("training started");
+  scan.line("step 5 loss nan");
+  scan.endBatch(events);
+  CHECK(events.told == std::vector<std::string>{"progress 3"});
+  // A failing line is kept bounded; a line with a NUL byte is matched as bytes.
+  LineScan other(patterns, 0);
+  events.told.clear();
+  other.line(std::string("x\0y loss nan ", 13) + std::string(5000, 'z'));
+  other.endBatch(events);
+  REQUIRE(events.told.size() == 1);
+  CHECK(events.told[0].size() == std::string("fail 0 ").size() + LineScan::kKeptFailLine);
+  // No pattern given: none compiled, nothing matched.
+  CHECK_FALSE(LinePatterns::of(HangPolicy{}).any());
+  // The command line refuses a bad pattern; one that reaches the agent anyway is named.
+  HangPolicy bad;
+  bad.failPattern = "loss (nan";
+  CHECK_THROWS_WITH(LinePatterns::of(bad), Catch::Contains("--fail-pattern"));
+}
+
+TEST_CASE("line patterns: every stream is read, even one bound for a file only or for nowhere",
+          "[log_router]") {
+  struct Events final : LineEvents {
+    std::map<int, int> progress;
+    std::map<int, std::string> failed;
+    void progressLine(int localRank) override { ++progress[localRank]; }
+    void startLine(int) override {}
+    void failLine(int localRank, std::string_view line) override {
+      failed[localRank] = std::string(line);
+    }
+  };
+  TempDir dir;
+  Events events;
+  HangPolicy policy;
+  policy.progressPattern = "^step";
+  policy.failPattern = "loss nan";
+  LogRouterOptions options;
+  options.patterns = std::make_shared<const LinePatterns>(LinePatterns::of(policy));
+  options.lineEvents = &events;
+  options.passThrough = true;  // never with patterns: the lines must pass through the router
+  options.localRanksFilter = std::set<int>{0};  // rank 1 reaches no console
+  Harness harness(options);
+  harness.spawn(0, "echo step 1; echo 'step 2 loss nan' >&2");
+  harness.spawn(1, "echo step 1; echo hidden");
+  harness.drain(10s);
+  const auto [out, err] = harness.finish();
+  CHECK(out == "[default0]:step 1\n");
+  CHECK(err == "[default0]:step 2 loss nan\n");
+  CHECK(events.progress[0] >= 1);
+  CHECK(events.progress[1] >= 1);
+  CHECK(events.failed[0] == "step 2 loss nan");
+  CHECK(events.failed.count(1) == 0);
 }
 
 TEST_CASE("worker lines reach the matching console, prefixed", "[log_router]") {
@@ -499,7 +615,7 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
   LogRouterOptions options;
   options.tee = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, dir.file("a"), true);
   CHECK(fdIsOpen(streams.out));
   CHECK(fdIsOpen(streams.err));
   CHECK((::fcntl(streams.out, F_GETFD) & FD_CLOEXEC) != 0);
@@ -509,7 +625,7 @@ TEST_CASE("abandon closes what prepare opened and prepare errors name the path",
 
   writeFile(dir.file("file"), "x");
   try {
-    harness.router().prepare(0, 0, 0, dir.file("file/attempt_0"), true);
+    harness.router().prepare(0, 0, 0, 0, dir.file("file/attempt_0"), true);
     FAIL("prepare did not throw");
   } catch (const std::system_error& error) {
     CHECK(std::string(error.what()).find(dir.file("file/attempt_0")) != std::string::npos);
@@ -522,7 +638,7 @@ TEST_CASE("a redirected, filtered-out rank writes straight to its file", "[log_r
   LogRouterOptions options;
   options.redirects = every(true, true);
   Harness harness(options);
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, dir.file("a"), true);
   struct stat info {};
   REQUIRE(::fstat(streams.out, &info) == 0);
   CHECK(S_ISREG(info.st_mode));  // no pipe, no copying by the agent
@@ -616,7 +732,7 @@ TEST_CASE("one console: a worker's stdout and stderr share one channel and keep 
   }
   SECTION("one descriptor for fd 1 and 2") {
     Harness harness(LogRouterOptions{}, false, Consoles::kOne);
-    const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, "", false);
     CHECK(streams.out == streams.err);
     CHECK(fdIsOpen(streams.out));
     harness.router().abandon(0);
@@ -628,7 +744,7 @@ TEST_CASE("one console: a worker's stdout and stderr share one channel and keep 
     LogRouterOptions options;
     options.tee = every(false, true);
     Harness harness(options, false, Consoles::kOne);
-    const ChildStreams streams = harness.router().prepare(0, 0, 0, dir.file("a"), true);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, dir.file("a"), true);
     CHECK(streams.out != streams.err);
     harness.router().abandon(0);
     harness.spawn(0, "echo out; sleep 0.1; echo err >&2", dir.file("a"));
@@ -640,7 +756,7 @@ TEST_CASE("one console: a worker's stdout and stderr share one channel and keep 
     LogRouterOptions options;
     options.passThrough = true;
     Harness harness(options, false, Consoles::kOne);
-    const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+    const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, "", false);
     CHECK(streams.out != streams.err);
     harness.router().abandon(0);
     harness.finish();
@@ -649,7 +765,7 @@ TEST_CASE("one console: a worker's stdout and stderr share one channel and keep 
 
 TEST_CASE("two consoles: stdout and stderr keep a channel each", "[log_router]") {
   Harness harness(LogRouterOptions{});
-  const ChildStreams streams = harness.router().prepare(0, 0, 0, "", false);
+  const ChildStreams streams = harness.router().prepare(0, 0, 0, 0, "", false);
   CHECK(streams.out != streams.err);
   harness.router().abandon(0);
   harness.finish();

@@ -22,6 +22,7 @@
 
 #include "agent_fakes.h"
 #include "core/proc_stat.h"
+#include "hang/line_progress.h"
 #include "hang/worker_activity.h"
 #include "temp_dir.h"
 
@@ -589,4 +590,102 @@ TEST_CASE(
   CHECK(std::count(found->begin(), found->end(), child) == 1);
   CHECK(std::count(found->begin(), found->end(), grandchild) == 1);
   CHECK(found->size() < 64);  // ours, not every process on the machine
+}
+
+TEST_CASE(
+    "start pattern: a worker with no start line by --start-timeout is hung, one with it "
+    "is not",
+    "[progress][unit]") {
+  CountingLoop loop;
+  FakeHeartbeats files;
+  HangPolicy policy;
+  policy.startPattern = "^training started";
+  policy.startTimeout = 20s;
+  std::vector<std::pair<int, std::string>> failed;
+  LineProgress lines(files, loop, policy, [&](int localRank, std::string detail) {
+    failed.emplace_back(localRank, std::move(detail));
+  });
+  std::vector<HungWorker> hung;
+  ProgressMonitor monitor(loop, policy, &lines, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
+  lines.prepare(0);
+  lines.prepare(1);
+  monitor.start({100, 101});
+  loop.inner.advance(5s);
+  lines.startLine(0);  // the router saw rank 0's start line
+  CHECK(lines.startReport(0).has_value());
+  loop.inner.advance(14s);
+  CHECK(hung.empty());
+  loop.inner.advance(1s);
+  REQUIRE(hung.size() == 1);
+  CHECK(hung[0].localRank == 1);
+  CHECK(hung[0].kind == HangKind::kNoStart);
+  CHECK(hung[0].silentFor == 20s);
+  CHECK_THAT(
+      hung[0].detail,
+      Catch::Contains("no line matching --start-pattern '^training started' in the 20.0 s") &&
+          Catch::Contains("(--start-timeout 20)"));
+  CHECK(loop.armed <= 3);
+  // A new attempt: no start line seen yet.
+  lines.prepare(0);
+  CHECK_FALSE(lines.startReport(0).has_value());
+}
+
+TEST_CASE(
+    "progress pattern: lines are heartbeats beside the file, a --fail-pattern line is told once",
+    "[progress][unit]") {
+  CountingLoop loop;
+  FakeHeartbeats files;
+  HangPolicy policy;
+  policy.hangTimeout = 10s;
+  policy.progressPattern = "step";
+  policy.failPattern = "loss nan";
+  std::vector<std::pair<int, std::string>> failed;
+  LineProgress lines(files, loop, policy, [&](int localRank, std::string detail) {
+    failed.emplace_back(localRank, std::move(detail));
+  });
+  std::vector<HungWorker> hung;
+  ProgressMonitor monitor(loop, policy, &lines, nullptr,
+                          [&](const HungWorker& worker) { hung.push_back(worker); });
+  CHECK(lines.prepare(0) == "/fake/heartbeats/0");  // the file is still the worker's channel
+  lines.prepare(1);
+  monitor.start({100, 101});
+  CHECK_FALSE(lines.lastReport(0).has_value());
+  // Rank 0 prints a step line every second; rank 1 touches its file once, then is silent.
+  files.reports[1] = loop.wallNow();
+  for (int second = 0; second < 30; ++second) {
+    lines.progressLine(0);
+    loop.inner.advance(1s);
+  }
+  REQUIRE(hung.size() == 1);
+  CHECK(hung[0].localRank == 1);
+  CHECK(hung[0].kind == HangKind::kNoProgress);
+  // The later of the file and the line counts.
+  const auto line = *lines.lastReport(0);
+  files.reports[0] = line + 5s;
+  CHECK(*lines.lastReport(0) == line + 5s);
+  files.reports[0] = line - 5s;
+  CHECK(*lines.lastReport(0) == line);
+  // A failing line: one verdict, on the loop (never inside the router's read), with the pattern
+  // and the line escaped and bounded.
+  lines.failLine(0, "step 7 loss nan\x1b[31m");
+  lines.failLine(0, "step 8 loss nan");  // its other stream, or a later line
+  CHECK(failed.empty());
+  loop.inner.runPosted();
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].first == 0);
+  CHECK(failed[0].second ==
+        "wrote a line matching --fail-pattern 'loss nan': \"step 7 loss nan\\x1b[31m\"");
+  lines.failLine(1, std::string(1000, 'x') + " loss nan");
+  loop.inner.runPosted();
+  REQUIRE(failed.size() == 2);
+  CHECK(failed[1].second.size() < 300);
+  CHECK_THAT(failed[1].second, Catch::EndsWith("...\""));
+  // A line of the last attempt's stream, flushed when the rank is prepared again, fails nobody:
+  // the worker prepared after it is another.
+  lines.prepare(2);
+  lines.failLine(2, "loss nan");
+  lines.prepare(2);
+  loop.inner.runPosted();
+  CHECK(failed.size() == 2);
 }

@@ -170,6 +170,22 @@ TEST_CASE("the decision table", "[restart_policy]") {
     signalled.signal = 9;
     CHECK(evidenceClass(signalled, rules) == FailureClass::kWorker);
   }
+  SECTION("--fail-pattern stops at once, the user's, whatever budget is left") {
+    WorkerFailure nan = exited(0, true);
+    nan.signal = 9;  // killed by the agent after the line
+    nan.hang = HangKind::kFailPattern;
+    CHECK(evidenceClass(nan, policy(3)) == FailureClass::kUser);
+    const auto decision = afterFailures({failed(nan)}, policy(3));
+    CHECK(decision.why == Why::kFailPattern);
+    CHECK(decision.failureClass == FailureClass::kUser);
+    CHECK(decision.text(policy(3)) == "a worker wrote a line matching --fail-pattern");
+    // A worker that wrote no start line is hung like any other: restarted.
+    WorkerFailure silent = nan;
+    silent.hang = HangKind::kNoStart;
+    CHECK(afterFailures({failed(silent)}, policy(3)).restart());
+    CHECK(hangKindFromName("fail_pattern") == HangKind::kFailPattern);
+    CHECK(hangKindFromName("no_start") == HangKind::kNoStart);
+  }
   SECTION("a worker that could not start: the errno decides whose fault") {
     WorkerFailure missing = exited(127, false);
     missing.startFault = WorkerFailure::StartFault{ENOENT, true};

@@ -52,6 +52,11 @@ expect "--max-no-progress-restarts --max-node-failures" ddprun --standalone --ma
 expect "--health-check --health-check-timeout --health-cooldown" ddprun --health-c
 expect "--post-round-hook --post_round_hook" ddprun --post
 expect "--spares" ddprun --nnodes 2:2 --spa
+# Progress from log lines and times in the prefix (docs/errors.md, "Progress from log lines").
+expect "--progress-pattern" ddprun --progress-p
+expect "--start-method --start-pattern --start-timeout" ddprun --start-
+expect "--fail-pattern --fail_pattern" ddprun --fail
+expect "--log-time" ddprun --log-t
 # Subcommands as the first word; after one, its --help only.
 expect "detach" ddprun det
 expect "launch" ddprun lau

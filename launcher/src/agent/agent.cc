@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <system_error>
 
 #include "agent/asio_event_loop.h"
@@ -36,6 +38,7 @@
 #include "ddprun/rendezvous/security_options.h"
 #include "hang/file_timer_pipe.h"
 #include "hang/hang_evidence.h"
+#include "hang/line_progress.h"
 #include "hang/oom.h"
 #include "hang/progress_monitor.h"
 #include "hang/python_stack_hook.h"
@@ -77,7 +80,18 @@ LogRouterOptions logOptions(const LaunchConfig& config, const AgentIdentity& ide
       it != identity.environment.end()) {
     options.prefixTemplate = it->second;  // "" too: no prefix at all
   }
+  // --log-time: the time before the prefix in force, unless its template places it already.
+  if (config.logs.time) {
+    const std::string given = options.prefixTemplate.value_or("[${role_name}${local_rank}]:");
+    if (given.find("${time}") == std::string::npos) options.prefixTemplate = "${time} " + given;
+  }
+  // Line patterns need every line through the agent (the router then never passes through);
+  // one worker per node still shows its lines bare, as passed through.
   options.passThrough = config.nprocPerNode == 1 && !options.prefixTemplate;
+  if (options.passThrough && config.hang.anyLinePattern()) {
+    options.passThrough = false;
+    options.prefixTemplate = "";
+  }
   options.terminalStdout = ::isatty(STDOUT_FILENO) == 1;
   options.hostname = identity.hostname;
   options.redirects = config.logs.redirects;
@@ -363,7 +377,6 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   LogRouterOptions routerOptions = logOptions(config, identity);
   routerOptions.outWriter = outWriter;
   routerOptions.errWriter = errWriter;
-  LogRouter output(io, routerOptions);
 
   // The job's stores from its rendezvous options, all in stores/: how to reach them, whether this
   // agent hosts the rendezvous store, and the backend; Membership runs on that backend.
@@ -414,6 +427,26 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
   NodeHealthGate healthGate(config.health, healthFactsOf(config, identity), loop);
   WorkerDiagnostics seams = diagnostics.seams(config, errWriter);
   seams.health = &healthGate;
+  // --progress-pattern, --start-pattern, --fail-pattern: the router matches the workers' lines
+  // and tells LineProgress, which the hang rules read as the heartbeats (the files too) and
+  // which hands a failing line to the machine (on the loop, after the router's read).
+  AgentMachine* machineForLines = nullptr;  // set once the machine exists
+  std::optional<LineProgress> lineProgress;
+  if (config.hang.anyLinePattern()) {
+    try {
+      routerOptions.patterns = std::make_shared<const LinePatterns>(LinePatterns::of(config.hang));
+    } catch (const std::invalid_argument& error) {
+      throw StartupError(error.what());
+    }
+    lineProgress.emplace(*seams.heartbeats, loop, config.hang,
+                         [&machineForLines](int localRank, std::string detail) {
+                           if (machineForLines != nullptr)
+                             machineForLines->onFailLine(localRank, std::move(detail));
+                         });
+    seams.heartbeats = &*lineProgress;
+    routerOptions.lineEvents = &*lineProgress;
+  }
+  LogRouter output(io, routerOptions);
 
   int code = 0;
   AgentMachine machine(config, identity, loop, launcher, output, rendezvous, stores,
@@ -421,6 +454,7 @@ int runWired(LaunchConfig& config, const Environment& environment, Guardian* gua
                          code = exitCode;
                          io.stop();
                        });
+  machineForLines = &machine;
   if (solo) solo->attach(machine);
   if (driver) driver->attach(machine);
   // `ddprun status`: this agent's snapshot, kept in the rendezvous (agent/status_feed.h).

@@ -24,6 +24,7 @@
 #include "cli/slurm.h"
 #include "cli/ssh_launch_options.h"
 #include "cli/value_parsers.h"
+#include "core/line_pattern.h"
 #include "ddprun/common/path_lookup.h"
 #include "ddprun/common/text.h"
 
@@ -189,6 +190,49 @@ void applyRestartAndHang(const Arguments& arguments, const Environment& environm
   applyRestartPolicy(arguments, config.restart);
 }
 
+// --progress-pattern, --start-pattern, --fail-pattern: each compiles (LinePattern), or the one
+// line naming the option and the fix; --start-timeout.
+void applyLinePatterns(const Arguments& arguments, CommandLine& result) {
+  HangPolicy& hang = result.config.hang;
+  const auto pattern = [&](std::string_view name, std::string_view good) -> std::string {
+    const auto* given = arguments.given(name);
+    if (given == nullptr) return {};
+    if (given->value.empty()) {
+      throw UsageError(fmt::format(
+          "{} is empty, which would match every line; give a POSIX extended regular expression "
+          "(grep -E), e.g. {}, or leave it out",
+          label(*given), example(*given, good)));
+    }
+    std::string error;
+    if (!LinePattern::compile(given->value, error)) {
+      throw UsageError(fmt::format(
+          "{} is not a POSIX extended regular expression (grep -E): {}; e.g. {} (a literal "
+          "( [ . * + ? | {{ or \\ is written with a \\ before it)",
+          label(*given), error, example(*given, good)));
+    }
+    return given->value;
+  };
+  hang.progressPattern = pattern("progress-pattern", "'step [0-9]+'");
+  hang.startPattern = pattern("start-pattern", "'training started'");
+  hang.failPattern = pattern("fail-pattern", "'loss (nan|inf)'");
+  if (!hang.progressPattern.empty() && !hang.hangTimeout) {
+    result.warnings.push_back(fmt::format(
+        "{}: without --hang-timeout a matching line counts as progress (the restart policy, "
+        "ddprun status) but no worker is found hung for want of one; add e.g. --hang-timeout 300",
+        label(*arguments.given("progress-pattern"))));
+  }
+  if (const auto seconds = arguments.value<double>("start-timeout")) {
+    checkNumber(arguments, "start-timeout", "must be a number of seconds > 0", "120",
+                std::isfinite(*seconds) && *seconds > 0 && *seconds <= kMaxSeconds);
+    hang.startTimeout = std::max(secondsToMilliseconds(*seconds), milliseconds(1));
+    if (hang.startPattern.empty()) {
+      result.warnings.push_back(fmt::format(
+          "{}: without --start-pattern there is no line to wait for; it changes nothing",
+          label(*arguments.given("start-timeout"))));
+    }
+  }
+}
+
 // --node-rank, --master-port, --master-addr, --local-addr: checked here, used by
 // resolveRendezvous.
 void applyNodeAddress(const Arguments& arguments, LaunchConfig& config) {
@@ -254,6 +298,7 @@ void applyLogSettings(const Arguments& arguments, CommandLine& result) {
   if (const auto* filters = arguments.given("duplicate-stderr-filters")) {
     logs.duplicateStderrFilters = parseDuplicateFilters(filters->value);
   }
+  logs.time = arguments.flag("log-time");
   // torch registers its built-in DefaultLogsSpecs under the name "default" (the
   // torchrun.logs_specs entry point group); ddprun's log files follow that layout.
   const auto* specs = arguments.given("logs-specs");
@@ -296,6 +341,7 @@ CommandLine buildConfig(const Arguments& arguments, int argc, const char* const*
   applyRestartAndHang(arguments, environment, config);
   applyHealth(arguments, config.health);
   applyNodeAddress(arguments, config);
+  applyLinePatterns(arguments, result);
   applyWorkerSettings(arguments, result);
   applyLogSettings(arguments, result);
   applyNumaBinding(arguments, config);

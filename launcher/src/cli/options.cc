@@ -151,6 +151,13 @@ constexpr OptionSpec kOptions[] = {
            "also written to filtered_stdout.log."},
   {.name = "duplicate-stderr-filters",
    .help = "Like --duplicate-stdout-filters, for stderr (filtered_stderr.log)."},
+  {.name = "log-time", .kind = ValueKind::kFlag,
+   .help = "ddprun: start each worker line on the console with the time it arrived, "
+           "12:34:56.789 (local time, as the agent's own lines), before the prefix. The prefix "
+           "template ($TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) may place it itself as ${time}; "
+           "${elapsed} is the seconds since the agent started, ${attempt} the attempt "
+           "(attempt_N in --log-dir).",
+   .ddprunOwn = true},
   {.name = "node-rank", .kind = ValueKind::kInteger,
    .help = "This node's rank, 0..nnodes-1 (static backend only). Default: 0."},
   {.name = "master-addr",
@@ -194,6 +201,27 @@ constexpr OptionSpec kOptions[] = {
    .help = "ddprun: once a worker exited 0, seconds the node's other workers have to exit "
            "too; then they are hung at exit: their stacks are recorded, they are killed and the "
            "job fails without a restart. 0: wait for ever. Default: 300.",
+   .ddprunOwn = true},
+  {.name = "progress-pattern", .metavar = "REGEX",
+   .help = "ddprun: a line a worker writes to stdout or stderr that matches this POSIX extended "
+           "regular expression (grep -E) counts as its progress report, as a touch of "
+           "$DDPRUN_HEARTBEAT_FILE does: --hang-timeout then needs no change to the script, "
+           "e.g. 'step [0-9]+'. Default: none.",
+   .ddprunOwn = true},
+  {.name = "start-pattern", .metavar = "REGEX",
+   .help = "ddprun: a worker that has written no line matching this regular expression "
+           "--start-timeout seconds after its start is hung: its stacks are recorded, it is "
+           "killed and the group restarts as after any failure, e.g. 'training started'. "
+           "Default: none.",
+   .ddprunOwn = true},
+  {.name = "start-timeout", .kind = ValueKind::kNumber,
+   .help = "ddprun: with --start-pattern, seconds a worker may take to its first matching "
+           "line. Default: 600.",
+   .ddprunOwn = true},
+  {.name = "fail-pattern", .metavar = "REGEX",
+   .help = "ddprun: a line a worker writes that matches this regular expression ends that "
+           "worker as a failure of the user's class (the job stops, no restart); the summary "
+           "names the pattern and the line, e.g. 'loss (nan|inf)'. Default: none.",
    .ddprunOwn = true},
   {.name = "health-check", .metavar = "CMD",
    .help = "ddprun: a shell command run before each round this node would join (after the "

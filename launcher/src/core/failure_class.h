@@ -14,7 +14,7 @@ namespace ddprun::launcher {
 enum class FailureClass {
   kWorker,   // a worker's own failure: an exit code, a signal, an OOM kill, a hang
   kUser,     // the user's: the same root cause again without progress, the no-restart exit
-             // code, a program that cannot be executed
+             // code, a program that cannot be executed, a line matching --fail-pattern
   kMachine,  // the machine's: a node lost, workers that could not start for the machine's
              // reason (EAGAIN, ENOMEM, the cgroup), the store lost, the rendezvous failed
   kStopped,  // a handled signal from outside (the scheduler's SIGTERM, Ctrl-C)

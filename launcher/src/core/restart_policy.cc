@@ -108,6 +108,8 @@ FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& po
     if (machineErrno(failure.startFault->error)) return FailureClass::kMachine;
     return failure.startFault->exec ? FailureClass::kUser : FailureClass::kMachine;
   }
+  // The user's own rule said it failed (--fail-pattern): restarting runs into it again.
+  if (failure.hang == HangKind::kFailPattern) return FailureClass::kUser;
   if (policy.noRestartExitCode && failure.signal == 0 &&
       failure.exitCode == *policy.noRestartExitCode) {
     return FailureClass::kUser;
@@ -143,6 +145,8 @@ std::string RestartDecision::text(const RestartPolicy& policy) const {
           policy.noRestartExitCode.value_or(0));
     case Why::kCannotExecute:
       return "the worker's program cannot be executed";
+    case Why::kFailPattern:
+      return "a worker wrote a line matching --fail-pattern";
     case Why::kHungAtExit:
       return "a worker hung at exit while its peers finished";
     case Why::kSameFailure:
@@ -198,8 +202,10 @@ RestartDecision decideRestart(const RestartHistory& history, const StopReason& s
     return decision;
   };
   if (decision.failureClass == FailureClass::kUser) {
-    return stopFor(failure.startFault ? Why::kCannotExecute : Why::kNoRestartExitCode,
-                   FailureClass::kUser);
+    const Why why = failure.startFault                       ? Why::kCannotExecute
+                    : failure.hang == HangKind::kFailPattern ? Why::kFailPattern
+                                                             : Why::kNoRestartExitCode;
+    return stopFor(why, FailureClass::kUser);
   }
   if (failure.hang == HangKind::kAtExit) return stopFor(Why::kHungAtExit, decision.failureClass);
   if (decision.failureClass == FailureClass::kWorker && !failure.progress &&

@@ -8,6 +8,7 @@
 //
 //   a worker exits with --no-restart-exit-code          stop now, user
 //   a worker could not be exec'd (ENOENT, EACCES, ...)   stop now, user
+//   a worker wrote a line matching --fail-pattern        stop now, user
 //   a worker hung at exit (its peers finished)           stop now, worker
 //   the same signature as the last failure, and no
 //     progress in between                                stop now, user (whatever budget is left)
@@ -66,7 +67,7 @@ std::string failureSignature(const WorkerFailure& failure);
 
 // What the failure itself says of its class, before any history: a start that failed for the
 // machine's reason is the machine's; a program that cannot be executed, or an exit with the
-// no-restart code, is the user's; anything else the worker's.
+// no-restart code, or a line matching --fail-pattern, is the user's; anything else the worker's.
 FailureClass evidenceClass(const WorkerFailure& failure, const RestartPolicy& policy);
 
 // A doubling wait, the n-th in a row (n >= 1): initial * 2^(n-1), at most `cap` (0: no cap). The
@@ -102,6 +103,7 @@ struct RestartDecision {
     kRestart,            // the job restarts (after `backoff`)
     kNoRestartExitCode,  // the worker exited with --no-restart-exit-code
     kCannotExecute,      // the worker's program cannot be executed
+    kFailPattern,        // a worker wrote a line matching --fail-pattern
     kHungAtExit,         // a worker hung at exit while its peers finished
     kSameFailure,        // the same root cause again without progress
     kBudgetSpent,        // --max-restarts spent

@@ -47,13 +47,18 @@ const char* hangKindName(HangKind kind) {
       return "at_exit";
     case HangKind::kFileTimer:
       return "file_timer";
+    case HangKind::kNoStart:
+      return "no_start";
+    case HangKind::kFailPattern:
+      return "fail_pattern";
   }
   return "none";
 }
 
 std::optional<HangKind> hangKindFromName(const std::string& name) {
-  for (HangKind kind : {HangKind::kNone, HangKind::kNoProgress, HangKind::kNoFirstProgress,
-                        HangKind::kAtExit, HangKind::kFileTimer}) {
+  for (HangKind kind :
+       {HangKind::kNone, HangKind::kNoProgress, HangKind::kNoFirstProgress, HangKind::kAtExit,
+        HangKind::kFileTimer, HangKind::kNoStart, HangKind::kFailPattern}) {
     if (name == hangKindName(kind)) return kind;
   }
   return std::nullopt;

@@ -21,6 +21,8 @@ enum class HangKind {
   kNoFirstProgress,  // --hang-startup-timeout: never reported progress
   kAtExit,           // --exit-timeout: still running that long after a peer exited 0
   kFileTimer,        // a torch FileTimer it armed expired
+  kNoStart,          // --start-timeout: wrote no line matching --start-pattern in time
+  kFailPattern,      // wrote a line matching --fail-pattern (not hung: the user's failure)
 };
 // "no_progress", ...: the names in JSON (the store, events).
 const char* hangKindName(HangKind kind);

@@ -29,11 +29,12 @@ class WorkerOutput {
  public:
   virtual ~WorkerOutput() = default;
 
-  // Before spawning worker `localRank` (global `rank`, node `groupRank`) of an attempt.
+  // Before spawning worker `localRank` (global `rank`, node `groupRank`) of attempt `attempt`
+  // (the round's number, as its directory's name says).
   // attemptDir: the attempt's directory ("" for none); the rank's directory in it
   // (rankDirectory) is created, and holds its log files when `logFiles`. A rank still open from an
   // earlier attempt is closed first. Throws std::system_error naming the path on failure.
-  virtual ChildStreams prepare(int localRank, int rank, int groupRank,
+  virtual ChildStreams prepare(int localRank, int rank, int groupRank, int attempt,
                                const std::string& attemptDir, bool logFiles) = 0;
   // After the spawn: closes the child's ends in the agent and starts reading.
   virtual void started(int localRank) = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ddprun/common/safe_files.h"
+#include "ddprun/common/text.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -264,6 +265,16 @@ std::optional<HungWorker> ProgressMonitor::progressVerdict(
   auto counted = [&](EventLoop::WallTime from) {
     return resumedAt_ && *resumedAt_ > from ? *resumedAt_ : from;
   };
+  if (!policy_.startPattern.empty() && heartbeats_ != nullptr &&
+      !heartbeats_->startReport(localRank)) {
+    const auto from = counted(startedAt_);
+    consider(from + policy_.startTimeout, HangKind::kNoStart, from,
+             fmt::format("wrote no line matching --start-pattern '{}' in the {:.1f} s since {} "
+                         "(--start-timeout {:g})",
+                         common::printable(policy_.startPattern), seconds(since(from, now)),
+                         from == startedAt_ ? "it started" : "the job was resumed",
+                         seconds(policy_.startTimeout)));
+  }
   if (policy_.hangTimeout && heartbeats_ != nullptr) {
     const auto timeout = *policy_.hangTimeout;
     if (const auto last = heartbeats_->lastReport(localRank)) {

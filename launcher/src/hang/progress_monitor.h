@@ -2,6 +2,8 @@
 //   - No progress (--hang-timeout T): each worker has a heartbeat channel; one that reported
 //     progress and then reports none for T is hung; one that never reports is hung after the
 //     startup allowance (--hang-startup-timeout).
+//   - No start line (--start-pattern with --start-timeout S): a worker that has written no line
+//     matching the pattern S after its start is hung (Heartbeats::startReport()).
 //   - Stragglers (--exit-timeout E): once a worker exited 0, each other worker of the node is
 //     looked at every E; one that was idle for a whole window is hung. Idle means its process
 //     tree used less than 1% of one core, read and wrote less than 4 KiB, and reported no
@@ -52,6 +54,11 @@ class Heartbeats {
   virtual std::string prepare(int localRank) = 0;
   // When worker `localRank` last reported progress (nothing: not since prepare()).
   virtual std::optional<EventLoop::WallTime> lastReport(int localRank) const = 0;
+  // When it wrote its first line matching --start-pattern (nothing: not since prepare(), or a
+  // channel that does not read lines: hang/line_progress.h).
+  virtual std::optional<EventLoop::WallTime> startReport(int /*localRank*/) const {
+    return std::nullopt;
+  }
 };
 
 // Heartbeat files "<directory>/heartbeat-<local rank>" (the agent's private directory: no

@@ -197,6 +197,14 @@ void AgentMachine::onRoundFormed(Round round) {
                                      workersStore_.first, workersStore_.second)
                        : std::string(),
                round_.history.restarts);
+  // With --log-dir, where this attempt's worker logs go, said where the console shows it after
+  // a restart (a warning, as the restart's own line), so the lines after it are known to be
+  // the new attempt's (${attempt} in the prefix says it on each line).
+  if (!config_.logs.dir.empty()) {
+    spdlog::log(round_.history.restarts > 0 ? spdlog::level::warn : spdlog::level::info,
+                "round {} (restart {}): the workers' log files are in {}", round_.number,
+                round_.history.restarts, attemptDirectory(round_.number));
+  }
   rendezvous_.watch(round_.number);
   startWorkers();
   armFence();
@@ -396,8 +404,9 @@ std::unique_ptr<ExecPlan> AgentMachine::prepareWorker(LocalWorker& worker,
                                           round_.history.restarts, round_.number,
                                           config_.rdzv.runId,      identity_.agentMarker};
   const WorkerCommand command = workerCommand(config_, placement, identity_.environment);
-  const ChildStreams streams = output_.prepare(localRank, worker.rank, round_.groupRank, attempt,
-                                               /*logFiles=*/!config_.logs.dir.empty());
+  const ChildStreams streams =
+      output_.prepare(localRank, worker.rank, round_.groupRank, round_.number, attempt,
+                      /*logFiles=*/!config_.logs.dir.empty());
   try {
     const std::string heartbeatFile =
         diagnostics_.heartbeats ? diagnostics_.heartbeats->prepare(localRank) : std::string();
@@ -857,7 +866,10 @@ void AgentMachine::failJob(const StopReason& stop, const RestartDecision& decisi
     }
   }
   std::string why = statusText(cause);
-  if (cause.hang != HangKind::kNone) why = "hung: " + cause.hangDetail;
+  if (cause.hang == HangKind::kFailPattern)
+    why = "failed: " + cause.hangDetail;
+  else if (cause.hang != HangKind::kNone)
+    why = "hung: " + cause.hangDetail;
   if (!cause.oom.empty()) why += "; " + cause.oom;
   const std::string reason = decision.text(config_.restart);
   spdlog::warn("not restarting: {} ({} failure)", common::printable(reason),
@@ -1066,9 +1078,10 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
     worker.silentSince = report ? epochSeconds(*report) : worker.startedAt;
   }
   spdlog::warn(
-      "worker {} (rank {}, pid {}) is hung: {}; recording where its threads are, then "
+      "worker {} (rank {}, pid {}) {}: {}; recording where its threads are, then "
       "sending it {}",
-      worker.localRank, worker.rank, worker.pid, common::printable(detail),
+      worker.localRank, worker.rank, worker.pid,
+      kind == HangKind::kFailPattern ? "failed" : "is hung", common::printable(detail),
       common::signalName(signal));
   emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
   const pid_t pid = worker.pid;
@@ -1092,6 +1105,12 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
     signalHungWorkers();
   };
   diagnostics_.evidence->collect(pid, saveTo, worker.flightRecorder, std::move(collected));
+}
+
+void AgentMachine::onFailLine(int localRank, std::string detail) {
+  // A failure the user's rule declared, stopped as a hung worker is (its stacks, then SIGKILL):
+  // the worker may go on printing or block, and the group must not wait for it.
+  onHung(localRank, HangKind::kFailPattern, std::move(detail), SIGKILL);
 }
 
 void AgentMachine::signalHungWorkers() {

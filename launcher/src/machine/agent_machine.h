@@ -127,6 +127,9 @@ class AgentMachine final : public RendezvousEvents {
   void onConsoleClosed();
   // A line from torch's FileTimer pipe (TORCHELASTIC_TIMER_FILE).
   void onFileTimerLine(std::string_view line);
+  // Worker `localRank` wrote a line matching --fail-pattern (`detail` says which, escaped): it
+  // fails, of the user's class (hang/line_progress.h).
+  void onFailLine(int localRank, std::string detail);
 
   State state() const { return state_; }
   const Round& round() const { return round_; }

@@ -143,7 +143,9 @@ struct StreamPlan {
   // stderr always passes through the agent, even to a file only or to nowhere (a rank hidden by
   // --local-ranks-filter): its last lines go into the failure summary.
   bool keepTail = false;
-  bool needsPipe() const { return console || filtered || keepTail; }
+  // Its lines are matched against the job's line patterns.
+  bool watched = false;
+  bool needsPipe() const { return console || filtered || keepTail || watched; }
 };
 
 // How much of each stream the agent keeps for its failure summary.
@@ -160,19 +162,34 @@ constexpr std::size_t kTailLineBytes = 1024;
 // the lines of a worker that writes a line in several pieces whole on the console.
 class Reader : public std::enable_shared_from_this<Reader> {
  public:
-  Reader(asio::io_context& io, int readFd, std::string prefix,
-         std::shared_ptr<ConsoleWriter> console, Fd file, Fd filtered,
-         std::vector<std::string> filters, std::string name, std::chrono::milliseconds partialDelay)
+  // What a Reader's lines are matched against, and where the matches are told (line_scan.h).
+  struct Watch {
+    const LinePatterns* patterns = nullptr;  // null: no matching
+    LineEvents* events = nullptr;
+    int localRank = 0;
+  };
+
+  Reader(asio::io_context& io, int readFd, LinePrefix prefix,
+         std::chrono::steady_clock::time_point startedAt, std::shared_ptr<ConsoleWriter> console,
+         Fd file, Fd filtered, std::vector<std::string> filters, std::string name,
+         std::chrono::milliseconds partialDelay, Watch watch)
       : pipe_(io, readFd),
         holdTimer_(io),
         partialDelay_(partialDelay),
         prefix_(std::move(prefix)),
+        prefixText_(prefix_.text()),
+        startedAt_(startedAt),
         console_(std::move(console)),
         source_(ConsoleLines::newSource()),
         file_(std::move(file)),
         filtered_(std::move(filtered)),
         filters_(std::move(filters)),
-        name_(std::move(name)) {}
+        name_(std::move(name)) {
+    if (watch.patterns != nullptr && watch.patterns->any() && watch.events != nullptr) {
+      scan_.emplace(*watch.patterns, watch.localRank);
+      events_ = watch.events;
+    }
+  }
 
   bool open() const { return open_; }
   // The stream's last lines (at most kTailLines, each cut to kTailLineBytes): what the agent
@@ -198,6 +215,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
       emitLine(pending_, console, filtered);
       pending_.clear();
       writeOut(console, filtered);
+      tellMatches();
     }
     boost::system::error_code ignored;
     pipe_.close(ignored);
@@ -266,6 +284,22 @@ class Reader : public std::enable_shared_from_this<Reader> {
     pending_.erase(0, start);
     writeOut(console, filtered);
     if (console_ && pending_.size() > shown_) holdPartial();
+    tellMatches();
+  }
+
+  // What this read's lines said of the line patterns, told once the read is handled.
+  void tellMatches() {
+    if (scan_) scan_->endBatch(*events_);
+  }
+
+  // The prefix of the lines written now: with ${time} or ${elapsed}, the clock is read once for
+  // the whole batch.
+  const std::string& prefixNow() {
+    if (prefix_.timed()) {
+      prefixText_ = prefix_.at(std::chrono::system_clock::now(),
+                               std::chrono::steady_clock::now() - startedAt_);
+    }
+    return prefixText_;
   }
 
   // The partial line goes to the console `partialDelay_` after its first unshown byte arrived,
@@ -278,7 +312,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
       self->holding_ = false;
       if (error || !self->open_ || self->pending_.size() <= self->shown_) return;
       const std::string_view unshown = std::string_view(self->pending_).substr(self->shown_);
-      self->console_->write(self->source_, self->prefix_, unshown);
+      self->console_->write(self->source_, self->prefixNow(), unshown);
       self->shown_ = self->pending_.size();
     });
   }
@@ -298,6 +332,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
   // One line (or piece of an over-long one) from the start of pending_: to the tail, the
   // filtered file and the console (but for what the console already shows of it).
   void emitLine(std::string_view line, std::string& console, std::string& filtered) {
+    if (scan_) scan_->line(line);
     if (tail_.size() == kTailLines) tail_.pop_front();
     tail_.emplace_back(line.substr(0, kTailLineBytes));
     if (console_) {
@@ -317,7 +352,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
 
   // One piece per destination: the console never sees half of a batch of lines.
   void writeOut(std::string& console, const std::string& filtered) {
-    if (!console.empty()) console_->write(source_, prefix_, console);
+    if (!console.empty()) console_->write(source_, prefixNow(), console);
     if (!filtered.empty() && common::writeAll(filtered_.get(), filtered, LogRouter::kStallLimit)) {
       warnOnce("its filtered log file");
     }
@@ -337,7 +372,11 @@ class Reader : public std::enable_shared_from_this<Reader> {
   std::array<char, kReadChunk> buffer_;  // not zeroed: 64 KiB per stream, written before read
   std::string pending_;                  // bytes after the last newline
   std::size_t shown_ = 0;                // how much of pending_ the console already has
-  std::string prefix_;
+  LinePrefix prefix_;
+  std::string prefixText_;  // the prefix as last written (the whole prefix when not timed)
+  std::chrono::steady_clock::time_point startedAt_;  // the agent's start, for ${elapsed}
+  std::optional<LineScan> scan_;                     // nothing: no line patterns
+  LineEvents* events_ = nullptr;
   std::shared_ptr<ConsoleWriter> console_;  // null: not to the console
   std::uint64_t source_;                    // who this is to the console
   Fd file_;                                 // raw copy (-t, or -r with duplicate filters)
@@ -352,13 +391,18 @@ class Reader : public std::enable_shared_from_this<Reader> {
 
 }  // namespace
 
-std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank) {
+LinePrefix linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank,
+                      int attempt) {
   const std::string pattern = options.prefixTemplate.value_or("[${role_name}${local_rank}]:");
-  return common::safeSubstitute(pattern, {{"role_name", options.role},
-                                          {"local_rank", std::to_string(localRank)},
-                                          {"rank", std::to_string(rank)},
-                                          {"group_rank", std::to_string(groupRank)},
-                                          {"hostname", options.hostname}});
+  return LinePrefix(
+      common::safeSubstitute(pattern, {{"role_name", options.role},
+                                       {"local_rank", std::to_string(localRank)},
+                                       {"rank", std::to_string(rank)},
+                                       {"group_rank", std::to_string(groupRank)},
+                                       {"hostname", options.hostname},
+                                       {"attempt", std::to_string(attempt)},
+                                       {"time", std::string(LinePrefix::kTimeMark)},
+                                       {"elapsed", std::string(LinePrefix::kElapsedMark)}}));
 }
 
 struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
@@ -377,7 +421,9 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   Impl(asio::io_context& context, LogRouterOptions routerOptions)
       : io(context),
         options(std::move(routerOptions)),
-        oneConsole(samePlace(options.consoleOut, options.consoleErr)) {
+        oneConsole(samePlace(options.consoleOut, options.consoleErr)),
+        watching(options.patterns && options.patterns->any() && options.lineEvents != nullptr),
+        passThrough(options.passThrough && !watching) {
     if (!options.outWriter)
       options.outWriter = std::make_shared<ConsoleWriter>(options.consoleOut, io);
     if (!options.errWriter) {
@@ -403,26 +449,28 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     auto consoleOnly = [](const StreamPlan& stream) {
       return stream.console && !stream.file && !stream.filtered;
     };
-    return oneConsole && !options.passThrough && consoleOnly(plan(true, localRank, haveDir)) &&
+    return oneConsole && !passThrough && consoleOnly(plan(true, localRank, haveDir)) &&
            consoleOnly(plan(false, localRank, haveDir));
   }
 
   // The worker's one channel for both streams (oneChannel): a pseudo-terminal when the console
   // is a terminal, else a pipe, read as one stream whose lines go to the agent's stdout and
   // whose tail is the rank's "stderr tail" (its stdout lines among them).
-  Fd openChannel(int localRank, const std::string& prefix, std::shared_ptr<Reader>& reader) {
+  Fd openChannel(int localRank, const LinePrefix& prefix, std::shared_ptr<Reader>& reader) {
     int ends[2];
     const bool terminal = options.terminalStdout;
-    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.size())
+    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.text().size())
                  : ::pipe2(ends, O_CLOEXEC) != 0) {
       throw std::system_error(errno, std::generic_category(),
                               "cannot create a pipe for local rank " + std::to_string(localRank));
     }
     Fd readEnd(ends[0]);
     Fd writeEnd(ends[1]);
-    reader = std::make_shared<Reader>(
-        io, readEnd.get(), prefix, options.outWriter, Fd(), Fd(), std::vector<std::string>{},
-        "local rank " + std::to_string(localRank) + " stdout and stderr", options.partialLineDelay);
+    reader =
+        std::make_shared<Reader>(io, readEnd.get(), prefix, options.startedAt, options.outWriter,
+                                 Fd(), Fd(), std::vector<std::string>{},
+                                 "local rank " + std::to_string(localRank) + " stdout and stderr",
+                                 options.partialLineDelay, watchOf(localRank));
     readEnd.release();  // the Reader's stream_descriptor owns it now
     return writeEnd;
   }
@@ -441,11 +489,17 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     result.console = consoleAllowed && (t || !r || !haveDir);
     result.filtered = haveDir && !filters.empty();
     result.keepTail = !stdoutStream;
+    result.watched = watching;
     return result;
   }
 
+  Reader::Watch watchOf(int localRank) const {
+    if (!watching) return {};
+    return Reader::Watch{options.patterns.get(), options.lineEvents, localRank};
+  }
+
   // The child's descriptor for one stream; `reader` gets the pipe's reading side when there is one.
-  Fd openStream(bool stdoutStream, int localRank, const std::string& prefix, const std::string& dir,
+  Fd openStream(bool stdoutStream, int localRank, const LinePrefix& prefix, const std::string& dir,
                 std::shared_ptr<Reader>& reader) {
     const StreamPlan streamPlan = plan(stdoutStream, localRank, !dir.empty());
     const std::string stream = stdoutStream ? "stdout" : "stderr";
@@ -455,7 +509,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
       if (streamPlan.file) return file;
       return openDevNull();
     }
-    if (options.passThrough && streamPlan.console && !streamPlan.file && !streamPlan.filtered) {
+    if (passThrough && streamPlan.console && !streamPlan.file && !streamPlan.filtered) {
       const int console = stdoutStream ? options.consoleOut : options.consoleErr;
       const int own = ::fcntl(console, F_DUPFD_CLOEXEC, 3);
       if (own < 0) {
@@ -473,7 +527,7 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     // the terminal: "step 1" shows when it is printed, not when a 4 KiB buffer fills. Lines stay
     // whole and prefixed all the same.
     const bool terminal = stdoutStream && options.terminalStdout && streamPlan.console;
-    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.size())
+    if (terminal ? !openTerminal(ends, options.consoleOut, prefix.text().size())
                  : ::pipe2(ends, O_CLOEXEC) != 0) {
       throw std::system_error(
           errno, std::generic_category(),
@@ -484,9 +538,10 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
     std::shared_ptr<ConsoleWriter> console;
     if (streamPlan.console) console = consoleFor(stdoutStream);
     reader = std::make_shared<Reader>(
-        io, readEnd.get(), prefix, console, std::move(file), std::move(filtered),
+        io, readEnd.get(), prefix, options.startedAt, console, std::move(file), std::move(filtered),
         stdoutStream ? options.duplicateStdoutFilters : options.duplicateStderrFilters,
-        "local rank " + std::to_string(localRank) + " " + stream, options.partialLineDelay);
+        "local rank " + std::to_string(localRank) + " " + stream, options.partialLineDelay,
+        watchOf(localRank));
     readEnd.release();  // the Reader's stream_descriptor owns it now
     return writeEnd;
   }
@@ -529,6 +584,8 @@ struct LogRouter::Impl : std::enable_shared_from_this<LogRouter::Impl> {
   asio::io_context& io;
   LogRouterOptions options;
   const bool oneConsole;          // the console's stdout and stderr are one place
+  const bool watching;            // lines are matched against the job's line patterns
+  const bool passThrough;         // options.passThrough, but never while watching
   std::map<int, Worker> workers;  // by local rank
   // The attempt directory last made or found to be ours: the ranks of an attempt share it, so it
   // is checked once per attempt, not once per worker.
@@ -546,7 +603,7 @@ LogRouter::~LogRouter() {
   closeAll();
 }
 
-ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank,
+ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank, int attempt,
                                 const std::string& attemptDir, bool logFiles) {
   if (auto old = impl_->workers.find(localRank); old != impl_->workers.end()) {
     impl_->closeWorker(old->second);
@@ -562,7 +619,7 @@ ChildStreams LogRouter::prepare(int localRank, int rank, int groupRank,
     makeOwnDirectory(rankDir);
     if (logFiles) dir = rankDir;
   }
-  const std::string prefix = linePrefix(impl_->options, localRank, rank, groupRank);
+  const LinePrefix prefix = linePrefix(impl_->options, localRank, rank, groupRank, attempt);
   Impl::Worker worker;
   try {
     if (impl_->oneChannel(localRank, !dir.empty())) {

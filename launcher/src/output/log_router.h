@@ -43,6 +43,11 @@
 // than kMaxLineBytes is cut into pieces of that size; a final line without '\n' gets one when
 // the stream ends. A worker whose stream passes through (LogRouterOptions::passThrough) writes to
 // the console itself. The agent should ignore SIGPIPE: a closed console then only loses output.
+//
+// Line patterns (LogRouterOptions::patterns, line_scan.h): every stream of every worker then
+// passes through the router (no pass-through, a pipe even for a stream bound only for a file or
+// for nowhere), and each whole line is matched where it lies in the read buffer; what a read's
+// lines said goes to LogRouterOptions::lineEvents once the read is handled.
 #pragma once
 
 #include <chrono>
@@ -53,9 +58,11 @@
 #include <string>
 #include <vector>
 
+#include "core/line_scan.h"
 #include "core/worker_output.h"
 #include "ddprun/launcher/launch_config.h"
 #include "output/console_writer.h"
+#include "output/line_prefix.h"
 
 namespace boost::asio {
 class io_context;
@@ -74,8 +81,15 @@ struct LogRouterOptions {
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (nothing = "[${role_name}${local_rank}]:", "" = no
   // prefix). Substituted like Python's string.Template.safe_substitute: ${name} or $name, "$$" is
   // "$", unknown names stay. Names: role_name, local_rank, rank, and (ddprun extensions)
-  // hostname, group_rank.
+  // hostname, group_rank, attempt (the N of the attempt_N directory), and the fields of the
+  // moment time and elapsed (line_prefix.h).
   std::optional<std::string> prefixTemplate;
+  // When the agent started (${elapsed} counts from it).
+  std::chrono::steady_clock::time_point startedAt = std::chrono::steady_clock::now();
+  // The job's line patterns (nothing, or none in it: no line is matched) and where what they
+  // find is told (required with patterns).
+  std::shared_ptr<const LinePatterns> patterns;
+  LineEvents* lineEvents = nullptr;
   // A stream bound only for the console (no -t/-r file, no filters, every rank allowed) goes
   // there untouched: the worker writes to the agent's own stdout/stderr, byte for byte and at
   // once, as under torchrun without --tee. The agent sets it for a job of one worker per node
@@ -100,8 +114,10 @@ struct LogRouterOptions {
   std::shared_ptr<ConsoleWriter> errWriter;
 };
 
-// The console prefix of one worker's lines (options.prefixTemplate substituted).
-std::string linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank);
+// The console prefix of one worker's lines (options.prefixTemplate substituted; ${time} and
+// ${elapsed} left for each batch of lines).
+LinePrefix linePrefix(const LogRouterOptions& options, int localRank, int rank, int groupRank,
+                      int attempt);
 
 // Thread safety: not thread-safe. Use it from the io_context's thread only (the one running
 // io_context::run()); its callbacks run there too.
@@ -117,13 +133,13 @@ class LogRouter final : public WorkerOutput {
   LogRouter(const LogRouter&) = delete;
   LogRouter& operator=(const LogRouter&) = delete;
 
-  // Before spawning worker `localRank` (global `rank`, node `groupRank`) of an attempt.
+  // Before spawning worker `localRank` (global `rank`, node `groupRank`) of attempt `attempt`.
   // attemptDir: the attempt's directory, or "" for none. Creates the rank's directory
   // (rankDirectory), its log files when `logFiles`, and the pipes. A rank still open from an
   // earlier attempt is closed first (its partial line flushed). Throws std::system_error naming the
   // path on failure (nothing of this rank stays open then).
-  ChildStreams prepare(int localRank, int rank, int groupRank, const std::string& attemptDir,
-                       bool logFiles) override;
+  ChildStreams prepare(int localRank, int rank, int groupRank, int attempt,
+                       const std::string& attemptDir, bool logFiles) override;
   // After fork: closes the child's ends in the agent and starts reading. No-op for an unknown rank.
   void started(int localRank) override;
   // Spawn failed: closes everything prepared for this worker. No-op for an unknown rank.

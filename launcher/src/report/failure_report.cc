@@ -150,7 +150,10 @@ std::string formatEntry(std::size_t index, const WorkerFailure& failure,
                                                                : kNotAvailable)
       << '\n'
       << "  traceback : " << extras.traceback;
-  if (failure.hang != HangKind::kNone)
+  // A --fail-pattern line is the worker's own verdict on itself, not a hang.
+  if (failure.hang == HangKind::kFailPattern)
+    out << "\n  failed    : " << oneLineField(failure.hangDetail);
+  else if (failure.hang != HangKind::kNone)
     out << "\n  hung      : " << oneLineField(failure.hangDetail);
   if (!failure.oom.empty()) out << "\n  oom       : " << oneLineField(failure.oom);
   if (!failure.stack.empty()) {

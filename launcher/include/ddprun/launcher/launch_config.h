@@ -228,6 +228,20 @@ struct HangPolicy {
   // --hang-native-stack-budget: how long a hung worker's native stacks may take before it is
   // killed (0 = none taken). Short by default: the kill, and so the restart, wait for them.
   std::chrono::milliseconds nativeStackBudget{400};
+  // Progress from the workers' output lines (docs/errors.md, "Progress from log lines"): POSIX
+  // extended regular expressions matched against each line a worker writes to stdout or stderr
+  // ("" = none). --progress-pattern: a matching line is a progress report (as a heartbeat).
+  std::string progressPattern;
+  // --start-pattern: a worker that wrote no matching line within startTimeout of its start is
+  // hung (HangKind::kNoStart).
+  std::string startPattern;
+  std::chrono::milliseconds startTimeout = std::chrono::minutes(10);  // --start-timeout
+  // --fail-pattern: a matching line ends the worker as a failure of the user's class
+  // (HangKind::kFailPattern).
+  std::string failPattern;
+  bool anyLinePattern() const {
+    return !progressPattern.empty() || !startPattern.empty() || !failPattern.empty();
+  }
 };
 
 // The health gate before each round (launcher/src/health/, docs/health.md).
@@ -269,6 +283,9 @@ struct LogSettings {
   std::optional<std::set<int>> localRanksFilter;    // --local-ranks-filter (nothing = all)
   std::vector<std::string> duplicateStdoutFilters;  // --duplicate-stdout-filters
   std::vector<std::string> duplicateStderrFilters;  // --duplicate-stderr-filters
+  // --log-time: the workers' console lines start with the time they arrived (${time} put before
+  // the prefix, unless the prefix template has it already).
+  bool time = false;
 };
 
 struct LaunchConfig {
