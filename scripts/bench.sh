@@ -19,6 +19,9 @@
 #                              spare vs torchrun 2.6 and 1.13; draws docs/img/goodput.png itself
 #   scripts/bench.sh metrics   what a /metrics scrape costs the agent at 64 ranks, beside /healthz
 #                              and a 404 from the same server (the floor)
+#   scripts/bench.sh patterns  the agent's CPU for a rank printing 10,000 lines/s: prefixed, with
+#                              --progress/--start/--fail-pattern, with --log-time (and the regex
+#                              engines per line: std::regex vs glibc regexec)
 #   scripts/bench.sh plot      draw bench-results/*.json into docs/img/*.png (scripts/plot_benchmarks.py)
 #   scripts/bench.sh all       every benchmark above in turn, then plot (about an hour on 2 cores)
 #
@@ -26,7 +29,7 @@
 # `plot` draws. On a shared machine run it under `flock /tmp/ddprun-bench.lock`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-benches=(store relay relay-delay launcher allreduce hang rendezvous scale goodput metrics)
+benches=(store relay relay-delay launcher allreduce hang rendezvous scale goodput metrics patterns)
 case "${1:-store}" in
   plot)
     exec /usr/bin/python3 scripts/plot_benchmarks.py --results bench-results --out docs/img "${@:2}" ;;
@@ -82,6 +85,9 @@ case "${1:-store}" in
   goodput)
     /usr/bin/python3 tests/bench/bench_goodput.py --ddprun build-release/launcher/ddprun \
       --plot docs/img/goodput.png "${json[@]}" "${@:2}" ;;
+  patterns)
+    build-release/tests/bench/ddprun-regex-engines
+    /usr/bin/python3 tests/bench/bench_log_patterns.py --ddprun build-release/launcher/ddprun "${json[@]}" "${@:2}" ;;
   metrics)
     /usr/bin/python3 tests/bench/bench_metrics.py --ddprun build-release/launcher/ddprun "${json[@]}" "${@:2}" ;;
   scale)

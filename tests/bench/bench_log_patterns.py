@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 
+import bench_json  # (--json: the printed tables as one document)
+
 WORKER = r'''
 import os, sys, time
 out, seconds, rate, burst = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -79,7 +81,9 @@ def main():
                         "buffered stdout, so that each read of the agent takes that many")
     parser.add_argument("--cpu", help="run the agent and the worker on this one CPU (taskset): the "
                         "worker's writes then reach the agent in the same batches every run")
+    bench_json.add_option(parser)
     args = parser.parse_args()
+    bench_json.record(args, "patterns")
     work = tempfile.mkdtemp(prefix="ddprun-bench-log-patterns-")
     worker = os.path.join(work, "worker.py")
     with open(worker, "w") as out:

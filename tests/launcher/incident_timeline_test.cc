@@ -106,3 +106,18 @@ TEST_CASE("incidents: the last kKept are kept", "[incident][unit]") {
   CHECK(r.timeline.recent().back().round == 39);
   CHECK(r.closed.size() == 39);
 }
+
+TEST_CASE("incidents: a --fail-pattern line is a worker's failure, not a hang",
+          "[incident][unit]") {
+  Recorded r;
+  WorkerFailure failed = exited(1, 50);
+  failed.hang = HangKind::kFailPattern;
+  failed.hangDetail = "wrote a line matching --fail-pattern 'loss nan': \"loss nan\"";
+  failed.hungAt = 49.5;
+  r.timeline.stopped(StopReason::workerFailed(failed, 7), 0, 50.1);
+  const Incident& incident = r.timeline.recent().back();
+  CHECK(incident.kind == IncidentKind::kWorkerFailed);
+  CHECK(incident.detail == failed.hangDetail);
+  CHECK(incident.failedAt == 49.5);  // the line's arrival: failed and detected at once
+  CHECK(incident.detectedAt == 49.5);
+}

@@ -23,8 +23,9 @@
 namespace ddprun::launcher {
 
 enum class IncidentKind {
-  kWorkerFailed,  // a worker exited non-zero or by a signal
-  kHang,          // a worker was found hung and killed (--hang-timeout, --exit-timeout, FileTimer)
+  kWorkerFailed,  // a worker exited non-zero or by a signal, or wrote a --fail-pattern line
+  kHang,          // a worker was found hung and killed (--hang-timeout, --start-timeout,
+                  // --exit-timeout, FileTimer)
   kNodeLost,      // a node's agent vanished
   kNodeLeft,      // a node's agent was stopped by a signal and left the job
   kFenced,        // this node lost the rendezvous and stopped its own workers

@@ -1076,6 +1076,8 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
     const auto report =
         diagnostics_.heartbeats ? diagnostics_.heartbeats->lastReport(localRank) : std::nullopt;
     worker.silentSince = report ? epochSeconds(*report) : worker.startedAt;
+  } else if (kind == HangKind::kNoStart) {
+    worker.silentSince = worker.startedAt;  // no --start-pattern line since its start
   }
   spdlog::warn(
       "worker {} (rank {}, pid {}) {}: {}; recording where its threads are, then "

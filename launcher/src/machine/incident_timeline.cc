@@ -12,8 +12,9 @@ namespace {
 Incident workerIncident(const WorkerFailure& failure, int round, double now) {
   Incident incident;
   incident.round = round;
-  incident.kind =
-      failure.hang != HangKind::kNone ? IncidentKind::kHang : IncidentKind::kWorkerFailed;
+  // A --fail-pattern line is the user's verdict that the worker failed, not a hang.
+  const bool hung = failure.hang != HangKind::kNone && failure.hang != HangKind::kFailPattern;
+  incident.kind = hung ? IncidentKind::kHang : IncidentKind::kWorkerFailed;
   incident.rank = failure.rank;
   incident.groupRank = failure.groupRank;
   incident.host = failure.host;
