@@ -894,6 +894,10 @@ TEST_CASE(
   node.machine.onFailLine(1,
                           "wrote a line matching --fail-pattern 'loss nan': \"step 3 loss nan\"");
   CHECK(node.evidence.requests == std::vector<pid_t>{workers[1].pid});
+  // Being stopped as failed, not hung: the snapshot says so and /healthz's rule stays healthy.
+  const AgentSnapshot failing = node.machine.snapshot();
+  CHECK(failing.workers[1].state == WorkerState::kFailed);
+  CHECK(healthy(failing));
   REQUIRE(job.until([&] { return node.exitCode.has_value(); }));
   CHECK(node.launcher.processSignals.front() == std::pair<pid_t, int>{workers[1].pid, SIGKILL});
   CHECK(node.machine.round().history.restarts == 0);

@@ -1085,7 +1085,10 @@ void AgentMachine::onHung(int localRank, HangKind kind, std::string detail, int 
       worker.localRank, worker.rank, worker.pid,
       kind == HangKind::kFailPattern ? "failed" : "is hung", common::printable(detail),
       common::signalName(signal));
-  emitWorkerEvent(worker, "UNHEALTHY", nullptr, {{"hang", hangKindName(kind)}, {"detail", detail}});
+  if (kind != HangKind::kFailPattern) {  // a failing line's worker gets its FAILED event on exit
+    emitWorkerEvent(worker, "UNHEALTHY", nullptr,
+                    {{"hang", hangKindName(kind)}, {"detail", detail}});
+  }
   const pid_t pid = worker.pid;
   if (diagnostics_.evidence == nullptr) {
     launcher_.signalProcess(pid, signal);
@@ -1270,7 +1273,11 @@ AgentSnapshot AgentMachine::snapshot() const {
     shown.pid = worker.pid;
     shown.startedAt = worker.startedAt;
     if (worker.running) {
-      shown.state = worker.hang != HangKind::kNone ? WorkerState::kHung : WorkerState::kRunning;
+      // A --fail-pattern line's worker is being stopped as failed, not hung: /healthz stays 200
+      // for it (the job's failure is the user's, which a probe's restart would not mend).
+      shown.state = worker.hang == HangKind::kNone          ? WorkerState::kRunning
+                    : worker.hang == HangKind::kFailPattern ? WorkerState::kFailed
+                                                            : WorkerState::kHung;
     } else if (worker.pid < 0 || worker.failed || worker.hang != HangKind::kNone) {
       shown.state = WorkerState::kFailed;
     } else if (exitedZero(worker.waitStatus)) {
