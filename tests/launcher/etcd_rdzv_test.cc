@@ -341,7 +341,10 @@ TEST_CASE(
         const auto code = exitStatus(*asAlice, 20s);
         shown =
             fmt::format("exit {}: {}{}", code.value_or(-1), asAlice->output(), asAlice->errors());
-        return code == 0 && asAlice->output().find("\nnode 1 on ") != std::string::npos;
+        // Both nodes: the round's, and each agent's own snapshot (published apart).
+        return code == 0 && asAlice->output().find(", 2 nodes\n") != std::string::npos &&
+               asAlice->output().find("\nnode 0 on ") != std::string::npos &&
+               asAlice->output().find("\nnode 1 on ") != std::string::npos;
       },
       20s, [&] { return shown; }));
   CHECK_THAT(shown, Catch::StartsWith("exit 0: job 'authjob': round 0, ") &&
