@@ -69,9 +69,7 @@ void IncidentTimeline::stopped(const StopReason& stop, int round, double now) {
     if (last->sameFailure(incident) && !last->decidedAt) return;
     close();
   }
-  metrics_.detection.observe(incident.detectedAt - incident.failedAt);
-  recent_.push_back(std::move(incident));
-  while (recent_.size() > kKept) recent_.pop_front();
+  keep(std::move(incident));
 }
 
 void IncidentTimeline::fenced(int round, double now) {
@@ -82,7 +80,11 @@ void IncidentTimeline::fenced(int round, double now) {
   incident.detail = "no answer from the rendezvous store";
   incident.failedAt = now;
   incident.detectedAt = now;
-  metrics_.detection.observe(0);
+  keep(std::move(incident));
+}
+
+void IncidentTimeline::keep(Incident incident) {
+  metrics_.detection.observe(incident.detectedAt - incident.failedAt);
   recent_.push_back(std::move(incident));
   while (recent_.size() > kKept) recent_.pop_front();
 }

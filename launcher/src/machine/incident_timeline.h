@@ -53,6 +53,9 @@ class IncidentTimeline {
 
  private:
   Incident* open();
+  // A new record, the open one (if any) already closed: its detection counted, the oldest
+  // beyond kKept dropped.
+  void keep(Incident incident);
   void close();
 
   JobMetrics& metrics_;

@@ -201,9 +201,6 @@ std::string failureReason(const WorkerFailure& failure) {
 
 std::vector<Incident> jobIncidents(const JobStatus& status) {
   std::vector<Incident> merged;
-  const auto earliest = [](std::optional<double>& into, const std::optional<double>& other) {
-    if (other && (!into || *other < *into)) into = other;
-  };
   for (const AgentSnapshot& node : status.nodes) {
     for (const Incident& incident : node.incidents) {
       const auto same = std::find_if(merged.begin(), merged.end(), [&](const Incident& known) {
@@ -215,17 +212,18 @@ std::vector<Incident> jobIncidents(const JobStatus& status) {
       }
       same->failedAt = std::min(same->failedAt, incident.failedAt);
       same->detectedAt = std::min(same->detectedAt, incident.detectedAt);
-      if (!same->decidedAt || (incident.decidedAt && *incident.decidedAt < *same->decidedAt)) {
-        if (incident.decidedAt) {
-          same->outcome = incident.outcome;
-          same->failureClass = incident.failureClass;
-        }
-        earliest(same->decidedAt, incident.decidedAt);
+      // The earliest decision, with what it decided.
+      if (incident.decidedAt && (!same->decidedAt || *incident.decidedAt < *same->decidedAt)) {
+        same->decidedAt = incident.decidedAt;
+        same->outcome = incident.outcome;
+        same->failureClass = incident.failureClass;
       }
       if (incident.runningAt && (!same->runningAt || *incident.runningAt > *same->runningAt)) {
         same->runningAt = incident.runningAt;
       }
-      earliest(same->progressAt, incident.progressAt);
+      if (incident.progressAt && (!same->progressAt || *incident.progressAt < *same->progressAt)) {
+        same->progressAt = incident.progressAt;
+      }
       same->closed = same->closed && incident.closed;
       if (same->host.empty()) same->host = incident.host;
     }
